@@ -1,0 +1,61 @@
+"""The ``landscape`` command line: a root click group whose subcommands are imported only when used.
+
+Each subcommand lives in its own module ``landscape.cli.<name>`` exposing ``command`` (a click command)
+that parses options and calls one library function. torch is never imported by ``landscape --help``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+#: subcommand name -> (module, one-line help shown by ``landscape --help``)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "models": ("landscape.cli.models", "List the model zoo with parameter counts."),
+    "train": ("landscape.cli.train", "Train a zoo model and save a checkpoint."),
+    "plot": ("landscape.cli.plot", "Draw the figures of result files."),
+    "info": ("landscape.cli.info", "Print the kind, provenance and options of a result file."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group that imports a subcommand's module only when that subcommand runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every registered subcommand name, sorted."""
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """Import ``landscape.cli.<name>`` and return its ``command``."""
+        if cmd_name not in COMMANDS:
+            return None
+        return importlib.import_module(COMMANDS[cmd_name][0]).command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List the subcommands with their one-line help without importing them."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the subcommand; a :class:`LandscapeError` becomes a one-line message and exit status 2."""
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            from landscape.errors import LandscapeError
+
+            if isinstance(exc, LandscapeError):
+                click.echo(f"Error: {exc}", err=True)
+                ctx.exit(2)
+            raise
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="landscape")
+def cli() -> None:
+    """Loss surfaces, Hessian spectra and Fourier spectra of feature maps of vision networks."""
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli()

@@ -1,0 +1,291 @@
+"""The functional core: loss, accuracy, gradient and Hessian-vector products of a model over fixed batches.
+
+An :class:`Objective` never mutates the module it was given. It holds its own copy of the module on the
+target device in eval mode, a params dict and a buffers dict, and evaluates the model through
+``torch.func.functional_call``. For mean-reduced batch losses ``L_b`` over batches of sizes ``N_b``
+(``N = sum_b N_b``) the full-data objective is
+
+    L(theta) = sum_b (N_b / N) * L_b(theta) + R(theta)
+
+and its gradient and Hessian-vector product are weighted the same way (never equally, never summed).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, grad, jvp
+
+from landscape.errors import LandscapeError
+from landscape.params import ParamDict
+
+Batch = tuple[Tensor, Tensor]
+
+CRITERIA = ("cross_entropy", "mse")
+REGULARIZERS = ("none", "l2", "norm-sum")
+
+
+@dataclass(frozen=True)
+class Regularizer:
+    """A penalty on the parameters added to the data loss.
+
+    - ``none``: R = 0
+    - ``l2``: R = 0.5 * coef * sum_p ||theta_p||_2^2 (weight decay's quadratic form)
+    - ``norm-sum``: R = coef * sum_p ||theta_p||_2 (Paper A's plotted term, unsquared per-tensor norms;
+      Paper A uses coef = 0.05)
+
+    The sum runs over every tensor of the params dict.
+    """
+
+    kind: str = "none"
+    coef: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in REGULARIZERS:
+            raise LandscapeError(f"unknown regulariser {self.kind!r}; choose one of {', '.join(REGULARIZERS)}")
+        if self.coef < 0:
+            raise LandscapeError(f"regulariser coefficient must be >= 0, got {self.coef}")
+
+    @classmethod
+    def from_options(cls, kind: str = "none", coef: float | None = None) -> Regularizer:
+        """Build from CLI-style options; ``norm-sum`` defaults to Paper A's 0.05, ``l2`` to 5e-4."""
+        if coef is None:
+            coef = {"none": 0.0, "l2": 5e-4, "norm-sum": 0.05}.get(kind, 0.0)
+        return cls(kind, float(coef))
+
+    @property
+    def active(self) -> bool:
+        """Whether the penalty contributes anything."""
+        return self.kind != "none" and self.coef != 0.0
+
+    def __call__(self, params: Mapping[str, Tensor]) -> Tensor:
+        """Evaluate R(theta) for a params dict."""
+        ref = next(iter(params.values()))
+        if not self.active:
+            return ref.new_zeros(())
+        if self.kind == "l2":
+            return 0.5 * self.coef * sum((p**2).sum() for p in params.values())
+        return self.coef * sum(torch.linalg.vector_norm(p) for p in params.values())
+
+    def describe(self) -> str:
+        """JSON description stored in result files."""
+        return json.dumps({"kind": self.kind, "coef": self.coef})
+
+
+def batch_loss(logits: Tensor, targets: Tensor, criterion: str) -> Tensor:
+    """Mean-reduced loss of one batch: cross-entropy, or MSE between logits and one-hot targets."""
+    if criterion == "cross_entropy":
+        return F.cross_entropy(logits, targets)
+    if criterion == "mse":
+        onehot = F.one_hot(targets, logits.shape[-1]).to(logits.dtype)
+        return F.mse_loss(logits, onehot)
+    raise LandscapeError(f"unknown criterion {criterion!r}; choose one of {', '.join(CRITERIA)}")
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Loss (data loss + regulariser), data loss alone and accuracy at one point, each a float."""
+
+    loss: float
+    data_loss: float
+    accuracy: float
+
+
+class Objective:
+    """The full-data objective of a model over a fixed list of batches.
+
+    Args:
+        model: the module; it is copied, never modified.
+        batches: list of ``(inputs, targets)``; moved to ``device`` once, kept in order, never augmented.
+        criterion: ``"cross_entropy"`` or ``"mse"`` (mean-reduced per batch).
+        regularizer: penalty added to the data loss (default none).
+        device: where the copy of the model, the params and the batches live (default: the params' device).
+        dtype: cast floating params, buffers and inputs (``torch.float64`` for exact references).
+        param_names: names (of ``model.named_parameters()``) that form the variable params dict, in order;
+            the remaining parameters are held fixed. Default: all parameters.
+        allow_stochastic: skip the refusal of a model whose two evaluations differ.
+        check: run the determinism check now (two passes must give the same loss and gradient).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        batches: Sequence[Batch],
+        *,
+        criterion: str = "cross_entropy",
+        regularizer: Regularizer | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        param_names: Sequence[str] | None = None,
+        allow_stochastic: bool = False,
+        check: bool = True,
+    ) -> None:
+        if not batches:
+            raise LandscapeError("no data: the objective needs at least one batch (check --samples)")
+        if criterion not in CRITERIA:
+            raise LandscapeError(f"unknown criterion {criterion!r}; choose one of {', '.join(CRITERIA)}")
+        first = next(model.parameters(), None)
+        self.device = (
+            torch.device(device) if device is not None else (first.device if first is not None else torch.device("cpu"))
+        )
+        self.module = copy.deepcopy(model).to(self.device).eval()
+        if dtype is not None:
+            self.module = self.module.to(dtype)
+        self.dtype = dtype
+        self.criterion = criterion
+        self.regularizer = regularizer or Regularizer()
+        named = dict(self.module.named_parameters())
+        names = list(named) if param_names is None else list(param_names)
+        unknown = [n for n in names if n not in named]
+        if unknown:
+            raise LandscapeError(f"unknown parameter names {unknown[:3]}; see model.named_parameters()")
+        self.params: ParamDict = {n: named[n].detach().clone() for n in names}
+        self.fixed: ParamDict = {n: p.detach().clone() for n, p in named.items() if n not in self.params}
+        self.buffers: ParamDict = {n: b.detach().clone() for n, b in self.module.named_buffers()}
+        self.batches: list[Batch] = [self._place(x, y) for x, y in batches]
+        sizes = [int(y.shape[0]) for _, y in self.batches]
+        self.n_samples = sum(sizes)
+        self.weights = [s / self.n_samples for s in sizes]
+        self.allow_stochastic = allow_stochastic
+        if check:
+            self.check_determinism()
+
+    # -- evaluation -------------------------------------------------------------------------------
+    def _place(self, x: Tensor, y: Tensor) -> Batch:
+        x = x.to(self.device)
+        if self.dtype is not None and x.is_floating_point():
+            x = x.to(self.dtype)
+        return x, y.to(self.device)
+
+    def logits(self, params: Mapping[str, Tensor], x: Tensor, buffers: Mapping[str, Tensor] | None = None) -> Tensor:
+        """Model output for inputs ``x`` at ``params`` (fixed parameters and buffers filled in)."""
+        state = {**self.fixed, **params, **(self.buffers if buffers is None else buffers)}
+        return functional_call(self.module, state, (x,))
+
+    def batch_loss_fn(self, batch: Batch) -> Callable[[ParamDict], Tensor]:
+        """The function ``params -> L_b(params)`` (data loss of one batch, no regulariser)."""
+        x, y = batch
+
+        def loss_fn(params: ParamDict) -> Tensor:
+            return batch_loss(self.logits(params, x), y, self.criterion)
+
+        return loss_fn
+
+    def loss(self, params: Mapping[str, Tensor] | None = None) -> Tensor:
+        """L(theta) = sum_b (N_b/N) L_b(theta) + R(theta), differentiable in ``params``."""
+        params = self.params if params is None else params
+        total = sum(w * self.batch_loss_fn(b)(dict(params)) for w, b in zip(self.weights, self.batches))
+        return total + self.regularizer(params)
+
+    @torch.no_grad()
+    def evaluate(
+        self, params: Mapping[str, Tensor] | None = None, buffers: Mapping[str, Tensor] | None = None
+    ) -> Evaluation:
+        """Loss, data loss and accuracy at ``params`` (optionally with other BatchNorm buffers)."""
+        params = self.params if params is None else params
+        data_loss = 0.0
+        correct = 0
+        for w, (x, y) in zip(self.weights, self.batches):
+            out = self.logits(params, x, buffers)
+            data_loss += w * float(batch_loss(out, y, self.criterion))
+            correct += int((out.argmax(-1) == y).sum())
+        reg = float(self.regularizer(params))
+        return Evaluation(data_loss + reg, data_loss, correct / self.n_samples)
+
+    def gradient(self, params: Mapping[str, Tensor] | None = None) -> ParamDict:
+        """Gradient of the full objective: sum_b (N_b/N) grad L_b + grad R."""
+        params = dict(self.params if params is None else params)
+        total = grad(self.regularizer)(params) if self.regularizer.active else None
+        for w, b in zip(self.weights, self.batches):
+            g = grad(self.batch_loss_fn(b))(params)
+            total = {n: w * t for n, t in g.items()} if total is None else {n: total[n] + w * g[n] for n in g}
+        assert total is not None
+        return total
+
+    def hvp(self, vector: Mapping[str, Tensor], params: Mapping[str, Tensor] | None = None) -> ParamDict:
+        """Hessian-vector product sum_b (N_b/N) H_b v + H_R v, forward-over-reverse (jvp of grad)."""
+        params = dict(self.params if params is None else params)
+        vector = dict(vector)
+        total = None
+        if self.regularizer.active:
+            total = jvp(grad(self.regularizer), (params,), (vector,))[1]
+        for w, b in zip(self.weights, self.batches):
+            hv = jvp(grad(self.batch_loss_fn(b)), (params,), (vector,))[1]
+            total = {n: w * t for n, t in hv.items()} if total is None else {n: total[n] + w * hv[n] for n in hv}
+        assert total is not None
+        return total
+
+    def iter_weighted_batches(self) -> Iterator[tuple[float, Batch]]:
+        """Yield ``(N_b/N, batch)`` in order."""
+        yield from zip(self.weights, self.batches)
+
+    # -- BatchNorm ---------------------------------------------------------------------------------
+    def has_batchnorm(self) -> bool:
+        """Whether the model has BatchNorm layers that track running statistics."""
+        return any(
+            isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats for m in self.module.modules()
+        )
+
+    @torch.no_grad()
+    def recompute_bn_buffers(self, params: Mapping[str, Tensor]) -> ParamDict:
+        """Re-estimate BatchNorm running statistics at ``params`` from this objective's batches.
+
+        Every BatchNorm layer gets the cumulative average of its batch means and (unbiased) batch variances
+        over all batches, each batch counting once, as with ``momentum=None``; the module is left untouched.
+        """
+        buffers = {n: b.clone() for n, b in self.buffers.items()}
+        for name, b in buffers.items():
+            if name.endswith("running_mean"):
+                b.zero_()
+            elif name.endswith("running_var"):
+                b.fill_(1.0)
+            elif name.endswith("num_batches_tracked"):
+                b.zero_()
+        with _bn_cumulative(self.module):
+            for x, _ in self.batches:
+                functional_call(self.module, {**self.fixed, **params, **buffers}, (x,))
+        return buffers
+
+    # -- determinism -------------------------------------------------------------------------------
+    def check_determinism(self) -> None:
+        """Refuse a stochastic objective: two passes must give the same loss and gradient."""
+        if self.allow_stochastic:
+            return
+        params = dict(self.params)
+        batch = self.batches[0]
+        fn = self.batch_loss_fn(batch)
+        l1, g1 = float(fn(params)), grad(fn)(params)
+        l2, g2 = float(fn(params)), grad(fn)(params)
+        exact = self.device.type == "cpu"
+        same_grad = all(
+            torch.equal(g1[n], g2[n]) if exact else torch.allclose(g1[n], g2[n], rtol=1e-5, atol=1e-7) for n in g1
+        )
+        if (l1 != l2 if exact else abs(l1 - l2) > 1e-5 * max(1.0, abs(l1))) or not same_grad:
+            raise LandscapeError(
+                "the model is stochastic (two passes gave different losses or gradients: dropout, "
+                "train-mode BatchNorm or random layers?); fix the model or pass --allow-stochastic"
+            )
+
+
+@contextmanager
+def _bn_cumulative(module: nn.Module) -> Iterator[None]:
+    """Temporarily put BatchNorm layers in train mode with cumulative averaging (momentum=None)."""
+    saved = []
+    for m in module.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            saved.append((m, m.training, m.momentum))
+            m.train()
+            m.momentum = None
+    try:
+        yield
+    finally:
+        for m, training, momentum in saved:
+            m.train(training)
+            m.momentum = momentum
