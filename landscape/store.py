@@ -82,16 +82,17 @@ def open_result(
             f = h5py.File(path, "r+")
         except OSError as exc:
             raise LandscapeError(f"{path} exists and is not a readable HDF5 file; use --force to overwrite it") from exc
-        old = {k: _decode(v) for k, v in f.attrs.items()}
-        if old.get("kind") == kind and old.get("identity") == identity:
+        old_kind = _decode(f.attrs.get("kind"))
+        old_identity = _as_str(f.attrs.get("identity", "{}"))
+        if old_kind == kind and old_identity == identity:
             return f, True
         f.close()
-        theirs = json.loads(old.get("identity", "{}")) if isinstance(old.get("identity"), str) else {}
+        theirs = json.loads(old_identity)
         ours = json.loads(identity)
         differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
         detail = f" (differs in: {', '.join(differ[:6])})" if differ else ""
         raise LandscapeError(
-            f"{path} holds a {old.get('kind', 'different')} result from other options{detail}; "
+            f"{path} holds a {old_kind or 'different'} result from other options{detail}; "
             "use --force to overwrite it or --out to write elsewhere"
         )
     if path.exists():

@@ -1,0 +1,5 @@
+"""``python -m landscape`` runs the command line."""
+
+from landscape.cli import main
+
+main()

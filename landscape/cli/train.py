@@ -1,0 +1,81 @@
+"""``landscape train``: train a zoo model on a dataset and save a checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+def _parse_model_kw(items: tuple[str, ...]) -> dict[str, object]:
+    """``key=value`` pairs; values are parsed as JSON when they can be (numbers, lists, booleans)."""
+    from landscape.errors import LandscapeError
+
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise LandscapeError(f"--model-kw expects key=value, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _parse_subset(value: str | None) -> float | int | None:
+    """``0.25`` is a fraction of the training set, ``500`` a number of samples."""
+    if value is None:
+        return None
+    return float(value) if any(c in value for c in ".eE") else int(value)
+
+
+@click.command("train")
+@click.option("--model", required=True, help="Zoo model name (see `landscape models`).")
+@click.option("--data", default="digits", show_default=True, help="Dataset spec: digits, cifar10:PATH, ...")
+@click.option("--epochs", default=None, type=int, help="Epochs [default: 10; paper-a: 305].")
+@click.option("--batch-size", default=None, type=int, help="Mini-batch size [default: 64].")
+@click.option("--optimizer", default=None, type=click.Choice(["adamw", "sgd"]), help="[default: adamw]")
+@click.option("--lr", default=None, type=float, help="Peak learning rate [default: 2e-3].")
+@click.option("--weight-decay", default=None, type=float, help="Decoupled weight decay [default: 0.05].")
+@click.option("--warmup-epochs", default=None, type=float, help="Linear warm-up epochs [default: 1].")
+@click.option("--label-smoothing", default=None, type=float, help="[default: 0]")
+@click.option("--clip-grad", default=None, type=float, help="Clip the gradient norm to this value.")
+@click.option("--subset", default=None, help="Train on a stratified fraction (0.1) or count (500) of the data.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--init", default=None, type=click.Path(dir_okay=False), help="Start from this checkpoint's weights.")
+@click.option("--model-kw", multiple=True, help="Model constructor option key=value (repeatable).")
+@click.option("--recipe", default=None, type=click.Choice(["paper-a"]), help="Paper A's CIFAR-100 recipe.")
+@click.option("--snapshot-initial", is_flag=True, help="Also save the initial weights as OUT.init.pt.")
+@click.option("--snapshot-warmup", is_flag=True, help="Also save the weights after warm-up as OUT.warmup.pt.")
+@click.option("--snapshot-every", default=None, type=int, help="Also save OUT.epochNNN.pt every N epochs.")
+@click.option("--amp", is_flag=True, help="bf16 autocast on CUDA.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Checkpoint path, e.g. run.pt.")
+@click.option("--force", is_flag=True, help="Overwrite an existing checkpoint.")
+@click.option("--quiet", is_flag=True, help="No progress output.")
+def command(
+    model: str,
+    data: str,
+    subset: str | None,
+    model_kw: tuple[str, ...],
+    recipe: str | None,
+    out: str,
+    force: bool,
+    quiet: bool,
+    **options: object,
+) -> None:
+    """Train a zoo model and save a checkpoint (with optional snapshots beside it)."""
+    from landscape.train import TrainConfig, train_model
+
+    given = {k: v for k, v in options.items() if v is not None and v is not False}
+    base = dict(model=model, data=data, subset=_parse_subset(subset), model_kwargs=_parse_model_kw(model_kw), **given)
+    config = TrainConfig.paper_a(**base) if recipe == "paper-a" else TrainConfig(**base)  # type: ignore[arg-type]
+    result = train_model(config, out, force=force, quiet=quiet)
+    m = result.metrics
+    click.echo(
+        f"saved {result.checkpoint}: test accuracy {m['test_accuracy']:.4f}, "
+        f"train loss {m['train_loss']:.4f}, {m['minutes']:.2f} min"
+    )
+    for snap in result.snapshots:
+        click.echo(f"snapshot {snap}")

@@ -1,0 +1,307 @@
+"""Training: a seeded, reproducible loop that writes checkpoints the analyses can rebuild from the file alone.
+
+Optimiser AdamW or SGD; learning rate warmed up linearly per step over ``warmup_epochs`` and then decayed by a
+cosine to zero, ``lr_t = lr * t / T_w`` for ``t < T_w`` and ``lr * (1 + cos(pi * (t - T_w) / (T - T_w))) / 2``
+after; label smoothing, gradient-norm clipping, weight decay, optional RandAugment and MixUp/CutMix
+(``recipe="paper-a"`` applies Paper A's CIFAR-100 recipe). Snapshots (initial, after warm-up, every N epochs)
+are saved beside the output so trajectories and warm-up spectra can be analysed later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from landscape.errors import LandscapeError
+
+OPTIMIZERS = ("adamw", "sgd")
+RECIPES = ("paper-a",)
+
+
+@dataclass
+class TrainConfig:
+    """Every option of a training run; stored in the checkpoint as ``train_options``."""
+
+    model: str
+    data: str = "digits"
+    epochs: int = 10
+    batch_size: int = 64
+    optimizer: str = "adamw"
+    lr: float = 2e-3
+    weight_decay: float = 0.05
+    momentum: float = 0.9
+    warmup_epochs: float = 1.0
+    label_smoothing: float = 0.0
+    clip_grad: float | None = None
+    seed: int = 0
+    subset: float | int | None = None
+    randaugment: bool = False
+    mixup: float = 0.0
+    cutmix: float = 0.0
+    drop_path: float = 0.0
+    amp: bool = False
+    device: str = "auto"
+    init: str | None = None
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    snapshot_initial: bool = False
+    snapshot_warmup: bool = False
+    snapshot_every: int | None = None
+    recipe: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.recipe is not None and self.recipe not in RECIPES:
+            raise LandscapeError(f"unknown recipe {self.recipe!r}; choose one of {', '.join(RECIPES)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise LandscapeError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+        if self.epochs <= 0 or self.batch_size <= 0:
+            raise LandscapeError("--epochs and --batch-size must be positive")
+        if self.lr <= 0:
+            raise LandscapeError(f"--lr must be positive, got {self.lr}")
+        if self.warmup_epochs < 0 or self.warmup_epochs > self.epochs:
+            raise LandscapeError(f"--warmup-epochs must lie in [0, epochs={self.epochs}], got {self.warmup_epochs}")
+
+    @classmethod
+    def paper_a(cls, model: str, **overrides: Any) -> TrainConfig:
+        """Paper A's CIFAR-100 recipe (PAPERS.md A.4), with ``overrides`` applied on top.
+
+        AdamW 1.25e-4, wd 0.05, batch 96, 5 warm-up + 300 cosine epochs, RandAugment, MixUp 0.8 / CutMix 1.0,
+        label smoothing 0.1, gradient clip 5, stochastic depth 0.1.
+        """
+        base: dict[str, Any] = dict(
+            model=model,
+            epochs=305,
+            batch_size=96,
+            optimizer="adamw",
+            lr=1.25e-4,
+            weight_decay=0.05,
+            warmup_epochs=5,
+            label_smoothing=0.1,
+            clip_grad=5.0,
+            randaugment=True,
+            mixup=0.8,
+            cutmix=1.0,
+            drop_path=0.1,
+            recipe="paper-a",
+        )
+        base.update(overrides)
+        return cls(**base)
+
+
+@dataclass
+class TrainResult:
+    """Where the checkpoint went, its final metrics and the per-epoch history."""
+
+    checkpoint: Path
+    metrics: dict[str, float]
+    history: list[dict[str, float]]
+    snapshots: list[Path]
+
+
+def lr_factor(step: int, total_steps: int, warmup_steps: int) -> float:
+    """Multiplier of the base learning rate at ``step``: linear warm-up, then cosine decay to 0."""
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    span = max(1, total_steps - warmup_steps)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup_steps) / span)))
+
+
+def snapshot_path(out: Path, tag: str) -> Path:
+    """Path of a snapshot beside ``out``: ``run.pt`` -> ``run.<tag>.pt``."""
+    return out.with_name(f"{out.stem}.{tag}{out.suffix or '.pt'}")
+
+
+def _build_model(config: TrainConfig, num_classes: int, in_chans: int, img_size: int) -> nn.Module:
+    from landscape.models import create_model
+
+    kwargs: dict[str, Any] = {"in_chans": in_chans, "img_size": img_size, **config.model_kwargs}
+    if config.drop_path > 0:
+        kwargs["drop_path_rate"] = config.drop_path
+    try:
+        return create_model(config.model, num_classes=num_classes, **kwargs)
+    except TypeError as exc:
+        raise LandscapeError(f"model {config.model!r} does not accept these options ({exc}); check --model-kw") from exc
+
+
+def _augmentation(config: TrainConfig) -> Callable[[Tensor], Tensor] | None:
+    if not config.randaugment:
+        return None
+    from torchvision.transforms import v2
+
+    return v2.RandAugment()
+
+
+def _batch_mixer(config: TrainConfig, num_classes: int) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None:
+    if config.mixup <= 0 and config.cutmix <= 0:
+        return None
+    from torchvision.transforms import v2
+
+    choices = []
+    if config.mixup > 0:
+        choices.append(v2.MixUp(alpha=config.mixup, num_classes=num_classes))
+    if config.cutmix > 0:
+        choices.append(v2.CutMix(alpha=config.cutmix, num_classes=num_classes))
+    return choices[0] if len(choices) == 1 else v2.RandomChoice(choices)
+
+
+def _batches(dataset: Any, batch_size: int, generator: torch.Generator) -> Iterator[tuple[Tensor, Tensor]]:
+    """Shuffled mini-batches; tensors are sliced directly unless the dataset augments per item."""
+    if getattr(dataset, "transform", None) is None:
+        x, y = dataset.tensors()
+        order = torch.randperm(len(y), generator=generator)
+        for i in range(0, len(y), batch_size):
+            idx = order[i : i + batch_size]
+            yield x[idx], y[idx]
+        return
+    from landscape.data import make_loader
+
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+    yield from make_loader(dataset, batch_size, shuffle=True, seed=seed)
+
+
+@torch.no_grad()
+def evaluate_model(model: nn.Module, dataset: Any, device: torch.device, batch_size: int = 256) -> dict[str, float]:
+    """Mean cross-entropy and accuracy of ``model`` (eval mode) on every sample of ``dataset``."""
+    was_training = model.training
+    model.eval()
+    x_all, y_all = dataset.tensors()
+    loss_sum, correct = 0.0, 0
+    for i in range(0, len(y_all), batch_size):
+        x, y = x_all[i : i + batch_size].to(device), y_all[i : i + batch_size].to(device)
+        out = model(x).float()
+        loss_sum += float(F.cross_entropy(out, y, reduction="sum"))
+        correct += int((out.argmax(-1) == y).sum())
+    model.train(was_training)
+    n = max(1, len(y_all))
+    return {"loss": loss_sum / n, "accuracy": correct / n}
+
+
+def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, quiet: bool = False) -> TrainResult:
+    """Train ``config.model`` on ``config.data`` and save the final checkpoint (and snapshots) at ``out``."""
+    from tqdm.auto import tqdm
+
+    from landscape.checkpoint import load_model, save_checkpoint
+    from landscape.data import load_dataset
+    from landscape.pipeline import resolve_device
+
+    out = Path(out)
+    if out.exists() and not force:
+        raise LandscapeError(f"{out} exists; use --force to overwrite it or --out to write elsewhere")
+    device = resolve_device(config.device)
+    torch.manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+
+    train_set = load_dataset(
+        config.data, "train", subset=config.subset, seed=config.seed, transform=_augmentation(config)
+    )
+    test_set = load_dataset(config.data, "test")
+    info = train_set.info
+    model = _build_model(config, info.num_classes, info.in_chans, info.image_size).to(device)
+    if config.init is not None:
+        source, _ = load_model(config.init)
+        try:
+            model.load_state_dict(source.state_dict())
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise LandscapeError(f"--init {config.init} does not fit model {config.model}: {first}") from exc
+    mixer = _batch_mixer(config, info.num_classes)
+
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "pos" in name or "bias_table" in name else decay).append(p)
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if config.optimizer == "adamw":
+        optimizer: torch.optim.Optimizer = torch.optim.AdamW(groups, lr=config.lr)
+    else:
+        optimizer = torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, nesterov=True)
+    steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
+    total_steps = steps_per_epoch * config.epochs
+    warmup_steps = round(config.warmup_epochs * steps_per_epoch)
+
+    options = dataclasses.asdict(config)
+    model_name = getattr(model, "model_name", config.model)
+    model_kwargs = dict(getattr(model, "model_kwargs", {}))
+
+    def save(path: Path, epoch: int, metrics: dict[str, float]) -> Path:
+        return save_checkpoint(
+            path,
+            model,
+            model_name=model_name,
+            model_kwargs=model_kwargs,
+            num_classes=info.num_classes,
+            dataset=config.data,
+            epoch=epoch,
+            metrics=metrics,
+            train_options=options,
+        )
+
+    snapshots: list[Path] = []
+    if config.snapshot_initial:
+        snapshots.append(save(snapshot_path(out, "init"), 0, {}))
+    show = not quiet and sys.stderr.isatty()
+    history: list[dict[str, float]] = []
+    start = time.perf_counter()
+    step = 0
+    warmup_saved = False
+    autocast = device.type == "cuda" and config.amp
+    for epoch in range(1, config.epochs + 1):
+        model.train()
+        seen, loss_sum, correct = 0, 0.0, 0
+        bar = tqdm(
+            _batches(train_set, config.batch_size, generator),
+            total=steps_per_epoch,
+            desc=f"epoch {epoch}/{config.epochs}",
+            disable=not show,
+            leave=False,
+        )
+        for x, y in bar:
+            x, y = x.to(device), y.to(device)
+            target: Tensor = y
+            if mixer is not None:
+                x, target = mixer(x, y)
+            for group in optimizer.param_groups:
+                group["lr"] = config.lr * lr_factor(step, total_steps, warmup_steps)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                logits = model(x)
+            loss = F.cross_entropy(logits.float(), target, label_smoothing=config.label_smoothing)
+            if not torch.isfinite(loss):
+                raise LandscapeError(f"training diverged (loss {float(loss)}) at epoch {epoch}; lower --lr")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.clip_grad:
+                nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad)
+            optimizer.step()
+            step += 1
+            seen += len(y)
+            loss_sum += float(loss) * len(y)
+            correct += int((logits.argmax(-1) == y).sum())
+            bar.set_postfix(loss=f"{loss_sum / seen:.3f}")
+        record = {"epoch": epoch, "train_loss": loss_sum / seen, "train_accuracy": correct / seen}
+        history.append(record)
+        if config.snapshot_warmup and not warmup_saved and step >= warmup_steps:
+            snapshots.append(save(snapshot_path(out, "warmup"), epoch, record))
+            warmup_saved = True
+        if config.snapshot_every and epoch % config.snapshot_every == 0 and epoch < config.epochs:
+            snapshots.append(save(snapshot_path(out, f"epoch{epoch:03d}"), epoch, record))
+        if not quiet:
+            print(f"epoch {epoch}/{config.epochs}: loss {record['train_loss']:.4f}", file=sys.stderr)
+
+    test = evaluate_model(model, test_set, device)
+    metrics = {
+        "train_loss": history[-1]["train_loss"],
+        "train_accuracy": history[-1]["train_accuracy"],
+        "test_loss": test["loss"],
+        "test_accuracy": test["accuracy"],
+        "minutes": (time.perf_counter() - start) / 60.0,
+    }
+    path = save(out, config.epochs, metrics)
+    return TrainResult(path, metrics, history, snapshots)

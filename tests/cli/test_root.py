@@ -1,0 +1,39 @@
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from landscape.cli import COMMANDS, cli
+
+ENTRY = str(Path(sys.executable).parent / "landscape")
+
+
+def test_help_lists_every_command():
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    for name in COMMANDS:
+        assert name in result.output
+
+
+def test_help_does_not_import_torch():
+    code = (
+        "import sys\nfrom landscape.cli import cli\n"
+        "try:\n    cli(['--help'])\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'landscape --help imported torch'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_every_command_module_imports_and_has_help():
+    for name in COMMANDS:
+        result = CliRunner().invoke(cli, [name, "--help"])
+        assert result.exit_code == 0, (name, result.output)
+        assert "Usage" in result.output
+
+
+def test_entry_point_user_error_is_one_line_without_traceback(tmp_path):
+    proc = subprocess.run([ENTRY, "info", str(tmp_path / "missing.h5")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "does not exist" in proc.stderr and "Traceback" not in proc.stderr
