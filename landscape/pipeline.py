@@ -56,7 +56,7 @@ class AnalysisInputs:
             "n_samples": int(n_samples),
             "seed": int(seed),
             "device": str(self.device),
-            "torch_version": torch.__version__,
+            "torch_version": str(torch.__version__),
             **options,
         }
 
