@@ -1,0 +1,23 @@
+"""Fourier analysis of feature maps (Paper A, A.3): Delta log amplitude, high frequency, variance, band noise.
+
+- :mod:`landscape.fourier.spectrum`: FFT sums of one batch of maps (diagonal, 2D map, radial, variance).
+- :mod:`landscape.fourier.features`: accumulation over batches of every block's map -> :class:`FourierProfile`.
+- :mod:`landscape.fourier.noise`: band-limited noise and the accuracy drop per band.
+- :mod:`landscape.fourier.run`: :func:`run_fourier`, checkpoint -> HDF5 result file.
+"""
+
+from landscape.fourier.features import FourierProfile, LayerSpectrum, as_grid, fourier_profile
+from landscape.fourier.noise import NoiseRobustness, band_mask, band_noise, noise_robustness
+from landscape.fourier.run import run_fourier
+
+__all__ = [
+    "FourierProfile",
+    "LayerSpectrum",
+    "NoiseRobustness",
+    "as_grid",
+    "band_mask",
+    "band_noise",
+    "fourier_profile",
+    "noise_robustness",
+    "run_fourier",
+]
