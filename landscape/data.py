@@ -1,0 +1,550 @@
+"""Datasets: a spec string names the data, `load_dataset` turns it into an `ImageDataset`.
+
+Specs (``name[:ARG]``; the name is case-insensitive):
+
+- ``digits`` (the default; needs no files): scikit-learn's bundled ``load_digits()`` images, 8x8 with values
+  0..16, scaled to [0, 1] and resized bilinearly (``torch.nn.functional.interpolate``, ``antialias=False``,
+  ``align_corners=False``) to 32x32; 1 channel, 10 classes, 1797 images. The split is fixed:
+  ``sklearn.model_selection.train_test_split(test_size=0.2, random_state=0, stratify=labels)`` gives 1437
+  train and 360 test images, in the order that call returns them. ``digits:SIZE`` resizes to SIZE x SIZE
+  instead (e.g. ``digits:16``). Normalisation uses the mean/std of the train split at that size:
+  `DIGITS_MEAN` / `DIGITS_STD` (measured once, checked by a test) for the default 32, computed on the fly
+  for any other size.
+- ``cifar10:PATH`` / ``cifar100:PATH``: the python-pickle archives as extracted from
+  https://www.cs.toronto.edu/~kriz/cifar.html; PATH contains ``cifar-10-batches-py/`` (files
+  ``data_batch_1..5``, ``test_batch``, ``batches.meta``) or ``cifar-100-python/`` (``train``, ``test``,
+  ``meta``), or is that folder itself (the layout torchvision's ``CIFAR10/100(root)`` reads). Each batch is
+  a dict with ``data`` (uint8, N x 3072: the R plane, then G, then B, each 32x32 row-major) and ``labels``
+  (CIFAR-100: ``fine_labels``). The files are read here, without torchvision's md5 check, through an
+  unpickler that only accepts numpy arrays, lists, dicts and strings. Normalisation constants are those of
+  Paper A's official configs (CIFAR-10 mean (0.4914, 0.4822, 0.4465), std (0.2023, 0.1994, 0.2010);
+  CIFAR-100 mean (0.5071, 0.4867, 0.4408), std (0.2675, 0.2565, 0.2761)), so its checkpoints see the inputs
+  they were trained on. The meta file only supplies class names and may be absent.
+- ``imagefolder:PATH[:SIZE]``: torchvision's ImageFolder layout, ``PATH/<class>/**/<image>``. If both
+  ``PATH/train`` and ``PATH/test`` (or ``PATH/val``) are folders they serve the two splits, otherwise PATH
+  serves every split. Classes are the sorted sub-folder names of the train folder (hidden folders, whose
+  name starts with ".", are skipped); files with the usual image suffixes (.jpg .jpeg .png .ppm .bmp .pgm
+  .tif .tiff .webp) count. Images are converted to RGB, their shorter side resized bilinearly to SIZE
+  (default 32) and centre-cropped to SIZE x SIZE; mean = std = 0.5 per channel. Images are read when
+  accessed (`ImageDataset.tensors` reads them all once). A trailing ``:DIGITS`` is always taken as SIZE.
+- ``synthetic[:N[:SIZE]]``: N (default 200) deterministic random RGB images per split, SIZE x SIZE (default
+  32), 10 balanced classes; each image is a fixed per-class template plus per-image noise, so the labels are
+  learnable. Meant for tests; mean = std = 0.5.
+
+Splits are ``train`` and ``test`` (``val`` is accepted as another name for ``test``).
+
+``subset`` keeps a stratified, seeded part of a split: a float f in (0, 1] keeps ``max(1, round(f * N))``
+images, an int keeps that many. The count is shared out over classes in proportion to their sizes by the
+largest-remainder method (each class gets ``floor(n * N_c / N)``; the images left over go one each to the
+classes with the largest remainders, ties to the lower class index); within a class the images are drawn by a
+permutation seeded with ``seed``. The kept images stay in their original relative order.
+
+Images are float32 CHW. A training ``transform`` sees the image in [0, 1] before normalisation with
+``info.mean`` / ``info.std``; `ImageDataset.tensors` and `fixed_batches` never augment.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+import os
+import pickle
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from landscape.errors import LandscapeError
+
+DATASETS = ("digits", "cifar10", "cifar100", "imagefolder", "synthetic")
+SPLITS = ("train", "test")
+_SPLIT_ALIASES = {"val": "test"}
+_SPEC_HELP = "digits[:SIZE], cifar10:PATH, cifar100:PATH, imagefolder:PATH[:SIZE], synthetic[:N[:SIZE]]"
+
+DIGITS_MEAN = (0.3053834,)
+"""Pixel mean of the digits train split at 32x32 (recomputed by tests/test_data.py)."""
+DIGITS_STD = (0.3236516,)
+"""Pixel standard deviation (population) of the digits train split at 32x32."""
+DIGITS_SIZE = 32
+
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
+
+
+@dataclass(frozen=True)
+class _Cifar:
+    folder: str
+    train_files: tuple[str, ...]
+    test_files: tuple[str, ...]
+    meta_file: str
+    label_key: str
+    names_key: str
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    files_text: str
+    archive: str
+
+
+_CIFAR = {
+    "cifar10": _Cifar(
+        "cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)), ("test_batch",),
+        "batches.meta", "labels", "label_names", 10,
+        (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010), "data_batch_1..5 and test_batch",
+        "cifar-10-python.tar.gz",
+    ),
+    "cifar100": _Cifar(
+        "cifar-100-python", ("train",), ("test",), "meta", "fine_labels", "fine_label_names", 100,
+        (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761), "train and test",
+        "cifar-100-python.tar.gz",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a model needs to know about a dataset: classes, channels, image side and normalisation."""
+
+    name: str
+    num_classes: int
+    in_chans: int
+    image_size: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+
+# ----------------------------------------------------------------------------------------------- specs
+
+
+def parse_spec(spec: str) -> tuple[str, str | None]:
+    """Split a dataset spec into its lower-case name and argument: ``"cifar10:/d" -> ("cifar10", "/d")``."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise LandscapeError(f"empty dataset spec {spec!r}: use one of {_SPEC_HELP}")
+    name, _, arg = spec.strip().partition(":")
+    name = name.strip().lower()
+    if name not in DATASETS:
+        raise LandscapeError(f"unknown dataset {name!r}: use one of {_SPEC_HELP}")
+    return name, (arg or None)
+
+
+def _positive_int(text: str, what: str, example: str) -> int:
+    if not re.fullmatch(r"\d+", text.strip()) or int(text) < 1:
+        raise LandscapeError(f"{what} must be a positive integer, e.g. {example} (got {text!r})")
+    return int(text)
+
+
+def _digits_size(arg: str | None) -> int:
+    return DIGITS_SIZE if arg is None else _positive_int(arg, "digits: the image size", "digits:16")
+
+
+def _synthetic_args(arg: str | None) -> tuple[int, int]:
+    parts = [] if arg is None else arg.split(":")
+    if len(parts) > 2:
+        raise LandscapeError(f"synthetic spec takes at most N and SIZE, e.g. synthetic:64:16 (got {arg!r})")
+    n = _positive_int(parts[0], "synthetic: N", "synthetic:64") if parts else 200
+    size = _positive_int(parts[1], "synthetic: SIZE", "synthetic:64:16") if len(parts) > 1 else 32
+    return n, size
+
+
+def _imagefolder_args(arg: str | None) -> tuple[Path, int]:
+    if arg is None:
+        raise LandscapeError("imagefolder needs a path: use imagefolder:PATH or imagefolder:PATH:SIZE")
+    m = re.fullmatch(r"(.+):(\d+)", arg)
+    path, size = (m.group(1), int(m.group(2))) if m else (arg, 32)
+    if size < 1:
+        raise LandscapeError(f"imagefolder: SIZE must be a positive integer (got {size} in {arg!r})")
+    return Path(path).expanduser(), size
+
+
+def _cifar_path(name: str, arg: str | None) -> Path:
+    if arg is None:
+        folder = _CIFAR[name].folder
+        raise LandscapeError(f"{name} needs a path: use {name}:PATH where PATH contains {folder}/")
+    return Path(arg).expanduser()
+
+
+def _check_split(split: str) -> str:
+    s = _SPLIT_ALIASES.get(str(split).lower(), str(split).lower())
+    if s not in SPLITS:
+        raise LandscapeError(f"unknown split {split!r}: use 'train' or 'test'")
+    return s
+
+
+def dataset_info(spec: str) -> DatasetInfo:
+    """Describe the dataset of a spec; reads no image (imagefolder lists its class folders only)."""
+    name, arg = parse_spec(spec)
+    if name == "digits":
+        size = _digits_size(arg)
+        mean, std = (DIGITS_MEAN, DIGITS_STD) if size == DIGITS_SIZE else _digits_stats(size)
+        return DatasetInfo("digits", 10, 1, size, mean, std)
+    if name in _CIFAR:
+        c = _CIFAR[name]
+        return DatasetInfo(name, c.num_classes, 3, 32, c.mean, c.std)
+    if name == "imagefolder":
+        path, size = _imagefolder_args(arg)
+        classes = _folder_classes(_folder_roots(path)["train"])
+        return DatasetInfo("imagefolder", len(classes), 3, size, (0.5,) * 3, (0.5,) * 3)
+    _, size = _synthetic_args(arg)
+    return DatasetInfo("synthetic", 10, 3, size, (0.5,) * 3, (0.5,) * 3)
+
+
+# --------------------------------------------------------------------------------------------- dataset
+
+
+class ImageDataset(Dataset):
+    """A classification split: items are ``(x, y)``, x float32 CHW normalised with ``info.mean/std``.
+
+    Images come from an in-memory tensor (uint8 in 0..255 or float in [0, 1]) or from image files read on
+    access. ``transform`` (augmentation) maps a [0, 1] CHW image to another before normalisation.
+    Build one with `load_dataset`.
+    """
+
+    def __init__(self, info: DatasetInfo, spec: str, split: str, targets: Tensor, *,
+                 images: Tensor | None = None, paths: list[str] | None = None,
+                 classes: list[str] | None = None,
+                 transform: Callable[[Tensor], Tensor] | None = None) -> None:
+        if (images is None) == (paths is None):
+            raise ValueError("ImageDataset needs exactly one of images or paths")
+        self.info = info
+        self.spec = spec
+        self.split = split
+        self.targets = targets.long()
+        self.classes = list(classes) if classes is not None else [str(i) for i in range(info.num_classes)]
+        self.transform = transform
+        self._images = images
+        self._paths = paths
+        self._mean = torch.tensor(info.mean, dtype=torch.float32).view(-1, 1, 1)
+        self._std = torch.tensor(info.std, dtype=torch.float32).view(-1, 1, 1)
+        self._cache: Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def _raw(self, idx: Tensor) -> Tensor:
+        """Images ``idx`` as float32 (n, C, H, W) in [0, 1], a fresh tensor."""
+        if self._images is None:
+            assert self._paths is not None
+            return torch.stack([_read_image(self._paths[int(i)], self.info.image_size) for i in idx])
+        raw = self._images[idx]
+        return raw.float().div_(255) if raw.dtype == torch.uint8 else raw.float()  # idx copies
+
+    def _normalise(self, x: Tensor) -> Tensor:
+        return x.sub_(self._mean).div_(self._std)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, int]:
+        """Return image ``i`` (augmented by ``transform`` if set, then normalised) and its label."""
+        i = int(i)
+        if self.transform is None and self._cache is not None:
+            return self._cache[i].clone(), int(self.targets[i])
+        x = self._raw(torch.tensor([i]))[0]
+        if self.transform is not None:
+            x = self.transform(x)
+        return (x.float() - self._mean) / self._std, int(self.targets[i])
+
+    def images(self, idx: Tensor) -> Tensor:
+        """Normalised, untransformed images ``idx`` (float32 (n, C, H, W)); uses the cache when present."""
+        if self._cache is not None:
+            return self._cache[idx]
+        return self._normalise(self._raw(idx))
+
+    def tensors(self) -> tuple[Tensor, Tensor]:
+        """All images, normalised and never augmented, (N, C, H, W) float32, and labels; computed once.
+
+        The returned tensors are shared with the dataset's cache: do not modify them in place.
+        """
+        if self._cache is None:
+            self._cache = self._normalise(self._raw(torch.arange(len(self))))
+        return self._cache, self.targets
+
+    def _select(self, idx: Tensor) -> ImageDataset:
+        images = self._images[idx] if self._images is not None else None
+        paths = [self._paths[int(i)] for i in idx] if self._paths is not None else None
+        return ImageDataset(self.info, self.spec, self.split, self.targets[idx], images=images,
+                            paths=paths, classes=self.classes, transform=self.transform)
+
+    def __repr__(self) -> str:
+        return f"ImageDataset({self.spec!r}, split={self.split!r}, n={len(self)}, info={self.info})"
+
+
+def load_dataset(spec: str = "digits", split: str = "train", *, subset: float | int | None = None,
+                 seed: int = 0, transform: Callable[[Tensor], Tensor] | None = None) -> ImageDataset:
+    """Load one split of the dataset named by ``spec`` (see the module docstring for specs and subsets)."""
+    name, arg = parse_spec(spec)
+    split = _check_split(split)
+    spec = spec.strip()
+    if name == "digits":
+        ds = _load_digits(spec, arg, split)
+    elif name in _CIFAR:
+        ds = _load_cifar(spec, name, arg, split)
+    elif name == "imagefolder":
+        ds = _load_imagefolder(spec, arg, split)
+    else:
+        ds = _load_synthetic(spec, arg, split)
+    if subset is not None:
+        ds = ds._select(subset_indices(ds.targets, subset, seed=seed, num_classes=ds.info.num_classes))
+    ds.transform = transform
+    return ds
+
+
+def subset_indices(targets: Tensor, subset: float | int, *, seed: int = 0,
+                   num_classes: int | None = None) -> Tensor:
+    """Sorted indices of a stratified, seeded subset of ``targets`` (rules in the module docstring)."""
+    n_all = len(targets)
+    if isinstance(subset, bool) or not isinstance(subset, numbers.Real):
+        raise LandscapeError(f"subset must be a fraction in (0, 1] or a count of images, got {subset!r}")
+    if isinstance(subset, numbers.Integral):
+        if not 1 <= int(subset) <= n_all:
+            raise LandscapeError(f"subset count {subset} is out of range: use 1..{n_all} (the split's size)")
+        n = int(subset)
+    else:
+        if not 0 < float(subset) <= 1:
+            raise LandscapeError(f"subset fraction {subset} is out of range: use a value in (0, 1]")
+        n = max(1, round(float(subset) * n_all))
+    if n == n_all:
+        return torch.arange(n_all)
+    counts = torch.bincount(targets, minlength=num_classes or 0).tolist()
+    quota = [c * n // n_all for c in counts]
+    by_remainder = sorted(range(len(counts)), key=lambda c: (-(counts[c] * n % n_all), c))
+    for c in by_remainder[: n - sum(quota)]:
+        quota[c] += 1
+    g = torch.Generator().manual_seed(seed)
+    chosen = []
+    for c, k in enumerate(quota):
+        members = torch.nonzero(targets == c).flatten()
+        chosen.append(members[torch.randperm(len(members), generator=g)[:k]])
+    return torch.sort(torch.cat(chosen)).values
+
+
+# ------------------------------------------------------------------------------------------ batching
+
+
+def fixed_batches(dataset: ImageDataset, batch_size: int, n_samples: int | None = None, *, seed: int = 0,
+                  device: str | torch.device = "cpu") -> list[tuple[Tensor, Tensor]]:
+    """The first ``n_samples`` images of a ``seed``-ed permutation (all if None) as fixed batches on ``device``.
+
+    No augmentation; the order is fixed by ``seed``; the last batch may be smaller.
+    """
+    n_all = len(dataset)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise LandscapeError(f"batch size must be a positive integer, got {batch_size!r}")
+    n = n_all if n_samples is None else n_samples
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= n_all:
+        raise LandscapeError(
+            f"n_samples={n_samples!r} is out of range: use 1..{n_all} (the size of {dataset.spec} "
+            f"{dataset.split}) or leave it unset for all")
+    idx = torch.randperm(n_all, generator=torch.Generator().manual_seed(seed))[: int(n)]
+    x, y = dataset.images(idx), dataset.targets[idx]
+    return [(x[i: i + batch_size].to(device), y[i: i + batch_size].to(device))
+            for i in range(0, int(n), int(batch_size))]
+
+
+def make_loader(dataset: ImageDataset, batch_size: int, *, shuffle: bool, seed: int = 0,
+                num_workers: int = 0) -> DataLoader:
+    """A DataLoader whose order (and worker seeds) come from a generator seeded with ``seed``.
+
+    Rebuilding it with the same seed replays the same sequence of epochs. Augmentations draw from torch's
+    RNG: in worker processes it is seeded from ``seed``; with ``num_workers=0`` seed it with torch.manual_seed.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise LandscapeError(f"batch size must be a positive integer, got {batch_size!r}")
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return DataLoader(dataset, batch_size=int(batch_size), shuffle=shuffle, generator=g,
+                      num_workers=num_workers, drop_last=False)
+
+
+# ------------------------------------------------------------------------------------------- digits
+
+
+@functools.lru_cache(maxsize=1)
+def _digits_arrays() -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+    """All 1797 digits as (N, 1, 8, 8) float32 in [0, 1], labels, and the fixed split's indices."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    d = load_digits()
+    labels = np.asarray(d.target, dtype=np.int64)
+    train, test = train_test_split(np.arange(len(labels)), test_size=0.2, random_state=0, stratify=labels)
+    images = torch.tensor(d.images, dtype=torch.float32).div_(16).unsqueeze(1)
+    split = {"train": torch.from_numpy(train), "test": torch.from_numpy(test)}
+    return images, torch.from_numpy(labels), split
+
+
+def _digits_split(split: str, size: int) -> tuple[Tensor, Tensor]:
+    images, labels, idx = _digits_arrays()
+    x = images[idx[split]]
+    if size != x.shape[-1]:
+        x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False,
+                                            antialias=False).clamp_(0, 1)
+    return x, labels[idx[split]]
+
+
+@functools.lru_cache(maxsize=8)
+def _digits_stats(size: int) -> tuple[tuple[float], tuple[float]]:
+    """Mean and population std of the digits train split at ``size`` (computed in float64)."""
+    x = _digits_split("train", size)[0].double()
+    return (round(x.mean().item(), 7),), (round(x.std(unbiased=False).item(), 7),)
+
+
+def _load_digits(spec: str, arg: str | None, split: str) -> ImageDataset:
+    info = dataset_info(spec)
+    x, y = _digits_split(split, info.image_size)
+    return ImageDataset(info, spec, split, y, images=x)
+
+
+# -------------------------------------------------------------------------------------------- cifar
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    """Unpickler for the CIFAR batches: numpy arrays and plain containers only, never other code."""
+
+    _ALLOWED = {
+        ("numpy._core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "scalar"),
+        ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
+    }
+
+    def find_class(self, module: str, name: str) -> object:
+        if module.startswith("numpy.core"):
+            module = "numpy._core" + module[len("numpy.core"):]
+        if (module, name) not in self._ALLOWED:
+            raise pickle.UnpicklingError(f"forbidden object {module}.{name}")
+        try:
+            return super().find_class(module, name)
+        except (ImportError, AttributeError):  # numpy < 2 has no numpy._core
+            return super().find_class(module.replace("numpy._core", "numpy.core"), name)
+
+
+def _read_pickle(path: Path, name: str) -> dict[str, object]:
+    try:
+        with open(path, "rb") as f:
+            obj = _SafeUnpickler(f, encoding="latin1").load()
+    except Exception as e:  # any failure means a damaged or foreign file
+        raise LandscapeError(
+            f"{name}: cannot read {path} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+            f"re-extract the python version from {CIFAR_URL}") from None
+    if not isinstance(obj, dict):
+        raise LandscapeError(f"{name}: {path} is not a CIFAR python batch (not a dict); re-extract it")
+    return {k.decode("latin1") if isinstance(k, bytes) else str(k): v for k, v in obj.items()}
+
+
+def _cifar_dir(name: str, root: Path, files: tuple[str, ...]) -> Path:
+    c = _CIFAR[name]
+    candidates = [root] if root.name == c.folder else [root / c.folder, root]
+    for d in candidates:
+        if all((d / f).is_file() for f in files):
+            return d
+    shown = candidates[0]
+    present = [f for f in files if (shown / f).is_file()]
+    status = (f"missing {', '.join(f for f in files if f not in present)} in {shown}" if present
+              else f"none found under {root}")
+    raise LandscapeError(f"{name}: expected {shown}/{c.files_text} (the python version, {c.archive} from "
+                         f"{CIFAR_URL}, extracted); {status}")
+
+
+def _load_cifar(spec: str, name: str, arg: str | None, split: str) -> ImageDataset:
+    c = _CIFAR[name]
+    files = c.train_files if split == "train" else c.test_files
+    folder = _cifar_dir(name, _cifar_path(name, arg), files)
+    data, labels = [], []
+    for f in files:
+        batch = _read_pickle(folder / f, name)
+        x, y = batch.get("data"), batch.get(c.label_key)
+        if not isinstance(x, np.ndarray) or x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3072:
+            raise LandscapeError(f"{name}: {folder / f} has no uint8 'data' array of shape (N, 3072); "
+                                 f"re-extract the python version from {CIFAR_URL}")
+        y = np.asarray(y if y is not None else [], dtype=np.int64).reshape(-1)
+        if len(y) != len(x) or (len(y) and (y.min() < 0 or y.max() >= c.num_classes)):
+            raise LandscapeError(f"{name}: {folder / f} needs '{c.label_key}' with one label in "
+                                 f"0..{c.num_classes - 1} per image; re-extract it from {CIFAR_URL}")
+        data.append(x)
+        labels.append(y)
+    images = torch.from_numpy(np.concatenate(data).reshape(-1, 3, 32, 32).copy())
+    classes = None
+    if (folder / c.meta_file).is_file():
+        names = _read_pickle(folder / c.meta_file, name).get(c.names_key)
+        if isinstance(names, list) and len(names) == c.num_classes:
+            classes = [n.decode("latin1") if isinstance(n, bytes) else str(n) for n in names]
+    return ImageDataset(dataset_info(name), spec, split, torch.from_numpy(np.concatenate(labels)),
+                        images=images, classes=classes)
+
+
+# -------------------------------------------------------------------------------------- imagefolder
+
+
+def _folder_roots(path: Path) -> dict[str, Path]:
+    if not path.is_dir():
+        raise LandscapeError(f"imagefolder: {path} is not a folder; expected {path}/<class>/<image> "
+                             "(torchvision ImageFolder layout), optionally inside train/ and test/ subfolders")
+    test = next((path / s for s in ("test", "val") if (path / s).is_dir()), None)
+    if (path / "train").is_dir() and test is not None:
+        return {"train": path / "train", "test": test}
+    return {"train": path, "test": path}
+
+
+def _folder_classes(root: Path) -> list[str]:
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    if not classes:
+        raise LandscapeError(f"imagefolder: no class folders in {root}; expected {root}/<class>/<image>.png "
+                             "(one sub-folder per class)")
+    return classes
+
+
+def _load_imagefolder(spec: str, arg: str | None, split: str) -> ImageDataset:
+    path, size = _imagefolder_args(arg)
+    roots = _folder_roots(path)
+    classes = _folder_classes(roots["train"])
+    root = roots[split]
+    extra = sorted(set(_folder_classes(root)) - set(classes)) if root != roots["train"] else []
+    if extra:
+        raise LandscapeError(f"imagefolder: {root} has classes missing from {roots['train']}: "
+                             f"{', '.join(extra[:5])}; every class needs a training folder")
+    paths, labels = [], []
+    for label, cls in enumerate(classes):
+        for dirpath, _, fnames in sorted(os.walk(root / cls, followlinks=True)):
+            for fname in sorted(fnames):
+                if fname.lower().endswith(IMG_EXTENSIONS):
+                    paths.append(os.path.join(dirpath, fname))
+                    labels.append(label)
+    if not paths:
+        raise LandscapeError(f"imagefolder: no images ({' '.join(IMG_EXTENSIONS)}) found in {root}/<class>/")
+    info = DatasetInfo("imagefolder", len(classes), 3, size, (0.5,) * 3, (0.5,) * 3)
+    return ImageDataset(info, spec, split, torch.tensor(labels), paths=paths, classes=classes)
+
+
+def _read_image(path: str, size: int) -> Tensor:
+    """One image file as float32 (3, size, size) in [0, 1]: RGB, shorter side resized, centre crop."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            img = im.convert("RGB")
+    except Exception as e:  # any failure means an unreadable image
+        raise LandscapeError(f"imagefolder: cannot read image {path} ({type(e).__name__}); "
+                             "remove or replace the file") from None
+    w, h = img.size
+    if (w, h) != (size, size):
+        scale = size / min(w, h)
+        nw, nh = max(size, round(w * scale)), max(size, round(h * scale))
+        img = img.resize((nw, nh), Image.BILINEAR)
+        left, top = (nw - size) // 2, (nh - size) // 2
+        img = img.crop((left, top, left + size, top + size))
+    return torch.from_numpy(np.array(img, dtype=np.uint8)).permute(2, 0, 1).float().div_(255)
+
+
+# ---------------------------------------------------------------------------------------- synthetic
+
+
+def _load_synthetic(spec: str, arg: str | None, split: str) -> ImageDataset:
+    n, size = _synthetic_args(arg)
+    templates = torch.rand(10, 3, size, size, generator=torch.Generator().manual_seed(1234))
+    g = torch.Generator().manual_seed(SPLITS.index(split) + 1)
+    labels = (torch.arange(n) % 10)[torch.randperm(n, generator=g)]
+    noise = torch.rand(n, 3, size, size, generator=g)
+    images = 0.6 * templates[labels] + 0.4 * noise
+    info = DatasetInfo("synthetic", 10, 3, size, (0.5,) * 3, (0.5,) * 3)
+    return ImageDataset(info, spec, split, labels, images=images, classes=[f"class{i}" for i in range(10)])
