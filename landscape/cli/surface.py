@@ -1,0 +1,64 @@
+"""``landscape surface --ckpt run.pt --x MIN:MAX:NUM [--y MIN:MAX:NUM] ...``: a 1D/2D loss surface to HDF5."""
+
+from __future__ import annotations
+
+import click
+
+NORMS = ["filter", "dim0", "layer", "weight", "none"]
+
+
+@click.command("surface")
+@click.option("--ckpt", required=True, type=click.Path(dir_okay=False), help="Checkpoint of the centre model.")
+@click.option("--model", default=None, help="Model name (needed for plain state dicts).")
+@click.option("--data", default=None, help="Dataset spec (default: the checkpoint's, else digits).")
+@click.option("--split", default="train", show_default=True, type=click.Choice(["train", "test"]))
+@click.option("--samples", default=1000, show_default=True, type=int, help="Number of samples (fixed, seeded).")
+@click.option("--batch-size", default=128, show_default=True, type=int)
+@click.option("--x", "x", default="-1:1:21", show_default=True, help="x grid MIN:MAX:NUM (inclusive).")
+@click.option("--y", "y", default=None, help="y grid MIN:MAX:NUM; without it the surface is 1D.")
+@click.option("--norm", default="filter", show_default=True, type=click.Choice(NORMS),
+              help="Direction normalisation: filter (Li et al.), dim0 (Paper A's code), layer, weight, none.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the directions and the samples.")
+@click.option("--target", default=None, type=click.Path(dir_okay=False),
+              help="Second checkpoint: x = target - centre (x = 1 lands on it).")
+@click.option("--trajectory", multiple=True, type=click.Path(dir_okay=False),
+              help="Training snapshots (repeat): PCA directions of the trajectory.")
+@click.option("--regularizer", default="none", show_default=True, type=click.Choice(["none", "l2", "norm-sum"]))
+@click.option("--reg-coef", default=None, type=float, help="Regulariser coefficient (l2: 5e-4, norm-sum: 0.05).")
+@click.option("--bn", default="eval", show_default=True, type=click.Choice(["eval", "recompute"]),
+              help="BatchNorm statistics: the centre's (eval) or re-estimated at every point.")
+@click.option("--keep-1d", is_flag=True, help="Perturb tensors with ndim < 2 too (default: zero direction).")
+@click.option("--zero", "zero_patterns", multiple=True,
+              help="Name patterns with a zero direction (default: position embeddings / relative-position tables).")
+@click.option("--batch-points", default="auto", show_default=True, help="Points per vmap call (1 = loop) or auto.")
+@click.option("--out", default="surface.h5", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite an existing file from other options.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
+@click.option("--allow-stochastic", is_flag=True, help="Do not refuse a model whose two passes differ.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def command(ckpt: str, model: str | None, data: str | None, split: str, samples: int, batch_size: int, x: str,
+            y: str | None, norm: str, seed: int, target: str | None, trajectory: tuple[str, ...], regularizer: str,
+            reg_coef: float | None, bn: str, keep_1d: bool, zero_patterns: tuple[str, ...], batch_points: str,
+            out: str, force: bool, device: str, allow_stochastic: bool, quiet: bool) -> None:
+    """Compute a 1D or 2D loss surface around a checkpoint (resumable; torchrun shares the points)."""
+    from landscape import distributed
+    from landscape.errors import LandscapeError
+    from landscape.surface import run_surface
+
+    if batch_points != "auto":
+        try:
+            batch_points = int(batch_points)
+        except ValueError:
+            raise LandscapeError(f"--batch-points must be a positive integer or auto, got {batch_points!r}") from None
+    result = run_surface(
+        ckpt, model=model, data=data, split=split, samples=samples, batch_size=batch_size, x=x, y=y, norm=norm,
+        seed=seed, target=target, trajectory=trajectory, regularizer=regularizer, reg_coef=reg_coef, bn=bn,
+        out=out, force=force, device=device, batch_points=batch_points, ignore_1d=not keep_1d,
+        zero_patterns=list(zero_patterns) or None, allow_stochastic=allow_stochastic,
+        progress=False if quiet else None,
+    )
+    if distributed.is_main():
+        loss = result["loss"]
+        ny, nx = loss.shape
+        click.echo(f"{out}: {'2D' if ny > 1 or result.attrs.get('surface_ndim') == 2 else '1D'} surface "
+                   f"{nx}x{ny}, loss {loss.min():.4g}..{loss.max():.4g}")

@@ -1,0 +1,226 @@
+"""Directions in parameter space for loss surfaces: random (normalised), target, PCA of a trajectory.
+
+A direction is a params dict shaped like the centre ``theta``. A surface evaluates
+``L(theta + a * dx + b * dy)`` over a grid of ``(a, b)``.
+
+Normalisations of a random Gaussian direction ``d`` against the centre ``theta`` (per tensor ``p``):
+
+- ``filter`` (Li et al. 2018): for every slice ``i`` along dim 0 (one output filter / row),
+  ``d[i] <- d[i] / ||d[i]|| * ||theta[i]||``.
+- ``dim0`` (Paper A's official code): norms taken over dim 0 with keepdim, one per (in, kh, kw) column,
+  ``d <- d / ||d||_dim0 * ||theta||_dim0``.
+- ``layer``: ``d_p <- d_p / ||d_p|| * ||theta_p||`` (one norm per tensor).
+- ``weight``: ``d <- d * theta`` elementwise.
+- ``none``: the raw Gaussian.
+
+Tensors with ``ndim < 2`` (biases, norm affine parameters) get a zero direction by default, and so do
+tensors whose name matches a zero pattern (default: position embeddings and relative-position tables).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from landscape import params as P
+from landscape.errors import LandscapeError
+from landscape.params import ParamDict
+
+NORMS = ("filter", "dim0", "layer", "weight", "none")
+#: name patterns (fnmatch globs) whose tensors get a zero direction by default
+DEFAULT_ZERO_PATTERNS = ("*pos_embed*", "*rel_pos*", "*relative_position*", "*position_bias*")
+EPS = 1e-10
+
+
+@dataclass
+class Directions:
+    """The directions of a surface and what is known about them.
+
+    ``x`` and ``y`` are params dicts (``y`` is None for a 1D surface); ``kind`` is ``random``, ``target``
+    or ``pca``; ``meta`` holds attributes recorded in the result file (normalisation, cosine, explained
+    variance, ...); ``trajectory`` holds the (n, 2) coordinates of trajectory snapshots in the plane (PCA).
+    """
+
+    x: ParamDict
+    y: ParamDict | None = None
+    kind: str = "random"
+    meta: dict[str, Any] = field(default_factory=dict)
+    trajectory: np.ndarray | None = None
+
+    @property
+    def ndim(self) -> int:
+        """1 for a line, 2 for a plane."""
+        return 1 if self.y is None else 2
+
+    def cosine(self) -> float | None:
+        """Cosine of the angle between ``x`` and ``y`` (None for 1D)."""
+        return None if self.y is None else cosine(self.x, self.y)
+
+
+def matches(name: str, patterns: Sequence[str]) -> bool:
+    """Whether ``name`` matches any fnmatch pattern (a pattern without wildcards matches as a substring)."""
+    return any(fnmatch.fnmatchcase(name, p) if any(c in p for c in "*?[") else p in name for p in patterns)
+
+
+def normalize(direction: Tensor, theta: Tensor, norm: str) -> Tensor:
+    """Scale one tensor of a direction against the matching tensor of ``theta`` (see the module doc)."""
+    d = direction
+    if norm == "none":
+        return d.clone()
+    if norm == "weight":
+        return d * theta
+    if norm == "layer":
+        return d * (torch.linalg.vector_norm(theta) / (torch.linalg.vector_norm(d) + EPS))
+    if norm == "filter":
+        if d.ndim == 0:
+            return d * (theta.abs() / (d.abs() + EPS))
+        dims = tuple(range(1, d.ndim))
+        dn = torch.linalg.vector_norm(d, dim=dims, keepdim=True) if dims else d.abs()
+        tn = torch.linalg.vector_norm(theta, dim=dims, keepdim=True) if dims else theta.abs()
+        return d * (tn / (dn + EPS))
+    if norm == "dim0":
+        if d.ndim == 0:
+            return d * (theta.abs() / (d.abs() + EPS))
+        dn = torch.linalg.vector_norm(d, dim=0, keepdim=True)
+        tn = torch.linalg.vector_norm(theta, dim=0, keepdim=True)
+        return d * (tn / (dn + EPS))
+    raise LandscapeError(f"unknown normalisation {norm!r}; choose one of {', '.join(NORMS)}")
+
+
+def random_direction(
+    theta: Mapping[str, Tensor],
+    *,
+    generator: torch.Generator,
+    norm: str = "filter",
+    ignore_1d: bool = True,
+    zero_patterns: Sequence[str] = DEFAULT_ZERO_PATTERNS,
+) -> ParamDict:
+    """A Gaussian direction (drawn on the CPU from ``generator``, in ``theta``'s order) normalised by ``norm``.
+
+    Every tensor is drawn, zeroed or not, so the stream of random numbers does not depend on the options.
+    Tensors with ndim < 2 (if ``ignore_1d``) or a name matching ``zero_patterns`` are zero.
+    """
+    if norm not in NORMS:
+        raise LandscapeError(f"unknown normalisation {norm!r}; choose one of {', '.join(NORMS)}")
+    out: ParamDict = {}
+    for name, t in theta.items():
+        g = torch.randn(t.shape, generator=generator, dtype=torch.float64).to(device=t.device, dtype=t.dtype)
+        if (ignore_1d and t.ndim < 2) or matches(name, zero_patterns):
+            out[name] = torch.zeros_like(t)
+        else:
+            out[name] = normalize(g, t.detach(), norm)
+    return out
+
+
+def random_directions(
+    theta: Mapping[str, Tensor],
+    *,
+    ndim: int = 2,
+    seed: int = 0,
+    norm: str = "filter",
+    ignore_1d: bool = True,
+    zero_patterns: Sequence[str] = DEFAULT_ZERO_PATTERNS,
+) -> Directions:
+    """One (``ndim=1``) or two seeded random normalised directions; ``x`` is drawn before ``y``."""
+    gen = torch.Generator().manual_seed(int(seed))
+    kw = {"generator": gen, "norm": norm, "ignore_1d": ignore_1d, "zero_patterns": tuple(zero_patterns)}
+    x = random_direction(theta, **kw)
+    y = random_direction(theta, **kw) if ndim == 2 else None
+    meta = {"direction_type": "random", "norm": norm, "ignore_1d": ignore_1d, "zero_patterns": list(zero_patterns)}
+    return _with_norms(Directions(x, y, "random", meta))
+
+
+def check_compatible(theta: Mapping[str, Tensor], other: Mapping[str, Tensor], what: str) -> None:
+    """Raise a one-line error unless ``other`` has exactly ``theta``'s parameter names and shapes."""
+    missing = [n for n in theta if n not in other]
+    extra = [n for n in other if n not in theta]
+    wrong = [n for n in theta if n in other and tuple(other[n].shape) != tuple(theta[n].shape)]
+    if missing or extra or wrong:
+        detail = (
+            f"missing {missing[:2]}" if missing else f"unexpected {extra[:2]}" if extra else f"shape of {wrong[:2]}"
+        )
+        raise LandscapeError(f"{what} does not match the centre model ({detail}); give a checkpoint of the same model")
+
+
+def target_direction(theta: Mapping[str, Tensor], other: Mapping[str, Tensor], what: str = "the target") -> ParamDict:
+    """``other - theta``: alpha = 1 along it lands exactly on ``other`` (no normalisation)."""
+    check_compatible(theta, other, what)
+    return {n: other[n].detach().to(t.device, t.dtype) - t.detach() for n, t in theta.items()}
+
+
+def target_directions(
+    theta: Mapping[str, Tensor],
+    other: Mapping[str, Tensor],
+    *,
+    ndim: int = 1,
+    seed: int = 0,
+    norm: str = "filter",
+    ignore_1d: bool = True,
+    zero_patterns: Sequence[str] = DEFAULT_ZERO_PATTERNS,
+) -> Directions:
+    """Target directions: x = ``other - theta``; for a plane, y is a seeded random direction normalised by ``norm``."""
+    x = target_direction(theta, other)
+    y = None
+    if ndim == 2:
+        gen = torch.Generator().manual_seed(int(seed))
+        y = random_direction(theta, generator=gen, norm=norm, ignore_1d=ignore_1d, zero_patterns=zero_patterns)
+    meta = {"direction_type": "target", "norm": "none" if ndim == 1 else f"x:none,y:{norm}", "ignore_1d": ignore_1d,
+            "zero_patterns": list(zero_patterns)}
+    return _with_norms(Directions(x, y, "target", meta))
+
+
+def pca_directions(
+    theta: Mapping[str, Tensor], snapshots: Sequence[Mapping[str, Tensor]], *, ndim: int = 2
+) -> Directions:
+    """Principal directions of a training trajectory around the centre ``theta`` (Li et al. 2018, sec. 7).
+
+    Rows ``theta_i - theta`` of the snapshots are centred over snapshots (as sklearn's PCA does) and the
+    top right-singular vectors (unit norm) are the directions; ``explained_variance_ratio`` is
+    ``s_k^2 / sum s^2``. The trajectory's coordinates are the projections ``<theta_i - theta, d_k>``
+    (directions are orthonormal, so these are the coordinates in the plane). Signs are fixed so that the
+    largest-magnitude entry of each direction is positive.
+    """
+    if len(snapshots) < ndim + 1:
+        raise LandscapeError(f"PCA directions need at least {ndim + 1} trajectory snapshots, got {len(snapshots)}")
+    for i, snap in enumerate(snapshots):
+        check_compatible(theta, snap, f"trajectory snapshot {i + 1}")
+    base = P.flatten({n: t.detach().double().cpu() for n, t in theta.items()})
+    rows = torch.stack(
+        [P.flatten({n: s[n].detach().double().cpu() for n in theta}) - base for s in snapshots]
+    )
+    centred = rows - rows.mean(0, keepdim=True)
+    _, s, vh = torch.linalg.svd(centred, full_matrices=False)
+    comps = vh[:ndim].clone()
+    for k in range(ndim):
+        if comps[k, comps[k].abs().argmax()] < 0:
+            comps[k] = -comps[k]
+    ratio = (s[:ndim] ** 2 / (s**2).sum()).tolist()
+    coords = (rows @ comps.T).numpy()
+    like = {n: t.detach() for n, t in theta.items()}
+    cpu_like = {n: t.cpu() for n, t in like.items()}
+    dirs = [{n: v.to(like[n].device, like[n].dtype) for n, v in P.unflatten(c, cpu_like).items()} for c in comps]
+    meta = {"direction_type": "pca", "norm": "none", "explained_variance_ratio": ratio, "n_snapshots": len(snapshots)}
+    traj = coords if ndim == 2 else np.stack([coords[:, 0], np.zeros(len(coords))], 1)
+    return _with_norms(Directions(dirs[0], dirs[1] if ndim == 2 else None, "pca", meta, trajectory=traj))
+
+
+def cosine(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> float:
+    """<a, b> / (||a|| ||b||) over all tensors, computed in float64 (0 if either is zero)."""
+    a64 = {n: t.double() for n, t in a.items()}
+    b64 = {n: b[n].double() for n in a}
+    na, nb = float(P.norm(a64)), float(P.norm(b64))
+    return 0.0 if na == 0 or nb == 0 else float(P.dot(a64, b64)) / (na * nb)
+
+
+def _with_norms(d: Directions) -> Directions:
+    d.meta["x_norm"] = float(P.norm({n: t.double() for n, t in d.x.items()}))
+    if d.y is not None:
+        d.meta["y_norm"] = float(P.norm({n: t.double() for n, t in d.y.items()}))
+        d.meta["cosine"] = d.cosine()
+    return d

@@ -1,0 +1,427 @@
+"""1D and 2D loss surfaces ``L(theta + a * dx + b * dy)`` over a grid, written to HDF5 as the run goes.
+
+Every grid point is a new params dict ``theta + a*dx + b*dy`` evaluated by the :class:`~landscape.objective.
+Objective` (sample-weighted mean over fixed batches, plus the regulariser). The file (DESIGN.md's surface
+schema) holds ``xcoordinates`` (nx), ``ycoordinates`` (ny; ``[0]`` for a line), ``loss``, ``data_loss``,
+``accuracy`` and ``done`` (ny, nx) and the directions ``directions/x/<param>`` (and ``directions/y/<param>``).
+Points are appended and flushed as they finish, so a killed run leaves a valid file; rerunning resumes from
+the ``done`` mask with the directions read back from the file, and ends with the same numbers. Under torchrun
+the points of each round are shared among ranks and only rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import torch
+from torch import Tensor
+from torch.func import vmap
+
+from landscape import distributed as D
+from landscape import store
+from landscape.directions import Directions
+from landscape.errors import LandscapeError
+from landscape.objective import Objective, batch_loss
+from landscape.params import ParamDict
+
+BN_MODES = ("eval", "recompute")
+_GRID = re.compile(r"^\s*([-+]?[0-9.eE+-]+)\s*:\s*([-+]?[0-9.eE+-]+)\s*:\s*([0-9]+)\s*$")
+#: points evaluated in one vectorised call when vmap is tried
+VMAP_POINTS = 8
+
+PointResult = tuple[int, int, float, float, float]  # (j, i, loss, data_loss, accuracy)
+
+
+# ---------------------------------------------------------------------------------------------- grid
+def parse_grid(spec: str, option: str = "--x") -> np.ndarray:
+    """``"MIN:MAX:NUM"`` -> ``numpy.linspace(MIN, MAX, NUM)`` (inclusive; NUM = 1 gives ``[MIN]``)."""
+    m = _GRID.match(str(spec))
+    if not m:
+        raise LandscapeError(f"bad grid {option} {spec!r}: write MIN:MAX:NUM, e.g. {option} -1:1:21")
+    try:
+        lo, hi, num = float(m.group(1)), float(m.group(2)), int(m.group(3))
+    except ValueError:
+        raise LandscapeError(f"bad grid {option} {spec!r}: write MIN:MAX:NUM, e.g. {option} -1:1:21") from None
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise LandscapeError(f"bad grid {option} {spec!r}: MIN and MAX must be finite numbers")
+    if num < 1:
+        raise LandscapeError(f"bad grid {option} {spec!r}: NUM must be at least 1")
+    if num > 1 and not lo < hi:
+        raise LandscapeError(f"bad grid {option} {spec!r}: MIN must be smaller than MAX")
+    return np.linspace(lo, hi, num)
+
+
+def point_params(theta: Mapping[str, Tensor], dx: Mapping[str, Tensor], dy: Mapping[str, Tensor] | None,
+                 a: Tensor, b: Tensor) -> ParamDict:
+    """``theta + a * dx (+ b * dy)``; ``a`` and ``b`` are 0-d tensors (one point) or (k,) (k stacked points)."""
+    out = {}
+    for n, t in theta.items():
+        shape = (-1,) + (1,) * t.ndim if a.ndim else ()
+        p = t + a.reshape(shape) * dx[n]
+        out[n] = p if dy is None else p + b.reshape(shape) * dy[n]
+    return out
+
+
+# ---------------------------------------------------------------------------------------- evaluation
+class PointEvaluator:
+    """Evaluates grid points of one objective and pair of directions, one at a time or vectorised.
+
+    ``loop(points)`` evaluates each point with :meth:`Objective.evaluate` (BatchNorm buffers re-estimated
+    per point when ``bn == "recompute"``); ``vectorised(points)`` stacks the points' params and evaluates
+    them in one ``torch.func.vmap`` call per batch. Both return ``(loss, data_loss, accuracy)`` per point.
+    """
+
+    def __init__(self, objective: Objective, dx: ParamDict, dy: ParamDict | None, bn: str = "eval") -> None:
+        self.obj, self.dx, self.dy, self.bn = objective, dx, dy, bn
+        self.theta = objective.params
+
+    def _coords(self, points: Sequence[tuple[float, float]]) -> tuple[Tensor, Tensor]:
+        ref = next(iter(self.theta.values()))
+        ab = torch.tensor(points, dtype=torch.float64).reshape(-1, 2).to(ref.device, ref.dtype)
+        return ab[:, 0], ab[:, 1]
+
+    def loop(self, points: Sequence[tuple[float, float]]) -> list[tuple[float, float, float]]:
+        """Evaluate the points one by one."""
+        a, b = self._coords(points)
+        out = []
+        for k in range(len(points)):
+            params = point_params(self.theta, self.dx, self.dy, a[k], b[k])
+            buffers = self.obj.recompute_bn_buffers(params) if self.bn == "recompute" else None
+            ev = self.obj.evaluate(params, buffers)
+            out.append((ev.loss, ev.data_loss, ev.accuracy))
+        return out
+
+    @torch.no_grad()
+    def vectorised(self, points: Sequence[tuple[float, float]], batches: int | None = None) -> list[tuple[float, ...]]:
+        """Evaluate the points in one vmap call per batch (``batches``: use only the first ones, for timing)."""
+        if self.bn == "recompute":
+            raise LandscapeError("vectorised evaluation cannot re-estimate BatchNorm statistics; use --batch-points 1")
+        a, b = self._coords(points)
+        stacked = point_params(self.theta, self.dx, self.dy, a, b)
+        obj = self.obj
+        pairs = list(zip(obj.weights, obj.batches))[:batches]
+        data_loss = [0.0] * len(points)
+        correct = [0] * len(points)
+        for w, (x, y) in pairs:
+
+            def one(params: ParamDict, x: Tensor = x, y: Tensor = y) -> tuple[Tensor, Tensor]:
+                out = obj.logits(params, x)
+                return batch_loss(out, y, obj.criterion), (out.argmax(-1) == y).sum()
+
+            losses, hits = vmap(one)(stacked)
+            for k, (lv, hv) in enumerate(zip(losses.tolist(), hits.tolist())):
+                data_loss[k] += w * lv
+                correct[k] += int(hv)
+        reg = vmap(obj.regularizer)(stacked).tolist() if obj.regularizer.active else [0.0] * len(points)
+        return [(d + r, d, c / obj.n_samples) for d, r, c in zip(data_loss, reg, correct)]
+
+    def evaluate(self, points: Sequence[tuple[float, float]], batch_points: int) -> list[tuple[float, float, float]]:
+        """Evaluate with the loop (``batch_points == 1``) or vectorised in groups of ``batch_points``."""
+        if batch_points <= 1:
+            return self.loop(points)
+        out: list[tuple[float, float, float]] = []
+        for s in range(0, len(points), batch_points):
+            group = list(points[s : s + batch_points])
+            pad = batch_points - len(group)  # keep one shape per call: pad with the last point
+            out += self.vectorised(group + [group[-1]] * pad)[: len(group)]
+        return out
+
+    def choose_batch_points(self, k: int = VMAP_POINTS, repeats: int = 2) -> int:
+        """1 (loop) or ``k`` (vmap), whichever evaluated ``k`` points of the first batch faster (best of repeats)."""
+        if self.bn == "recompute" or k <= 1:
+            return 1
+        points = [(0.01 * i, -0.01 * i) for i in range(k)]
+        one = self.obj.batches[:1]
+
+        def loop_first_batch() -> None:
+            a, b = self._coords(points)
+            with torch.no_grad():
+                for i in range(k):
+                    params = point_params(self.theta, self.dx, self.dy, a[i], b[i])
+                    self.obj.logits(params, one[0][0]).argmax(-1).sum().item()
+
+        def timed(fn: Callable[[], Any]) -> float:
+            fn()  # warm-up
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                fn()
+                _sync(self.obj.device)
+                best = min(best, time.perf_counter() - t0)
+            return best
+
+        try:
+            t_vmap = timed(lambda: self.vectorised(points, batches=1))
+        except Exception:  # a model vmap cannot batch (data-dependent control flow, in-place ops)
+            return 1
+        t_loop = timed(loop_first_batch)
+        return k if t_vmap < 0.9 * t_loop else 1
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ----------------------------------------------------------------------------------------------- file
+def _write_directions(f: h5py.File, directions: Directions) -> None:
+    for axis, d in (("x", directions.x), ("y", directions.y)):
+        if d is None:
+            continue
+        group = f.require_group(f"directions/{axis}")
+        for name, t in d.items():
+            group.create_dataset(name, data=t.detach().cpu().numpy())
+    if directions.trajectory is not None:
+        store.write_array(f, "trajectory/coordinates", np.asarray(directions.trajectory), axes=["snapshot", "xy"])
+    f.flush()
+
+
+def _read_directions(f: h5py.File, like: Mapping[str, Tensor], ndim: int) -> tuple[ParamDict, ParamDict | None]:
+    out = []
+    for axis in ("x", "y")[:ndim]:
+        group = f[f"directions/{axis}"]
+        if sorted(group.keys()) != sorted(like):
+            raise LandscapeError(f"{f.filename}: stored directions do not match the model's parameters; use --force")
+        out.append({n: torch.from_numpy(group[n][()]).to(t.device, t.dtype) for n, t in like.items()})
+    return out[0], (out[1] if ndim == 2 else None)
+
+
+def _create_arrays(f: h5py.File, xs: np.ndarray, ys: np.ndarray) -> None:
+    store.write_array(f, "xcoordinates", xs, axes=["x"])
+    store.write_array(f, "ycoordinates", ys, axes=["y"])
+    shape = (len(ys), len(xs))
+    for name in ("loss", "data_loss", "accuracy"):
+        store.require_dataset(f, name, shape, "f8", fill=np.nan, axes=["y", "x"])
+    store.require_dataset(f, "done", shape, bool, fill=False, axes=["y", "x"])
+
+
+def _fingerprint(directions: Directions) -> str:
+    m = directions.meta
+    return f"{m.get('x_norm', 0.0):.6g},{m.get('y_norm', 0.0):.6g},{m.get('cosine', 0.0) or 0.0:.4g}"
+
+
+# ------------------------------------------------------------------------------------------ the run
+def compute_surface(
+    objective: Objective,
+    directions: Directions,
+    xcoords: Sequence[float] | np.ndarray,
+    ycoords: Sequence[float] | np.ndarray | None = None,
+    *,
+    out: str | Path,
+    attrs: Mapping[str, Any] | None = None,
+    force: bool = False,
+    bn: str = "eval",
+    batch_points: int | str = "auto",
+    progress: bool | None = None,
+    on_round: Callable[[int, int], None] | None = None,
+) -> store.Result:
+    """Evaluate ``L(theta + a*dx + b*dy)`` and accuracy on the grid ``xcoords x ycoords`` into ``out``.
+
+    Args:
+        objective: the loss (its params are the centre ``theta``).
+        directions: ``x`` (and ``y`` for a plane: ``ycoords`` given). On resume the file's directions are used.
+        xcoords: x grid coordinates (nx).
+        ycoords: y grid coordinates (ny); None makes a 1D surface (ny = 1, stored as ``[0.0]``).
+        out: the HDF5 file; an existing file of the same run is resumed, of other options refused.
+        force: overwrite an existing file from other options.
+        attrs: provenance and options recorded as root attributes (they decide whether a file is the same run).
+        bn: ``eval`` (centre model's running statistics) or ``recompute`` (re-estimated at every point).
+        batch_points: points per evaluation call: 1 = loop, k > 1 = vmap over k stacked points, ``auto`` =
+            the faster of the two on a quick measurement (recorded, and reused on resume).
+        progress: tqdm bar on rank 0 (None: only when stderr is a terminal).
+        on_round: called on every rank after each round of points with ``(points done, total)``.
+
+    Returns the file read back (:class:`landscape.store.Result`), on every rank.
+    """
+    if bn not in BN_MODES:
+        raise LandscapeError(f"unknown BatchNorm mode {bn!r}; use eval or recompute")
+    if bn == "recompute" and not objective.has_batchnorm():
+        raise LandscapeError("--bn recompute needs a model with BatchNorm layers; use --bn eval")
+    xs = np.asarray(xcoords, dtype=np.float64).reshape(-1)
+    ys = np.zeros(1) if ycoords is None else np.asarray(ycoords, dtype=np.float64).reshape(-1)
+    if (ycoords is None) != (directions.y is None):
+        raise LandscapeError("a 2D surface needs two directions and y coordinates; a 1D surface one and none")
+    if xs.size == 0 or ys.size == 0:
+        raise LandscapeError("the grid is empty; give at least one point per axis")
+    if isinstance(batch_points, str) and batch_points != "auto":
+        raise LandscapeError(f"--batch-points must be a positive integer or auto, got {batch_points!r}")
+    if not isinstance(batch_points, str) and int(batch_points) < 1:
+        raise LandscapeError(f"--batch-points must be a positive integer or auto, got {batch_points!r}")
+    ndim = directions.ndim
+    full = {
+        **(attrs or {}),
+        **{k: v for k, v in directions.meta.items() if k not in ("x_norm", "y_norm", "cosine")},
+        "surface_ndim": ndim,
+        "xgrid": [float(xs[0]), float(xs[-1]), int(xs.size)],
+        "ygrid": None if ndim == 1 else [float(ys[0]), float(ys[-1]), int(ys.size)],
+        "bn": bn,
+        "criterion": objective.criterion,
+        "regularizer": objective.regularizer.describe(),
+        "n_samples": objective.n_samples,
+        "direction_fingerprint": _fingerprint(directions),
+    }
+    f = None
+    state: dict[str, Any] = {}
+    if D.is_main():
+        try:
+            f, resumed = store.open_result(out, "surface", full, force=force)
+            if resumed:
+                dx, dy = _read_directions(f, objective.params, ndim)
+                state = {"dirs": (dx, dy), "done": f["done"][()], "bp": f.attrs.get("batch_points")}
+            else:
+                _create_arrays(f, xs, ys)
+                _write_directions(f, directions)
+                store.set_attrs(f, {k: directions.meta[k] for k in ("x_norm", "y_norm", "cosine")
+                                    if k in directions.meta})
+                state = {"dirs": None, "done": np.zeros((ys.size, xs.size), bool), "bp": None}
+        except LandscapeError as exc:
+            state = {"error": str(exc)}
+    state = _broadcast_state(state)
+    if "error" in state:
+        raise LandscapeError(state["error"])
+    dx, dy = state["dirs"] if state["dirs"] is not None else (directions.x, directions.y)
+    try:
+        evaluator = PointEvaluator(objective, dx, dy, bn)
+        bp = state["bp"]
+        if bp is None:
+            bp = evaluator.choose_batch_points() if batch_points == "auto" else int(batch_points)
+            bp = int(D.broadcast_object(bp))
+            if f is not None:
+                store.set_attrs(f, {"batch_points": bp, "batch_points_option": str(batch_points)})
+                f.flush()
+        _run_points(evaluator, xs, ys, state["done"], int(bp), f, progress, on_round)
+        if f is not None:
+            store.mark_complete(f)
+    finally:
+        if f is not None:
+            f.close()
+    D.barrier()
+    return store.read_result(out)
+
+
+def _broadcast_state(state: dict[str, Any]) -> dict[str, Any]:
+    if not D.active():
+        return state
+    if "dirs" in state and state["dirs"] is not None:
+        state = {**state, "dirs": tuple(None if d is None else {n: t.cpu() for n, t in d.items()}
+                                        for d in state["dirs"])}
+    return D.broadcast_object(state)
+
+
+def _run_points(evaluator: PointEvaluator, xs: np.ndarray, ys: np.ndarray, done: np.ndarray, batch_points: int,
+                f: h5py.File | None, progress: bool | None, on_round: Callable[[int, int], None] | None) -> None:
+    """Evaluate the points not yet done, in rounds of ``batch_points * world_size``; rank 0 writes each round."""
+    from tqdm import tqdm
+
+    todo = [(j, i) for j in range(ys.size) for i in range(xs.size) if not done[j, i]]
+    total = int(done.size)
+    n_done = total - len(todo)
+    show = D.is_main() and (sys.stderr.isatty() if progress is None else progress)
+    world, rank = D.world_size(), D.rank()
+    step = batch_points * world
+    with tqdm(total=total, initial=n_done, disable=not show, unit="pt", desc="surface", dynamic_ncols=True) as bar:
+        for s in range(0, len(todo), step):
+            mine = todo[s : s + step][rank::world]
+            values = evaluator.evaluate([(xs[i], ys[j]) for j, i in mine], batch_points) if mine else []
+            results = [(j, i, *v) for (j, i), v in zip(mine, values)]
+            gathered = [r for part in D.all_gather_objects(results) for r in part]
+            if f is not None:
+                _write_points(f, gathered)
+            n_done += len(gathered)
+            bar.update(len(gathered))
+            if on_round is not None:
+                on_round(n_done, total)
+
+
+def _write_points(f: h5py.File, results: Sequence[PointResult]) -> None:
+    """Write the values first and the ``done`` flags last, then flush: a kill leaves undone points NaN/False."""
+    for j, i, loss, data_loss, acc in results:
+        f["loss"][j, i] = loss
+        f["data_loss"][j, i] = data_loss
+        f["accuracy"][j, i] = acc
+    f.flush()
+    for j, i, *_ in results:
+        f["done"][j, i] = True
+    f.flush()
+
+
+# --------------------------------------------------------------------------------- from a checkpoint
+def run_surface(
+    ckpt: str | Path,
+    *,
+    model: str | None = None,
+    data: str | None = None,
+    split: str = "train",
+    samples: int | None = 1000,
+    batch_size: int = 128,
+    x: str = "-1:1:21",
+    y: str | None = None,
+    norm: str = "filter",
+    seed: int = 0,
+    target: str | Path | None = None,
+    trajectory: Sequence[str | Path] = (),
+    regularizer: str = "none",
+    reg_coef: float | None = None,
+    bn: str = "eval",
+    out: str | Path = "surface.h5",
+    force: bool = False,
+    device: str = "auto",
+    batch_points: int | str = "auto",
+    ignore_1d: bool = True,
+    zero_patterns: Sequence[str] | None = None,
+    allow_stochastic: bool = False,
+    progress: bool | None = None,
+) -> store.Result:
+    """The ``landscape surface`` command: checkpoint -> Objective -> directions -> :func:`compute_surface`.
+
+    Directions: ``target`` (x = target - theta, alpha = 1 lands on it; y random for a plane), else
+    ``trajectory`` snapshots (PCA plane of the trajectory around ``ckpt``), else seeded random directions
+    normalised by ``norm``. ``samples`` images of ``data`` (``split``), picked and ordered by ``seed``, in
+    fixed batches of ``batch_size``. Works in one process or under torchrun (only rank 0 writes).
+    """
+    from landscape import directions as dirs
+    from landscape.checkpoint import file_sha256, load_model
+    from landscape.objective import Regularizer
+    from landscape.pipeline import batches_for, load_inputs, parse_patterns, resolve_device
+
+    xs = parse_grid(x, "--x")
+    ys = None if y is None else parse_grid(y, "--y")
+    if target is not None and trajectory:
+        raise LandscapeError("give either --target or --trajectory, not both")
+    ndim = 1 if ys is None else 2
+    dev = D.local_device(resolve_device(device))
+    D.init(dev)
+    inputs = load_inputs(ckpt, model_name=model, data=data, split=split, device=str(dev))
+    batches = batches_for(inputs, batch_size=batch_size, n_samples=samples, seed=seed)
+    reg = Regularizer.from_options(regularizer, reg_coef)
+    try:
+        objective = Objective(inputs.model, batches, regularizer=reg, device=dev, allow_stochastic=allow_stochastic)
+    except RuntimeError as exc:  # shape mismatch between model and data
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LandscapeError(
+            f"the model cannot run on {inputs.dataset_spec} ({first}); check --data and --model"
+        ) from exc
+    patterns = tuple(dirs.DEFAULT_ZERO_PATTERNS if zero_patterns is None else parse_patterns(zero_patterns))
+    options: dict[str, Any] = {"batch_size": batch_size, "direction_seed": seed}
+    if target is not None:
+        other = dict(load_model(target, model)[0].named_parameters())
+        directions = dirs.target_directions(objective.params, other, ndim=ndim, seed=seed, norm=norm,
+                                            ignore_1d=ignore_1d, zero_patterns=patterns)
+        options.update(target=str(target), target_sha256=file_sha256(target))
+    elif trajectory:
+        snaps = [dict(load_model(p, model)[0].named_parameters()) for p in trajectory]
+        directions = dirs.pca_directions(objective.params, snaps, ndim=ndim)
+        options.update(trajectory=[str(p) for p in trajectory])
+    else:
+        directions = dirs.random_directions(objective.params, ndim=ndim, seed=seed, norm=norm, ignore_1d=ignore_1d,
+                                            zero_patterns=patterns)
+    attrs = inputs.provenance(objective.n_samples, seed, **options)
+    return compute_surface(objective, directions, xs, ys, out=out, attrs=attrs, force=force, bn=bn,
+                           batch_points=batch_points, progress=progress)
