@@ -35,7 +35,6 @@ from landscape.params import ParamDict
 NORMS = ("filter", "dim0", "layer", "weight", "none")
 #: name patterns (fnmatch globs) whose tensors get a zero direction by default
 DEFAULT_ZERO_PATTERNS = ("*pos_embed*", "*rel_pos*", "*relative_position*", "*position_bias*")
-EPS = 1e-10
 
 
 @dataclass
@@ -76,21 +75,20 @@ def normalize(direction: Tensor, theta: Tensor, norm: str) -> Tensor:
     if norm == "weight":
         return d * theta
     if norm == "layer":
-        return d * (torch.linalg.vector_norm(theta) / (torch.linalg.vector_norm(d) + EPS))
-    if norm == "filter":
-        if d.ndim == 0:
-            return d * (theta.abs() / (d.abs() + EPS))
-        dims = tuple(range(1, d.ndim))
-        dn = torch.linalg.vector_norm(d, dim=dims, keepdim=True) if dims else d.abs()
-        tn = torch.linalg.vector_norm(theta, dim=dims, keepdim=True) if dims else theta.abs()
-        return d * (tn / (dn + EPS))
-    if norm == "dim0":
-        if d.ndim == 0:
-            return d * (theta.abs() / (d.abs() + EPS))
-        dn = torch.linalg.vector_norm(d, dim=0, keepdim=True)
-        tn = torch.linalg.vector_norm(theta, dim=0, keepdim=True)
-        return d * (tn / (dn + EPS))
+        return _rescale(d, torch.linalg.vector_norm(d), torch.linalg.vector_norm(theta))
+    if norm in ("filter", "dim0"):
+        if d.ndim < 2 and norm == "filter" or d.ndim == 0:
+            return _rescale(d, d.abs(), theta.abs())
+        dims = tuple(range(1, d.ndim)) if norm == "filter" else (0,)
+        dn = torch.linalg.vector_norm(d, dim=dims, keepdim=True)
+        return _rescale(d, dn, torch.linalg.vector_norm(theta, dim=dims, keepdim=True))
     raise LandscapeError(f"unknown normalisation {norm!r}; choose one of {', '.join(NORMS)}")
+
+
+def _rescale(d: Tensor, d_norm: Tensor, target_norm: Tensor) -> Tensor:
+    """``d / d_norm * target_norm`` with zero where ``d_norm`` is zero (no epsilon bias)."""
+    safe = torch.where(d_norm > 0, d_norm, torch.ones_like(d_norm))
+    return d * (target_norm / safe)
 
 
 def random_direction(
