@@ -36,12 +36,12 @@ def write_profile(f: store.h5py.File, result: FourierProfile, axis: str, maps: b
     store.set_attrs(freq, {"units": "normalised [0, 1]" if axis == "normalised" else "pi"})
     store.write_array(f, "delta_log_amplitude", common, axes=["layer", "frequency"])
     for i, layer in enumerate(result.layers):
-        group = f.require_group(f"layers/{i:03d}")
-        store.set_attrs(group, {"name": layer.name, "kind": layer.kind, "height": layer.height,
-                                "width": layer.width})
-        store.write_array(group, "frequencies", result.frequencies(i), axes=["frequency"])
-        store.write_array(group, "log_amplitude", result.log_amplitude(i), axes=["frequency"])
-        store.write_array(group, "delta_log_amplitude", result.delta_log_amplitude(i), axes=["frequency"])
+        group = f"layers/{i:03d}"
+        store.write_array(f, f"{group}/frequencies", result.frequencies(i), axes=["frequency"])
+        store.write_array(f, f"{group}/log_amplitude", result.log_amplitude(i), axes=["frequency"])
+        store.write_array(f, f"{group}/delta_log_amplitude", result.delta_log_amplitude(i), axes=["frequency"])
+        store.set_attrs(f[group], {"name": layer.name, "kind": layer.kind, "height": layer.height,
+                                   "width": layer.width})
         if maps:
             store.write_array(f, f"maps/{i:03d}", result.mean_map(i), axes=["fy", "fx"])
     store.write_array(f, "depth", result.depth, axes=["layer"])
