@@ -17,7 +17,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("landscape.cli.plot", "Draw the figures of result files."),
     "info": ("landscape.cli.info", "Print the kind, provenance and options of a result file."),
     "fourier": ("landscape.cli.fourier", "Fourier spectra, high-frequency amplitude and variance of feature maps."),
-    "fourier": ("landscape.cli.fourier", "Fourier spectra, high-frequency amplitude and variance of feature maps."),
     "surface": ("landscape.cli.surface", "Compute a 1D/2D loss surface around a checkpoint."),
 }
 
