@@ -1,0 +1,251 @@
+"""Figures of loss surfaces: contours, heatmaps, 3D surfaces, 1D curves, and a ParaView ``.vtp`` export.
+
+A 2D surface gives ``<stem>_contour`` (labelled levels, trajectory overlaid when the file has one),
+``<stem>_contourf`` (filled), ``<stem>_heatmap`` (loss and accuracy), ``<stem>_3d`` (surface; Paper A's
+style: plasma-coloured wireframe of ``z = loss - min``, clipped at ``zmax``) and ``<stem>.vtp``. 1D surfaces
+of all given files are overlaid in one figure of loss and accuracy. The grid's orientation follows the file:
+``loss[j, i]`` is drawn at ``(x_i, y_j)``; non-square grids keep their axes.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from landscape.errors import LandscapeError
+from landscape.store import Result
+
+STYLES = ("default", "paper")
+
+
+def grid_of(result: Result) -> tuple[np.ndarray, np.ndarray, np.ma.MaskedArray, np.ma.MaskedArray]:
+    """``(xs, ys, loss, accuracy)`` of a surface; points not done (NaN) are masked."""
+    if result.kind != "surface":
+        raise LandscapeError(f"{result.path} holds a {result.kind} result, not a surface")
+    loss = np.ma.masked_invalid(np.asarray(result["loss"], dtype=float))
+    acc = np.ma.masked_invalid(np.asarray(result["accuracy"], dtype=float))
+    if "done" in result:
+        loss = np.ma.masked_where(~result["done"].astype(bool), loss)
+        acc = np.ma.masked_where(~result["done"].astype(bool), acc)
+    if loss.count() == 0:
+        raise LandscapeError(f"{result.path} has no finished grid points yet; run (or resume) the surface first")
+    return np.asarray(result["xcoordinates"], float), np.asarray(result["ycoordinates"], float), loss, acc
+
+
+def is_2d(result: Result) -> bool:
+    """Whether the surface is a plane (two directions) rather than a line."""
+    ndim = result.attrs.get("surface_ndim")
+    return int(ndim) == 2 if ndim is not None else result["loss"].shape[0] > 1
+
+
+def _title(result: Result) -> str:
+    a = result.attrs
+    parts = [str(a.get("model", "")), f"norm={a.get('norm', '?')}", f"bn={a.get('bn', '?')}"]
+    reg = a.get("regularizer")
+    if isinstance(reg, dict) and reg.get("kind", "none") != "none":
+        parts.append(f"reg={reg['kind']}({reg.get('coef')})")
+    return "  ".join(p for p in parts if p)
+
+
+def _levels(loss: np.ma.MaskedArray, n: int, log: bool, zmax: float | None) -> np.ndarray:
+    lo = float(loss.min())
+    hi = float(loss.max()) if zmax is None else min(float(zmax), float(loss.max()))
+    if hi <= lo:
+        hi = lo + 1e-12 + abs(lo) * 1e-6
+    if log and lo > 0:
+        return np.geomspace(lo, hi, n)
+    return np.linspace(lo, hi, n)
+
+
+def _labels(ax: Any, result: Result) -> None:
+    ax.set_xlabel("x" if result.attrs.get("direction_type") != "pca" else "PC1")
+    ax.set_ylabel("y" if result.attrs.get("direction_type") != "pca" else "PC2")
+
+
+def contour_figure(result: Result, *, levels: int = 20, log: bool = False, zmax: float | None = None,
+                   filled: bool = False) -> Figure:
+    """Contour lines with labelled levels (or ``filled`` contours with a colour bar) of the loss.
+
+    ``loss[j, i]`` is drawn at ``(x_i, y_j)``; the trajectory (PCA files) and the centre are marked.
+    """
+    xs, ys, loss, _ = grid_of(result)
+    fig = Figure(figsize=(6, 5))
+    ax = fig.add_subplot()
+    X, Y = np.meshgrid(xs, ys)
+    lv = _levels(loss, levels, log, zmax)
+    if filled:
+        cs = ax.contourf(X, Y, np.ma.minimum(loss, lv[-1]), levels=lv, cmap="viridis", extend="max")
+        fig.colorbar(cs, ax=ax, label="loss")
+    else:
+        cs = ax.contour(X, Y, loss, levels=lv, cmap="viridis")
+        ax.clabel(cs, inline=True, fontsize=7, fmt="%.3g")
+    if "trajectory/coordinates" in result:
+        t = result["trajectory/coordinates"]
+        ax.plot(t[:, 0], t[:, 1], "o-", color="crimson", ms=3, lw=1, label="trajectory")
+        ratio = result.attrs.get("explained_variance_ratio")
+        if isinstance(ratio, list) and len(ratio) >= 2:
+            ax.set_xlabel(f"PC1 ({100 * ratio[0]:.1f}%)")
+            ax.set_ylabel(f"PC2 ({100 * ratio[1]:.1f}%)")
+        ax.legend(loc="upper right", fontsize=7)
+    if xs.min() <= 0 <= xs.max() and ys.min() <= 0 <= ys.max():
+        ax.plot([0], [0], "k+", ms=8)
+    if "trajectory/coordinates" not in result:
+        _labels(ax, result)
+    ax.set_title(_title(result), fontsize=8)
+    ax.set_aspect("auto")
+    return fig
+
+
+def heatmap_figure(result: Result) -> Figure:
+    """Two heatmaps (loss, accuracy); cell ``[j, i]`` is centred at ``(x_i, y_j)`` (pcolormesh, nearest)."""
+    xs, ys, loss, acc = grid_of(result)
+    fig = Figure(figsize=(11, 4.5))
+    for k, (z, name, cmap) in enumerate(((loss, "loss", "viridis"), (acc, "accuracy", "magma"))):
+        ax = fig.add_subplot(1, 2, k + 1)
+        mesh = ax.pcolormesh(xs, ys, z, shading="nearest", cmap=cmap)
+        fig.colorbar(mesh, ax=ax, label=name)
+        _labels(ax, result)
+        ax.set_title(name)
+    fig.suptitle(_title(result), fontsize=8)
+    return fig
+
+
+def surface3d_figure(result: Result, *, style: str = "default", zmax: float | None = None,
+                     log: bool = False) -> Figure:
+    """A 3D surface of the loss.
+
+    ``paper``: Paper A's plasma-coloured wireframe of ``z = loss - min(loss)`` clipped at ``zmax``;
+    ``default``: a shaded surface of the loss (log10 with ``log``), clipped at ``zmax``.
+    """
+    if style not in STYLES:
+        raise LandscapeError(f"unknown surface style {style!r}; use one of {', '.join(STYLES)}")
+    xs, ys, loss, _ = grid_of(result)
+    X, Y = np.meshgrid(xs, ys)
+    Z = loss - loss.min() if style == "paper" else np.ma.log10(loss) if log else loss
+    if zmax is not None:
+        Z = np.ma.minimum(Z, zmax)
+    Zf = np.ma.filled(Z.astype(float), np.nan)
+    fig = Figure(figsize=(7, 6))
+    ax = fig.add_subplot(projection="3d")
+    if style == "paper":
+        from matplotlib import cm, colors
+
+        finite = Zf[np.isfinite(Zf)]
+        norm = colors.Normalize(finite.min(), finite.max() if finite.max() > finite.min() else finite.min() + 1)
+        facecolors = cm.plasma(norm(np.nan_to_num(Zf, nan=finite.min())))
+        surf = ax.plot_surface(X, Y, Zf, rcount=Zf.shape[0], ccount=Zf.shape[1], facecolors=facecolors,
+                               shade=False)
+        surf.set_facecolor((0, 0, 0, 0))
+        ax.set_zlabel("loss - min")
+    else:
+        ax.plot_surface(X, Y, Zf, cmap="viridis", linewidth=0, antialiased=True)
+        ax.set_zlabel("log10 loss" if log else "loss")
+    _labels(ax, result)
+    ax.set_title(_title(result), fontsize=8)
+    return fig
+
+
+def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
+    """Loss (left axis, log scale with ``log``) and accuracy (right axis, dashed) along x, one colour per file."""
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.add_subplot()
+    ax2 = ax.twinx()
+    for k, result in enumerate(results):
+        xs, _, loss, acc = grid_of(result)
+        color = f"C{k}"
+        label = result.path.stem
+        ax.plot(xs, loss[0], "-", color=color, label=f"{label} loss")
+        ax2.plot(xs, acc[0], "--", color=color, label=f"{label} accuracy")
+    if log:
+        ax.set_yscale("log")
+    if results[0].attrs.get("direction_type") == "target":
+        for alpha in (0.0, 1.0):  # the centre and the target model
+            ax.axvline(alpha, color="0.6", lw=0.8, ls=":")
+    ax.set_xlabel("alpha" if results[0].attrs.get("direction_type") == "target" else "x")
+    ax.set_ylabel("loss")
+    ax2.set_ylabel("accuracy")
+    ax2.set_ylim(0, 1)
+    lines = ax.get_lines() + ax2.get_lines()
+    ax.legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="upper center")
+    ax.set_title(_title(results[0]), fontsize=8)
+    return fig
+
+
+def write_vtp(result: Result, path: str | Path, *, zmax: float | None = None, log: bool = False) -> Path:
+    """ParaView export of a 2D surface as ASCII XML PolyData (``.vtp``).
+
+    One point ``(x_i, y_j, z)`` per grid point (index ``j*nx + i``) with ``z = loss`` (log10 with ``log``,
+    clipped at ``zmax``), quads between neighbours whose four corners are done, and point arrays ``loss`` and
+    ``accuracy``.
+    """
+    xs, ys, loss, acc = grid_of(result)
+    ny, nx = loss.shape
+    z = np.ma.log10(loss) if log else loss
+    if zmax is not None:
+        z = np.ma.minimum(z, zmax)
+    X, Y = np.meshgrid(xs, ys)
+    ok = ~np.ma.getmaskarray(z)
+    zf = np.ma.filled(z.astype(float), np.nan)
+    pts = np.stack([X.ravel(), Y.ravel(), zf.ravel()], 1)
+    quads = [
+        (j * nx + i, j * nx + i + 1, (j + 1) * nx + i + 1, (j + 1) * nx + i)
+        for j in range(ny - 1) for i in range(nx - 1)
+        if ok[j, i] and ok[j, i + 1] and ok[j + 1, i] and ok[j + 1, i + 1]
+    ]
+
+    def text(values: np.ndarray, fmt: str) -> str:
+        return " ".join(fmt % v for v in np.asarray(values).ravel())
+
+    root = ET.Element("VTKFile", type="PolyData", version="0.1", byte_order="LittleEndian")
+    piece = ET.SubElement(ET.SubElement(root, "PolyData"), "Piece", NumberOfPoints=str(nx * ny), NumberOfVerts="0",
+                          NumberOfLines="0", NumberOfStrips="0", NumberOfPolys=str(len(quads)))
+    pdata = ET.SubElement(piece, "PointData", Scalars="loss")
+    for name, arr in (("loss", loss), ("accuracy", acc)):
+        da = ET.SubElement(pdata, "DataArray", type="Float64", Name=name, format="ascii")
+        da.text = text(np.ma.filled(arr.astype(float), np.nan), "%.10g")
+    ET.SubElement(ET.SubElement(piece, "Points"), "DataArray", type="Float64", NumberOfComponents="3",
+                  format="ascii").text = text(pts, "%.10g")
+    polys = ET.SubElement(piece, "Polys")
+    ET.SubElement(polys, "DataArray", type="Int64", Name="connectivity", format="ascii").text = text(
+        np.asarray(quads, dtype=np.int64), "%d")
+    ET.SubElement(polys, "DataArray", type="Int64", Name="offsets", format="ascii").text = text(
+        4 * np.arange(1, len(quads) + 1), "%d")
+    path = Path(path)
+    ET.ElementTree(root).write(path, xml_declaration=True, encoding="utf-8")
+    return path
+
+
+def plot(results: list[Result], out_dir: Path, fmt: str, *, log: bool = False, zmax: float | None = None,
+         style: str = "default", levels: int = 20, vtp: bool = True, **_: Any) -> list[Path]:
+    """Draw every surface figure of ``results`` into ``out_dir`` (see the module doc); return the paths.
+
+    Options: ``log`` (log loss axis / levels), ``zmax`` (clip), ``style`` (``default`` or ``paper`` 3D),
+    ``levels`` (contour count), ``vtp`` (write the ParaView file of 2D surfaces). Other options are ignored.
+    """
+    out_dir = Path(out_dir)
+    written: list[Path] = []
+
+    def save(fig: Figure, name: str) -> None:
+        path = out_dir / f"{name}.{fmt}"
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+        written.append(path)
+
+    lines = [r for r in results if not is_2d(r)]
+    for r in results:
+        if not is_2d(r):
+            continue
+        stem = r.path.stem
+        save(contour_figure(r, levels=levels, log=log, zmax=zmax), f"{stem}_contour")
+        save(contour_figure(r, levels=levels, log=log, zmax=zmax, filled=True), f"{stem}_contourf")
+        save(heatmap_figure(r), f"{stem}_heatmap")
+        save(surface3d_figure(r, style=style, zmax=zmax, log=log), f"{stem}_3d")
+        if vtp:
+            written.append(write_vtp(r, out_dir / f"{stem}.vtp", zmax=zmax, log=log))
+    if lines:
+        save(lines_figure(lines, log=log), f"{lines[0].path.stem}_1d")
+    return written

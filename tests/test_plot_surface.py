@@ -1,0 +1,131 @@
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from landscape import store
+from landscape.errors import LandscapeError
+from landscape.plot import plot_files
+from landscape.plot import surface as S
+
+XS = np.linspace(-1.0, 0.5, 7)
+YS = np.linspace(0.0, 2.0, 4)
+
+
+def f(x, y):
+    return (x - 0.3) ** 2 + 2 * (y - 0.5) ** 2 + 1.0 + 0.1 * x * y
+
+
+def write_surface(path, xs=XS, ys=YS, ndim=2, done=None, trajectory=None):
+    """A surface file of the analytic loss f(x, y) (accuracy = 1 / loss), written through the store."""
+    fh, _ = store.open_result(path, "surface", {"surface_ndim": ndim, "model": "toy", "norm": "filter", "bn": "eval"})
+    with fh:
+        X, Y = np.meshgrid(xs, ys)
+        loss = f(X, Y)
+        mask = np.ones_like(loss, bool) if done is None else done
+        store.write_array(fh, "xcoordinates", xs, axes=["x"])
+        store.write_array(fh, "ycoordinates", ys, axes=["y"])
+        store.write_array(fh, "loss", np.where(mask, loss, np.nan), axes=["y", "x"])
+        store.write_array(fh, "accuracy", np.where(mask, 1 / loss, np.nan), axes=["y", "x"])
+        store.write_array(fh, "done", mask, axes=["y", "x"])
+        if trajectory is not None:
+            store.write_array(fh, "trajectory/coordinates", trajectory, axes=["snapshot", "xy"])
+            store.set_attrs(fh, {"direction_type": "pca", "explained_variance_ratio": [0.7, 0.2]})
+        store.mark_complete(fh)
+    return store.read_result(path)
+
+
+def test_heatmap_keeps_the_orientation_of_a_non_square_grid(tmp_path):
+    res = write_surface(tmp_path / "s.h5")
+    fig = S.heatmap_figure(res)
+    mesh = fig.axes[0].collections[0]
+    np.testing.assert_allclose(np.asarray(mesh.get_array()).reshape(len(YS), len(XS)), f(*np.meshgrid(XS, YS)))
+    corners = mesh.get_coordinates()  # (ny+1, nx+1, 2) cell corners around the centres
+    np.testing.assert_allclose((corners[0, 1:, 0] + corners[0, :-1, 0]) / 2, XS)
+    np.testing.assert_allclose((corners[1:, 0, 1] + corners[:-1, 0, 1]) / 2, YS)
+
+
+def test_contour_axes_follow_the_coordinates_and_levels_span_the_loss(tmp_path):
+    res = write_surface(tmp_path / "s.h5")
+    fig = S.contour_figure(res, levels=9)
+    ax = fig.axes[0]
+    assert ax.get_xlim() == pytest.approx((XS.min(), XS.max()))
+    assert ax.get_ylim() == pytest.approx((YS.min(), YS.max()))
+    cs = ax.collections[0]
+    loss = f(*np.meshgrid(XS, YS))
+    np.testing.assert_allclose(cs.levels, np.linspace(loss.min(), loss.max(), 9))
+    log_levels = S.contour_figure(res, levels=5, log=True, zmax=3.0).axes[0].collections[0].levels
+    np.testing.assert_allclose(log_levels, np.geomspace(loss.min(), 3.0, 5))
+
+
+def test_trajectory_is_drawn_over_the_contour(tmp_path):
+    traj = np.array([[-0.9, 1.8], [-0.5, 1.0], [0.0, 0.0]])
+    res = write_surface(tmp_path / "p.h5", trajectory=traj)
+    ax = S.contour_figure(res).axes[0]
+    line = [ln for ln in ax.get_lines() if ln.get_label() == "trajectory"][0]
+    np.testing.assert_array_equal(np.asarray(line.get_xydata()), traj)
+    assert ax.get_xlabel() == "PC1 (70.0%)"
+
+
+def test_paper_style_3d_is_loss_minus_min_clipped(tmp_path):
+    res = write_surface(tmp_path / "s.h5")
+    fig = S.surface3d_figure(res, style="paper", zmax=1.0)
+    ax = fig.axes[0]
+    assert ax.get_zlabel() == "loss - min"
+    lo, hi = ax.get_zlim()
+    assert lo <= 0.0 and hi <= 1.1  # clipped at zmax (plus matplotlib's margin)
+    with pytest.raises(LandscapeError, match="style"):
+        S.surface3d_figure(res, style="fancy")
+
+
+def test_vtp_parses_with_the_right_points_and_quads(tmp_path):
+    done = np.ones((len(YS), len(XS)), bool)
+    done[2, 3] = False  # an unfinished point removes the 4 quads around it
+    res = write_surface(tmp_path / "s.h5", done=done)
+    path = S.write_vtp(res, tmp_path / "s.vtp")
+    root = ET.parse(path).getroot()
+    assert root.get("type") == "PolyData"
+    piece = root.find("PolyData/Piece")
+    n = len(XS) * len(YS)
+    assert int(piece.get("NumberOfPoints")) == n
+    assert int(piece.get("NumberOfPolys")) == (len(XS) - 1) * (len(YS) - 1) - 4
+    pts = np.array(piece.find("Points/DataArray").text.split(), dtype=float).reshape(-1, 3)
+    assert pts.shape == (n, 3)
+    X, Y = np.meshgrid(XS, YS)
+    Z = np.where(done, f(X, Y), np.nan)
+    np.testing.assert_allclose(pts[:, 0], X.ravel())
+    np.testing.assert_allclose(pts[:, 1], Y.ravel())
+    np.testing.assert_allclose(pts[:, 2], Z.ravel(), rtol=1e-9)
+    arrays = {a.get("Name"): a for a in piece.findall("PointData/DataArray")}
+    acc = np.array(arrays["accuracy"].text.split(), dtype=float)
+    np.testing.assert_allclose(acc, np.where(done, 1 / f(X, Y), np.nan).ravel(), rtol=1e-9)
+    conn = np.array(piece.find("Polys/DataArray[@Name='connectivity']").text.split(), dtype=int).reshape(-1, 4)
+    assert tuple(conn[0]) == (0, 1, len(XS) + 1, len(XS))
+    assert 2 * len(XS) + 3 not in conn  # the unfinished point is in no quad
+
+
+def test_one_dimensional_curves_overlay_files(tmp_path):
+    a = write_surface(tmp_path / "a.h5", ys=np.zeros(1), ndim=1)
+    b = write_surface(tmp_path / "b.h5", xs=np.linspace(0, 1, 3), ys=np.zeros(1), ndim=1)
+    fig = S.lines_figure([a, b], log=True)
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log"
+    lines = ax.get_lines()
+    np.testing.assert_allclose(lines[0].get_ydata(), f(XS, 0.0))
+    np.testing.assert_allclose(lines[1].get_xdata(), np.linspace(0, 1, 3))
+
+
+def test_plot_files_writes_every_figure(tmp_path):
+    write_surface(tmp_path / "s.h5")
+    write_surface(tmp_path / "l.h5", ys=np.zeros(1), ndim=1)
+    paths = plot_files([tmp_path / "s.h5", tmp_path / "l.h5"], tmp_path / "figs", "png", style="paper")
+    names = sorted(p.name for p in paths)
+    assert names == ["l_1d.png", "s.vtp", "s_3d.png", "s_contour.png", "s_contourf.png", "s_heatmap.png"]
+    assert all(p.stat().st_size > 1000 for p in paths)
+    assert (tmp_path / "figs" / "s_3d.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_surface_with_no_points_done_is_an_error(tmp_path):
+    res = write_surface(tmp_path / "e.h5", done=np.zeros((len(YS), len(XS)), bool))
+    with pytest.raises(LandscapeError, match="no finished grid points"):
+        S.contour_figure(res)
