@@ -24,6 +24,8 @@ from landscape import __version__
 from landscape.errors import LandscapeError
 
 KINDS = ("surface", "hessian", "fourier", "spectrum")
+#: :func:`describe` summarises a group of more than this many arrays (e.g. one per parameter) in one line
+GROUP_SUMMARY = 8
 #: attributes that describe how a run happened, not what it computes; they never block a resume
 VOLATILE = frozenset({"created", "command", "landscape_version", "torch_version", "device", "complete", "identity"})
 
@@ -217,7 +219,20 @@ def describe(path: str | Path) -> str:
             continue
         lines.append(f"  {key}: {result.attrs[key]}")
     lines.append("  arrays:")
+    groups: dict[str, list[np.ndarray]] = {}
+    for name, arr in result.arrays.items():
+        groups.setdefault(name.rpartition("/")[0], []).append(arr)
+    shown: set[str] = set()
     for name, arr in sorted(result.arrays.items()):
+        group = name.rpartition("/")[0]
+        if group and len(groups[group]) > GROUP_SUMMARY:  # e.g. one array per parameter: one line
+            if group not in shown:
+                shown.add(group)
+                members = groups[group]
+                dtypes = ",".join(sorted({str(a.dtype) for a in members}))
+                lines.append(f"    {group}/: {len(members)} arrays, {sum(a.size for a in members)} values ({dtypes})")
+            continue
         axes = result.axes.get(name)
-        lines.append(f"    {name}: {arr.dtype} {tuple(arr.shape)}" + (f" axes={axes}" if axes else ""))
+        extra = f" ({int(arr.sum())} of {arr.size} done)" if name == "done" and arr.dtype == bool else ""
+        lines.append(f"    {name}: {arr.dtype} {tuple(arr.shape)}" + (f" axes={axes}" if axes else "") + extra)
     return "\n".join(lines)
