@@ -1,0 +1,33 @@
+"""Hessian spectra: the HVP operator, Lanczos top/bottom-k, SLQ density, trace estimators, Paper A's spectra.
+
+- :class:`HessianOperator` (``operator.py``): the weighted, regularised Hessian of an ``Objective``.
+- :func:`lanczos` (``lanczos.py``): thick-restart Lanczos with full reorthogonalisation (scipy's names).
+- :func:`spectral_density` (``density.py``): stochastic Lanczos quadrature with a documented broadening.
+- :func:`trace` (``trace.py``): Hutchinson and Hutch++ with a standard error.
+- :func:`max_eigenvalue_spectrum` (``spectrum.py``): per-mini-batch top-k, Paper A's protocol.
+- :func:`run_hessian`, :func:`run_spectrum` (``run.py``): checkpoint in, HDF5 result out.
+"""
+
+from landscape.hessian.density import SpectralDensity, spectral_density
+from landscape.hessian.lanczos import DenseOperator, EigenResult, lanczos
+from landscape.hessian.operator import HessianOperator, select_names
+from landscape.hessian.run import run_hessian, run_spectrum
+from landscape.hessian.spectrum import MaxEigenvalueSpectrum, max_eigenvalue_spectrum, pyhessian_top_eigenvalues
+from landscape.hessian.trace import TraceEstimate, trace
+
+__all__ = [
+    "DenseOperator",
+    "EigenResult",
+    "HessianOperator",
+    "MaxEigenvalueSpectrum",
+    "SpectralDensity",
+    "TraceEstimate",
+    "lanczos",
+    "max_eigenvalue_spectrum",
+    "pyhessian_top_eigenvalues",
+    "run_hessian",
+    "run_spectrum",
+    "select_names",
+    "spectral_density",
+    "trace",
+]

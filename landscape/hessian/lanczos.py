@@ -1,0 +1,330 @@
+"""Thick-restart Lanczos for a few extreme eigenpairs of a symmetric operator, in torch on its device.
+
+The basis ``V`` is kept orthonormal by full reorthogonalisation (classical Gram-Schmidt applied twice), so
+converged eigenvalues are never found twice (no "ghost" copies). Alongside ``V`` the products ``W = A V``
+are stored (twice the memory of plain Lanczos): the projected matrix is ``T = V^T A V`` exactly and the
+Ritz residuals ``||A y - theta y||`` are computed from ``W`` without extra products. When the basis holds
+``ncv`` vectors it is restarted (Wu & Simon's thick restart): the most wanted Ritz vectors are kept together
+with the last Lanczos vector and the iteration continues from there.
+
+Stopping rule (DESIGN.md: Ritz values converge much faster than Ritz residuals): a wanted Ritz pair
+``(theta, y)`` with residual ``r`` and gap ``g`` to the nearest other Ritz value has eigenvalue error at most
+about ``min(r, r^2 / g)``; it is converged when that estimate is at most ``tol * max(|theta|, eps^(2/3) *
+||A||)``. Residuals are reported as they are, so eigenvectors can be judged separately.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from landscape.errors import LandscapeError
+
+WHICH = ("LA", "SA", "BE", "LM")
+
+
+class Operator(Protocol):
+    """What the solvers need: ``matvec`` on flat vectors, ``shape``, ``dtype``, ``device``."""
+
+    shape: tuple[int, int]
+    dtype: torch.dtype
+    device: torch.device
+
+    def matvec(self, v: Tensor) -> Tensor:
+        """Return ``A v``."""
+        ...
+
+
+class DenseOperator:
+    """A symmetric matrix (or a function ``v -> A v`` with a given size) seen as an :class:`Operator`."""
+
+    def __init__(
+        self,
+        matrix: Tensor | None = None,
+        *,
+        fn: Callable[[Tensor], Tensor] | None = None,
+        n: int | None = None,
+        dtype: torch.dtype = torch.float64,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if matrix is None and (fn is None or n is None):
+            raise ValueError("give a matrix, or a function together with its size n")
+        self.matrix = matrix
+        self.fn = fn
+        size = int(matrix.shape[0]) if matrix is not None else int(n)  # type: ignore[arg-type]
+        self.shape = (size, size)
+        self.dtype = matrix.dtype if matrix is not None else dtype
+        self.device = matrix.device if matrix is not None else torch.device(device)
+        self.n_matvec = 0
+
+    def matvec(self, v: Tensor) -> Tensor:
+        """Return ``A v``."""
+        self.n_matvec += 1
+        return self.matrix @ v if self.matrix is not None else self.fn(v)  # type: ignore[misc]
+
+
+@dataclass
+class EigenResult:
+    """Eigenpairs found by :func:`lanczos`, in ascending algebraic order (as ``scipy.sparse.linalg.eigsh``).
+
+    ``eigenvalues`` (k,), ``eigenvectors`` (n, k) unit columns or None, ``residuals`` (k,) = ||A y - theta y||,
+    ``errors`` (k,) the estimated eigenvalue errors ``min(r, r^2/gap)``, ``converged`` (k,) bool,
+    ``n_matvec`` operator products used, ``n_restarts`` thick restarts done.
+    """
+
+    eigenvalues: Tensor
+    eigenvectors: Tensor | None
+    residuals: Tensor
+    errors: Tensor
+    converged: Tensor
+    n_matvec: int
+    n_restarts: int
+    which: str
+    tol: float
+
+    @property
+    def all_converged(self) -> bool:
+        """Whether every requested eigenvalue met the tolerance."""
+        return bool(self.converged.all())
+
+
+def rank_ritz(theta: Tensor, which: str) -> Tensor:
+    """Indices of Ritz values from most to least wanted for ``which``.
+
+    LA: largest first; SA: smallest first; LM: largest magnitude first; BE: alternately the largest and the
+    smallest (largest first), so the first k hold ceil(k/2) from the top and floor(k/2) from the bottom.
+    """
+    if which == "LA":
+        return torch.argsort(theta, descending=True)
+    if which == "SA":
+        return torch.argsort(theta)
+    if which == "LM":
+        return torch.argsort(theta.abs(), descending=True)
+    asc = torch.argsort(theta).tolist()
+    out = []
+    while asc:
+        out.append(asc.pop())
+        if asc:
+            out.append(asc.pop(0))
+    return torch.tensor(out, dtype=torch.long)
+
+
+def random_unit(n: int, dtype: torch.dtype, device: torch.device, generator: torch.Generator) -> Tensor:
+    """A Gaussian vector normalised to unit length (drawn on CPU from ``generator``, so seeds are portable)."""
+    v = torch.randn(n, generator=generator, dtype=torch.float64)
+    return (v / torch.linalg.vector_norm(v)).to(device=device, dtype=dtype)
+
+
+def orthogonalize(r: Tensor, basis: Tensor) -> tuple[Tensor, Tensor]:
+    """Remove from ``r`` its components along the orthonormal columns of ``basis`` (Gram-Schmidt twice).
+
+    Returns ``(r - basis c, c)`` with ``c = basis^T r`` accumulated over both passes.
+    """
+    if basis.shape[1] == 0:
+        return r, r.new_zeros(0)
+    c = basis.T @ r
+    r = r - basis @ c
+    c2 = basis.T @ r
+    return r - basis @ c2, c + c2
+
+
+def _new_direction(basis: Tensor, generator: torch.Generator) -> Tensor | None:
+    """A random unit vector orthogonal to ``basis`` (None when the basis already spans the space)."""
+    n, j = basis.shape
+    if j >= n:
+        return None
+    for _ in range(3):
+        r, _ = orthogonalize(random_unit(n, basis.dtype, basis.device, generator), basis)
+        norm = torch.linalg.vector_norm(r)
+        if norm > 0.5:
+            return r / norm
+    return None
+
+
+def _validate(n: int, k: int, which: str, ncv: int | None) -> int:
+    if which not in WHICH:
+        raise LandscapeError(f"unknown which={which!r}; choose one of {', '.join(WHICH)}")
+    if not 1 <= k <= n:
+        raise LandscapeError(f"k must lie in [1, {n}] (the operator's size), got {k}")
+    m = min(n, max(2 * k + 1, 20)) if ncv is None else int(ncv)
+    if m > n or (m <= k and m < n):
+        raise LandscapeError(f"ncv must satisfy k < ncv <= n (k={k}, n={n}), got {m}")
+    return m
+
+
+def lanczos(
+    op: Operator,
+    k: int = 6,
+    which: str = "LA",
+    ncv: int | None = None,
+    tol: float = 1e-6,
+    maxiter: int | None = None,
+    v0: Tensor | None = None,
+    seed: int | None = None,
+    return_eigenvectors: bool = True,
+    callback: Callable[[int, Tensor, Tensor], None] | None = None,
+) -> EigenResult:
+    """Find k eigenpairs of a symmetric operator by thick-restart Lanczos with full reorthogonalisation.
+
+    Args follow ``scipy.sparse.linalg.eigsh``: ``k`` eigenpairs of kind ``which`` (LA largest, SA smallest,
+    BE both ends, LM largest magnitude); ``ncv`` basis size (default ``min(n, max(2k+1, 20))``); ``tol``
+    relative accuracy of the eigenvalues (0 means machine precision); ``maxiter`` maximum number of
+    restarts (default ``max(100, 10 n / ncv)``); ``v0`` starting vector (default: Gaussian from ``seed``).
+    ``callback(n_matvec, wanted_ritz_values, wanted_errors)`` is called after every product.
+
+    Runs on ``op.device`` in ``op.dtype``; the small projected eigenproblems run in float64 on the CPU.
+    Returns an :class:`EigenResult`; pairs that did not converge within ``maxiter`` carry ``converged=False``.
+    """
+    n = op.shape[0]
+    m = _validate(n, k, which, ncv)
+    dtype, device = op.dtype, op.device
+    eps = torch.finfo(dtype).eps
+    tol = float(tol) if tol > 0 else eps
+    maxiter = max(100, 10 * n // m) if maxiter is None else int(maxiter)
+    gen = torch.Generator().manual_seed(int(seed) if seed is not None else torch.seed() % 2**63)
+    if v0 is None:
+        v = random_unit(n, dtype, device, gen)
+    else:
+        v = v0.detach().to(device=device, dtype=dtype).reshape(-1).clone()
+        norm = torch.linalg.vector_norm(v)
+        if v.numel() != n or not torch.isfinite(norm) or norm == 0:
+            raise LandscapeError(f"v0 must be a finite nonzero vector of length {n}")
+        v = v / norm
+    V = torch.zeros(n, m + 1, dtype=dtype, device=device)
+    W = torch.zeros(n, m, dtype=dtype, device=device)
+    T = torch.zeros(m, m, dtype=torch.float64)
+    V[:, 0] = v
+    j, restarts, products, anorm = 0, 0, 0, 0.0
+    state = None
+    while True:
+        while j < m:
+            w = op.matvec(V[:, j]).reshape(-1)
+            products += 1
+            W[:, j] = w
+            r, h = orthogonalize(w, V[:, : j + 1])
+            hc = h.to("cpu", torch.float64)
+            T[: j + 1, j] = hc
+            T[j, : j + 1] = hc
+            j += 1
+            state = _ritz(T[:j, :j], V[:, :j], W[:, :j], k, which)
+            anorm = max(anorm, float(state.theta.abs().max()))
+            state.judge(tol, eps, anorm, exact=(j == n))
+            if callback is not None:
+                callback(products, state.values, state.errors)
+            if state.done:
+                break
+            beta = torch.linalg.vector_norm(r)
+            if float(beta) <= eps * max(anorm, 1e-300) * math.sqrt(n):  # invariant subspace: new direction
+                fresh = _new_direction(V[:, :j], gen)
+                if fresh is None:
+                    break
+                V[:, j] = fresh
+            else:
+                V[:, j] = r / beta
+        if state is not None and (state.done or j == n or restarts >= maxiter):
+            break
+        # thick restart: keep the most wanted Ritz vectors and the last Lanczos vector
+        keep = min(max(k, k + (m - k) // 2), m - 1)
+        theta, S = torch.linalg.eigh(T)
+        idx = rank_ritz(theta, which)[:keep]
+        Sk = S[:, idx].to(device=device, dtype=dtype)
+        V[:, :keep], V[:, keep] = V[:, :m] @ Sk, V[:, m].clone()
+        W[:, :keep] = W[:, :m] @ Sk
+        T.zero_()
+        T[:keep, :keep] = torch.diag(theta[idx])
+        j = keep
+        restarts += 1
+    assert state is not None
+    return state.result(V[:, : state.size], which, tol, products, restarts, return_eigenvectors)
+
+
+class _RitzState:
+    """The wanted Ritz pairs of one projected matrix, with their residuals and error estimates."""
+
+    def __init__(self, theta: Tensor, S: Tensor, wanted: Tensor, residuals: Tensor, required: int) -> None:
+        self.theta, self.S, self.wanted, self.residuals = theta, S, wanted, residuals
+        self.required = required
+        self.size = S.shape[0]
+        others = theta.unsqueeze(0) - theta[wanted].unsqueeze(1)
+        others[torch.arange(len(wanted)), wanted] = math.inf
+        gap = others.abs().min(dim=1).values if theta.numel() > 1 else torch.full_like(residuals, math.inf)
+        self.errors = torch.minimum(residuals, residuals**2 / gap)
+        self.converged = torch.zeros(len(wanted), dtype=torch.bool)
+        self.done = False
+
+    @property
+    def values(self) -> Tensor:
+        """The wanted Ritz values."""
+        return self.theta[self.wanted]
+
+    def judge(self, tol: float, eps: float, anorm: float, exact: bool) -> None:
+        """Mark the pairs whose estimated error is within ``tol`` (relative, floored at eps^(2/3) ||A||)."""
+        scale = torch.clamp(self.values.abs(), min=eps ** (2 / 3) * anorm)
+        self.converged = self.errors <= tol * scale
+        full = len(self.wanted) == self.required
+        self.done = bool(full and (self.converged.all() or exact))
+        if exact and full:
+            self.converged = self.converged | (self.residuals <= math.sqrt(eps) * max(anorm, 1e-300))
+
+    def result(
+        self, V: Tensor, which: str, tol: float, products: int, restarts: int, vectors: bool
+    ) -> EigenResult:
+        """Package the wanted pairs in ascending algebraic order."""
+        order = torch.argsort(self.values)
+        wanted = self.wanted[order]
+        Y = V @ self.S[:, wanted].to(device=V.device, dtype=V.dtype) if vectors else None
+        return EigenResult(
+            eigenvalues=self.theta[wanted].clone(),
+            eigenvectors=Y,
+            residuals=self.residuals[order].clone(),
+            errors=self.errors[order].clone(),
+            converged=self.converged[order].clone(),
+            n_matvec=products,
+            n_restarts=restarts,
+            which=which,
+            tol=tol,
+        )
+
+
+def _ritz(T: Tensor, V: Tensor, W: Tensor, k: int, which: str) -> _RitzState:
+    """Rayleigh-Ritz on the basis ``V`` (with ``W = A V``): wanted Ritz values, residuals ||W s - theta V s||."""
+    theta, S = torch.linalg.eigh(T)
+    wanted = rank_ritz(theta, which)[: min(k, theta.numel())]
+    Sw = S[:, wanted].to(device=V.device, dtype=V.dtype)
+    R = W @ Sw - (V @ Sw) * theta[wanted].to(device=V.device, dtype=V.dtype)
+    residuals = torch.linalg.vector_norm(R, dim=0).to("cpu", torch.float64)
+    return _RitzState(theta, S, wanted, residuals, k)
+
+
+def lanczos_tridiagonal(op: Operator, v0: Tensor, steps: int) -> tuple[Tensor, Tensor]:
+    """``steps`` Lanczos steps from ``v0`` with full reorthogonalisation: the tridiagonal ``T``'s entries.
+
+    Returns ``(alpha, beta)`` in float64 on the CPU: the diagonal (m,) and the off-diagonal (m-1,) of
+    ``T = Q^T A Q`` for the Krylov basis ``Q`` of ``v0``. Stops early (m < steps) when the Krylov space is
+    invariant, in which case ``T``'s eigenvalues are exactly eigenvalues of ``A``.
+    """
+    n = op.shape[0]
+    steps = min(int(steps), n)
+    Q = torch.zeros(n, steps, dtype=op.dtype, device=op.device)
+    q = v0.to(device=op.device, dtype=op.dtype).reshape(-1)
+    Q[:, 0] = q / torch.linalg.vector_norm(q)
+    alpha: list[float] = []
+    beta: list[float] = []
+    anorm = 0.0
+    eps = torch.finfo(op.dtype).eps
+    for j in range(steps):
+        w = op.matvec(Q[:, j]).reshape(-1)
+        r, h = orthogonalize(w, Q[:, : j + 1])
+        alpha.append(float(h[j]))
+        b = float(torch.linalg.vector_norm(r))
+        anorm = max(anorm, abs(alpha[-1]) + b)
+        if j + 1 == steps or b <= eps * max(anorm, 1e-300) * math.sqrt(n):
+            break
+        beta.append(b)
+        Q[:, j + 1] = r / b
+    return torch.tensor(alpha, dtype=torch.float64), torch.tensor(beta, dtype=torch.float64)

@@ -1,0 +1,207 @@
+"""The Hessian of an :class:`~landscape.objective.Objective` as a linear operator on flat vectors.
+
+For batches ``b`` with mean-reduced losses ``L_b`` and sizes ``N_b`` (``N = sum_b N_b`` over the batches
+used), the operator is
+
+    H = sum_b (N_b / N) * d^2 L_b / d theta^2  +  d^2 R / d theta^2
+
+restricted to the selected parameters ``theta`` (all others held at the evaluation point). Products are
+forward-over-reverse. Per batch the map ``v -> H_b v`` is traced once with ``torch.func.linearize`` of
+``torch.func.grad(L_b)`` and then called per vector (about 2x a gradient instead of 3-5x for a fresh
+``jvp(grad)`` each time, see DESIGN.md); the traced function keeps the batch's primal intermediates in
+memory, so only the first ``max_linearized`` batches are cached and the rest use ``jvp(grad)``; the trace
+itself costs about ten gradients, so by default a batch is traced only once it has been used a few times.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.func import grad, jvp, linearize, vmap
+
+from landscape.errors import LandscapeError
+from landscape.objective import Objective
+from landscape.params import ParamDict, flatten, unflatten
+
+HVP_MODES = ("auto", "linearize", "jvp")
+
+
+def select_names(names: Sequence[str], patterns: Sequence[str] | str | None) -> list[str]:
+    """Names matching any pattern, in their original order.
+
+    A pattern matches a name when it is a glob for it (``fnmatch``: ``"layer1.*"``, ``"*.weight"``), equals
+    it, or is a dotted prefix of it (``"fc"`` matches ``fc.weight`` and ``fc.bias``). ``None`` or an empty
+    list selects every name.
+    """
+    if patterns is None:
+        return list(names)
+    pats = [patterns] if isinstance(patterns, str) else list(patterns)
+    if not pats:
+        return list(names)
+    chosen = [
+        n for n in names if any(fnmatch.fnmatchcase(n, p) or n == p or n.startswith(p + ".") for p in pats)
+    ]
+    if not chosen:
+        raise LandscapeError(
+            f"no parameter matches {', '.join(pats)}; use names or globs of model.named_parameters(), e.g. 'fc.*'"
+        )
+    return chosen
+
+
+class HessianOperator:
+    """The (weighted, regularised) Hessian of an objective at one point, on flat vectors.
+
+    Args:
+        objective: the objective (model, batches, criterion, regulariser).
+        params: the evaluation point (default ``objective.params``); a dict with the objective's names.
+        patterns: parameter-name patterns (see :func:`select_names`); the Hessian block of the matching
+            parameters (a per-layer Hessian) with every other parameter held fixed. Default: all.
+        batches: indices of the objective's batches to use (default all), re-weighted by ``N_b / N_used``;
+            a single index gives that mini-batch's Hessian (plus the regulariser's).
+        mode: ``"linearize"`` (trace each batch's HVP at its first product and cache it), ``"jvp"``
+            (``jvp(grad)`` per product, no cache) or ``"auto"``: a batch is traced once it has been used for
+            ``linearize_after`` products (the trace costs roughly ten gradients, so an operator used for a
+            handful of products never pays it; a solver needing dozens does), and only the first
+            ``max_linearized`` batches are ever traced (memory); the rest always use ``jvp``.
+        max_linearized: how many batches ``"auto"`` may trace (each keeps one forward/backward of memory).
+        linearize_after: the number of plain ``jvp`` products per batch before ``"auto"`` traces it.
+
+    Vectors are 1-D tensors of length ``n`` on the objective's device in the params' dtype; the flat order
+    is the insertion order of the selected parameters (``self.names``). ``n_matvec`` counts products
+    (one product = one full pass over the used batches).
+    """
+
+    def __init__(
+        self,
+        objective: Objective,
+        params: Mapping[str, Tensor] | None = None,
+        *,
+        patterns: Sequence[str] | str | None = None,
+        batches: Sequence[int] | None = None,
+        mode: str = "auto",
+        max_linearized: int = 8,
+        linearize_after: int = 4,
+    ) -> None:
+        if mode not in HVP_MODES:
+            raise LandscapeError(f"unknown HVP mode {mode!r}; choose one of {', '.join(HVP_MODES)}")
+        self.objective = objective
+        point = dict(objective.params if params is None else params)
+        self.names = select_names(list(point), patterns)
+        self._point = point
+        self.params: ParamDict = {n: point[n] for n in self.names}
+        used = list(range(len(objective.batches))) if batches is None else [int(i) for i in batches]
+        if not used or any(i < 0 or i >= len(objective.batches) for i in used):
+            raise LandscapeError(f"batch indices must lie in [0, {len(objective.batches)}), got {used[:5]}")
+        self.batch_indices = used
+        sizes = [int(objective.batches[i][1].shape[0]) for i in used]
+        self.weights = [s / sum(sizes) for s in sizes]
+        self.mode = mode
+        self.max_linearized = len(used) if mode == "linearize" else 0 if mode == "jvp" else int(max_linearized)
+        n = sum(p.numel() for p in self.params.values())
+        self.shape = (n, n)
+        first = next(iter(self.params.values()))
+        self.dtype = first.dtype
+        self.device = first.device
+        self.linearize_after = 0 if mode == "linearize" else int(linearize_after)
+        self.n_matvec = 0
+        self._uses = [0] * len(used)
+        self._linear: dict[int, Callable[[ParamDict], ParamDict]] = {}
+
+    # -- building blocks ---------------------------------------------------------------------------
+    def _full(self, sub: Mapping[str, Tensor]) -> ParamDict:
+        return {**self._point, **sub}
+
+    def _batch_grad_fn(self, index: int) -> Callable[[ParamDict], ParamDict]:
+        loss = self.objective.batch_loss_fn(self.objective.batches[index])
+        return grad(lambda sub: loss(self._full(sub)))
+
+    def _batch_hvp(self, slot: int, v: ParamDict) -> ParamDict:
+        index = self.batch_indices[slot]
+        self._uses[slot] += 1
+        if self._traced(slot, self._uses[slot]):
+            return self._linear[slot](v)
+        return jvp(self._batch_grad_fn(index), (self.params,), (v,))[1]
+
+    def _traced(self, slot: int, use: int) -> bool:
+        """Whether the ``use``-th product of batch ``slot`` runs traced; traces it when that starts."""
+        if slot >= self.max_linearized or use <= self.linearize_after:
+            return False
+        if slot not in self._linear:
+            with warnings.catch_warnings():  # fx const-folding chatter, harmless
+                warnings.simplefilter("ignore")
+                grad_fn = self._batch_grad_fn(self.batch_indices[slot])
+                self._linear[slot] = linearize(grad_fn, self.params)[1]
+        return True
+
+    def _reg_hvp(self, v: ParamDict) -> ParamDict | None:
+        reg = self.objective.regularizer
+        if not reg.active:
+            return None
+        return jvp(grad(lambda sub: reg(self._full(sub))), (self.params,), (v,))[1]
+
+    def hvp_dict(self, v: Mapping[str, Tensor]) -> ParamDict:
+        """``H v`` for a dict ``v`` with the selected parameters' names and shapes."""
+        v = {n: v[n] for n in self.names}
+        total = self._reg_hvp(v)
+        for slot, w in enumerate(self.weights):
+            hv = self._batch_hvp(slot, v)
+            total = {n: w * t for n, t in hv.items()} if total is None else {n: total[n] + w * hv[n] for n in hv}
+        assert total is not None
+        self.n_matvec += 1
+        return total
+
+    # -- the operator ------------------------------------------------------------------------------
+    def matvec(self, v: Tensor) -> Tensor:
+        """``H v`` for a flat vector ``v`` of length n (moved to the operator's device and dtype)."""
+        v = v.to(device=self.device, dtype=self.dtype).reshape(-1)
+        if v.numel() != self.shape[0]:
+            raise ValueError(f"vector has {v.numel()} entries, the operator acts on {self.shape[0]}")
+        return flatten(self.hvp_dict(unflatten(v, self.params)))
+
+    def __matmul__(self, v: Tensor) -> Tensor:
+        return self.matvec(v) if v.dim() == 1 else self.matmat(v)
+
+    def matmat(self, V: Tensor, *, vectorize: bool = False) -> Tensor:
+        """``H V`` for an (n, m) matrix: column by column, or all columns at once with ``vmap``.
+
+        ``vectorize=True`` maps the products over the columns with ``torch.func.vmap`` (worth it on a GPU
+        for small models; on CPU a loop was faster). It counts as m products.
+        """
+        V = V.to(device=self.device, dtype=self.dtype)
+        if V.dim() != 2 or V.shape[0] != self.shape[0]:
+            raise ValueError(f"expected an ({self.shape[0]}, m) matrix, got {tuple(V.shape)}")
+        if not vectorize:
+            cols = [self.matvec(V[:, j]) for j in range(V.shape[1])]
+            return torch.stack(cols, dim=1) if cols else V.new_zeros(V.shape)
+        count = self.n_matvec
+        for slot in range(len(self.weights)):  # trace outside vmap
+            self._traced(slot, self._uses[slot] + 1)
+        out = vmap(lambda col: flatten(self.hvp_dict(unflatten(col, self.params))), in_dims=1, out_dims=1)(V)
+        self.n_matvec = count + V.shape[1]
+        return out
+
+    def dense(self) -> Tensor:
+        """The full n x n matrix by n products with the unit vectors (tiny problems and tests only)."""
+        return self.matmat(torch.eye(self.shape[0], dtype=self.dtype, device=self.device))
+
+    def to_scipy(self) -> object:
+        """A ``scipy.sparse.linalg.LinearOperator`` (float64 numpy in and out) backed by this operator."""
+        from scipy.sparse.linalg import LinearOperator
+
+        def mv(x: np.ndarray) -> np.ndarray:
+            out = self.matvec(torch.as_tensor(np.asarray(x).reshape(-1)))
+            return out.detach().to("cpu", torch.float64).numpy()
+
+        def mm(X: np.ndarray) -> np.ndarray:
+            return np.stack([mv(X[:, j]) for j in range(X.shape[1])], axis=1)
+
+        return LinearOperator(self.shape, matvec=mv, rmatvec=mv, matmat=mm, dtype=np.float64)
+
+    def clear_cache(self) -> None:
+        """Drop the traced per-batch products (and the memory they hold)."""
+        self._linear.clear()

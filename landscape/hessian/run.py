@@ -1,0 +1,244 @@
+"""Library entry points behind ``landscape hessian`` and ``landscape spectrum``: checkpoint in, HDF5 file out.
+
+Files follow DESIGN.md's schema. ``hessian``: ``eigenvalues`` (k), ``residuals`` (k), ``converged`` (k),
+optional ``eigenvectors`` (n_params, k), ``density/grid``, ``density/values``, ``density/nodes``,
+``density/weights``, ``trace/samples``; ``spectrum``: ``eigenvalues`` (n_batches, k), ``batch_sizes``,
+``done``, ``n_matvec``. Root attributes: :meth:`AnalysisInputs.provenance` plus every option. Only rank 0
+writes. A complete file of the same options is returned as is; an incomplete one is resumed (hessian: by
+section; spectrum: by batch); one of other options needs ``force``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from landscape import distributed, store
+from landscape.errors import LandscapeError
+
+
+def _show(quiet: bool) -> bool:
+    return not quiet and distributed.is_main() and sys.stderr.isatty()
+
+
+def _dtype(name: str) -> Any:
+    import torch
+
+    if name not in ("float32", "float64"):
+        raise LandscapeError(f"unknown dtype {name!r}; use float32 or float64")
+    return getattr(torch, name)
+
+
+def run_hessian(
+    checkpoint: str | Path,
+    out: str | Path = "hessian.h5",
+    *,
+    model_name: str | None = None,
+    data: str | None = None,
+    split: str = "train",
+    samples: int | None = 1024,
+    batch_size: int = 128,
+    seed: int = 0,
+    top_k: int = 5,
+    which: str = "LA",
+    tol: float = 1e-4,
+    ncv: int | None = None,
+    maxiter: int | None = None,
+    eigenvectors: bool = False,
+    density: bool = False,
+    probes: int = 4,
+    steps: int = 64,
+    sigma: float | None = None,
+    grid_points: int = 1000,
+    trace: bool = False,
+    trace_samples: int = 99,
+    trace_method: str = "hutch++",
+    params: str | None = None,
+    criterion: str = "cross_entropy",
+    regularizer: str = "none",
+    reg_coef: float | None = None,
+    hvp: str = "auto",
+    dtype: str = "float32",
+    device: str = "auto",
+    allow_stochastic: bool = False,
+    force: bool = False,
+    quiet: bool = False,
+) -> store.Result:
+    """Hessian of a checkpoint's full-data loss on ``samples`` training images, written to ``out``.
+
+    Computes the ``top_k`` eigenpairs of kind ``which`` by Lanczos (``top_k=0`` skips them), with
+    ``density`` the SLQ density (``probes`` x ``steps`` products, broadening ``sigma``), with ``trace`` the
+    trace estimate (``trace_samples`` products by ``trace_method``). ``params``: comma-separated name
+    patterns for a per-layer Hessian block. Returns the file, read back.
+    """
+    from landscape.hessian.density import spectral_density
+    from landscape.hessian.lanczos import lanczos
+    from landscape.hessian.operator import HessianOperator
+    from landscape.hessian.trace import trace as trace_estimate
+    from landscape.objective import Objective, Regularizer
+    from landscape.pipeline import batches_for, load_inputs, parse_patterns
+
+    if top_k < 0 or (top_k == 0 and not density and not trace):
+        raise LandscapeError("nothing to compute: give --top-k >= 1, --density or --trace")
+    reg = Regularizer.from_options(regularizer, reg_coef)
+    patterns = parse_patterns(params)
+    inputs = load_inputs(checkpoint, model_name=model_name, data=data, split=split, device=device)
+    distributed.init(inputs.device)
+    batches = batches_for(inputs, batch_size=batch_size, n_samples=samples, seed=seed)
+    options = {
+        "batch_size": batch_size, "top_k": top_k, "which": which, "tol": tol, "ncv": ncv, "maxiter": maxiter,
+        "eigenvectors": bool(eigenvectors), "density": bool(density), "probes": probes, "steps": steps,
+        "sigma": sigma, "grid_points": grid_points, "trace": bool(trace), "trace_samples": trace_samples,
+        "trace_method": trace_method, "params": patterns, "criterion": criterion, "regularizer": reg.describe(),
+        "hvp": hvp, "dtype": dtype, "bn_mode": "eval", "allow_stochastic": bool(allow_stochastic),
+    }
+    attrs = inputs.provenance(sum(int(y.shape[0]) for _, y in batches), seed, **options)
+    objective = Objective(inputs.model, batches, criterion=criterion, regularizer=reg, device=inputs.device,
+                          dtype=_dtype(dtype), allow_stochastic=allow_stochastic)
+    op = HessianOperator(objective, patterns=patterns or None, mode=hvp)
+    f = _open(out, "hessian", attrs, force)
+    try:
+        if _todo(f, "eigenvalues", top_k > 0):
+            res = lanczos(op, k=top_k, which=which, ncv=ncv, tol=tol, maxiter=maxiter, seed=seed,
+                          return_eigenvectors=eigenvectors)
+            if f is not None:
+                if eigenvectors:
+                    store.write_array(f, "eigenvectors", res.eigenvectors.cpu().numpy(), axes=["parameter", "pair"])
+                store.write_array(f, "residuals", res.residuals.numpy(), axes=["pair"])
+                store.write_array(f, "converged", res.converged.numpy(), axes=["pair"])
+                store.set_attrs(f, {"n_params": op.shape[0], "parameter_names": op.names,
+                                    "eigen_n_matvec": res.n_matvec, "eigen_restarts": res.n_restarts})
+                store.write_array(f, "eigenvalues", res.eigenvalues.numpy(), axes=["pair"])
+        if _todo(f, "density/values", density):
+            d = spectral_density(op, probes, steps, sigma, grid_points=grid_points, seed=seed)
+            if f is not None:
+                store.write_array(f, "density/nodes", d.nodes.numpy(), axes=["probe", "node"])
+                store.write_array(f, "density/weights", d.weights.numpy(), axes=["probe", "node"])
+                store.write_array(f, "density/grid", d.grid.numpy(), axes=["eigenvalue"])
+                store.set_attrs(f["density/nodes"].parent, {"sigma": d.sigma, "n_matvec": d.n_matvec})
+                store.write_array(f, "density/values", d.values.numpy(), axes=["eigenvalue"])
+        if _todo(f, "trace/samples", trace):
+            t = trace_estimate(op, trace_samples, trace_method, seed=seed)
+            if f is not None:
+                store.write_array(f, "trace/samples", t.samples.numpy(), axes=["probe"])
+                store.set_attrs(f["trace"], {"estimate": t.estimate, "stderr": t.stderr, "method": t.method,
+                                             "n_matvec": t.n_matvec})
+        if f is not None:
+            store.mark_complete(f)
+    finally:
+        if f is not None:
+            f.close()
+    distributed.barrier()
+    return store.read_result(out)
+
+
+def _open(out: str | Path, kind: str, attrs: dict[str, Any], force: bool) -> h5py.File | None:
+    """Rank 0 opens (or resumes) the file; other ranks get None. Errors reach every rank."""
+    error = None
+    f = None
+    if distributed.is_main():
+        try:
+            f, _ = store.open_result(out, kind, attrs, force=force)
+        except LandscapeError as exc:
+            error = str(exc)
+    error = distributed.broadcast_object(error)
+    if error is not None:
+        raise LandscapeError(error)
+    return f
+
+
+def _todo(f: h5py.File | None, name: str, wanted: bool) -> bool:
+    """Whether a section is wanted and not yet in the file (every rank agrees; rank 0 holds the file)."""
+    present = distributed.broadcast_object(f is not None and name in f)
+    return wanted and not present
+
+
+def run_spectrum(
+    checkpoint: str | Path,
+    out: str | Path = "spectrum.h5",
+    *,
+    model_name: str | None = None,
+    data: str | None = None,
+    split: str = "train",
+    batch_size: int = 16,
+    fraction: float | None = 0.1,
+    samples: int | None = None,
+    seed: int = 0,
+    top_k: int = 5,
+    which: str = "LM",
+    solver: str = "lanczos",
+    tol: float = 1e-3,
+    ncv: int | None = None,
+    maxiter: int | None = None,
+    criterion: str = "cross_entropy",
+    regularizer: str = "none",
+    reg_coef: float | None = None,
+    dtype: str = "float32",
+    device: str = "auto",
+    allow_stochastic: bool = False,
+    force: bool = False,
+    quiet: bool = False,
+) -> store.Result:
+    """Paper A's per-mini-batch max-eigenvalue spectrum of a checkpoint, written to ``out`` batch by batch.
+
+    The data are ``fraction`` of the split (or ``samples`` images when given), in a ``seed``-ed order, cut
+    into batches of ``batch_size`` (the last may be smaller); see
+    :func:`~landscape.hessian.spectrum.max_eigenvalue_spectrum`. Returns the file, read back.
+    """
+    from landscape.data import fixed_batches, load_dataset
+    from landscape.hessian.spectrum import max_eigenvalue_spectrum
+    from landscape.objective import Regularizer
+    from landscape.pipeline import load_inputs
+
+    reg = Regularizer.from_options(regularizer, reg_coef)
+    inputs = load_inputs(checkpoint, model_name=model_name, data=data, split=split, device=device)
+    distributed.init(inputs.device)
+    dataset = load_dataset(inputs.dataset_spec, split)
+    if samples is None:
+        if fraction is None or not 0 < fraction <= 1:
+            raise LandscapeError(f"--fraction must lie in (0, 1], got {fraction}")
+        samples = max(1, round(fraction * len(dataset)))
+    batches = fixed_batches(dataset, batch_size, samples, seed=seed, device=inputs.device)
+    options = {
+        "batch_size": batch_size, "fraction": fraction, "top_k": top_k, "which": which, "solver": solver,
+        "tol": tol, "ncv": ncv, "maxiter": maxiter, "criterion": criterion, "regularizer": reg.describe(),
+        "dtype": dtype, "bn_mode": "eval", "allow_stochastic": bool(allow_stochastic),
+    }
+    attrs = inputs.provenance(samples, seed, **options)
+    f = _open(out, "spectrum", attrs, force)
+    skip: list[int] = []
+    try:
+        if f is not None:
+            n = len(batches)
+            eig = store.require_dataset(f, "eigenvalues", (n, top_k), "f8", fill=np.nan, axes=["batch", "rank"])
+            done = store.require_dataset(f, "done", (n,), bool, fill=False, axes=["batch"])
+            count = store.require_dataset(f, "n_matvec", (n,), "i8", fill=0, axes=["batch"])
+            if "batch_sizes" not in f:
+                store.write_array(f, "batch_sizes", np.array([int(y.shape[0]) for _, y in batches]), axes=["batch"])
+            skip = [int(i) for i in np.flatnonzero(done[()])]
+        skip = distributed.broadcast_object(skip)
+
+        def write(item: Any) -> None:
+            if f is not None:
+                eig[item.index] = item.eigenvalues
+                count[item.index] = item.n_matvec
+                done[item.index] = True
+                f.flush()
+
+        if len(skip) < len(batches):
+            max_eigenvalue_spectrum(
+                inputs.model, batches, k=top_k, which=which, solver=solver, criterion=criterion, regularizer=reg,
+                tol=tol, ncv=ncv, maxiter=maxiter, seed=seed, device=inputs.device, dtype=_dtype(dtype),
+                allow_stochastic=allow_stochastic, skip=skip, on_batch=write, progress=_show(quiet),
+            )
+        if f is not None:
+            store.mark_complete(f)
+    finally:
+        if f is not None:
+            f.close()
+    distributed.barrier()
+    return store.read_result(out)

@@ -1,0 +1,181 @@
+"""Paper A's per-mini-batch "max eigenvalue spectra" (PAPERS.md A.2).
+
+For every mini-batch ``b`` the top-k eigenvalues of ``H_b + H_R`` (that batch's mean loss plus the
+regulariser; BatchNorm in eval mode) are computed; the eigenvalues of all batches are pooled and their
+density is plotted. ``which="LM"`` (default) returns the largest-**magnitude** eigenvalues, the semantics of
+the power iteration Paper A used, which is why strongly negative values can appear. ``solver="pyhessian"``
+runs PyHessian's own power iteration with deflation (``hessian(model, criterion, data=(x, y)).eigenvalues(
+top_n=k)``) on a deep copy of the model; its criterion is given the regulariser too (the copy's parameters
+enter the loss), so both solvers compute the spectrum of the same matrix. Under ``torchrun`` the batches
+are shared among ranks (rank r takes every W-th batch of each round) and gathered on every rank.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from landscape import distributed
+from landscape.errors import LandscapeError
+from landscape.hessian.lanczos import lanczos
+from landscape.hessian.operator import HessianOperator
+from landscape.objective import Batch, Objective, Regularizer, batch_loss
+
+SOLVERS = ("lanczos", "pyhessian")
+
+
+@dataclass
+class BatchSpectrum:
+    """The top-k eigenvalues (ascending) of one mini-batch, the products spent and convergence flags."""
+
+    index: int
+    eigenvalues: np.ndarray
+    n_matvec: int
+    converged: np.ndarray
+
+
+@dataclass
+class MaxEigenvalueSpectrum:
+    """Per-mini-batch top-k eigenvalues.
+
+    ``eigenvalues`` (n_batches, k), each row ascending; ``batch_sizes`` (n_batches,); ``n_matvec`` and
+    ``converged`` per batch (PyHessian reports neither: -1 products, rows all True).
+    """
+
+    eigenvalues: np.ndarray
+    batch_sizes: np.ndarray
+    n_matvec: np.ndarray
+    converged: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), bool))
+
+
+def pyhessian_top_eigenvalues(
+    objective: Objective, index: int, k: int, *, tol: float = 1e-3, maxiter: int = 100, seed: int = 0
+) -> np.ndarray:
+    """Top-k eigenvalues by PyHessian's power iteration for batch ``index`` of ``objective`` (ascending).
+
+    Runs on a deep copy of the objective's module (eval mode; only the objective's variable parameters
+    require gradients, at the objective's point) with the criterion ``data loss + regulariser``. PyHessian
+    draws its start vectors from torch's global generator: it is seeded with ``seed`` inside a forked RNG
+    state, so the caller's random state is untouched.
+    """
+    from pyhessian import hessian as PyHessian
+
+    model = copy.deepcopy(objective.module).eval()
+    variable = dict(objective.params)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(variable.get(name, objective.fixed.get(name, p)))
+            p.requires_grad_(name in variable)
+    named = dict(model.named_parameters())
+    reg = objective.regularizer
+
+    def criterion(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        loss = batch_loss(logits, targets, objective.criterion)
+        return loss + reg({n: named[n] for n in variable}) if reg.active else loss
+
+    x, y = objective.batches[index]
+    device = objective.device
+    devices = [device] if device.type == "cuda" else []
+    default = torch.get_default_dtype()
+    with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyHessian's backward(create_graph=True) warns about a reference cycle
+        torch.manual_seed(seed)
+        try:
+            torch.set_default_dtype(next(iter(variable.values())).dtype)  # PyHessian's randn uses it
+            h = PyHessian(model, criterion, data=(x, y), cuda=device.type == "cuda")
+            values, _ = h.eigenvalues(maxIter=maxiter, tol=tol, top_n=k)
+        finally:
+            torch.set_default_dtype(default)
+    return np.sort(np.asarray(values, dtype=np.float64))
+
+
+def max_eigenvalue_spectrum(
+    model: nn.Module,
+    batches: Sequence[Batch],
+    *,
+    k: int = 5,
+    which: str = "LM",
+    solver: str = "lanczos",
+    criterion: str = "cross_entropy",
+    regularizer: Regularizer | None = None,
+    tol: float = 1e-3,
+    ncv: int | None = None,
+    maxiter: int | None = None,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+    allow_stochastic: bool = False,
+    skip: Sequence[int] = (),
+    on_batch: Callable[[BatchSpectrum], None] | None = None,
+    progress: bool = False,
+) -> MaxEigenvalueSpectrum:
+    """Top-k Hessian eigenvalues of every mini-batch's loss (+ regulariser), Paper A's protocol.
+
+    ``solver="lanczos"`` uses :func:`~landscape.hessian.lanczos.lanczos` with ``which``/``tol``/``ncv``/
+    ``maxiter`` on :class:`HessianOperator` of the single batch (seed ``seed + index``); ``"pyhessian"``
+    uses :func:`pyhessian_top_eigenvalues` (always largest magnitude; ``tol`` is its relative change
+    between iterations, ``maxiter`` its iterations per eigenvalue, default 100). Batches listed in ``skip``
+    are not computed (their rows stay NaN: resuming). ``on_batch`` is called on every rank with each
+    finished batch, in rounds of ``world_size`` batches. The model is never modified.
+    """
+    if solver not in SOLVERS:
+        raise LandscapeError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
+    objective = Objective(
+        model, batches, criterion=criterion, regularizer=regularizer, device=device, dtype=dtype,
+        allow_stochastic=allow_stochastic,
+    )
+    n_params = sum(p.numel() for p in objective.params.values())
+    if not 1 <= k < n_params:
+        raise LandscapeError(f"--top-k must lie in [1, {n_params - 1}] for this model, got {k}")
+    sizes = np.array([int(y.shape[0]) for _, y in objective.batches])
+    out = MaxEigenvalueSpectrum(
+        np.full((len(sizes), k), np.nan), sizes, np.zeros(len(sizes), np.int64), np.zeros((len(sizes), k), bool)
+    )
+    todo = [i for i in range(len(sizes)) if i not in set(skip)]
+    world, rank = distributed.world_size(), distributed.rank()
+    bar = _progress(len(todo), progress and distributed.is_main())
+    for start in range(0, len(todo), world):
+        mine = todo[start + rank] if start + rank < len(todo) else None
+        result = None if mine is None else _one_batch(objective, mine, k, which, solver, tol, ncv, maxiter, seed)
+        for item in distributed.all_gather_objects(result):
+            if item is None:
+                continue
+            out.eigenvalues[item.index] = item.eigenvalues
+            out.n_matvec[item.index] = item.n_matvec
+            out.converged[item.index] = item.converged
+            if on_batch is not None:
+                on_batch(item)
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    return out
+
+
+def _one_batch(
+    objective: Objective, index: int, k: int, which: str, solver: str, tol: float, ncv: int | None,
+    maxiter: int | None, seed: int,
+) -> BatchSpectrum:
+    if solver == "pyhessian":
+        values = pyhessian_top_eigenvalues(objective, index, k, tol=tol, maxiter=maxiter or 100, seed=seed + index)
+        return BatchSpectrum(index, values, -1, np.ones(k, bool))
+    op = HessianOperator(objective, batches=[index])
+    res = lanczos(op, k=k, which=which, ncv=ncv, tol=tol, maxiter=maxiter, seed=seed + index,
+                  return_eigenvectors=False)
+    return BatchSpectrum(index, res.eigenvalues.numpy(), res.n_matvec, res.converged.numpy())
+
+
+def _progress(total: int, enabled: bool):  # noqa: ANN202
+    import sys
+
+    if not enabled or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="spectrum", unit="batch")

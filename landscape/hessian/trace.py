@@ -1,0 +1,80 @@
+"""Stochastic trace estimators with a standard error: Hutchinson and Hutch++.
+
+Hutchinson: ``tr(A) ~ (1/s) sum_i z_i^T A z_i`` for probes with ``E[z z^T] = I``; standard error
+``std(z_i^T A z_i) / sqrt(s)``. Hutch++ (Meyer, Musco, Musco & Woodruff 2021) spends a third of the products
+on a sketch ``Q = orth(A S)``, a third on the exact ``tr(Q^T A Q)`` and the rest on Hutchinson for the
+deflated ``(I - QQ^T) A (I - QQ^T)``; its per-probe values are ``tr(Q^T A Q) + g^T (I-QQ^T) A (I-QQ^T) g``.
+With ``samples`` products both methods cost the same; Hutch++ is exact once the sketch spans the space.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from landscape.errors import LandscapeError
+from landscape.hessian.lanczos import Operator
+from landscape.hessian.probes import probe_vectors
+
+TRACE_METHODS = ("hutchinson", "hutch++")
+
+
+@dataclass
+class TraceEstimate:
+    """A trace estimate.
+
+    ``estimate`` of tr(A), its ``stderr``, the per-probe ``samples`` (their mean is the estimate), the
+    ``method`` and the operator products used (``n_matvec``).
+    """
+
+    estimate: float
+    stderr: float
+    samples: Tensor
+    method: str
+    n_matvec: int
+
+
+def _apply(op: Operator, V: Tensor) -> Tensor:
+    return torch.stack([op.matvec(V[:, j]).reshape(-1) for j in range(V.shape[1])], dim=1)
+
+
+def _quadratic_forms(op: Operator, Z: Tensor) -> Tensor:
+    return torch.stack([torch.dot(Z[:, j], op.matvec(Z[:, j]).reshape(-1)) for j in range(Z.shape[1])])
+
+
+def trace(
+    op: Operator,
+    samples: int = 100,
+    method: str = "hutchinson",
+    *,
+    seed: int | None = None,
+    distribution: str = "rademacher",
+) -> TraceEstimate:
+    """Estimate ``tr(A)`` with ``samples`` operator products by Hutchinson or Hutch++ (see the module docs)."""
+    if method not in TRACE_METHODS:
+        raise LandscapeError(f"unknown trace method {method!r}; choose one of {', '.join(TRACE_METHODS)}")
+    n = op.shape[0]
+    kw = {"distribution": distribution, "dtype": op.dtype, "device": op.device}
+    if method == "hutchinson":
+        if samples < 2:
+            raise LandscapeError(f"Hutchinson needs at least 2 samples for a standard error, got {samples}")
+        values = _quadratic_forms(op, probe_vectors(n, samples, seed=seed, **kw))
+        exact = 0.0
+    else:
+        if samples < 6:
+            raise LandscapeError(f"Hutch++ needs at least 6 products (sketch, exact part, probes), got {samples}")
+        sketch = samples // 3
+        gen_seed = None if seed is None else int(seed)
+        S = probe_vectors(n, sketch, seed=gen_seed, **kw)
+        Q, _ = torch.linalg.qr(_apply(op, S))
+        exact = float(torch.trace(Q.T @ _apply(op, Q)))
+        G = probe_vectors(n, samples - 2 * sketch, seed=None if seed is None else gen_seed + 1, **kw)
+        G = G - Q @ (Q.T @ G)
+        values = _quadratic_forms(op, G)
+        samples = 2 * Q.shape[1] + G.shape[1]
+    values = values.to("cpu", torch.float64) + exact
+    stderr = float(values.std(unbiased=True)) / math.sqrt(values.numel()) if values.numel() > 1 else math.inf
+    return TraceEstimate(float(values.mean()), stderr, values, method, int(samples))
