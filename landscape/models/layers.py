@@ -1,0 +1,326 @@
+"""Shared building blocks of the model zoo.
+
+Attention here is written out explicitly (``softmax(q k^T * scale + bias) v``) instead of calling
+``F.scaled_dot_product_attention`` so that every ``torch.func`` transform (``grad``, ``jvp``, ``vmap``,
+``linearize``) works on it on every device. No block uses in-place operations, so tensors recorded by
+``forward_intermediates`` are never modified afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from landscape.errors import LandscapeError
+
+FEATURE_KINDS: tuple[str, ...] = ("stem", "conv", "msa", "mlp", "downsample", "embed")
+
+
+@dataclass
+class Feature:
+    """The output of one block of a model, as returned by ``forward_intermediates``.
+
+    ``name`` is the block's module path (e.g. ``"layer1.0"``, ``"blocks.3.msa"``), ``kind`` one of
+    :data:`FEATURE_KINDS`, and ``tensor`` the block's output as an NCHW map (tokens reshaped to their grid).
+    """
+
+    name: str
+    kind: str
+    tensor: Tensor
+
+    def __post_init__(self) -> None:
+        if self.kind not in FEATURE_KINDS:
+            raise ValueError(f"Feature kind {self.kind!r} is not one of {FEATURE_KINDS}")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Convolution helpers
+
+
+def conv3x3(in_chans: int, out_chans: int, stride: int = 1) -> nn.Conv2d:
+    """Return a 3x3 convolution with padding 1 and no bias."""
+    return nn.Conv2d(in_chans, out_chans, kernel_size=3, stride=stride, padding=1, bias=False)
+
+
+def conv1x1(in_chans: int, out_chans: int, stride: int = 1) -> nn.Conv2d:
+    """Return a 1x1 convolution with no bias."""
+    return nn.Conv2d(in_chans, out_chans, kernel_size=1, stride=stride, bias=False)
+
+
+def conv_bn(in_chans: int, out_chans: int, kernel_size: int = 1, stride: int = 1) -> nn.Sequential:
+    """Return ``Sequential(conv (no bias, 'same' padding), BatchNorm2d)``, e.g. a projection shortcut."""
+    conv = nn.Conv2d(in_chans, out_chans, kernel_size, stride=stride, padding=kernel_size // 2, bias=False)
+    return nn.Sequential(conv, nn.BatchNorm2d(out_chans))
+
+
+# --------------------------------------------------------------------------------------------------------
+# MLP and stochastic depth
+
+
+class Mlp(nn.Module):
+    """Two-layer perceptron over the last dimension: ``fc2(drop(act(fc1(x))))`` (GELU by default)."""
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        out_features: int | None = None,
+        drop: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden_features)
+        self.act = nn.GELU()
+        self.drop = nn.Dropout(drop)
+        self.fc2 = nn.Linear(hidden_features, out_features or in_features)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Apply the MLP to the last dimension of ``x``."""
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: in training, zero a residual branch per sample with probability ``drop_prob``.
+
+    Kept samples are scaled by ``1 / (1 - drop_prob)``; in eval mode (or with ``drop_prob == 0``) this is
+    the identity.
+    """
+
+    def __init__(self, drop_prob: float = 0.0) -> None:
+        super().__init__()
+        if not 0.0 <= drop_prob < 1.0:
+            raise LandscapeError(f"drop path rate must be in [0, 1), got {drop_prob}")
+        self.drop_prob = float(drop_prob)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Return ``x`` with whole samples dropped (training only)."""
+        if self.drop_prob == 0.0 or not self.training:
+            return x
+        keep = 1.0 - self.drop_prob
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
+        return x * mask / keep
+
+    def extra_repr(self) -> str:
+        """Show the drop probability in the module's repr."""
+        return f"drop_prob={self.drop_prob}"
+
+
+def drop_path_rates(rate: float, n: int) -> list[float]:
+    """Return the linear stochastic-depth schedule ``rate * j / (n - 1)`` for blocks ``j = 0 .. n-1``."""
+    if n <= 1:
+        return [0.0] * n
+    return [rate * j / (n - 1) for j in range(n)]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Relative position bias
+
+
+def relative_offset_index(dy: int, dx: int, grid_size: tuple[int, int]) -> int:
+    """Return the column of a relative-position table for the offset ``(dy, dx) = pos(k) - pos(q)``.
+
+    On an ``H x W`` grid offsets range over ``[-(H-1), H-1] x [-(W-1), W-1]``; the table has
+    ``(2H-1) * (2W-1)`` columns, laid out row-major over ``(dy, dx)``.
+    """
+    H, W = grid_size
+    if not (-H < dy < H and -W < dx < W):
+        raise ValueError(f"offset ({dy}, {dx}) is outside a {H}x{W} grid")
+    return (dy + H - 1) * (2 * W - 1) + (dx + W - 1)
+
+
+def relative_position_index(grid_size: tuple[int, int]) -> Tensor:
+    """Return an ``(H*W, H*W)`` long tensor whose entry ``[q, k]`` is the table column of pos(k) - pos(q).
+
+    Positions are numbered row-major: token ``i`` sits at ``(i // W, i % W)``.
+    """
+    H, W = grid_size
+    ys, xs = torch.meshgrid(torch.arange(H), torch.arange(W), indexing="ij")
+    ys, xs = ys.flatten(), xs.flatten()
+    dy = ys[None, :] - ys[:, None]  # [q, k] = y(k) - y(q)
+    dx = xs[None, :] - xs[:, None]
+    return (dy + H - 1) * (2 * W - 1) + (dx + W - 1)
+
+
+class RelativePositionBias(nn.Module):
+    """Learned attention-score bias that depends only on the offset between key and query positions.
+
+    ``table`` has shape ``(num_tables, (2H-1)*(2W-1))``; ``num_tables`` is the number of heads (one bias per
+    head) or 1 (one table shared by all heads, as in AlterNet). Column ``relative_offset_index(dy, dx)``
+    holds the bias added to the score of a query at ``p`` and a key at ``p + (dy, dx)``.
+
+    With ``num_prefix_tokens == 1`` (a CLS token placed before the grid tokens) the module also learns
+    ``cls_bias`` of shape ``(num_tables, 3)``: the bias of [CLS query -> grid key, grid query -> CLS key,
+    CLS -> CLS]. Those start at zero, so an untrained model treats CLS like a token at no particular offset.
+    """
+
+    def __init__(
+        self, grid_size: tuple[int, int], num_tables: int, num_prefix_tokens: int = 0, init_std: float = 0.02
+    ) -> None:
+        super().__init__()
+        if num_prefix_tokens not in (0, 1):
+            raise ValueError("RelativePositionBias supports at most one prefix (CLS) token")
+        self.grid_size = (int(grid_size[0]), int(grid_size[1]))
+        self.num_prefix_tokens = num_prefix_tokens
+        H, W = self.grid_size
+        self.table = nn.Parameter(torch.zeros(num_tables, (2 * H - 1) * (2 * W - 1)))
+        nn.init.trunc_normal_(self.table, std=init_std)
+        self.cls_bias = nn.Parameter(torch.zeros(num_tables, 3)) if num_prefix_tokens else None
+        self.register_buffer("index", relative_position_index(self.grid_size), persistent=False)
+
+    def offset_index(self, dy: int, dx: int) -> int:
+        """Return the table column of offset ``(dy, dx) = pos(k) - pos(q)`` on this module's grid."""
+        return relative_offset_index(dy, dx, self.grid_size)
+
+    def extra_repr(self) -> str:
+        """Show the grid, the number of tables and of prefix tokens."""
+        return f"grid_size={self.grid_size}, num_tables={self.table.shape[0]}, prefix={self.num_prefix_tokens}"
+
+    def forward(self) -> Tensor:
+        """Return the bias of shape ``(num_tables, N, N)`` with ``N = num_prefix_tokens + H*W``."""
+        bias = self.table[:, self.index]  # (T, HW, HW)
+        if self.cls_bias is None:
+            return bias
+        T, n = bias.shape[0], bias.shape[-1]
+        c = self.cls_bias
+        top = torch.cat([c[:, 2].view(T, 1, 1), c[:, 0].view(T, 1, 1).expand(T, 1, n)], dim=2)
+        rest = torch.cat([c[:, 1].view(T, 1, 1).expand(T, n, 1), bias], dim=2)
+        return torch.cat([top, rest], dim=1)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Attention
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, bias: Tensor | None = None) -> Tensor:
+    """Return ``softmax(q k^T * scale + bias) v`` for ``(B, heads, N, d)`` tensors (bias broadcasts)."""
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if bias is not None:
+        scores = scores + bias
+    return scores.softmax(dim=-1) @ v
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention over tokens ``(B, N, dim)``, optionally with relative position bias.
+
+    ``qkv`` is one Linear ``dim -> 3 * num_heads * head_dim``: output rows ``[0, I)`` are W_Q, ``[I, 2I)``
+    W_K and ``[2I, 3I)`` W_V (``I = num_heads * head_dim``), head ``h`` owning rows ``h*head_dim ..
+    (h+1)*head_dim`` of each. ``proj`` maps the concatenated heads back to ``out_dim`` (W_O).
+    With ``grid_size`` set, ``rel_pos`` (a :class:`RelativePositionBias` with one table per head) adds
+    ``phi_h(pos(k) - pos(q))`` to the scores; the last ``H*W`` tokens are the grid, row-major, after
+    ``num_prefix_tokens`` prefix (CLS) tokens.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int = 8,
+        head_dim: int | None = None,
+        qkv_bias: bool = False,
+        out_dim: int | None = None,
+        grid_size: tuple[int, int] | None = None,
+        num_prefix_tokens: int = 0,
+    ) -> None:
+        super().__init__()
+        if head_dim is None:
+            if dim % num_heads:
+                raise LandscapeError(f"width {dim} is not divisible by {num_heads} heads; pass head_dim")
+            head_dim = dim // num_heads
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.scale = head_dim**-0.5
+        inner = num_heads * head_dim
+        self.qkv = nn.Linear(dim, 3 * inner, bias=qkv_bias)
+        self.proj = nn.Linear(inner, out_dim or dim)
+        self.rel_pos = (
+            RelativePositionBias(grid_size, num_heads, num_prefix_tokens) if grid_size is not None else None
+        )
+
+    def extra_repr(self) -> str:
+        """Show heads and head width."""
+        return f"num_heads={self.num_heads}, head_dim={self.head_dim}"
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Attend over the tokens of ``x`` (B, N, dim) and return (B, N, out_dim)."""
+        B, N, _ = x.shape
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        bias = self.rel_pos() if self.rel_pos is not None else None
+        out = attend(q, k, v, self.scale, bias)  # (B, heads, N, d)
+        return self.proj(out.transpose(1, 2).reshape(B, N, self.num_heads * self.head_dim))
+
+
+def window_partition(x: Tensor, window: int) -> Tensor:
+    """Split an NCHW map into non-overlapping ``window x window`` windows: ``(B*nH*nW, window**2, C)``.
+
+    Windows are ordered row-major over the map and tokens row-major inside a window.
+    """
+    B, C, H, W = x.shape
+    x = x.reshape(B, C, H // window, window, W // window, window)
+    return x.permute(0, 2, 4, 3, 5, 1).reshape(-1, window * window, C)
+
+
+def window_merge(x: Tensor, window: int, height: int, width: int) -> Tensor:
+    """Invert :func:`window_partition`: ``(B*nH*nW, window**2, C)`` -> NCHW ``(B, C, height, width)``."""
+    nH, nW = height // window, width // window
+    C = x.shape[-1]
+    x = x.reshape(-1, nH, nW, window, window, C)
+    return x.permute(0, 5, 1, 3, 2, 4).reshape(-1, C, height, width)
+
+
+class WindowAttention(nn.Module):
+    """Multi-head self-attention inside non-overlapping windows of an NCHW map (AlterNet's MSA).
+
+    q, k, v come from one 1x1 convolution without bias (``qkv``, same row layout as :class:`Attention`),
+    the heads are merged by a 1x1 convolution with bias (``proj``). ``rel_pos`` adds a learned relative
+    position bias over the ``window x window`` grid: one table shared by all heads (``rel_pos_per_head=
+    False``, as in the official AlterNet) or one per head. The map's height and width must be multiples of
+    ``window``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        out_dim: int,
+        num_heads: int,
+        head_dim: int,
+        window: int,
+        rel_pos_per_head: bool = False,
+    ) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.window = window
+        self.scale = head_dim**-0.5
+        inner = num_heads * head_dim
+        self.qkv = nn.Conv2d(dim, 3 * inner, kernel_size=1, bias=False)
+        self.proj = nn.Conv2d(inner, out_dim, kernel_size=1)
+        self.rel_pos = RelativePositionBias((window, window), num_heads if rel_pos_per_head else 1)
+
+    def extra_repr(self) -> str:
+        """Show heads, head width and window."""
+        return f"num_heads={self.num_heads}, head_dim={self.head_dim}, window={self.window}"
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Attend within each window of ``x`` (B, dim, H, W) and return (B, out_dim, H, W)."""
+        _, _, H, W = x.shape
+        w = self.window
+        if H % w or W % w:
+            raise LandscapeError(
+                f"a {H}x{W} feature map does not split into {w}x{w} attention windows; "
+                "build the model with the img_size you feed it"
+            )
+        tokens = window_partition(self.qkv(x), w)  # (B', N, 3*inner)
+        Bw, N, _ = tokens.shape
+        q, k, v = tokens.reshape(Bw, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        out = attend(q, k, v, self.scale, self.rel_pos())  # (B', heads, N, d)
+        out = out.transpose(1, 2).reshape(Bw, N, self.num_heads * self.head_dim)
+        return self.proj(window_merge(out, w, H, W))
+
+
+def tokens_to_grid(tokens: Tensor, grid_size: tuple[int, int]) -> Tensor:
+    """Reshape grid tokens ``(B, H*W, C)`` to an NCHW map: token ``i`` goes to row ``i // W``, col ``i % W``."""
+    B, N, C = tokens.shape
+    H, W = grid_size
+    if N != H * W:
+        raise ValueError(f"{N} tokens do not fill a {H}x{W} grid")
+    return tokens.transpose(1, 2).reshape(B, C, H, W)

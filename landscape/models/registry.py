@@ -1,0 +1,98 @@
+"""The model registry: names -> constructor functions, timm style.
+
+A registered function has the signature ``name(num_classes=..., **kwargs) -> nn.Module`` and fills in the
+keyword arguments of one model class. :func:`create_model` records on the model what is needed to rebuild
+it from a checkpoint alone: ``create_model(m.model_name, num_classes=m.num_classes, **m.model_kwargs)``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from torch import nn
+
+from landscape.errors import LandscapeError
+
+ModelFn = TypeVar("ModelFn", bound=Callable[..., nn.Module])
+
+_MODELS: dict[str, Callable[..., nn.Module]] = {}
+_ALIASES: dict[str, str] = {"alternet": "alternet50", "resnet": "resnet50", "vit": "vit_ti"}
+
+
+def register_model(fn: ModelFn) -> ModelFn:
+    """Register ``fn`` under its ``__name__`` as a model constructor and return it unchanged."""
+    name = fn.__name__
+    if name in _MODELS or name in _ALIASES:
+        raise ValueError(f"model {name!r} is already registered")
+    _MODELS[name] = fn
+    return fn
+
+
+def list_models(pattern: str | None = None) -> list[str]:
+    """Return the sorted registered model names, optionally filtered by an fnmatch ``pattern``."""
+    names = sorted(_MODELS)
+    if pattern is not None:
+        names = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+    return names
+
+
+def list_aliases() -> dict[str, str]:
+    """Return a copy of the alias table (alias -> registered name)."""
+    return dict(_ALIASES)
+
+
+def resolve_model_name(name: str) -> str:
+    """Return the registered name for ``name`` (a name or an alias) or raise :class:`LandscapeError`."""
+    name = _ALIASES.get(name, name)
+    if name in _MODELS:
+        return name
+    close = difflib.get_close_matches(name, sorted(_MODELS) + sorted(_ALIASES), n=4, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise LandscapeError(f"unknown model {name!r}; {hint}run `landscape models` to list all models")
+
+
+def _to_json(value: Any, key: str) -> Any:
+    """Return ``value`` with tuples turned into lists; raise if it is not JSON-serialisable."""
+    if isinstance(value, (tuple, list)):
+        return [_to_json(v, key) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _to_json(v, key) for k, v in value.items()}
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        raise LandscapeError(
+            f"model option {key}={value!r} cannot be stored in a checkpoint; use numbers, strings, "
+            "booleans or lists of them"
+        ) from None
+    return value
+
+
+def create_model(name: str, num_classes: int = 10, **kwargs: Any) -> nn.Module:
+    """Build the registered model ``name`` (or an alias of it) with ``num_classes`` outputs.
+
+    The returned module carries ``model_name`` (the resolved name), ``num_classes`` and ``model_kwargs``
+    (``kwargs`` as JSON-ready data, tuples as lists) so that a checkpoint can rebuild it.
+    """
+    resolved = resolve_model_name(name)
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise LandscapeError(f"num_classes must be a positive integer, got {num_classes!r}")
+    model_kwargs = {k: _to_json(v, k) for k, v in kwargs.items()}
+    try:
+        model = _MODELS[resolved](num_classes=num_classes, **kwargs)
+    except TypeError as exc:
+        if "unexpected keyword argument" not in str(exc):
+            raise
+        raise LandscapeError(f"model {resolved!r} does not take that option ({exc}); check the spelling") from None
+    model.model_name = resolved
+    model.num_classes = num_classes
+    model.model_kwargs = model_kwargs
+    return model
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
+    """Return the number of scalar parameters of ``model`` (only those with requires_grad if asked)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
