@@ -14,6 +14,7 @@ import click
 COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("landscape.cli.models", "List the model zoo with parameter counts."),
     "train": ("landscape.cli.train", "Train a zoo model and save a checkpoint."),
+    "convert": ("landscape.cli.convert", "Initialise a vit_rpe_* checkpoint from a trained convvit_* (Paper B)."),
     "plot": ("landscape.cli.plot", "Draw the figures of result files."),
     "info": ("landscape.cli.info", "Print the kind, provenance and options of a result file."),
     "fourier": ("landscape.cli.fourier", "Fourier spectra, high-frequency amplitude and variance of feature maps."),

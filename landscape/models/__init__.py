@@ -15,12 +15,15 @@ from landscape.models.registry import (
 )
 from landscape.models.resnet import ResNet
 from landscape.models.vit import ViT
+from landscape.models.vit_rpe import ConvViT, RingViT
 
 __all__ = [
     "FEATURE_KINDS",
     "AlterNet",
+    "ConvViT",
     "Feature",
     "ResNet",
+    "RingViT",
     "ViT",
     "count_parameters",
     "create_model",
