@@ -344,3 +344,24 @@ def test_two_rank_torchrun_equals_the_single_process_run(tmp_path, reference):
     for name in reference.arrays:
         if name.startswith("directions/"):
             np.testing.assert_array_equal(res[name], reference[name])
+
+
+# ------------------------------------------------------------------------------------------- compile
+def test_compiled_evaluation_agrees_with_eager(tmp_path, reference):
+    _, _, objective, dirs = build()
+    res = compute_surface(objective, dirs, XS, YS, out=tmp_path / "c.h5", compile=True, progress=False)
+    assert res.attrs["compiled"] and res.attrs["compile"] and res.attrs["batch_points"] == 1
+    np.testing.assert_allclose(res["loss"], reference["loss"], rtol=1e-12)
+    np.testing.assert_array_equal(res["accuracy"], reference["accuracy"])
+
+
+def test_compile_failure_falls_back_to_eager(tmp_path, reference, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    _, _, objective, dirs = build()
+    res = compute_surface(objective, dirs, XS, YS, out=tmp_path / "e.h5", compile=True, batch_points=1,
+                          progress=False)
+    assert res.attrs["compile"] and not res.attrs["compiled"]
+    np.testing.assert_array_equal(res["loss"], reference["loss"])

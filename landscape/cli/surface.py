@@ -34,12 +34,14 @@ NORMS = ["filter", "dim0", "layer", "weight", "none"]
 @click.option("--out", default="surface.h5", show_default=True, type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="Overwrite an existing file from other options.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
+@click.option("--compile", "compile_", is_flag=True,
+              help="torch.compile the per-point loss (eager fallback); pays off on long runs.")
 @click.option("--allow-stochastic", is_flag=True, help="Do not refuse a model whose two passes differ.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(ckpt: str, model: str | None, data: str | None, split: str, samples: int, batch_size: int, x: str,
             y: str | None, norm: str, seed: int, target: str | None, trajectory: tuple[str, ...], regularizer: str,
             reg_coef: float | None, bn: str, keep_1d: bool, zero_patterns: tuple[str, ...], batch_points: str,
-            out: str, force: bool, device: str, allow_stochastic: bool, quiet: bool) -> None:
+            out: str, force: bool, device: str, compile_: bool, allow_stochastic: bool, quiet: bool) -> None:
     """Compute a 1D or 2D loss surface around a checkpoint (resumable; torchrun shares the points)."""
     from landscape import distributed
     from landscape.errors import LandscapeError
@@ -55,7 +57,7 @@ def command(ckpt: str, model: str | None, data: str | None, split: str, samples:
         seed=seed, target=target, trajectory=trajectory, regularizer=regularizer, reg_coef=reg_coef, bn=bn,
         out=out, force=force, device=device, batch_points=batch_points, ignore_1d=not keep_1d,
         zero_patterns=list(zero_patterns) or None, allow_stochastic=allow_stochastic,
-        progress=False if quiet else None,
+        progress=False if quiet else None, compile=compile_,
     )
     if distributed.is_main():
         loss = result["loss"]
