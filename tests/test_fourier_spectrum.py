@@ -106,3 +106,10 @@ def test_variance_direct():
     x = torch.randn(3, 4, 5, 6, dtype=torch.float64)
     direct = sum(np.var(x[b, c].numpy(), ddof=1) for b in range(3) for c in range(4))
     assert float(spectrum.spatial_variance_sum(x)) == pytest.approx(direct, rel=1e-12)
+
+
+def test_variance_float32_with_a_large_offset():
+    x = 1000.0 + torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    ref = np.var(x.double().numpy().reshape(12, 64), axis=1, ddof=1).sum()
+    assert float(spectrum.spatial_variance_sum(x)) == pytest.approx(ref, rel=1e-4)
+    assert np.isnan(float(spectrum.spatial_variance_sum(torch.ones(2, 1, 1, 1))))

@@ -196,7 +196,7 @@ def fourier_profile(
             if result.layers and len(features) != len(result.layers):
                 raise LandscapeError("forward_intermediates returned a different number of layers between batches")
             for i, feature in enumerate(features):
-                grid = as_grid(feature.tensor)
+                grid = as_grid(feature.tensor).contiguous()  # one copy for token maps, shared below
                 h, w = grid.shape[-2:]
                 accumulate = spectrum.log_amplitude_map_sum if full_map else spectrum.diagonal_log_amplitude_sum
                 logs = accumulate(grid)
