@@ -129,3 +129,19 @@ def test_errors():
         fourier_profile(MixedSizes(), [torch.zeros(1, 1, 4, 4)], profile="diag")
     with pytest.raises(LandscapeError, match="at least one"):
         fourier_profile(MixedSizes(), [])
+
+
+def test_zoo_vit_tokens_land_on_their_patch():
+    from landscape.models import create_model
+
+    torch.manual_seed(0)
+    vit = create_model("vit_mini", num_classes=10, in_chans=1).eval()
+    with torch.no_grad():
+        vit.pos_embed.zero_()
+        x = torch.randn(2, 1, 32, 32)
+        embed = vit.forward_intermediates(x)[0]
+        conv = vit.patch_embed(x)  # (B, C, 8, 8): patch (r, c) of the image at [..., r, c]
+    assert embed.kind == "embed"
+    torch.testing.assert_close(embed.tensor, conv)
+    prof = fourier_profile(vit, [x])
+    np.testing.assert_allclose(prof.log_amplitude(0), numpy_diagonal(conv.double().numpy()), atol=1e-4)

@@ -100,16 +100,18 @@ def run_fourier(
     attrs = inputs.provenance(samples, seed, **options)
     batches = batches_for(inputs, batch_size=batch_size, n_samples=samples, seed=seed)
     attrs["n_samples"] = sum(int(x.shape[0]) for x, _ in batches)
-    f, _ = store.open_result(out, "fourier", attrs, force=force)
-    show = not quiet and D.is_main() and sys.stderr.isatty()
-    with f:
-        if not f.attrs.get("complete"):
-            if "high_frequency" not in f:
-                result = fourier_profile(inputs.model, batches, profile=profile, maps=maps, progress=show)
-                write_profile(f, result, frequency_axis, maps)
-            if noise_bands:
-                _write_noise(f, inputs.model, batches, bands, noise_width, noise_strength, seed, show)
-            store.mark_complete(f)
+    if D.is_main():  # under torchrun the (cheap) analysis runs on rank 0 alone; the others wait for the file
+        f, _ = store.open_result(out, "fourier", attrs, force=force)
+        show = not quiet and sys.stderr.isatty()
+        with f:
+            if not f.attrs.get("complete"):
+                if "high_frequency" not in f:
+                    result = fourier_profile(inputs.model, batches, profile=profile, maps=maps, progress=show)
+                    write_profile(f, result, frequency_axis, maps)
+                if noise_bands:
+                    _write_noise(f, inputs.model, batches, bands, noise_width, noise_strength, seed, show)
+                store.mark_complete(f)
+    D.barrier()
     return store.read_result(out)
 
 
