@@ -119,8 +119,9 @@ class PointEvaluator:
         ab = torch.tensor(points, dtype=torch.float64).reshape(-1, 2).to(ref.device, ref.dtype)
         return ab[:, 0], ab[:, 1]
 
+    @torch.inference_mode()
     def loop(self, points: Sequence[tuple[float, float]]) -> list[tuple[float, float, float]]:
-        """Evaluate the points one by one."""
+        """Evaluate the points one by one (under inference mode)."""
         a, b = self._coords(points)
         out = []
         for k in range(len(points)):
