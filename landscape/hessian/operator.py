@@ -53,6 +53,13 @@ def select_names(names: Sequence[str], patterns: Sequence[str] | str | None) -> 
     return chosen
 
 
+def _quiet_jvp(fn: Callable[[ParamDict], ParamDict], params: ParamDict, v: ParamDict) -> ParamDict:
+    """``jvp(fn, params, v)``'s tangent, without torch's one-time "torch.jit.script is deprecated" warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
+        return jvp(fn, (params,), (v,))[1]
+
+
 class HessianOperator:
     """The (weighted, regularised) Hessian of an objective at one point, on flat vectors.
 
@@ -125,7 +132,7 @@ class HessianOperator:
         self._uses[slot] += 1
         if self._traced(slot, self._uses[slot]):
             return self._linear[slot](v)
-        return jvp(self._batch_grad_fn(index), (self.params,), (v,))[1]
+        return _quiet_jvp(self._batch_grad_fn(index), self.params, v)
 
     def _traced(self, slot: int, use: int) -> bool:
         """Whether the ``use``-th product of batch ``slot`` runs traced; traces it when that starts."""
@@ -142,7 +149,7 @@ class HessianOperator:
         reg = self.objective.regularizer
         if not reg.active:
             return None
-        return jvp(grad(lambda sub: reg(self._full(sub))), (self.params,), (v,))[1]
+        return _quiet_jvp(grad(lambda sub: reg(self._full(sub))), self.params, v)
 
     def hvp_dict(self, v: Mapping[str, Tensor]) -> ParamDict:
         """``H v`` for a dict ``v`` with the selected parameters' names and shapes."""

@@ -177,6 +177,7 @@ def run_spectrum(
     criterion: str = "cross_entropy",
     regularizer: str = "none",
     reg_coef: float | None = None,
+    hvp: str = "jvp",
     dtype: str = "float32",
     device: str = "auto",
     allow_stochastic: bool = False,
@@ -206,7 +207,7 @@ def run_spectrum(
     options = {
         "batch_size": batch_size, "fraction": fraction, "top_k": top_k, "which": which, "solver": solver,
         "tol": tol, "ncv": ncv, "maxiter": maxiter, "criterion": criterion, "regularizer": reg.describe(),
-        "dtype": dtype, "bn_mode": "eval", "allow_stochastic": bool(allow_stochastic),
+        "hvp": hvp, "dtype": dtype, "bn_mode": "eval", "allow_stochastic": bool(allow_stochastic),
     }
     attrs = inputs.provenance(samples, seed, **options)
     f = _open(out, "spectrum", attrs, force)
@@ -232,7 +233,7 @@ def run_spectrum(
         if len(skip) < len(batches):
             max_eigenvalue_spectrum(
                 inputs.model, batches, k=top_k, which=which, solver=solver, criterion=criterion, regularizer=reg,
-                tol=tol, ncv=ncv, maxiter=maxiter, seed=seed, device=inputs.device, dtype=_dtype(dtype),
+                tol=tol, ncv=ncv, maxiter=maxiter, seed=seed, hvp=hvp, device=inputs.device, dtype=_dtype(dtype),
                 allow_stochastic=allow_stochastic, skip=skip, on_batch=write, progress=_show(quiet),
             )
         if f is not None:

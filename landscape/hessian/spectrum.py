@@ -108,6 +108,7 @@ def max_eigenvalue_spectrum(
     ncv: int | None = None,
     maxiter: int | None = None,
     seed: int = 0,
+    hvp: str = "jvp",
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
     allow_stochastic: bool = False,
@@ -118,7 +119,9 @@ def max_eigenvalue_spectrum(
     """Top-k Hessian eigenvalues of every mini-batch's loss (+ regulariser), Paper A's protocol.
 
     ``solver="lanczos"`` uses :func:`~landscape.hessian.lanczos.lanczos` with ``which``/``tol``/``ncv``/
-    ``maxiter`` on :class:`HessianOperator` of the single batch (seed ``seed + index``); ``"pyhessian"``
+    ``maxiter`` on :class:`HessianOperator` of the single batch (seed ``seed + index``, products by ``hvp``:
+    default ``"jvp"``, because tracing a batch with ``linearize`` costs about as much as the few dozen
+    products a small batch needs); ``"pyhessian"``
     uses :func:`pyhessian_top_eigenvalues` (always largest magnitude; ``tol`` is its relative change
     between iterations, ``maxiter`` its iterations per eigenvalue, default 100). Batches listed in ``skip``
     are not computed (their rows stay NaN: resuming). ``on_batch`` is called on every rank with each
@@ -142,7 +145,7 @@ def max_eigenvalue_spectrum(
     bar = _progress(len(todo), progress and distributed.is_main())
     for start in range(0, len(todo), world):
         mine = todo[start + rank] if start + rank < len(todo) else None
-        result = None if mine is None else _one_batch(objective, mine, k, which, solver, tol, ncv, maxiter, seed)
+        result = None if mine is None else _one_batch(objective, mine, k, which, solver, tol, ncv, maxiter, seed, hvp)
         for item in distributed.all_gather_objects(result):
             if item is None:
                 continue
@@ -160,12 +163,12 @@ def max_eigenvalue_spectrum(
 
 def _one_batch(
     objective: Objective, index: int, k: int, which: str, solver: str, tol: float, ncv: int | None,
-    maxiter: int | None, seed: int,
+    maxiter: int | None, seed: int, hvp: str,
 ) -> BatchSpectrum:
     if solver == "pyhessian":
         values = pyhessian_top_eigenvalues(objective, index, k, tol=tol, maxiter=maxiter or 100, seed=seed + index)
         return BatchSpectrum(index, values, -1, np.ones(k, bool))
-    op = HessianOperator(objective, batches=[index])
+    op = HessianOperator(objective, batches=[index], mode=hvp)
     res = lanczos(op, k=k, which=which, ncv=ncv, tol=tol, maxiter=maxiter, seed=seed + index,
                   return_eigenvectors=False)
     return BatchSpectrum(index, res.eigenvalues.numpy(), res.n_matvec, res.converged.numpy())
