@@ -1,0 +1,140 @@
+"""Figures of Hessian results: the SLQ spectral density and Paper A's max-eigenvalue spectra.
+
+- ``hessian`` files: the SLQ density on a log y axis (one curve per file, the computed top/bottom
+  eigenvalues as ticks along the bottom), and the computed eigenvalues when a file has them.
+- ``spectrum`` files (Paper A Fig 1c/4): the pooled per-mini-batch eigenvalues as densities in two panels,
+  negative and positive eigenvalues, linear axes, one step curve per file labelled with its model name.
+  Both panels share one normalisation (the whole histogram of a file integrates to 1), so the panel areas
+  show the share of negative and positive eigenvalues.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from landscape.plot.fourier import labels
+from landscape.store import Result
+
+
+def _stem(results: list[Result]) -> str:
+    return results[0].path.stem + (f"+{len(results) - 1}" if len(results) > 1 else "")
+
+
+def density_figure(results: list[Result]) -> Figure:
+    """SLQ densities (log y), one curve per file, eigenvalues as ticks; trace estimates in the legend."""
+    fig = Figure(figsize=(6.0, 4.0), layout="constrained")
+    ax = fig.add_subplot()
+    for label, res, color in zip(labels(results), results, _colors(len(results))):
+        if "density/values" not in res:
+            continue
+        values = res["density/values"]
+        floor = max(float(values.max()) * 1e-8, 1e-300)
+        if "trace/samples" in res:
+            s = res["trace/samples"]
+            label += f" (trace {s.mean():.4g} ± {s.std(ddof=1) / np.sqrt(len(s)):.2g})"
+        ax.plot(res["density/grid"], np.maximum(values, floor), color=color, lw=1.3, label=label)
+        if "eigenvalues" in res:
+            ax.plot(res["eigenvalues"], np.full(len(res["eigenvalues"]), floor * 10), "|", color=color, ms=12)
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=min((max(float(r["density/values"].max()) * 1e-8, 1e-300) for r in results
+                            if "density/values" in r), default=None))
+    ax.set_xlabel("eigenvalue")
+    ax.set_ylabel("density (SLQ, Gaussian-broadened)")
+    ax.set_title("Hessian spectral density")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def eigenvalue_figure(results: list[Result]) -> Figure:
+    """The computed eigenvalues of each file against their rank, with residual error bars."""
+    fig = Figure(figsize=(5.0, 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    for i, (label, res, color) in enumerate(zip(labels(results), results, _colors(len(results)))):
+        if "eigenvalues" not in res:
+            continue
+        ev = res["eigenvalues"]
+        ax.errorbar(np.arange(len(ev)) + 0.08 * i, ev, yerr=res.arrays.get("residuals"),
+                    fmt="o", color=color, label=f"{label} ({res.attrs.get('which', '')})", capsize=3)
+    ax.axhline(0, color="0.8", lw=0.8, zorder=0)
+    ax.set_xlabel("index (ascending)")
+    ax.set_ylabel("eigenvalue (bars: residual ||Hv - λv||)")
+    ax.set_title("Hessian eigenvalues")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def spectrum_figure(results: list[Result], bins: int = 40) -> Figure:
+    """Paper A's max-eigenvalue spectra: pooled eigenvalues as densities, negative and positive panels."""
+    fig = Figure(figsize=(8.0, 3.4), layout="constrained")
+    neg_ax, pos_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 2]})
+    pooled = [_pooled(r) for r in results]
+    everything = np.concatenate(pooled) if pooled else np.zeros(0)
+    lo = min(float(everything.min()), 0.0) if everything.size else -1.0
+    hi = max(float(everything.max()), 0.0) if everything.size else 1.0
+    for label, values, color in zip(labels(results), pooled, _colors(len(results))):
+        for ax, part, edges in ((neg_ax, values[values < 0], np.linspace(lo, 0, bins + 1)),
+                                (pos_ax, values[values >= 0], np.linspace(0, hi, bins + 1))):
+            if part.size == 0 or edges[-1] == edges[0]:
+                continue
+            counts, _ = np.histogram(part, edges)
+            dens = counts / (values.size * (edges[1] - edges[0]))
+            ax.stairs(dens, edges, color=color, lw=1.4, label=label)
+            ax.stairs(dens, edges, color=color, alpha=0.15, fill=True)
+    _panel(neg_ax, "negative eigenvalues", (lo, 0.0), np.any(everything < 0))
+    _panel(pos_ax, "positive eigenvalues", (0.0, hi), np.any(everything >= 0))
+    neg_ax.set_ylabel("density")
+    k = results[0]["eigenvalues"].shape[1] if results else 0
+    fig.suptitle(f"Max-eigenvalue spectra (top-{k} per mini-batch, pooled)")
+    pos_ax.legend(fontsize=8)
+    return fig
+
+
+def _pooled(result: Result) -> np.ndarray:
+    ev = result["eigenvalues"]
+    if "done" in result:
+        ev = ev[result["done"].astype(bool)]
+    ev = ev.reshape(-1)
+    return ev[np.isfinite(ev)]
+
+
+def _panel(ax: Axes, title: str, limits: tuple[float, float], has_data: bool) -> None:
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("eigenvalue")
+    if limits[0] < limits[1]:
+        ax.set_xlim(*limits)
+    if not has_data:
+        ax.text(0.5, 0.5, "none", transform=ax.transAxes, ha="center", va="center", color="0.5")
+
+
+def _colors(n: int) -> list[str]:
+    return [f"C{i % 10}" for i in range(n)]
+
+
+def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:
+    """Write the figures of ``hessian`` or ``spectrum`` results (one kind per call) to ``out_dir``.
+
+    ``hessian``: ``<stem>_density`` (files with a density) and ``<stem>_eigenvalues`` (files with
+    eigenvalues). ``spectrum``: ``<stem>_spectrum``; ``bins`` (option, default 40) per panel.
+    """
+    stem = _stem(results)
+    figures: list[tuple[str, Figure]] = []
+    if results[0].kind == "spectrum":
+        figures.append(("spectrum", spectrum_figure(results, int(options.get("bins", 40)))))
+    else:
+        with_density = [r for r in results if "density/values" in r]
+        with_eigen = [r for r in results if "eigenvalues" in r]
+        if with_density:
+            figures.append(("density", density_figure(with_density)))
+        if with_eigen:
+            figures.append(("eigenvalues", eigenvalue_figure(with_eigen)))
+    written = []
+    for name, fig in figures:
+        path = out_dir / f"{stem}_{name}.{fmt}"
+        fig.savefig(path, dpi=150)
+        written.append(path)
+    return written
