@@ -318,15 +318,19 @@ def compute_surface(
     if D.is_main():
         try:
             f, resumed = store.open_result(out, "surface", full, force=force)
-            if resumed:
+            if resumed and f.attrs.get("directions_written", False):
                 dx, dy = _read_directions(f, objective.params, ndim)
                 state = {"dirs": (dx, dy), "done": f["done"][()], "bp": f.attrs.get("batch_points")}
-            else:
+            else:  # a new file, or one killed before its directions were complete: (re)write them
+                if "directions" in f:
+                    del f["directions"]
                 _create_arrays(f, xs, ys)
                 _write_directions(f, directions)
                 store.set_attrs(f, {k: directions.meta[k] for k in ("x_norm", "y_norm", "cosine")
                                     if k in directions.meta})
-                state = {"dirs": None, "done": np.zeros((ys.size, xs.size), bool), "bp": None}
+                f.attrs["directions_written"] = True
+                f.flush()
+                state = {"dirs": None, "done": f["done"][()], "bp": None}
         except LandscapeError as exc:
             state = {"error": str(exc)}
     state = _broadcast_state(state)

@@ -365,3 +365,21 @@ def test_compile_failure_falls_back_to_eager(tmp_path, reference, monkeypatch):
                           progress=False)
     assert res.attrs["compile"] and not res.attrs["compiled"]
     np.testing.assert_array_equal(res["loss"], reference["loss"])
+
+
+def test_a_file_killed_while_writing_directions_is_completed_on_resume(tmp_path, reference):
+    _, _, objective, dirs = build()
+    out = tmp_path / "w.h5"
+
+    def stop(done, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False, on_round=stop)
+    with h5py.File(out, "r+") as f:  # as if killed half-way through writing the directions
+        f["done"][...] = False
+        del f["directions/y"]
+        del f.attrs["directions_written"]
+    res = compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False)
+    for name in reference.arrays:
+        np.testing.assert_array_equal(res[name], reference[name])
