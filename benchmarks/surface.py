@@ -76,6 +76,12 @@ def bare_forward(model, batches, device, repeats):
     return timed(run, device, repeats)
 
 
+def bare_forward_once(model, batches):
+    with torch.inference_mode():
+        for x, _ in batches:
+            model(x)
+
+
 def ours(objective, dirs, xs, ys, out, **kw):
     """Whole compute_surface call and steady-state seconds per point (between the first and last rounds)."""
     stamps = []
@@ -140,6 +146,14 @@ def cpu_main(args):
         print(f"    ratio to a bare forward: {total / n_points / t_fwd:.3f} end to end, {steady / t_fwd:.3f} steady "
               f"(goal <= 1.10; bare forward re-measured after the run, min taken: {t_fwd * 1e3:.1f} ms)")
         centre = objective.evaluate().loss
+        ev = PointEvaluator(objective, dirs.x, dirs.y)
+        ratios = []
+        for k in range(args.pairs):  # adjacent pairs see the same machine load (this machine is shared)
+            t_b = timed(lambda: bare_forward_once(model, batches), device, 1)
+            t_p = timed(lambda k=k: ev.loop([(xs[k % len(xs)], ys[-1 - k % len(ys)])]), device, 1)
+            ratios.append(t_p / t_b)
+        print(f"    paired (bare forward, one grid point) x {args.pairs}: median ratio {statistics.median(ratios):.3f} "
+              f"(quartiles {np.percentile(ratios, 25):.3f}..{np.percentile(ratios, 75):.3f})")
 
         grid, t_peer, norm, error = peer(model, batches, args.steps)
         if grid is None:
@@ -220,6 +234,7 @@ def main():
     p.add_argument("--steps", type=int, default=10, help="CPU grid is steps x steps (even)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--vmap-points", type=int, default=8)
+    p.add_argument("--pairs", type=int, default=15, help="paired forward/point measurements")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     p.add_argument("--compile", action="store_true", help="also time torch.compile of the per-point loss")
     p.add_argument("--full", action="store_true", help="CUDA: run the whole 51x51 grid")
