@@ -10,7 +10,8 @@ CPU (default): a CIFAR-style ResNet of about 90k parameters (resnet_mini with wi
 synthetic CIFAR-sized inputs (3x32x32) in one batch of 128, a 10 x 10 grid (even, so that loss-landscapes'
 grid contains the centre). Run:  python benchmarks/surface.py [--threads 1] [--compile]
 
-GPU (not run by the authors of this script: no GPU was available): ``--device cuda`` times a 51 x 51 grid of
+GPU (not run by the authors of this script: no GPU was available): ``--device cuda`` (or ``--large`` on any
+device) times a 51 x 51 grid of
 resnet50 (CIFAR stem) on 10,000 synthetic CIFAR-sized inputs in batches of 500, reports minutes for the
 whole grid (extrapolated from --gpu-points points, or all of them with --full) and the vmap speed-up:
     python benchmarks/surface.py --device cuda [--full] [--compile]
@@ -54,7 +55,7 @@ def timed(fn, device, repeats: int) -> float:
 
 def make_problem(args, device):
     torch.manual_seed(0)
-    if args.device == "cuda":
+    if args.large:
         model = create_model("resnet50", num_classes=10)
     else:
         model = create_model("resnet_mini", num_classes=10, widths=(16, 24, 32, 64))
@@ -192,15 +193,16 @@ def cpu_main(args):
                     print(f"    theirs / ours compiled (whole call) = {t_peer / total_c:.2f}x")
 
 
-def gpu_main(args):
-    device = torch.device("cuda")
+def large_main(args):
+    device = torch.device(args.device)
     model, batches = make_problem(args, device)
     objective = Objective(model, batches)
     dirs = random_directions(objective.params, ndim=2, seed=0)
     steps = 51
     xs = ys = np.linspace(-1, 1, steps)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"resnet50 ({sum(p.numel() for p in model.parameters())} parameters) on {args.samples} CIFAR-sized "
-          f"inputs, batch {args.batch_size}, {steps}x{steps} grid, {torch.cuda.get_device_name(device)}")
+          f"inputs, batch {args.batch_size}, {steps}x{steps} grid, {name}")
     t_fwd = bare_forward(model, batches, device, 3)
     print(f"bare eager forward over the samples: {t_fwd:.3f} s")
     evaluator = PointEvaluator(objective, dirs.x, dirs.y)
@@ -210,6 +212,7 @@ def gpu_main(args):
         t_vmap = timed(lambda: evaluator.vectorised(pts), device, 1) / len(pts)
     except torch.cuda.OutOfMemoryError:
         t_vmap = float("inf")
+        torch.cuda.empty_cache()
     print(f"loop {t_loop:.3f} s/point, vmap over {len(pts)} points {t_vmap:.3f} s/point: "
           f"vectorised speed-up {t_loop / t_vmap:.2f}x")
     bp = len(pts) if t_vmap < t_loop else 1
@@ -238,16 +241,19 @@ def main():
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     p.add_argument("--compile", action="store_true", help="also time torch.compile of the per-point loss")
     p.add_argument("--full", action="store_true", help="CUDA: run the whole 51x51 grid")
+    p.add_argument("--large", action="store_true",
+                   help="the resnet50 / 51x51 / 10,000-input benchmark (implied by --device cuda)")
     p.add_argument("--gpu-points", type=int, default=20, help="CUDA: points timed when not --full")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    gpu = args.device == "cuda"
+    args.large = args.large or args.device == "cuda"
+    gpu = args.large
     args.samples = args.samples or (10000 if gpu else 128)
     args.batch_size = args.batch_size or (500 if gpu else 128)
     if args.steps % 2:
         p.error("--steps must be even (loss-landscapes' grid holds the centre only then)")
-    (gpu_main if gpu else cpu_main)(args)
+    (large_main if gpu else cpu_main)(args)
 
 
 if __name__ == "__main__":
