@@ -193,8 +193,8 @@ class HessianOperator:
         return out
 
     def dense(self) -> Tensor:
-        """The full n x n matrix by n products with the unit vectors (tiny problems and tests only)."""
-        return self.matmat(torch.eye(self.shape[0], dtype=self.dtype, device=self.device))
+        """The full n x n matrix by n products with the unit vectors, vectorised (tiny problems and tests)."""
+        return self.matmat(torch.eye(self.shape[0], dtype=self.dtype, device=self.device), vectorize=True)
 
     def to_scipy(self) -> object:
         """A ``scipy.sparse.linalg.LinearOperator`` (float64 numpy in and out) backed by this operator."""

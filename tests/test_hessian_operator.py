@@ -1,0 +1,150 @@
+"""HessianOperator against dense Hessians from torch.func.hessian in float64 on tiny models."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from landscape.errors import LandscapeError
+from landscape.hessian.operator import HessianOperator, select_names
+from landscape.objective import Objective, Regularizer
+from landscape.params import flatten, unflatten
+
+REGULARIZERS = [Regularizer(), Regularizer("l2", 0.1), Regularizer("norm-sum", 0.05)]
+
+
+def tiny_model(seed=0):
+    """Linear -> BatchNorm (eval, non-trivial running stats) -> tanh -> Linear: 63 parameters."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Tanh(), nn.Linear(6, 3))
+    model[1].running_mean.normal_()
+    model[1].running_var.uniform_(0.5, 2.0)
+    with torch.no_grad():
+        model[1].weight.uniform_(0.5, 1.5)
+        model[1].bias.normal_()
+    return model.eval()
+
+
+def tiny_batches(sizes=(7, 4, 5), seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(s, 4, generator=g), torch.randint(0, 3, (s,), generator=g)) for s in sizes]
+
+
+def dense_hessian(objective, names=None, batches=None):
+    """The exact Hessian of sum_b (N_b/N) L_b + R by torch.func.hessian of the flat loss."""
+    params = objective.params
+    names = list(params) if names is None else names
+    sub = {n: params[n] for n in names}
+    used = range(len(objective.batches)) if batches is None else batches
+    sizes = [objective.batches[i][1].shape[0] for i in used]
+
+    def loss(flat):
+        full = {**params, **unflatten(flat, sub)}
+        data = sum(s / sum(sizes) * objective.batch_loss_fn(objective.batches[i])(full) for s, i in zip(sizes, used))
+        return data + objective.regularizer(full)
+
+    return torch.func.hessian(loss)(flatten(sub))
+
+
+@pytest.mark.parametrize(("reg", "mode"), [(REGULARIZERS[0], "linearize"), (REGULARIZERS[1], "jvp"),
+                                           (REGULARIZERS[2], "auto")], ids=["none", "l2", "norm-sum"])
+def test_operator_equals_the_dense_hessian(reg, mode):
+    obj = Objective(tiny_model(), tiny_batches(), dtype=torch.float64, regularizer=reg)
+    op = HessianOperator(obj, mode=mode)
+    H = dense_hessian(obj)
+    assert op.shape == (63, 63) and op.dtype == torch.float64
+    torch.testing.assert_close(op.dense(), H, rtol=1e-12, atol=1e-13)
+    assert op.n_matvec == 63
+    torch.testing.assert_close(op.matvec(torch.eye(63, dtype=torch.float64)[5]), H[:, 5], rtol=1e-12, atol=1e-13)
+    # the weighted sum must differ from an equal-weight average (unequal batch sizes matter)
+    equal = sum(dense_hessian(obj, batches=[i]) for i in range(3)) / 3
+    assert (equal - H).abs().max() > 1e-3
+
+
+def test_linearize_and_jvp_agree_and_auto_traces_after_a_few_products():
+    obj = Objective(tiny_model(), tiny_batches((7, 4)), dtype=torch.float64)
+    lin, plain = HessianOperator(obj, mode="linearize"), HessianOperator(obj, mode="jvp")
+    auto = HessianOperator(obj, mode="auto", linearize_after=2, max_linearized=1)
+    v = torch.randn(63, dtype=torch.float64)
+    for _ in range(3):
+        a, b, c = lin.matvec(v), plain.matvec(v), auto.matvec(v)
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-14)
+        torch.testing.assert_close(c, b, rtol=1e-13, atol=1e-14)
+    assert len(lin._linear) == 2 and len(plain._linear) == 0 and sorted(auto._linear) == [0]
+
+
+def test_matmat_equals_repeated_matvec_looped_and_vectorized():
+    obj = Objective(tiny_model(), tiny_batches(), dtype=torch.float64, regularizer=REGULARIZERS[2])
+    op = HessianOperator(obj, mode="linearize")
+    V = torch.randn(63, 5, dtype=torch.float64)
+    cols = torch.stack([op.matvec(V[:, j]) for j in range(5)], dim=1)
+    torch.testing.assert_close(op.matmat(V), cols, rtol=1e-13, atol=1e-14)
+    torch.testing.assert_close(op.matmat(V, vectorize=True), cols, rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(op @ V, cols, rtol=1e-13, atol=1e-14)
+    with pytest.raises(ValueError):
+        op.matmat(torch.zeros(62, 2, dtype=torch.float64))
+
+
+def test_parameter_patterns_give_the_dense_block():
+    obj = Objective(tiny_model(), tiny_batches(), dtype=torch.float64, regularizer=REGULARIZERS[1])
+    op = HessianOperator(obj, patterns=["3"])  # dotted prefix: 3.weight, 3.bias
+    assert op.names == ["3.weight", "3.bias"]
+    torch.testing.assert_close(op.dense(), dense_hessian(obj, names=op.names), rtol=1e-12, atol=1e-13)
+    glob = HessianOperator(obj, patterns="*.bias")
+    assert glob.names == ["0.bias", "1.bias", "3.bias"]
+    torch.testing.assert_close(glob.dense(), dense_hessian(obj, names=glob.names), rtol=1e-12, atol=1e-13)
+    with pytest.raises(LandscapeError, match="no parameter matches"):
+        HessianOperator(obj, patterns="conv*")
+
+
+def test_batch_subset_is_reweighted_and_includes_the_regularizer():
+    obj = Objective(tiny_model(), tiny_batches(), dtype=torch.float64, regularizer=REGULARIZERS[2])
+    one = HessianOperator(obj, batches=[1])
+    torch.testing.assert_close(one.dense(), dense_hessian(obj, batches=[1]), rtol=1e-12, atol=1e-13)
+    two = HessianOperator(obj, batches=[0, 2])
+    torch.testing.assert_close(two.dense(), dense_hessian(obj, batches=[0, 2]), rtol=1e-12, atol=1e-13)
+    with pytest.raises(LandscapeError):
+        HessianOperator(obj, batches=[3])
+
+
+def test_other_evaluation_point_and_scipy_view():
+    obj = Objective(tiny_model(), tiny_batches(), dtype=torch.float64)
+    point = {n: p + 0.1 for n, p in obj.params.items()}
+    op = HessianOperator(obj, params=point)
+    moved = Objective(tiny_model(), tiny_batches(), dtype=torch.float64)
+    moved.params = point
+    H = dense_hessian(moved)
+    torch.testing.assert_close(op.dense(), H, rtol=1e-12, atol=1e-13)
+    lin = op.to_scipy()
+    x = np.random.default_rng(0).standard_normal(63)
+    np.testing.assert_allclose(lin.matvec(x), H.numpy() @ x, rtol=1e-11, atol=1e-12)
+    assert lin.shape == (63, 63)
+
+
+def test_the_model_is_not_modified():
+    model = tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    obj = Objective(model, tiny_batches(), dtype=torch.float64)
+    HessianOperator(obj).dense()
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k])
+    assert not model.training
+
+
+class Noisy(nn.Module):
+    def forward(self, x):
+        return x + 0.1 * torch.randn_like(x)
+
+
+def test_a_stochastic_model_is_refused():
+    model = nn.Sequential(nn.Linear(4, 3), Noisy())
+    with pytest.raises(LandscapeError, match="stochastic"):
+        HessianOperator(Objective(model, tiny_batches()))
+
+
+def test_select_names():
+    names = ["a.weight", "a.bias", "ab.weight"]
+    assert select_names(names, None) == names
+    assert select_names(names, "a") == ["a.weight", "a.bias"]
+    assert select_names(names, ["a*"]) == names
+    assert select_names(names, "ab.weight") == ["ab.weight"]
