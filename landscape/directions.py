@@ -168,8 +168,9 @@ def target_directions(
     if ndim == 2:
         gen = torch.Generator().manual_seed(int(seed))
         y = random_direction(theta, generator=gen, norm=norm, ignore_1d=ignore_1d, zero_patterns=zero_patterns)
-    meta = {"direction_type": "target", "norm": "none" if ndim == 1 else f"x:none,y:{norm}", "ignore_1d": ignore_1d,
-            "zero_patterns": list(zero_patterns)}
+    meta: dict[str, Any] = {"direction_type": "target", "norm": "none" if ndim == 1 else f"x:none,y:{norm}"}
+    if ndim == 2:  # these options shape the random y direction only; x holds every tensor
+        meta.update(ignore_1d=ignore_1d, zero_patterns=list(zero_patterns))
     return _with_norms(Directions(x, y, "target", meta))
 
 
