@@ -74,7 +74,7 @@ def contour_figure(result: Result, *, levels: int = 20, log: bool = False, zmax:
     ``loss[j, i]`` is drawn at ``(x_i, y_j)``; the trajectory (PCA files) and the centre are marked.
     """
     xs, ys, loss, _ = grid_of(result)
-    fig = Figure(figsize=(6, 5))
+    fig = Figure(figsize=(6, 5), layout="constrained")
     ax = fig.add_subplot()
     X, Y = np.meshgrid(xs, ys)
     lv = _levels(loss, levels, log, zmax)
@@ -104,7 +104,7 @@ def contour_figure(result: Result, *, levels: int = 20, log: bool = False, zmax:
 def heatmap_figure(result: Result) -> Figure:
     """Two heatmaps (loss, accuracy); cell ``[j, i]`` is centred at ``(x_i, y_j)`` (pcolormesh, nearest)."""
     xs, ys, loss, acc = grid_of(result)
-    fig = Figure(figsize=(11, 4.5))
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
     for k, (z, name, cmap) in enumerate(((loss, "loss", "viridis"), (acc, "accuracy", "magma"))):
         ax = fig.add_subplot(1, 2, k + 1)
         mesh = ax.pcolormesh(xs, ys, z, shading="nearest", cmap=cmap)
@@ -130,7 +130,7 @@ def surface3d_figure(result: Result, *, style: str = "default", zmax: float | No
     if zmax is not None:
         Z = np.ma.minimum(Z, zmax)
     Zf = np.ma.filled(Z.astype(float), np.nan)
-    fig = Figure(figsize=(7, 6))
+    fig = Figure(figsize=(7, 6), layout="constrained")
     ax = fig.add_subplot(projection="3d")
     if style == "paper":
         from matplotlib import cm, colors
@@ -152,7 +152,7 @@ def surface3d_figure(result: Result, *, style: str = "default", zmax: float | No
 
 def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
     """Loss (left axis, log scale with ``log``) and accuracy (right axis, dashed) along x, one colour per file."""
-    fig = Figure(figsize=(7, 4.5))
+    fig = Figure(figsize=(7, 4.5), layout="constrained")
     ax = fig.add_subplot()
     ax2 = ax.twinx()
     for k, result in enumerate(results):
