@@ -50,20 +50,34 @@ def run_cell(args: argparse.Namespace, fraction: float, seed: int, workdir: Path
                   warmup_epochs=0.1 * epochs, device="cpu",
                   model_kwargs=dict(args.model_kw))
     tag = f"f{fraction:g}_s{seed}"
+    row = {"fraction": fraction, "seed": seed, "n_train": n_train, "epochs": epochs, "steps": steps}
+    if args.control or args.control_only:  # compute control: the random ViT gets the two stages' total steps
+        twice = {**common, "epochs": 2 * epochs, "warmup_epochs": 0.2 * epochs}
+        row["vit_random_2x"] = train_model(TrainConfig(model=VIT, **twice), workdir / f"vit2x_{tag}.pt", force=True,
+                                           quiet=True).metrics["test_accuracy"]
+    if args.control_only:
+        return row
     cnn = train_model(TrainConfig(model=CNN, **common), workdir / f"cnn_{tag}.pt", force=True, quiet=True)
     vit = train_model(TrainConfig(model=VIT, **common), workdir / f"vit_{tag}.pt", force=True, quiet=True)
     conv = convert_checkpoint(cnn.checkpoint, workdir / f"init_{tag}.pt", sharpness=args.sharpness, data=args.data,
                               samples=256, seed=seed, force=True)
     converted, _ = load_model(conv.out)
     before = evaluate_model(converted, load_dataset(args.data, "test"), torch.device("cpu"))["accuracy"]
-    tuned = train_model(TrainConfig(model=VIT, init=str(conv.out), **common), workdir / f"ft_{tag}.pt",
+    finetune = {**common, "lr": args.finetune_lr or args.lr}
+    tuned = train_model(TrainConfig(model=VIT, init=str(conv.out), **finetune), workdir / f"ft_{tag}.pt",
                         force=True, quiet=True)
-    return {
-        "fraction": fraction, "seed": seed, "n_train": n_train, "epochs": epochs, "steps": steps,
-        "cnn": cnn.metrics["test_accuracy"], "vit_random": vit.metrics["test_accuracy"],
-        "converted": before, "vit_cnn_init": tuned.metrics["test_accuracy"],
-        "logit_diff": conv.max_logit_difference,
-    }
+    row.update(cnn=cnn.metrics["test_accuracy"], vit_random=vit.metrics["test_accuracy"], converted=before,
+               vit_cnn_init=tuned.metrics["test_accuracy"], logit_diff=conv.max_logit_difference)
+    return row
+
+
+COLUMNS = [
+    ("cnn", "convvit_mini (CNN)"),
+    ("vit_random", "vit_rpe_mini, random init"),
+    ("vit_random_2x", "vit_rpe_mini, random init, 2x steps"),
+    ("converted", "converted, before fine-tuning"),
+    ("vit_cnn_init", "vit_rpe_mini, CNN init (CNN steps + ViT steps)"),
+]
 
 
 def _mean(rows: list[dict], key: str) -> str:
@@ -77,20 +91,21 @@ def markdown_table(rows: list[dict], args: argparse.Namespace, command: str, sec
     """The results as a markdown table (mean ± std over seeds, test accuracy in %), with seeds and command."""
     lines = [
         f"Test accuracy (%) on {args.data} (test split), mean ± std over seeds {args.seeds}; every model trained "
-        f"for the same number of AdamW steps (batch {args.batch_size}, lr {args.lr:g}, cosine schedule); "
+        f"for the same number of AdamW steps (batch {args.batch_size}, lr {args.lr:g}, cosine schedule; "
+        f"fine-tuning lr {args.finetune_lr or args.lr:g}); "
         f"conversion sharpness c = {args.sharpness:g}.",
         "",
-        "| train fraction | train images | steps | convvit_mini (CNN) | vit_rpe_mini, random init "
-        "| converted, before fine-tuning | vit_rpe_mini, CNN init | max logit diff after conversion |",
-        "|---|---|---|---|---|---|---|---|",
+        "| train fraction | train images | steps | "
+        + " | ".join(h for k, h in COLUMNS if k in rows[0])
+        + (" | max logit diff after conversion |" if "logit_diff" in rows[0] else " |"),
+        "|---|---|---|" + "---|" * (sum(k in rows[0] for k, _ in COLUMNS) + ("logit_diff" in rows[0])),
     ]
     for fraction in args.fractions:
         cell = [r for r in rows if r["fraction"] == fraction]
-        lines.append(
-            f"| {fraction:g} | {cell[0]['n_train']} | {cell[0]['steps']} | {_mean(cell, 'cnn')} | "
-            f"{_mean(cell, 'vit_random')} | {_mean(cell, 'converted')} | {_mean(cell, 'vit_cnn_init')} | "
-            f"{max(r['logit_diff'] for r in cell):.2e} |"
-        )
+        values = [_mean(cell, k) for k, _ in COLUMNS if k in rows[0]]
+        if "logit_diff" in rows[0]:
+            values.append(f"{max(r['logit_diff'] for r in cell):.2e}")
+        lines.append(f"| {fraction:g} | {cell[0]['n_train']} | {cell[0]['steps']} | " + " | ".join(values) + " |")
     lines += ["", f"Command: `{command}` ({seconds / 60:.1f} min, {torch.get_num_threads()} threads)."]
     return "\n".join(lines)
 
@@ -112,9 +127,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=100, help="optimiser steps per training run (rounded to epochs)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--finetune-lr", type=float, default=None, help="lr of the CNN-initialised ViT [default: --lr]")
     p.add_argument("--sharpness", type=float, default=DEFAULT_SHARPNESS)
     p.add_argument("--model-kw", type=_model_kw, action="append", default=[],
                    help="model option key=value for all three models, e.g. depth=2 (repeatable)")
+    p.add_argument("--control", action="store_true",
+                   help="also train the random-init ViT for twice the steps (the two-stage pipeline's total)")
+    p.add_argument("--control-only", action="store_true", help="train only that control")
     p.add_argument("--workdir", type=Path, default=None, help="keep the checkpoints here (default: a temp dir)")
     return p.parse_args(argv)
 
@@ -132,9 +151,9 @@ def main(argv: list[str] | None = None) -> tuple[str, list[dict]]:
             for seed in args.seeds:
                 rows.append(run_cell(args, fraction, seed, workdir))
                 r = rows[-1]
-                print(f"fraction {fraction:g} seed {seed}: cnn {r['cnn']:.3f} vit {r['vit_random']:.3f} "
-                      f"converted {r['converted']:.3f} cnn-init vit {r['vit_cnn_init']:.3f} "
-                      f"({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+                done = ", ".join(f"{k} {r[k]:.3f}" for k, _ in COLUMNS if k in r)
+                print(f"fraction {fraction:g} seed {seed}: {done} ({time.perf_counter() - start:.0f} s)",
+                      file=sys.stderr, flush=True)
     table = markdown_table(rows, args, command, time.perf_counter() - start)
     print(table)
     return table, rows
