@@ -3,8 +3,8 @@
 For each training fraction (stratified subsets of the training split) and seed, with the same optimiser
 settings and the same number of optimiser steps for every model:
 
-1. ``convvit_mini`` (the CNN counterpart) is trained from scratch;
-2. ``vit_rpe_mini`` is trained from a random initialisation;
+1. ``convvit_mini`` (the CNN counterpart; ``--size ti`` for the CIFAR-size models) is trained from scratch;
+2. ``vit_rpe_mini`` is trained from a random initialisation (and, with ``--control``, for twice the steps);
 3. the trained ``convvit_mini`` is converted (``landscape.convert``) into a ``vit_rpe_mini`` (its test accuracy
    right after conversion is reported too) and fine-tuned.
 
@@ -32,8 +32,6 @@ from landscape.convert import DEFAULT_SHARPNESS, convert_checkpoint
 from landscape.data import load_dataset
 from landscape.train import TrainConfig, evaluate_model, train_model
 
-CNN, VIT = "convvit_mini", "vit_rpe_mini"
-
 
 def _epochs_for(n_train: int, steps: int, batch_size: int) -> int:
     """Epochs that give about ``steps`` optimiser steps on ``n_train`` samples (at least one epoch)."""
@@ -50,6 +48,7 @@ def run_cell(args: argparse.Namespace, fraction: float, seed: int, workdir: Path
                   warmup_epochs=0.1 * epochs, device="cpu",
                   model_kwargs=dict(args.model_kw))
     tag = f"f{fraction:g}_s{seed}"
+    CNN, VIT = f"convvit_{args.size}", f"vit_rpe_{args.size}"
     row = {"fraction": fraction, "seed": seed, "n_train": n_train, "epochs": epochs, "steps": steps}
     if args.control or args.control_only:  # compute control: the random ViT gets the two stages' total steps
         twice = {**common, "epochs": 2 * epochs, "warmup_epochs": 0.2 * epochs}
@@ -72,11 +71,11 @@ def run_cell(args: argparse.Namespace, fraction: float, seed: int, workdir: Path
 
 
 COLUMNS = [
-    ("cnn", "convvit_mini (CNN)"),
-    ("vit_random", "vit_rpe_mini, random init"),
-    ("vit_random_2x", "vit_rpe_mini, random init, 2x steps"),
+    ("cnn", "convvit (CNN)"),
+    ("vit_random", "vit_rpe, random init"),
+    ("vit_random_2x", "vit_rpe, random init, 2x steps"),
     ("converted", "converted, before fine-tuning"),
-    ("vit_cnn_init", "vit_rpe_mini, CNN init (CNN steps + ViT steps)"),
+    ("vit_cnn_init", "vit_rpe, CNN init (CNN steps + ViT steps)"),
 ]
 
 
@@ -90,7 +89,8 @@ def _mean(rows: list[dict], key: str) -> str:
 def markdown_table(rows: list[dict], args: argparse.Namespace, command: str, seconds: float) -> str:
     """The results as a markdown table (mean ± std over seeds, test accuracy in %), with seeds and command."""
     lines = [
-        f"Test accuracy (%) on {args.data} (test split), mean ± std over seeds {args.seeds}; every model trained "
+        f"Test accuracy (%) of convvit_{args.size} / vit_rpe_{args.size} on {args.data} (test split), "
+        f"mean ± std over seeds {args.seeds}; every model trained "
         f"for the same number of AdamW steps (batch {args.batch_size}, lr {args.lr:g}, cosine schedule; "
         f"fine-tuning lr {args.finetune_lr or args.lr:g}); "
         f"conversion sharpness c = {args.sharpness:g}.",
@@ -121,7 +121,8 @@ def _model_kw(text: str) -> tuple[str, object]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options of the experiment."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", default="digits")
+    p.add_argument("--data", default="digits", help="dataset spec, e.g. digits or cifar100:PATH")
+    p.add_argument("--size", default="mini", choices=["mini", "ti"], help="convvit_/vit_rpe_ SIZE models")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.25, 1.0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--steps", type=int, default=100, help="optimiser steps per training run (rounded to epochs)")
