@@ -83,6 +83,8 @@ def open_result(
         try:
             f = h5py.File(path, "r+")
         except OSError as exc:
+            if "lock" in str(exc):
+                raise LandscapeError(f"{path} is being written by another running analysis; wait for it") from exc
             raise LandscapeError(f"{path} exists and is not a readable HDF5 file; use --force to overwrite it") from exc
         old_kind = _decode(f.attrs.get("kind"))
         old_identity = _as_str(f.attrs.get("identity", "{}"))
@@ -186,6 +188,8 @@ def read_result(path: str | Path) -> Result:
     try:
         f = h5py.File(path, "r")
     except OSError as exc:
+        if "lock" in str(exc):
+            raise LandscapeError(f"{path} is being written by a running analysis; read it when that run ends") from exc
         raise LandscapeError(f"{path} is not an HDF5 file; give a result file written by landscape") from exc
     with f:
         attrs = {k: _decode(v) for k, v in f.attrs.items()}

@@ -79,3 +79,20 @@ def test_read_errors(tmp_path):
         f["a"] = 1
     with pytest.raises(LandscapeError, match="not a landscape result"):
         read_result(tmp_path / "y.h5")
+
+
+def test_file_held_by_a_running_writer_is_reported_as_such(tmp_path):
+    path = tmp_path / "r.h5"
+    writer, _ = open_result(path, "surface", _attrs())
+    code = (
+        "from landscape.store import open_result, read_result\nfrom landscape.errors import LandscapeError\n"
+        f"for fn in (lambda: read_result({str(path)!r}), lambda: open_result({str(path)!r}, 'surface', {{}})):\n"
+        "    try:\n        fn()\n    except LandscapeError as e:\n        print(e)\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    writer.close()
+    assert out.count("being written") == 2, out
+    assert path.exists()
