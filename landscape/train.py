@@ -75,7 +75,8 @@ class TrainConfig:
         """Paper A's CIFAR-100 recipe (PAPERS.md A.4), with ``overrides`` applied on top.
 
         AdamW 1.25e-4, wd 0.05, batch 96, 5 warm-up + 300 cosine epochs, RandAugment, MixUp 0.8 / CutMix 1.0,
-        label smoothing 0.1, gradient clip 5, stochastic depth 0.1.
+        label smoothing 0.1, gradient clip 5, stochastic depth 0.1. With fewer epochs than the warm-up, the
+        warm-up is cut to the number of epochs unless ``warmup_epochs`` is given.
         """
         base: dict[str, Any] = dict(
             model=model,
@@ -94,6 +95,8 @@ class TrainConfig:
             recipe="paper-a",
         )
         base.update(overrides)
+        if "warmup_epochs" not in overrides:
+            base["warmup_epochs"] = min(base["warmup_epochs"], base["epochs"])
         return cls(**base)
 
 
@@ -282,7 +285,7 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
             optimizer.step()
             step += 1
             seen += len(y)
-            loss_sum += float(loss) * len(y)
+            loss_sum += float(loss.detach()) * len(y)
             correct += int((logits.argmax(-1) == y).sum())
             bar.set_postfix(loss=f"{loss_sum / seen:.3f}")
         record = {"epoch": epoch, "train_loss": loss_sum / seen, "train_accuracy": correct / seen}
