@@ -12,6 +12,7 @@ import click
 
 #: subcommand name -> (module, one-line help shown by ``landscape --help``)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("landscape.cli.demo", "The main job: train three mini models on digits and analyse them."),
     "models": ("landscape.cli.models", "List the model zoo with parameter counts."),
     "train": ("landscape.cli.train", "Train a zoo model and save a checkpoint."),
     "convert": ("landscape.cli.convert", "Initialise a vit_rpe_* checkpoint from a trained convvit_* (Paper B)."),
