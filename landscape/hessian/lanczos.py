@@ -253,7 +253,8 @@ class _RitzState:
         others = theta.unsqueeze(0) - theta[wanted].unsqueeze(1)
         others[torch.arange(len(wanted)), wanted] = math.inf
         gap = others.abs().min(dim=1).values if theta.numel() > 1 else torch.full_like(residuals, math.inf)
-        self.errors = torch.minimum(residuals, residuals**2 / gap)
+        # without a second Ritz value there is no gap estimate: the error bound is the residual itself
+        self.errors = torch.where(torch.isfinite(gap), torch.minimum(residuals, residuals**2 / gap), residuals)
         self.converged = torch.zeros(len(wanted), dtype=torch.bool)
         self.done = False
 

@@ -1,0 +1,68 @@
+"""``landscape hessian`` and ``landscape spectrum`` through click and through the installed entry point."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from landscape.checkpoint import save_checkpoint
+from landscape.cli import cli
+from landscape.models import create_model
+from landscape.store import read_result
+
+ENTRY = str(Path(sys.executable).parent / "landscape")
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    torch.manual_seed(0)
+    model = create_model("resnet_mini", num_classes=10, in_chans=1, widths=(4, 8), layers=(1, 1))
+    return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.pt", model, model_name="resnet_mini",
+                           model_kwargs=model.model_kwargs, num_classes=10, dataset="digits")
+
+
+def test_hessian_command_and_plot(ckpt, tmp_path):
+    out = tmp_path / "h.h5"
+    args = ["hessian", "--ckpt", str(ckpt), "--samples", "6", "--batch-size", "3", "--top-k", "2", "--tol", "1e-3",
+            "--params", "fc.*", "--density", "--probes", "2", "--steps", "4", "--trace", "--trace-samples", "6",
+            "--hvp", "jvp", "--device", "cpu", "--out", str(out), "--quiet"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    res = read_result(out)
+    assert f"wrote {out}: 90 parameters, 6 samples" in result.output
+    assert "eigenvalues (LA): " + ", ".join(f"{v:.6g}" for v in res["eigenvalues"]) in result.output
+    assert "trace: " in result.output and "density: 2 probes" in result.output
+    other = CliRunner().invoke(cli, [*args[:-3], "--which", "SA", "--out", str(out), "--quiet"])
+    assert other.exit_code == 2 and "use --force" in other.output
+    plotted = CliRunner().invoke(cli, ["plot", str(out), "--out", str(tmp_path / "figs")])
+    assert plotted.exit_code == 0 and "h_density.png" in plotted.output and "h_eigenvalues.png" in plotted.output
+
+
+def test_spectrum_command(ckpt, tmp_path):
+    out = tmp_path / "s.h5"
+    result = CliRunner().invoke(cli, ["spectrum", "--ckpt", str(ckpt), "--samples", "4", "--batch-size", "2",
+                                      "--top-k", "2", "--regularizer", "l2", "--device", "cpu", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    res = read_result(out)
+    assert res["eigenvalues"].shape == (2, 2) and not np.isnan(res["eigenvalues"]).any()
+    assert f"wrote {out}: 2 batches x top-2" in result.output
+    assert res.attrs["regularizer"] == {"kind": "l2", "coef": 0.0005} and res.attrs["solver"] == "lanczos"
+    bad = CliRunner().invoke(cli, ["spectrum", "--ckpt", str(ckpt), "--fraction", "2", "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "Error: --fraction must lie in (0, 1]" in bad.output
+
+
+def test_entry_point_runs_hessian(ckpt, tmp_path):
+    out = tmp_path / "h.h5"
+    proc = subprocess.run([ENTRY, "hessian", "--ckpt", str(ckpt), "--samples", "4", "--top-k", "1", "--tol", "1e-2",
+                           "--params", "fc", "--hvp", "jvp", "--device", "cpu", "--out", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "wrote" in proc.stdout and proc.stderr == ""  # no progress bar or warnings when not a terminal
+    assert read_result(out).kind == "hessian"
+    bad = subprocess.run([ENTRY, "hessian", "--ckpt", str(tmp_path / "missing.pt"), "--out", str(out)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("Error:") and "Traceback" not in bad.stderr

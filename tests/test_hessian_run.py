@@ -1,0 +1,102 @@
+"""run_hessian / run_spectrum: HDF5 schema, provenance, exact values on a layer block, resume and --force."""
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from landscape.checkpoint import load_model, save_checkpoint
+from landscape.data import load_dataset
+from landscape.errors import LandscapeError
+from landscape.hessian.run import run_hessian, run_spectrum
+from landscape.models import create_model
+from landscape.objective import Objective, Regularizer
+from landscape.pipeline import batches_for, load_inputs
+
+TINY = {"widths": (4, 8), "layers": (1, 1)}
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    torch.manual_seed(0)
+    model = create_model("resnet_mini", num_classes=10, in_chans=1, **TINY)
+    path = tmp_path_factory.mktemp("ckpt") / "tiny.pt"
+    return save_checkpoint(path, model, model_name="resnet_mini", model_kwargs=model.model_kwargs, num_classes=10,
+                           dataset="digits")
+
+
+COMMON = {"samples": 8, "batch_size": 3, "device": "cpu", "hvp": "jvp", "quiet": True}
+
+
+def test_run_hessian_writes_the_schema_with_exact_values_on_a_layer_block(ckpt, tmp_path):
+    out = tmp_path / "h.h5"
+    res = run_hessian(ckpt, out, top_k=2, which="BE", tol=1e-10, eigenvectors=True, density=True, probes=2,
+                      steps=5, trace=True, trace_samples=9, params="fc", dtype="float64",
+                      regularizer="l2", reg_coef=0.01, **COMMON)
+    assert res.kind == "hessian" and res.attrs["complete"]
+    for name in ("eigenvalues", "eigenvectors", "residuals", "converged", "density/grid", "density/values",
+                 "density/nodes", "density/weights", "trace/samples"):
+        assert name in res, name
+    a = res.attrs
+    assert a["model"] == "resnet_mini" and a["dataset"] == "digits" and a["n_samples"] == 8
+    assert a["params"] == ["fc"] and a["which"] == "BE" and a["bn_mode"] == "eval" and a["n_params"] == 90
+    assert a["parameter_names"] == ["fc.weight", "fc.bias"] and len(a["checkpoint_sha256"]) == 64
+    assert res["eigenvectors"].shape == (90, 2) and res.axes["eigenvectors"] == ["parameter", "pair"]
+    # exact reference: the dense Hessian of the fc block of the same objective
+    model, _ = load_model(ckpt)
+    inputs = load_inputs(ckpt, device="cpu")
+    obj = Objective(model, batches_for(inputs, batch_size=3, n_samples=8, seed=0), dtype=torch.float64,
+                    regularizer=Regularizer("l2", 0.01))
+    names = ["fc.weight", "fc.bias"]
+
+    def loss(flat):
+        w, b = flat[:80].view(10, 8), flat[80:]
+        return obj.loss({**obj.params, "fc.weight": w, "fc.bias": b})
+
+    flat = torch.cat([obj.params[n].reshape(-1) for n in names])
+    ev = torch.linalg.eigvalsh(torch.func.hessian(loss)(flat)).numpy()
+    np.testing.assert_allclose(res["eigenvalues"], [ev[0], ev[-1]], rtol=1e-8)
+    assert res["density/values"].sum() * np.diff(res["density/grid"][:2])[0] == pytest.approx(1.0, abs=1e-6)
+    assert abs(res["trace/samples"].mean() - ev.sum()) < 1e-6 * abs(ev.sum()) + 5 * res["trace/samples"].std()
+
+
+def test_run_hessian_resumes_by_section_and_refuses_other_options(ckpt, tmp_path):
+    out = tmp_path / "h.h5"
+    opts = {"top_k": 1, "tol": 1e-2, "trace": True, "trace_samples": 6, "params": "fc", **COMMON}
+    first = run_hessian(ckpt, out, **opts)
+    with h5py.File(out, "r+") as f:
+        del f["trace"]
+        f.attrs["complete"] = False
+        f["eigenvalues"][0] = 123.0  # marks that the eigen section is not recomputed
+    again = run_hessian(ckpt, out, **opts)
+    assert again.attrs["complete"] and again["eigenvalues"][0] == 123.0
+    np.testing.assert_array_equal(again["trace/samples"], first["trace/samples"])
+    with pytest.raises(LandscapeError, match="--force"):
+        run_hessian(ckpt, out, **{**opts, "top_k": 2})
+    forced = run_hessian(ckpt, out, **{**opts, "top_k": 2}, force=True)
+    assert forced["eigenvalues"].shape == (2,)
+    with pytest.raises(LandscapeError, match="nothing to compute"):
+        run_hessian(ckpt, tmp_path / "x.h5", top_k=0)
+
+
+def test_run_spectrum_rows_resume_and_schema(ckpt, tmp_path):
+    out = tmp_path / "s.h5"
+    opts = {"samples": 7, "batch_size": 3, "top_k": 2, "tol": 1e-3, "device": "cpu", "quiet": True}
+    res = run_spectrum(ckpt, out, **opts)
+    assert res.kind == "spectrum" and res.attrs["complete"]
+    assert res["eigenvalues"].shape == (3, 2) and res["batch_sizes"].tolist() == [3, 3, 1]
+    assert res["done"].all() and (res["n_matvec"] > 0).all() and res.axes["eigenvalues"] == ["batch", "rank"]
+    assert res.attrs["which"] == "LM" and res.attrs["solver"] == "lanczos" and res.attrs["n_samples"] == 7
+    with h5py.File(out, "r+") as f:
+        f["done"][1] = False
+        f["eigenvalues"][1] = np.nan
+        f["eigenvalues"][0] = 7.0  # a done row is kept as is
+        f.attrs["complete"] = False
+    again = run_spectrum(ckpt, out, **opts)
+    np.testing.assert_array_equal(again["eigenvalues"][1:], res["eigenvalues"][1:])
+    assert (again["eigenvalues"][0] == 7.0).all()
+    frac = run_spectrum(ckpt, tmp_path / "f.h5", fraction=0.002, batch_size=4, top_k=1, tol=1e-1, device="cpu",
+                        quiet=True)
+    assert frac.attrs["n_samples"] == round(0.002 * len(load_dataset("digits"))) == frac["batch_sizes"].sum()
+    with pytest.raises(LandscapeError, match="fraction"):
+        run_spectrum(ckpt, tmp_path / "g.h5", fraction=1.5)
