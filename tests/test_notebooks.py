@@ -1,0 +1,80 @@
+"""The figure notebooks: each runs with QUICK = True from a clean kernel; committed without outputs; generated.
+
+The notebooks share one temporary WORKDIR (``LANDSCAPE_NOTEBOOK_WORKDIR``) for the whole session, so the
+checkpoints trained by the first notebook are reused by the others, as they would be for a user.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = sorted(p.name for p in NOTEBOOK_DIR.glob("*.ipynb"))
+#: the least number of figures each notebook must display
+MIN_FIGURES = {
+    "01_loss_landscapes.ipynb": 6,  # 3D + contour per model
+    "02_hessian_spectra.ipynb": 5,  # one per model, one per stage
+    "03_fourier.ipynb": 5,  # Fig 2a per model, Fig 8, Fig 2b
+    "04_feature_variance.ipynb": 3,
+    "05_alternet.ipynb": 4,  # 3D per model, spectra
+    "06_paper_b_conv_to_attention.ipynb": 2,
+}
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_notebooks", NOTEBOOK_DIR / "make_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("notebooks")
+
+
+def test_every_notebook_is_listed() -> None:
+    assert NOTEBOOKS == sorted(MIN_FIGURES) == sorted(_generator().NOTEBOOKS)
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_committed_notebook_equals_generated(name: str) -> None:
+    assert (NOTEBOOK_DIR / name).read_text() == _generator().render(name), (
+        f"{name} is stale: run python notebooks/make_notebooks.py"
+    )
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_committed_notebook_has_no_outputs(name: str) -> None:
+    nb = nbformat.read(NOTEBOOK_DIR / name, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code, f"{name} has no code cells"
+    for cell in code:
+        assert cell.outputs == [] and cell.execution_count is None, f"{name}: cell {cell.id} has outputs"
+    first = code[0]
+    assert "parameters" in first.metadata.get("tags", [])
+    assert "QUICK = True" in first.source and "WORKDIR" in first.source and "DATA" in first.source
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_runs_quick(name: str, workdir: Path) -> None:
+    """Execute the notebook as committed (QUICK = True) in a fresh python3 kernel; any cell error fails."""
+    nb = nbformat.read(NOTEBOOK_DIR / name, as_version=4)
+    env = {**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "LANDSCAPE_NOTEBOOK_WORKDIR": str(workdir)}
+    client = NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+    start = time.perf_counter()
+    client.execute(env=env)
+    print(f"{name}: {time.perf_counter() - start:.1f} s")
+    images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+    assert len(images) >= MIN_FIGURES[name], f"{name} displayed {len(images)} figures"
+    assert (workdir / "quick" / "figures" / Path(name).stem).is_dir()
