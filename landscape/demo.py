@@ -118,7 +118,7 @@ def _model_stages(
         out=surface,
         force=force,
         device=device,
-        progress=not quiet,
+        progress=False if quiet else None,
     )
     spectrum = out_dir / f"{model}_spectrum.h5"
     run_spectrum(
@@ -156,7 +156,7 @@ def _report(model: str, ckpt: Path, files: list[Path], figures: list[Path]) -> M
         top_eigenvalue=float(eig.max()) if eig.size else math.nan,
         negative_share=float((eig < 0).mean()) if eig.size else math.nan,
         hf_msa=_mean_or_nan(hf[kinds == "msa"]),
-        hf_conv=_mean_or_nan(hf[np.isin(kinds, ["conv", "downsample"])]),
+        hf_conv=_mean_or_nan(hf[np.isin(kinds, ["conv", "downsample", "mlp"])]),
         figures=figures,
     )
 
@@ -174,10 +174,10 @@ def write_summary(reports: list[ModelReport], shared_figures: list[Path], out_di
         "loss) on filter-normalised directions. Spectrum: top-5 largest-magnitude Hessian eigenvalues of the NLL of",
         "every mini-batch of 16 (BN in eval mode; the norm-sum term is left out because its Hessian, 0.05/||theta_p||",
         "on each tensor, swamps the data term for small tensors). High-frequency value: Delta log amplitude at the",
-        "highest frequency, averaged over the blocks of each kind (MSA vs Conv, downsampling blocks counted as Conv).",
+        "highest frequency, averaged over the blocks of each kind (MSA vs Conv/MLP; downsampling counts as Conv).",
         "",
         "| model | test accuracy | top Hessian eigenvalue | share of negative eigenvalues "
-        "| high-freq Delta log amp, MSA | high-freq Delta log amp, Conv |",
+        "| high-freq Delta log amp, MSA | high-freq Delta log amp, Conv/MLP |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in reports:
