@@ -117,7 +117,7 @@ for model in MODELS:
 '''
 
 SPECTRA = '''\
-# Per-mini-batch top-k Hessian eigenvalues (largest magnitude), loss = NLL + 0.05 * sum_p ||theta_p||.
+# Per-mini-batch top-k Hessian eigenvalues (largest magnitude) of NLL + the SPECTRUM_REGULARIZER term.
 from landscape.hessian import run_spectrum
 
 
@@ -129,9 +129,11 @@ def spectrum(model, stage):
         if not ckpt.exists():
             raise FileNotFoundError(f"no warm-up checkpoint {ckpt}; set WARMUP_CHECKPOINTS[{model!r}]")
     return run_spectrum(
-        ckpt, RESULTS / f"{model}_spectrum_{stage}.h5", data=DATA, batch_size=SIZES["spectrum_batch"],
+        ckpt, RESULTS / f"{model}_spectrum_{stage}_{SPECTRUM_REGULARIZER}.h5", data=DATA,
+        batch_size=SIZES["spectrum_batch"],
         fraction=SIZES["spectrum_fraction"], samples=SIZES["spectrum_samples"], top_k=SIZES["top_k"],
-        which="LM", tol=SIZES["spectrum_tol"], regularizer="norm-sum", reg_coef=SIZES["reg_coef"],
+        which="LM", tol=SIZES["spectrum_tol"], regularizer=SPECTRUM_REGULARIZER,
+        reg_coef=SIZES["reg_coef"] if SPECTRUM_REGULARIZER == "norm-sum" else None,
         device=DEVICE, quiet=True,
     )
 '''
@@ -227,8 +229,13 @@ Lanczos; the eigenvalues of all batches are pooled and drawn as densities, negat
 Checkpoints are trained with `snapshot_warmup=True`, so every model has a snapshot taken right after warm-up.
 Paper A's claim: ViT has many negative eigenvalues (a non-convex loss), most at the start of training;
 AlterNet's spectrum is the narrowest (flattest).
+
+Note: the norm-sum term c sum_p ||theta_p|| has curvature c / ||theta_p|| across each tensor, so a tensor of
+tiny norm (a bias that has barely moved from zero, common in a short QUICK run) puts a cluster of eigenvalues
+near c / ||theta_p|| at the top of the spectrum. `SPECTRUM_REGULARIZER = "none"` shows the NLL's curvature alone.
 """ + RUN_NOTE),
-        parameters("WARMUP_CHECKPOINTS = {}  # QUICK = False with CHECKPOINTS: the matching warm-up checkpoints"),
+        parameters("WARMUP_CHECKPOINTS = {}  # QUICK = False with CHECKPOINTS: the matching warm-up checkpoints\n"
+                   'SPECTRUM_REGULARIZER = "norm-sum"  # "norm-sum" (Paper A: NLL + 0.05 sum_p ||theta_p||) or "none"'),
         setup("02_hessian_spectra"),
         code(SPECTRA),
         code("""
@@ -318,7 +325,8 @@ claim: it is more accurate than both, with a flatter landscape and a narrower He
 without the ViT's negative eigenvalues. Uses the same checkpoints and result files as notebooks 1 and 2.
 """ + RUN_NOTE),
         parameters('REGULARIZER = "norm-sum"  # the landscape\'s loss, as in notebook 1\nNORM = "filter"\n'
-                   "WARMUP_CHECKPOINTS = {}  # as in notebook 2"),
+                   "WARMUP_CHECKPOINTS = {}  # as in notebook 2\n"
+                   'SPECTRUM_REGULARIZER = "norm-sum"  # as in notebook 2'),
         setup("05_alternet"),
         code("""
 from landscape.checkpoint import read_checkpoint
@@ -402,13 +410,15 @@ show_figure(fig, "error_vs_sharpness")
         md("""
 Fewer heads: with content-independent attention every per-offset map lies in the span of H matrices, so the
 relative error is at least the Eckart-Young tail of the singular values (`head_lower_bound`); the best
-least-squares fit of W_O over every choice of 8 of the 9 offsets stays far from exact, 9 heads fit exactly.
+least-squares fit of W_O over every choice of 8 of the 9 offsets (on white-noise images) stays near that bound,
+far from exact; 9 heads fit exactly.
 """),
         code("""
 heads = list(range(1, 10))
 bounds = [head_lower_bound(conv, PATCH, h) for h in heads]
-fit8, subset8 = best_fit_fewer_heads(conv, PATCH, 8, x)
-fit9, _ = best_fit_fewer_heads(conv, PATCH, 9, x)
+x_fit = torch.randn(64, 3, 16, 16, dtype=torch.float64)  # many queries: the fit barely overfits
+fit8, subset8 = best_fit_fewer_heads(conv, PATCH, 8, x_fit)
+fit9, _ = best_fit_fewer_heads(conv, PATCH, 9, x_fit)
 fig = Figure(figsize=(5.2, 3.6), layout="constrained")
 ax = fig.add_subplot()
 ax.plot(heads, bounds, "o-", label="lower bound on the relative error")
