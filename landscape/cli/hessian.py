@@ -40,9 +40,12 @@ import click
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(ckpt: str, out: str, **options: object) -> None:
     """Hessian eigenvalues (Lanczos), spectral density (SLQ) and trace of a checkpoint's loss."""
+    from landscape import distributed
     from landscape.hessian.run import run_hessian
 
     result = run_hessian(ckpt, out, **options)  # type: ignore[arg-type]
+    if not distributed.is_main():
+        return
     lines = [f"wrote {out}: {result.attrs.get('n_params', '?')} parameters, {result.attrs['n_samples']} samples"]
     if "eigenvalues" in result:
         values = ", ".join(f"{v:.6g}" for v in result["eigenvalues"])

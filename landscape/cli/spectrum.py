@@ -33,9 +33,12 @@ import click
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(ckpt: str, out: str, **options: object) -> None:
     """Top-k Hessian eigenvalues of every mini-batch, pooled (Paper A, Fig 1c/4)."""
+    from landscape import distributed
     from landscape.hessian.run import run_spectrum
 
     result = run_spectrum(ckpt, out, **options)  # type: ignore[arg-type]
+    if not distributed.is_main():
+        return
     eig = result["eigenvalues"]
     click.echo(
         f"wrote {out}: {eig.shape[0]} batches x top-{eig.shape[1]}, eigenvalues from {eig.min():.6g} to "

@@ -1,5 +1,6 @@
 """``landscape hessian`` and ``landscape spectrum`` through click and through the installed entry point."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,15 @@ from landscape.models import create_model
 from landscape.store import read_result
 
 ENTRY = str(Path(sys.executable).parent / "landscape")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one intra-op thread (OpenMP threads spin-wait when other processes share the cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +69,7 @@ def test_entry_point_runs_hessian(ckpt, tmp_path):
     out = tmp_path / "h.h5"
     proc = subprocess.run([ENTRY, "hessian", "--ckpt", str(ckpt), "--samples", "4", "--top-k", "1", "--tol", "1e-2",
                            "--params", "fc", "--hvp", "jvp", "--device", "cpu", "--out", str(out)],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr
     assert "wrote" in proc.stdout and proc.stderr == ""  # no progress bar or warnings when not a terminal
     assert read_result(out).kind == "hessian"
