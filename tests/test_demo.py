@@ -58,9 +58,19 @@ def test_summary_puts_the_models_side_by_side(demo_dir):
         assert (demo_dir / link).is_file(), link
 
 
+def _snapshot(demo_dir):
+    """Checkpoint modification times and the arrays and creation time of every result file."""
+    stamps = {p.name: p.stat().st_mtime_ns for p in demo_dir.glob("*.pt")}
+    results = {}
+    for path in sorted(demo_dir.glob("*.h5")):
+        res = read_result(path)
+        arrays = {k: v.tolist() if v.dtype.kind in "OUS" else v.tobytes() for k, v in res.arrays.items()}
+        results[path.name] = (res.attrs["created"], arrays)
+    return stamps, results
+
+
 def test_rerun_resumes_instead_of_recomputing(demo_dir):
-    files = sorted(p for p in demo_dir.iterdir() if p.suffix in (".pt", ".h5"))
-    before = {p: p.stat().st_mtime_ns for p in files}
+    before = _snapshot(demo_dir)
     proc = subprocess.run([ENTRY, "demo", "--quick", "--out", str(demo_dir), "--quiet"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert {p: p.stat().st_mtime_ns for p in files} == before
+    assert _snapshot(demo_dir) == before

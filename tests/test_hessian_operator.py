@@ -13,15 +13,6 @@ from landscape.params import flatten, unflatten
 REGULARIZERS = [Regularizer(), Regularizer("l2", 0.1), Regularizer("norm-sum", 0.05)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread (OpenMP threads spin-wait when other processes share the cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tiny_model(seed=0):
     """Linear -> BatchNorm (eval, non-trivial running stats) -> tanh -> Linear: 63 parameters."""
     torch.manual_seed(seed)

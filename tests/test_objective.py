@@ -10,14 +10,6 @@ from landscape.errors import LandscapeError
 from landscape.objective import Objective, Regularizer
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def bn_model():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(), nn.Linear(3 * 9, 4))

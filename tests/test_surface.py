@@ -62,15 +62,6 @@ exec(compile(JOB, "job", "exec"), NS)
 build, XS, YS = NS["build"], NS["XS"], NS["YS"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one intra-op thread is faster, and immune to a loaded machine's thread contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def reference(one_thread, tmp_path_factory):
     """The uninterrupted single-process surface of the JOB model."""

@@ -12,14 +12,6 @@ from landscape.train import TrainConfig, lr_factor, snapshot_path, train_model
 TINY = dict(model="resnet_mini", data="digits:16", epochs=2, batch_size=32, subset=64, warmup_epochs=1, seed=3)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_lr_schedule_closed_form():
     total, warm = 100, 10
     assert [lr_factor(s, total, warm) for s in range(3)] == [0.1, 0.2, 0.3]

@@ -18,15 +18,6 @@ from landscape.store import read_result
 ENTRY = str(Path(sys.executable).parent / "landscape")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread (OpenMP threads spin-wait when other processes share the cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     torch.manual_seed(0)

@@ -19,14 +19,6 @@ ENTRY = str(Path(sys.executable).parent / "landscape")
 COMMON = ["--samples", "48", "--batch-size", "20", "--device", "cpu", "--quiet"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def make_checkpoint(path, seed=0, num_classes=10):
     torch.manual_seed(seed)
     model = create_model("resnet_mini", num_classes=num_classes, in_chans=1)

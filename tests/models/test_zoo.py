@@ -63,19 +63,6 @@ def _is_big(name: str) -> bool:
     return count_parameters(_build(name, 1)) > BIG
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Run this file's small tensors on one intra-op thread (restored afterwards).
-
-    With batch 2 there is little to parallelise, and when other processes share the 2 cores the OpenMP
-    threads spin-wait: ResNet-50/AlterNet-50 forward+backward measured 10x slower on 2 threads than on 1.
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _modes(model: torch.nn.Module) -> list[bool]:
     return [m.training for m in model.modules()]
 
