@@ -6,6 +6,7 @@ import types
 import numpy as np
 import pytest
 import torch
+from helpers import one_line_error
 from torch import nn
 
 import landscape
@@ -18,14 +19,6 @@ from landscape.checkpoint import (
     save_checkpoint,
 )
 from landscape.errors import LandscapeError
-
-
-def one_line_error(fn, *args, match=None, **kwargs):
-    with pytest.raises(LandscapeError, match=match) as e:
-        fn(*args, **kwargs)
-    msg = str(e.value)
-    assert msg and "\n" not in msg
-    return msg
 
 
 class TinyNet(nn.Module):

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import one_line_error
 
 from landscape.data import (
     DIGITS_MEAN,
@@ -17,15 +18,6 @@ from landscape.data import (
     parse_spec,
     subset_indices,
 )
-from landscape.errors import LandscapeError
-
-
-def one_line_error(fn, *args, match=None, **kwargs):
-    with pytest.raises(LandscapeError, match=match) as e:
-        fn(*args, **kwargs)
-    msg = str(e.value)
-    assert msg and "\n" not in msg
-    return msg
 
 
 def raw(ds, x):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from test_hessian_operator import dense_hessian, one_thread, tiny_batches, tiny_model  # noqa: F401 (autouse fixture)
+from test_hessian_operator import dense_hessian, tiny_batches, tiny_model
 
 from landscape.errors import LandscapeError
 from landscape.hessian.lanczos import DenseOperator, lanczos, lanczos_tridiagonal, rank_ritz

@@ -8,7 +8,6 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from test_hessian_operator import one_thread  # noqa: F401 (autouse fixture)
 
 from landscape.checkpoint import load_model, save_checkpoint
 from landscape.data import load_dataset
