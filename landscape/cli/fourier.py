@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
+from landscape.cli.options import checkpoint_options, output_options
+
 
 @click.command("fourier")
-@click.option("--ckpt", required=True, type=click.Path(dir_okay=False), help="Checkpoint of a zoo model.")
-@click.option("--model", "model_name", default=None, help="Zoo model name, for checkpoints that do not record it.")
-@click.option("--data", default=None, help="Dataset spec [default: the checkpoint's dataset, else digits].")
-@click.option("--split", default="test", show_default=True, type=click.Choice(["train", "test"]))
+@checkpoint_options(split="test")
+@output_options("fourier.h5")
 @click.option("--samples", default=256, show_default=True, type=int, help="Number of images analysed.")
 @click.option("--batch-size", default=64, show_default=True, type=int)
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sample choice and the noise.")
@@ -22,10 +22,6 @@ import click
 @click.option("--noise-bands", is_flag=True, help="Also measure the accuracy drop under band-limited noise.")
 @click.option("--noise-strength", default=0.5, show_default=True, type=float,
               help="Root-mean-square of the noise per image, in normalised input units.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
-@click.option("--out", default="fourier.h5", show_default=True, type=click.Path(dir_okay=False))
-@click.option("--force", is_flag=True, help="Overwrite an existing result file from other options.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(ckpt: str, out: str, **options: object) -> None:
     """Fourier analysis of feature maps (Paper A, Fig 2a/8/9 and, with --noise-bands, Fig 2b)."""
     from landscape.fourier import run_fourier

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import click
 
+from landscape.cli.options import checkpoint_options, output_options, regularizer_options
+
 
 @click.command("hessian")
-@click.option("--ckpt", required=True, type=click.Path(dir_okay=False), help="Checkpoint of a zoo model.")
-@click.option("--model", "model_name", default=None, help="Zoo model name, for checkpoints that do not record it.")
-@click.option("--data", default=None, help="Dataset spec [default: the checkpoint's dataset, else digits].")
-@click.option("--split", default="train", show_default=True, type=click.Choice(["train", "test"]))
+@checkpoint_options()
+@regularizer_options
+@output_options("hessian.h5")
 @click.option("--samples", default=1024, show_default=True, type=int, help="Images in the loss (the Hessian's data).")
 @click.option("--batch-size", default=128, show_default=True, type=int, help="Batch size of the HVP passes.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the samples, start vector and probes.")
@@ -28,16 +29,9 @@ import click
 @click.option("--trace-samples", default=99, show_default=True, type=int, help="HVPs spent on the trace.")
 @click.option("--trace-method", default="hutch++", show_default=True, type=click.Choice(["hutchinson", "hutch++"]))
 @click.option("--params", default=None, help="Comma-separated parameter-name globs: a per-layer Hessian block.")
-@click.option("--regularizer", default="none", show_default=True, type=click.Choice(["none", "l2", "norm-sum"]))
-@click.option("--reg-coef", default=None, type=float, help="Regulariser coefficient [l2: 5e-4, norm-sum: 0.05].")
 @click.option("--hvp", default="auto", show_default=True, type=click.Choice(["auto", "linearize", "jvp"]),
               help="Trace each batch's HVP once (linearize), never (jvp), or after a few products (auto).")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "float64"]))
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
-@click.option("--allow-stochastic", is_flag=True, help="Do not refuse a model whose two passes differ.")
-@click.option("--out", default="hessian.h5", show_default=True, type=click.Path(dir_okay=False))
-@click.option("--force", is_flag=True, help="Overwrite an existing result file from other options.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(ckpt: str, out: str, **options: object) -> None:
     """Hessian eigenvalues (Lanczos), spectral density (SLQ) and trace of a checkpoint's loss."""
     from landscape import distributed

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import click
 
+from landscape.cli.options import checkpoint_options, output_options, regularizer_options
+
 
 @click.command("spectrum")
-@click.option("--ckpt", required=True, type=click.Path(dir_okay=False), help="Checkpoint of a zoo model.")
-@click.option("--model", "model_name", default=None, help="Zoo model name, for checkpoints that do not record it.")
-@click.option("--data", default=None, help="Dataset spec [default: the checkpoint's dataset, else digits].")
-@click.option("--split", default="train", show_default=True, type=click.Choice(["train", "test"]))
+@checkpoint_options()
+@regularizer_options
+@output_options("spectrum.h5")
 @click.option("--batch-size", default=16, show_default=True, type=int, help="Mini-batch size (Paper A: 16).")
 @click.option("--fraction", default=0.1, show_default=True, type=float, help="Share of the split used (Paper A: 10%).")
 @click.option("--samples", default=None, type=int, help="Number of images instead of --fraction.")
@@ -21,16 +22,9 @@ import click
 @click.option("--tol", default=1e-3, show_default=True, type=float, help="Relative accuracy of the eigenvalues.")
 @click.option("--ncv", default=None, type=int, help="Lanczos basis size.")
 @click.option("--maxiter", default=None, type=int, help="Lanczos restarts / PyHessian iterations per eigenvalue.")
-@click.option("--regularizer", default="none", show_default=True, type=click.Choice(["none", "l2", "norm-sum"]))
-@click.option("--reg-coef", default=None, type=float, help="Regulariser coefficient [l2: 5e-4, norm-sum: 0.05].")
 @click.option("--hvp", default="jvp", show_default=True, type=click.Choice(["auto", "linearize", "jvp"]),
               help="HVPs by jvp(grad) each time, or traced per batch with linearize (pays for large batches).")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "float64"]))
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
-@click.option("--allow-stochastic", is_flag=True, help="Do not refuse a model whose two passes differ.")
-@click.option("--out", default="spectrum.h5", show_default=True, type=click.Path(dir_okay=False))
-@click.option("--force", is_flag=True, help="Overwrite an existing result file from other options.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(ckpt: str, out: str, **options: object) -> None:
     """Top-k Hessian eigenvalues of every mini-batch, pooled (Paper A, Fig 1c/4)."""
     from landscape import distributed

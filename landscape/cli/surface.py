@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import click
 
+from landscape.cli.options import checkpoint_options, output_options, regularizer_options
+
 NORMS = ["filter", "dim0", "layer", "weight", "none"]
 
 
 @click.command("surface")
-@click.option("--ckpt", required=True, type=click.Path(dir_okay=False), help="Checkpoint of the centre model.")
-@click.option("--model", default=None, help="Model name (needed for plain state dicts).")
-@click.option("--data", default=None, help="Dataset spec (default: the checkpoint's, else digits).")
-@click.option("--split", default="train", show_default=True, type=click.Choice(["train", "test"]))
+@checkpoint_options(model_dest="model")
+@regularizer_options
+@output_options("surface.h5")
 @click.option("--samples", default=1000, show_default=True, type=int, help="Number of samples (fixed, seeded).")
 @click.option("--batch-size", default=128, show_default=True, type=int)
 @click.option("--x", "x", default="-1:1:21", show_default=True, help="x grid MIN:MAX:NUM (inclusive).")
@@ -23,21 +24,14 @@ NORMS = ["filter", "dim0", "layer", "weight", "none"]
               help="Second checkpoint: x = target - centre (x = 1 lands on it).")
 @click.option("--trajectory", multiple=True, type=click.Path(dir_okay=False),
               help="Training snapshots (repeat): PCA directions of the trajectory.")
-@click.option("--regularizer", default="none", show_default=True, type=click.Choice(["none", "l2", "norm-sum"]))
-@click.option("--reg-coef", default=None, type=float, help="Regulariser coefficient (l2: 5e-4, norm-sum: 0.05).")
 @click.option("--bn", default="eval", show_default=True, type=click.Choice(["eval", "recompute"]),
               help="BatchNorm statistics: the centre's (eval) or re-estimated at every point.")
 @click.option("--keep-1d", is_flag=True, help="Perturb tensors with ndim < 2 too (default: zero direction).")
 @click.option("--zero", "zero_patterns", multiple=True,
               help="Name patterns with a zero direction (default: position embeddings / relative-position tables).")
 @click.option("--batch-points", default="auto", show_default=True, help="Points per vmap call (1 = loop) or auto.")
-@click.option("--out", default="surface.h5", show_default=True, type=click.Path(dir_okay=False))
-@click.option("--force", is_flag=True, help="Overwrite an existing file from other options.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
 @click.option("--compile", "compile_", is_flag=True,
               help="torch.compile the per-point loss (eager fallback); pays off on long runs.")
-@click.option("--allow-stochastic", is_flag=True, help="Do not refuse a model whose two passes differ.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(ckpt: str, model: str | None, data: str | None, split: str, samples: int, batch_size: int, x: str,
             y: str | None, norm: str, seed: int, target: str | None, trajectory: tuple[str, ...], regularizer: str,
             reg_coef: float | None, bn: str, keep_1d: bool, zero_patterns: tuple[str, ...], batch_points: str,
