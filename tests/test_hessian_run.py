@@ -120,3 +120,18 @@ def test_two_rank_torchrun_spectrum_equals_the_single_process_run(ckpt, tmp_path
     assert two.attrs["complete"] and two["done"].all()
     np.testing.assert_allclose(two["eigenvalues"], single["eigenvalues"], rtol=1e-5)
     np.testing.assert_array_equal(two["batch_sizes"], single["batch_sizes"])
+
+
+def test_two_rank_torchrun_hessian_shares_the_batches_and_equals_the_single_process_run(ckpt, tmp_path):
+    opts = dict(samples=7, batch_size=3, top_k=2, tol=1e-8, trace=True, trace_samples=6, device="cpu")
+    single = run_hessian(ckpt, tmp_path / "one.h5", quiet=True, **opts)
+    out = tmp_path / "two.h5"
+    args = ["--samples", "7", "--batch-size", "3", "--top-k", "2", "--tol", "1e-8", "--trace", "--trace-samples", "6"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "landscape",
+           "hessian", "--ckpt", str(ckpt), *args, "--device", "cpu", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("wrote") == 1
+    two = read_result(out)
+    np.testing.assert_allclose(two["eigenvalues"], single["eigenvalues"], rtol=1e-5)
+    np.testing.assert_allclose(two["trace/samples"], single["trace/samples"], rtol=1e-4, atol=1e-6)

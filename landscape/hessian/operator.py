@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 from torch.func import grad, jvp, linearize, vmap
 
+from landscape import distributed
 from landscape.errors import LandscapeError
 from landscape.objective import Objective
 from landscape.params import ParamDict, flatten, unflatten
@@ -77,6 +78,8 @@ class HessianOperator:
             ``max_linearized`` batches are ever traced (memory); the rest always use ``jvp``.
         max_linearized: how many batches ``"auto"`` may trace (each keeps one forward/backward of memory).
         linearize_after: the number of plain ``jvp`` products per batch before ``"auto"`` traces it.
+        shard: under torchrun, each rank multiplies by every ``world_size``-th batch and the products are summed
+            with ``all_reduce``; every rank must then make the same sequence of products (same solver, seed).
 
     Vectors are 1-D tensors of length ``n`` on the objective's device in the params' dtype; the flat order
     is the insertion order of the selected parameters (``self.names``). ``n_matvec`` counts products
@@ -93,6 +96,7 @@ class HessianOperator:
         mode: str = "auto",
         max_linearized: int = 8,
         linearize_after: int = 4,
+        shard: bool = False,
     ) -> None:
         if mode not in HVP_MODES:
             raise LandscapeError(f"unknown HVP mode {mode!r}; choose one of {', '.join(HVP_MODES)}")
@@ -118,6 +122,7 @@ class HessianOperator:
         self.n_matvec = 0
         self._uses = [0] * len(used)
         self._linear: dict[int, Callable[[ParamDict], ParamDict]] = {}
+        self.shard = shard and distributed.active()
 
     # -- building blocks ---------------------------------------------------------------------------
     def _full(self, sub: Mapping[str, Tensor]) -> ParamDict:
@@ -151,14 +156,21 @@ class HessianOperator:
             return None
         return _quiet_jvp(grad(lambda sub: reg(self._full(sub))), self.params, v)
 
-    def hvp_dict(self, v: Mapping[str, Tensor]) -> ParamDict:
-        """``H v`` for a dict ``v`` with the selected parameters' names and shapes."""
+    def hvp_dict(self, v: Mapping[str, Tensor], *, part: int = 0, parts: int = 1) -> ParamDict:
+        """``H v`` for a dict ``v`` with the selected parameters' names and shapes.
+
+        With ``parts > 1`` only this part's share is computed: the batches ``part, part + parts, ...`` (and the
+        regulariser in part 0); the parts sum to ``H v``.
+        """
         v = {n: v[n] for n in self.names}
-        total = self._reg_hvp(v)
+        total = self._reg_hvp(v) if part == 0 else None
         for slot, w in enumerate(self.weights):
+            if slot % parts != part:
+                continue
             hv = self._batch_hvp(slot, v)
             total = {n: w * t for n, t in hv.items()} if total is None else {n: total[n] + w * hv[n] for n in hv}
-        assert total is not None
+        if total is None:
+            total = {n: torch.zeros_like(t) for n, t in v.items()}
         self.n_matvec += 1
         return total
 
@@ -168,7 +180,12 @@ class HessianOperator:
         v = v.to(device=self.device, dtype=self.dtype).reshape(-1)
         if v.numel() != self.shape[0]:
             raise ValueError(f"vector has {v.numel()} entries, the operator acts on {self.shape[0]}")
-        return flatten(self.hvp_dict(unflatten(v, self.params)))
+        if not self.shard:
+            return flatten(self.hvp_dict(unflatten(v, self.params)))
+        # under torchrun every rank runs the same solver; each multiplies by its share of the batches
+        out = flatten(self.hvp_dict(unflatten(v, self.params), part=distributed.rank(), parts=distributed.world_size()))
+        torch.distributed.all_reduce(out)
+        return out
 
     def __matmul__(self, v: Tensor) -> Tensor:
         return self.matvec(v) if v.dim() == 1 else self.matmat(v)

@@ -99,7 +99,7 @@ def run_hessian(
     attrs = inputs.provenance(sum(int(y.shape[0]) for _, y in batches), seed, **options)
     objective = Objective(inputs.model, batches, criterion=criterion, regularizer=reg, device=inputs.device,
                           dtype=_dtype(dtype), allow_stochastic=allow_stochastic)
-    op = HessianOperator(objective, patterns=patterns or None, mode=hvp)
+    op = HessianOperator(objective, patterns=patterns or None, mode=hvp, shard=True)
     f = _open(out, "hessian", attrs, force)
     try:
         if _todo(f, "eigenvalues", top_k > 0):
