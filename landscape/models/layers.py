@@ -200,6 +200,15 @@ def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, bias: Tensor | None = 
     return scores.softmax(dim=-1) @ v
 
 
+def resolve_head_dim(dim: int, num_heads: int, head_dim: int | None) -> int:
+    """Dimension per head: ``head_dim`` when given, else ``dim / num_heads`` (which must divide)."""
+    if head_dim is not None:
+        return int(head_dim)
+    if dim % num_heads:
+        raise LandscapeError(f"width {dim} is not divisible by {num_heads} heads; pass head_dim")
+    return dim // num_heads
+
+
 class Attention(nn.Module):
     """Multi-head self-attention over tokens ``(B, N, dim)``, optionally with relative position bias.
 
@@ -222,10 +231,7 @@ class Attention(nn.Module):
         num_prefix_tokens: int = 0,
     ) -> None:
         super().__init__()
-        if head_dim is None:
-            if dim % num_heads:
-                raise LandscapeError(f"width {dim} is not divisible by {num_heads} heads; pass head_dim")
-            head_dim = dim // num_heads
+        head_dim = resolve_head_dim(dim, num_heads, head_dim)
         self.num_heads = num_heads
         self.head_dim = head_dim
         self.scale = head_dim**-0.5

@@ -22,7 +22,14 @@ from torch import Tensor, nn
 
 from landscape.errors import LandscapeError
 from landscape.models.conv_attention import neighbour_offsets
-from landscape.models.layers import Attention, Feature, RelativePositionBias, attend, relative_offset_index
+from landscape.models.layers import (
+    Attention,
+    Feature,
+    RelativePositionBias,
+    attend,
+    relative_offset_index,
+    resolve_head_dim,
+)
 from landscape.models.registry import register_model
 from landscape.models.vit import ViT
 
@@ -113,10 +120,7 @@ class ShiftAttention(nn.Module):
         radius = (math.isqrt(num_heads) - 1) // 2
         if (2 * radius + 1) ** 2 != num_heads:
             raise LandscapeError(f"a shift attention needs (2m+1)^2 heads (9, 25, ...), got {num_heads}")
-        if head_dim is None:
-            if dim % num_heads:
-                raise LandscapeError(f"width {dim} is not divisible by {num_heads} heads; pass head_dim")
-            head_dim = dim // num_heads
+        head_dim = resolve_head_dim(dim, num_heads, head_dim)
         self.num_heads = num_heads
         self.head_dim = head_dim
         self.radius = radius
