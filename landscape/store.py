@@ -64,6 +64,16 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _open_h5(path: Path, mode: str, not_hdf5: str) -> h5py.File:
+    """Open an existing file; a file held by a running writer and a file that is not HDF5 are one-line errors."""
+    try:
+        return h5py.File(path, mode)
+    except OSError as exc:
+        if "lock" in str(exc):
+            raise LandscapeError(f"{path} is being written by a running analysis; wait for that run to end") from exc
+        raise LandscapeError(f"{path} {not_hdf5}") from exc
+
+
 def open_result(
     path: str | Path, kind: str, attrs: Mapping[str, Any], *, force: bool = False
 ) -> tuple[h5py.File, bool]:
@@ -80,12 +90,7 @@ def open_result(
     full = {"kind": kind, **attrs}
     identity = identity_of(full)
     if path.exists() and not force:
-        try:
-            f = h5py.File(path, "r+")
-        except OSError as exc:
-            if "lock" in str(exc):
-                raise LandscapeError(f"{path} is being written by another running analysis; wait for it") from exc
-            raise LandscapeError(f"{path} exists and is not a readable HDF5 file; use --force to overwrite it") from exc
+        f = _open_h5(path, "r+", "exists and is not a readable HDF5 file; use --force to overwrite it")
         old_kind = _decode(f.attrs.get("kind"))
         old_identity = _as_str(f.attrs.get("identity", "{}"))
         if old_kind == kind and old_identity == identity:
@@ -185,12 +190,7 @@ def read_result(path: str | Path) -> Result:
     path = Path(path)
     if not path.exists():
         raise LandscapeError(f"{path} does not exist; give the path of a result file written by landscape")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        if "lock" in str(exc):
-            raise LandscapeError(f"{path} is being written by a running analysis; read it when that run ends") from exc
-        raise LandscapeError(f"{path} is not an HDF5 file; give a result file written by landscape") from exc
+    f = _open_h5(path, "r", "is not an HDF5 file; give a result file written by landscape")
     with f:
         attrs = {k: _decode(v) for k, v in f.attrs.items()}
         if "kind" not in attrs:

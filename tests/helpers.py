@@ -1,6 +1,7 @@
 """Assertions shared by several test modules."""
 
 import pytest
+import torch
 
 from landscape.errors import LandscapeError
 
@@ -12,3 +13,26 @@ def one_line_error(fn, *args, match=None, **kwargs):
     msg = str(e.value)
     assert msg and "\n" not in msg
     return msg
+
+
+@torch.no_grad()
+def reestimate_bn(module, batches):
+    """Reference BatchNorm re-estimation: reset the statistics, cumulative averaging, one pass in train mode."""
+    for m in module.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.reset_running_stats()
+            m.momentum = None
+    module.train()
+    for x, _ in batches:
+        module(x)
+    return module.eval()
+
+
+def interrupt_after(n):
+    """An ``on_round(done, total)`` callback that raises KeyboardInterrupt once ``n`` points are done."""
+
+    def stop(done, total):
+        if done == n:
+            raise KeyboardInterrupt
+
+    return stop

@@ -3,6 +3,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import reestimate_bn
 from torch import nn
 
 from landscape import params as P
@@ -124,12 +125,8 @@ def test_recompute_bn_buffers_matches_a_direct_computation():
     with torch.no_grad():
         for name, p in ref.named_parameters():
             p.copy_(params[name])
-        bn = ref[1]
-        bn.reset_running_stats()
-        bn.momentum = None
-        ref.train()
-        for bx, _ in batches:
-            ref(bx)
+    reestimate_bn(ref, batches)
+    bn = ref[1]
     # cumulative average of per-batch means / unbiased variances, each batch counting once
     feats = [ref[0](bx) for bx, _ in batches]
     means = torch.stack([f.mean((0, 2, 3)) for f in feats]).mean(0)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import interrupt_after, reestimate_bn
 from torch import nn
 
 from landscape.directions import random_directions
@@ -224,13 +225,7 @@ def test_bn_recompute_matches_a_direct_re_estimation(tmp_path):
         with torch.no_grad():
             for name, p in m.named_parameters():
                 p.add_(a * dirs.x[name] + 0.4 * dirs.y[name])
-            bn = m[1]
-            bn.reset_running_stats()
-            bn.momentum = None
-            m.train()
-            for x, _ in batches:
-                m(x)
-            m.eval()
+            reestimate_bn(m, batches)
             total = sum(F.cross_entropy(m(x), y, reduction="sum") for x, y in batches) / 22
         assert res["loss"][0, i] == pytest.approx(float(total), rel=1e-12)
     eval_mode = PointEvaluator(objective, dirs.x, dirs.y).loop([(0.7, 0.4)])[0][0]
@@ -248,9 +243,7 @@ def test_interrupt_and_resume_gives_identical_arrays(tmp_path, reference):
     _, _, objective, dirs = build()
     out = tmp_path / "r.h5"
 
-    def stop(done, total):
-        if done == 7:
-            raise KeyboardInterrupt
+    stop = interrupt_after(7)
 
     with pytest.raises(KeyboardInterrupt):
         compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False, on_round=stop)
@@ -269,9 +262,7 @@ def test_resume_reuses_the_stored_directions(tmp_path, reference):
     _, _, objective, dirs = build()
     out = tmp_path / "d.h5"
 
-    def stop(done, total):
-        if done == 3:
-            raise KeyboardInterrupt
+    stop = interrupt_after(3)
 
     with pytest.raises(KeyboardInterrupt):
         compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False, on_round=stop)
