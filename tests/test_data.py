@@ -10,7 +10,9 @@ from helpers import one_line_error
 from landscape.data import (
     DIGITS_MEAN,
     DIGITS_STD,
+    SPLIT_CHOICES,
     DatasetInfo,
+    Preprocess,
     dataset_info,
     fixed_batches,
     load_dataset,
@@ -177,7 +179,7 @@ def test_imagefolder_with_splits(tmp_path):
     (tmp_path / "train" / ".hidden").mkdir()
 
     info = dataset_info(f"imagefolder:{tmp_path}:16")
-    assert info == DatasetInfo("imagefolder", 2, 3, 16, (0.5,) * 3, (0.5,) * 3)
+    assert info == DatasetInfo("imagefolder", 2, 3, 16, (0.5,) * 3, (0.5,) * 3, "bilinear", 1.0)
     tr = load_dataset(f"imagefolder:{tmp_path}:16", "train")
     te = load_dataset(f"imagefolder:{tmp_path}:16", "val")
     assert te.split == "test"
@@ -356,3 +358,283 @@ def test_make_loader_is_reproducible():
     xb, yb = next(iter(make_loader(ds, 16, shuffle=False)))
     assert xb.shape == (16, 3, 8, 8) and torch.equal(yb, ds.targets[:16])
     assert [len(y) for _, y in make_loader(ds, 16, shuffle=False)] == [16, 16, 8]
+
+
+# ------------------------------------------------------------------------------------ preprocessing
+
+
+def _noise_image(path, size, seed):
+    """A random RGB image of PIL size (width, height) saved at ``path`` (format from the suffix)."""
+    from PIL import Image
+
+    arr = np.random.default_rng(seed).integers(0, 256, size=(size[1], size[0], 3), dtype=np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(arr).save(path)
+
+
+def _write_noise_folder(root):
+    """Two classes of non-square (and one square, one tiny) noise images, PNG and JPEG."""
+    sizes = {"a/0.png": (40, 50), "a/1.jpg": (50, 37), "b/deep/2.png": (16, 16), "b/3.PNG": (7, 5),
+             "b/4.jpeg": (33, 64)}
+    for seed, (name, size) in enumerate(sizes.items()):
+        _noise_image(root / name, size, seed)
+    return [root / name for name in sizes]
+
+
+def _old_read_image(path, size):
+    """The reader the package had before Preprocess existed, verbatim: the default must not change."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        img = im.convert("RGB")
+    w, h = img.size
+    if (w, h) != (size, size):
+        scale = size / min(w, h)
+        nw, nh = max(size, round(w * scale)), max(size, round(h * scale))
+        img = img.resize((nw, nh), Image.BILINEAR)
+        left, top = (nw - size) // 2, (nh - size) // 2
+        img = img.crop((left, top, left + size, top + size))
+    return torch.from_numpy(np.array(img, dtype=np.uint8)).permute(2, 0, 1).float().div_(255)
+
+
+def _pil_reference(path, size, short, resample, mean, std):
+    """timm-style eval transform written out: shorter side to ``short``, centre crop ``size``, normalise."""
+    from PIL import Image
+
+    img = Image.open(path).convert("RGB")
+    w, h = img.size
+    nw, nh = (short, round(h * short / w)) if w <= h else (round(w * short / h), short)
+    img = img.resize((nw, nh), resample)
+    left, top = (nw - size) // 2, (nh - size) // 2
+    img = img.crop((left, top, left + size, top + size))
+    x = torch.from_numpy(np.asarray(img, dtype=np.float32) / 255).permute(2, 0, 1)
+    return (x - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1)
+
+
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+@pytest.mark.parametrize("size, crop_pct, interpolation, short", [
+    (8, 0.875, "bicubic", 9),  # floor(8 / 0.875) = 9
+    (8, 0.55, "bilinear", 14),  # floor(14.55), not round
+    (9, 9 / 14, "nearest", 14),  # crop / resize as torchvision's transforms give it: 9 / (9 / 14) < 14 in floats
+])
+def test_imagefolder_preprocess_matches_the_pil_reference(tmp_path, size, crop_pct, interpolation, short):
+    from PIL import Image
+
+    paths = _write_noise_folder(tmp_path)
+    pre = Preprocess(image_size=size, crop_pct=crop_pct, interpolation=interpolation, mean=IMAGENET_MEAN,
+                     std=IMAGENET_STD)
+    ds = load_dataset(f"imagefolder:{tmp_path}:32", "train", preprocess=pre)  # preprocess beats :32
+    assert ds.info == DatasetInfo("imagefolder", 2, 3, size, IMAGENET_MEAN, IMAGENET_STD, interpolation, crop_pct)
+    assert ds.info.preprocess == pre and dataset_info(f"imagefolder:{tmp_path}:32", pre) == ds.info
+    assert ds.targets.tolist() == [0, 0, 1, 1, 1]
+    resample = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "nearest": Image.NEAREST}[interpolation]
+    expected = torch.stack([_pil_reference(p, size, short, resample, IMAGENET_MEAN, IMAGENET_STD)
+                            for p in [paths[0], paths[1], paths[3], paths[4], paths[2]]])  # ImageFolder order
+    x, _ = ds.tensors()
+    assert x.shape == (5, 3, size, size)
+    torch.testing.assert_close(x, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(ds[1][0], expected[1], atol=1e-6, rtol=0)  # the lazy per-item path too
+
+
+def test_imagefolder_default_is_unchanged(tmp_path):
+    from PIL import Image
+
+    paths = _write_noise_folder(tmp_path)
+    order = [paths[0], paths[1], paths[3], paths[4], paths[2]]
+    for spec, size in ((f"imagefolder:{tmp_path}:16", 16), (f"imagefolder:{tmp_path}", 32)):
+        for pre in (None, Preprocess()):
+            ds = load_dataset(spec, preprocess=pre)
+            assert ds.info == DatasetInfo("imagefolder", 2, 3, size, (0.5,) * 3, (0.5,) * 3, "bilinear", 1.0)
+            old = torch.stack([(_old_read_image(p, size) - 0.5) / 0.5 for p in order])
+            assert torch.equal(ds.tensors()[0], old)
+            reference = torch.stack([_pil_reference(p, size, size, Image.BILINEAR, (0.5,) * 3, (0.5,) * 3)
+                                     for p in order])
+            torch.testing.assert_close(ds.tensors()[0], reference, atol=1e-6, rtol=0)
+
+
+def test_imagefolder_non_square_output(tmp_path):
+    from PIL import Image
+
+    _noise_image(tmp_path / "a" / "x.png", (40, 52), 0)
+    ds = load_dataset(f"imagefolder:{tmp_path}", preprocess=Preprocess(image_size=(6, 10)))
+    assert ds.info.image_size == (6, 10) and ds.info.hw == (6, 10)
+    # covering 6x10 (H x W): the 40-wide image scales by 10/40 to 10 x 13, the centre 6 rows start at row 3
+    img = Image.open(tmp_path / "a" / "x.png").convert("RGB").resize((10, 13), Image.BILINEAR).crop((0, 3, 10, 9))
+    expected = (torch.from_numpy(np.asarray(img, dtype=np.float32) / 255).permute(2, 0, 1) - 0.5) / 0.5
+    torch.testing.assert_close(ds[0][0], expected, atol=1e-6, rtol=0)
+    assert dataset_info(f"imagefolder:{tmp_path}", Preprocess(image_size=[7, 7])).image_size == 7
+
+
+def test_in_memory_resize_equals_interpolate(tmp_path):
+    plain = load_dataset("digits", "test")
+    base = raw(plain, plain.tensors()[0])
+    small = load_dataset("digits", "test", preprocess=Preprocess(image_size=16))
+    assert small.info == DatasetInfo("digits", 10, 1, 16, DIGITS_MEAN, DIGITS_STD, "bilinear", None)
+    ref = F.interpolate(base, size=(16, 16), mode="bilinear", align_corners=False, antialias=True).clamp(0, 1)
+    torch.testing.assert_close(raw(small, small.tensors()[0]), ref, atol=1e-5, rtol=0)
+    torch.testing.assert_close(small[3][0], small.tensors()[0][3])
+    assert fixed_batches(small, 16, 32)[0][0].shape == (16, 1, 16, 16)
+
+    _, batches, _ = write_cifar10(tmp_path)
+    pre = Preprocess(image_size=40, interpolation="bicubic", mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    big = load_dataset(f"cifar10:{tmp_path}", preprocess=pre)
+    assert big.info == DatasetInfo("cifar10", 10, 3, 40, IMAGENET_MEAN, IMAGENET_STD, "bicubic", None)
+    data = torch.from_numpy(np.concatenate([b[b"data"] for b in batches]).reshape(-1, 3, 32, 32)).float() / 255
+    up = F.interpolate(data, size=(40, 40), mode="bicubic", align_corners=False, antialias=False).clamp(0, 1)
+    expected = (up - torch.tensor(IMAGENET_MEAN).view(3, 1, 1)) / torch.tensor(IMAGENET_STD).view(3, 1, 1)
+    torch.testing.assert_close(big.tensors()[0], expected, atol=1e-5, rtol=0)
+
+    syn = load_dataset("synthetic:20:8")
+    odd = load_dataset("synthetic:20:8", preprocess=Preprocess(image_size=(5, 12), interpolation="nearest"))
+    assert odd.info.image_size == (5, 12) and odd.info.interpolation == "nearest" and odd.info.crop_pct is None
+    ref = F.interpolate(raw(syn, syn.tensors()[0]), size=(5, 12), mode="nearest")
+    torch.testing.assert_close(raw(odd, odd.tensors()[0]), ref, atol=1e-6, rtol=0)
+
+
+def test_in_memory_defaults_and_ignored_fields():
+    plain = load_dataset("digits", "test")
+    for pre in (Preprocess(), Preprocess(image_size=32, interpolation="bicubic", crop_pct=0.5)):
+        ds = load_dataset("digits", "test", preprocess=pre)
+        assert ds.info == plain.info and torch.equal(ds.tensors()[0], plain.tensors()[0])
+    assert plain.info.interpolation is None and plain.info.crop_pct is None
+    syn = load_dataset("synthetic:20:8", preprocess=Preprocess(crop_pct=0.5))  # crop_pct: imagefolder only
+    assert syn.info == dataset_info("synthetic:20:8")
+    assert torch.equal(syn.tensors()[0], load_dataset("synthetic:20:8").tensors()[0])
+    seen = []
+    aug = load_dataset("digits:16", "test", preprocess=Preprocess(image_size=(8, 12)),
+                       transform=lambda x: seen.append(tuple(x.shape)) or x)
+    assert aug[0][0].shape == (1, 8, 12) and seen == [(1, 8, 12)]  # the transform sees the output size
+
+
+def test_mean_std_override_is_the_manual_normalisation(tmp_path):
+    _, batches, _ = write_cifar10(tmp_path)
+    pre = Preprocess(mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    ds = load_dataset(f"cifar10:{tmp_path}", preprocess=pre)
+    assert ds.info == DatasetInfo("cifar10", 10, 3, 32, IMAGENET_MEAN, IMAGENET_STD)
+    data = torch.from_numpy(batches[0][b"data"].reshape(-1, 3, 32, 32)).float() / 255
+    expected = (data - torch.tensor(IMAGENET_MEAN).view(3, 1, 1)) / torch.tensor(IMAGENET_STD).view(3, 1, 1)
+    torch.testing.assert_close(ds.tensors()[0][: len(data)], expected, atol=1e-6, rtol=0)
+
+    half = load_dataset("digits", "test", preprocess=Preprocess(std=(0.25,)))  # std alone; mean stays
+    assert half.info.mean == DIGITS_MEAN and half.info.std == (0.25,)
+    plain = load_dataset("digits", "test")
+    torch.testing.assert_close(half.tensors()[0], plain.tensors()[0] * DIGITS_STD[0] / 0.25, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"std": (0.5, float("nan"), 0.5)}, "std"),
+    ({"std": (0.5, 0.0, 0.5)}, "std"),
+    ({"std": (-0.2,)}, "std"),
+    ({"mean": (float("inf"),)}, "mean"),
+    ({"mean": "0.5"}, "mean"),
+    ({"mean": ()}, "mean"),
+    ({"mean": (0.5, True)}, "mean"),
+    ({"crop_pct": 0}, "crop_pct"),
+    ({"crop_pct": 1.5}, "crop_pct"),
+    ({"crop_pct": float("nan")}, "crop_pct"),
+    ({"crop_pct": "0.9"}, "crop_pct"),
+    ({"interpolation": "lanczos"}, "interpolation"),
+    ({"interpolation": 2}, "interpolation"),
+    ({"image_size": 0}, "image_size"),
+    ({"image_size": 8.0}, "image_size"),
+    ({"image_size": True}, "image_size"),
+    ({"image_size": (8,)}, "image_size"),
+    ({"image_size": (8, -1)}, "image_size"),
+    ({"mean": (0.5, 0.5), "std": (0.5,)}, "mean has 2 values but std has 1"),
+])
+def test_preprocess_rejects_bad_values(kwargs, match):
+    one_line_error(Preprocess, match=match, **kwargs)
+
+
+def test_preprocess_channel_count_must_match():
+    msg = one_line_error(load_dataset, "digits", preprocess=Preprocess(mean=(0.5,) * 3))
+    assert "mean has 3 value(s)" in msg and "digits images have 1 channel(s)" in msg
+    msg = one_line_error(dataset_info, "synthetic", Preprocess(std=(0.5,)))
+    assert "std has 1 value(s)" in msg and "synthetic images have 3 channel(s)" in msg
+    one_line_error(load_dataset, "digits", preprocess={"image_size": 8}, match="Preprocess.from_dict")
+
+
+def test_preprocess_merge_and_dict_round_trip():
+    import json
+
+    user = Preprocess(image_size=224, mean=[0.1, 0.2, 0.3])
+    model = Preprocess(image_size=256, crop_pct=0.9, interpolation="BICUBIC", mean=(0.5,) * 3, std=(0.25,) * 3)
+    merged = user.merged(model)
+    assert merged == Preprocess(224, 0.9, "bicubic", (0.1, 0.2, 0.3), (0.25, 0.25, 0.25))
+    assert model.merged(Preprocess()) == model and Preprocess().merged(model) == model
+    d = merged.as_dict()
+    assert d == {"image_size": 224, "crop_pct": 0.9, "interpolation": "bicubic", "mean": [0.1, 0.2, 0.3],
+                 "std": [0.25, 0.25, 0.25]}
+    assert Preprocess.from_dict(json.loads(json.dumps(d))) == merged
+    rect = Preprocess(image_size=(6, 10))
+    assert Preprocess.from_dict(json.loads(json.dumps(rect.as_dict()))) == rect
+    assert Preprocess.from_dict({}) == Preprocess() and Preprocess().as_dict()["std"] is None
+    one_line_error(Preprocess.from_dict, {"size": 3, "mean": [0.5]}, match="unknown field")
+    one_line_error(Preprocess.from_dict, [("image_size", 3)], match="mapping")
+    one_line_error(Preprocess.from_dict, {"std": [0.0]}, match="std")
+    one_line_error(user.merged, {"image_size": 3}, match="merge")
+
+
+# ----------------------------------------------------------------------------- ImageNet-style folders
+
+
+def _imagenet_val(root):
+    names = ["n01440764/ILSVRC2012_val_00000293.JPEG", "n01440764/extra/ILSVRC2012_val_00002138.JPEG",
+             "n01443537/ILSVRC2012_val_00000236.JPEG", "n01443537/ILSVRC2012_val_00000262.jpeg",
+             "n01484850/a/b/ILSVRC2012_val_00000001.JPEG"]
+    for seed, name in enumerate(names):
+        _noise_image(root / name, (24 + seed, 20), seed)
+    (root / "n01484850" / "LOC_synset_mapping.txt").write_text("not an image")
+    return names
+
+
+def test_imagenet_val_layout_reads_through_imagefolder(tmp_path):
+    from torchvision.datasets import ImageFolder
+
+    _imagenet_val(tmp_path / "val")
+    ds = load_dataset(f"imagefolder:{tmp_path / 'val'}:16", "val")
+    assert ds.split == "test" and ds.classes == ["n01440764", "n01443537", "n01484850"]
+    assert ds.targets.tolist() == [0, 0, 1, 1, 2]
+    assert list(zip(ds._paths, ds.targets.tolist())) == ImageFolder(str(tmp_path / "val")).samples
+    assert ds.tensors()[0].shape == (5, 3, 16, 16)
+
+
+def test_train_and_val_folders(tmp_path):
+    for cls in ("a", "b", "c"):
+        _noise_image(tmp_path / "train" / cls / "0.png", (9, 9), 0)
+    _noise_image(tmp_path / "val" / "c" / "0.png", (9, 9), 1)  # val may lack classes: indices stay
+    (tmp_path / "val" / ".cache").mkdir()
+    for split in ("val", "VAL", "test"):
+        ds = load_dataset(f"imagefolder:{tmp_path}", split)
+        assert ds.split == "test" and ds.classes == ["a", "b", "c"] and ds.targets.tolist() == [2]
+    assert load_dataset(f"imagefolder:{tmp_path}", "train").targets.tolist() == [0, 1, 2]
+    assert SPLIT_CHOICES == ("train", "test", "val")
+    assert torch.equal(load_dataset("digits", "val").targets, load_dataset("digits", "test").targets)
+    _noise_image(tmp_path / "val" / "d" / "0.png", (9, 9), 2)
+    msg = one_line_error(load_dataset, f"imagefolder:{tmp_path}", "val")
+    assert "classes missing from" in msg and ": d;" in msg
+
+
+def test_imagefolder_unreadable_image_is_reported_on_access(tmp_path):
+    _noise_image(tmp_path / "a" / "good.png", (9, 9), 0)
+    (tmp_path / "a" / "broken.jpg").write_bytes(b"not a jpeg")
+    ds = load_dataset(f"imagefolder:{tmp_path}")  # lazy: listing reads no image
+    assert len(ds) == 2
+    msg = one_line_error(ds.tensors, match="cannot read image")
+    assert "broken.jpg" in msg and "UnidentifiedImageError" in msg
+    assert ds[1][0].shape == (3, 32, 32)
+
+
+def test_imagefolder_converts_to_rgb(tmp_path):
+    from PIL import Image
+
+    grey = np.arange(48, dtype=np.uint8).reshape(6, 8) * 5
+    (tmp_path / "a").mkdir()
+    Image.fromarray(grey, mode="L").save(tmp_path / "a" / "grey.png")
+    Image.fromarray(np.dstack([grey] * 3 + [np.full_like(grey, 7)]), mode="RGBA").save(tmp_path / "a" / "rgba.png")
+    ds = load_dataset(f"imagefolder:{tmp_path}", preprocess=Preprocess(image_size=(6, 8), mean=(0,) * 3, std=(1,) * 3))
+    expected = torch.from_numpy(grey).float().div(255).expand(3, 6, 8)
+    for i in range(2):
+        torch.testing.assert_close(ds[i][0], expected, atol=1e-6, rtol=0)
