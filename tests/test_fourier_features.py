@@ -35,7 +35,7 @@ class FilterNet(nn.Module):
         self.lap = fixed_conv(np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], float), channels)
         self.drop = nn.Dropout(0.5)
 
-    def forward_intermediates(self, x):
+    def block_features(self, x):
         x = self.drop(x)
         return [Feat("input", "stem", x), Feat("blur", "msa", self.blur(x)), Feat("laplacian", "conv", self.lap(x))]
 
@@ -101,7 +101,7 @@ def test_token_to_grid_places_each_token():
 
 
 class MixedSizes(nn.Module):
-    def forward_intermediates(self, x):
+    def block_features(self, x):
         return [Feat("a", "stem", x), Feat("b", "downsample", x[..., ::2, ::2]), Feat("c", "conv", x[..., :2, :2])]
 
 
@@ -123,7 +123,7 @@ def test_common_axes():
 
 
 def test_errors():
-    with pytest.raises(LandscapeError, match="forward_intermediates"):
+    with pytest.raises(LandscapeError, match="block_features"):
         fourier_profile(nn.Linear(2, 2), [torch.zeros(1, 2)])
     with pytest.raises(LandscapeError, match="profile"):
         fourier_profile(MixedSizes(), [torch.zeros(1, 1, 4, 4)], profile="diag")
@@ -139,7 +139,7 @@ def test_zoo_vit_tokens_land_on_their_patch():
     with torch.no_grad():
         vit.pos_embed.zero_()
         x = torch.randn(2, 1, 32, 32)
-        embed = vit.forward_intermediates(x)[0]
+        embed = vit.block_features(x)[0]
         conv = vit.patch_embed(x)  # (B, C, 8, 8): patch (r, c) of the image at [..., r, c]
     assert embed.kind == "embed"
     torch.testing.assert_close(embed.tensor, conv)

@@ -1,14 +1,14 @@
 """Feature maps of every block, accumulated over batches into per-layer Fourier profiles and variances.
 
-Only ``model.forward_intermediates(x) -> list[Feature(name, kind, tensor)]`` is used. Memory stays bounded:
-per layer only running sums are kept (an (h, w) log-amplitude map or a half-diagonal vector, a variance sum
-and a count), never the maps of more than one batch.
+The maps come from :class:`landscape.taps.FeatureTaps`: a zoo model's ``block_features(x)``, hooks placed
+by a family rule (timm ViT/Swin/ConvNeXt/ResNet, torchvision ResNet/ViT) or the user's ``taps``. Memory
+stays bounded: per layer only running sums are kept (an (h, w) log-amplitude map or a half-diagonal vector,
+a variance sum and a count), never the maps of more than one batch.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -18,27 +18,10 @@ from torch import Tensor, nn
 
 from landscape.errors import LandscapeError
 from landscape.fourier import spectrum
+from landscape.taps import FeatureTaps, as_grid
 
 PROFILES = ("diagonal", "radial")
 FREQUENCY_AXES = ("normalised", "physical")
-
-
-def as_grid(tensor: Tensor) -> Tensor:
-    """Return an NCHW map for a feature: NCHW passes through; tokens (B, N, C) are laid out row-major.
-
-    Token ``i`` goes to row ``i // s``, column ``i % s`` of an ``s x s`` grid with ``s = sqrt(N)``; when
-    ``N - 1`` is a square instead, the first (CLS) token is dropped first.
-    """
-    if tensor.dim() == 4:
-        return tensor
-    if tensor.dim() != 3:
-        raise LandscapeError(f"a feature map must be NCHW or (B, N, C) tokens, got shape {tuple(tensor.shape)}")
-    b, n, c = tensor.shape
-    for drop in (0, 1):
-        s = math.isqrt(n - drop)
-        if s * s == n - drop and s > 0:
-            return tensor[:, drop:].transpose(1, 2).reshape(b, c, s, s)
-    raise LandscapeError(f"{n} tokens do not form a square grid (with or without a CLS token)")
 
 
 @dataclass
@@ -165,6 +148,7 @@ def fourier_profile(
     model: nn.Module,
     batches: Iterable[Tensor | Sequence[Tensor]],
     *,
+    taps: Sequence[str] | Sequence[tuple[str, str]] | None = None,
     profile: str = "diagonal",
     maps: bool = False,
     progress: bool = False,
@@ -175,13 +159,13 @@ def fourier_profile(
     whole (h, w) map when ``profile="radial"`` or ``maps=True``), and the sum of per-(sample, channel)
     unbiased spatial variances. ``batches`` yield inputs or ``(inputs, targets)``. The model runs in eval
     mode under ``torch.no_grad`` (an eval copy is made if any module is in training mode; the model passed in
-    is never changed).
+    is never changed). ``taps`` (``'PATTERN=KIND'`` items) choose the modules whose outputs are the maps
+    instead of the model's rule (see :class:`~landscape.taps.FeatureTaps`).
     """
     if profile not in PROFILES:
         raise LandscapeError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}")
-    if not hasattr(model, "forward_intermediates"):
-        raise LandscapeError(f"{type(model).__name__} has no forward_intermediates(x); use a landscape zoo model")
     net = eval_model(model)
+    reader = FeatureTaps(net, taps)
     full_map = maps or profile == "radial"
     result = FourierProfile(profile)
     batches = list(batches) if progress else batches
@@ -189,12 +173,12 @@ def fourier_profile(
         from tqdm.auto import tqdm
 
         batches = tqdm(batches, desc="fourier", unit="batch", leave=False)
-    with torch.no_grad():
+    with reader, torch.no_grad():
         for batch in batches:
             x = _inputs(batch)
-            features = net.forward_intermediates(x)
+            features = reader(x)
             if result.layers and len(features) != len(result.layers):
-                raise LandscapeError("forward_intermediates returned a different number of layers between batches")
+                raise LandscapeError("the model gave a different number of feature maps between batches")
             for i, feature in enumerate(features):
                 grid = as_grid(feature.tensor).contiguous()  # one copy for token maps, shared below
                 h, w = grid.shape[-2:]

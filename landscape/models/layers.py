@@ -3,7 +3,7 @@
 Attention here is written out explicitly (``softmax(q k^T * scale + bias) v``) instead of calling
 ``F.scaled_dot_product_attention`` so that every ``torch.func`` transform (``grad``, ``jvp``, ``vmap``,
 ``linearize``) works on it on every device. No block uses in-place operations, so tensors recorded by
-``forward_intermediates`` are never modified afterwards.
+``block_features`` are never modified afterwards.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ FEATURE_KINDS: tuple[str, ...] = ("stem", "conv", "msa", "mlp", "downsample", "e
 
 @dataclass
 class Feature:
-    """The output of one block of a model, as returned by ``forward_intermediates``.
+    """The output of one block of a model, as returned by ``block_features``.
 
     ``name`` is the block's module path (e.g. ``"layer1.0"``, ``"blocks.3.msa"``), ``kind`` one of
     :data:`FEATURE_KINDS`, and ``tensor`` the block's output as an NCHW map (tokens reshaped to their grid).

@@ -216,7 +216,7 @@ class ResNet(nn.Module):
         """Return logits ``(B, num_classes)`` for images ``x`` (B, in_chans, H, W)."""
         return self.forward_head(self.forward_features(x))
 
-    def forward_intermediates(self, x: Tensor) -> list[Feature]:
+    def block_features(self, x: Tensor) -> list[Feature]:
         """Return the stem output and every block's output, in order, computed as in ``forward``.
 
         The model runs in its current mode (call ``eval()`` first for analyses); its mode is not changed.

@@ -145,7 +145,7 @@ class ViT(nn.Module):
         """Return logits ``(B, num_classes)`` for images ``x`` (B, in_chans, img_size, img_size)."""
         return self.forward_head(self.forward_features(x))
 
-    def forward_intermediates(self, x: Tensor) -> list[Feature]:
+    def block_features(self, x: Tensor) -> list[Feature]:
         """Return the embedded patch tokens and, per block, the maps after MSA+skip and after MLP+skip.
 
         Tokens are shown as NCHW maps (CLS dropped, row-major grid). The model runs in its current mode

@@ -177,7 +177,7 @@ class ConvViT(ViT):
     """The CNN counterpart of :class:`RingViT`: every MSA is a :class:`ShiftAttention` (a token-grid conv).
 
     Identical to ``RingViT`` in every other module, parameter name and shape, except that ``attn.qkv``
-    (W_Q, W_K, W_V) becomes ``attn.v`` (W_V) and there is no position bias. ``forward_intermediates``
+    (W_Q, W_K, W_V) becomes ``attn.v`` (W_V) and there is no position bias. ``block_features``
     labels the shift layers ``conv``.
     """
 
@@ -190,9 +190,9 @@ class ConvViT(ViT):
                                       self.grid_size)
         self._init_weights()
 
-    def forward_intermediates(self, x: Tensor) -> list[Feature]:
-        """As :meth:`ViT.forward_intermediates`, with the shift-attention outputs labelled ``conv``."""
-        return [Feature(f.name, "conv", f.tensor) if f.kind == "msa" else f for f in super().forward_intermediates(x)]
+    def block_features(self, x: Tensor) -> list[Feature]:
+        """As :meth:`ViT.block_features`, with the shift-attention outputs labelled ``conv``."""
+        return [Feature(f.name, "conv", f.tensor) if f.kind == "msa" else f for f in super().block_features(x)]
 
 
 _MINI = {"img_size": 32, "patch_size": 4, "embed_dim": 72, "depth": 4, "num_heads": 9, "head_dim": 8}

@@ -108,9 +108,9 @@ def test_ring_zero_equals_the_zoo_rpe_vit() -> None:
 
 def test_features_and_options() -> None:
     x = torch.randn(1, 1, 32, 32)
-    kinds = [f.kind for f in create_model("convvit_mini", in_chans=1).forward_intermediates(x)]
+    kinds = [f.kind for f in create_model("convvit_mini", in_chans=1).block_features(x)]
     assert kinds == ["embed"] + ["conv", "mlp"] * 4
-    kinds = [f.kind for f in create_model("vit_rpe_mini", in_chans=1).forward_intermediates(x)]
+    kinds = [f.kind for f in create_model("vit_rpe_mini", in_chans=1).block_features(x)]
     assert kinds == ["embed"] + ["msa", "mlp"] * 4
     with pytest.raises(LandscapeError, match="relative position"):
         create_model("vit_rpe_mini", pos_embed="abs")

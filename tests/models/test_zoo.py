@@ -1,8 +1,8 @@
 """Registry-driven checks of every zoo model, plus exact checks of the shared layers.
 
 Every registered model, the big ones included, gets the forward, gradient (1 input channel) and
-forward_intermediates checks on a batch of 2 at 32x32. To keep the file fast, the big models (over 1M
-parameters) get a forward pass only with 3 input channels, and forward_intermediates in eval mode only
+block_features checks on a batch of 2 at 32x32. To keep the file fast, the big models (over 1M
+parameters) get a forward pass only with 3 input channels, and block_features in eval mode only
 (the train-mode variant runs on the small models). Nothing else is skipped. Default-built models
 are cached per (name, in_chans); a test that uses one resets what it changes (mode, gradients).
 """
@@ -87,7 +87,7 @@ def test_forward_and_gradients(name, in_chans):
 
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("train", [False, True])
-def test_forward_intermediates(name, train):
+def test_block_features(name, train):
     if train and _is_big(name):
         pytest.skip("the train-mode check runs on the models under 1M parameters, for speed")
     model = _build(name, 1)
@@ -95,7 +95,7 @@ def test_forward_intermediates(name, train):
     before = _modes(model)
     x = torch.randn(2, 1, 32, 32)
     with torch.no_grad():
-        feats = model.forward_intermediates(x)
+        feats = model.block_features(x)
         features = model.forward_features(x)
     assert _modes(model) == before
     assert feats, "no intermediates"
@@ -118,7 +118,7 @@ def test_forward_intermediates(name, train):
 def test_resnet_family_intermediates_structure(name):
     model = _build(name, 1).eval()
     with torch.no_grad():
-        feats = model.forward_intermediates(torch.randn(1, 1, 32, 32))
+        feats = model.block_features(torch.randn(1, 1, 32, 32))
     assert (feats[0].name, feats[0].kind) == ("stem", "stem")
     expected = []
     for s, stage in enumerate(model.stages()):
@@ -134,7 +134,7 @@ def test_resnet_family_intermediates_structure(name):
 def test_vit_intermediates_structure(name):
     model = _build(name, 3).eval()
     with torch.no_grad():
-        feats = model.forward_intermediates(torch.randn(1, 3, 32, 32))
+        feats = model.block_features(torch.randn(1, 3, 32, 32))
     expected = [("patch_embed", "embed")]
     for i in range(len(model.blocks)):
         expected += [(f"blocks.{i}.msa", "msa"), (f"blocks.{i}.mlp", "mlp")]
@@ -163,7 +163,7 @@ def test_resnet_variants(kwargs):
     imagenet = kwargs.get("stem") == "imagenet"
     # conv, then BN + ReLU unless pre-activation, then max-pool for the ImageNet stem
     assert len(model.stem) == 1 + (0 if kwargs.get("preact") else 2) + (1 if imagenet else 0)
-    feats = model.eval().forward_intermediates(torch.randn(1, 3, 32, 32))
+    feats = model.eval().block_features(torch.randn(1, 3, 32, 32))
     assert feats[0].tensor.shape[-1] == (8 if imagenet else 32)
 
 
@@ -194,7 +194,7 @@ def test_vit_patch_embed_feature_matches_conv_grid(pos_embed):
     model = ViT(img_size=16, patch_size=4, in_chans=1, embed_dim=8, depth=1, num_heads=2, pos_embed=pos_embed)
     x = torch.randn(2, 1, 16, 16)
     with torch.no_grad():
-        feat = model.forward_intermediates(x)[0].tensor
+        feat = model.block_features(x)[0].tensor
         expected = model.patch_embed(x)  # the conv's own (B, C, 4, 4) map: tokens i <-> (i // 4, i % 4)
         if pos_embed == "abs":
             expected = expected + model.pos_embed[0, 1:].T.reshape(1, 8, 4, 4)

@@ -1,0 +1,541 @@
+"""Feature maps of every block of any vision network, read by forward hooks.
+
+:class:`FeatureTaps` runs ``model(x)`` once and returns the output of every block as a
+:class:`~landscape.models.layers.Feature` (name = module path, kind, NCHW map), in forward order. Where the
+maps come from, in order of precedence:
+
+- ``taps``: ``'PATTERN=KIND'`` items; every module whose name (``model.named_modules()``) matches the fnmatch
+  glob ``PATTERN`` (``*`` also matches dots) gives its output as a map of kind ``KIND``. NCHW outputs pass,
+  ``(B, N, C)`` tokens are laid out on a square grid (after dropping one leading CLS token if need be).
+- ``zoo``: models with ``block_features(x)`` (the landscape zoo): that method, no hooks.
+- a family rule, found from the module tree:
+
+  - ``timm-vit``: ``patch_embed`` + ``blocks`` of modules with ``attn`` and ``mlp``. Per block the residual
+    stream after the MSA half (``blocks.i.msa``) and the block output (``blocks.i.mlp``), after the embedded
+    tokens (input of ``blocks.0``, ``patch_embed``). Prefix tokens (``num_prefix_tokens``) are dropped and
+    the rest laid out row-major on the patch grid of the input size.
+  - ``timm-swin``: ``patch_embed`` (NHWC) + ``layers[i]`` with ``downsample`` and ``blocks``; the same two
+    maps per block, the stage input of ``layers.0`` and every non-identity ``downsample``; NHWC -> NCHW.
+  - ``timm-convnext``: ``stem`` + ``stages[i]`` with ``downsample`` and ``blocks`` of ``conv_dw`` blocks.
+  - ``resnet`` (timm and torchvision): ``conv1`` + ``layer1..`` of blocks with ``conv1`` and ``conv2``: the
+    stem output (input of ``layer1``), then every block output.
+  - ``torchvision-vit``: ``conv_proj`` + ``encoder.layers`` of blocks with ``ln_2`` and ``mlp``.
+
+The stream after the MSA half of a transformer block is the input of whichever of its second norm or its
+MLP runs first in that call: ``norm2`` for pre-norm blocks (``x + mlp(norm2(x))``), ``mlp`` for post-norm
+ones (``x + norm2(mlp(x))``, timm ``ResPostBlock``, Swin V2). Hooks exist only while the taps are in use
+(inside ``with`` or one call) and are always removed; the model's mode and parameters are never changed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
+
+from landscape.errors import LandscapeError
+from landscape.models.layers import FEATURE_KINDS, Feature
+
+RULES: tuple[str, ...] = ("zoo", "timm-vit", "timm-swin", "timm-convnext", "resnet", "torchvision-vit", "taps")
+MAX_CANDIDATES = 10
+_KINDS = ", ".join(FEATURE_KINDS)
+_TAPS_HINT = f"pass --taps 'PATTERN=KIND' (taps=[...] in Python; KIND one of {_KINDS})"
+_READABLE = "tap modules that return NCHW maps or (B, N, C) tokens on a square grid"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Reading a captured value as an NCHW map
+
+
+class _Call(NamedTuple):
+    """What a reader may need besides the value: the input image size and the enclosing block's input shape."""
+
+    image_size: tuple[int, int]
+    block_shape: torch.Size | None
+
+
+Reader = Callable[[Tensor, _Call], Tensor | None]
+
+
+def _square_grid(tokens: Tensor) -> Tensor | None:
+    """Lay ``(B, N, C)`` tokens on an ``s x s`` grid (a view), dropping one leading token if ``N - 1 = s^2``."""
+    n = tokens.shape[1]
+    for drop in (0, 1):
+        s = math.isqrt(max(n - drop, 0))
+        if s > 0 and s * s == n - drop:
+            return tokens[:, drop:].unflatten(1, (s, s)).permute(0, 3, 1, 2)
+    return None
+
+
+def as_grid(tensor: Tensor) -> Tensor:
+    """Return an NCHW map for a feature: NCHW passes through; tokens (B, N, C) are laid out row-major.
+
+    Token ``i`` goes to row ``i // s``, column ``i % s`` of an ``s x s`` grid with ``s = sqrt(N)``; when
+    ``N - 1`` is a square instead, the first (CLS) token is dropped first. Tokens give a (strided) view.
+    """
+    if tensor.dim() == 4:
+        return tensor
+    if tensor.dim() != 3:
+        raise LandscapeError(f"a feature map must be NCHW or (B, N, C) tokens, got shape {tuple(tensor.shape)}")
+    grid = _square_grid(tensor)
+    if grid is None:
+        raise LandscapeError(f"{tensor.shape[1]} tokens do not form a square grid (with or without a CLS token)")
+    return grid
+
+
+def _read_any(value: Tensor, call: _Call) -> Tensor | None:
+    """A user tap: NCHW passes, tokens go on a square grid (NHWC is not guessed)."""
+    if value.dim() == 4:
+        return value
+    return _square_grid(value) if value.dim() == 3 else None
+
+
+def _read_nchw(value: Tensor, call: _Call) -> Tensor | None:
+    """An NCHW map as it is."""
+    return value if value.dim() == 4 else None
+
+
+def _read_nhwc(value: Tensor, call: _Call) -> Tensor | None:
+    """An NHWC map as an NCHW view."""
+    return value.permute(0, 3, 1, 2) if value.dim() == 4 else None
+
+
+def _read_window_stream(value: Tensor, call: _Call) -> Tensor | None:
+    """``(B, H*W, C)`` tokens of a Swin block whose input was ``(B, H, W, C)``, as an NCHW view."""
+    shape = call.block_shape
+    if value.dim() != 3 or shape is None or len(shape) != 4 or value.shape[1] != shape[1] * shape[2]:
+        return None
+    return value.unflatten(1, (shape[1], shape[2])).permute(0, 3, 1, 2)
+
+
+def _read_tokens(
+    value: Tensor, call: _Call, *, prefix: int, grid: Callable[[tuple[int, int]], tuple[int, int] | None]
+) -> Tensor | None:
+    """``(B, prefix + h*w, C)`` tokens without their prefix tokens, row-major on the ``grid(image_size)``."""
+    size = grid(call.image_size)
+    if value.dim() != 3 or size is None or value.shape[1] != prefix + size[0] * size[1]:
+        return None
+    return value[:, prefix:].unflatten(1, size).permute(0, 3, 1, 2)
+
+
+def _timm_grid(patch_embed: nn.Module, image_size: tuple[int, int]) -> tuple[int, int] | None:
+    """The patch grid of a timm patch embedding for an input of ``image_size`` (padding and dynamic sizes)."""
+    if callable(getattr(patch_embed, "dynamic_feat_size", None)):
+        h, w = patch_embed.dynamic_feat_size(image_size)
+        return int(h), int(w)
+    size = getattr(patch_embed, "grid_size", None)
+    return (int(size[0]), int(size[1])) if size is not None else None
+
+
+def _patch_grid(patch_size: int, image_size: tuple[int, int]) -> tuple[int, int]:
+    """The grid of non-overlapping ``patch_size`` patches: ``image_size // patch_size``."""
+    return image_size[0] // patch_size, image_size[1] // patch_size
+
+
+# --------------------------------------------------------------------------------------------------------
+# Where to hook: sites and family rules
+
+
+@dataclass(frozen=True)
+class _Site:
+    """One place a map is read: a module's output (``at="output"``) or first positional input (``"input"``).
+
+    With ``block`` set (an input site), only the first such site to run in each call of ``block`` records.
+    """
+
+    module: nn.Module
+    name: str
+    kind: str
+    read: Reader
+    at: str = "output"
+    block: nn.Module | None = None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The sites of a rule, and whether captured tensors are copied (user taps: their later in-place edits)."""
+
+    sites: list[_Site]
+    copy: bool = False
+
+
+def _is_container(module: object) -> bool:
+    return isinstance(module, (nn.Sequential, nn.ModuleList)) and len(module) > 0
+
+
+def _has(module: nn.Module, *names: str) -> bool:
+    return all(isinstance(getattr(module, n, None), nn.Module) for n in names)
+
+
+def _residual_sites(path: str, block: nn.Module, norm: str, read_msa: Reader, read_out: Reader) -> list[_Site]:
+    """A transformer block's stream after the MSA half (first input of ``norm`` or ``mlp``) and its output."""
+    firsts = [
+        _Site(getattr(block, n), f"{path}.msa", "msa", read_msa, at="input", block=block)
+        for n in (norm, "mlp")
+        if _has(block, n)
+    ]
+    return [*firsts, _Site(block, f"{path}.mlp", "mlp", read_out)]
+
+
+def _timm_vit(model: nn.Module) -> _Plan | None:
+    """Sites of a timm VisionTransformer (DeiT, EVA, ...): embedded tokens, then per block the MSA and MLP streams."""
+    blocks, embed = getattr(model, "blocks", None), getattr(model, "patch_embed", None)
+    if not (_is_container(blocks) and isinstance(embed, nn.Module) and all(_has(b, "attn", "mlp") for b in blocks)):
+        return None
+    prefix = getattr(model, "num_prefix_tokens", int(getattr(model, "cls_token", None) is not None))
+    read = partial(_read_tokens, prefix=int(prefix), grid=partial(_timm_grid, embed))
+    sites = [_Site(blocks[0], "patch_embed", "embed", read, at="input")]
+    for name, block in blocks.named_children():
+        sites += _residual_sites(f"blocks.{name}", block, "norm2", read, read)
+    return _Plan(sites)
+
+
+def _timm_swin(model: nn.Module) -> _Plan | None:
+    """Sites of a timm Swin (V1, V2; NHWC): embedded patches, patch merging, per block the MSA and MLP streams."""
+    layers, embed = getattr(model, "layers", None), getattr(model, "patch_embed", None)
+    nhwc = str(getattr(embed, "output_fmt", "")).endswith("NHWC")
+    if not (_is_container(layers) and nhwc and all(_has(s, "downsample", "blocks") for s in layers)):
+        return None
+    if not all(_is_container(s.blocks) and all(_has(b, "attn", "mlp") for b in s.blocks) for s in layers):
+        return None
+    sites = [_Site(layers[0], "patch_embed", "embed", _read_nhwc, at="input")]
+    for i, stage in layers.named_children():
+        if not isinstance(stage.downsample, nn.Identity):
+            sites.append(_Site(stage.downsample, f"layers.{i}.downsample", "downsample", _read_nhwc))
+        for j, block in stage.blocks.named_children():
+            sites += _residual_sites(f"layers.{i}.blocks.{j}", block, "norm2", _read_window_stream, _read_nhwc)
+    return _Plan(sites)
+
+
+def _timm_convnext(model: nn.Module) -> _Plan | None:
+    """Sites of a timm ConvNeXt: stem, every non-identity stage downsample and every block output."""
+    stem, stages = getattr(model, "stem", None), getattr(model, "stages", None)
+    if not (isinstance(stem, nn.Module) and _is_container(stages)):
+        return None
+    if not all(_has(s, "downsample", "blocks") for s in stages):
+        return None
+    if not all(_is_container(s.blocks) and all(_has(b, "conv_dw", "mlp") for b in s.blocks) for s in stages):
+        return None
+    sites = [_Site(stem, "stem", "stem", _read_nchw)]
+    for i, stage in stages.named_children():
+        if not isinstance(stage.downsample, nn.Identity):
+            sites.append(_Site(stage.downsample, f"stages.{i}.downsample", "downsample", _read_nchw))
+        sites += [_Site(b, f"stages.{i}.blocks.{j}", "conv", _read_nchw) for j, b in stage.blocks.named_children()]
+    return _Plan(sites)
+
+
+def _resnet_stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    stages = []
+    while _is_container(getattr(model, f"layer{len(stages) + 1}", None)):
+        name = f"layer{len(stages) + 1}"
+        stages.append((name, getattr(model, name)))
+    return stages
+
+
+def _stem_name(model: nn.Module) -> str:
+    """The last non-identity child registered before ``layer1`` (``maxpool``, or e.g. ``act1`` without one)."""
+    name = "stem"
+    for child, module in model.named_children():
+        if child == "layer1":
+            break
+        if not isinstance(module, nn.Identity):
+            name = child
+    return name
+
+
+def _resnet_kind(block: nn.Module) -> str:
+    """``downsample`` for a block with a projection shortcut or a stride, else ``conv``."""
+    stride = getattr(block, "stride", 1)
+    strided = any(s != 1 for s in stride) if isinstance(stride, (tuple, list)) else stride != 1
+    return "downsample" if getattr(block, "downsample", None) is not None or strided else "conv"
+
+
+def _resnet(model: nn.Module) -> _Plan | None:
+    """Sites of a timm or torchvision ResNet: the stem output (input of ``layer1``), every block output."""
+    stages = _resnet_stages(model)
+    blocks = [(f"{s}.{n}", b) for s, stage in stages for n, b in stage.named_children()]
+    if not (stages and _has(model, "conv1") and all(_has(b, "conv1", "conv2") for _, b in blocks)):
+        return None
+    sites = [_Site(stages[0][1], _stem_name(model), "stem", _read_nchw, at="input")]
+    sites += [_Site(b, path, _resnet_kind(b), _read_nchw) for path, b in blocks]
+    return _Plan(sites)
+
+
+def _torchvision_vit(model: nn.Module) -> _Plan | None:
+    """Sites of a torchvision VisionTransformer: embedded tokens, then per encoder block the MSA and MLP streams."""
+    layers = getattr(getattr(model, "encoder", None), "layers", None)
+    patch = getattr(model, "patch_size", None)
+    if not (_is_container(layers) and _has(model, "conv_proj") and isinstance(patch, int)):
+        return None
+    if not all(_has(b, "self_attention", "ln_2", "mlp") for b in layers):
+        return None
+    read = partial(_read_tokens, prefix=1, grid=partial(_patch_grid, patch))
+    sites = [_Site(layers[0], "conv_proj", "embed", read, at="input")]
+    for name, block in layers.named_children():
+        sites += _residual_sites(f"encoder.layers.{name}", block, "ln_2", read, read)
+    return _Plan(sites)
+
+
+_FAMILIES: tuple[tuple[str, Callable[[nn.Module], _Plan | None]], ...] = (
+    ("timm-vit", _timm_vit),
+    ("timm-swin", _timm_swin),
+    ("timm-convnext", _timm_convnext),
+    ("resnet", _resnet),
+    ("torchvision-vit", _torchvision_vit),
+)
+
+
+# --------------------------------------------------------------------------------------------------------
+# User taps
+
+
+def parse_taps(items: Sequence[str] | None) -> list[tuple[str, str]]:
+    """Parse ``'PATTERN=KIND'`` strings into ``(pattern, kind)`` pairs.
+
+    ``PATTERN`` is an fnmatch glob on module names (``model.named_modules()``), ``KIND`` one of
+    :data:`~landscape.models.layers.FEATURE_KINDS`. ``None`` gives an empty list.
+
+    Raises:
+        LandscapeError: an item without ``=``, with an empty pattern, or with an unknown kind.
+    """
+    pairs = []
+    for item in items or ():
+        if not isinstance(item, str):
+            raise LandscapeError(f"a tap must be a string 'PATTERN=KIND', got {item!r}")
+        pattern, sep, kind = (part.strip() for part in item.rpartition("="))
+        if not sep or not pattern:
+            raise LandscapeError(f"bad tap {item!r}: write 'PATTERN=KIND', e.g. 'blocks.?=mlp' (KIND one of {_KINDS})")
+        pairs.append((pattern, _checked_kind(kind, item)))
+    return pairs
+
+
+def _checked_kind(kind: str, item: object) -> str:
+    if kind not in FEATURE_KINDS:
+        raise LandscapeError(f"unknown kind {kind!r} in tap {item!r}; use one of {_KINDS}")
+    return kind
+
+
+def _normalise_taps(taps: Sequence[str] | Sequence[tuple[str, str]] | None) -> list[tuple[str, str]]:
+    """``'PATTERN=KIND'`` strings or ``(pattern, kind)`` pairs as checked pairs."""
+    if isinstance(taps, str):
+        return parse_taps([taps])
+    pairs = []
+    for item in taps or ():
+        if isinstance(item, str):
+            pairs += parse_taps([item])
+        elif isinstance(item, tuple) and len(item) == 2 and all(isinstance(p, str) for p in item) and item[0]:
+            pairs.append((item[0], _checked_kind(item[1], item)))
+        else:
+            raise LandscapeError(f"a tap must be 'PATTERN=KIND' or a (pattern, kind) pair, got {item!r}")
+    return pairs
+
+
+def candidate_modules(model: nn.Module) -> list[str]:
+    """Names of the modules a user would likely tap: the children of Sequential/ModuleList containers.
+
+    Shallowest first; the model's own children when it has no containers.
+    """
+    names = [
+        f"{name}.{child}" if name else child
+        for name, module in model.named_modules()
+        if isinstance(module, (nn.Sequential, nn.ModuleList))
+        for child, _ in module.named_children()
+    ]
+    names = names or [name for name, _ in model.named_children()]
+    return sorted(names, key=lambda n: n.count("."))
+
+
+def _candidate_text(model: nn.Module) -> str:
+    names = candidate_modules(model)
+    if not names:
+        return "none (the model has no submodules)"
+    more = f" (and {len(names) - MAX_CANDIDATES} more)" if len(names) > MAX_CANDIDATES else ""
+    return ", ".join(names[:MAX_CANDIDATES]) + more
+
+
+def _tap_plan(model: nn.Module, pairs: list[tuple[str, str]]) -> _Plan:
+    """One output site per module matched by a pattern (the first matching pattern gives the kind)."""
+    named = [(name, module) for name, module in model.named_modules() if name]
+    unmatched = [p for p, _ in pairs if not any(fnmatch.fnmatchcase(name, p) for name, _ in named)]
+    if unmatched:
+        raise LandscapeError(
+            f"taps {', '.join(repr(p) for p in unmatched)} match no module of {type(model).__name__}; "
+            f"candidate modules: {_candidate_text(model)}"
+        )
+    sites = []
+    for name, module in named:
+        kind = next((k for p, k in pairs if fnmatch.fnmatchcase(name, p)), None)
+        if kind is not None:
+            sites.append(_Site(module, name, kind, _read_any))
+    return _Plan(sites, copy=True)
+
+
+def _plan(model: nn.Module, pairs: list[tuple[str, str]]) -> tuple[str, _Plan | None]:
+    """The rule for ``model`` and its sites (None for the zoo, which needs no hooks)."""
+    if pairs:
+        return "taps", _tap_plan(model, pairs)
+    if callable(getattr(model, "block_features", None)):
+        return "zoo", None
+    for rule, find in _FAMILIES:
+        plan = find(model)
+        if plan is not None:
+            return rule, plan
+    families = "timm ViT/Swin/ConvNeXt/ResNet, torchvision ResNet/ViT"
+    raise LandscapeError(
+        f"{type(model).__name__} has no block_features(x) and is none of the known families ({families}); "
+        f"{_TAPS_HINT}; candidate modules: {_candidate_text(model)}"
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# The hooks
+
+
+@dataclass
+class _Record:
+    """One captured value, the version counter it had then, and the enclosing block's input shape."""
+
+    site: _Site
+    value: Any
+    version: int | None
+    block_shape: torch.Size | None = None
+
+
+def _version(value: object) -> int | None:
+    if isinstance(value, Tensor) and not value.is_inference():
+        return value._version
+    return None
+
+
+def _first_input(args: tuple[Any, ...]) -> Any:
+    return args[0] if args else None
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, Tensor):
+        return f"shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}, not a Tensor"
+
+
+class FeatureTaps:
+    """The NCHW output map of every block of ``model``, read by hooks in one forward pass.
+
+    ``FeatureTaps(model, taps)(x)`` runs ``model(x)`` once and returns a list of
+    :class:`~landscape.models.layers.Feature` in forward order (see the module docstring for the rules;
+    ``rule`` names the one used). Use it as a context manager to keep the hooks for several calls; a call
+    outside ``with`` adds and removes them itself. Hooks are removed on every exit, also on exceptions;
+    the model's mode and parameters are never changed (put it in eval mode yourself). Maps are the
+    model's own tensors (or views of them): they are valid until the next call.
+
+    Args:
+        model: the network.
+        taps: ``'PATTERN=KIND'`` strings or ``(pattern, kind)`` pairs; when given they replace every rule.
+
+    Raises:
+        LandscapeError: bad taps, taps that match no module, or no rule and no taps (the message lists
+            candidate modules to tap). A call raises it for a tapped output that is not a readable map.
+    """
+
+    def __init__(self, model: nn.Module, taps: Sequence[str] | Sequence[tuple[str, str]] | None = None) -> None:
+        self.model = model
+        self.rule, self._plan = _plan(model, _normalise_taps(taps))
+        self._handles: list[RemovableHandle] = []
+        self._records: list[_Record] = []
+        self._armed: dict[int, torch.Size | None] = {}
+
+    def __enter__(self) -> FeatureTaps:
+        self._attach()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove every hook this object added."""
+        while self._handles:
+            self._handles.pop().remove()
+        self._records, self._armed = [], {}
+
+    def __call__(self, x: Tensor) -> list[Feature]:
+        """Run ``model(x)`` once and return every block's map, in forward order."""
+        if self._plan is None:
+            return list(self.model.block_features(x))
+        owner = not self._handles
+        if owner:
+            self._attach()
+        try:
+            self._records, self._armed = [], {}
+            self.model(x)
+            records = self._records
+        finally:
+            if owner:
+                self.close()
+            else:
+                self._records, self._armed = [], {}
+        return self._features(records, (int(x.shape[-2]), int(x.shape[-1])))
+
+    def _attach(self) -> None:
+        if self._handles or self._plan is None:
+            return
+        try:
+            blocks = {id(s.block): s.block for s in self._plan.sites if s.block is not None}
+            for key, block in blocks.items():
+                self._handles.append(block.register_forward_pre_hook(partial(self._arm, key)))
+            for site in self._plan.sites:
+                if site.at == "output":
+                    self._handles.append(site.module.register_forward_hook(partial(self._on_output, site)))
+                else:
+                    self._handles.append(site.module.register_forward_pre_hook(partial(self._on_input, site)))
+        except BaseException:
+            self.close()
+            raise
+
+    def _arm(self, key: int, module: nn.Module, args: tuple[Any, ...]) -> None:
+        value = _first_input(args)
+        self._armed[key] = value.shape if isinstance(value, Tensor) else None
+
+    def _on_input(self, site: _Site, module: nn.Module, args: tuple[Any, ...]) -> None:
+        shape = None
+        if site.block is not None:
+            if id(site.block) not in self._armed:
+                return
+            shape = self._armed.pop(id(site.block))
+        self._record(site, _first_input(args), shape)
+
+    def _on_output(self, site: _Site, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        self._record(site, output, None)
+
+    def _record(self, site: _Site, value: Any, block_shape: torch.Size | None) -> None:
+        if self._plan.copy and isinstance(value, Tensor):
+            value = value.clone()
+        self._records.append(_Record(site, value, _version(value), block_shape))
+
+    def _features(self, records: list[_Record], image_size: tuple[int, int]) -> list[Feature]:
+        """Read every record as an NCHW map; repeated calls of one site are named ``name[1]``, ``name[2]``..."""
+        seen: Counter[str] = Counter()
+        features = []
+        for rec in records:
+            site = rec.site
+            where = "output" if site.at == "output" else "input"
+            if isinstance(rec.value, Tensor) and rec.version is not None and rec.value._version != rec.version:
+                raise LandscapeError(
+                    f"module {site.name}'s {where} was changed in place later in the forward pass; {_TAPS_HINT}"
+                )
+            grid = site.read(rec.value, _Call(image_size, rec.block_shape)) if isinstance(rec.value, Tensor) else None
+            if grid is None:
+                raise LandscapeError(
+                    f"module {site.name}'s {where} ({_describe(rec.value)}) cannot be read as a feature map; "
+                    f"{_READABLE}"
+                )
+            name = site.name if not seen[site.name] else f"{site.name}[{seen[site.name]}]"
+            seen[site.name] += 1
+            features.append(Feature(name, site.kind, grid))
+        return features
