@@ -11,9 +11,11 @@ holding only tensors, str, int, float, bool, None, lists, tuples and dicts, so t
 ``torch.load(weights_only=True)`` reads it. Every file is read that way: a file that needs other pickled
 objects is refused, never loaded with ``weights_only=False``.
 
-Besides that format `read_checkpoint` accepts a plain state dict (a dict of tensors) and the files of Paper A's
-repository (``{"name": str, "state_dict": {...}, "optimizer": ...}``; any dict with a ``state_dict`` dict).
-Such files name no registered model, so `load_model` needs ``model_name``. A ``module.`` (DataParallel)
+Besides that format `read_checkpoint` accepts a plain state dict (a dict of tensors), a ``.safetensors`` file
+(read with ``safetensors.torch.load_file``, which holds tensors only) and the files of Paper A's repository
+(``{"name": str, "state_dict": {...}, "optimizer": ...}``; any dict with a ``state_dict`` dict). Such files
+name no model, so `load_model` needs ``model_name`` (a zoo name or a ``timm:`` / ``torchvision:`` / ``py:``
+spec). A ``module.`` (DataParallel)
 or ``_orig_mod.`` (torch.compile) prefix shared by every key is removed. Their number of classes, unless
 given, is inferred from the classifier head: the last 2-D tensor whose name ends in ``weight`` and has a
 ``head``, ``fc``, ``linear``, ``classifier`` or ``logits`` component (e.g. ``head.weight``, ``fc.weight``),
@@ -155,6 +157,10 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     path = Path(path)
     if not path.is_file():
         raise LandscapeError(f"checkpoint {path} not found: check the path")
+    if path.suffix == ".safetensors":
+        state = _strip_prefixes(_read_safetensors(path))
+        return Checkpoint(None, {}, infer_num_classes(state), state, {"format": "safetensors"}, path,
+                          file_sha256(path))
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -193,6 +199,18 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     return Checkpoint(None, {}, infer_num_classes(state), state, meta, path, sha)
 
 
+def _read_safetensors(path: Path) -> dict[str, Tensor]:
+    from safetensors.torch import load_file
+
+    try:
+        state = load_file(path, device="cpu")
+    except Exception as e:  # safetensors raises its own error types, and OSError/ValueError on damaged files
+        raise LandscapeError(f"cannot read {path}: not a safetensors file ({_first_line(e)})") from None
+    if not state:
+        raise LandscapeError(f"{path} holds no tensors: re-save it with safetensors.torch.save_file")
+    return state
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
@@ -206,40 +224,53 @@ def load_model(path: str | os.PathLike, model_name: str | None = None, num_class
                **model_kwargs: Any) -> tuple[nn.Module, Checkpoint]:
     """Rebuild the model of a checkpoint with `landscape.models.create_model` and load its weights strictly.
 
-    ``model_name`` (required for foreign files) replaces the file's model; the file's ``model_kwargs`` are
-    used only if the names agree, and ``model_kwargs`` given here override them. ``num_classes`` defaults to
-    the file's (or the inferred) count. The model is returned in eval mode, on CPU.
+    Args:
+        path: a landscape checkpoint, a plain state dict, a ``{"state_dict": ...}`` file or ``.safetensors``.
+        model_name: zoo name or ``timm:`` / ``torchvision:`` / ``py:`` spec; required for files that name no
+            model, and replaces the file's model otherwise.
+        num_classes: defaults to the file's count (or the one inferred from its classifier head).
+        **model_kwargs: constructor options; they override the file's, which are used only when ``model_name``
+            names the file's own model.
+
+    Returns:
+        The model in eval mode on CPU, and what was read from the file.
+
+    Raises:
+        LandscapeError: unreadable file, no model name, weights that do not fit the model.
     """
-    import landscape.models as zoo
+    from landscape.models import create_model
+    from landscape.models.external import is_external
+    from landscape.models.registry import resolve_model_name
 
     ck = read_checkpoint(path)
     name = model_name or ck.model_name
     if name is None:
         raise LandscapeError(f"{ck.path} is a plain state dict that names no model: pass --model NAME "
-                             "(see `landscape models`)")
-    resolve = getattr(zoo, "resolve_model_name", lambda n: n)
-    same = ck.model_name is not None and resolve(name) == ck.model_name
+                             "(a zoo name, timm:NAME, torchvision:NAME or py:module:factory)")
+    same = ck.model_name is not None and (name if is_external(name) else resolve_model_name(name)) == ck.model_name
     kwargs = dict(ck.model_kwargs) if same else {}
     kwargs.update(model_kwargs)
     n_classes = num_classes if num_classes is not None else ck.num_classes
     if n_classes is None:
         raise LandscapeError(f"cannot tell the number of classes of {ck.path}: pass --num-classes")
-    model = zoo.create_model(name, num_classes=n_classes, **kwargs)
-
-    expected = model.state_dict()
-    missing = [k for k in expected if k not in ck.state_dict]
-    unexpected = [k for k in ck.state_dict if k not in expected]
-    what = f"model {name!r} (num_classes={n_classes}, {kwargs})"
-    if missing or unexpected:
-        raise LandscapeError(
-            f"{ck.path} does not fit {what}: {len(missing)} missing keys ({_keys(missing)}) and "
-            f"{len(unexpected)} unexpected keys ({_keys(unexpected)}); pass the --model and options it was "
-            "trained with")
-    shapes = [f"{k} {tuple(ck.state_dict[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
-              if ck.state_dict[k].shape != v.shape]
-    if shapes:
-        raise LandscapeError(f"{ck.path} does not fit {what}: {len(shapes)} tensors differ in shape (file vs "
-                             f"model: {_keys(shapes)}); pass the --model and options it was trained with")
-    model.load_state_dict(ck.state_dict, strict=True)
+    model = create_model(name, num_classes=n_classes, **kwargs)
+    load_weights(model, ck.state_dict, f"{ck.path} does not fit model {name!r} (num_classes={n_classes}, {kwargs})")
     model.eval()
     return model, ck
+
+
+def load_weights(model: nn.Module, state_dict: dict[str, Tensor], what: str) -> None:
+    """Load ``state_dict`` into ``model`` strictly; a key or shape mismatch is a one-line error starting ``what``."""
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state_dict]
+    unexpected = [k for k in state_dict if k not in expected]
+    if missing or unexpected:
+        raise LandscapeError(
+            f"{what}: {len(missing)} missing keys ({_keys(missing)}) and {len(unexpected)} unexpected keys "
+            f"({_keys(unexpected)}); pass the --model and --model-kw it was trained with")
+    shapes = [f"{k} {tuple(state_dict[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
+              if state_dict[k].shape != v.shape]
+    if shapes:
+        raise LandscapeError(f"{what}: {len(shapes)} tensors differ in shape (file vs model: {_keys(shapes)}); "
+                             "pass the --model and --model-kw it was trained with")
+    model.load_state_dict(state_dict, strict=True)

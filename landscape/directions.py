@@ -33,8 +33,11 @@ from landscape.errors import LandscapeError
 from landscape.params import ParamDict
 
 NORMS = ("filter", "dim0", "layer", "weight", "none")
-#: name patterns (fnmatch globs) whose tensors get a zero direction by default
-DEFAULT_ZERO_PATTERNS = ("*pos_embed*", "*rel_pos*", "*relative_position*", "*position_bias*")
+#: name patterns (fnmatch globs) whose tensors get a zero direction by default: position tables and learned
+#: tokens of the zoo, timm (``pos_embed``, ``cls_token``, ``reg_token``, ``relative_position_bias_table``) and
+#: torchvision (``encoder.pos_embedding``, ``class_token``)
+DEFAULT_ZERO_PATTERNS = ("*pos_embed*", "*pos_embedding*", "*rel_pos*", "*relative_position*", "*position_bias*",
+                         "*cls_token*", "*class_token*", "*reg_token*")
 
 
 @dataclass

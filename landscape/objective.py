@@ -22,11 +22,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from landscape.errors import LandscapeError
 from landscape.params import ParamDict
 
 Batch = tuple[Tensor, Tensor]
+Criterion = str | Callable[[Tensor, Tensor], Tensor]
+OutputSelector = str | int | Callable[[object], Tensor] | None
 
 CRITERIA = ("cross_entropy", "mse")
 REGULARIZERS = ("none", "l2", "norm-sum")
@@ -79,14 +82,72 @@ class Regularizer:
         return json.dumps({"kind": self.kind, "coef": self.coef})
 
 
-def batch_loss(logits: Tensor, targets: Tensor, criterion: str) -> Tensor:
-    """Mean-reduced loss of one batch: cross-entropy, or MSE between logits and one-hot targets."""
+def batch_loss(logits: Tensor, targets: Tensor, criterion: Criterion) -> Tensor:
+    """Mean-reduced loss of one batch: cross-entropy, MSE between logits and one-hot targets, or a callable.
+
+    A callable ``criterion(logits, targets)`` must return the batch's mean loss as a scalar tensor (e.g. label
+    smoothing: ``lambda z, y: F.cross_entropy(z, y, label_smoothing=0.1)``).
+    """
+    if callable(criterion):
+        return criterion(logits, targets)
     if criterion == "cross_entropy":
         return F.cross_entropy(logits, targets)
     if criterion == "mse":
         onehot = F.one_hot(targets, logits.shape[-1]).to(logits.dtype)
         return F.mse_loss(logits, onehot)
     raise LandscapeError(f"unknown criterion {criterion!r}; choose one of {', '.join(CRITERIA)}")
+
+
+def criterion_name(criterion: Criterion) -> str:
+    """The name recorded for a criterion: the string itself, or a callable's qualified name."""
+    if callable(criterion):
+        return f"callable:{getattr(criterion, '__qualname__', type(criterion).__name__)}"
+    return str(criterion)
+
+
+def select_logits(output: object, selector: OutputSelector = None) -> Tensor:
+    """The logits in a model's output.
+
+    ``selector`` None: a tensor is the logits; a mapping's ``"logits"`` entry, an object's ``.logits`` attribute
+    or a tuple's first element otherwise. A str or int indexes the output (``output[selector]``); a callable is
+    applied to it.
+    """
+    if selector is None:
+        if isinstance(output, Tensor):
+            return output
+        if isinstance(output, Mapping) and isinstance(output.get("logits"), Tensor):
+            return output["logits"]
+        if isinstance(getattr(output, "logits", None), Tensor):
+            return output.logits  # type: ignore[attr-defined]
+        if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
+            return output[0]
+        raise LandscapeError(f"the model returned {type(output).__name__}, not logits: pass output= (Python) or "
+                             "--model-output KEY naming the logits")
+    try:
+        chosen = selector(output) if callable(selector) else output[selector]  # type: ignore[index]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise LandscapeError(f"cannot take {selector!r} from the model's {type(output).__name__} output "
+                             f"({type(exc).__name__}); check --model-output") from None
+    if not isinstance(chosen, Tensor):
+        raise LandscapeError(f"output {selector!r} of the model is {type(chosen).__name__}, not a logits tensor")
+    return chosen
+
+
+def fused_attention_modules(module: nn.Module) -> list[nn.Module]:
+    """The submodules of ``module`` with fused attention kernels switched on (timm's ``fused_attn``)."""
+    return [m for m in module.modules() if getattr(m, "fused_attn", False) is True]
+
+
+def unfuse_attention(module: nn.Module) -> int:
+    """Switch off fused attention kernels (timm's ``fused_attn``) in ``module``; return how many were on.
+
+    torch.func's forward-mode differentiation (the Hessian-vector products) has no rule for the fused CPU/GPU
+    attention kernels; the explicit softmax(q k^T) v path computes the same function.
+    """
+    fused = fused_attention_modules(module)
+    for m in fused:
+        m.fused_attn = False
+    return len(fused)
 
 
 @dataclass(frozen=True)
@@ -104,14 +165,20 @@ class Objective:
     Args:
         model: the module; it is copied, never modified.
         batches: list of ``(inputs, targets)``; moved to ``device`` once, kept in order, never augmented.
-        criterion: ``"cross_entropy"`` or ``"mse"`` (mean-reduced per batch).
+        criterion: ``"cross_entropy"``, ``"mse"`` or a callable ``(logits, targets) -> mean loss``.
         regularizer: penalty added to the data loss (default none).
         device: where the copy of the model, the params and the batches live (default: the params' device).
         dtype: cast floating params, buffers and inputs (``torch.float64`` for exact references).
         param_names: names (of ``model.named_parameters()``) that form the variable params dict, in order;
             the remaining parameters are held fixed. Default: all parameters.
         allow_stochastic: skip the refusal of a model whose two evaluations differ.
-        check: run the determinism check now (two passes must give the same loss and gradient).
+        check: run the determinism check now (two passes must give the same loss and gradient) and check that
+            every label is an output of the model.
+        output: where the logits are in the model's output (see :func:`select_logits`).
+
+    The copy of the model has fused attention switched off (:func:`unfuse_attention`, counted in
+    ``fused_attention_off``) and every forward pass runs with PyTorch's math attention backend, so that
+    ``torch.func`` can differentiate any attention layer twice.
     """
 
     def __init__(
@@ -119,23 +186,26 @@ class Objective:
         model: nn.Module,
         batches: Sequence[Batch],
         *,
-        criterion: str = "cross_entropy",
+        criterion: Criterion = "cross_entropy",
         regularizer: Regularizer | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         param_names: Sequence[str] | None = None,
         allow_stochastic: bool = False,
         check: bool = True,
+        output: OutputSelector = None,
     ) -> None:
         if not batches:
             raise LandscapeError("no data: the objective needs at least one batch (check --samples)")
-        if criterion not in CRITERIA:
+        if not callable(criterion) and criterion not in CRITERIA:
             raise LandscapeError(f"unknown criterion {criterion!r}; choose one of {', '.join(CRITERIA)}")
         first = next(model.parameters(), None)
         self.device = (
             torch.device(device) if device is not None else (first.device if first is not None else torch.device("cpu"))
         )
         self.module = copy.deepcopy(model).to(self.device).eval()
+        self.fused_attention_off = unfuse_attention(self.module)
+        self.output = output
         if dtype is not None:
             self.module = self.module.to(dtype)
         self.dtype = dtype
@@ -155,6 +225,7 @@ class Objective:
         self.weights = [s / self.n_samples for s in sizes]
         self.allow_stochastic = allow_stochastic
         if check:
+            self.check_labels()
             self.check_determinism()
 
     # -- evaluation -------------------------------------------------------------------------------
@@ -167,7 +238,8 @@ class Objective:
     def logits(self, params: Mapping[str, Tensor], x: Tensor, buffers: Mapping[str, Tensor] | None = None) -> Tensor:
         """Model output for inputs ``x`` at ``params`` (fixed parameters and buffers filled in)."""
         state = {**self.fixed, **params, **(self.buffers if buffers is None else buffers)}
-        return functional_call(self.module, state, (x,))
+        with sdpa_kernel(SDPBackend.MATH):
+            return select_logits(functional_call(self.module, state, (x,)), self.output)
 
     def batch_loss_fn(self, batch: Batch) -> Callable[[ParamDict], Tensor]:
         """The function ``params -> L_b(params)`` (data loss of one batch, no regulariser)."""
@@ -222,10 +294,6 @@ class Objective:
         assert total is not None
         return total
 
-    def iter_weighted_batches(self) -> Iterator[tuple[float, Batch]]:
-        """Yield ``(N_b/N, batch)`` in order."""
-        yield from zip(self.weights, self.batches)
-
     # -- BatchNorm ---------------------------------------------------------------------------------
     def has_batchnorm(self) -> bool:
         """Whether the model has BatchNorm layers that track running statistics."""
@@ -253,7 +321,20 @@ class Objective:
                 functional_call(self.module, {**self.fixed, **params, **buffers}, (x,))
         return buffers
 
-    # -- determinism -------------------------------------------------------------------------------
+    # -- checks ------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def check_labels(self) -> None:
+        """Refuse class labels the model cannot output: every integer target must lie in ``0..n_outputs-1``."""
+        labels = [y for _, y in self.batches if not (y.is_floating_point() or y.is_complex())]
+        if not labels:  # soft targets: nothing to check
+            return
+        n_out = int(self.logits(self.params, self.batches[0][0][:1]).shape[-1])
+        top, low = max(int(y.max()) for y in labels), min(int(y.min()) for y in labels)
+        if low < 0 or top >= n_out:
+            raise LandscapeError(
+                f"the data has labels {low}..{top} but the model outputs {n_out} classes: analyse it on data "
+                "with at most that many classes (--data), or build the model with --num-classes")
+
     def check_determinism(self) -> None:
         """Refuse a stochastic objective: two passes must give the same loss and gradient."""
         if self.allow_stochastic:

@@ -1,20 +1,23 @@
-"""The shared front half of every analysis: checkpoint -> model, dataset -> fixed batches, provenance.
+"""The shared front half of every analysis: model source -> model, dataset -> fixed batches, provenance.
 
-``checkpoint -> create_model + state -> Objective(...) -> analysis -> store -> plot`` (see DESIGN.md).
+``ModelSource -> create_model + weights -> Objective(...) -> analysis -> store -> plot`` (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from landscape.errors import LandscapeError
+
+if TYPE_CHECKING:
+    from landscape.data import Preprocess
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -30,9 +33,91 @@ def resolve_device(name: str = "auto") -> torch.device:
     return device
 
 
+@dataclass(frozen=True)
+class ModelSource:
+    """Where the analysed model comes from: a checkpoint, published weights, or a seeded random init.
+
+    Attributes:
+        checkpoint: a landscape checkpoint, a plain state dict, a ``{"state_dict": ...}`` file or ``.safetensors``.
+        model: zoo name or ``timm:NAME`` / ``torchvision:NAME`` / ``py:module:factory``; needed when the
+            checkpoint names no model, or without a checkpoint.
+        model_kwargs: constructor options (``--model-kw``); they override the checkpoint's.
+        num_classes: output classes; default: the checkpoint's, the library's (pretrained) or the data's.
+        pretrained: the library's published weights (timm / torchvision); needs a network.
+        random_init: the model's initialisation, seeded by ``seed`` (for analyses at initialisation).
+        seed: seed of the random initialisation (a private generator state; the caller's is restored).
+        output: where the logits are in the model's output (see `landscape.objective.select_logits`).
+        preprocess: input preprocessing overrides (``--input-size``, ``--mean``, ``--std``).
+    """
+
+    checkpoint: str | None = None
+    model: str | None = None
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    num_classes: int | None = None
+    pretrained: bool = False
+    random_init: bool = False
+    seed: int = 0
+    output: str | int | None = None
+    preprocess: Preprocess | None = None
+
+    def __post_init__(self) -> None:
+        given = [name for name, on in (("--ckpt", self.checkpoint is not None), ("--pretrained", self.pretrained),
+                                       ("--random-init", self.random_init)) if on]
+        if len(given) > 1:
+            raise LandscapeError(f"give one source of weights, not {' and '.join(given)}")
+        if not given:
+            raise LandscapeError("no weights to analyse: pass --ckpt FILE, or --model NAME with --pretrained "
+                                 "(published weights) or --random-init")
+        if self.checkpoint is None and self.model is None:
+            raise LandscapeError(f"{given[0]} needs --model NAME (a zoo name, timm:NAME, torchvision:NAME or "
+                                 "py:module:factory)")
+
+    @classmethod
+    def of(cls, source: ModelSource | str | Path, model: str | None = None) -> ModelSource:
+        """``source`` itself, or a checkpoint path (with an optional model name) as a source."""
+        return source if isinstance(source, ModelSource) else cls(checkpoint=str(source), model=model)
+
+    def build(self, data_spec: str) -> tuple[nn.Module, dict[str, Any]]:
+        """The model on CPU in eval mode, and what the checkpoint file said (``{}`` without one).
+
+        Without a checkpoint the model is fitted to ``data_spec`` as ``landscape train`` fits it (channels,
+        image size and classes, where the model takes them); ``--model-kw`` wins over those.
+        """
+        from landscape.checkpoint import load_model
+        from landscape.models import create_model
+
+        if self.checkpoint is not None:
+            model, ckpt = load_model(self.checkpoint, self.model, self.num_classes, **self.model_kwargs)
+            meta = {"model_name": ckpt.model_name, "model_kwargs": dict(ckpt.model_kwargs), "sha256": ckpt.sha256,
+                    "dataset": ckpt.meta.get("dataset")}
+            return model, meta
+        assert self.model is not None
+        kwargs = dict(self.model_kwargs)
+        num_classes = self.num_classes
+        if self.random_init:
+            from landscape.data import dataset_info
+            from landscape.models.external import data_kwargs
+
+            info = dataset_info(data_spec)
+            kwargs = {**data_kwargs(self.model, in_chans=info.in_chans, img_size=info.image_size), **kwargs}
+            num_classes = info.num_classes if num_classes is None else num_classes
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.seed)
+                model = create_model(self.model, num_classes=num_classes, **kwargs)
+        else:
+            model = create_model(self.model, num_classes=num_classes, pretrained=True, **kwargs)
+        return model.eval(), {}
+
+    def describe(self) -> str:
+        """The checkpoint path, or ``pretrained`` / ``random-init (seed N)``."""
+        if self.checkpoint is not None:
+            return self.checkpoint
+        return "pretrained" if self.pretrained else f"random-init (seed {self.seed})"
+
+
 @dataclass
 class AnalysisInputs:
-    """A model rebuilt from a checkpoint, the dataset it is analysed on and the provenance of both."""
+    """A model rebuilt from its source, the dataset it is analysed on and the provenance of both."""
 
     model: nn.Module
     model_name: str
@@ -42,17 +127,23 @@ class AnalysisInputs:
     dataset_spec: str
     split: str
     device: torch.device
+    source: ModelSource = field(default_factory=lambda: ModelSource(checkpoint=""))
+    preprocess: Preprocess | None = None
 
     def provenance(self, n_samples: int, seed: int, **options: Any) -> dict[str, Any]:
-        """Root attributes of a result file (DESIGN.md's schema) plus the analysis ``options``."""
+        """Root attributes of a result file (docs/hdf5.md) plus the analysis ``options``."""
         return {
             "command": " ".join(["landscape", *sys.argv[1:]]) if sys.argv else "",
             "model": self.model_name,
             "model_kwargs": self.model_kwargs,
             "checkpoint": self.checkpoint,
             "checkpoint_sha256": self.checkpoint_sha256,
+            "pretrained": bool(self.source.pretrained),
+            "num_classes": getattr(self.model, "num_classes", None),
+            "model_output": self.source.output,
             "dataset": self.dataset_spec,
             "split": self.split,
+            "preprocess": None if self.preprocess is None else self.preprocess.as_dict(),
             "n_samples": int(n_samples),
             "seed": int(seed),
             "device": str(self.device),
@@ -61,33 +152,56 @@ class AnalysisInputs:
         }
 
 
+def resolve_preprocess(model: nn.Module, data_spec: str, *, pretrained: bool = False,
+                       overrides: Preprocess | None = None) -> Preprocess | None:
+    """The preprocessing of the data for ``model``: the user's overrides over the model's over the data's own.
+
+    A timm / torchvision model's own preprocessing (`landscape.models.external.model_preprocess`) applies with
+    published weights (``pretrained``: its mean and std; for ``imagefolder`` data also its size, crop and
+    interpolation) and for ``imagefolder`` data, which has no statistics of its own. Otherwise the dataset's
+    own normalisation holds (digits, CIFAR and synthetic data at their native size), as in ``landscape train``.
+    """
+    from landscape.data import Preprocess, parse_spec
+    from landscape.models.external import model_preprocess
+
+    imagefolder = parse_spec(data_spec)[0] == "imagefolder"
+    own = model_preprocess(model) if (pretrained or imagefolder) else None
+    if own is not None and not imagefolder:
+        own = Preprocess(mean=own.mean, std=own.std)
+    overrides = overrides or Preprocess()
+    merged = overrides if own is None else overrides.merged(own)
+    return None if merged == Preprocess() else merged
+
+
 def load_inputs(
-    checkpoint: str | Path,
+    checkpoint: ModelSource | str | Path,
     *,
     model_name: str | None = None,
     data: str | None = None,
     split: str = "train",
     device: str = "auto",
 ) -> AnalysisInputs:
-    """Rebuild the model of ``checkpoint`` (eval mode, on the device) and name the dataset to use.
+    """Build the model of ``checkpoint`` (a path or a :class:`ModelSource`; eval mode, on the device).
 
-    The dataset defaults to the one recorded in the checkpoint, else ``digits``.
+    The dataset defaults to the one recorded in the checkpoint, else ``digits``; its preprocessing follows
+    :func:`resolve_preprocess`.
     """
-    from landscape.checkpoint import load_model
-
+    source = ModelSource.of(checkpoint, model_name)
     dev = resolve_device(device)
-    model, ckpt = load_model(checkpoint, model_name)
+    model, meta = source.build(data or "digits")
     model = model.to(dev).eval()
-    spec = data or ckpt.meta.get("dataset") or "digits"
+    spec = data or meta.get("dataset") or "digits"
     return AnalysisInputs(
         model=model,
-        model_name=ckpt.model_name or str(model_name),
-        model_kwargs=dict(ckpt.model_kwargs),
-        checkpoint=str(checkpoint),
-        checkpoint_sha256=ckpt.sha256,
+        model_name=getattr(model, "model_name", None) or meta.get("model_name") or str(source.model),
+        model_kwargs=dict(getattr(model, "model_kwargs", meta.get("model_kwargs", {}))),
+        checkpoint=source.describe(),
+        checkpoint_sha256=meta.get("sha256", ""),
         dataset_spec=spec,
         split=split,
         device=dev,
+        source=source,
+        preprocess=resolve_preprocess(model, spec, pretrained=source.pretrained, overrides=source.preprocess),
     )
 
 
@@ -101,7 +215,7 @@ def batches_for(
         raise LandscapeError(f"--batch-size must be positive, got {batch_size}")
     if n_samples is not None and n_samples <= 0:
         raise LandscapeError(f"--samples must be positive, got {n_samples}")
-    dataset = load_dataset(inputs.dataset_spec, inputs.split)
+    dataset = load_dataset(inputs.dataset_spec, inputs.split, preprocess=inputs.preprocess)
     return fixed_batches(dataset, batch_size, n_samples, seed=seed, device=inputs.device)
 
 

@@ -30,6 +30,7 @@ from landscape.directions import Directions
 from landscape.errors import LandscapeError
 from landscape.objective import Objective, batch_loss
 from landscape.params import ParamDict
+from landscape.pipeline import ModelSource
 
 BN_MODES = ("eval", "recompute")
 _GRID = re.compile(r"^\s*([-+]?[0-9.eE+-]+)\s*:\s*([-+]?[0-9.eE+-]+)\s*:\s*([0-9]+)\s*$")
@@ -407,7 +408,7 @@ def _write_points(f: h5py.File, results: Sequence[PointResult]) -> None:
 
 # --------------------------------------------------------------------------------- from a checkpoint
 def run_surface(
-    ckpt: str | Path,
+    ckpt: ModelSource | str | Path,
     *,
     model: str | None = None,
     data: str | None = None,
@@ -433,7 +434,10 @@ def run_surface(
     progress: bool | None = None,
     compile: bool = False,
 ) -> store.Result:
-    """The ``landscape surface`` command: checkpoint -> Objective -> directions -> :func:`compute_surface`.
+    """The ``landscape surface`` command: model source -> Objective -> directions -> :func:`compute_surface`.
+
+    ``ckpt`` is a checkpoint path (``model`` names its model when the file does not) or a
+    :class:`~landscape.pipeline.ModelSource` (published weights, a random init, ``timm:`` models, ...).
 
     Directions: ``target`` (x = target - theta, alpha = 1 lands on it; y random for a plane), else
     ``trajectory`` snapshots (PCA plane of the trajectory around ``ckpt``), else seeded random directions
@@ -456,21 +460,24 @@ def run_surface(
     batches = batches_for(inputs, batch_size=batch_size, n_samples=samples, seed=seed)
     reg = Regularizer.from_options(regularizer, reg_coef)
     try:
-        objective = Objective(inputs.model, batches, regularizer=reg, device=dev, allow_stochastic=allow_stochastic)
+        objective = Objective(inputs.model, batches, regularizer=reg, device=dev, allow_stochastic=allow_stochastic,
+                              output=inputs.source.output)
     except RuntimeError as exc:  # shape mismatch between model and data
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise LandscapeError(
             f"the model cannot run on {inputs.dataset_spec} ({first}); check --data and --model"
         ) from exc
     patterns = tuple(dirs.DEFAULT_ZERO_PATTERNS if zero_patterns is None else parse_patterns(zero_patterns))
-    options: dict[str, Any] = {"batch_size": batch_size, "direction_seed": seed}
+    options: dict[str, Any] = {"batch_size": batch_size, "direction_seed": seed,
+                               "fused_attention_off": objective.fused_attention_off}
     if target is not None:
-        other = dict(load_model(target, model)[0].named_parameters())
+        other = dict(load_model(target, inputs.source.model, **inputs.source.model_kwargs)[0].named_parameters())
         directions = dirs.target_directions(objective.params, other, ndim=ndim, seed=seed, norm=norm,
                                             ignore_1d=ignore_1d, zero_patterns=patterns)
         options.update(target=str(target), target_sha256=file_sha256(target))
     elif trajectory:
-        snaps = [dict(load_model(p, model)[0].named_parameters()) for p in trajectory]
+        snaps = [dict(load_model(p, inputs.source.model, **inputs.source.model_kwargs)[0].named_parameters())
+                 for p in trajectory]
         directions = dirs.pca_directions(objective.params, snaps, ndim=ndim)
         options.update(trajectory=[str(p) for p in trajectory])
     else:

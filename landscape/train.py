@@ -124,15 +124,12 @@ def snapshot_path(out: Path, tag: str) -> Path:
 
 
 def _build_model(config: TrainConfig, num_classes: int, in_chans: int, img_size: int) -> nn.Module:
+    """The model of ``config`` fitted to the data (channels, image size, classes where it takes them)."""
     from landscape.models import create_model
+    from landscape.models.external import data_kwargs
 
-    kwargs: dict[str, Any] = {"in_chans": in_chans, "img_size": img_size, **config.model_kwargs}
-    if config.drop_path > 0:
-        kwargs["drop_path_rate"] = config.drop_path
-    try:
-        return create_model(config.model, num_classes=num_classes, **kwargs)
-    except TypeError as exc:
-        raise LandscapeError(f"model {config.model!r} does not accept these options ({exc}); check --model-kw") from exc
+    fitted = data_kwargs(config.model, in_chans=in_chans, img_size=img_size, drop_path=config.drop_path)
+    return create_model(config.model, num_classes=num_classes, **{**fitted, **config.model_kwargs})
 
 
 def _augmentation(config: TrainConfig) -> Callable[[Tensor], Tensor] | None:
@@ -193,8 +190,8 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
     from tqdm.auto import tqdm
 
     from landscape.checkpoint import load_model, save_checkpoint
-    from landscape.data import load_dataset
-    from landscape.pipeline import resolve_device
+    from landscape.data import dataset_info, load_dataset
+    from landscape.pipeline import resolve_device, resolve_preprocess
 
     out = Path(out)
     if out.exists() and not force:
@@ -203,12 +200,13 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
 
-    train_set = load_dataset(
-        config.data, "train", subset=config.subset, seed=config.seed, transform=_augmentation(config)
-    )
-    test_set = load_dataset(config.data, "test")
-    info = train_set.info
+    info = dataset_info(config.data)
     model = _build_model(config, info.num_classes, info.in_chans, info.image_size).to(device)
+    preprocess = resolve_preprocess(model, config.data)
+    train_set = load_dataset(config.data, "train", subset=config.subset, seed=config.seed,
+                             transform=_augmentation(config), preprocess=preprocess)
+    test_set = load_dataset(config.data, "test", preprocess=preprocess)
+    info = train_set.info
     if config.init is not None:
         source, _ = load_model(config.init)
         try:

@@ -1,7 +1,5 @@
 import hashlib
 import os
-import sys
-import types
 
 import numpy as np
 import pytest
@@ -18,7 +16,6 @@ from landscape.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
-from landscape.errors import LandscapeError
 
 
 class TinyNet(nn.Module):
@@ -36,20 +33,14 @@ class TinyNet(nn.Module):
 
 @pytest.fixture
 def fake_zoo(monkeypatch):
-    """Stand in for landscape.models with one model, 'tiny', so load_model is tested on its own."""
+    """Register one extra model, 'tiny', in the real registry so load_model is tested on a small model."""
+    from landscape.models import registry
 
-    def create_model(name, num_classes=10, **kwargs):
-        if name != "tiny":
-            raise LandscapeError(f"unknown model {name!r}")
-        model = TinyNet(num_classes=num_classes, **kwargs)
-        model.model_name, model.num_classes, model.model_kwargs = name, num_classes, dict(kwargs)
-        return model
+    def tiny(num_classes=10, **kwargs):
+        return TinyNet(num_classes=num_classes, **kwargs)
 
-    zoo = types.ModuleType("landscape.models")
-    zoo.create_model = create_model
-    monkeypatch.setitem(sys.modules, "landscape.models", zoo)
-    monkeypatch.setattr(landscape, "models", zoo, raising=False)
-    return zoo
+    monkeypatch.setitem(registry._MODELS, "tiny", tiny)
+    return registry
 
 
 def trained_tiny(**kwargs):

@@ -76,6 +76,24 @@ def test_1d_tensors_and_position_tables_are_zero_by_default():
     np.testing.assert_allclose(kept["conv.bias"].abs().numpy(), theta["conv.bias"].abs().numpy(), rtol=1e-12)
 
 
+@pytest.mark.parametrize("spec, zeroed", [
+    ("timm:vit_tiny_patch16_224", {"cls_token", "pos_embed", "reg_token"}),
+    ("py:torchvision.models:VisionTransformer", {"class_token", "encoder.pos_embedding"}),
+])
+def test_library_position_tables_and_tokens_are_zero_by_default(spec, zeroed):
+    pytest.importorskip("timm")
+    from landscape.models import create_model
+
+    kwargs = {"img_size": 32, "patch_size": 8, "depth": 1, "reg_tokens": 2} if spec.startswith("timm") else {
+        "image_size": 32, "patch_size": 8, "num_layers": 1, "num_heads": 2, "hidden_dim": 8, "mlp_dim": 8}
+    params = {k: v.detach() for k, v in create_model(spec, num_classes=3, **kwargs).named_parameters()}
+    assert zeroed <= set(params)
+    d = D.random_directions(params, ndim=1, seed=0)
+    for name, tensor in d.x.items():
+        if params[name].any():  # filter normalisation scales a zero tensor's direction to zero
+            assert (not tensor.any()) == (name in zeroed or params[name].ndim < 2), name
+
+
 def test_seeded_reproducible_and_cosine_recorded():
     theta = make_theta()
     a = D.random_directions(theta, seed=7)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
+
+if TYPE_CHECKING:
+    from landscape.pipeline import ModelSource
 
 from landscape.cli.options import checkpoint_options, output_options
 
@@ -22,11 +27,13 @@ from landscape.cli.options import checkpoint_options, output_options
 @click.option("--noise-bands", is_flag=True, help="Also measure the accuracy drop under band-limited noise.")
 @click.option("--noise-strength", default=0.5, show_default=True, type=float,
               help="Root-mean-square of the noise per image, in normalised input units.")
-def command(ckpt: str, out: str, **options: object) -> None:
+@click.option("--taps", multiple=True,
+              help="PATTERN=KIND: a module (glob on names) whose output is a block map, for models no rule knows.")
+def command(source: ModelSource, out: str, **options: object) -> None:
     """Fourier analysis of feature maps (Paper A, Fig 2a/8/9 and, with --noise-bands, Fig 2b)."""
     from landscape.fourier import run_fourier
 
-    result = run_fourier(ckpt, out, **options)  # type: ignore[arg-type]
+    result = run_fourier(source, out, **options)  # type: ignore[arg-type]
     hf = result["high_frequency"]
     click.echo(
         f"wrote {out}: {len(hf)} layers, {result.attrs['n_samples']} samples, high-frequency Delta log amplitude "

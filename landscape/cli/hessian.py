@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
+
+if TYPE_CHECKING:
+    from landscape.pipeline import ModelSource
 
 from landscape.cli.options import checkpoint_options, output_options, regularizer_options
 
@@ -32,12 +37,12 @@ from landscape.cli.options import checkpoint_options, output_options, regularize
 @click.option("--hvp", default="auto", show_default=True, type=click.Choice(["auto", "linearize", "jvp"]),
               help="Trace each batch's HVP once (linearize), never (jvp), or after a few products (auto).")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "float64"]))
-def command(ckpt: str, out: str, **options: object) -> None:
+def command(source: ModelSource, out: str, **options: object) -> None:
     """Hessian eigenvalues (Lanczos), spectral density (SLQ) and trace of a checkpoint's loss."""
     from landscape import distributed
     from landscape.hessian.run import run_hessian
 
-    result = run_hessian(ckpt, out, **options)  # type: ignore[arg-type]
+    result = run_hessian(source, out, **options)  # type: ignore[arg-type]
     if not distributed.is_main():
         return
     lines = [f"wrote {out}: {result.attrs.get('n_params', '?')} parameters, {result.attrs['n_samples']} samples"]

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from landscape.pipeline import ModelSource
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -16,21 +21,104 @@ def _apply(func: F, decorators: list[Callable[[F], F]]) -> F:
     return func
 
 
-def checkpoint_options(*, split: str = "train", model_dest: str = "model_name") -> Callable[[F], F]:
-    """``--ckpt``, ``--model``, ``--data``, ``--split``: the model to analyse and the data to analyse it on."""
+def parse_model_kw(items: tuple[str, ...]) -> dict[str, object]:
+    """``key=value`` pairs; values are parsed as JSON when they can be (numbers, lists, booleans)."""
+    from landscape.errors import LandscapeError
+
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise LandscapeError(f"--model-kw expects key=value, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _numbers(text: str | None, option: str) -> tuple[float, ...] | None:
+    from landscape.errors import LandscapeError
+
+    if text is None:
+        return None
+    try:
+        return tuple(float(v) for v in text.replace(",", " ").split())
+    except ValueError:
+        raise LandscapeError(f"{option} takes comma-separated numbers, e.g. 0.485,0.456,0.406 (got {text!r})") from None
+
+
+def _input_size(text: str | None) -> int | tuple[int, int] | None:
+    from landscape.errors import LandscapeError
+
+    if text is None:
+        return None
+    parts = text.lower().split("x")
+    if len(parts) > 2 or not all(p.strip().isdigit() for p in parts):
+        raise LandscapeError(f"--input-size takes SIZE or HxW, e.g. 224 or 224x320 (got {text!r})")
+    sizes = tuple(int(p) for p in parts)
+    return sizes[0] if len(sizes) == 1 else (sizes[0], sizes[1])
+
+
+def model_source(ckpt: str | None, model: str | None, model_kw: tuple[str, ...], num_classes: int | None,
+                 pretrained: bool, random_init: bool, model_output: str | None, input_size: str | None,
+                 mean: str | None, std: str | None, seed: int = 0) -> ModelSource:
+    """Build the :class:`~landscape.pipeline.ModelSource` of the model options (all validated here)."""
+    from landscape.data import Preprocess
+    from landscape.pipeline import ModelSource
+
+    preprocess = Preprocess(image_size=_input_size(input_size), mean=_numbers(mean, "--mean"),
+                            std=_numbers(std, "--std"))
+    output: str | int | None = int(model_output) if model_output and model_output.isdigit() else model_output
+    return ModelSource(checkpoint=ckpt, model=model, model_kwargs=parse_model_kw(model_kw), num_classes=num_classes,
+                       pretrained=pretrained, random_init=random_init, seed=seed, output=output,
+                       preprocess=None if preprocess == Preprocess() else preprocess)
+
+
+_MODEL_OPTIONS = ("ckpt", "model", "model_kw", "num_classes", "pretrained", "random_init", "model_output",
+                  "input_size", "mean", "std")
+
+
+def checkpoint_options(*, split: str = "train") -> Callable[[F], F]:
+    """The model to analyse and the data to analyse it on; the command receives ``source`` (a ModelSource).
+
+    ``--ckpt``, ``--model``, ``--model-kw``, ``--num-classes``, ``--pretrained``, ``--random-init``,
+    ``--model-output``, ``--input-size``, ``--mean``, ``--std`` become one ``source`` argument; ``--data`` and
+    ``--split`` are passed as they are.
+    """
 
     def wrap(func: F) -> F:
+        @functools.wraps(func)
+        def command(**kwargs: Any) -> Any:
+            given = {name: kwargs.pop(name) for name in _MODEL_OPTIONS}
+            source = model_source(**given, seed=int(kwargs.get("seed") or 0))
+            return func(source=source, **kwargs)
+
         return _apply(
-            func,
+            command,  # type: ignore[arg-type]
             [
-                click.option(
-                    "--ckpt", required=True, type=click.Path(dir_okay=False), help="Checkpoint of a zoo model."
-                ),
-                click.option("--model", model_dest, default=None, help="Zoo model name, for checkpoints without one."),
+                click.option("--ckpt", default=None, type=click.Path(dir_okay=False),
+                             help="Weights: a landscape checkpoint, a state dict (.pt/.pth) or .safetensors."),
+                click.option("--model", default=None,
+                             help="Zoo name, timm:NAME, torchvision:NAME or py:module:factory [default: the "
+                                  "checkpoint's].",),
+                click.option("--model-kw", multiple=True, help="Model constructor option key=value (repeatable)."),
+                click.option("--num-classes", default=None, type=click.IntRange(min=1),
+                             help="Output classes [default: the checkpoint's, the weights' or the data's]."),
+                click.option("--pretrained", is_flag=True,
+                             help="The library's published weights (timm/torchvision; needs a network)."),
+                click.option("--random-init", is_flag=True, help="Analyse the model at its seeded initialisation."),
+                click.option("--model-output", default=None,
+                             help="Key or index of the logits when the model returns a dict or tuple."),
+                click.option("--input-size", default=None,
+                             help="Input size SIZE or HxW [default: the model's or the data's]."),
+                click.option("--mean", default=None, help="Per-channel input mean, e.g. 0.485,0.456,0.406."),
+                click.option("--std", default=None, help="Per-channel input std, e.g. 0.229,0.224,0.225."),
                 click.option(
                     "--data", default=None, help="Dataset spec [default: the checkpoint's dataset, else digits]."
                 ),
-                click.option("--split", default=split, show_default=True, type=click.Choice(["train", "test"])),
+                click.option("--split", default=split, show_default=True,
+                             type=click.Choice(["train", "test", "val"]), help="val is another name for test."),
             ],
         )
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
+
+if TYPE_CHECKING:
+    from landscape.pipeline import ModelSource
 
 from landscape.cli.options import checkpoint_options, output_options, regularizer_options
 
@@ -25,12 +30,12 @@ from landscape.cli.options import checkpoint_options, output_options, regularize
 @click.option("--hvp", default="jvp", show_default=True, type=click.Choice(["auto", "linearize", "jvp"]),
               help="HVPs by jvp(grad) each time, or traced per batch with linearize (pays for large batches).")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "float64"]))
-def command(ckpt: str, out: str, **options: object) -> None:
+def command(source: ModelSource, out: str, **options: object) -> None:
     """Top-k Hessian eigenvalues of every mini-batch, pooled (Paper A, Fig 1c/4)."""
     from landscape import distributed
     from landscape.hessian.run import run_spectrum
 
-    result = run_spectrum(ckpt, out, **options)  # type: ignore[arg-type]
+    result = run_spectrum(source, out, **options)  # type: ignore[arg-type]
     if not distributed.is_main():
         return
     eig = result["eigenvalues"]

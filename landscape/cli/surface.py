@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
+
+if TYPE_CHECKING:
+    from landscape.pipeline import ModelSource
 
 from landscape.cli.options import checkpoint_options, output_options, regularizer_options
 
@@ -10,7 +15,7 @@ NORMS = ["filter", "dim0", "layer", "weight", "none"]
 
 
 @click.command("surface")
-@checkpoint_options(model_dest="model")
+@checkpoint_options()
 @regularizer_options
 @output_options("surface.h5")
 @click.option("--samples", default=1000, show_default=True, type=int, help="Number of samples (fixed, seeded).")
@@ -32,7 +37,7 @@ NORMS = ["filter", "dim0", "layer", "weight", "none"]
 @click.option("--batch-points", default="auto", show_default=True, help="Points per vmap call (1 = loop) or auto.")
 @click.option("--compile", "compile_", is_flag=True,
               help="torch.compile the per-point loss (eager fallback); pays off on long runs.")
-def command(ckpt: str, model: str | None, data: str | None, split: str, samples: int, batch_size: int, x: str,
+def command(source: ModelSource, data: str | None, split: str, samples: int, batch_size: int, x: str,
             y: str | None, norm: str, seed: int, target: str | None, trajectory: tuple[str, ...], regularizer: str,
             reg_coef: float | None, bn: str, keep_1d: bool, zero_patterns: tuple[str, ...], batch_points: str,
             out: str, force: bool, device: str, compile_: bool, allow_stochastic: bool, quiet: bool) -> None:
@@ -47,7 +52,7 @@ def command(ckpt: str, model: str | None, data: str | None, split: str, samples:
         except ValueError:
             raise LandscapeError(f"--batch-points must be a positive integer or auto, got {batch_points!r}") from None
     result = run_surface(
-        ckpt, model=model, data=data, split=split, samples=samples, batch_size=batch_size, x=x, y=y, norm=norm,
+        source, data=data, split=split, samples=samples, batch_size=batch_size, x=x, y=y, norm=norm,
         seed=seed, target=target, trajectory=trajectory, regularizer=regularizer, reg_coef=reg_coef, bn=bn,
         out=out, force=force, device=device, batch_points=batch_points, ignore_1d=not keep_1d,
         zero_patterns=list(zero_patterns) or None, allow_stochastic=allow_stochastic,

@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-
-def _parse_model_kw(items: tuple[str, ...]) -> dict[str, object]:
-    """``key=value`` pairs; values are parsed as JSON when they can be (numbers, lists, booleans)."""
-    from landscape.errors import LandscapeError
-
-    out: dict[str, object] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise LandscapeError(f"--model-kw expects key=value, got {item!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
+from landscape.cli.options import parse_model_kw
 
 
 def _parse_subset(value: str | None) -> float | int | None:
@@ -69,7 +53,7 @@ def command(
     from landscape.train import TrainConfig, train_model
 
     given = {k: v for k, v in options.items() if v is not None and v is not False}
-    base = dict(model=model, data=data, subset=_parse_subset(subset), model_kwargs=_parse_model_kw(model_kw), **given)
+    base = dict(model=model, data=data, subset=_parse_subset(subset), model_kwargs=parse_model_kw(model_kw), **given)
     config = TrainConfig.paper_a(**base) if recipe == "paper-a" else TrainConfig(**base)  # type: ignore[arg-type]
     result = train_model(config, out, force=force, quiet=quiet)
     m = result.metrics

@@ -56,12 +56,16 @@ def band_noise(
     return (noise * (strength / rms)).to(dtype)
 
 
-def accuracy(model: nn.Module, batches: Iterable[Sequence[Tensor]], noise: dict | None = None) -> float:
+def accuracy(model: nn.Module, batches: Iterable[Sequence[Tensor]], noise: dict | None = None,
+             output: str | int | None = None) -> float:
     """Top-1 accuracy of ``model`` over ``(x, y)`` batches, with band noise added when ``noise`` is given.
 
     ``noise`` holds ``centre``, ``width``, ``strength`` and ``seed``; batch ``j`` gets noise from a generator
-    seeded with ``seed + j``, so results do not depend on anything but these options.
+    seeded with ``seed + j``, so results do not depend on anything but these options. ``output`` selects the
+    logits of a model returning a tuple or dict (:func:`~landscape.objective.select_logits`).
     """
+    from landscape.objective import select_logits
+
     correct, total = 0, 0
     with torch.no_grad():
         for j, (x, y) in enumerate(batches):
@@ -69,7 +73,7 @@ def accuracy(model: nn.Module, batches: Iterable[Sequence[Tensor]], noise: dict 
                 gen = torch.Generator().manual_seed(int(noise["seed"]) + j)
                 n = band_noise(x.shape, noise["centre"], noise["width"], noise["strength"], gen, x.dtype)
                 x = x + n.to(x.device)
-            pred = model(x).argmax(dim=-1)
+            pred = select_logits(model(x), output).argmax(dim=-1)
             correct += int((pred == y).sum())
             total += int(y.numel())
     if total == 0:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from torch import nn
@@ -27,6 +28,9 @@ from torch import nn
 from landscape import store
 from landscape.fourier.features import FREQUENCY_AXES, PROFILES, FourierProfile, eval_model, fourier_profile
 from landscape.fourier.noise import BANDS, STRENGTH, WIDTH, accuracy
+
+if TYPE_CHECKING:
+    from landscape.pipeline import ModelSource
 
 
 def write_profile(f: store.h5py.File, result: FourierProfile, axis: str, maps: bool) -> None:
@@ -54,7 +58,7 @@ def write_profile(f: store.h5py.File, result: FourierProfile, axis: str, maps: b
 
 
 def run_fourier(
-    checkpoint: str | Path,
+    checkpoint: ModelSource | str | Path,
     out: str | Path = "fourier.h5",
     *,
     model_name: str | None = None,
@@ -70,6 +74,7 @@ def run_fourier(
     bands: Sequence[float] = BANDS,
     noise_width: float = WIDTH,
     noise_strength: float = STRENGTH,
+    taps: Sequence[str] | None = None,
     device: str = "auto",
     force: bool = False,
     quiet: bool = False,
@@ -81,6 +86,9 @@ def run_fourier(
     log-amplitude maps (``maps``) and the accuracy drop under band-limited noise (``noise_bands``). Root
     attributes are the provenance of :meth:`AnalysisInputs.provenance` plus every option. A complete file of
     the same options is returned as is; an incomplete one is resumed; one of other options needs ``force``.
+    ``checkpoint`` is a path or a :class:`~landscape.pipeline.ModelSource`; the block outputs of a model
+    outside the zoo are found by :class:`~landscape.taps.FeatureTaps` (its family rules, or ``taps``:
+    ``'PATTERN=KIND'`` strings naming the modules whose outputs are the maps).
     """
     from landscape import distributed as D
     from landscape.errors import LandscapeError
@@ -96,7 +104,7 @@ def run_fourier(
     options = {"profile": profile, "frequency_axis": frequency_axis, "maps": bool(maps), "batch_size": batch_size,
                "noise_bands": list(bands) if noise_bands else None,
                "noise_width": noise_width if noise_bands else None,
-               "noise_strength": noise_strength if noise_bands else None}
+               "noise_strength": noise_strength if noise_bands else None, "taps": list(taps or [])}
     attrs = inputs.provenance(samples, seed, **options)
     batches = batches_for(inputs, batch_size=batch_size, n_samples=samples, seed=seed)
     attrs["n_samples"] = sum(int(x.shape[0]) for x, _ in batches)
@@ -106,10 +114,12 @@ def run_fourier(
         with f:
             if not f.attrs.get("complete"):
                 if "high_frequency" not in f:
-                    result = fourier_profile(inputs.model, batches, profile=profile, maps=maps, progress=show)
+                    result = fourier_profile(inputs.model, batches, profile=profile, maps=maps, progress=show,
+                                             taps=taps)
                     write_profile(f, result, frequency_axis, maps)
                 if noise_bands:
-                    _write_noise(f, inputs.model, batches, bands, noise_width, noise_strength, seed, show)
+                    _write_noise(f, inputs.model, batches, bands, noise_width, noise_strength, seed, show,
+                                 inputs.source.output)
                 store.mark_complete(f)
     D.barrier()
     return store.read_result(out)
@@ -117,7 +127,7 @@ def run_fourier(
 
 def _write_noise(
     f: store.h5py.File, model: nn.Module, batches: list, bands: Sequence[float], width: float, strength: float,
-    seed: int, show: bool,
+    seed: int, show: bool, output: str | int | None = None,
 ) -> None:
     """Clean accuracy, then the accuracy under noise of each band not yet done, flushed band by band."""
     net = eval_model(model)
@@ -129,7 +139,7 @@ def _write_noise(
     done = store.require_dataset(f, "noise/done", (n,), bool, fill=False, axes=["band"])
     group = f["noise"]
     if "clean_accuracy" not in group.attrs:
-        store.set_attrs(group, {"clean_accuracy": accuracy(net, batches)})
+        store.set_attrs(group, {"clean_accuracy": accuracy(net, batches, output=output)})
         f.flush()
     clean = float(group.attrs["clean_accuracy"])
     from tqdm.auto import tqdm
@@ -137,6 +147,7 @@ def _write_noise(
     for i in tqdm(range(n), desc="noise bands", unit="band", disable=not show, leave=False):
         if done[i]:
             continue
-        a = accuracy(net, batches, {"centre": float(bands[i]), "width": width, "strength": strength, "seed": seed})
+        noise = {"centre": float(bands[i]), "width": width, "strength": strength, "seed": seed}
+        a = accuracy(net, batches, noise, output=output)
         acc[i], drop[i], done[i] = a, clean - a, True
         f.flush()

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
 
 from landscape import distributed, store
 from landscape.errors import LandscapeError
+
+if TYPE_CHECKING:
+    from landscape.pipeline import ModelSource
 
 
 def _show(quiet: bool) -> bool:
@@ -34,7 +37,7 @@ def _dtype(name: str) -> Any:
 
 
 def run_hessian(
-    checkpoint: str | Path,
+    checkpoint: ModelSource | str | Path,
     out: str | Path = "hessian.h5",
     *,
     model_name: str | None = None,
@@ -98,7 +101,8 @@ def run_hessian(
     }
     attrs = inputs.provenance(sum(int(y.shape[0]) for _, y in batches), seed, **options)
     objective = Objective(inputs.model, batches, criterion=criterion, regularizer=reg, device=inputs.device,
-                          dtype=_dtype(dtype), allow_stochastic=allow_stochastic)
+                          dtype=_dtype(dtype), allow_stochastic=allow_stochastic, output=inputs.source.output)
+    attrs["fused_attention_off"] = objective.fused_attention_off
     op = HessianOperator(objective, patterns=patterns or None, mode=hvp, shard=True)
     f = _open(out, "hessian", attrs, force)
     try:
@@ -158,7 +162,7 @@ def _todo(f: h5py.File | None, name: str, wanted: bool) -> bool:
 
 
 def run_spectrum(
-    checkpoint: str | Path,
+    checkpoint: ModelSource | str | Path,
     out: str | Path = "spectrum.h5",
     *,
     model_name: str | None = None,
@@ -192,13 +196,13 @@ def run_spectrum(
     """
     from landscape.data import fixed_batches, load_dataset
     from landscape.hessian.spectrum import max_eigenvalue_spectrum
-    from landscape.objective import Regularizer
+    from landscape.objective import Regularizer, fused_attention_modules
     from landscape.pipeline import load_inputs
 
     reg = Regularizer.from_options(regularizer, reg_coef)
     inputs = load_inputs(checkpoint, model_name=model_name, data=data, split=split, device=device)
     distributed.init(inputs.device)
-    dataset = load_dataset(inputs.dataset_spec, split)
+    dataset = load_dataset(inputs.dataset_spec, split, preprocess=inputs.preprocess)
     if samples is None:
         if fraction is None or not 0 < fraction <= 1:
             raise LandscapeError(f"--fraction must lie in (0, 1], got {fraction}")
@@ -210,6 +214,7 @@ def run_spectrum(
         "hvp": hvp, "dtype": dtype, "bn_mode": "eval", "allow_stochastic": bool(allow_stochastic),
     }
     attrs = inputs.provenance(samples, seed, **options)
+    attrs["fused_attention_off"] = len(fused_attention_modules(inputs.model))
     f = _open(out, "spectrum", attrs, force)
     skip: list[int] = []
     try:
@@ -234,7 +239,8 @@ def run_spectrum(
             max_eigenvalue_spectrum(
                 inputs.model, batches, k=top_k, which=which, solver=solver, criterion=criterion, regularizer=reg,
                 tol=tol, ncv=ncv, maxiter=maxiter, seed=seed, hvp=hvp, device=inputs.device, dtype=_dtype(dtype),
-                allow_stochastic=allow_stochastic, skip=skip, on_batch=write, progress=_show(quiet),
+                allow_stochastic=allow_stochastic, output=inputs.source.output, skip=skip, on_batch=write,
+                progress=_show(quiet),
             )
         if f is not None:
             store.mark_complete(f)

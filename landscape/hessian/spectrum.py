@@ -25,7 +25,7 @@ from landscape import distributed
 from landscape.errors import LandscapeError
 from landscape.hessian.lanczos import lanczos
 from landscape.hessian.operator import HessianOperator
-from landscape.objective import Batch, Objective, Regularizer, batch_loss
+from landscape.objective import Batch, Objective, OutputSelector, Regularizer, batch_loss
 
 SOLVERS = ("lanczos", "pyhessian")
 
@@ -112,6 +112,7 @@ def max_eigenvalue_spectrum(
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
     allow_stochastic: bool = False,
+    output: OutputSelector = None,
     skip: Sequence[int] = (),
     on_batch: Callable[[BatchSpectrum], None] | None = None,
     progress: bool = False,
@@ -125,13 +126,14 @@ def max_eigenvalue_spectrum(
     uses :func:`pyhessian_top_eigenvalues` (always largest magnitude; ``tol`` is its relative change
     between iterations, ``maxiter`` its iterations per eigenvalue, default 100). Batches listed in ``skip``
     are not computed (their rows stay NaN: resuming). ``on_batch`` is called on every rank with each
-    finished batch, in rounds of ``world_size`` batches. The model is never modified.
+    finished batch, in rounds of ``world_size`` batches. ``output`` selects the logits of a model that returns
+    a tuple or dict (:func:`~landscape.objective.select_logits`). The model is never modified.
     """
     if solver not in SOLVERS:
         raise LandscapeError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
     objective = Objective(
         model, batches, criterion=criterion, regularizer=regularizer, device=device, dtype=dtype,
-        allow_stochastic=allow_stochastic,
+        allow_stochastic=allow_stochastic, output=output,
     )
     n_params = sum(p.numel() for p in objective.params.values())
     if not 1 <= k < n_params:

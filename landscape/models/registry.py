@@ -71,22 +71,41 @@ def _to_json(value: Any, key: str) -> Any:
     return value
 
 
-def create_model(name: str, num_classes: int = 10, **kwargs: Any) -> nn.Module:
-    """Build the registered model ``name`` (or an alias of it) with ``num_classes`` outputs.
+def create_model(name: str, num_classes: int | None = None, *, pretrained: bool = False, **kwargs: Any) -> nn.Module:
+    """Build a model by name: a zoo name (or alias), ``timm:NAME``, ``torchvision:NAME`` or ``py:module:factory``.
 
-    The returned module carries ``model_name`` (the resolved name), ``num_classes`` and ``model_kwargs``
-    (``kwargs`` as JSON-ready data, tuples as lists) so that a checkpoint can rebuild it.
+    Args:
+        name: the model spec (see `landscape.models.external` for the three prefixes).
+        num_classes: output classes; None means 10 for zoo models and the library's default otherwise.
+        pretrained: load the library's published weights (timm / torchvision; needs a network).
+        **kwargs: constructor options, passed through.
+
+    Returns:
+        The module, carrying ``model_name`` (the resolved spec), ``num_classes`` and ``model_kwargs`` (``kwargs``
+        as JSON-ready data, tuples as lists) so that a checkpoint can rebuild it.
+
+    Raises:
+        LandscapeError: unknown name, bad options, missing optional dependency, no network for ``pretrained``.
     """
-    resolved = resolve_model_name(name)
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+    from landscape.models.external import create_external, is_external, output_classes
+
+    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
+                                    or num_classes < 1):
         raise LandscapeError(f"num_classes must be a positive integer, got {num_classes!r}")
     model_kwargs = {k: _to_json(v, k) for k, v in kwargs.items()}
-    try:
-        model = _MODELS[resolved](num_classes=num_classes, **kwargs)
-    except TypeError as exc:
-        if "unexpected keyword argument" not in str(exc):
-            raise
-        raise LandscapeError(f"model {resolved!r} does not take that option ({exc}); check the spelling") from None
+    if is_external(name):
+        model = create_external(name, num_classes, pretrained, kwargs)
+        resolved, num_classes = name, output_classes(model)
+    else:
+        resolved = resolve_model_name(name)
+        if pretrained:
+            raise LandscapeError(f"zoo model {resolved!r} has no published weights: train it (landscape train) "
+                                 "and pass --ckpt, or use a timm: / torchvision: model")
+        num_classes = 10 if num_classes is None else num_classes
+        try:
+            model = _MODELS[resolved](num_classes=num_classes, **kwargs)
+        except TypeError as exc:
+            raise LandscapeError(f"model {resolved!r} does not take that option ({exc}); check the spelling") from None
     model.model_name = resolved
     model.num_classes = num_classes
     model.model_kwargs = model_kwargs
