@@ -257,8 +257,39 @@ table(["model", "checkpoint", "top eigenvalue", "most negative", "share negative
     ]
 
 
+FOURIER_TIMM = '''\
+# Paper A drew these figures on ImageNet-1K pretrained timm models at 224 px (resnet50, vit_tiny_patch16_224) with
+# each model's own preprocessing; CIFAR images are too small for them. QUICK runs the same code on small
+# random-init timm models and digits. Blocks are found by landscape.taps.FeatureTaps (timm's ResNet and ViT rules).
+from landscape.fourier import run_fourier
+from landscape.pipeline import ModelSource
+
+if QUICK:
+    FOURIER_MODELS = {
+        "timm_resnet18": ModelSource(model="timm:resnet18", random_init=True),
+        "timm_vit_tiny": ModelSource(model="timm:vit_tiny_patch16_224", random_init=True,
+                                     model_kwargs={"img_size": 32, "patch_size": 4, "depth": 4}),
+    }
+    FOURIER_DATA = "digits"
+else:
+    FOURIER_MODELS = {
+        "resnet50": ModelSource(model="timm:resnet50", pretrained=True),
+        "vit_tiny_patch16_224": ModelSource(model="timm:vit_tiny_patch16_224", pretrained=True),
+    }
+    FOURIER_DATA = f"imagefolder:{IMAGENET_VAL}"
+
+fourier = {
+    name: run_fourier(
+        source, RESULTS / f"{name}_fourier_timm.h5", data=FOURIER_DATA, split="test",
+        samples=SIZES["fourier_samples"], noise_bands=True, device=DEVICE, quiet=True,
+    )
+    for name, source in FOURIER_MODELS.items()
+}
+'''
+
+
 def nb_fourier() -> list[nbformat.NotebookNode]:
-    """03: Paper A Fig 2a, Fig 8, Fig 2b."""
+    """03: Paper A Fig 2a, Fig 8, Fig 2b on timm models (pretrained on ImageNet in full mode)."""
     return [
         md("""
 # 3. Fourier analysis of feature maps (Paper A, Fig 2a, Fig 8, Fig 2b)
@@ -269,10 +300,16 @@ log A(f) - log A(0). Fig 2a: one curve per block coloured by depth; Fig 8: the h
 (MSA blocks shaded grey, downsampling blue); Fig 2b: accuracy drop under random noise band-passed to a square
 annulus of frequencies. Paper A's claim: MSAs are low-pass (they lower the high-frequency amplitude), Convs
 high-pass; ViT is robust to high-frequency noise, ResNet is not.
+
+Full mode (`QUICK = False`) runs Paper A's own setting: timm `resnet50` and `vit_tiny_patch16_224` with their
+ImageNet-1K weights (`--pretrained`, downloaded once: needs a network), 256 ImageNet validation images from
+`IMAGENET_VAL` (one folder per class, the usual `val/` layout), each model's own preprocessing (224 px,
+its interpolation, crop and mean/std). QUICK mode runs the same code on random-init timm models and digits.
+The zoo models' profiles are in notebook 4's result files.
 """ + RUN_NOTE),
-        parameters(),
+        parameters('IMAGENET_VAL = "/path/to/imagenet/val"  # QUICK = False: ImageNet-1K validation, a folder per class'),
         setup("03_fourier"),
-        code(FOURIER),
+        code(FOURIER_TIMM),
         md("Fig 2a: Delta log amplitude per block."),
         code("""
 from landscape.plot.fourier import depth_figure, noise_figure, profile_figure
