@@ -1,6 +1,6 @@
 """The shared front half of every analysis: model source -> model, dataset -> fixed batches, provenance.
 
-``ModelSource -> create_model + weights -> Objective(...) -> analysis -> store -> plot`` (docs/architecture.md).
+``ModelSource -> create_model + weights -> Objective(...) -> analysis -> store -> plot``.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class AnalysisInputs:
     preprocess: Preprocess | None = None
 
     def provenance(self, n_samples: int, seed: int, **options: Any) -> dict[str, Any]:
-        """Root attributes of a result file (docs/hdf5.md) plus the analysis ``options``."""
+        """Root attributes of a result file (README.md, "HDF5 schema") plus the analysis ``options``."""
         return {
             "command": " ".join(["landscape", *sys.argv[1:]]) if sys.argv else "",
             "model": self.model_name,

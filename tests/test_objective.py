@@ -1,14 +1,15 @@
 import copy
+import types
 
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import reestimate_bn
+from helpers import one_line_error, reestimate_bn
 from torch import nn
 
 from landscape import params as P
 from landscape.errors import LandscapeError
-from landscape.objective import Objective, Regularizer
+from landscape.objective import Objective, Regularizer, criterion_name, select_logits
 
 
 def bn_model():
@@ -61,6 +62,63 @@ def test_mse_criterion_is_the_mean_over_samples_and_classes():
     with torch.no_grad():
         expected = F.mse_loss(model(x), F.one_hot(y, 4).double())
     assert obj.evaluate().loss == pytest.approx(float(expected), rel=1e-13)
+
+
+def test_callable_criterion_label_smoothing_by_hand():
+    model = bn_model()
+    x, y, batches = data()
+    eps = 0.1
+
+    def smoothed(logits, targets):
+        return F.cross_entropy(logits, targets, label_smoothing=eps)
+
+    obj = Objective(model, batches, criterion=smoothed)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(x), dim=1)
+    soft = torch.full_like(logp, eps / 4).scatter_(1, y[:, None], 1 - eps + eps / 4)
+    assert obj.evaluate().loss == pytest.approx(float(-(soft * logp).sum(1).mean()), rel=1e-12)
+    assert criterion_name(smoothed).endswith("smoothed") and criterion_name("mse") == "mse"
+
+
+class DictOut(nn.Module):
+    """Wraps a model: returns a dict, a tuple or an object holding the logits."""
+
+    def __init__(self, inner, how):
+        super().__init__()
+        self.inner, self.how = inner, how
+
+    def forward(self, x):
+        z = self.inner(x)
+        if self.how == "dict":
+            return {"features": x.mean(), "logits": z}
+        if self.how == "tuple":
+            return z, x.mean()
+        if self.how == "object":
+            return types.SimpleNamespace(logits=z)
+        return {"scores": z}
+
+
+@pytest.mark.parametrize("how, output", [("dict", None), ("tuple", None), ("object", None), ("named", "scores"),
+                                         ("tuple", 0), ("named", lambda out: out["scores"])])
+def test_logits_are_selected_from_tuple_dict_and_object_outputs(how, output):
+    model = bn_model()
+    x, y, batches = data()
+    plain = Objective(model, batches).loss()
+    wrapped = Objective(DictOut(model, how), batches, output=output)
+    assert float(wrapped.loss()) == pytest.approx(float(plain), rel=1e-13)
+    v = {n: torch.ones_like(p) for n, p in wrapped.params.items()}
+    assert all(torch.allclose(a, b) for a, b in zip(wrapped.hvp(v).values(), Objective(model, batches).hvp(
+        {n.removeprefix("inner."): t for n, t in v.items()}).values()))
+
+
+def test_unreadable_outputs_and_out_of_range_labels_are_one_line_errors():
+    model = bn_model()
+    _, _, batches = data()
+    one_line_error(Objective, DictOut(model, "named"), batches, match="--model-output")
+    one_line_error(Objective, DictOut(model, "named"), batches, output="nope", match="cannot take 'nope'")
+    bad = [(x, y + 2) for x, y in batches]
+    one_line_error(Objective, model, bad, match="labels 2..5 but the model outputs 4 classes")
+    assert select_logits(torch.zeros(2)).shape == (2,)
 
 
 @pytest.mark.parametrize("kind,coef", [("l2", 0.3), ("norm-sum", 0.05)])

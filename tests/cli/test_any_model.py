@@ -260,3 +260,31 @@ def test_pretrained_preprocessing_comes_from_the_model():
     assert resolve_preprocess(res, "cifar10:/x") is None
     ds = load_dataset("synthetic:4", "test", preprocess=resolve_preprocess(res, "synthetic:4", pretrained=True))
     assert ds.info.mean == pytest.approx((0.485, 0.456, 0.406))
+
+
+KINDS = {
+    "timm_vit": [*VIT, "--data", "digits"],
+    "timm_resnet": ["--model", "timm:resnet18", "--data", "digits"],
+    "torchvision_resnet": ["--model", "torchvision:resnet18", "--data", "synthetic:8"],
+    "user_module": ["--model", "py:my_nets:build", "--data", "digits"],
+}
+RUNS = {
+    "surface": ["--x", "-0.5:0.5:2", "--samples", "4", "--batch-size", "4"],
+    "hessian": ["--samples", "4", "--batch-size", "4", "--top-k", "1", "--ncv", "4", "--maxiter", "2", "--tol", "0.1"],
+    "spectrum": ["--samples", "4", "--batch-size", "2", "--top-k", "1", "--ncv", "4", "--maxiter", "2"],
+    "fourier": ["--samples", "4", "--batch-size", "4"],
+}
+ARRAY = {"surface": "loss", "hessian": "eigenvalues", "spectrum": "eigenvalues", "fourier": "high_frequency"}
+
+
+@pytest.mark.parametrize("command", sorted(RUNS))
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_command_on_every_kind_of_model(kind, command, user_module, tmp_path):
+    taps = ["--taps", "stem=stem", "--taps", "body.?=conv"] if (kind, command) == ("user_module", "fourier") else []
+    out = tmp_path / "r.h5"
+    result = invoke(command, *KINDS[kind], "--random-init", *RUNS[command], *taps, "--device", "cpu", "--out", out,
+                    "--quiet")
+    assert result.exit_code == 0, result.output
+    res = read_result(out)
+    assert res.attrs["complete"] and np.isfinite(res[ARRAY[command]]).all()
+    assert res.attrs["model"] == KINDS[kind][1] and res.attrs["checkpoint"] == "random-init (seed 0)"
