@@ -1,7 +1,7 @@
 """1D and 2D loss surfaces ``L(theta + a * dx + b * dy)`` over a grid, written to HDF5 as the run goes.
 
 Every grid point is a new params dict ``theta + a*dx + b*dy`` evaluated by the :class:`~landscape.objective.
-Objective` (sample-weighted mean over fixed batches, plus the regulariser). The file (DESIGN.md's surface
+Objective` (sample-weighted mean over fixed batches, plus the regulariser). The file (README.md's surface
 schema) holds ``xcoordinates`` (nx), ``ycoordinates`` (ny; ``[0]`` for a line), ``loss``, ``data_loss``,
 ``accuracy`` and ``done`` (ny, nx) and the directions ``directions/x/<param>`` (and ``directions/y/<param>``).
 Points are appended and flushed as they finish, so a killed run leaves a valid file; rerunning resumes from

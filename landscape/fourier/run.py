@@ -1,6 +1,6 @@
 """``run_fourier``: checkpoint -> Fourier profiles (+ band-noise robustness) -> one HDF5 result file.
 
-File layout (kind ``fourier``, DESIGN.md's schema plus per-layer detail):
+File layout (kind ``fourier``, README.md's HDF5 schema plus per-layer detail):
 
 - ``frequencies`` (n_freq) and ``delta_log_amplitude`` (n_layers, n_freq): every layer on one common axis,
   chosen by the root attribute ``frequency_axis`` (see :meth:`FourierProfile.common_axis`): ``normalised``

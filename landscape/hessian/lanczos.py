@@ -7,7 +7,7 @@ Ritz residuals ``||A y - theta y||`` are computed from ``W`` without extra produ
 ``ncv`` vectors it is restarted (Wu & Simon's thick restart): the most wanted Ritz vectors are kept together
 with the last Lanczos vector and the iteration continues from there.
 
-Stopping rule (DESIGN.md: Ritz values converge much faster than Ritz residuals): a wanted Ritz pair
+Stopping rule (Ritz values converge much faster than Ritz residuals): a wanted Ritz pair
 ``(theta, y)`` with residual ``r`` and gap ``g`` to the nearest other Ritz value has eigenvalue error at
 most about ``min(r, r^2 / g)`` (``r`` alone when there is no other Ritz value); it is
 converged when that estimate is at most ``tol * max(|theta|, eps^(2/3) * ||A||)``. Residuals are reported

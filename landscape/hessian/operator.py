@@ -8,7 +8,7 @@ used), the operator is
 restricted to the selected parameters ``theta`` (all others held at the evaluation point). Products are
 forward-over-reverse. Per batch the map ``v -> H_b v`` is traced once with ``torch.func.linearize`` of
 ``torch.func.grad(L_b)`` and then called per vector (about 2x a gradient instead of 3-5x for a fresh
-``jvp(grad)`` each time, see DESIGN.md); the traced function keeps the batch's primal intermediates in
+``jvp(grad)`` each time, benchmarks/hessian.py); the traced function keeps the batch's primal intermediates in
 memory, so only the first ``max_linearized`` batches are cached and the rest use ``jvp(grad)``; the trace
 itself costs about ten gradients, so by default a batch is traced only once it has been used a few times.
 """

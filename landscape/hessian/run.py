@@ -1,6 +1,6 @@
 """Library entry points behind ``landscape hessian`` and ``landscape spectrum``: checkpoint in, HDF5 file out.
 
-Files follow DESIGN.md's schema. ``hessian``: ``eigenvalues`` (k), ``residuals`` (k), ``converged`` (k),
+Files follow README.md's HDF5 schema. ``hessian``: ``eigenvalues`` (k), ``residuals`` (k), ``converged`` (k),
 optional ``eigenvectors`` (n_params, k), ``density/grid``, ``density/values``, ``density/nodes``,
 ``density/weights``, ``trace/samples``; ``spectrum``: ``eigenvalues`` (n_batches, k), ``batch_sizes``,
 ``done``, ``n_matvec``. Root attributes: :meth:`AnalysisInputs.provenance` plus every option. Only rank 0
