@@ -40,6 +40,9 @@ from landscape import __version__
 from landscape.errors import LandscapeError
 
 FORMAT_VERSION = 1
+#: constructor options a checkpoint file may not set: they make a library load or download other files
+UNTRUSTED_MODEL_KWARGS = frozenset({"pretrained", "weights", "checkpoint_path", "pretrained_cfg",
+                                    "pretrained_cfg_overlay", "cache_dir", "weights_backbone"})
 HEAD_NAMES = ("head", "fc", "linear", "classifier", "logits")
 _PREFIXES = ("module.", "_orig_mod.")
 
@@ -232,6 +235,9 @@ def load_model(path: str | os.PathLike, model_name: str | None = None, num_class
         **model_kwargs: constructor options; they override the file's, which are used only when ``model_name``
             names the file's own model.
 
+    A file never chooses code to run: a ``py:`` model named only by the file, or file options in
+    `UNTRUSTED_MODEL_KWARGS` (weights or files to load), are refused.
+
     Returns:
         The model in eval mode on CPU, and what was read from the file.
 
@@ -239,7 +245,7 @@ def load_model(path: str | os.PathLike, model_name: str | None = None, num_class
         LandscapeError: unreadable file, no model name, weights that do not fit the model.
     """
     from landscape.models import create_model
-    from landscape.models.external import is_external
+    from landscape.models.external import is_external, split_spec
     from landscape.models.registry import resolve_model_name
 
     ck = read_checkpoint(path)
@@ -247,8 +253,15 @@ def load_model(path: str | os.PathLike, model_name: str | None = None, num_class
     if name is None:
         raise LandscapeError(f"{ck.path} is a plain state dict that names no model: pass --model NAME "
                              "(a zoo name, timm:NAME, torchvision:NAME or py:module:factory)")
+    if model_name is None and split_spec(name)[0] == "py":
+        raise LandscapeError(f"{ck.path} names the model {name}, which would import and call code the file chooses; "
+                             f"if you trust it, pass --model {name}")
     same = ck.model_name is not None and (name if is_external(name) else resolve_model_name(name)) == ck.model_name
     kwargs = dict(ck.model_kwargs) if same else {}
+    unsafe = sorted(set(kwargs) & UNTRUSTED_MODEL_KWARGS)
+    if unsafe:
+        raise LandscapeError(f"{ck.path} asks for model option {unsafe[0]!r}, which loads or downloads other files; "
+                             "a checkpoint may not: re-save it without that option")
     kwargs.update(model_kwargs)
     n_classes = num_classes if num_classes is not None else ck.num_classes
     if n_classes is None:

@@ -1,5 +1,6 @@
 import hashlib
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -228,3 +229,23 @@ def test_real_zoo_round_trip(tmp_path):
     assert read_checkpoint(tmp_path / "plain.pt").num_classes == 10
     loaded, _ = load_model(tmp_path / "plain.pt", "resnet_mini", in_chans=1)
     torch.testing.assert_close(loaded(x), model(x))
+
+
+def test_a_checkpoint_cannot_choose_code_or_files_to_load(tmp_path, monkeypatch):
+    model = TinyNet()
+    marker = tmp_path / "ran"
+    monkeypatch.setattr(sys.modules[__name__], "ran_code", lambda **kw: (marker.write_text("x"), TinyNet())[1],
+                        raising=False)
+    spec = f"py:{__name__}:ran_code"
+    save_checkpoint(tmp_path / "py.pt", model, model_name=spec, model_kwargs={}, num_classes=10)
+    msg = one_line_error(load_model, tmp_path / "py.pt", match="would import and call code")
+    assert f"--model {spec}" in msg and not marker.exists()
+    loaded, _ = load_model(tmp_path / "py.pt", spec)  # the user names it: trusted
+    assert marker.exists() and isinstance(loaded, TinyNet)
+
+    pytest.importorskip("timm")
+    for key, value in [("checkpoint_path", str(tmp_path / "other.pt")), ("pretrained", True),
+                       ("pretrained_cfg_overlay", {"file": "/etc/passwd"})]:
+        save_checkpoint(tmp_path / "t.pt", model, model_name="timm:resnet10t", model_kwargs={key: value},
+                        num_classes=10)
+        one_line_error(load_model, tmp_path / "t.pt", match=f"model option '{key}'")
