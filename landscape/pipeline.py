@@ -127,8 +127,8 @@ class AnalysisInputs:
     dataset_spec: str
     split: str
     device: torch.device
-    source: ModelSource = field(default_factory=lambda: ModelSource(checkpoint=""))
-    preprocess: Preprocess | None = None
+    source: ModelSource
+    preprocess: Preprocess | None
 
     def provenance(self, n_samples: int, seed: int, **options: Any) -> dict[str, Any]:
         """Root attributes of a result file (README.md, "HDF5 schema") plus the analysis ``options``."""
