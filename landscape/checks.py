@@ -1,0 +1,71 @@
+"""Validation of user-given numbers in one place: finiteness is checked together with the sign or range.
+
+Every check returns the value as a ``float`` (or ``int``) and raises :class:`~landscape.errors.LandscapeError`
+with a one-line message naming the option, the rule and the value it got. ``nan`` and ``inf`` never pass a
+check, whatever the rule: NaN compares false with everything, so ``nan < 0`` alone would let it through.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+from landscape.errors import LandscapeError
+
+
+def _as_float(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
+        raise LandscapeError(f"{name} must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise LandscapeError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise LandscapeError(f"{name} must be a finite number, got {value!r}")
+    return number
+
+
+def finite(value: Any, name: str) -> float:
+    """``value`` as a float; an error unless it is a finite real number."""
+    return _as_float(value, name)
+
+
+def non_negative(value: Any, name: str) -> float:
+    """``value`` as a float; an error unless it is finite and ``>= 0``."""
+    number = _as_float(value, name)
+    if number < 0:
+        raise LandscapeError(f"{name} must be a finite number >= 0, got {value!r}")
+    return number
+
+
+def positive(value: Any, name: str) -> float:
+    """``value`` as a float; an error unless it is finite and ``> 0``."""
+    number = _as_float(value, name)
+    if number <= 0:
+        raise LandscapeError(f"{name} must be a finite number > 0, got {value!r}")
+    return number
+
+
+def in_range(value: Any, name: str, low: float, high: float, *, low_open: bool = False,
+             high_open: bool = False) -> float:
+    """``value`` as a float; an error unless it is finite and inside ``[low, high]`` (ends open as asked)."""
+    number = _as_float(value, name)
+    above = number > low if low_open else number >= low
+    below = number < high if high_open else number <= high
+    if not (above and below):
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise LandscapeError(f"{name} must lie in {interval}, got {value!r}")
+    return number
+
+
+def positive_int(value: Any, name: str) -> int:
+    """``value`` as an int; an error unless it is a whole number ``>= 1``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
+        raise LandscapeError(f"{name} must be a whole number >= 1, got {value!r}")
+    return int(value)
+
+
+def finite_all(values: Any, name: str) -> list[float]:
+    """Every entry of ``values`` as a float; an error naming the first entry that is not finite."""
+    return [_as_float(v, f"{name}[{i}]") for i, v in enumerate(values)]
