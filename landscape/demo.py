@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,6 @@ class DemoSettings:
     fourier_samples: int
     reg_coef: float = 0.05
     models: tuple[str, ...] = MODELS
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 FULL = DemoSettings(
