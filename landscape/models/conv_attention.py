@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from landscape.errors import LandscapeError
+from landscape.models.layers import grid_positions
 
 BIAS_PROFILES = ("gap", "quadratic")
 
@@ -146,11 +147,6 @@ def offset_bias(
     return -sharpness * diff.pow(2).sum(dim=-1).to(torch.get_default_dtype())
 
 
-def _grid_positions(rows: int, cols: int, start: int = 0) -> Tensor:
-    ys, xs = torch.meshgrid(torch.arange(rows) + start, torch.arange(cols) + start, indexing="ij")
-    return torch.stack([ys.flatten(), xs.flatten()], dim=1)
-
-
 class ConvAttention(nn.Module):
     """A multi-head self-attention layer with relative position bias on patch tokens, built to equal a conv.
 
@@ -214,7 +210,7 @@ class ConvAttention(nn.Module):
         k = torch.einsum("bnd,hed->bhne", keys, self.w_k)
         scores = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
         bias = offset_bias(
-            self.offsets, _grid_positions(gh, gw, start=r), _grid_positions(gh + 2 * r, gw + 2 * r),
+            self.offsets, grid_positions(gh, gw, start=r), grid_positions(gh + 2 * r, gw + 2 * r),
             self.sharpness, self.profile,
         ).to(device=x.device, dtype=scores.dtype)
         return (scores + bias).softmax(dim=-1), keys, (gh, gw)
@@ -232,7 +228,7 @@ class ConvAttention(nn.Module):
         """Return the attention each head puts on its own offset, ``(B, heads, Nq)``, from ``attention``."""
         gh, gw = grid
         r = self.ring
-        qpos = _grid_positions(gh, gw, start=r).to(attn.device)  # (Nq, 2) in padded coordinates
+        qpos = grid_positions(gh, gw, start=r).to(attn.device)  # (Nq, 2) in padded coordinates
         tpos = qpos[None] + self.offsets.to(attn.device)[:, None, :]  # (h, Nq, 2)
         index = tpos[..., 0] * (gw + 2 * r) + tpos[..., 1]
         return attn.gather(-1, index[None, :, :, None].expand(attn.shape[0], -1, -1, 1)).squeeze(-1)

@@ -117,6 +117,22 @@ def drop_path_rates(rate: float, n: int) -> list[float]:
 # Relative position bias
 
 
+def grid_positions(rows: int, cols: int, start: int = 0) -> Tensor:
+    """Return the ``(rows*cols, 2)`` long tensor of (row, col) positions of a grid, numbered row-major.
+
+    Token ``i`` sits at ``(start + i // cols, start + i % cols)``; ``start`` shifts the grid inside a larger
+    one (e.g. the inner grid of a grid padded by a ring of ``start`` tokens).
+    """
+    ys, xs = torch.meshgrid(torch.arange(rows) + start, torch.arange(cols) + start, indexing="ij")
+    return torch.stack([ys.flatten(), xs.flatten()], dim=1)
+
+
+def _offset_column(dy: Tensor | int, dx: Tensor | int, grid_size: tuple[int, int]) -> Tensor | int:
+    """The one formula for the table column of offset ``(dy, dx)`` (row-major over ``(dy, dx)``), unchecked."""
+    H, W = grid_size
+    return (dy + H - 1) * (2 * W - 1) + (dx + W - 1)
+
+
 def relative_offset_index(dy: int, dx: int, grid_size: tuple[int, int]) -> int:
     """Return the column of a relative-position table for the offset ``(dy, dx) = pos(k) - pos(q)``.
 
@@ -126,20 +142,26 @@ def relative_offset_index(dy: int, dx: int, grid_size: tuple[int, int]) -> int:
     H, W = grid_size
     if not (-H < dy < H and -W < dx < W):
         raise ValueError(f"offset ({dy}, {dx}) is outside a {H}x{W} grid")
-    return (dy + H - 1) * (2 * W - 1) + (dx + W - 1)
+    return int(_offset_column(dy, dx, grid_size))
 
 
-def relative_position_index(grid_size: tuple[int, int]) -> Tensor:
-    """Return an ``(H*W, H*W)`` long tensor whose entry ``[q, k]`` is the table column of pos(k) - pos(q).
+def relative_position_index(
+    grid_size: tuple[int, int], query_pos: Tensor | None = None, key_pos: Tensor | None = None
+) -> Tensor:
+    """Return a ``(Nq, Nk)`` long tensor whose entry ``[q, k]`` is the table column of pos(k) - pos(q).
 
-    Positions are numbered row-major: token ``i`` sits at ``(i // W, i % W)``.
+    The table is that of an ``H x W`` grid (``grid_size``, see :func:`relative_offset_index`). Positions are
+    ``(N, 2)`` (row, col) tensors; by default both are the grid's own positions (:func:`grid_positions`),
+    giving an ``(H*W, H*W)`` index. Every offset ``pos(k) - pos(q)`` must lie inside the table's range.
     """
     H, W = grid_size
-    ys, xs = torch.meshgrid(torch.arange(H), torch.arange(W), indexing="ij")
-    ys, xs = ys.flatten(), xs.flatten()
-    dy = ys[None, :] - ys[:, None]  # [q, k] = y(k) - y(q)
-    dx = xs[None, :] - xs[:, None]
-    return (dy + H - 1) * (2 * W - 1) + (dx + W - 1)
+    query_pos = grid_positions(H, W) if query_pos is None else query_pos
+    key_pos = grid_positions(H, W) if key_pos is None else key_pos
+    delta = key_pos[None, :, :] - query_pos[:, None, :]  # [q, k] = pos(k) - pos(q)
+    dy, dx = delta[..., 0], delta[..., 1]
+    if dy.numel() and not (dy.abs().max() < H and dx.abs().max() < W):
+        raise ValueError(f"positions have offsets outside a {H}x{W} grid's table")
+    return _offset_column(dy, dx, grid_size)
 
 
 class RelativePositionBias(nn.Module):

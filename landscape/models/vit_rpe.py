@@ -27,7 +27,8 @@ from landscape.models.layers import (
     Feature,
     RelativePositionBias,
     attend,
-    relative_offset_index,
+    grid_positions,
+    relative_position_index,
     resolve_head_dim,
 )
 from landscape.models.registry import register_model
@@ -57,18 +58,12 @@ class RingPositionBias(RelativePositionBias):
         super().__init__((H + ring, W + ring), num_tables, num_prefix_tokens=1, init_std=init_std)
         self.inner_size = (H, W)
         self.ring = ring
-        ys, xs = torch.meshgrid(torch.arange(H) + ring, torch.arange(W) + ring, indexing="ij")
-        ky, kx = torch.meshgrid(torch.arange(H + 2 * ring), torch.arange(W + 2 * ring), indexing="ij")
-        dy = ky.flatten()[None, :] - ys.flatten()[:, None]
-        dx = kx.flatten()[None, :] - xs.flatten()[:, None]
-        self.index = (dy + H + ring - 1) * (2 * (W + ring) - 1) + (dx + W + ring - 1)  # (HW, H'W')
+        self.index = relative_position_index(  # (HW, H'W'): grid queries, padded-grid keys
+            self.grid_size, grid_positions(H, W, start=ring), grid_positions(H + 2 * ring, W + 2 * ring)
+        )
         is_ring = torch.ones(H + 2 * ring, W + 2 * ring, dtype=torch.bool)
         is_ring[ring: ring + H, ring: ring + W] = False
         self.register_buffer("ring_mask", is_ring.flatten(), persistent=False)
-
-    def offset_index(self, dy: int, dx: int) -> int:
-        """Return the table column of offset ``(dy, dx) = pos(k) - pos(q)`` (ring positions included)."""
-        return relative_offset_index(dy, dx, self.grid_size)
 
     def forward(self) -> Tensor:
         """Return the bias ``(num_tables, 1 + H*W, 1 + (H+2r)*(W+2r))`` for [CLS, grid] x [CLS, padded grid]."""

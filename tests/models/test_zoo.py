@@ -31,6 +31,7 @@ from landscape.models.layers import (
     DropPath,
     RelativePositionBias,
     WindowAttention,
+    grid_positions,
     relative_offset_index,
     relative_position_index,
     tokens_to_grid,
@@ -239,6 +240,26 @@ def test_relative_position_index_matches_brute_force(grid):
     assert columns == list(range((2 * H - 1) * (2 * W - 1)))
     with pytest.raises(ValueError):
         relative_offset_index(H, 0, grid)
+
+
+def test_grid_positions_are_row_major_and_shifted():
+    assert grid_positions(2, 3).tolist() == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
+    assert grid_positions(1, 2, start=3).tolist() == [[3, 3], [3, 4]]
+
+
+def test_relative_position_index_of_given_positions():
+    # queries on the inner 2x3 grid of a grid padded by one ring (4x5 keys); the table is that of a 3x4 grid
+    grid = (3, 4)
+    queries, keys = grid_positions(2, 3, start=1), grid_positions(4, 5)
+    index = relative_position_index(grid, queries, keys)
+    assert index.shape == (6, 20)
+    for (q, pq), (k, pk) in itertools.product(enumerate(queries.tolist()), enumerate(keys.tolist())):
+        assert index[q, k] == relative_offset_index(pk[0] - pq[0], pk[1] - pq[1], grid)
+    # query (1, 1) -> key (0, 0) is offset (-1, -1): column 1 * 7 + 2; (2, 3) -> (0, 0) and (1, 1) -> (3, 4)
+    # are the extreme offsets (-2, -3) and (2, 3): the table's first and last columns
+    assert index[0, 0] == 9 and index[5, 0] == 0 and index[0, 19] == 5 * 7 - 1
+    with pytest.raises(ValueError):
+        relative_position_index((2, 3), queries, keys)  # offsets of up to 2 rows do not fit a 2-row table
 
 
 def test_relative_position_bias_entry_lands_on_its_offset():
