@@ -33,11 +33,22 @@ from landscape.errors import LandscapeError
 from landscape.params import ParamDict
 
 NORMS = ("filter", "dim0", "layer", "weight", "none")
-#: name patterns (fnmatch globs) whose tensors get a zero direction by default: position tables and learned
-#: tokens of the zoo, timm (``pos_embed``, ``cls_token``, ``reg_token``, ``relative_position_bias_table``) and
-#: torchvision (``encoder.pos_embedding``, ``class_token``)
-DEFAULT_ZERO_PATTERNS = ("*pos_embed*", "*pos_embedding*", "*rel_pos*", "*relative_position*", "*position_bias*",
-                         "*cls_token*", "*class_token*", "*reg_token*")
+#: a distance at most this fraction of the parameters' norm counts as none: a target this close to the centre is
+#: the centre itself, trajectory snapshots this close to each other are one point
+SAME_POINT_RTOL = 1e-12
+#: the one definition of position parameters (fnmatch globs over parameter names): learned position embeddings
+#: and relative-position tables of the zoo (``pos_embed``, ``*.rel_pos.table``, ``*.rel_pos.cls_bias``), timm
+#: (``pos_embed``, ``relative_position_bias_table``, ``rel_pos_h``) and torchvision (``encoder.pos_embedding``,
+#: ``relative_position_bias_table``). Training gives them no weight decay (``landscape.train``); a surface keeps
+#: them fixed by default (part of :data:`DEFAULT_ZERO_PATTERNS`).
+POSITION_PARAMETER_PATTERNS = ("*pos_embed*", "*pos_embedding*", "*rel_pos*", "*relative_position*",
+                               "*position_bias*")
+#: learned tokens of the zoo, timm (``cls_token``, ``reg_token``) and torchvision (``class_token``). Unlike position
+#: parameters they keep weight decay in training (the zoo's recipe, with which the README's demo numbers were
+#: measured), but they are no filter of a layer either, so a surface keeps them fixed by default too
+LEARNED_TOKEN_PATTERNS = ("*cls_token*", "*class_token*", "*reg_token*")
+#: name patterns whose tensors get a zero direction by default: position parameters and learned tokens
+DEFAULT_ZERO_PATTERNS = POSITION_PARAMETER_PATTERNS + LEARNED_TOKEN_PATTERNS
 
 
 @dataclass
@@ -106,17 +117,50 @@ def random_direction(
 
     Every tensor is drawn, zeroed or not, so the stream of random numbers does not depend on the options.
     Tensors with ndim < 2 (if ``ignore_1d``) or a name matching ``zero_patterns`` are zero.
+
+    Raises:
+        LandscapeError: if ``norm`` is unknown, if the zero patterns and ``ignore_1d`` leave no tensor to
+            perturb, or if normalisation scales every perturbed tensor to zero (the surface would be flat).
     """
     if norm not in NORMS:
         raise LandscapeError(f"unknown normalisation {norm!r}; choose one of {', '.join(NORMS)}")
     out: ParamDict = {}
+    perturbed = 0
     for name, t in theta.items():
         g = torch.randn(t.shape, generator=generator, dtype=torch.float64).to(device=t.device, dtype=t.dtype)
         if (ignore_1d and t.ndim < 2) or matches(name, zero_patterns):
             out[name] = torch.zeros_like(t)
         else:
             out[name] = normalize(g, t.detach(), norm)
+            perturbed += 1
+    if not perturbed and theta:
+        raise LandscapeError(_nothing_to_perturb(theta, ignore_1d, zero_patterns))
+    if theta and not any(bool(t.ne(0).any()) for t in out.values()):  # NaN entries are not zero: reported later
+        raise LandscapeError(f"every tensor the direction perturbs is zero in the centre, so {norm} normalisation "
+                             "scales the direction to zero (the surface would be flat); use --norm none")
     return out
+
+
+def _nothing_to_perturb(theta: Mapping[str, Tensor], ignore_1d: bool, zero_patterns: Sequence[str]) -> str:
+    """The one-line message for options that leave every tensor of a direction zero, naming which options."""
+    by_patterns = all(matches(name, zero_patterns) for name in theta)
+    by_1d = ignore_1d and all(t.ndim < 2 for t in theta.values())
+    patterns = ", ".join(zero_patterns)
+    if by_patterns:
+        return (f"the zero patterns ({patterns}) match every parameter, leaving no parameter to perturb (the "
+                "surface would be flat); give --zero / zero_patterns that leave some weights free")
+    if by_1d:
+        return ("every parameter has ndim < 2 and those are left fixed by default, leaving no parameter to perturb "
+                "(the surface would be flat); pass --keep-1d (ignore_1d=False)")
+    return (f"the zero patterns ({patterns}) together with leaving ndim < 2 tensors fixed leave no parameter to "
+            "perturb (the surface would be flat); pass --keep-1d (ignore_1d=False) or fewer --zero patterns")
+
+
+def _check_ndim(ndim: Any) -> int:
+    """``ndim`` if it is 1 (a line) or 2 (a plane); a one-line error otherwise."""
+    if isinstance(ndim, bool) or ndim not in (1, 2):
+        raise LandscapeError(f"ndim must be 1 (a line) or 2 (a plane), got {ndim!r}")
+    return int(ndim)
 
 
 def random_directions(
@@ -128,13 +172,19 @@ def random_directions(
     ignore_1d: bool = True,
     zero_patterns: Sequence[str] = DEFAULT_ZERO_PATTERNS,
 ) -> Directions:
-    """One (``ndim=1``) or two seeded random normalised directions; ``x`` is drawn before ``y``."""
+    """One (``ndim=1``) or two seeded random normalised directions; ``x`` is drawn before ``y``.
+
+    Raises:
+        LandscapeError: if ``ndim`` is not 1 or 2, the options leave nothing to perturb, or a direction has
+            NaN or infinite entries (a centre with NaN or infinite weights).
+    """
+    ndim = _check_ndim(ndim)
     gen = torch.Generator().manual_seed(int(seed))
     kw = {"generator": gen, "norm": norm, "ignore_1d": ignore_1d, "zero_patterns": tuple(zero_patterns)}
     x = random_direction(theta, **kw)
     y = random_direction(theta, **kw) if ndim == 2 else None
     meta = {"direction_type": "random", "norm": norm, "ignore_1d": ignore_1d, "zero_patterns": list(zero_patterns)}
-    return _with_norms(Directions(x, y, "random", meta))
+    return _with_norms(Directions(x, y, "random", meta), {"the centre checkpoint": theta})
 
 
 def check_compatible(theta: Mapping[str, Tensor], other: Mapping[str, Tensor], what: str) -> None:
@@ -165,8 +215,20 @@ def target_directions(
     ignore_1d: bool = True,
     zero_patterns: Sequence[str] = DEFAULT_ZERO_PATTERNS,
 ) -> Directions:
-    """Target directions: x = ``other - theta``; for a plane, y is a seeded random direction normalised by ``norm``."""
+    """Target directions: x = ``other - theta``; for a plane, y is a seeded random direction normalised by ``norm``.
+
+    Raises:
+        LandscapeError: if ``ndim`` is not 1 or 2, ``other`` does not match ``theta``, ``other`` equals
+            ``theta`` (``||other - theta|| <= 1e-12 ||theta||``: a zero x direction), the options leave nothing
+            of y to perturb, or a direction has NaN or infinite entries.
+    """
+    ndim = _check_ndim(ndim)
     x = target_direction(theta, other)
+    x_norm = float(P.norm({n: t.double() for n, t in x.items()}))
+    theta_norm = float(P.norm({n: t.detach().double() for n, t in theta.items()}))
+    if x_norm <= SAME_POINT_RTOL * theta_norm:  # NaN compares false: a non-finite target is reported below
+        raise LandscapeError(f"the target equals the centre checkpoint (||target - centre|| = {x_norm:.3g}), so the "
+                             "x direction is zero; give a different --target checkpoint or use random directions")
     y = None
     if ndim == 2:
         gen = torch.Generator().manual_seed(int(seed))
@@ -174,7 +236,7 @@ def target_directions(
     meta: dict[str, Any] = {"direction_type": "target", "norm": "none" if ndim == 1 else f"x:none,y:{norm}"}
     if ndim == 2:  # these options shape the random y direction only; x holds every tensor
         meta.update(ignore_1d=ignore_1d, zero_patterns=list(zero_patterns))
-    return _with_norms(Directions(x, y, "target", meta))
+    return _with_norms(Directions(x, y, "target", meta), {"the centre checkpoint": theta, "the target": other})
 
 
 def pca_directions(
@@ -187,17 +249,32 @@ def pca_directions(
     ``s_k^2 / sum s^2``. The trajectory's coordinates are the projections ``<theta_i - theta, d_k>``
     (directions are orthonormal, so these are the coordinates in the plane). Signs are fixed so that the
     largest-magnitude entry of each direction is positive.
+
+    Raises:
+        LandscapeError: if ``ndim`` is not 1 or 2, there are fewer than ``ndim + 1`` snapshots, a snapshot does
+            not match ``theta``, the snapshots do not move, or a tensor of the centre or a snapshot is not finite.
     """
+    ndim = _check_ndim(ndim)
     if len(snapshots) < ndim + 1:
         raise LandscapeError(f"PCA directions need at least {ndim + 1} trajectory snapshots, got {len(snapshots)}")
+    sources: dict[str, Mapping[str, Tensor]] = {"the centre checkpoint": theta}
     for i, snap in enumerate(snapshots):
         check_compatible(theta, snap, f"trajectory snapshot {i + 1}")
+        sources[f"trajectory snapshot {i + 1}"] = snap
+    for name in theta:
+        if (source := _non_finite_source(name, sources)) is not None:
+            raise LandscapeError(f"{source}'s {name!r} has NaN or infinite entries, so no PCA direction can be "
+                                 "computed; leave that snapshot out of --trajectory or use finite checkpoints")
     base = P.flatten({n: t.detach().double().cpu() for n, t in theta.items()})
     rows = torch.stack(
         [P.flatten({n: s[n].detach().double().cpu() for n in theta}) - base for s in snapshots]
     )
     centred = rows - rows.mean(0, keepdim=True)
     _, s, vh = torch.linalg.svd(centred, full_matrices=False)
+    scale = max(float(torch.linalg.vector_norm(base)), float(torch.linalg.vector_norm(rows, dim=1).max()))
+    if not s[0] > SAME_POINT_RTOL * scale:
+        raise LandscapeError("the trajectory snapshots are all the same point, so they have no principal direction; "
+                             "give snapshots from different steps of a training run")
     comps = vh[:ndim].clone()
     for k in range(ndim):
         if comps[k, comps[k].abs().argmax()] < 0:
@@ -209,7 +286,7 @@ def pca_directions(
     dirs = [{n: v.to(like[n].device, like[n].dtype) for n, v in P.unflatten(c, cpu_like).items()} for c in comps]
     meta = {"direction_type": "pca", "norm": "none", "explained_variance_ratio": ratio, "n_snapshots": len(snapshots)}
     traj = coords if ndim == 2 else np.stack([coords[:, 0], np.zeros(len(coords))], 1)
-    return _with_norms(Directions(dirs[0], dirs[1] if ndim == 2 else None, "pca", meta, trajectory=traj))
+    return _with_norms(Directions(dirs[0], dirs[1] if ndim == 2 else None, "pca", meta, trajectory=traj), sources)
 
 
 def cosine(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> float:
@@ -220,9 +297,28 @@ def cosine(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> float:
     return 0.0 if na == 0 or nb == 0 else float(P.dot(a64, b64)) / (na * nb)
 
 
-def _with_norms(d: Directions) -> Directions:
-    d.meta["x_norm"] = float(P.norm({n: t.double() for n, t in d.x.items()}))
+def _non_finite_source(name: str, sources: Mapping[str, Mapping[str, Tensor]]) -> str | None:
+    """The first of ``sources`` (described by its key) whose tensor ``name`` has NaN or infinite entries."""
+    return next((what for what, params in sources.items() if not torch.isfinite(params[name]).all()), None)
+
+
+def _with_norms(d: Directions, sources: Mapping[str, Mapping[str, Tensor]]) -> Directions:
+    """Record the norms (and cosine) of ``d``; refuse a direction with NaN or infinite entries.
+
+    ``sources`` are the parameter dicts the directions were made from, keyed by a description (e.g. ``"the
+    centre checkpoint"``); a non-finite direction names its tensor and the source that is not finite there.
+    """
+    for axis, direction in (("x", d.x), ("y", d.y)):
+        if direction is None:
+            continue
+        for name, t in direction.items():
+            if not torch.isfinite(t).all():
+                source = _non_finite_source(name, sources)
+                cause = (f"{source}'s {name!r} has NaN or infinite entries" if source is not None
+                         else f"normalising {name!r} overflowed its dtype {t.dtype}")
+                raise LandscapeError(f"the {axis} direction has NaN or infinite entries in {name!r} ({cause}); "
+                                     "use a checkpoint whose weights are finite")
+        d.meta[f"{axis}_norm"] = float(P.norm({n: t.double() for n, t in direction.items()}))
     if d.y is not None:
-        d.meta["y_norm"] = float(P.norm({n: t.double() for n, t in d.y.items()}))
         d.meta["cosine"] = d.cosine()
     return d

@@ -216,9 +216,11 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
             raise LandscapeError(f"--init {config.init} does not fit model {config.model}: {first}") from exc
     mixer = _batch_mixer(config, info.num_classes)
 
-    decay, no_decay = [], []
+    from landscape.directions import POSITION_PARAMETER_PATTERNS, matches
+
+    decay, no_decay = [], []  # no weight decay: biases, norm affine parameters (ndim < 2), position parameters
     for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or "pos" in name or "bias_table" in name else decay).append(p)
+        (no_decay if p.ndim < 2 or matches(name, POSITION_PARAMETER_PATTERNS) else decay).append(p)
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if config.optimizer == "adamw":
         optimizer: torch.optim.Optimizer = torch.optim.AdamW(groups, lr=config.lr)

@@ -1,9 +1,11 @@
 import numpy as np
 import pytest
 import torch
+from helpers import one_line_error
 from sklearn.decomposition import PCA
 
 from landscape import directions as D
+from landscape import params as P
 from landscape.errors import LandscapeError
 
 
@@ -167,3 +169,136 @@ def test_pca_needs_enough_snapshots():
     theta = make_theta(0)
     with pytest.raises(LandscapeError, match="at least 3"):
         D.pca_directions(theta, [make_theta(1), make_theta(2)], ndim=2)
+
+
+# ------------------------------------------------------------------- position parameters: one definition
+
+
+def named_by(model, patterns):
+    return sorted(n for n, _ in model.named_parameters() if D.matches(n, patterns))
+
+
+@pytest.mark.parametrize("model, position, tokens", [
+    ("resnet_mini", [], []),
+    ("vit_mini", ["pos_embed"], ["cls_token"]),
+    ("alternet_mini", [f"layer{i}.1.attn.rel_pos.table" for i in (2, 3, 4)], []),
+    ("vit_rpe_mini", sorted(f"blocks.{i}.attn.rel_pos.{p}" for i in range(4) for p in ("cls_bias", "table")),
+     ["cls_token"]),
+])
+def test_position_parameters_of_the_zoo(model, position, tokens):
+    from landscape.models import create_model
+
+    m = create_model(model, num_classes=3)
+    assert named_by(m, D.POSITION_PARAMETER_PATTERNS) == position
+    assert named_by(m, D.DEFAULT_ZERO_PATTERNS) == sorted(position + tokens)  # the surface also fixes the tokens
+
+
+@pytest.mark.parametrize("model, exempt_2d", [
+    ("vit_mini", ["pos_embed"]),  # cls_token keeps weight decay, as in the zoo's measured recipe
+    ("alternet_mini", [f"layer{i}.1.attn.rel_pos.table" for i in (2, 3, 4)]),
+])
+def test_training_exempts_exactly_the_position_parameters_and_1d_tensors(model, exempt_2d, tmp_path, monkeypatch):
+    from landscape import train as T
+
+    built, seen = [], []
+
+    class StopError(Exception):
+        pass
+
+    def build(*args, **kwargs):
+        built.append(original(*args, **kwargs))
+        return built[-1]
+
+    def optimizer(groups, **kwargs):
+        seen.extend(groups)
+        raise StopError
+
+    original = T._build_model
+    monkeypatch.setattr(T, "_build_model", build)
+    monkeypatch.setattr(torch.optim, "AdamW", optimizer)
+    with pytest.raises(StopError):
+        config = T.TrainConfig(model=model, data="digits:16", epochs=1, batch_size=8, subset=16)
+        T.train_model(config, tmp_path / "m.pt", quiet=True)
+    names = {id(p): n for n, p in built[0].named_parameters()}
+    decay, no_decay = ({names[id(p)] for p in g["params"]} for g in seen)
+    assert [g["weight_decay"] for g in seen] == [0.05, 0.0]
+    assert sorted(n for n in no_decay if built[0].get_parameter(n).ndim >= 2) == exempt_2d
+    assert {n for n, p in built[0].named_parameters() if p.ndim < 2} <= no_decay
+    assert decay | no_decay == set(names.values()) and not decay & no_decay
+
+
+# ------------------------------------------------------------------------------- hostile direction options
+
+
+@pytest.mark.parametrize("ndim", [0, 3, -1, True])
+def test_ndim_other_than_1_or_2_is_refused(ndim):
+    theta = make_theta()
+    expected = f"ndim must be 1 (a line) or 2 (a plane), got {ndim!r}"
+    assert one_line_error(D.random_directions, theta, ndim=ndim) == expected
+    assert one_line_error(D.target_directions, theta, make_theta(1), ndim=ndim) == expected
+    assert one_line_error(D.pca_directions, theta, [make_theta(s) for s in range(1, 5)], ndim=ndim) == expected
+
+
+def test_target_equal_to_the_centre_is_refused():
+    theta = make_theta(0)
+    same = {n: t.clone() for n, t in theta.items()}
+    for ndim in (1, 2):
+        msg = one_line_error(D.target_directions, theta, same, ndim=ndim)
+        assert msg.startswith("the target equals the centre checkpoint (||target - centre|| = 0)")
+    # 1e-14 of the centre's norm is the centre; 1e-9 is a (near) target that draws a surface
+    tiny = {n: t * (1 + 1e-14) for n, t in theta.items()}
+    one_line_error(D.target_directions, theta, tiny, match="the target equals the centre checkpoint")
+    near = {n: t * (1 + 1e-9) for n, t in theta.items()}
+    assert D.target_directions(theta, near).meta["x_norm"] == pytest.approx(1e-9 * float(P.norm(theta)), rel=1e-5)
+
+
+def test_options_that_leave_nothing_to_perturb_are_refused():
+    theta = make_theta()
+    msg = one_line_error(D.random_directions, theta, zero_patterns=("*",))
+    assert msg.startswith("the zero patterns (*) match every parameter, leaving no parameter to perturb")
+    only_1d = {"a.bias": theta["conv.bias"], "b.weight": torch.ones(3, dtype=torch.float64)}
+    msg = one_line_error(D.random_directions, only_1d, ndim=1)
+    assert msg.startswith("every parameter has ndim < 2") and "--keep-1d" in msg
+    assert D.random_directions(only_1d, ndim=1, ignore_1d=False).meta["x_norm"] > 0  # --keep-1d is the cure
+    both = ("conv.weight", "fc.weight", *D.DEFAULT_ZERO_PATTERNS)
+    msg = one_line_error(D.random_directions, theta, zero_patterns=both)
+    assert msg.startswith("the zero patterns (conv.weight, fc.weight, *pos_embed*") and "--keep-1d" in msg
+    # the y direction of a target plane is random: the same options are refused there
+    one_line_error(D.target_directions, theta, make_theta(1), ndim=2, zero_patterns=("*",), match="match every")
+    assert D.target_directions(theta, make_theta(1), ndim=1, zero_patterns=("*",)).y is None  # x holds every tensor
+
+
+def test_a_direction_normalised_to_zero_is_refused():
+    theta = {n: torch.zeros_like(t) if t.ndim >= 2 else t for n, t in make_theta().items()}
+    for norm in ("filter", "dim0", "layer", "weight"):
+        msg = one_line_error(D.random_directions, theta, norm=norm)
+        assert msg.startswith(f"every tensor the direction perturbs is zero in the centre, so {norm} normalisation")
+    assert D.random_directions(theta, norm="none").meta["x_norm"] > 0
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_directions_name_their_tensor(bad):
+    theta = make_theta(0)
+    theta["fc.weight"][2, 3] = bad
+    msg = one_line_error(D.random_directions, theta, ndim=1)
+    assert msg.startswith("the x direction has NaN or infinite entries in 'fc.weight' (the centre checkpoint's "
+                          "'fc.weight' has NaN or infinite entries)")
+    clean, other = make_theta(0), make_theta(1)
+    other["conv.weight"][0, 0, 0, 0] = bad
+    msg = one_line_error(D.target_directions, clean, other, ndim=2)
+    assert msg.startswith("the x direction has NaN or infinite entries in 'conv.weight' (the target's 'conv.weight'")
+    # a tensor that stays fixed does not matter: NaN in a zeroed position table draws a finite surface
+    fixed = make_theta(0)
+    fixed["pos_embed"][0, 0, 0] = bad
+    assert np.isfinite(D.random_directions(fixed).meta["y_norm"])
+    snaps = [make_theta(s) for s in range(1, 4)]
+    snaps[1]["fc.weight"][0, 0] = bad
+    msg = one_line_error(D.pca_directions, make_theta(0), snaps, ndim=2)
+    assert msg.startswith("trajectory snapshot 2's 'fc.weight' has NaN or infinite entries")
+
+
+def test_a_trajectory_that_does_not_move_is_refused():
+    theta = make_theta(0)
+    snaps = [make_theta(1) for _ in range(4)]
+    msg = one_line_error(D.pca_directions, theta, snaps, ndim=2)
+    assert msg.startswith("the trajectory snapshots are all the same point")
