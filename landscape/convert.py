@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from landscape import checks
 from landscape.errors import LandscapeError
 
 DEFAULT_SHARPNESS = 10.0
@@ -45,6 +46,16 @@ def target_model_name(name: str) -> str:
     return TARGET_PREFIX + name[len(SOURCE_PREFIX):]
 
 
+def check_options(sharpness: float, k_std: float, q_std: float) -> tuple[float, float, float]:
+    """Return ``(sharpness, k_std, q_std)`` as floats; a one-line error unless each is finite and ``>= 0``.
+
+    Raises:
+        LandscapeError: naming the option (``--sharpness``, ``--k-std``, ``--q-std``) and the value given.
+    """
+    return (checks.non_negative(sharpness, "--sharpness"), checks.non_negative(k_std, "--k-std"),
+            checks.non_negative(q_std, "--q-std"))
+
+
 def convert_model(
     cnn: nn.Module,
     sharpness: float = DEFAULT_SHARPNESS,
@@ -57,14 +68,16 @@ def convert_model(
     ``cnn`` must carry ``model_name``/``model_kwargs``/``num_classes`` (any model from ``create_model`` or
     ``load_model`` does). ``seed`` fixes the random W_K (and W_Q). The result is in eval mode, on ``cnn``'s device
     and dtype.
+
+    Raises:
+        LandscapeError: if ``cnn`` is no ``convvit_*`` model or an option is negative, NaN or infinite.
     """
     from landscape.models import create_model
     from landscape.models.vit_rpe import ConvViT, RingAttention, ShiftAttention
 
     if not isinstance(cnn, ConvViT):
         raise LandscapeError(f"{type(cnn).__name__} is not a convvit_* model; only those convert exactly")
-    if sharpness < 0 or k_std < 0 or q_std < 0:
-        raise LandscapeError("--sharpness, --k-std and --q-std must be non-negative")
+    sharpness, k_std, q_std = check_options(sharpness, k_std, q_std)
     name = target_model_name(getattr(cnn, "model_name", "convvit_?"))
     ref = next(cnn.parameters())
     vit = create_model(name, num_classes=cnn.num_classes, **dict(cnn.model_kwargs)).to(ref.device, ref.dtype)
@@ -143,7 +156,13 @@ def convert_checkpoint(
     The logits of both models are compared on ``samples`` training images of ``data`` (default: the
     checkpoint's dataset, else digits), and the largest absolute difference is printed by the CLI and stored
     in the new checkpoint's ``metrics["max_logit_difference"]`` (options under ``extra["conversion"]``).
+
+    Raises:
+        LandscapeError: for a negative, NaN or infinite option (before anything is read), ``samples < 1``, an
+            existing ``out`` without ``force``, a checkpoint of another model, or data of another image size.
     """
+    sharpness, k_std, q_std = check_options(sharpness, k_std, q_std)
+    samples = checks.positive_int(samples, "--samples")
     import landscape.models.vit_rpe  # noqa: F401  (registers the convvit_* / vit_rpe_* models)
     from landscape.checkpoint import load_model, save_checkpoint
     from landscape.data import fixed_batches, load_dataset

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from helpers import one_line_error
 
 import landscape.models.vit_rpe  # noqa: F401  (registers the models)
 from landscape.checkpoint import load_model, read_checkpoint, save_checkpoint
@@ -115,3 +116,26 @@ def test_cli_convert_then_train(cnn_ckpt: Path, tmp_path: Path) -> None:
     assert not torch.equal(before[key], after[key])  # it trained: W_Q left zero, moved by its gradient
     inner = before[key].shape[0] // 3
     assert torch.count_nonzero(after[key][:inner]) > 0
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("sharpness", float("nan"), "--sharpness must be a finite number, got nan"),
+    ("sharpness", float("inf"), "--sharpness must be a finite number, got inf"),
+    ("k_std", float("-inf"), "--k-std must be a finite number, got -inf"),
+    ("k_std", -0.5, "--k-std must be a finite number >= 0, got -0.5"),
+    ("q_std", float("nan"), "--q-std must be a finite number, got nan"),
+    ("q_std", -1e-9, "--q-std must be a finite number >= 0, got -1e-09"),
+])
+def test_non_finite_or_negative_options_are_refused(option, value, message, cnn_ckpt: Path, tmp_path: Path) -> None:
+    assert one_line_error(convert_model, _cnn(), **{option: value}) == message
+    out = tmp_path / "vit.pt"
+    assert one_line_error(convert_checkpoint, cnn_ckpt, out, **{option: value}) == message
+    assert not out.exists()
+    res = CliRunner().invoke(cli, ["convert", "--ckpt", str(cnn_ckpt), "--out", str(out),
+                                   "--" + option.replace("_", "-"), str(value)])
+    assert res.exit_code == 2 and message in res.output and not out.exists()
+
+
+def test_samples_below_one_is_refused(cnn_ckpt: Path, tmp_path: Path) -> None:
+    msg = one_line_error(convert_checkpoint, cnn_ckpt, tmp_path / "vit.pt", samples=0)
+    assert msg == "--samples must be a whole number >= 1, got 0"
