@@ -14,7 +14,9 @@ Normalisations of a random Gaussian direction ``d`` against the centre ``theta``
 - ``none``: the raw Gaussian.
 
 Tensors with ``ndim < 2`` (biases, norm affine parameters) get a zero direction by default, and so do
-tensors whose name matches a zero pattern (default: position embeddings and relative-position tables).
+tensors whose name matches a zero pattern (default :data:`DEFAULT_ZERO_PATTERNS`: the position parameters of
+:data:`POSITION_PARAMETER_PATTERNS`, which training also exempts from weight decay, and learned tokens).
+Options that would leave a surface flat, or a direction with NaN or infinite entries, are one-line errors.
 """
 
 from __future__ import annotations
