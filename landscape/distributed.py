@@ -1,34 +1,75 @@
-"""torch.distributed helpers: one process by default, several under ``torchrun`` (RANK/WORLD_SIZE set).
+"""One way to run an analysis in one process or under ``torchrun`` (RANK / WORLD_SIZE / LOCAL_RANK set).
 
-Work is split across ranks by :func:`shard` (rank r takes items r, r+W, r+2W, ...); results are
-gathered to every rank with :func:`all_gather_objects`; only rank 0 writes files.
+Every analysis does the same four things through this module:
+
+1. :func:`start` chooses the device (under torchrun: the GPU of ``LOCAL_RANK``), makes it current and starts
+   the process group (nccl on CUDA, gloo on CPU) *before* anything is placed on a device;
+2. :func:`on_main` runs the file work on rank 0 alone; its return value reaches every rank, and so does a
+   :class:`~landscape.errors.LandscapeError` it raises, so every rank stops with the same one-line message;
+3. :func:`shard` splits a list of work items (rank r takes items r, r+W, r+2W, ...), and :func:`sum_tensor`
+   / :func:`all_gather_objects` combine what the ranks computed;
+4. :func:`barrier` waits for every rank before the result file is read back.
+
+Without torchrun all of these are no-ops on one process.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
+from landscape.errors import LandscapeError
+
 T = TypeVar("T")
 
 
 def launched() -> bool:
-    """Whether this process was started by torchrun (``WORLD_SIZE`` > 1 in the environment)."""
+    """Whether this process was started by torchrun with more than one process (``WORLD_SIZE`` > 1)."""
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def init(device: torch.device) -> None:
-    """Initialise the default process group under torchrun (nccl on CUDA, gloo on CPU); no-op otherwise."""
+def resolve_device(name: str | torch.device = "auto") -> torch.device:
+    """The device named by ``name``: ``auto`` is CUDA when present, else CPU.
+
+    Under torchrun CUDA means this rank's GPU (``cuda:LOCAL_RANK``).
+
+    Raises:
+        LandscapeError: an unknown device name, or CUDA asked for without a GPU.
+    """
+    if isinstance(name, torch.device):
+        device = name
+    elif name == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        try:
+            device = torch.device(name)
+        except RuntimeError as exc:
+            raise LandscapeError(f"unknown device {name!r}; use auto, cpu or cuda") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise LandscapeError("--device cuda was asked for but no CUDA GPU is available; use --device cpu")
+    if device.type == "cuda" and launched():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return device
+
+
+def start(device: str | torch.device = "auto") -> torch.device:
+    """Start this process's share of a run and return its device.
+
+    Resolves ``device`` (:func:`resolve_device`); under torchrun makes this rank's GPU the current device and
+    initialises the default process group (nccl on CUDA, gloo on CPU) unless one is running. Call it before
+    building a model, so that no rank places anything on another rank's GPU.
+    """
+    dev = resolve_device(device)
     if not launched() or (dist.is_available() and dist.is_initialized()):
-        return
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    if device.type == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend=backend)
+        return dev
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+    return dev
 
 
 def active() -> bool:
@@ -51,9 +92,38 @@ def is_main() -> bool:
     return rank() == 0
 
 
+def on_main(fn: Callable[[], T]) -> T:
+    """Run ``fn`` on rank 0 only and return its value on every rank (broadcast; it must pickle).
+
+    A :class:`LandscapeError` raised by ``fn`` is raised on every rank with the same message, so that no rank
+    waits forever for a file that rank 0 refused to write.
+    """
+    value: Any = None
+    error: str | None = None
+    if is_main():
+        try:
+            value = fn()
+        except Exception as exc:
+            if active():  # the others learn that rank 0 failed; rank 0 keeps its own exception and traceback
+                broadcast_object((None, str(exc) or type(exc).__name__))
+            raise
+    if active():
+        value, error = broadcast_object((value, error))
+    if error is not None:
+        raise LandscapeError(error)
+    return value
+
+
 def shard(items: Sequence[T]) -> list[T]:
     """This rank's share of ``items``: every ``world_size``-th item starting at ``rank``."""
     return list(items[rank() :: world_size()])
+
+
+def sum_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The sum of ``tensor`` over all ranks, in place (``all_reduce``); ``tensor`` itself in one process."""
+    if active():
+        dist.all_reduce(tensor)
+    return tensor
 
 
 def all_gather_objects(obj: Any) -> list[Any]:
@@ -78,10 +148,3 @@ def barrier() -> None:
     """Wait for every rank (no-op in a single process)."""
     if active():
         dist.barrier()
-
-
-def local_device(device: torch.device) -> torch.device:
-    """The CUDA device of this rank's LOCAL_RANK under torchrun, else ``device`` unchanged."""
-    if device.type == "cuda" and launched():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return device

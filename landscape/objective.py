@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -51,10 +52,16 @@ class Regularizer:
     coef: float = 0.0
 
     def __post_init__(self) -> None:
+        """Refuse an unknown kind and a coefficient that is negative, NaN or infinite.
+
+        Raises:
+            LandscapeError: unknown ``kind``, or ``coef`` not a finite number >= 0.
+        """
+        from landscape import checks
+
         if self.kind not in REGULARIZERS:
             raise LandscapeError(f"unknown regulariser {self.kind!r}; choose one of {', '.join(REGULARIZERS)}")
-        if self.coef < 0:
-            raise LandscapeError(f"regulariser coefficient must be >= 0, got {self.coef}")
+        checks.non_negative(self.coef, "the regulariser coefficient (--reg-coef)")
 
     @classmethod
     def from_options(cls, kind: str = "none", coef: float | None = None) -> Regularizer:
@@ -225,6 +232,7 @@ class Objective:
         self.weights = [s / self.n_samples for s in sizes]
         self.allow_stochastic = allow_stochastic
         if check:
+            self.check_finite()
             self.check_labels()
             self.check_determinism()
 
@@ -267,7 +275,7 @@ class Objective:
         for w, (x, y) in zip(self.weights, self.batches):
             out = self.logits(params, x, buffers)
             data_loss += w * float(batch_loss(out, y, self.criterion))
-            correct += int((out.argmax(-1) == y).sum())
+            correct += prediction_hits(out, y)
         reg = float(self.regularizer(params))
         return Evaluation(data_loss + reg, data_loss, correct / self.n_samples)
 
@@ -323,6 +331,18 @@ class Objective:
 
     # -- checks ------------------------------------------------------------------------------------
     @torch.no_grad()
+    def check_finite(self) -> None:
+        """Refuse parameters or buffers holding NaN or Inf: name the first such tensor and how many entries."""
+        for kind, tensors in (("parameter", {**self.params, **self.fixed}), ("buffer", self.buffers)):
+            for name, t in tensors.items():
+                if t.is_floating_point() or t.is_complex():
+                    bad = int((~torch.isfinite(t)).sum())
+                    if bad:
+                        raise LandscapeError(
+                            f"{kind} {name!r} holds {bad} non-finite value(s) (NaN or Inf) of {t.numel()}: the "
+                            "checkpoint is damaged or its training diverged; analyse another checkpoint")
+
+    @torch.no_grad()
     def check_labels(self) -> None:
         """Refuse class labels the model cannot output: every integer target must lie in ``0..n_outputs-1``."""
         labels = [y for _, y in self.batches if not (y.is_floating_point() or y.is_complex())]
@@ -343,6 +363,10 @@ class Objective:
         batch = self.batches[0]
         fn = self.batch_loss_fn(batch)
         l1, g1 = float(fn(params)), grad(fn)(params)
+        if not math.isfinite(l1):
+            raise LandscapeError(
+                f"the loss of the first batch is {l1} although every weight is finite: the model overflows on "
+                "this data (check --data, --mean/--std, or --dtype float64)")
         l2, g2 = float(fn(params)), grad(fn)(params)
         exact = self.device.type == "cpu"
         same_grad = all(
@@ -353,6 +377,13 @@ class Objective:
                 "the model is stochastic (two passes gave different losses or gradients: dropout, "
                 "train-mode BatchNorm or random layers?); fix the model or pass --allow-stochastic"
             )
+
+
+def prediction_hits(logits: Tensor, targets: Tensor) -> int | float:
+    """Number of rows whose arg-max equals the target; NaN when any logit is not finite (no prediction)."""
+    if not bool(torch.isfinite(logits).all()):
+        return math.nan
+    return int((logits.argmax(-1) == targets).sum())
 
 
 @contextmanager

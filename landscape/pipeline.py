@@ -14,23 +14,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from landscape.distributed import resolve_device
 from landscape.errors import LandscapeError
 
 if TYPE_CHECKING:
     from landscape.data import Preprocess
-
-
-def resolve_device(name: str = "auto") -> torch.device:
-    """``auto`` picks CUDA when present, else CPU; ``cuda`` without a GPU is an error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as exc:
-        raise LandscapeError(f"unknown device {name!r}; use auto, cpu or cuda") from exc
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise LandscapeError("--device cuda was asked for but no CUDA GPU is available; use --device cpu")
-    return device
+    from landscape.objective import Objective
 
 
 @dataclass(frozen=True)
@@ -131,7 +120,7 @@ class AnalysisInputs:
     preprocess: Preprocess | None
 
     def provenance(self, n_samples: int, seed: int, **options: Any) -> dict[str, Any]:
-        """Root attributes of a result file (README.md, "HDF5 schema") plus the analysis ``options``."""
+        """Root attributes of a result file (docs/schema.md, shared root attributes) plus the analysis ``options``."""
         return {
             "command": " ".join(["landscape", *sys.argv[1:]]) if sys.argv else "",
             "model": self.model_name,
@@ -179,7 +168,7 @@ def load_inputs(
     model_name: str | None = None,
     data: str | None = None,
     split: str = "train",
-    device: str = "auto",
+    device: str | torch.device = "auto",
 ) -> AnalysisInputs:
     """Build the model of ``checkpoint`` (a path or a :class:`ModelSource`; eval mode, on the device).
 
@@ -226,3 +215,27 @@ def parse_patterns(patterns: Sequence[str] | str | None) -> list[str]:
     if isinstance(patterns, str):
         patterns = [patterns]
     return [p.strip() for item in patterns for p in item.split(",") if p.strip()]
+
+
+def build_objective(inputs: AnalysisInputs, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], **options: Any
+                    ) -> Objective:
+    """The :class:`~landscape.objective.Objective` of ``inputs.model`` over ``batches`` on ``inputs.device``.
+
+    ``options`` are passed to the Objective (criterion, regularizer, dtype, allow_stochastic, ...); the
+    logits selector is the source's ``--model-output``.
+
+    Raises:
+        LandscapeError: the device ran out of memory (with the batch size to lower), or the model cannot run
+            on the data (the original message kept, with the dataset named).
+    """
+    from landscape.objective import Objective
+
+    try:
+        return Objective(inputs.model, batches, device=inputs.device, output=inputs.source.output, **options)
+    except torch.OutOfMemoryError as exc:
+        size = int(batches[0][1].shape[0]) if batches else 0
+        raise LandscapeError(f"out of memory on {inputs.device} with batches of {size} samples; lower --batch-size "
+                             "(or --samples)") from exc
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LandscapeError(f"the model cannot run on {inputs.dataset_spec}: {first}") from exc

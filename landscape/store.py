@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,12 +23,14 @@ import numpy as np
 
 from landscape import __version__
 from landscape.errors import LandscapeError
+from landscape.files import WriterLock, atomic_write, last_writer, live_writer, os_error
 
 KINDS = ("surface", "hessian", "fourier", "spectrum")
 #: :func:`describe` summarises a group of more than this many arrays (e.g. one per parameter) in one line
 GROUP_SUMMARY = 8
 #: attributes that describe how a run happened, not what it computes; they never block a resume
-VOLATILE = frozenset({"created", "command", "landscape_version", "torch_version", "device", "complete", "identity"})
+VOLATILE = frozenset({"created", "command", "landscape_version", "torch_version", "device", "complete", "identity",
+                      "has_results"})
 
 
 def _encode(value: Any) -> Any:
@@ -64,104 +67,293 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _open_h5(path: Path, mode: str, not_hdf5: str) -> h5py.File:
-    """Open an existing file; a file held by a running writer and a file that is not HDF5 are one-line errors."""
+def _unreadable(path: Path) -> LandscapeError:
+    """The error for an existing file that h5py cannot open: not HDF5 at all, or a damaged HDF5 file."""
+    if h5py.is_hdf5(str(path)):
+        return LandscapeError(f"{path} is a damaged HDF5 file (truncated or half-written) and cannot be resumed or "
+                              "read; pass --force to start it again, or --out to write elsewhere")
+    return LandscapeError(f"{path} exists and is not an HDF5 file written by landscape; choose another --out, or "
+                          "pass --force to replace it")
+
+
+def _check_no_writer(path: Path) -> None:
+    pid = live_writer(path)
+    if pid is not None:
+        raise LandscapeError(f"{path} is being written by a running analysis (pid {pid}); wait for that run to end, "
+                             "or write elsewhere with --out")
+
+
+def _writable(path: Path) -> bool:
+    """Whether ``path`` may be written: the OS allows it and its owner has not removed every write bit."""
     try:
-        return h5py.File(path, mode)
-    except OSError as exc:
-        if "lock" in str(exc):
-            raise LandscapeError(f"{path} is being written by a running analysis; wait for that run to end") from exc
-        raise LandscapeError(f"{path} {not_hdf5}") from exc
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return os.access(path, os.W_OK) and bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
-def open_result(
-    path: str | Path, kind: str, attrs: Mapping[str, Any], *, force: bool = False
-) -> tuple[h5py.File, bool]:
-    """Open ``path`` for writing a result of ``kind``; return ``(file, resumed)``.
+def _peek(path: Path) -> dict[str, Any] | None:
+    """``kind``, ``identity``, ``complete`` and ``has_results`` of an existing file; None when h5py cannot open it."""
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            return {"kind": _decode(f.attrs.get("kind")), "identity": _as_str(f.attrs.get("identity", "{}")),
+                    "complete": bool(f.attrs.get("complete", False)),
+                    "has_results": bool(f.attrs.get("has_results", False))}
+    except PermissionError as exc:
+        raise os_error(exc, path, "read") from exc
+    except OSError:
+        return None
 
-    A new file is created with ``attrs`` (plus ``kind``, ``created``, ``landscape_version``). An existing
-    file with the same kind and identity is reopened to resume (``resumed=True``). An existing file from
-    other options is an error unless ``force``, which deletes it first. A file that is not HDF5 is never
-    overwritten without ``force``.
+
+class ResultFile:
+    """One result file, open for a run: created or resumed by :meth:`open`, written only through its methods.
+
+    Every write is followed by a flush where it finishes a unit of work (:meth:`mark_done`), so a run killed at
+    any moment leaves a valid file; OS failures (full disk, size limit, permissions) become one-line
+    :class:`~landscape.errors.LandscapeError`-s. While it is open for writing a :class:`~landscape.files.
+    WriterLock` marks it as held by a live process. A complete file of the same run is opened read-only.
+
+    Attributes:
+        path: the file.
+        kind: the result kind.
+        resumed: whether an existing file of the same run was reopened.
     """
-    if kind not in KINDS:
-        raise ValueError(f"unknown result kind {kind!r}")
-    path = Path(path)
-    full = {"kind": kind, **attrs}
-    identity = identity_of(full)
-    if path.exists() and not force:
-        f = _open_h5(path, "r+", "exists and is not a readable HDF5 file; use --force to overwrite it")
-        old_kind = _decode(f.attrs.get("kind"))
-        old_identity = _as_str(f.attrs.get("identity", "{}"))
-        if old_kind == kind and old_identity == identity:
-            return f, True
-        f.close()
-        theirs = json.loads(old_identity)
-        ours = json.loads(identity)
-        differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-        detail = f" (differs in: {', '.join(differ[:6])})" if differ else ""
-        raise LandscapeError(
-            f"{path} holds a {old_kind or 'different'} result from other options{detail}; "
-            "use --force to overwrite it or --out to write elsewhere"
-        )
-    if path.exists():
-        path.unlink()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with h5py.File(tmp, "w") as f:
-        for key, value in full.items():
-            f.attrs[key] = _encode(value)
-        f.attrs["identity"] = identity
-        f.attrs["created"] = now()
-        f.attrs["landscape_version"] = __version__
-        f.attrs["complete"] = False
-    os.replace(tmp, path)
-    return h5py.File(path, "r+"), False
+
+    def __init__(self, path: Path, kind: str, handle: h5py.File, lock: WriterLock | None, resumed: bool) -> None:
+        self.path, self.kind, self.resumed = path, kind, resumed
+        self._h5 = handle
+        self._lock = lock
+
+    # ----------------------------------------------------------------------------------------- opening
+    @classmethod
+    def open(cls, path: str | Path, kind: str, attrs: Mapping[str, Any], *, force: bool = False) -> ResultFile:
+        """Open ``path`` for a result of ``kind`` with root attributes ``attrs``: create, resume or refuse.
+
+        - No file: a new one is created (under an exclusive temporary name, then moved into place).
+        - A file of the same kind and identity (:func:`identity_of`): resumed; read-only when it is complete.
+        - A file of other options: refused unless ``force``; replaced without ``force`` only when it holds no
+          finished work (an empty file left by a run that failed early).
+        - A file held by a live writer: always refused (also with ``force``).
+        - A damaged HDF5 file or a non-HDF5 file: refused unless ``force``; a file damaged by a failed write
+          of this same run (recorded in its lock sidecar) is started again without ``force``.
+        - A read-only file is never written or replaced: resuming or forcing it is an error.
+
+        Raises:
+            LandscapeError: as above, with what to do.
+        """
+        if kind not in KINDS:
+            raise ValueError(f"unknown result kind {kind!r}")
+        path = Path(path)
+        full = {"kind": kind, **attrs}
+        identity = identity_of(full)
+        if not path.exists() and not path.is_symlink():
+            return cls._create(path, kind, full, identity, WriterLock(path, identity))
+        _check_no_writer(path)
+        info = _peek(path)
+        writable = _writable(path)
+        if info is not None and info["kind"] == kind and info["identity"] == identity:
+            if info["complete"]:
+                return cls(path, kind, h5py.File(path, "r", locking=False), None, resumed=True)
+            if not writable:
+                raise LandscapeError(f"{path} is an unfinished result but read-only; make it writable (chmod u+w) to "
+                                     "resume it, or write elsewhere with --out")
+            lock = WriterLock(path, identity)
+            try:
+                handle = h5py.File(path, "r+", locking=False)
+            except OSError as exc:
+                lock.release()
+                raise os_error(exc, path, "write") from exc
+            return cls(path, kind, handle, lock, resumed=True)
+        replaceable = info is not None and not info["complete"] and not info["has_results"]
+        damaged_by_us = info is None and last_writer(path).get("identity") == identity
+        if not (force or replaceable or damaged_by_us):
+            if info is None:
+                raise _unreadable(path)
+            theirs, ours = json.loads(info["identity"] or "{}"), json.loads(identity)
+            differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+            detail = f" (differs in: {', '.join(differ[:6])})" if differ else ""
+            raise LandscapeError(f"{path} holds a {info['kind'] or 'different'} result from other options{detail}; "
+                                 "use --force to overwrite it or --out to write elsewhere")
+        if not writable and not path.is_symlink():
+            raise LandscapeError(f"{path} is read-only; it is never replaced, not even with --force: make it "
+                                 "writable (chmod u+w) or write elsewhere with --out")
+        return cls._create(path, kind, full, identity, WriterLock(path, identity))
+
+    @classmethod
+    def _create(cls, path: Path, kind: str, full: Mapping[str, Any], identity: str, lock: WriterLock) -> ResultFile:
+        """Write the attributes into an exclusive temporary, move it over ``path`` and reopen it (lock held)."""
+        try:
+            with atomic_write(path) as handle, h5py.File(handle, "w") as f:
+                for key, value in full.items():
+                    f.attrs[key] = _encode(value)
+                f.attrs["identity"] = identity
+                f.attrs["created"] = now()
+                f.attrs["landscape_version"] = __version__
+                f.attrs["complete"] = False
+                f.attrs["has_results"] = False
+            h5 = h5py.File(path, "r+", locking=False)
+        except BaseException:
+            lock.release()
+            raise
+        return cls(path, kind, h5, lock, resumed=False)
+
+    # ----------------------------------------------------------------------------------------- reading
+    @property
+    def complete(self) -> bool:
+        """Whether the run finished (every section or point written)."""
+        return bool(self._h5.attrs.get("complete", False))
+
+    @property
+    def writable(self) -> bool:
+        """Whether the file is open for writing (a complete file of the same run is opened read-only)."""
+        return self._lock is not None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._h5
+
+    def read(self, name: str) -> np.ndarray:
+        """The whole array ``name``."""
+        return np.asarray(self._h5[name][()])
+
+    def attr(self, name: str, default: Any = None, *, at: str | None = None) -> Any:
+        """Attribute ``name`` of the root (or of group/dataset ``at``), decoded; ``default`` when absent."""
+        node = self._h5 if at is None else self._h5[at]
+        return _decode(node.attrs[name]) if name in node.attrs else default
+
+    def keys(self, group: str) -> list[str]:
+        """The names in group ``group`` (empty when it does not exist)."""
+        return sorted(self._h5[group].keys()) if group in self._h5 else []
+
+    # ----------------------------------------------------------------------------------------- writing
+    def _writing(self, what: str) -> h5py.File:
+        if self._lock is None:
+            raise LandscapeError(f"{self.path} is a complete result opened read-only; cannot write {what}")
+        return self._h5
+
+    def _guard(self, action: Any) -> Any:
+        try:
+            return action()
+        except OSError as exc:
+            if self._lock is not None:
+                self._lock.failed = True
+            raise os_error(exc, self.path, "write") from exc
+
+    def allocate(self, name: str, shape: Sequence[int], dtype: Any, *, fill: Any = 0,
+                 axes: Sequence[str] | None = None) -> None:
+        """Create array ``name`` of ``shape`` filled with ``fill`` (and its ``axes``) unless it exists with that shape.
+
+        Storage is allocated on disk only as values are written. Raises a LandscapeError when an existing array
+        has another shape.
+        """
+        h5 = self._writing(name)
+        if name in h5:
+            if tuple(h5[name].shape) != tuple(shape):
+                raise LandscapeError(f"{self.path}: array {name} has shape {h5[name].shape}, expected "
+                                     f"{tuple(shape)}; use --force")
+            return
+
+        def create() -> None:
+            ds = h5.create_dataset(name, shape=tuple(shape), dtype=dtype, fillvalue=fill)
+            if axes is not None:
+                ds.attrs["axes"] = json.dumps(list(axes))
+            h5.flush()
+
+        self._guard(create)
+
+    def write(self, name: str, data: Any, *, axes: Sequence[str] | None = None) -> None:
+        """Write the whole array ``name`` (replacing an existing one), with its ``axes`` attribute."""
+        h5 = self._writing(name)
+
+        def put() -> None:
+            if name in h5:
+                del h5[name]
+            arr = np.asarray(data)
+            if arr.dtype.kind == "U":
+                ds = h5.create_dataset(name, data=arr.astype(object), dtype=h5py.string_dtype())
+            else:
+                ds = h5.create_dataset(name, data=arr)
+            if axes is not None:
+                ds.attrs["axes"] = json.dumps(list(axes))
+
+        self._guard(put)
+
+    def write_at(self, name: str, index: Any, value: Any) -> None:
+        """Write ``value`` into the slice ``index`` of array ``name`` (see :meth:`mark_done` to make it count)."""
+        h5 = self._writing(name)
+        self._guard(lambda: h5[name].__setitem__(index, value))
+
+    def set_attrs(self, values: Mapping[str, Any], *, at: str | None = None) -> None:
+        """Set attributes of the root (or of group/dataset ``at``, created as a group if absent); JSON for dicts."""
+        h5 = self._writing("attributes")
+
+        def put() -> None:
+            node = h5 if at is None else (h5[at] if at in h5 else h5.create_group(at))
+            for key, value in values.items():
+                node.attrs[key] = _encode(value)
+
+        self._guard(put)
+
+    def delete(self, name: str) -> None:
+        """Remove array or group ``name`` if present."""
+        h5 = self._writing(name)
+        if name in h5:
+            self._guard(lambda: h5.__delitem__(name))
+
+    def flush(self) -> None:
+        """Push everything written so far to the file."""
+        if self._lock is not None:
+            self._guard(self._h5.flush)
+
+    def mark_done(self, mask: str | None = None, index: Any = None) -> None:
+        """Record finished work: flush the values written, then set ``mask[index] = True`` (when given), flush.
+
+        Values are flushed before their ``done`` flag, so a kill in between leaves the unit not done. The file
+        is recorded as holding results (a file without any is replaced by a rerun with other options).
+        """
+        h5 = self._writing("results")
+
+        def put() -> None:
+            h5.flush()
+            if mask is not None:
+                h5[mask][index] = True
+            h5.attrs["has_results"] = True
+            h5.flush()
+
+        self._guard(put)
+
+    def mark_complete(self) -> None:
+        """Record that every unit of the run is done, and flush (nothing to do on a complete file)."""
+        if self._lock is None and self.complete:
+            return
+        h5 = self._writing("the completion flag")
+
+        def put() -> None:
+            h5.attrs["complete"] = True
+            h5.attrs["has_results"] = True
+            h5.flush()
+
+        self._guard(put)
+
+    def close(self) -> None:
+        """Close the file and release its writer lock."""
+        try:
+            if self._h5.id.valid:
+                self._guard(self._h5.close)
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
+
+    def __enter__(self) -> ResultFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def require_dataset(
-    f: h5py.File, name: str, shape: Sequence[int], dtype: Any, *, fill: Any = 0, axes: Sequence[str] | None = None
-) -> h5py.Dataset:
-    """Return dataset ``name``, creating it filled with ``fill`` (and its ``axes`` attribute) if absent."""
-    if name in f:
-        ds = f[name]
-        if tuple(ds.shape) != tuple(shape):
-            raise LandscapeError(
-                f"{f.filename}: dataset {name} has shape {ds.shape}, expected {tuple(shape)}; use --force"
-            )
-        return ds
-    ds = f.create_dataset(name, shape=tuple(shape), dtype=dtype, fillvalue=fill)
-    if axes is not None:
-        ds.attrs["axes"] = json.dumps(list(axes))
-    f.flush()
-    return ds
-
-
-def write_array(f: h5py.File, name: str, data: Any, *, axes: Sequence[str] | None = None) -> h5py.Dataset:
-    """Write a whole array (replacing an existing one) with its ``axes`` attribute, then flush."""
-    if name in f:
-        del f[name]
-    arr = np.asarray(data)
-    if arr.dtype.kind == "U":
-        ds = f.create_dataset(name, data=arr.astype(object), dtype=h5py.string_dtype())
-    else:
-        ds = f.create_dataset(name, data=arr)
-    if axes is not None:
-        ds.attrs["axes"] = json.dumps(list(axes))
-    f.flush()
-    return ds
-
-
-def set_attrs(f: h5py.File | h5py.Group | h5py.Dataset, values: Mapping[str, Any]) -> None:
-    """Set attributes (dicts, lists and None stored as JSON)."""
-    for key, value in values.items():
-        f.attrs[key] = _encode(value)
-
-
-def mark_complete(f: h5py.File) -> None:
-    """Record that every point of the run is done and flush."""
-    f.attrs["complete"] = True
-    f.flush()
+def open_result(path: str | Path, kind: str, attrs: Mapping[str, Any], *, force: bool = False) -> ResultFile:
+    """Open ``path`` for a result of ``kind`` (see :meth:`ResultFile.open`)."""
+    return ResultFile.open(path, kind, attrs, force=force)
 
 
 @dataclass
@@ -190,7 +382,13 @@ def read_result(path: str | Path) -> Result:
     path = Path(path)
     if not path.exists():
         raise LandscapeError(f"{path} does not exist; give the path of a result file written by landscape")
-    f = _open_h5(path, "r", "is not an HDF5 file; give a result file written by landscape")
+    _check_no_writer(path)
+    try:
+        f = h5py.File(path, "r", locking=False)
+    except PermissionError as exc:
+        raise os_error(exc, path, "read") from exc
+    except OSError:
+        raise _unreadable(path) from None
     with f:
         attrs = {k: _decode(v) for k, v in f.attrs.items()}
         if "kind" not in attrs:

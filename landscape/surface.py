@@ -1,7 +1,7 @@
 """1D and 2D loss surfaces ``L(theta + a * dx + b * dy)`` over a grid, written to HDF5 as the run goes.
 
 Every grid point is a new params dict ``theta + a*dx + b*dy`` evaluated by the :class:`~landscape.objective.
-Objective` (sample-weighted mean over fixed batches, plus the regulariser). The file (README.md's surface
+Objective` (sample-weighted mean over fixed batches, plus the regulariser). The file (docs/schema.md, surface)
 schema) holds ``xcoordinates`` (nx), ``ycoordinates`` (ny; ``[0]`` for a line), ``loss``, ``data_loss``,
 ``accuracy`` and ``done`` (ny, nx) and the directions ``directions/x/<param>`` (and ``directions/y/<param>``).
 Points are appended and flushed as they finish, so a killed run leaves a valid file; rerunning resumes from
@@ -18,14 +18,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import h5py
 import numpy as np
 import torch
 from torch import Tensor
 from torch.func import vmap
 
+from landscape import checks, store
 from landscape import distributed as D
-from landscape import store
 from landscape.directions import Directions
 from landscape.errors import LandscapeError
 from landscape.objective import Objective, batch_loss
@@ -36,6 +35,8 @@ BN_MODES = ("eval", "recompute")
 _GRID = re.compile(r"^\s*([-+]?[0-9.eE+-]+)\s*:\s*([-+]?[0-9.eE+-]+)\s*:\s*([0-9]+)\s*$")
 #: points evaluated in one vectorised call when vmap is tried
 VMAP_POINTS = 8
+#: the largest grid a surface may have (its arrays and its ``done`` mask are read into memory)
+MAX_POINTS = 1_000_000
 
 PointResult = tuple[int, int, float, float, float]  # (j, i, loss, data_loss, accuracy)
 
@@ -87,7 +88,8 @@ class PointEvaluator:
     def _batch_eval(self, params: ParamDict, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """Mean loss and number of correct predictions of one batch (the function that is compiled)."""
         out = self.obj.logits(params, x)
-        return batch_loss(out, y, self.obj.criterion), (out.argmax(-1) == y).sum()
+        hits = (out.argmax(-1) == y).sum().to(out.dtype)
+        return batch_loss(out, y, self.obj.criterion), torch.where(torch.isfinite(out).all(), hits, torch.nan)
 
     def enable_compile(self) -> bool:
         """``torch.compile`` the per-batch loss (params are inputs: no recompilation across points).
@@ -142,7 +144,7 @@ class PointEvaluator:
         for w, (x, y) in zip(self.obj.weights, self.obj.batches):
             loss, hits = self.compiled(params, x, y)
             data_loss += w * float(loss)
-            correct += int(hits)
+            correct += float(hits)
         reg = float(self.obj.regularizer(params))
         return data_loss + reg, data_loss, correct / self.obj.n_samples
 
@@ -161,7 +163,7 @@ class PointEvaluator:
             losses, hits = vmap(self._batch_eval, in_dims=(0, None, None))(stacked, x, y)
             for k, (lv, hv) in enumerate(zip(losses.tolist(), hits.tolist())):
                 data_loss[k] += w * lv
-                correct[k] += int(hv)
+                correct[k] += hv
         reg = vmap(obj.regularizer)(stacked).tolist() if obj.regularizer.active else [0.0] * len(points)
         return [(d + r, d, c / obj.n_samples) for d, r, c in zip(data_loss, reg, correct)]
 
@@ -214,40 +216,79 @@ def _sync(device: torch.device) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- file
-def _write_directions(f: h5py.File, directions: Directions) -> None:
+def _write_directions(f: store.ResultFile, directions: Directions) -> None:
     for axis, d in (("x", directions.x), ("y", directions.y)):
         if d is None:
             continue
-        group = f.require_group(f"directions/{axis}")
         for name, t in d.items():
-            group.create_dataset(name, data=t.detach().cpu().numpy())
+            f.write(f"directions/{axis}/{name}", t.detach().cpu().numpy())
     if directions.trajectory is not None:
-        store.write_array(f, "trajectory/coordinates", np.asarray(directions.trajectory), axes=["snapshot", "xy"])
+        f.write("trajectory/coordinates", np.asarray(directions.trajectory), axes=["snapshot", "xy"])
     f.flush()
 
 
-def _read_directions(f: h5py.File, like: Mapping[str, Tensor], ndim: int) -> tuple[ParamDict, ParamDict | None]:
+def _read_directions(f: store.ResultFile, like: Mapping[str, Tensor], ndim: int
+                     ) -> tuple[ParamDict, ParamDict | None]:
     out = []
     for axis in ("x", "y")[:ndim]:
-        group = f[f"directions/{axis}"]
-        if sorted(group.keys()) != sorted(like):
-            raise LandscapeError(f"{f.filename}: stored directions do not match the model's parameters; use --force")
-        out.append({n: torch.from_numpy(group[n][()]).to(t.device, t.dtype) for n, t in like.items()})
+        group = f"directions/{axis}"
+        if f.keys(group) != sorted(like):
+            raise LandscapeError(f"{f.path}: stored directions do not match the model's parameters; use --force")
+        out.append({n: torch.from_numpy(f.read(f"{group}/{n}")).to(t.device, t.dtype) for n, t in like.items()})
     return out[0], (out[1] if ndim == 2 else None)
 
 
-def _create_arrays(f: h5py.File, xs: np.ndarray, ys: np.ndarray) -> None:
-    store.write_array(f, "xcoordinates", xs, axes=["x"])
-    store.write_array(f, "ycoordinates", ys, axes=["y"])
+def _create_arrays(f: store.ResultFile, xs: np.ndarray, ys: np.ndarray) -> None:
+    f.write("xcoordinates", xs, axes=["x"])
+    f.write("ycoordinates", ys, axes=["y"])
     shape = (len(ys), len(xs))
     for name in ("loss", "data_loss", "accuracy"):
-        store.require_dataset(f, name, shape, "f8", fill=np.nan, axes=["y", "x"])
-    store.require_dataset(f, "done", shape, bool, fill=False, axes=["y", "x"])
+        f.allocate(name, shape, "f8", fill=np.nan, axes=["y", "x"])
+    f.allocate("done", shape, bool, fill=False, axes=["y", "x"])
 
 
 def _fingerprint(directions: Directions) -> str:
     m = directions.meta
     return f"{m.get('x_norm', 0.0):.6g},{m.get('y_norm', 0.0):.6g},{m.get('cosine', 0.0) or 0.0:.4g}"
+
+
+def check_grid_size(objective: Objective, n_points: int, shape: tuple[int, int]) -> None:
+    """Refuse a grid of more than :data:`MAX_POINTS` points before anything is allocated.
+
+    The message gives the number of points, the memory its arrays need and the time they would take at the
+    cost of one point measured now on this device.
+    """
+    if n_points <= MAX_POINTS:
+        return
+    t0 = time.perf_counter()
+    objective.evaluate()
+    _sync(objective.device)
+    seconds = (time.perf_counter() - t0) * n_points
+    gigabytes = n_points * (3 * 8 + 1) / 1e9
+    raise LandscapeError(
+        f"a {shape[1]} x {shape[0]} grid has {n_points:,} points: {gigabytes:.1f} GB of arrays and about "
+        f"{seconds / 3600:.0f} hours at the {seconds / n_points:.3g} s per point measured now; use at most "
+        f"{MAX_POINTS:,} points (fewer NUM in --x/--y)")
+
+
+def _open_surface(out: str | Path, full: dict[str, Any], force: bool, directions: Directions, xs: np.ndarray,
+                  ys: np.ndarray, like: Mapping[str, Tensor]) -> tuple[store.ResultFile, dict[str, Any]]:
+    """Rank 0: create or resume the file; return it and the state every rank needs (directions, done mask)."""
+    f = store.open_result(out, "surface", full, force=force)
+    try:
+        if f.resumed and f.attr("directions_written", False):
+            return f, {"dirs": _read_directions(f, like, directions.ndim), "done": f.read("done"),
+                       "bp": f.attr("batch_points"), "complete": f.complete}
+        f.delete("directions")  # a new file, or one killed before its directions were complete: (re)write them
+        _create_arrays(f, xs, ys)
+        _write_directions(f, directions)
+        f.set_attrs({k: directions.meta[k] for k in ("x_norm", "y_norm", "cosine") if k in directions.meta})
+        f.set_attrs({"directions_written": True})
+        f.flush()
+        return f, {"dirs": None, "done": f.read("done"), "bp": None, "complete": False}
+    except BaseException:
+        f.close()
+        raise
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -290,8 +331,9 @@ def compute_surface(
         raise LandscapeError(f"unknown BatchNorm mode {bn!r}; use eval or recompute")
     if bn == "recompute" and not objective.has_batchnorm():
         raise LandscapeError("--bn recompute needs a model with BatchNorm layers; use --bn eval")
-    xs = np.asarray(xcoords, dtype=np.float64).reshape(-1)
-    ys = np.zeros(1) if ycoords is None else np.asarray(ycoords, dtype=np.float64).reshape(-1)
+    xs = np.asarray(checks.finite_all(np.asarray(xcoords, dtype=np.float64).reshape(-1), "x coordinate"))
+    ys = np.zeros(1) if ycoords is None else np.asarray(
+        checks.finite_all(np.asarray(ycoords, dtype=np.float64).reshape(-1), "y coordinate"))
     if (ycoords is None) != (directions.y is None):
         raise LandscapeError("a 2D surface needs two directions and y coordinates; a 1D surface one and none")
     if xs.size == 0 or ys.size == 0:
@@ -314,63 +356,62 @@ def compute_surface(
         "direction_fingerprint": _fingerprint(directions),
         "compile": bool(compile),
     }
-    f = None
-    state: dict[str, Any] = {}
-    if D.is_main():
-        try:
-            f, resumed = store.open_result(out, "surface", full, force=force)
-            if resumed and f.attrs.get("directions_written", False):
-                dx, dy = _read_directions(f, objective.params, ndim)
-                state = {"dirs": (dx, dy), "done": f["done"][()], "bp": f.attrs.get("batch_points")}
-            else:  # a new file, or one killed before its directions were complete: (re)write them
-                if "directions" in f:
-                    del f["directions"]
-                _create_arrays(f, xs, ys)
-                _write_directions(f, directions)
-                store.set_attrs(f, {k: directions.meta[k] for k in ("x_norm", "y_norm", "cosine")
-                                    if k in directions.meta})
-                f.attrs["directions_written"] = True
-                f.flush()
-                state = {"dirs": None, "done": f["done"][()], "bp": None}
-        except LandscapeError as exc:
-            state = {"error": str(exc)}
-    state = _broadcast_state(state)
-    if "error" in state:
-        raise LandscapeError(state["error"])
+    check_grid_size(objective, int(xs.size * ys.size), (int(ys.size), int(xs.size)))
+    opened: list[store.ResultFile] = []
+
+    def open_file() -> dict[str, Any]:
+        f, state = _open_surface(out, full, force, directions, xs, ys, objective.params)
+        opened.append(f)
+        return _portable(state)
+
+    state = D.on_main(open_file)
+    f = opened[0] if opened else None
     dx, dy = state["dirs"] if state["dirs"] is not None else (directions.x, directions.y)
+    if state["dirs"] is not None:
+        dx, dy = (None if d is None else {n: t.to(objective.device) for n, t in d.items()} for d in (dx, dy))
     try:
-        evaluator = PointEvaluator(objective, dx, dy, bn)
-        compiled = bool(compile) and evaluator.enable_compile()
-        bp = 1 if compiled else state["bp"]
-        if bp is None:
-            bp = evaluator.choose_batch_points() if batch_points == "auto" else int(batch_points)
-            bp = int(D.broadcast_object(bp))
-        if f is not None:
-            store.set_attrs(f, {"batch_points": bp, "batch_points_option": str(batch_points), "compiled": compiled})
-            f.flush()
-        _run_points(evaluator, xs, ys, state["done"], int(bp), f, progress, on_round)
-        if f is not None:
-            store.mark_complete(f)
+        if not state["complete"]:
+            evaluator = PointEvaluator(objective, dx, dy, bn)
+            compiled = bool(compile) and evaluator.enable_compile()
+            bp = 1 if compiled else state["bp"]
+            if bp is None:
+                bp = evaluator.choose_batch_points() if batch_points == "auto" else int(batch_points)
+                bp = int(D.broadcast_object(bp))
+            if f is not None:
+                f.set_attrs({"batch_points": bp, "batch_points_option": str(batch_points), "compiled": compiled})
+                f.flush()
+            _run_points(evaluator, xs, ys, state["done"], int(bp), f, progress, on_round)
+            if f is not None:
+                f.mark_complete()
     finally:
         if f is not None:
             f.close()
     D.barrier()
     if not D.is_main() and not Path(out).exists():  # another node: the file lives with rank 0
         return store.Result(Path(out), {"kind": "surface", **full})
-    return store.read_result(out)
+    result = store.read_result(out)
+    if D.is_main():
+        _check_finite_surface(result)
+    return result
 
 
-def _broadcast_state(state: dict[str, Any]) -> dict[str, Any]:
-    if not D.active():
+def _check_finite_surface(result: store.Result) -> None:
+    """Refuse (after the run, the file kept) a surface none of whose finished points has a finite loss."""
+    loss, done = result["loss"], result["done"].astype(bool)
+    if done.any() and not np.isfinite(loss[done]).any():
+        raise LandscapeError(f"{result.path}: every grid point's loss is NaN or Inf: the model diverges along these "
+                             "directions or at its centre; check the checkpoint, or use a smaller grid (--x/--y)")
+
+
+def _portable(state: dict[str, Any]) -> dict[str, Any]:
+    """The state with the directions on CPU, so that it can be broadcast to every rank."""
+    if state.get("dirs") is None or not D.active():
         return state
-    if "dirs" in state and state["dirs"] is not None:
-        state = {**state, "dirs": tuple(None if d is None else {n: t.cpu() for n, t in d.items()}
-                                        for d in state["dirs"])}
-    return D.broadcast_object(state)
+    return {**state, "dirs": tuple(None if d is None else {n: t.cpu() for n, t in d.items()} for d in state["dirs"])}
 
 
 def _run_points(evaluator: PointEvaluator, xs: np.ndarray, ys: np.ndarray, done: np.ndarray, batch_points: int,
-                f: h5py.File | None, progress: bool | None, on_round: Callable[[int, int], None] | None) -> None:
+                f: store.ResultFile | None, progress: bool | None, on_round: Callable[[int, int], None] | None) -> None:
     """Evaluate the points not yet done, in rounds of ``batch_points * world_size``; rank 0 writes each round."""
     from tqdm import tqdm
 
@@ -394,16 +435,16 @@ def _run_points(evaluator: PointEvaluator, xs: np.ndarray, ys: np.ndarray, done:
                 on_round(n_done, total)
 
 
-def _write_points(f: h5py.File, results: Sequence[PointResult]) -> None:
-    """Write the values first and the ``done`` flags last, then flush: a kill leaves undone points NaN/False."""
+def _write_points(f: store.ResultFile, results: Sequence[PointResult]) -> None:
+    """Write the values, then mark each point done (values flushed first: a kill leaves undone points NaN)."""
     for j, i, loss, data_loss, acc in results:
-        f["loss"][j, i] = loss
-        f["data_loss"][j, i] = data_loss
-        f["accuracy"][j, i] = acc
+        f.write_at("loss", (j, i), loss)
+        f.write_at("data_loss", (j, i), data_loss)
+        f.write_at("accuracy", (j, i), acc)
     f.flush()
     for j, i, *_ in results:
-        f["done"][j, i] = True
-    f.flush()
+        f.write_at("done", (j, i), True)
+    f.mark_done()
 
 
 # --------------------------------------------------------------------------------- from a checkpoint
@@ -447,26 +488,18 @@ def run_surface(
     from landscape import directions as dirs
     from landscape.checkpoint import file_sha256, load_model
     from landscape.objective import Regularizer
-    from landscape.pipeline import batches_for, load_inputs, parse_patterns, resolve_device
+    from landscape.pipeline import batches_for, build_objective, load_inputs, parse_patterns
 
     xs = parse_grid(x, "--x")
     ys = None if y is None else parse_grid(y, "--y")
     if target is not None and trajectory:
         raise LandscapeError("give either --target or --trajectory, not both")
     ndim = 1 if ys is None else 2
-    dev = D.local_device(resolve_device(device))
-    D.init(dev)
-    inputs = load_inputs(ckpt, model_name=model, data=data, split=split, device=str(dev))
-    batches = batches_for(inputs, batch_size=batch_size, n_samples=samples, seed=seed)
     reg = Regularizer.from_options(regularizer, reg_coef)
-    try:
-        objective = Objective(inputs.model, batches, regularizer=reg, device=dev, allow_stochastic=allow_stochastic,
-                              output=inputs.source.output)
-    except RuntimeError as exc:  # shape mismatch between model and data
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LandscapeError(
-            f"the model cannot run on {inputs.dataset_spec} ({first}); check --data and --model"
-        ) from exc
+    dev = D.start(device)
+    inputs = load_inputs(ckpt, model_name=model, data=data, split=split, device=dev)
+    batches = batches_for(inputs, batch_size=batch_size, n_samples=samples, seed=seed)
+    objective = build_objective(inputs, batches, regularizer=reg, allow_stochastic=allow_stochastic)
     patterns = tuple(dirs.DEFAULT_ZERO_PATTERNS if zero_patterns is None else parse_patterns(zero_patterns))
     options: dict[str, Any] = {"batch_size": batch_size, "direction_seed": seed,
                                "fused_attention_off": objective.fused_attention_off}

@@ -1,9 +1,16 @@
+import os
+import subprocess
+import sys
+import textwrap
+
 import h5py
 import numpy as np
 import pytest
 
 from landscape.errors import LandscapeError
-from landscape.store import describe, identity_of, open_result, read_result, require_dataset, write_array
+from landscape.files import lock_path
+from landscape.store import describe, identity_of, open_result, read_result
+from tests.helpers import one_line_error
 
 
 def _attrs(**over):
@@ -12,47 +19,115 @@ def _attrs(**over):
     return base
 
 
+def _finished(path, kind="surface", complete=True, **over):
+    f = open_result(path, kind, _attrs(**over))
+    f.allocate("loss", (2, 3), "f8", fill=np.nan, axes=["y", "x"])
+    f.allocate("done", (2, 3), bool, fill=False, axes=["y", "x"])
+    f.write_at("loss", (0, 1), 4.5)
+    f.mark_done("done", (0, 1))
+    if complete:
+        f.mark_complete()
+    f.close()
+    return path
+
+
 def test_create_then_resume_same_options(tmp_path):
-    path = tmp_path / "r.h5"
-    f, resumed = open_result(path, "surface", _attrs())
-    assert not resumed
-    ds = require_dataset(f, "loss", (2, 3), "f8", fill=np.nan, axes=["y", "x"])
-    ds[0, 1] = 4.5
-    f.close()
+    path = _finished(tmp_path / "r.h5", complete=False)
     # device and command are provenance, not identity: a rerun on another device still resumes
-    f, resumed = open_result(path, "surface", _attrs(device="cuda", command="y"))
-    assert resumed
-    assert f["loss"][0, 1] == 4.5
-    assert np.isnan(f["loss"][1, 1])
-    f.close()
+    with open_result(path, "surface", _attrs(device="cuda", command="y")) as f:
+        assert f.resumed and f.writable and not f.complete
+        assert f.read("loss")[0, 1] == 4.5 and np.isnan(f.read("loss")[1, 1])
+        assert f.read("done").sum() == 1
+    assert not lock_path(path).exists()  # a clean close leaves no sidecar
+
+
+def test_complete_file_reopens_read_only(tmp_path):
+    path = _finished(tmp_path / "r.h5")
+    with open_result(path, "surface", _attrs()) as f:
+        assert f.resumed and f.complete and not f.writable
+        one_line_error(f.write, "x", np.zeros(2), match="read-only")
+        f.mark_complete()  # nothing to do on a complete file
 
 
 def test_other_options_refused_without_force(tmp_path):
+    path = _finished(tmp_path / "r.h5")
+    one_line_error(open_result, path, "surface", _attrs(grid=[0.0, 2.0, 3]), match="differs in: grid.*--force")
+    one_line_error(open_result, path, "hessian", _attrs(), match="--force")
+    with open_result(path, "surface", _attrs(grid=[0.0, 2.0, 3]), force=True) as f:
+        assert not f.resumed and f.attr("grid") == [0.0, 2.0, 3] and "loss" not in f
+
+
+def test_a_file_without_finished_work_is_replaced_by_other_options(tmp_path):
     path = tmp_path / "r.h5"
-    open_result(path, "surface", _attrs())[0].close()
-    with pytest.raises(LandscapeError, match="differs in: grid.*--force"):
-        open_result(path, "surface", _attrs(grid=[0.0, 2.0, 3]))
-    with pytest.raises(LandscapeError, match="--force"):
-        open_result(path, "hessian", _attrs())
-    f, resumed = open_result(path, "surface", _attrs(grid=[0.0, 2.0, 3]), force=True)
-    assert not resumed and f.attrs["grid"] == "[0.0, 2.0, 3]"
-    f.close()
+    f = open_result(path, "hessian", _attrs(top_k=10**9))
+    f.close()  # the run failed before any result (e.g. --top-k larger than the parameter count)
+    with open_result(path, "hessian", _attrs(top_k=5)) as f:
+        assert not f.resumed and f.attr("top_k") == 5
 
 
 def test_non_hdf5_file_never_overwritten(tmp_path):
     path = tmp_path / "notes.h5"
     path.write_text("precious")
-    with pytest.raises(LandscapeError, match="not a readable HDF5 file"):
-        open_result(path, "surface", _attrs())
+    one_line_error(open_result, path, "surface", _attrs(), match="not an HDF5 file")
+    one_line_error(read_result, path, match="not an HDF5 file")
     assert path.read_text() == "precious"
+
+
+def test_truncated_file_is_reported_as_damaged(tmp_path):
+    path = _finished(tmp_path / "r.h5")
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    msg = one_line_error(read_result, path, match="damaged")
+    assert "being written" not in msg
+    one_line_error(open_result, path, "surface", _attrs(), match="damaged.*--force")
+    with open_result(path, "surface", _attrs(), force=True) as f:
+        assert not f.resumed
+
+
+def test_read_only_result_is_read_and_never_replaced(tmp_path):
+    path = _finished(tmp_path / "r.h5")
+    os.chmod(path, 0o444)
+    try:
+        assert read_result(path)["loss"][0, 1] == 4.5
+        with open_result(path, "surface", _attrs()) as f:  # the same complete run: returned as it is
+            assert f.complete
+        one_line_error(open_result, path, "surface", _attrs(grid=[0.0, 2.0, 3]), force=True, match="read-only")
+        assert read_result(path)["loss"][0, 1] == 4.5
+        unfinished = _finished(tmp_path / "u.h5", complete=False)
+        os.chmod(unfinished, 0o444)
+        one_line_error(open_result, unfinished, "surface", _attrs(), match="read-only.*chmod")
+    finally:
+        os.chmod(path, 0o644)
+
+
+def test_planted_symlinks_are_never_followed(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    path = tmp_path / "r.h5"
+    for name in ("r.h5.tmp", ".r.h5.tmp", ".r.h5.lock"):  # the old predictable temporary, and the lock sidecar
+        (tmp_path / name).symlink_to(victim)
+    with pytest.raises(LandscapeError, match="cannot write"):  # a symlinked lock is refused (O_NOFOLLOW)
+        open_result(path, "surface", _attrs())
+    (tmp_path / ".r.h5.lock").unlink()
+    _finished(path)
+    assert victim.read_text() == "precious"
+    assert read_result(path)["loss"][0, 1] == 4.5
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp") and not p.is_symlink()]
+
+
+def test_file_created_with_ordinary_permissions(tmp_path):
+    path = _finished(tmp_path / "r.h5")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def test_read_roundtrip_and_describe(tmp_path):
     path = tmp_path / "r.h5"
-    f, _ = open_result(path, "fourier", _attrs())
-    write_array(f, "delta", np.arange(6.0).reshape(2, 3), axes=["layer", "frequency"])
-    write_array(f, "names", np.array(["stem", "layer1.0"]))
-    f.close()
+    with open_result(path, "fourier", _attrs()) as f:
+        f.write("delta", np.arange(6.0).reshape(2, 3), axes=["layer", "frequency"])
+        f.write("names", np.array(["stem", "layer1.0"]))
+        f.set_attrs({"sigma": 0.5}, at="density")
     res = read_result(path)
     assert res.kind == "fourier"
     assert res.attrs["model_kwargs"] == {"a": 1}
@@ -70,29 +145,80 @@ def test_identity_ignores_provenance():
 
 
 def test_read_errors(tmp_path):
-    with pytest.raises(LandscapeError, match="does not exist"):
-        read_result(tmp_path / "none.h5")
-    (tmp_path / "x.h5").write_text("no")
-    with pytest.raises(LandscapeError, match="not an HDF5 file"):
-        read_result(tmp_path / "x.h5")
+    one_line_error(read_result, tmp_path / "none.h5", match="does not exist")
     with h5py.File(tmp_path / "y.h5", "w") as f:
         f["a"] = 1
-    with pytest.raises(LandscapeError, match="not a landscape result"):
-        read_result(tmp_path / "y.h5")
+    one_line_error(read_result, tmp_path / "y.h5", match="not a landscape result")
 
 
-def test_file_held_by_a_running_writer_is_reported_as_such(tmp_path):
+def _hold(path):
+    """A subprocess that holds ``path`` open for writing until its stdin closes."""
+    code = textwrap.dedent(f"""
+        import sys
+        from landscape.store import open_result
+        f = open_result({str(path)!r}, "surface", {{"model": "m"}})
+        print("open", flush=True)
+        sys.stdin.read()
+        f.close()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "open"
+    return proc
+
+
+def test_a_live_writer_is_detected_by_its_lock_and_force_is_refused(tmp_path):
     path = tmp_path / "r.h5"
-    writer, _ = open_result(path, "surface", _attrs())
-    code = (
-        "from landscape.store import open_result, read_result\nfrom landscape.errors import LandscapeError\n"
-        f"for fn in (lambda: read_result({str(path)!r}), lambda: open_result({str(path)!r}, 'surface', {{}})):\n"
-        "    try:\n        fn()\n    except LandscapeError as e:\n        print(e)\n"
-    )
-    import subprocess
-    import sys
+    proc = _hold(path)
+    try:
+        for call in (lambda: read_result(path), lambda: open_result(path, "surface", {"model": "m"}),
+                     lambda: open_result(path, "surface", {"model": "other"}, force=True)):
+            msg = one_line_error(call, match=f"being written by a running analysis \\(pid {proc.pid}\\)")
+            assert "damaged" not in msg
+        assert path.exists()
+    finally:
+        proc.stdin.close()
+        proc.wait()
+    with open_result(path, "surface", {"model": "m"}) as f:  # the writer ended: the file resumes
+        assert f.resumed
 
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    writer.close()
-    assert out.count("being written") == 2, out
-    assert path.exists()
+
+def test_a_killed_writer_leaves_a_resumable_file(tmp_path):
+    path = tmp_path / "r.h5"
+    proc = _hold(path)
+    proc.kill()
+    proc.wait()
+    with open_result(path, "surface", {"model": "m"}) as f:
+        assert f.resumed
+
+
+def test_write_past_the_file_size_limit_is_one_line_and_the_same_run_recovers(tmp_path):
+    path = tmp_path / "r.h5"
+    code = textwrap.dedent(f"""
+        import resource, signal
+        import numpy as np
+        from landscape.errors import LandscapeError
+        from landscape.store import open_result
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        f = open_result({str(path)!r}, "surface", {{"model": "m"}})
+        f.allocate("loss", (300, 300), "f8", fill=np.nan)
+        f.allocate("done", (300, 300), bool, fill=False)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, 60_000))
+        try:
+            for j in range(300):
+                for i in range(300):
+                    f.write_at("loss", (j, i), 1.0)
+                    f.mark_done("done", (j, i))
+        except LandscapeError as e:
+            print(e)
+        try:
+            f.close()
+        except LandscapeError:
+            pass
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1 and "file size limit" in lines[0], (out.stdout, out.stderr)
+    # the limit is gone: the same run opens the file again (resumed, or started again if the write damaged it)
+    with open_result(path, "surface", {"model": "m"}) as f:
+        f.allocate("loss", (300, 300), "f8", fill=np.nan)
+        assert f.writable

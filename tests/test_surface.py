@@ -48,7 +48,7 @@ def build():
 
 
 if __name__ == "__main__":
-    distributed.init(torch.device("cpu"))
+    distributed.start("cpu")
     _, _, objective, dirs = build()
     delay = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
 
@@ -285,7 +285,7 @@ def test_other_options_refused_unless_force(tmp_path, reference):
     res = compute_surface(objective, dirs, XS[:3], YS, out=out, progress=False, force=True, batch_points=1)
     np.testing.assert_array_equal(res["loss"], reference["loss"][:, :3])
     (tmp_path / "text.h5").write_text("not hdf5")
-    with pytest.raises(LandscapeError, match="not a readable HDF5"):
+    with pytest.raises(LandscapeError, match="not an HDF5 file"):
         compute_surface(objective, dirs, XS, YS, out=tmp_path / "text.h5", progress=False)
 
 

@@ -199,3 +199,30 @@ def fourier_profile(
     if not result.layers:
         raise LandscapeError("no batches to analyse; give at least one sample")
     return result
+
+
+def merge_profiles(parts: Sequence[FourierProfile | None]) -> FourierProfile:
+    """One profile from profiles accumulated on disjoint shares of the batches (``None``: a share with none).
+
+    The running sums and counts of every layer are added in the order given, so the merged means are those
+    of one pass over all the batches (up to float64 rounding).
+
+    Raises:
+        LandscapeError: the parts disagree on the layers (names or sizes), or every part is empty.
+    """
+    present = [p for p in parts if p is not None]
+    if not present:
+        raise LandscapeError("no batches to analyse; give at least one sample")
+    first = present[0]
+    layers = [LayerSpectrum(la.name, la.kind, la.height, la.width, la.log_amplitude_sum.cpu(),
+                            la.variance_sum.cpu(), la.count) for la in first.layers]
+    merged = FourierProfile(first.profile, layers, first.n_samples)
+    for part in present[1:]:
+        if [(la.name, la.height, la.width) for la in part.layers] != [(la.name, la.height, la.width) for la in layers]:
+            raise LandscapeError("the processes found different feature maps; give every rank the same model")
+        for mine, theirs in zip(layers, part.layers):
+            mine.log_amplitude_sum = mine.log_amplitude_sum + theirs.log_amplitude_sum.cpu()
+            mine.variance_sum = mine.variance_sum + theirs.variance_sum.cpu()
+            mine.count += theirs.count
+        merged.n_samples += part.n_samples
+    return merged

@@ -13,7 +13,7 @@ model's (normalised) input. The accuracy drop of a band is ``accuracy(clean) - a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,19 +56,20 @@ def band_noise(
     return (noise * (strength / rms)).to(dtype)
 
 
-def accuracy(model: nn.Module, batches: Iterable[Sequence[Tensor]], noise: dict | None = None,
-             output: str | int | None = None) -> float:
-    """Top-1 accuracy of ``model`` over ``(x, y)`` batches, with band noise added when ``noise`` is given.
+def hits(model: nn.Module, batches: Iterable[tuple[int, Sequence[Tensor]]], noise: dict | None = None,
+         output: str | int | None = None) -> tuple[int, int]:
+    """``(correct, total)`` top-1 predictions of ``model`` over indexed ``(j, (x, y))`` batches.
 
-    ``noise`` holds ``centre``, ``width``, ``strength`` and ``seed``; batch ``j`` gets noise from a generator
-    seeded with ``seed + j``, so results do not depend on anything but these options. ``output`` selects the
-    logits of a model returning a tuple or dict (:func:`~landscape.objective.select_logits`).
+    With ``noise`` (``centre``, ``width``, ``strength``, ``seed``) batch ``j`` gets band noise from a generator
+    seeded with ``seed + j``: the counts depend on nothing but these options and the batch index, so batches
+    may be split among processes and the counts summed. ``output`` selects the logits of a model returning a
+    tuple or dict (:func:`~landscape.objective.select_logits`).
     """
     from landscape.objective import select_logits
 
     correct, total = 0, 0
     with torch.no_grad():
-        for j, (x, y) in enumerate(batches):
+        for j, (x, y) in batches:
             if noise is not None:
                 gen = torch.Generator().manual_seed(int(noise["seed"]) + j)
                 n = band_noise(x.shape, noise["centre"], noise["width"], noise["strength"], gen, x.dtype)
@@ -76,9 +77,59 @@ def accuracy(model: nn.Module, batches: Iterable[Sequence[Tensor]], noise: dict 
             pred = select_logits(model(x), output).argmax(dim=-1)
             correct += int((pred == y).sum())
             total += int(y.numel())
+    return correct, total
+
+
+def _fraction(correct: int, total: int) -> float:
     if total == 0:
         raise LandscapeError("no labelled samples to measure accuracy on")
     return correct / total
+
+
+def accuracy(model: nn.Module, batches: Iterable[Sequence[Tensor]], noise: dict | None = None,
+             output: str | int | None = None) -> float:
+    """Top-1 accuracy ``correct / total`` of ``model`` over ``(x, y)`` batches, noisy as in :func:`hits`."""
+    return _fraction(*hits(model, enumerate(batches), noise, output))
+
+
+def check_labels(model: nn.Module, batches: Sequence[Sequence[Tensor]], output: str | int | None = None) -> None:
+    """Refuse labels the model cannot predict: every target must lie in ``0..n_outputs-1``.
+
+    Raises:
+        LandscapeError: naming the label range and the model's number of outputs.
+    """
+    from landscape.objective import select_logits
+
+    if not batches:
+        return
+    with torch.no_grad():
+        n_out = int(select_logits(model(batches[0][0][:1]), output).shape[-1])
+    low = min(int(y.min()) for _, y in batches)
+    top = max(int(y.max()) for _, y in batches)
+    if low < 0 or top >= n_out:
+        raise LandscapeError(f"the data has labels {low}..{top} but the model outputs {n_out} classes, so its "
+                             "accuracy under noise means nothing: use data with at most that many classes (--data)")
+
+
+def band_accuracies(
+    model: nn.Module, batches: Sequence[Sequence[Tensor]], bands: Sequence[float], *, width: float = WIDTH,
+    strength: float = STRENGTH, seed: int = 0, output: str | int | None = None, skip: Iterable[int] = (),
+    combine: Callable[[tuple[int, int]], tuple[int, int]] | None = None,
+) -> Iterator[tuple[int | None, float]]:
+    """The clean accuracy, then the accuracy under the noise of each band not in ``skip``, as they finish.
+
+    Yields ``(None, clean)`` first and then ``(i, accuracy of band i)``. ``batches`` are this process's share
+    as ``(j, (x, y))`` pairs with their global index ``j``; ``combine`` sums the ``(correct, total)`` counts
+    of all processes (identity by default).
+    """
+    combine = combine or (lambda counts: counts)
+    yield None, _fraction(*combine(hits(model, batches, None, output)))
+    skipped = set(skip)
+    for i, centre in enumerate(bands):
+        if i in skipped:
+            continue
+        noise = {"centre": float(centre), "width": width, "strength": strength, "seed": seed}
+        yield i, _fraction(*combine(hits(model, batches, noise, output)))
 
 
 @dataclass
@@ -106,6 +157,6 @@ def noise_robustness(
     The model is used in eval mode (an eval deep copy if any module is training; never changed).
     """
     net = eval_model(model)
-    clean = accuracy(net, batches)
-    accs = [accuracy(net, batches, {"centre": f, "width": width, "strength": strength, "seed": seed}) for f in bands]
-    return NoiseRobustness(np.asarray(bands, dtype=float), np.asarray(accs), clean, width, strength)
+    results = dict(band_accuracies(net, list(enumerate(batches)), bands, width=width, strength=strength, seed=seed))
+    accs = [results[i] for i in range(len(bands))]
+    return NoiseRobustness(np.asarray(bands, dtype=float), np.asarray(accs), results[None], width, strength)

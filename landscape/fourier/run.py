@@ -1,6 +1,6 @@
 """``run_fourier``: checkpoint -> Fourier profiles (+ band-noise robustness) -> one HDF5 result file.
 
-File layout (kind ``fourier``, README.md's HDF5 schema plus per-layer detail):
+File layout (kind ``fourier``; docs/schema.md, fourier):
 
 - ``frequencies`` (n_freq) and ``delta_log_amplitude`` (n_layers, n_freq): every layer on one common axis,
   chosen by the root attribute ``frequency_axis`` (see :meth:`FourierProfile.common_axis`): ``normalised``
@@ -26,35 +26,42 @@ import numpy as np
 from torch import nn
 
 from landscape import store
-from landscape.fourier.features import FREQUENCY_AXES, PROFILES, FourierProfile, eval_model, fourier_profile
-from landscape.fourier.noise import BANDS, STRENGTH, WIDTH, accuracy
+from landscape.fourier.features import (
+    FREQUENCY_AXES,
+    PROFILES,
+    FourierProfile,
+    eval_model,
+    fourier_profile,
+    merge_profiles,
+)
+from landscape.fourier.noise import BANDS, STRENGTH, WIDTH, band_accuracies, check_labels
 
 if TYPE_CHECKING:
     from landscape.pipeline import ModelSource
 
 
-def write_profile(f: store.h5py.File, result: FourierProfile, axis: str, maps: bool) -> None:
+def write_profile(f: store.ResultFile, result: FourierProfile, axis: str, maps: bool) -> None:
     """Write a :class:`FourierProfile` into an open result file (layout in the module doc)."""
     grid, common = result.common_axis(axis)
-    freq = store.write_array(f, "frequencies", grid, axes=["frequency"])
-    store.set_attrs(freq, {"units": "normalised [0, 1]" if axis == "normalised" else "pi"})
-    store.write_array(f, "delta_log_amplitude", common, axes=["layer", "frequency"])
+    f.write("frequencies", grid, axes=["frequency"])
+    f.set_attrs({"units": "normalised [0, 1]" if axis == "normalised" else "pi"}, at="frequencies")
+    f.write("delta_log_amplitude", common, axes=["layer", "frequency"])
     for i, layer in enumerate(result.layers):
         group = f"layers/{i:03d}"
-        store.write_array(f, f"{group}/frequencies", result.frequencies(i), axes=["frequency"])
-        store.write_array(f, f"{group}/log_amplitude", result.log_amplitude(i), axes=["frequency"])
-        store.write_array(f, f"{group}/delta_log_amplitude", result.delta_log_amplitude(i), axes=["frequency"])
-        store.set_attrs(f[group], {"name": layer.name, "kind": layer.kind, "height": layer.height,
-                                   "width": layer.width})
+        f.write(f"{group}/frequencies", result.frequencies(i), axes=["frequency"])
+        f.write(f"{group}/log_amplitude", result.log_amplitude(i), axes=["frequency"])
+        f.write(f"{group}/delta_log_amplitude", result.delta_log_amplitude(i), axes=["frequency"])
+        f.set_attrs({"name": layer.name, "kind": layer.kind, "height": layer.height, "width": layer.width},
+                    at=group)
         if maps:
-            store.write_array(f, f"maps/{i:03d}", result.mean_map(i), axes=["fy", "fx"])
-    store.write_array(f, "depth", result.depth, axes=["layer"])
-    store.write_array(f, "layer_names", np.array(result.names), axes=["layer"])
-    store.write_array(f, "layer_kinds", np.array(result.kinds), axes=["layer"])
-    store.write_array(f, "layer_sizes", np.array([[la.height, la.width] for la in result.layers]),
-                      axes=["layer", "hw"])
-    store.write_array(f, "variance", result.variance, axes=["layer"])
-    store.write_array(f, "high_frequency", result.high_frequency, axes=["layer"])  # written last: the marker
+            f.write(f"maps/{i:03d}", result.mean_map(i), axes=["fy", "fx"])
+    f.write("depth", result.depth, axes=["layer"])
+    f.write("layer_names", np.array(result.names), axes=["layer"])
+    f.write("layer_kinds", np.array(result.kinds), axes=["layer"])
+    f.write("layer_sizes", np.array([[la.height, la.width] for la in result.layers]), axes=["layer", "hw"])
+    f.write("variance", result.variance, axes=["layer"])
+    f.write("high_frequency", result.high_frequency, axes=["layer"])  # written last: the marker
+    f.mark_done()
 
 
 def run_fourier(
@@ -82,14 +89,16 @@ def run_fourier(
     """Fourier analysis of a checkpoint's feature maps on ``samples`` images, written to ``out``; returns it read.
 
     Computes Paper A's Delta log amplitude profile (``profile``: ``diagonal`` as in the paper, or ``radial``),
-    the high-frequency value and the variance of every block's map (A.3), optionally the 2D mean
+    the high-frequency value and the variance of every block's map (docs/analyses.md), optionally the 2D mean
     log-amplitude maps (``maps``) and the accuracy drop under band-limited noise (``noise_bands``). Root
     attributes are the provenance of :meth:`AnalysisInputs.provenance` plus every option. A complete file of
     the same options is returned as is; an incomplete one is resumed; one of other options needs ``force``.
     ``checkpoint`` is a path or a :class:`~landscape.pipeline.ModelSource`; the block outputs of a model
     outside the zoo are found by :class:`~landscape.taps.FeatureTaps` (its family rules, or ``taps``:
-    ``'PATTERN=KIND'`` strings naming the modules whose outputs are the maps).
+    ``'PATTERN=KIND'`` strings naming the modules whose outputs are the maps). Under torchrun the batches are
+    shared among the ranks (the sums behind every number are additive) and rank 0 writes the file.
     """
+    from landscape import checks
     from landscape import distributed as D
     from landscape.errors import LandscapeError
     from landscape.pipeline import batches_for, load_inputs
@@ -98,9 +107,12 @@ def run_fourier(
         raise LandscapeError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}")
     if frequency_axis not in FREQUENCY_AXES:
         raise LandscapeError(f"unknown frequency axis {frequency_axis!r}; use one of {', '.join(FREQUENCY_AXES)}")
-    if noise_bands and noise_strength <= 0:
-        raise LandscapeError(f"--noise-strength must be positive, got {noise_strength}")
-    inputs = load_inputs(checkpoint, model_name=model_name, data=data, split=split, device=device)
+    if noise_bands:
+        checks.positive(noise_strength, "--noise-strength")
+        checks.positive(noise_width, "--noise-width")
+        bands = [checks.in_range(b, "a noise band centre", 0.0, 1.0) for b in bands]
+    dev = D.start(device)
+    inputs = load_inputs(checkpoint, model_name=model_name, data=data, split=split, device=dev)
     options = {"profile": profile, "frequency_axis": frequency_axis, "maps": bool(maps), "batch_size": batch_size,
                "noise_bands": list(bands) if noise_bands else None,
                "noise_width": noise_width if noise_bands else None,
@@ -108,46 +120,78 @@ def run_fourier(
     attrs = inputs.provenance(samples, seed, **options)
     batches = batches_for(inputs, batch_size=batch_size, n_samples=samples, seed=seed)
     attrs["n_samples"] = sum(int(x.shape[0]) for x, _ in batches)
-    if D.is_main():  # under torchrun the (cheap) analysis runs on rank 0 alone; the others wait for the file
-        f, _ = store.open_result(out, "fourier", attrs, force=force)
-        show = not quiet and sys.stderr.isatty()
-        with f:
-            if not f.attrs.get("complete"):
-                if "high_frequency" not in f:
-                    result = fourier_profile(inputs.model, batches, profile=profile, maps=maps, progress=show,
-                                             taps=taps)
+    net = eval_model(inputs.model)
+    if noise_bands:
+        check_labels(net, batches, inputs.source.output)
+    opened: list[store.ResultFile] = []
+
+    def open_file() -> dict:
+        f = store.open_result(out, "fourier", attrs, force=force)
+        opened.append(f)
+        return {"complete": f.complete, "profile": "high_frequency" in f,
+                "bands": [int(i) for i in np.flatnonzero(f.read("noise/done"))] if "noise/done" in f else []}
+
+    state = D.on_main(open_file)
+    f = opened[0] if opened else None
+    show = not quiet and D.is_main() and sys.stderr.isatty()
+    mine = D.shard(list(enumerate(batches)))
+    try:
+        if not state["complete"]:
+            if not state["profile"]:
+                part = fourier_profile(net, [b for _, b in mine], profile=profile, maps=maps, progress=show,
+                                       taps=taps) if mine else None
+                if part is not None and D.active():  # gathered by pickling: sums travel on the CPU
+                    for la in part.layers:
+                        la.log_amplitude_sum, la.variance_sum = la.log_amplitude_sum.cpu(), la.variance_sum.cpu()
+                result = merge_profiles(D.all_gather_objects(part))
+                if f is not None:
                     write_profile(f, result, frequency_axis, maps)
-                if noise_bands:
-                    _write_noise(f, inputs.model, batches, bands, noise_width, noise_strength, seed, show,
-                                 inputs.source.output)
-                store.mark_complete(f)
+            if noise_bands:
+                _write_noise(f, net, mine, list(bands), noise_width, noise_strength, seed, show,
+                             inputs.source.output, state["bands"])
+            if f is not None:
+                f.mark_complete()
+    finally:
+        if f is not None:
+            f.close()
     D.barrier()
     return store.read_result(out)
 
 
+def _summed(counts: tuple[int, int]) -> tuple[int, int]:
+    """``(correct, total)`` summed over the ranks."""
+    from landscape import distributed as D
+
+    parts = D.all_gather_objects(counts)
+    return sum(c for c, _ in parts), sum(t for _, t in parts)
+
+
 def _write_noise(
-    f: store.h5py.File, model: nn.Module, batches: list, bands: Sequence[float], width: float, strength: float,
-    seed: int, show: bool, output: str | int | None = None,
+    f: store.ResultFile | None, net: nn.Module, mine: list, bands: Sequence[float], width: float, strength: float,
+    seed: int, show: bool, output: str | int | None, done: Sequence[int],
 ) -> None:
-    """Clean accuracy, then the accuracy under noise of each band not yet done, flushed band by band."""
-    net = eval_model(model)
-    n = len(bands)
-    if "noise/frequencies" not in f:
-        store.write_array(f, "noise/frequencies", np.asarray(bands, dtype=float), axes=["band"])
-    acc = store.require_dataset(f, "noise/accuracy", (n,), "f8", fill=np.nan, axes=["band"])
-    drop = store.require_dataset(f, "noise/accuracy_drop", (n,), "f8", fill=np.nan, axes=["band"])
-    done = store.require_dataset(f, "noise/done", (n,), bool, fill=False, axes=["band"])
-    group = f["noise"]
-    if "clean_accuracy" not in group.attrs:
-        store.set_attrs(group, {"clean_accuracy": accuracy(net, batches, output=output)})
-        f.flush()
-    clean = float(group.attrs["clean_accuracy"])
+    """Clean accuracy, then the accuracy under noise of each band not yet done, written band by band."""
     from tqdm.auto import tqdm
 
-    for i in tqdm(range(n), desc="noise bands", unit="band", disable=not show, leave=False):
-        if done[i]:
-            continue
-        noise = {"centre": float(bands[i]), "width": width, "strength": strength, "seed": seed}
-        a = accuracy(net, batches, noise, output=output)
-        acc[i], drop[i], done[i] = a, clean - a, True
-        f.flush()
+    n = len(bands)
+    if f is not None:
+        if "noise/frequencies" not in f:
+            f.write("noise/frequencies", np.asarray(bands, dtype=float), axes=["band"])
+        f.allocate("noise/accuracy", (n,), "f8", fill=np.nan, axes=["band"])
+        f.allocate("noise/accuracy_drop", (n,), "f8", fill=np.nan, axes=["band"])
+        f.allocate("noise/done", (n,), bool, fill=False, axes=["band"])
+    bar = tqdm(total=n, initial=len(done), desc="noise bands", unit="band", disable=not show, leave=False)
+    clean = 0.0
+    with bar:
+        for i, acc in band_accuracies(net, mine, bands, width=width, strength=strength, seed=seed, output=output,
+                                      skip=done, combine=_summed):
+            if i is None:
+                clean = acc
+                if f is not None:
+                    f.set_attrs({"clean_accuracy": acc}, at="noise")
+                continue
+            if f is not None:
+                f.write_at("noise/accuracy", i, acc)
+                f.write_at("noise/accuracy_drop", i, clean - acc)
+                f.mark_done("noise/done", i)
+            bar.update(1)

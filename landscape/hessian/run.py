@@ -1,6 +1,6 @@
 """Library entry points behind ``landscape hessian`` and ``landscape spectrum``: checkpoint in, HDF5 file out.
 
-Files follow README.md's HDF5 schema. ``hessian``: ``eigenvalues`` (k), ``residuals`` (k), ``converged`` (k),
+Files follow docs/schema.md (hessian, spectrum). ``hessian``: ``eigenvalues`` (k), ``residuals`` (k), ``converged`` (k),
 optional ``eigenvectors`` (n_params, k), ``density/grid``, ``density/values``, ``density/nodes``,
 ``density/weights``, ``trace/samples``; ``spectrum``: ``eigenvalues`` (n_batches, k), ``batch_sizes``,
 ``done``, ``n_matvec``. Root attributes: :meth:`AnalysisInputs.provenance` plus every option. Only rank 0
@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import h5py
 import numpy as np
 
 from landscape import distributed, store
@@ -82,15 +81,15 @@ def run_hessian(
     from landscape.hessian.lanczos import lanczos
     from landscape.hessian.operator import HessianOperator
     from landscape.hessian.trace import trace as trace_estimate
-    from landscape.objective import Objective, Regularizer
-    from landscape.pipeline import batches_for, load_inputs, parse_patterns
+    from landscape.objective import Regularizer
+    from landscape.pipeline import batches_for, build_objective, load_inputs, parse_patterns
 
     if top_k < 0 or (top_k == 0 and not density and not trace):
         raise LandscapeError("nothing to compute: give --top-k >= 1, --density or --trace")
     reg = Regularizer.from_options(regularizer, reg_coef)
     patterns = parse_patterns(params)
-    inputs = load_inputs(checkpoint, model_name=model_name, data=data, split=split, device=device)
-    distributed.init(inputs.device)
+    dev = distributed.start(device)
+    inputs = load_inputs(checkpoint, model_name=model_name, data=data, split=split, device=dev)
     batches = batches_for(inputs, batch_size=batch_size, n_samples=samples, seed=seed)
     options = {
         "batch_size": batch_size, "top_k": top_k, "which": which, "tol": tol, "ncv": ncv, "maxiter": maxiter,
@@ -100,10 +99,13 @@ def run_hessian(
         "hvp": hvp, "dtype": dtype, "bn_mode": "eval", "allow_stochastic": bool(allow_stochastic),
     }
     attrs = inputs.provenance(sum(int(y.shape[0]) for _, y in batches), seed, **options)
-    objective = Objective(inputs.model, batches, criterion=criterion, regularizer=reg, device=inputs.device,
-                          dtype=_dtype(dtype), allow_stochastic=allow_stochastic, output=inputs.source.output)
+    objective = build_objective(inputs, batches, criterion=criterion, regularizer=reg, dtype=_dtype(dtype),
+                                allow_stochastic=allow_stochastic)
     attrs["fused_attention_off"] = objective.fused_attention_off
     op = HessianOperator(objective, patterns=patterns or None, mode=hvp, shard=True)
+    if top_k > op.shape[0]:
+        raise LandscapeError(f"--top-k {top_k} asks for more eigenvalues than the {op.shape[0]} parameters of the "
+                             "Hessian have; give at most that many")
     f = _open(out, "hessian", attrs, force)
     try:
         if _todo(f, "eigenvalues", top_k > 0):
@@ -111,28 +113,31 @@ def run_hessian(
                           return_eigenvectors=eigenvectors)
             if f is not None:
                 if eigenvectors:
-                    store.write_array(f, "eigenvectors", res.eigenvectors.cpu().numpy(), axes=["parameter", "pair"])
-                store.write_array(f, "residuals", res.residuals.numpy(), axes=["pair"])
-                store.write_array(f, "converged", res.converged.numpy(), axes=["pair"])
-                store.set_attrs(f, {"n_params": op.shape[0], "parameter_names": op.names,
-                                    "eigen_n_matvec": res.n_matvec, "eigen_restarts": res.n_restarts})
-                store.write_array(f, "eigenvalues", res.eigenvalues.numpy(), axes=["pair"])
+                    f.write("eigenvectors", res.eigenvectors.cpu().numpy(), axes=["parameter", "pair"])
+                f.write("residuals", res.residuals.numpy(), axes=["pair"])
+                f.write("converged", res.converged.numpy(), axes=["pair"])
+                f.set_attrs({"n_params": op.shape[0], "parameter_names": op.names,
+                             "eigen_n_matvec": res.n_matvec, "eigen_restarts": res.n_restarts})
+                f.write("eigenvalues", res.eigenvalues.numpy(), axes=["pair"])
+                f.mark_done()
         if _todo(f, "density/values", density):
             d = spectral_density(op, probes, steps, sigma, grid_points=grid_points, seed=seed)
             if f is not None:
-                store.write_array(f, "density/nodes", d.nodes.numpy(), axes=["probe", "node"])
-                store.write_array(f, "density/weights", d.weights.numpy(), axes=["probe", "node"])
-                store.write_array(f, "density/grid", d.grid.numpy(), axes=["eigenvalue"])
-                store.set_attrs(f["density/nodes"].parent, {"sigma": d.sigma, "n_matvec": d.n_matvec})
-                store.write_array(f, "density/values", d.values.numpy(), axes=["eigenvalue"])
+                f.write("density/nodes", d.nodes.numpy(), axes=["probe", "node"])
+                f.write("density/weights", d.weights.numpy(), axes=["probe", "node"])
+                f.write("density/grid", d.grid.numpy(), axes=["eigenvalue"])
+                f.set_attrs({"sigma": d.sigma, "n_matvec": d.n_matvec}, at="density")
+                f.write("density/values", d.values.numpy(), axes=["eigenvalue"])
+                f.mark_done()
         if _todo(f, "trace/samples", trace):
             t = trace_estimate(op, trace_samples, trace_method, seed=seed)
             if f is not None:
-                store.write_array(f, "trace/samples", t.samples.numpy(), axes=["probe"])
-                store.set_attrs(f["trace"], {"estimate": t.estimate, "stderr": t.stderr, "method": t.method,
-                                             "n_matvec": t.n_matvec})
+                f.write("trace/samples", t.samples.numpy(), axes=["probe"])
+                f.set_attrs({"estimate": t.estimate, "stderr": t.stderr, "method": t.method,
+                             "n_matvec": t.n_matvec}, at="trace")
+                f.mark_done()
         if f is not None:
-            store.mark_complete(f)
+            f.mark_complete()
     finally:
         if f is not None:
             f.close()
@@ -140,24 +145,16 @@ def run_hessian(
     return store.read_result(out)
 
 
-def _open(out: str | Path, kind: str, attrs: dict[str, Any], force: bool) -> h5py.File | None:
+def _open(out: str | Path, kind: str, attrs: dict[str, Any], force: bool) -> store.ResultFile | None:
     """Rank 0 opens (or resumes) the file; other ranks get None. Errors reach every rank."""
-    error = None
-    f = None
-    if distributed.is_main():
-        try:
-            f, _ = store.open_result(out, kind, attrs, force=force)
-        except LandscapeError as exc:
-            error = str(exc)
-    error = distributed.broadcast_object(error)
-    if error is not None:
-        raise LandscapeError(error)
-    return f
+    opened: list[store.ResultFile] = []
+    distributed.on_main(lambda: opened.append(store.open_result(out, kind, attrs, force=force)))
+    return opened[0] if opened else None
 
 
-def _todo(f: h5py.File | None, name: str, wanted: bool) -> bool:
+def _todo(f: store.ResultFile | None, name: str, wanted: bool) -> bool:
     """Whether a section is wanted and not yet in the file (every rank agrees; rank 0 holds the file)."""
-    present = distributed.broadcast_object(f is not None and name in f)
+    present = distributed.broadcast_object(f is not None and (name in f or f.complete))
     return wanted and not present
 
 
@@ -200,8 +197,8 @@ def run_spectrum(
     from landscape.pipeline import load_inputs
 
     reg = Regularizer.from_options(regularizer, reg_coef)
-    inputs = load_inputs(checkpoint, model_name=model_name, data=data, split=split, device=device)
-    distributed.init(inputs.device)
+    dev = distributed.start(device)
+    inputs = load_inputs(checkpoint, model_name=model_name, data=data, split=split, device=dev)
     dataset = load_dataset(inputs.dataset_spec, split, preprocess=inputs.preprocess)
     if samples is None:
         if fraction is None or not 0 < fraction <= 1:
@@ -220,20 +217,20 @@ def run_spectrum(
     try:
         if f is not None:
             n = len(batches)
-            eig = store.require_dataset(f, "eigenvalues", (n, top_k), "f8", fill=np.nan, axes=["batch", "rank"])
-            done = store.require_dataset(f, "done", (n,), bool, fill=False, axes=["batch"])
-            count = store.require_dataset(f, "n_matvec", (n,), "i8", fill=0, axes=["batch"])
-            if "batch_sizes" not in f:
-                store.write_array(f, "batch_sizes", np.array([int(y.shape[0]) for _, y in batches]), axes=["batch"])
-            skip = [int(i) for i in np.flatnonzero(done[()])]
+            if not f.complete:
+                f.allocate("eigenvalues", (n, top_k), "f8", fill=np.nan, axes=["batch", "rank"])
+                f.allocate("done", (n,), bool, fill=False, axes=["batch"])
+                f.allocate("n_matvec", (n,), "i8", fill=0, axes=["batch"])
+                if "batch_sizes" not in f:
+                    f.write("batch_sizes", np.array([int(y.shape[0]) for _, y in batches]), axes=["batch"])
+            skip = [int(i) for i in np.flatnonzero(f.read("done"))]
         skip = distributed.broadcast_object(skip)
 
         def write(item: Any) -> None:
             if f is not None:
-                eig[item.index] = item.eigenvalues
-                count[item.index] = item.n_matvec
-                done[item.index] = True
-                f.flush()
+                f.write_at("eigenvalues", item.index, item.eigenvalues)
+                f.write_at("n_matvec", item.index, item.n_matvec)
+                f.mark_done("done", item.index)
 
         if len(skip) < len(batches):
             max_eigenvalue_spectrum(
@@ -243,7 +240,7 @@ def run_spectrum(
                 progress=_show(quiet),
             )
         if f is not None:
-            store.mark_complete(f)
+            f.mark_complete()
     finally:
         if f is not None:
             f.close()

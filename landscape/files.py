@@ -1,0 +1,231 @@
+"""Writing files safely: atomic replacement through an exclusive temporary file, folders, writer locks, OS errors.
+
+- :func:`atomic_write` writes a file through a temporary created with a random name and exclusive creation
+  (``tempfile.mkstemp``) in the target folder, then ``os.replace``-s it into place, so a planted symlink is
+  never followed and a failed write never leaves a half-written file under the final name.
+- :class:`WriterLock` is an advisory ``flock`` on a sidecar file ``.NAME.lock`` beside a result file. The
+  kernel releases it when its process ends, however it ends, so a held lock always means a live writer.
+  The sidecar records the writer's pid and the identity of its run.
+- :func:`os_error` turns an ``OSError`` into a one-line :class:`~landscape.errors.LandscapeError` chosen by
+  the exception's type and ``errno`` (never by the words of its message).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import IO, Any
+
+from landscape.errors import LandscapeError
+
+_ERRNO_CAUSES = {
+    errno.ENOSPC: "no space left on the device; free some space",
+    errno.EFBIG: "the file size limit was reached (ulimit -f); raise the limit",
+    errno.EROFS: "the file system is read-only; choose a writable --out",
+    errno.EDQUOT: "the disk quota is exceeded; free some space",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another --out",
+    errno.EISDIR: "it is a folder; give a file name",
+    errno.ENAMETOOLONG: "the name is too long; choose a shorter --out",
+}
+
+
+def os_error(exc: OSError, path: str | Path, action: str = "write") -> LandscapeError:
+    """A one-line error for an ``OSError`` raised while doing ``action`` on ``path``, classified by type/errno.
+
+    Args:
+        exc: the error raised by the operating system (or by h5py, which keeps ``errno``).
+        path: the file or folder concerned.
+        action: what was being done, e.g. ``"write"``, ``"create"``, ``"read"``.
+
+    Returns:
+        The :class:`LandscapeError` to raise (``raise os_error(exc, path) from exc``).
+    """
+    if isinstance(exc, PermissionError):
+        cause = "permission denied; choose a writable --out" if action != "read" else "permission denied"
+    elif isinstance(exc, FileNotFoundError) and action == "read":
+        cause = "it does not exist"
+    elif exc.errno in _ERRNO_CAUSES:
+        cause = _ERRNO_CAUSES[exc.errno]
+    else:
+        detail = (exc.strerror or str(exc) or type(exc).__name__).strip().splitlines()[0]
+        cause = f"{type(exc).__name__}: {detail}"
+    return LandscapeError(f"cannot {action} {path}: {cause}")
+
+
+def ensure_folder(path: str | Path) -> Path:
+    """Create folder ``path`` (and its parents) if needed; any OS failure is a one-line error."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise LandscapeError(f"cannot create folder {path}: a file of that name exists; choose another --out") from None
+    except OSError as exc:
+        raise os_error(exc, path, "create folder") from exc
+    return path
+
+
+@contextmanager
+def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
+    """Write ``path`` all at once: yield a file object on an exclusive temporary, move it into place on success.
+
+    The temporary ``.NAME.XXXXXXXX.tmp`` is created in ``path``'s folder with a random name and ``O_EXCL``
+    (never through a symlink); on any error it is removed and ``path`` is left as it was.
+
+    Args:
+        path: the final file.
+        mode: ``"wb"`` (binary) or ``"w"`` (text, UTF-8).
+
+    Raises:
+        LandscapeError: the folder cannot be created or written, the disk is full, ...
+    """
+    path = Path(path)
+    folder = ensure_folder(path.parent if str(path.parent) else ".")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise os_error(exc, path, "write") from exc
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; a result gets the permissions of any new file
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        _remove_quietly(tmp)
+        raise os_error(exc, path, "write") from exc
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_write`)."""
+    with atomic_write(path, "w") as handle:
+        handle.write(text)
+
+
+def temporary_path(path: str | Path) -> Path:
+    """Create an empty exclusive temporary file beside ``path`` (random name, ``O_EXCL``) and return its path.
+
+    For writers that need a file name rather than a file object; the caller moves it into place with
+    ``os.replace`` or removes it.
+    """
+    path = Path(path)
+    folder = ensure_folder(path.parent if str(path.parent) else ".")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise os_error(exc, path, "write") from exc
+    os.close(fd)
+    return Path(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _remove_quietly(path: str | Path) -> None:
+    with suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def lock_path(path: str | Path) -> Path:
+    """The sidecar lock file of result file ``path``: ``.NAME.lock`` in the same folder."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.lock")
+
+
+class WriterLock:
+    """An exclusive advisory lock that marks a result file as being written by a live process.
+
+    Args:
+        path: the result file the lock belongs to (the lock itself is :func:`lock_path`).
+        identity: the identity of the run (recorded in the sidecar, read back by :func:`last_writer`).
+
+    Raises:
+        LandscapeError: another live process holds the lock, or the folder cannot be written.
+    """
+
+    def __init__(self, path: str | Path, identity: str) -> None:
+        import fcntl
+
+        self.path = Path(path)
+        self.file = lock_path(path)
+        self.failed = False
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self.fd = os.open(self.file, flags, 0o644)
+        except OSError as exc:
+            raise os_error(exc, self.path, "write") from exc
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _read_record(self.fd).get("pid")
+            os.close(self.fd)
+            raise LandscapeError(f"{self.path} is being written by a running analysis (pid {pid}); wait for that "
+                                 "run to end, or write elsewhere with --out") from None
+        record = json.dumps({"pid": os.getpid(), "identity": identity}).encode()
+        try:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, record, 0)
+        except OSError as exc:
+            self.release()
+            raise os_error(exc, self.path, "write") from exc
+
+    def release(self) -> None:
+        """Release the lock; the sidecar is removed unless a write failed (it then tells a rerun what it was)."""
+        if self.fd < 0:
+            return
+        if not self.failed:
+            _remove_quietly(self.file)
+        os.close(self.fd)  # closing the descriptor releases the flock
+        self.fd = -1
+
+
+def _read_record(fd: int) -> dict[str, Any]:
+    try:
+        data = os.pread(fd, 4096, 0)
+        record = json.loads(data.decode() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def live_writer(path: str | Path) -> int | None:
+    """The pid of the live process writing result file ``path``, or None when no process holds its lock."""
+    import fcntl
+
+    file = lock_path(path)
+    try:
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return int(_read_record(fd).get("pid") or -1)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def last_writer(path: str | Path) -> dict[str, Any]:
+    """What the sidecar of ``path`` says about the last run that wrote it (``{}`` when there is none)."""
+    try:
+        fd = os.open(lock_path(path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return {}
+    try:
+        return _read_record(fd)
+    finally:
+        os.close(fd)
