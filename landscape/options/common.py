@@ -1,0 +1,42 @@
+"""Choices and defaults shared by several analyses, and the validation of the data options they all have."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from landscape import checks
+from landscape.errors import LandscapeError
+
+#: dataset splits (``val`` is another name for ``test``)
+SPLITS = ("train", "test", "val")
+#: data losses by name
+CRITERIA = ("cross_entropy", "mse")
+#: penalties added to the data loss, and the coefficient each takes by default
+REGULARIZERS = ("none", "l2", "norm-sum")
+REG_COEF_DEFAULTS = {"none": 0.0, "l2": 5e-4, "norm-sum": 0.05}
+#: floating-point types of the Hessian computations
+DTYPES = ("float32", "float64")
+
+
+def choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``choices``, else a one-line error listing them."""
+    if value not in choices:
+        raise LandscapeError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+    return str(value)
+
+
+def check_data_options(split: str, samples: int | None, batch_size: int, seed: int) -> None:
+    """Validate the options every analysis has: a known split, positive sample and batch counts, an int seed."""
+    choice(split, "split", SPLITS)
+    if samples is not None:
+        checks.positive_int(samples, "--samples")
+    checks.positive_int(batch_size, "--batch-size")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise LandscapeError(f"--seed must be a whole number, got {seed!r}")
+
+
+def check_regularizer(kind: str, coef: float | None) -> None:
+    """Validate a regulariser kind and its coefficient (None: the kind's default)."""
+    choice(kind, "regulariser", REGULARIZERS)
+    if coef is not None:
+        checks.non_negative(coef, "--reg-coef")
