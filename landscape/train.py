@@ -72,7 +72,7 @@ class TrainConfig:
 
     @classmethod
     def paper_a(cls, model: str, **overrides: Any) -> TrainConfig:
-        """Paper A's CIFAR-100 recipe (README.md, `landscape train`), with ``overrides`` applied on top.
+        """Paper A's CIFAR-100 recipe (docs/analyses.md, models and training recipe), with ``overrides`` applied on top.
 
         AdamW 1.25e-4, wd 0.05, batch 96, 5 warm-up + 300 cosine epochs, RandAugment, MixUp 0.8 / CutMix 1.0,
         label smoothing 0.1, gradient clip 5, stochastic depth 0.1. With fewer epochs than the warm-up, the

@@ -1,4 +1,4 @@
-"""Fourier analysis of feature maps (Paper A, A.3): Delta log amplitude, high frequency, variance, band noise.
+"""Fourier analysis of feature maps (docs/analyses.md): Delta log amplitude, high frequency, variance, band noise.
 
 - :mod:`landscape.fourier.spectrum`: FFT sums of one batch of maps (diagonal, 2D map, radial, variance).
 - :mod:`landscape.fourier.features`: accumulation over batches of every block's map -> :class:`FourierProfile`.

@@ -1,6 +1,6 @@
 """Fourier spectra of feature maps: the sums that build Paper A's log-amplitude profiles.
 
-Conventions (README.md, `landscape fourier`). A map ``x`` of shape (..., h, w) has the 2D DFT
+Conventions (docs/analyses.md, Fourier). A map ``x`` of shape (..., h, w) has the 2D DFT
 ``F[ky, kx] = sum_{m, n} x[m, n] exp(-2 pi i (ky m / h + kx n / w))``; its log amplitude is
 ``log(|F| + 1e-6)``. Frequency ``k`` along an axis of length ``h`` is ``2 pi k / h``; frequencies are stored in
 units of pi, so index ``k`` is ``2 k / h`` (``torch.fft.fftfreq(h) * 2``, in [-1, 1)).

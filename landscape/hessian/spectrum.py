@@ -1,4 +1,4 @@
-"""Paper A's per-mini-batch "max eigenvalue spectra" (README.md, `landscape spectrum`).
+"""Paper A's per-mini-batch "max eigenvalue spectra" (docs/analyses.md, per-mini-batch spectrum).
 
 For every mini-batch ``b`` the top-k eigenvalues of ``H_b + H_R`` (that batch's mean loss plus the
 regulariser; BatchNorm in eval mode) are computed; the eigenvalues of all batches are pooled and their
