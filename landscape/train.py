@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from landscape import checks
 from landscape.errors import LandscapeError
 
 OPTIMIZERS = ("adamw", "sgd")
@@ -59,16 +60,30 @@ class TrainConfig:
     recipe: str | None = None
 
     def __post_init__(self) -> None:
+        """Refuse unknown names and numbers that are out of range, NaN or infinite (one-line errors).
+
+        Raises:
+            LandscapeError: naming the option, its rule and the value given.
+        """
         if self.recipe is not None and self.recipe not in RECIPES:
             raise LandscapeError(f"unknown recipe {self.recipe!r}; choose one of {', '.join(RECIPES)}")
         if self.optimizer not in OPTIMIZERS:
             raise LandscapeError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
-        if self.epochs <= 0 or self.batch_size <= 0:
-            raise LandscapeError("--epochs and --batch-size must be positive")
-        if self.lr <= 0:
-            raise LandscapeError(f"--lr must be positive, got {self.lr}")
-        if self.warmup_epochs < 0 or self.warmup_epochs > self.epochs:
-            raise LandscapeError(f"--warmup-epochs must lie in [0, epochs={self.epochs}], got {self.warmup_epochs}")
+        checks.positive_int(self.epochs, "--epochs")
+        checks.positive_int(self.batch_size, "--batch-size")
+        checks.positive(self.lr, "--lr")
+        checks.non_negative(self.weight_decay, "--weight-decay")
+        if self.optimizer == "sgd":  # Nesterov momentum needs 0 < momentum < 1
+            checks.in_range(self.momentum, "momentum", 0.0, 1.0, low_open=True, high_open=True)
+        checks.in_range(self.warmup_epochs, f"--warmup-epochs (at most epochs={self.epochs})", 0.0, self.epochs)
+        checks.in_range(self.label_smoothing, "--label-smoothing", 0.0, 1.0)
+        if self.clip_grad is not None:
+            checks.non_negative(self.clip_grad, "--clip-grad (0 turns clipping off)")
+        checks.non_negative(self.mixup, "mixup alpha (0 turns MixUp off)")
+        checks.non_negative(self.cutmix, "cutmix alpha (0 turns CutMix off)")
+        checks.in_range(self.drop_path, "drop_path", 0.0, 1.0, high_open=True)
+        if self.snapshot_every is not None:
+            checks.positive_int(self.snapshot_every, "--snapshot-every")
 
     @classmethod
     def paper_a(cls, model: str, **overrides: Any) -> TrainConfig:
@@ -124,12 +139,37 @@ def snapshot_path(out: Path, tag: str) -> Path:
 
 
 def _build_model(config: TrainConfig, num_classes: int, in_chans: int, img_size: int) -> nn.Module:
-    """The model of ``config`` fitted to the data (channels, image size, classes where it takes them)."""
+    """The model of ``config`` fitted to the data (channels, image size, classes where it takes them).
+
+    A ``num_classes`` among ``config.model_kwargs`` (``--model-kw num_classes=N``) sizes the head instead of
+    the data's class count; :func:`_check_head` then refuses a head too small for the labels.
+    """
     from landscape.models import create_model
     from landscape.models.external import data_kwargs
 
     fitted = data_kwargs(config.model, in_chans=in_chans, img_size=img_size, drop_path=config.drop_path)
-    return create_model(config.model, num_classes=num_classes, **{**fitted, **config.model_kwargs})
+    kwargs = {**fitted, **config.model_kwargs}
+    num_classes = kwargs.pop("num_classes", num_classes)
+    return create_model(config.model, num_classes=num_classes, **kwargs)
+
+
+def _check_head(outputs: int, config: TrainConfig, num_classes: int) -> None:
+    """Refuse a model whose head has fewer outputs than the data has classes (labels ``0..num_classes-1``).
+
+    Args:
+        outputs: the head's number of outputs (the logits' last dimension).
+        config: the run's options (for the message).
+        num_classes: the data's number of classes.
+
+    Raises:
+        LandscapeError: ``outputs < num_classes``.
+    """
+    if outputs < num_classes:
+        raise LandscapeError(
+            f"the labels of {config.data} run 0..{num_classes - 1} ({num_classes} classes) but model "
+            f"{config.model}'s head has {outputs} classes; build it with num_classes={num_classes} (drop "
+            "--model-kw num_classes, or give a py: factory a num_classes argument)"
+        )
 
 
 def _augmentation(config: TrainConfig) -> Callable[[Tensor], Tensor] | None:
@@ -186,18 +226,47 @@ def evaluate_model(model: nn.Module, dataset: Any, device: torch.device, batch_s
 
 
 def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, quiet: bool = False) -> TrainResult:
-    """Train ``config.model`` on ``config.data`` and save the final checkpoint (and snapshots) at ``out``."""
-    from tqdm.auto import tqdm
+    """Train ``config.model`` on ``config.data`` and save the final checkpoint (and snapshots) at ``out``.
 
-    from landscape.checkpoint import load_model, save_checkpoint
-    from landscape.data import dataset_info, load_dataset
-    from landscape.pipeline import resolve_device, resolve_preprocess
+    The run is reproducible bit for bit from ``config.seed``: the global CPU generator and the training
+    device's CUDA generator are seeded with it inside :func:`torch.random.fork_rng`, so the caller's random
+    state is the same after the call as before it (and does not affect the run).
+
+    Args:
+        config: every option of the run.
+        out: the checkpoint path; snapshots are written beside it (:func:`snapshot_path`).
+        force: overwrite an existing ``out``.
+        quiet: no progress output.
+
+    Returns:
+        A :class:`TrainResult`.
+
+    Raises:
+        LandscapeError: ``out`` exists without ``force``, a model or data the run cannot use (e.g. a head
+            with fewer classes than the labels), an ``--init`` that does not fit, or a diverged loss.
+    """
+    from landscape.pipeline import resolve_device
 
     out = Path(out)
     if out.exists() and not force:
         raise LandscapeError(f"{out} exists; use --force to overwrite it or --out to write elsewhere")
     device = resolve_device(config.device)
-    torch.manual_seed(config.seed)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.default_generator.manual_seed(config.seed)
+        if device.type == "cuda":
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(config.seed)  # this device only: the others are not forked
+        return _train(config, out, device, quiet)
+
+
+def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool) -> TrainResult:
+    """The body of :func:`train_model`, run with the global generators already seeded (and forked)."""
+    from tqdm.auto import tqdm
+
+    from landscape.checkpoint import load_model, save_checkpoint
+    from landscape.data import dataset_info, load_dataset
+    from landscape.pipeline import resolve_preprocess
+
     generator = torch.Generator().manual_seed(config.seed)
 
     info = dataset_info(config.data)
@@ -233,6 +302,7 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
     options = dataclasses.asdict(config)
     model_name = getattr(model, "model_name", config.model)
     model_kwargs = dict(getattr(model, "model_kwargs", {}))
+    head_classes = config.model_kwargs.get("num_classes", info.num_classes)  # as given to create_model
 
     def save(path: Path, epoch: int, metrics: dict[str, float]) -> Path:
         return save_checkpoint(
@@ -240,7 +310,7 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
             model,
             model_name=model_name,
             model_kwargs=model_kwargs,
-            num_classes=info.num_classes,
+            num_classes=head_classes,
             dataset=config.data,
             epoch=epoch,
             metrics=metrics,
@@ -275,6 +345,8 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
                 group["lr"] = config.lr * lr_factor(step, total_steps, warmup_steps)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
                 logits = model(x)
+            if step == 0:  # the head's true width, whatever the model (a py: factory may ignore num_classes)
+                _check_head(logits.shape[-1], config, info.num_classes)
             loss = F.cross_entropy(logits.float(), target, label_smoothing=config.label_smoothing)
             if not torch.isfinite(loss):
                 raise LandscapeError(f"training diverged (loss {float(loss)}) at epoch {epoch}; lower --lr")

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import one_line_error
 from test_hessian_operator import dense_hessian, tiny_batches, tiny_model
 
 from landscape.errors import LandscapeError
@@ -90,3 +91,39 @@ def test_invalid_density_options():
         spectral_density(DenseOperator(A), probes=0)
     with pytest.raises(LandscapeError):
         broadened_density(torch.zeros(2, 2), torch.ones(2, 2), sigma=-1.0)
+
+
+def test_seed_none_leaves_the_global_rng_untouched_and_a_seed_reproduces():
+    A = random_symmetric(40)
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    fresh = [spectral_density(DenseOperator(A), probes=2, steps=8, seed=None).nodes for _ in range(2)]
+    assert torch.equal(torch.get_rng_state(), before)
+    assert not torch.equal(fresh[0], fresh[1])
+    a = spectral_density(DenseOperator(A), probes=2, steps=8, seed=3)
+    b = spectral_density(DenseOperator(A), probes=2, steps=8, seed=3)
+    assert torch.equal(a.nodes, b.nodes) and torch.equal(a.values, b.values)
+
+
+@pytest.mark.parametrize("sigma", [math.nan, math.inf, -math.inf, 0.0, -1.0])
+def test_sigma_must_be_finite_and_positive(sigma):
+    A = random_symmetric(20)
+    op = DenseOperator(A)
+    one_line_error(spectral_density, op, probes=1, steps=4, sigma=sigma, match="sigma must be a finite number")
+    assert op.n_matvec == 0  # refused before any product
+    one_line_error(broadened_density, torch.zeros(2, 2), torch.ones(2, 2), sigma=sigma, match="sigma")
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_non_finite_products_are_a_one_line_error(bad):
+    A = random_symmetric(30)
+    count = [0]
+
+    def fn(v):
+        count[0] += 1
+        out = A @ v
+        return out if count[0] <= 5 else torch.where(torch.arange(30) == 2, bad, out)
+
+    msg = one_line_error(spectral_density, DenseOperator(fn=fn, n=30), probes=2, steps=4, seed=0,
+                         match="Hessian-vector product returned non-finite values")
+    assert "at product 2" in msg and count[0] == 6  # the second probe's second product

@@ -1,8 +1,11 @@
 """Lanczos against numpy on synthetic spectra (clustered, negative, repeated) and dense tiny-model Hessians."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
+from helpers import one_line_error
 from test_hessian_operator import dense_hessian, tiny_batches, tiny_model
 
 from landscape.errors import LandscapeError
@@ -105,3 +108,60 @@ def test_tiny_model_top_and_bottom_eigenvalues_to_1e8_relative(reg):
     H = dense_hessian(obj)
     true_res = torch.linalg.vector_norm(H @ Y - Y * res.eigenvalues, dim=0)
     torch.testing.assert_close(true_res, res.residuals, rtol=1e-4, atol=1e-12)
+
+
+def test_seed_none_leaves_the_global_rng_untouched_and_a_seed_reproduces():
+    A, _ = synthetic(n=60)
+    torch.manual_seed(1234)
+    before = torch.get_rng_state()
+    lanczos(DenseOperator(A), k=2, tol=1e-3, seed=None)
+    assert torch.equal(torch.get_rng_state(), before)
+    starts = []
+    for seed in (7, 7, None, None):
+        lanczos(DenseOperator(A), k=2, tol=1e-3, seed=seed, ncv=5, maxiter=0,
+                callback=lambda n, values, errors: starts.append(values.clone()) if n == 1 else None)
+    assert torch.equal(starts[0], starts[1])  # the first Rayleigh quotient v0^T A v0: same seed, same start
+    assert not torch.equal(starts[2], starts[3])  # fresh entropy: different starts
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def nan_after(A, good, bad=math.nan):
+    """``A`` as an operator whose products after the first ``good`` ones have one entry replaced by ``bad``."""
+    count = [0]
+
+    def fn(v):
+        count[0] += 1
+        out = A @ v
+        if count[0] > good:
+            out = out.clone()
+            out[3] = bad
+        return out
+
+    return DenseOperator(fn=fn, n=A.shape[0])
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_products_are_a_one_line_error(bad):
+    A, _ = synthetic(n=40)
+    msg = one_line_error(lanczos, nan_after(A, 3, bad), k=2, seed=0, match="non-finite")
+    assert "Hessian-vector product" in msg and "product 4" in msg
+    one_line_error(lanczos_tridiagonal, nan_after(A, 2, bad), torch.ones(40, dtype=torch.float64), 10,
+                   match="non-finite values .* at product 3")
+
+
+def test_a_nan_weight_in_the_evaluation_point_is_a_one_line_error():
+    obj = Objective(tiny_model(), tiny_batches(), dtype=torch.float64)
+    point = dict(obj.params)
+    point["3.weight"] = point["3.weight"].clone()
+    point["3.weight"][0, 0] = math.nan
+    op = HessianOperator(obj, params=point, mode="jvp")
+    one_line_error(lanczos, op, k=2, seed=0, match="Hessian-vector product returned non-finite values")
+    assert op.n_matvec == 1  # refused at the first product, before any eigenproblem
+
+
+def test_tol_must_be_finite_and_non_negative():
+    A, _ = synthetic(n=30)
+    for tol in (math.nan, math.inf, -1e-3):
+        one_line_error(lanczos, DenseOperator(A), k=2, tol=tol, match="tol")
+    exact = lanczos(DenseOperator(A), k=2, tol=0, seed=0)  # 0 still means machine precision
+    assert exact.tol == torch.finfo(torch.float64).eps and exact.all_converged

@@ -148,3 +148,43 @@ def test_select_names():
     assert select_names(names, "a") == ["a.weight", "a.bias"]
     assert select_names(names, ["a*"]) == names
     assert select_names(names, "ab.weight") == ["ab.weight"]
+
+
+def test_clear_cache_frees_the_traced_products_and_keeps_the_results():
+    import gc
+    import weakref
+
+    obj = Objective(tiny_model(), tiny_batches((7, 4)), dtype=torch.float64, regularizer=REGULARIZERS[1])
+    op = HessianOperator(obj, mode="linearize")
+    v = torch.randn(63, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    first = op.matvec(v)
+    assert sorted(op._linear) == [0, 1]
+    traced = [weakref.ref(fn) for fn in op._linear.values()]
+    op.clear_cache()
+    gc.collect()
+    assert op._linear == {} and all(ref() is None for ref in traced)  # nothing else holds the traced products
+    again = op.matvec(v)  # traced afresh, same numbers
+    assert sorted(op._linear) == [0, 1]
+    torch.testing.assert_close(again, first, rtol=1e-14, atol=1e-15)
+    torch.testing.assert_close(again, dense_hessian(obj) @ v, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("names", [None, ["3.weight", "3.bias"]], ids=["all", "last-layer"])
+def test_agrees_with_curvlinops_hessian_linear_operator(names):
+    curvlinops = pytest.importorskip("curvlinops")
+    model = tiny_model().double()
+    batches = [(x.double(), y) for x, y in tiny_batches((9, 4))]  # unequal: the N_b / N weights matter
+    obj = Objective(model, batches, dtype=torch.float64)
+    ours = HessianOperator(obj, patterns=names, mode="jvp")
+    named = dict(model.named_parameters())
+    params = [named[n] for n in ours.names]
+    theirs = curvlinops.HessianLinearOperator(model, nn.CrossEntropyLoss(reduction="mean"), params, batches)
+    assert theirs.shape == ours.shape
+    per_batch = [HessianOperator(obj, patterns=names, batches=[i], mode="jvp") for i in range(2)]
+    g = torch.Generator().manual_seed(4)
+    for _ in range(3):
+        v = torch.randn(ours.shape[0], dtype=torch.float64, generator=g)
+        want = theirs @ v
+        torch.testing.assert_close(ours.matvec(v), want, rtol=1e-10, atol=1e-10 * float(want.abs().max()))
+        equal = (per_batch[0].matvec(v) + per_batch[1].matvec(v)) / 2  # what an unweighted average would give
+        assert float((equal - want).abs().max()) > 1e-3 * float(want.abs().max())

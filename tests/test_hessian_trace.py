@@ -5,11 +5,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import one_line_error
 from test_hessian_operator import dense_hessian, tiny_batches, tiny_model
 
 from landscape.errors import LandscapeError
 from landscape.hessian.lanczos import DenseOperator
 from landscape.hessian.operator import HessianOperator
+from landscape.hessian.probes import probe_vectors
 from landscape.hessian.trace import trace
 from landscape.objective import Objective, Regularizer
 
@@ -62,3 +64,42 @@ def test_invalid_trace_options():
     for kw in ({"samples": 1}, {"samples": 5, "method": "hutch++"}, {"method": "other"}):
         with pytest.raises(LandscapeError):
             trace(DenseOperator(A), **kw)
+
+
+@pytest.mark.parametrize("method", ["hutchinson", "hutch++"])
+def test_seed_none_leaves_the_global_rng_untouched_and_a_seed_reproduces(method):
+    A, _ = low_rank_plus_noise(30)
+    torch.manual_seed(99)
+    before = torch.get_rng_state()
+    fresh = [trace(DenseOperator(A), 12, method, seed=None).samples for _ in range(2)]
+    assert torch.equal(torch.get_rng_state(), before)
+    assert not torch.equal(fresh[0], fresh[1])
+    a, b = trace(DenseOperator(A), 12, method, seed=5), trace(DenseOperator(A), 12, method, seed=5)
+    assert torch.equal(a.samples, b.samples) and a.estimate == b.estimate
+
+
+@pytest.mark.parametrize("distribution", ["rademacher", "gaussian"])
+def test_probe_vectors_seed_none_leaves_the_global_rng_untouched(distribution):
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    z1, z2 = (probe_vectors(50, 4, seed=None, distribution=distribution) for _ in range(2))
+    assert torch.equal(torch.get_rng_state(), before) and not torch.equal(z1, z2)
+    g = torch.Generator().manual_seed(11)  # seed=11 is exactly a CPU generator seeded with 11
+    if distribution == "gaussian":
+        want = torch.randn(50, 4, generator=g, dtype=torch.float64)
+    else:
+        want = torch.randint(0, 2, (50, 4), generator=g).to(torch.float64) * 2 - 1
+    assert torch.equal(probe_vectors(50, 4, seed=11, distribution=distribution), want)
+
+
+@pytest.mark.parametrize(("method", "samples", "good"), [("hutchinson", 10, 4), ("hutch++", 9, 3), ("hutch++", 9, 7)])
+def test_non_finite_products_are_a_one_line_error(method, samples, good):
+    A, _ = low_rank_plus_noise(30)
+    count = [0]
+
+    def fn(v):
+        count[0] += 1
+        return A @ v if count[0] <= good else torch.full_like(v, math.nan)
+
+    msg = one_line_error(trace, DenseOperator(fn=fn, n=30), samples, method, seed=0, match="non-finite")
+    assert f"at product {good + 1}" in msg and count[0] == good + 1  # refused at once, no product wasted

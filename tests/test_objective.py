@@ -223,3 +223,12 @@ def test_stochastic_model_is_refused_unless_allowed():
 def test_no_batches_is_an_error():
     with pytest.raises(LandscapeError, match="no data"):
         Objective(bn_model(), [])
+
+
+@pytest.mark.parametrize("coef", [float("nan"), float("inf"), float("-inf"), -1e-9])
+@pytest.mark.parametrize("kind", ["none", "l2", "norm-sum"])
+def test_regulariser_coefficient_must_be_finite_and_non_negative(kind, coef):
+    msg = one_line_error(Regularizer, kind, coef, match="regulariser coefficient")
+    assert "--reg-coef" in msg and "finite" in msg
+    one_line_error(Regularizer.from_options, kind, coef, match="regulariser coefficient")
+    assert Regularizer(kind, 0.0).coef == 0.0 and Regularizer(kind, 2.5).coef == 2.5

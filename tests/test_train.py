@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 from click.testing import CliRunner
+from helpers import one_line_error
 
 from landscape.checkpoint import load_model, read_checkpoint
 from landscape.cli import cli
@@ -93,3 +94,73 @@ def test_cli_train(tmp_path):
     again = CliRunner().invoke(cli, [*args, "--out", str(out), "--quiet"])
     assert again.exit_code == 2 and "--force" in again.output
     assert snapshot_path(out, "init").name == "cli.init.pt"
+
+
+def test_the_callers_random_state_is_untouched_and_does_not_change_the_run(tmp_path):
+    config = TrainConfig(**{**TINY, "epochs": 1})
+    torch.manual_seed(1)
+    before = torch.get_rng_state()
+    a = train_model(config, tmp_path / "a.pt", quiet=True)
+    assert torch.equal(torch.get_rng_state(), before)
+    torch.manual_seed(2)  # another global state: the run is the same, bit for bit
+    b = train_model(config, tmp_path / "b.pt", quiet=True)
+    sa, sb = read_checkpoint(a.checkpoint).state_dict, read_checkpoint(b.checkpoint).state_dict
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert a.history == b.history
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize(
+    ("field", "name", "extra"),
+    [("lr", "--lr", {}), ("weight_decay", "--weight-decay", {}), ("warmup_epochs", "--warmup-epochs", {}),
+     ("label_smoothing", "--label-smoothing", {}), ("mixup", "mixup alpha", {}), ("cutmix", "cutmix alpha", {}),
+     ("clip_grad", "--clip-grad", {}), ("drop_path", "drop_path", {}), ("momentum", "momentum", {"optimizer": "sgd"})],
+)
+def test_non_finite_numbers_are_refused(field, name, extra, bad):
+    msg = one_line_error(TrainConfig, **{**TINY, **extra, field: bad})
+    assert msg.startswith(name) and f"must be a finite number, got {bad!r}" in msg
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [("lr", 0.0, "--lr"), ("weight_decay", -0.1, "--weight-decay"), ("label_smoothing", 1.5, "--label-smoothing"),
+     ("mixup", -1.0, "mixup"), ("clip_grad", -1.0, "--clip-grad"), ("epochs", 0, "--epochs"),
+     ("batch_size", 2.5, "--batch-size"), ("snapshot_every", 0, "--snapshot-every")],
+)
+def test_out_of_range_numbers_are_refused(field, value, match):
+    one_line_error(TrainConfig, **{**TINY, field: value}, match=match)
+
+
+def test_a_head_with_fewer_classes_than_the_labels_is_a_one_line_error(tmp_path, monkeypatch):
+    msg = one_line_error(train_model, TrainConfig(**{**TINY, "model_kwargs": {"num_classes": 3}}), tmp_path / "a.pt",
+                         quiet=True)
+    assert "labels of digits:16 run 0..9 (10 classes)" in msg and "head has 3 classes" in msg
+    assert not (tmp_path / "a.pt").exists()
+    # a user's factory that ignores num_classes: the logits' width is what is checked
+    (tmp_path / "fixed_head.py").write_text(
+        "from torch import nn\n\n\ndef build(in_chans=1, img_size=16):\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(in_chans * img_size * img_size, 4))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    msg = one_line_error(train_model, TrainConfig(**{**TINY, "model": "py:fixed_head:build"}), tmp_path / "b.pt",
+                         quiet=True)
+    assert "run 0..9 (10 classes)" in msg and "head has 4 classes" in msg
+
+
+def test_a_larger_head_trains_and_its_checkpoint_rebuilds_it(tmp_path):
+    result = train_model(TrainConfig(**{**TINY, "epochs": 1, "model_kwargs": {"num_classes": 12}}),
+                         tmp_path / "wide.pt", quiet=True)
+    assert read_checkpoint(result.checkpoint).num_classes == 12
+    model, _ = load_model(result.checkpoint)
+    assert model(torch.zeros(2, 1, 16, 16)).shape == (2, 12)
+
+
+def test_cli_train_head_mismatch_is_a_one_line_error(tmp_path):
+    args = ["train", "--model", "resnet_mini", "--data", "digits:16", "--epochs", "1", "--subset", "64",
+            "--model-kw", "num_classes=3", "--out", str(tmp_path / "x.pt"), "--quiet"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert "head has 3 classes" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    nan = CliRunner().invoke(cli, [*args[:-5], "--lr", "nan", "--out", str(tmp_path / "y.pt"), "--quiet"])
+    assert nan.exit_code == 2 and "--lr must be a finite number" in nan.output

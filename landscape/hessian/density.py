@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from landscape import checks
 from landscape.errors import LandscapeError
 from landscape.hessian.lanczos import Operator, lanczos_tridiagonal
 from landscape.hessian.probes import probe_vectors
@@ -58,8 +59,21 @@ def broadened_density(
 ) -> tuple[Tensor, Tensor, float]:
     """Gaussian-broadened density of weighted nodes, as cell averages on a uniform grid.
 
-    ``weights`` are normalised to sum to 1 over all entries. Returns ``(grid, values, sigma)`` per the
-    module's broadening rule.
+    ``values[c] = sum_i w_i (Phi((e_{c+1} - x_i) / sigma) - Phi((e_c - x_i) / sigma)) / (e_{c+1} - e_c)``
+    for the cell edges ``e`` and the standard normal CDF ``Phi``, with ``weights`` normalised to sum to 1
+    over all entries (the module's broadening rule).
+
+    Args:
+        nodes: the quadrature nodes (any shape).
+        weights: their weights (same shape).
+        sigma: the Gaussian's standard deviation, finite and > 0; None: 1% of the nodes' spread.
+        grid_points: number of grid cells, >= 2.
+
+    Returns:
+        ``(grid, values, sigma)``: cell centres, cell averages of the density, the sigma used.
+
+    Raises:
+        LandscapeError: ``sigma`` not a finite positive number, or fewer than 2 grid points.
     """
     x = nodes.reshape(-1).to(torch.float64)
     w = weights.reshape(-1).to(torch.float64)
@@ -68,8 +82,7 @@ def broadened_density(
     if sigma is None:
         spread = hi - lo if hi > lo else max(abs(hi), 1.0)
         sigma = 0.01 * spread
-    if sigma <= 0:
-        raise LandscapeError(f"sigma must be positive, got {sigma}")
+    sigma = checks.positive(sigma, "sigma")
     if grid_points < 2:
         raise LandscapeError(f"the density grid needs at least 2 points, got {grid_points}")
     edges = torch.linspace(lo - 6 * sigma, hi + 6 * sigma, grid_points + 1, dtype=torch.float64)
@@ -91,11 +104,31 @@ def spectral_density(
 ) -> SpectralDensity:
     """Stochastic Lanczos quadrature: ``probes`` runs of ``steps`` Lanczos steps with full reorthogonalisation.
 
-    Costs ``probes * steps`` operator products (fewer when a Krylov space becomes invariant). See the module
-    docstring for the estimator and the broadening rule.
+    Estimates the normalised spectral measure ``(1/n) sum_i delta(t - lambda_i)`` by the Gauss quadrature
+    nodes ``theta_j`` and weights ``tau_j = s_j[0]^2`` of each probe's tridiagonal matrix (see the module
+    docstring for the estimator and the broadening rule). Costs ``probes * steps`` operator products (fewer
+    when a Krylov space becomes invariant).
+
+    Args:
+        op: the symmetric operator.
+        probes: number of random probes, >= 1.
+        steps: Lanczos steps per probe, >= 1 (capped at the operator's size).
+        sigma: the broadening, finite and > 0; None: 1% of the nodes' spread.
+        grid_points: cells of the density grid, >= 2.
+        seed: seed of the probes' private generator; None draws fresh entropy (the caller's global random
+            state is never touched).
+        distribution: ``"rademacher"`` or ``"gaussian"`` probes.
+
+    Returns:
+        A :class:`SpectralDensity`.
+
+    Raises:
+        LandscapeError: bad counts, ``sigma`` or distribution, or a product with NaN or Inf entries.
     """
-    if probes < 1 or steps < 1:
-        raise LandscapeError(f"SLQ needs probes >= 1 and steps >= 1, got probes={probes}, steps={steps}")
+    checks.positive_int(probes, "probes")
+    checks.positive_int(steps, "steps")
+    if sigma is not None:
+        checks.positive(sigma, "sigma")  # refused before any product is spent
     n = op.shape[0]
     Z = probe_vectors(n, probes, seed=seed, distribution=distribution, dtype=op.dtype, device=op.device)
     m = min(steps, n)

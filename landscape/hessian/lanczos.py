@@ -26,7 +26,9 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from landscape import checks
 from landscape.errors import LandscapeError
+from landscape.hessian.probes import local_generator
 
 WHICH = ("LA", "SA", "BE", "LM")
 
@@ -117,6 +119,29 @@ def rank_ritz(theta: Tensor, which: str) -> Tensor:
     return torch.tensor(out, dtype=torch.long)
 
 
+def require_finite(values: Tensor, products: int) -> Tensor:
+    """``values`` unchanged; an error when the operator's product that gave them holds NaN or Inf.
+
+    Args:
+        values: the product ``A v`` (or anything computed from it that is non-finite exactly when it is,
+            such as ``V^T A v``: ``0 * inf`` is NaN).
+        products: how many products have been made, this one included (for the message).
+
+    Returns:
+        ``values``.
+
+    Raises:
+        LandscapeError: ``values`` holds a NaN or an Inf.
+    """
+    if not bool(torch.isfinite(values).all()):
+        raise LandscapeError(
+            f"the Hessian-vector product returned non-finite values (NaN or Inf) at product {products}; check that "
+            "the model's weights, the inputs and the loss are finite at this point (a NaN weight, or a loss that "
+            "overflows in this dtype: try float64)"
+        )
+    return values
+
+
 def random_unit(n: int, dtype: torch.dtype, device: torch.device, generator: torch.Generator) -> Tensor:
     """A Gaussian vector normalised to unit length (drawn on CPU from ``generator``, so seeds are portable)."""
     v = torch.randn(n, generator=generator, dtype=torch.float64)
@@ -174,22 +199,36 @@ def lanczos(
 ) -> EigenResult:
     """Find k eigenpairs of a symmetric operator by thick-restart Lanczos with full reorthogonalisation.
 
-    Args follow ``scipy.sparse.linalg.eigsh``: ``k`` eigenpairs of kind ``which`` (LA largest, SA smallest,
-    BE both ends, LM largest magnitude); ``ncv`` basis size (default ``min(n, max(2k+1, 20))``); ``tol``
-    relative accuracy of the eigenvalues (0 means machine precision); ``maxiter`` maximum number of
-    restarts (default ``max(100, 10 n / ncv)``); ``v0`` starting vector (default: Gaussian from ``seed``).
-    ``callback(n_matvec, wanted_ritz_values, wanted_errors)`` is called after every product.
-
     Runs on ``op.device`` in ``op.dtype``; the small projected eigenproblems run in float64 on the CPU.
-    Returns an :class:`EigenResult`; pairs that did not converge within ``maxiter`` carry ``converged=False``.
+    A pair ``(theta, y)`` with residual ``r = ||A y - theta y||`` and gap ``g`` is converged when
+    ``min(r, r^2 / g) <= tol * max(|theta|, eps^(2/3) ||A||)`` (the module's stopping rule).
+
+    Args (as ``scipy.sparse.linalg.eigsh``):
+        op: the symmetric operator.
+        k: how many eigenpairs.
+        which: LA largest, SA smallest, BE both ends, LM largest magnitude.
+        ncv: basis size (default ``min(n, max(2k+1, 20))``).
+        tol: relative accuracy of the eigenvalues, finite and >= 0 (0 means machine precision).
+        maxiter: maximum number of restarts (default ``max(100, 10 n / ncv)``).
+        v0: starting vector (default: Gaussian from ``seed``).
+        seed: seed of the start vector's private generator; None draws fresh entropy (the caller's global
+            random state is never touched).
+        return_eigenvectors: whether to form the Ritz vectors.
+        callback: ``callback(n_matvec, wanted_ritz_values, wanted_errors)``, called after every product.
+
+    Returns:
+        An :class:`EigenResult`; pairs that did not converge within ``maxiter`` carry ``converged=False``.
+
+    Raises:
+        LandscapeError: bad ``k``/``which``/``ncv``/``tol``/``v0``, or a product with NaN or Inf entries.
     """
     n = op.shape[0]
     m = _validate(n, k, which, ncv)
     dtype, device = op.dtype, op.device
     eps = torch.finfo(dtype).eps
-    tol = float(tol) if tol > 0 else eps
+    tol = checks.non_negative(tol, "tol") or eps
     maxiter = max(100, 10 * n // m) if maxiter is None else int(maxiter)
-    gen = torch.Generator().manual_seed(int(seed) if seed is not None else torch.seed() % 2**63)
+    gen = local_generator(seed)
     if v0 is None:
         v = random_unit(n, dtype, device, gen)
     else:
@@ -210,7 +249,7 @@ def lanczos(
             products += 1
             W[:, j] = w
             r, h = orthogonalize(w, V[:, : j + 1])
-            hc = h.to("cpu", torch.float64)
+            hc = require_finite(h.to("cpu", torch.float64), products)  # non-finite whenever w is; already on the CPU
             T[: j + 1, j] = hc
             T[j, : j + 1] = hc
             j += 1
@@ -313,6 +352,17 @@ def lanczos_tridiagonal(op: Operator, v0: Tensor, steps: int) -> tuple[Tensor, T
     Returns ``(alpha, beta)`` in float64 on the CPU: the diagonal (m,) and the off-diagonal (m-1,) of
     ``T = Q^T A Q`` for the Krylov basis ``Q`` of ``v0``. Stops early (m < steps) when the Krylov space is
     invariant, in which case ``T``'s eigenvalues are exactly eigenvalues of ``A``.
+
+    Args:
+        op: the symmetric operator.
+        v0: the start vector (normalised here).
+        steps: the most Lanczos steps (capped at the operator's size).
+
+    Returns:
+        ``(alpha, beta)`` as above.
+
+    Raises:
+        LandscapeError: a product with NaN or Inf entries.
     """
     n = op.shape[0]
     steps = min(int(steps), n)
@@ -328,6 +378,7 @@ def lanczos_tridiagonal(op: Operator, v0: Tensor, steps: int) -> tuple[Tensor, T
         r, h = orthogonalize(w, Q[:, : j + 1])
         alpha.append(float(h[j]))
         b = float(torch.linalg.vector_norm(r))
+        require_finite(torch.tensor([alpha[-1], b]), j + 1)  # NaN/Inf anywhere in w reaches both
         anorm = max(anorm, abs(alpha[-1]) + b)
         if j + 1 == steps or b <= eps * max(anorm, 1e-300) * math.sqrt(n):
             break

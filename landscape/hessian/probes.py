@@ -10,6 +10,25 @@ from landscape.errors import LandscapeError
 DISTRIBUTIONS = ("rademacher", "gaussian")
 
 
+def local_generator(seed: int | None) -> torch.Generator:
+    """A private CPU generator: seeded with ``seed``, or with fresh OS entropy when ``seed`` is None.
+
+    The caller's global generators (``torch.manual_seed``, CUDA) are never read or re-seeded.
+
+    Args:
+        seed: the seed, or None for a non-reproducible draw.
+
+    Returns:
+        A new ``torch.Generator`` on the CPU.
+    """
+    gen = torch.Generator()
+    if seed is None:
+        gen.seed()  # fresh entropy for this generator only (torch.seed() would re-seed the global ones)
+    else:
+        gen.manual_seed(int(seed))
+    return gen
+
+
 def probe_vectors(
     n: int,
     count: int,
@@ -22,11 +41,26 @@ def probe_vectors(
     """An (n, count) matrix of independent probes with E[z z^T] = I.
 
     ``rademacher``: entries +-1 with equal probability; ``gaussian``: standard normal. Drawn on the CPU from
-    a generator seeded with ``seed`` (so results do not depend on the device), then moved.
+    a private generator seeded with ``seed`` (so results do not depend on the device), then moved; the
+    caller's global random state is never touched.
+
+    Args:
+        n: length of each probe.
+        count: number of probes (columns).
+        seed: seed of the private generator; None draws fresh entropy (not reproducible).
+        distribution: ``"rademacher"`` or ``"gaussian"``.
+        dtype: dtype of the result.
+        device: device of the result.
+
+    Returns:
+        The (n, count) probe matrix.
+
+    Raises:
+        LandscapeError: unknown ``distribution``.
     """
     if distribution not in DISTRIBUTIONS:
         raise LandscapeError(f"unknown probe distribution {distribution!r}; choose one of {', '.join(DISTRIBUTIONS)}")
-    gen = torch.Generator().manual_seed(int(seed) if seed is not None else torch.seed() % 2**63)
+    gen = local_generator(seed)
     if distribution == "gaussian":
         z = torch.randn(n, count, generator=gen, dtype=torch.float64)
     else:

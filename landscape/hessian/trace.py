@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from landscape.errors import LandscapeError
-from landscape.hessian.lanczos import Operator
+from landscape.hessian.lanczos import Operator, require_finite
 from landscape.hessian.probes import probe_vectors
 
 TRACE_METHODS = ("hutchinson", "hutch++")
@@ -37,12 +37,18 @@ class TraceEstimate:
     n_matvec: int
 
 
-def _apply(op: Operator, V: Tensor) -> Tensor:
-    return torch.stack([op.matvec(V[:, j]).reshape(-1) for j in range(V.shape[1])], dim=1)
+def _product(op: Operator, v: Tensor, counter: list[int]) -> Tensor:
+    """``A v`` flattened, refused when it holds NaN or Inf; ``counter[0]`` counts the products made."""
+    counter[0] += 1
+    return require_finite(op.matvec(v).reshape(-1), counter[0])
 
 
-def _quadratic_forms(op: Operator, Z: Tensor) -> Tensor:
-    return torch.stack([torch.dot(Z[:, j], op.matvec(Z[:, j]).reshape(-1)) for j in range(Z.shape[1])])
+def _apply(op: Operator, V: Tensor, counter: list[int]) -> Tensor:
+    return torch.stack([_product(op, V[:, j], counter) for j in range(V.shape[1])], dim=1)
+
+
+def _quadratic_forms(op: Operator, Z: Tensor, counter: list[int]) -> Tensor:
+    return torch.stack([torch.dot(Z[:, j], _product(op, Z[:, j], counter)) for j in range(Z.shape[1])])
 
 
 def trace(
@@ -53,15 +59,34 @@ def trace(
     seed: int | None = None,
     distribution: str = "rademacher",
 ) -> TraceEstimate:
-    """Estimate ``tr(A)`` with ``samples`` operator products by Hutchinson or Hutch++ (see the module docs)."""
+    """Estimate ``tr(A)`` with ``samples`` operator products by Hutchinson or Hutch++ (see the module docs).
+
+    Hutchinson: ``tr(A) ~ (1/s) sum_i z_i^T A z_i``; Hutch++: ``tr(Q^T A Q) + (1/s') sum_i g_i^T P A P g_i``
+    with ``Q = orth(A S)`` and ``P = I - Q Q^T``.
+
+    Args:
+        op: the symmetric operator.
+        samples: operator products to spend (Hutchinson >= 2, Hutch++ >= 6).
+        method: ``"hutchinson"`` or ``"hutch++"``.
+        seed: seed of the probes' private generator; None draws fresh entropy (the caller's global random
+            state is never touched).
+        distribution: ``"rademacher"`` or ``"gaussian"`` probes.
+
+    Returns:
+        A :class:`TraceEstimate`.
+
+    Raises:
+        LandscapeError: unknown method or distribution, too few samples, or a product with NaN or Inf entries.
+    """
     if method not in TRACE_METHODS:
         raise LandscapeError(f"unknown trace method {method!r}; choose one of {', '.join(TRACE_METHODS)}")
     n = op.shape[0]
     kw = {"distribution": distribution, "dtype": op.dtype, "device": op.device}
+    counter = [0]
     if method == "hutchinson":
         if samples < 2:
             raise LandscapeError(f"Hutchinson needs at least 2 samples for a standard error, got {samples}")
-        values = _quadratic_forms(op, probe_vectors(n, samples, seed=seed, **kw))
+        values = _quadratic_forms(op, probe_vectors(n, samples, seed=seed, **kw), counter)
         exact = 0.0
     else:
         if samples < 6:
@@ -69,11 +94,11 @@ def trace(
         sketch = samples // 3
         gen_seed = None if seed is None else int(seed)
         S = probe_vectors(n, sketch, seed=gen_seed, **kw)
-        Q, _ = torch.linalg.qr(_apply(op, S))
-        exact = float(torch.trace(Q.T @ _apply(op, Q)))
+        Q, _ = torch.linalg.qr(_apply(op, S, counter))
+        exact = float(torch.trace(Q.T @ _apply(op, Q, counter)))
         G = probe_vectors(n, samples - 2 * sketch, seed=None if seed is None else gen_seed + 1, **kw)
         G = G - Q @ (Q.T @ G)
-        values = _quadratic_forms(op, G)
+        values = _quadratic_forms(op, G, counter)
         samples = 2 * Q.shape[1] + G.shape[1]
     values = values.to("cpu", torch.float64) + exact
     stderr = float(values.std(unbiased=True)) / math.sqrt(values.numel()) if values.numel() > 1 else math.inf
