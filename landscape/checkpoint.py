@@ -28,7 +28,6 @@ import datetime
 import hashlib
 import os
 import pickle
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from torch import Tensor, nn
 
 from landscape import __version__
 from landscape.errors import LandscapeError
+from landscape.files import atomic_write
 
 FORMAT_VERSION = 1
 #: constructor options a checkpoint file may not set: they make a library load or download other files
@@ -106,17 +106,8 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, *, model_name: st
         "torch_version": str(torch.__version__),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as f:
+        torch.save(obj, f)
     return path
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from landscape.errors import LandscapeError
+from landscape.files import write_text
 
 MODELS = ("resnet_mini", "vit_mini", "alternet_mini")
 
@@ -194,7 +195,7 @@ def write_summary(reports: list[ModelReport], shared_figures: list[Path], out_di
         lines += [f"![{p.stem}]({p.relative_to(out_dir).as_posix()})" for p in shared_figures]
         lines.append("")
     path = out_dir / "summary.md"
-    path.write_text("\n".join(lines))
+    write_text(path, "\n".join(lines))
     return path
 
 

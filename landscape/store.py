@@ -23,7 +23,7 @@ import numpy as np
 
 from landscape import __version__
 from landscape.errors import LandscapeError
-from landscape.files import WriterLock, atomic_write, last_writer, live_writer, os_error
+from landscape.files import WriterLock, atomic_write, ensure_folder, last_writer, live_writer, os_error
 
 KINDS = ("surface", "hessian", "fourier", "spectrum")
 #: :func:`describe` summarises a group of more than this many arrays (e.g. one per parameter) in one line
@@ -56,9 +56,18 @@ def _decode(value: Any) -> Any:
     return value
 
 
+#: path attributes that are provenance only when the file's content hash (the value) is recorded beside them
+CONTENT_HASHED = {"checkpoint": "checkpoint_sha256", "target": "target_sha256"}
+
+
 def identity_of(attrs: Mapping[str, Any]) -> str:
-    """Canonical JSON of the attributes that determine a run's numbers (all but :data:`VOLATILE`)."""
-    kept = {k: _encode(v) for k, v in attrs.items() if k not in VOLATILE}
+    """Canonical JSON of the attributes that determine a run's numbers.
+
+    All attributes but :data:`VOLATILE`; a checkpoint (or target) is identified by its SHA-256 when that is
+    recorded, not by the path it was given by (``../r.pt`` and ``/abs/r.pt`` are the same run).
+    """
+    hashed = {path for path, digest in CONTENT_HASHED.items() if attrs.get(digest)}
+    kept = {k: _encode(v) for k, v in attrs.items() if k not in VOLATILE and k not in hashed}
     return json.dumps(kept, sort_keys=True, default=str)
 
 
@@ -147,6 +156,7 @@ class ResultFile:
         full = {"kind": kind, **attrs}
         identity = identity_of(full)
         if not path.exists() and not path.is_symlink():
+            ensure_folder(path.parent)
             return cls._create(path, kind, full, identity, WriterLock(path, identity))
         _check_no_writer(path)
         info = _peek(path)

@@ -222,3 +222,12 @@ def test_write_past_the_file_size_limit_is_one_line_and_the_same_run_recovers(tm
     with open_result(path, "surface", {"model": "m"}) as f:
         f.allocate("loss", (300, 300), "f8", fill=np.nan)
         assert f.writable
+
+
+def test_a_checkpoint_is_identified_by_its_content_not_its_path():
+    a = _attrs(checkpoint="../r.pt", checkpoint_sha256="ab12")
+    assert identity_of(a) == identity_of(_attrs(checkpoint="/abs/r.pt", checkpoint_sha256="ab12"))
+    assert identity_of(a) != identity_of(_attrs(checkpoint="../r.pt", checkpoint_sha256="cd34"))
+    # without a hash (published weights, a random init) the description itself is the identity
+    assert identity_of(_attrs(checkpoint="random-init (seed 1)", checkpoint_sha256="")) != identity_of(
+        _attrs(checkpoint="random-init (seed 2)", checkpoint_sha256=""))

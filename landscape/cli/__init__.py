@@ -53,6 +53,11 @@ class LazyGroup(click.Group):
             if isinstance(exc, LandscapeError):
                 click.echo(f"Error: {exc}", err=True)
                 ctx.exit(2)
+            if isinstance(exc, OSError):  # an operating-system failure the library did not name: still one line
+                from landscape.files import os_error
+
+                click.echo(f"Error: {os_error(exc, exc.filename or 'a file', 'use')}", err=True)
+                ctx.exit(2)
             raise
 
 

@@ -1,0 +1,131 @@
+"""Hostile input through the command line: one line, exit status 2, nothing lost, and the same command recovers."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import torch
+from click.testing import CliRunner
+
+from landscape.checkpoint import save_checkpoint
+from landscape.cli import cli
+from landscape.models import create_model
+from landscape.store import read_result
+
+COMMON = ["--samples", "24", "--batch-size", "12", "--device", "cpu", "--quiet"]
+
+
+def make_checkpoint(path, poison=None):
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = create_model("resnet_mini", num_classes=10, in_chans=1)
+    if poison is not None:
+        with torch.no_grad():
+            dict(model.named_parameters())[poison].view(-1)[3] = float("nan")
+    save_checkpoint(path, model, model_name="resnet_mini", model_kwargs=model.model_kwargs, num_classes=10,
+                    dataset="digits")
+    return path
+
+
+def run(*args):
+    result = CliRunner().invoke(cli, [*map(str, args), *COMMON])
+    return result.exit_code, result.output.strip()
+
+
+def assert_one_line_error(code, output, *words):
+    assert code == 2, output
+    lines = output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in output, output
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_a_nan_weight_is_named_and_no_file_is_left(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "bad.pt", poison="fc.weight")
+    out = tmp_path / "s.h5"
+    code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--out", out)
+    assert_one_line_error(code, output, "'fc.weight'", "non-finite")
+    assert "stochastic" not in output
+    assert not out.exists()
+
+
+def test_the_same_checkpoint_by_another_path_resumes(tmp_path, monkeypatch):
+    make_checkpoint(tmp_path / "a.pt")
+    monkeypatch.chdir(tmp_path)
+    code, output = run("surface", "--ckpt", "a.pt", "--x", "-1:1:3", "--out", "s.h5")
+    assert code == 0, output
+    before = read_result(tmp_path / "s.h5")["loss"]
+    code, output = run("surface", "--ckpt", tmp_path / "a.pt", "--x", "-1:1:3", "--out", tmp_path / "s.h5")
+    assert code == 0, output
+    np.testing.assert_array_equal(read_result(tmp_path / "s.h5")["loss"], before)
+
+
+def test_an_output_folder_that_cannot_be_created_is_one_line(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "a.pt")
+    (tmp_path / "taken").write_text("a file, not a folder")
+    code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--out", tmp_path / "taken" / "s.h5")
+    assert_one_line_error(code, output, "cannot")
+    assert (tmp_path / "taken").read_text() == "a file, not a folder"
+    code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--out", tmp_path / "free" / "s.h5")
+    assert code == 0, output
+
+
+def test_a_late_option_error_leaves_no_file_that_blocks_the_corrected_command(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "a.pt")
+    out = tmp_path / "h.h5"
+    code, output = run("hessian", "--ckpt", ckpt, "--top-k", "10000000", "--out", out)
+    assert_one_line_error(code, output, "--top-k", "parameters")
+    code, output = run("hessian", "--ckpt", ckpt, "--top-k", "1", "--tol", "1e-2", "--out", out)
+    assert code == 0, output
+
+
+def test_a_surface_whose_losses_are_all_nan_says_so(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "a.pt")
+    out = tmp_path / "s.h5"
+    code, output = run("surface", "--ckpt", ckpt, "--x", "1e30:2e30:2", "--norm", "none", "--out", out)
+    assert_one_line_error(code, output, "NaN or Inf")
+    res = read_result(out)  # the file is kept and readable, its points done
+    assert res["done"].all() and not np.isfinite(res["loss"]).any()
+    assert np.isnan(res["accuracy"]).all()  # no prediction from non-finite logits
+
+
+def test_force_is_refused_while_a_running_analysis_writes_the_file(tmp_path):
+    out = tmp_path / "s.h5"
+    code = textwrap.dedent(f"""
+        import sys
+        from landscape.store import open_result
+        f = open_result({str(out)!r}, "surface", {{"model": "m"}})
+        print("open", flush=True)
+        sys.stdin.read()
+    """)
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        ckpt = make_checkpoint(tmp_path / "a.pt")
+        code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--out", out, "--force")
+        assert_one_line_error(code, output, "being written by a running analysis", str(holder.pid))
+        assert out.exists()
+    finally:
+        holder.stdin.close()
+        holder.wait()
+    code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--out", out, "--force")
+    assert code == 0, output
+
+
+def test_a_read_only_result_is_read_and_not_replaced(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "a.pt")
+    out = tmp_path / "s.h5"
+    assert run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--out", out)[0] == 0
+    os.chmod(out, 0o444)
+    try:
+        code, output = CliRunner().invoke(cli, ["info", str(out)]).exit_code, ""
+        assert code == 0
+        code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--out", out)  # same run: complete, as is
+        assert code == 0, output
+        code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:5", "--out", out, "--force")
+        assert_one_line_error(code, output, "read-only")
+        assert read_result(out)["loss"].shape == (1, 3)
+    finally:
+        os.chmod(out, 0o644)
