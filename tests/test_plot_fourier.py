@@ -1,34 +1,16 @@
 import numpy as np
 import pytest
 from matplotlib.colors import to_rgba
+from plot_results import fourier_arrays, fourier_attrs, write_result
 
 from landscape.plot import plot_files
 from landscape.plot.fourier import depth_figure, noise_figure, profile_figure
-from landscape.store import mark_complete, open_result, read_result, write_array
+from landscape.store import read_result
 
 
 def fake_result(path, model, kinds, noise=False, hf_offset=0.0):
-    n = len(kinds)
-    attrs = {"model": model, "profile": "diagonal", "frequency_axis": "normalised", "noise_strength": 0.5}
-    f, _ = open_result(path, "fourier", attrs)
-    with f:
-        freq = np.linspace(0, 1, 5)
-        delta = -np.outer(np.arange(1, n + 1), freq)
-        delta[-1, 3:] = np.nan  # a layer with fewer points
-        write_array(f, "frequencies", freq)
-        write_array(f, "delta_log_amplitude", delta)
-        write_array(f, "high_frequency", -np.arange(1, n + 1) + hf_offset)
-        write_array(f, "depth", np.arange(n) / (n - 1))
-        write_array(f, "layer_names", np.array([f"l{i}" for i in range(n)]))
-        write_array(f, "layer_kinds", np.array(kinds))
-        write_array(f, "variance", np.arange(1.0, n + 1))
-        write_array(f, "maps/000", np.zeros((4, 4)))
-        if noise:
-            write_array(f, "noise/frequencies", np.array([0.1, 0.5, 0.9]))
-            write_array(f, "noise/accuracy_drop", np.array([0.1, 0.2, 0.3]))
-            write_array(f, "noise/done", np.array([True, False, True]))
-        mark_complete(f)
-    return read_result(path)
+    arrays = fourier_arrays(kinds, noise=noise, hf_offset=hf_offset)
+    return read_result(write_result(path, "fourier", arrays, **fourier_attrs(model)))
 
 
 def test_profile_figure_draws_every_layer_coloured_by_depth(tmp_path):
@@ -71,6 +53,9 @@ def test_noise_figure_plots_done_bands_in_percent(tmp_path):
     line = noise_figure([res]).axes[0].get_lines()[0]
     np.testing.assert_allclose(line.get_xdata(), [0.1, 0.9])
     np.testing.assert_allclose(line.get_ydata(), [10.0, 30.0])
+    ax = line.axes
+    assert ax.get_xlim() == (0.0, 1.0) and ax.get_xticklabels()[1].get_text() == "0.2π"
+    assert ax.get_xlabel() == "noise frequency (centre of the band)"
 
 
 def test_plot_files_writes_every_figure(tmp_path):

@@ -3,36 +3,19 @@
 import numpy as np
 import pytest
 from matplotlib.figure import Figure
+from plot_results import hessian_arrays, spectrum_arrays, write_result
 
 from landscape.plot import plot_files
 from landscape.plot.hessian import density_figure, spectrum_figure
-from landscape.store import mark_complete, open_result, read_result, write_array
+from landscape.store import read_result
 
 
 def write_hessian(path, model="resnet_mini"):
-    f, _ = open_result(path, "hessian", {"model": model, "which": "LA"})
-    with f:
-        grid = np.linspace(-1, 5, 200)
-        values = np.exp(-((grid - 1) ** 2)) / np.sqrt(np.pi) + 1e-30
-        write_array(f, "density/grid", grid)
-        write_array(f, "density/values", values)
-        write_array(f, "density/nodes", np.array([[0.0, 1.0, 4.0]]))
-        write_array(f, "density/weights", np.array([[0.5, 0.4, 0.1]]))
-        write_array(f, "eigenvalues", np.array([3.0, 4.0]))
-        write_array(f, "residuals", np.array([1e-3, 2e-3]))
-        write_array(f, "trace/samples", np.array([10.0, 12.0, 11.0]))
-        mark_complete(f)
-    return read_result(path)
+    return read_result(write_result(path, "hessian", hessian_arrays(), model=model, which="LA"))
 
 
 def write_spectrum(path, model, eig):
-    f, _ = open_result(path, "spectrum", {"model": model})
-    with f:
-        write_array(f, "eigenvalues", eig, axes=["batch", "rank"])
-        write_array(f, "batch_sizes", np.full(len(eig), 16))
-        write_array(f, "done", np.ones(len(eig), bool))
-        mark_complete(f)
-    return read_result(path)
+    return read_result(write_result(path, "spectrum", spectrum_arrays(eig), model=model))
 
 
 def test_plot_files_draws_hessian_and_spectrum_figures(tmp_path):
@@ -81,3 +64,10 @@ def test_spectrum_panels_split_signs_and_share_one_normalisation(tmp_path):
     assert area(pos, "vit_mini (b)") == pytest.approx(1.0)
     assert area(neg, "vit_mini (b)") == 0.0
     assert {t.get_text() for t in pos.get_legend().get_texts()} == {"vit_mini (a)", "vit_mini (b)"}
+
+
+def test_a_single_trace_sample_has_no_error_bar(tmp_path):
+    arrays = {**hessian_arrays(), "trace/samples": np.array([7.0])}
+    res = read_result(write_result(tmp_path / "h.h5", "hessian", arrays, model="m"))
+    label = density_figure([res]).axes[0].get_lines()[0].get_label()
+    assert label == "m (trace 7)"

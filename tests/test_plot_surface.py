@@ -2,37 +2,24 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from helpers import one_line_error
+from plot_results import SURFACE_ATTRS, XS, YS, surface_arrays, write_result
+from plot_results import bowl as f
 
-from landscape import store
 from landscape.errors import LandscapeError
 from landscape.plot import plot_files
 from landscape.plot import surface as S
-
-XS = np.linspace(-1.0, 0.5, 7)
-YS = np.linspace(0.0, 2.0, 4)
-
-
-def f(x, y):
-    return (x - 0.3) ** 2 + 2 * (y - 0.5) ** 2 + 1.0 + 0.1 * x * y
+from landscape.store import read_result
 
 
 def write_surface(path, xs=XS, ys=YS, ndim=2, done=None, trajectory=None):
-    """A surface file of the analytic loss f(x, y) (accuracy = 1 / loss), written through the store."""
-    fh, _ = store.open_result(path, "surface", {"surface_ndim": ndim, "model": "toy", "norm": "filter", "bn": "eval"})
-    with fh:
-        X, Y = np.meshgrid(xs, ys)
-        loss = f(X, Y)
-        mask = np.ones_like(loss, bool) if done is None else done
-        store.write_array(fh, "xcoordinates", xs, axes=["x"])
-        store.write_array(fh, "ycoordinates", ys, axes=["y"])
-        store.write_array(fh, "loss", np.where(mask, loss, np.nan), axes=["y", "x"])
-        store.write_array(fh, "accuracy", np.where(mask, 1 / loss, np.nan), axes=["y", "x"])
-        store.write_array(fh, "done", mask, axes=["y", "x"])
-        if trajectory is not None:
-            store.write_array(fh, "trajectory/coordinates", trajectory, axes=["snapshot", "xy"])
-            store.set_attrs(fh, {"direction_type": "pca", "explained_variance_ratio": [0.7, 0.2]})
-        store.mark_complete(fh)
-    return store.read_result(path)
+    """A surface file of the analytic loss f(x, y) (accuracy = 1 / loss)."""
+    arrays = surface_arrays(xs, ys, done)
+    attrs = {**SURFACE_ATTRS, "surface_ndim": ndim}
+    if trajectory is not None:
+        arrays["trajectory/coordinates"] = trajectory
+        attrs.update(direction_type="pca", explained_variance_ratio=[0.7, 0.2])
+    return read_result(write_result(path, "surface", arrays, **attrs))
 
 
 def test_heatmap_keeps_the_orientation_of_a_non_square_grid(tmp_path):
@@ -125,7 +112,19 @@ def test_plot_files_writes_every_figure(tmp_path):
     assert (tmp_path / "figs" / "s_3d.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_a_surface_with_no_points_done_is_an_error(tmp_path):
+def test_figures_drawn_directly_check_the_surface_first(tmp_path):
     res = write_surface(tmp_path / "e.h5", done=np.zeros((len(YS), len(XS)), bool))
-    with pytest.raises(LandscapeError, match="no finished grid points"):
-        S.contour_figure(res)
+    for draw in (S.contour_figure, S.heatmap_figure, S.surface3d_figure):
+        msg = one_line_error(draw, res, match="no grid point has a finite loss")
+        assert "none of its 28 points is done yet" in msg
+    one_line_error(S.write_vtp, res, tmp_path / "e.vtp", match="no grid point has a finite loss")
+    assert not (tmp_path / "e.vtp").exists()
+
+
+def test_plot_files_checks_every_option_before_writing(tmp_path):
+    write_surface(tmp_path / "s.h5")
+    for options, words in (({"style": "fancy"}, "surface style"), ({"zmax": float("nan")}, "--zmax"),
+                           ({"levels": 1}, "--levels"), ({"levels": 2.5}, "--levels"), ({"bins": 0}, "bins")):
+        assert words in one_line_error(plot_files, [tmp_path / "s.h5"], tmp_path / "figs", "png", **options)
+    assert "figure format" in one_line_error(plot_files, [tmp_path / "s.h5"], tmp_path / "figs", "jpg")
+    assert not (tmp_path / "figs").exists()

@@ -1,19 +1,25 @@
-"""``landscape plot FILE.h5 [FILE.h5 ...]``: draw the figures of result files."""
+"""``landscape plot FILE.h5 [FILE.h5 ...]``: draw the figures of result files.
+
+Every option is checked by :func:`landscape.plot.check_options` (through :mod:`landscape.checks`) and every
+file by its kind's schema before the first figure is drawn.
+"""
 
 from __future__ import annotations
 
 import click
 
+from landscape.plot import FORMATS, STYLES
+
 
 @click.command("plot")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False), help="Folder for the figures.")
-@click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(["png", "pdf", "svg"]))
+@click.option("--out", "out_dir", default=None, type=click.Path(), help="Folder for the figures (created if needed).")
+@click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(FORMATS))
 @click.option("--log", is_flag=True, help="Surfaces: log loss axis (1D), log-spaced contour levels, log10 z (3D, vtp).")
 @click.option("--zmax", default=None, type=float, help="Surfaces: clip the loss (3D paper style: loss - min) here.")
-@click.option("--style", default="default", show_default=True, type=click.Choice(["default", "paper"]),
+@click.option("--style", default="default", show_default=True, type=click.Choice(STYLES),
               help="Surfaces: 3D style; paper = Paper A's plasma wireframe of loss - min.")
-@click.option("--levels", default=20, show_default=True, type=int, help="Surfaces: number of contour levels.")
+@click.option("--levels", default=20, show_default=True, type=int, help="Surfaces: number of contour levels (>= 2).")
 @click.option("--no-vtp", is_flag=True, help="Surfaces: do not write the ParaView .vtp file.")
 def command(paths: tuple[str, ...], out_dir: str | None, fmt: str, log: bool, zmax: float | None, style: str,
             levels: int, no_vtp: bool) -> None:

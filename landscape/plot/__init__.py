@@ -1,9 +1,11 @@
 """Figures for every result kind.
 
 Each kind has a module ``landscape.plot.<kind>`` exposing
+``check(result: Result) -> None`` (its arrays fit the kind, else a one-line error) and
 ``plot(results: list[Result], out_dir: Path, fmt: str, **options) -> list[Path]``; results of one kind
 are drawn together (several spectra or Fourier files overlay in one figure). Figures are built with
-``matplotlib.figure.Figure`` (no pyplot state, no display needed).
+``matplotlib.figure.Figure`` (no pyplot state, no display needed) and written atomically
+(:func:`landscape.plot.common.save_figures`). Every file and option is checked before the first figure is drawn.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from landscape.checks import finite, positive_int
 from landscape.errors import LandscapeError
+from landscape.files import ensure_folder
 from landscape.store import Result, read_result
 
 #: result kind -> module that draws it
@@ -24,6 +28,57 @@ PLOTTERS = {
     "fourier": "landscape.plot.fourier",
 }
 FORMATS = ("png", "pdf", "svg")
+#: 3D surface styles: ``default`` (shaded loss) or ``paper`` (Paper A's plasma wireframe of loss - min)
+STYLES = ("default", "paper")
+
+
+def one_of(value: str, name: str, allowed: Sequence[str]) -> str:
+    """Check a choice.
+
+    Args:
+        value: the value given.
+        name: how the user names it (e.g. ``"surface style (--style)"``).
+        allowed: the choices.
+
+    Returns:
+        ``value``.
+
+    Raises:
+        LandscapeError: ``value`` is not in ``allowed``.
+    """
+    if value not in allowed:
+        raise LandscapeError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}")
+    return value
+
+
+def check_options(fmt: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Check the figure format and the drawing options; return the options with numbers as int/float.
+
+    Args:
+        fmt: the figure format (one of :data:`FORMATS`).
+        options: ``zmax`` (None or finite), ``levels`` (whole number >= 2), ``style`` (one of :data:`STYLES`),
+            ``bins`` (whole number >= 1); others pass unchanged.
+
+    Returns:
+        The checked options.
+
+    Raises:
+        LandscapeError: an option is out of its range, not finite, or not one of its choices.
+    """
+    one_of(fmt, "figure format (--format)", FORMATS)
+    checked = dict(options)
+    if checked.get("zmax") is not None:
+        checked["zmax"] = finite(checked["zmax"], "--zmax")
+    if "levels" in checked:
+        levels = checked["levels"]
+        if isinstance(levels, int) and not isinstance(levels, bool) and levels < 2:
+            raise LandscapeError(f"--levels must be a whole number >= 2 (contours need two levels), got {levels}")
+        checked["levels"] = positive_int(levels, "--levels")
+    if "style" in checked:
+        one_of(checked["style"], "surface style (--style)", STYLES)
+    if "bins" in checked:
+        checked["bins"] = positive_int(checked["bins"], "bins")
+    return checked
 
 
 def plot_files(
@@ -31,22 +86,37 @@ def plot_files(
 ) -> list[Path]:
     """Draw every figure for the result files ``paths``; files of the same kind are overlaid.
 
-    Figures go to ``out_dir`` (default: the folder of the first file). Returns the written paths.
+    Every file's arrays and every option are checked before anything is drawn, and each figure is written
+    atomically, so an error leaves the figures already in ``out_dir`` as they were.
+
+    Args:
+        paths: result files written by ``landscape``.
+        out_dir: the folder for the figures (created if needed); default: the folder of the first file.
+        fmt: ``png``, ``pdf`` or ``svg``.
+        **options: drawing options (see :func:`check_options` and each kind's ``plot``).
+
+    Returns:
+        The written paths.
+
+    Raises:
+        LandscapeError: a file is missing, unreadable or inconsistent, an option is invalid, or the folder
+            cannot be created or written.
     """
-    if fmt not in FORMATS:
-        raise LandscapeError(f"unknown figure format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    options = check_options(fmt, options)
     if not paths:
         raise LandscapeError("no result files given; pass one or more .h5 files written by landscape")
     results = [read_result(p) for p in paths]
-    out = Path(out_dir) if out_dir is not None else Path(paths[0]).parent
-    out.mkdir(parents=True, exist_ok=True)
     by_kind: dict[str, list[Result]] = {}
     for result in results:
         if result.kind not in PLOTTERS:
             raise LandscapeError(f"{result.path}: no figures for result kind {result.kind!r}")
         by_kind.setdefault(result.kind, []).append(result)
+    modules = {kind: importlib.import_module(PLOTTERS[kind]) for kind in by_kind}
+    for kind, group in by_kind.items():
+        for result in group:
+            modules[kind].check(result)
+    out = ensure_folder(Path(out_dir) if out_dir is not None else Path(paths[0]).parent)
     written: list[Path] = []
     for kind, group in by_kind.items():
-        module = importlib.import_module(PLOTTERS[kind])
-        written += module.plot(group, out, fmt, **options)
+        written += modules[kind].plot(group, out, fmt, **options)
     return written

@@ -11,7 +11,7 @@ sequences (architectures) get one panel each.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,41 +22,67 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from landscape.errors import LandscapeError
+from landscape.plot.common import (
+    Array,
+    Schema,
+    check_arrays,
+    color,
+    group_stem,
+    labels,
+    marker,
+    model_name,
+    pi_ticks,
+    save_figures,
+    single_axes,
+    zero_line,
+)
 from landscape.store import Result
 
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 SHADES = {"msa": ("0.6", 0.35, "MSA block"), "downsample": ("tab:blue", 0.2, "downsampling block")}
+#: the arrays of a Fourier file: one row (or entry) per layer; ``maps/NNN`` is the map of layer NNN
+SCHEMA = Schema(
+    kind="fourier",
+    required={"frequencies": Array(("frequency",)), "delta_log_amplitude": Array(("layer", "frequency")),
+              "depth": Array(("layer",), finite=True), "layer_names": Array(("layer",), text=True),
+              "layer_kinds": Array(("layer",), text=True), "variance": Array(("layer",)),
+              "high_frequency": Array(("layer",))},
+    optional={"noise/frequencies": Array(("band",)), "noise/accuracy_drop": Array(("band",)),
+              "noise/done": Array(("band",)), "maps/*": Array((None, None))},
+    together=(("noise/frequencies", "noise/accuracy_drop", "noise/done"),),
+)
 
 
-def labels(results: Sequence[Result]) -> list[str]:
-    """One legend label per file: the model name, plus the file name when two files share a model."""
-    models = [str(r.attrs.get("model", r.path.stem)) for r in results]
-    return [m if models.count(m) == 1 else f"{m} ({r.path.stem})" for m, r in zip(models, results)]
+def check(result: Result) -> None:
+    """Check that ``result`` is a Fourier result whose arrays fit :data:`SCHEMA` and whose maps name its layers.
 
-
-def _pi_ticks(ax: Axes, normalised: bool) -> None:
-    ticks = np.linspace(0, 1, 6)
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([f"{t:.1f}π" for t in ticks])
-    ax.set_xlim(0, 1)
-    ax.set_xlabel("frequency (normalised to each layer's highest)" if normalised else "frequency")
+    Raises:
+        LandscapeError: naming the array that is missing or does not fit, and what to do.
+    """
+    check_arrays(result, SCHEMA)
+    layers = len(result["layer_names"])
+    for name in (k for k in result.arrays if k.startswith("maps/")):
+        index = name.split("/")[1]
+        if not index.isdigit() or int(index) >= layers:
+            raise LandscapeError(f"{result.path}: array {name!r} names no layer (the file has {layers}); recompute "
+                                 "it with `landscape fourier ... --force`")
 
 
 def profile_figure(result: Result) -> Figure:
     """Paper A Fig 2a: one Delta log amplitude curve per block, coloured by normalised depth (plasma_r)."""
-    fig = Figure(figsize=(5.2, 4.0), layout="constrained")
-    ax = fig.add_subplot()
+    fig, ax = single_axes((5.2, 4.0))
     freq, delta, depth = result["frequencies"], result["delta_log_amplitude"], result["depth"]
     cmap, norm = "plasma_r", Normalize(0.0, 1.0)
     mappable = ScalarMappable(norm=norm, cmap=cmap)
     for i in range(delta.shape[0]):
         keep = ~np.isnan(delta[i])
         ax.plot(freq[keep], delta[i, keep], color=mappable.to_rgba(depth[i]), lw=1.4)
-    _pi_ticks(ax, result.attrs.get("frequency_axis", "normalised") == "normalised")
+    normalised = result.attrs.get("frequency_axis", "normalised") == "normalised"
+    pi_ticks(ax, "frequency (normalised to each layer's highest)" if normalised else "frequency")
     ax.set_ylabel("Δ log amplitude")
-    ax.axhline(0, color="0.8", lw=0.8, zorder=0)
+    zero_line(ax)
     fig.colorbar(mappable, ax=ax, label="normalised depth")
-    ax.set_title(f"{result.attrs.get('model', result.path.stem)}: {result.attrs.get('profile', 'diagonal')} profile")
+    ax.set_title(f"{model_name(result)}: {result.attrs.get('profile', 'diagonal')} profile")
     return fig
 
 
@@ -88,8 +114,8 @@ def depth_figure(results: Sequence[Result], key: str, ylabel: str, title: str, l
         depth = results[members[0]]["depth"]
         patches = shade_layers(ax, depth, kinds)
         for j in members:
-            ax.plot(results[j]["depth"], results[j][key], marker=MARKERS[j % len(MARKERS)], ms=4.5, lw=1.3,
-                    color=f"C{j % 10}", label=names[j])
+            ax.plot(results[j]["depth"], results[j][key], marker=marker(j), ms=4.5, lw=1.3, color=color(j),
+                    label=names[j])
         half = 0.5 / max(len(depth) - 1, 1)
         ax.set_xlim(-half, 1 + half)
         ax.set_ylabel(ylabel)
@@ -105,18 +131,13 @@ def depth_figure(results: Sequence[Result], key: str, ylabel: str, title: str, l
 
 def noise_figure(results: Sequence[Result]) -> Figure:
     """Paper A Fig 2b: accuracy drop (percentage points) against the noise band's centre frequency."""
-    fig = Figure(figsize=(5.2, 3.8), layout="constrained")
-    ax = fig.add_subplot()
+    fig, ax = single_axes((5.2, 3.8))
     for j, (result, label) in enumerate(zip(results, labels(results))):
         done = result["noise/done"].astype(bool)
         ax.plot(result["noise/frequencies"][done], 100 * result["noise/accuracy_drop"][done],
-                marker=MARKERS[j % len(MARKERS)], ms=4.5, lw=1.3, label=label)
-    ticks = np.linspace(0, 1, 6)
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([f"{t:.1f}π" for t in ticks])
-    ax.set_xlim(0, 1)
-    ax.axhline(0, color="0.8", lw=0.8, zorder=0)
-    ax.set_xlabel("noise frequency (centre of the band)")
+                marker=marker(j), ms=4.5, lw=1.3, label=label)
+    pi_ticks(ax, "noise frequency (centre of the band)")
+    zero_line(ax)
     ax.set_ylabel("accuracy drop (percentage points)")
     strength = results[0].attrs.get("noise_strength")
     ax.set_title(f"robustness to band-limited noise (RMS {strength})")
@@ -148,31 +169,27 @@ def maps_figure(result: Result) -> Figure:
         ax.set_yticks([])
         axes.append(ax)
     fig.colorbar(ScalarMappable(norm=norm, cmap="viridis"), ax=axes, label="Δ log amplitude", shrink=0.8)
-    fig.suptitle(f"{result.attrs.get('model', result.path.stem)}: mean log amplitude - log A(0), (-π, π)²")
+    fig.suptitle(f"{model_name(result)}: mean log amplitude - log A(0), (-π, π)²")
     return fig
+
+
+def _figures(results: list[Result]) -> Iterator[tuple[str, Figure]]:
+    stem = group_stem(results)
+    for result in results:
+        yield f"{result.path.stem}_delta_log_amplitude", profile_figure(result)
+        if any(k.startswith("maps/") for k in result.arrays):
+            yield f"{result.path.stem}_maps", maps_figure(result)
+    yield f"{stem}_high_frequency", depth_figure(results, "high_frequency", "Δ log amplitude at the highest frequency",
+                                                 "high-frequency amplitude by depth")
+    variance = [r["variance"] for r in results]
+    spread = max(np.nanmax(v) for v in variance) / max(min(np.nanmin(v) for v in variance), 1e-300)
+    yield f"{stem}_variance", depth_figure(results, "variance", "feature-map variance", "feature-map variance by depth",
+                                           log=spread > 50)
+    noisy = [r for r in results if "noise/accuracy_drop" in r]
+    if noisy:
+        yield f"{stem}_noise", noise_figure(noisy)
 
 
 def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:
     """Write every Fourier figure of ``results`` to ``out_dir``; return the paths."""
-    written: list[Path] = []
-
-    def save(fig: Figure, name: str) -> None:
-        path = out_dir / f"{name}.{fmt}"
-        fig.savefig(path, dpi=150)
-        written.append(path)
-
-    stem = results[0].path.stem + (f"+{len(results) - 1}" if len(results) > 1 else "")
-    for result in results:
-        save(profile_figure(result), f"{result.path.stem}_delta_log_amplitude")
-        if any(k.startswith("maps/") for k in result.arrays):
-            save(maps_figure(result), f"{result.path.stem}_maps")
-    save(depth_figure(results, "high_frequency", "Δ log amplitude at the highest frequency",
-                      "high-frequency amplitude by depth"), f"{stem}_high_frequency")
-    variance = [r["variance"] for r in results]
-    spread = max(np.nanmax(v) for v in variance) / max(min(np.nanmin(v) for v in variance), 1e-300)
-    save(depth_figure(results, "variance", "feature-map variance", "feature-map variance by depth",
-                      log=spread > 50), f"{stem}_variance")
-    noisy = [r for r in results if "noise/accuracy_drop" in r]
-    if noisy:
-        save(noise_figure(noisy), f"{stem}_noise")
-    return written
+    return save_figures(_figures(results), out_dir, fmt)

@@ -17,29 +17,64 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from landscape.plot.fourier import labels
+from landscape.errors import LandscapeError
+from landscape.plot.common import (
+    Array,
+    Schema,
+    check_arrays,
+    color,
+    group_stem,
+    labels,
+    save_figures,
+    single_axes,
+    zero_line,
+)
 from landscape.store import Result
 
+#: the arrays of a ``hessian`` file; each part (eigenvalues, density, trace) is there when it was computed
+HESSIAN = Schema(
+    kind="hessian",
+    required={},
+    optional={"eigenvalues": Array(("pair",)), "residuals": Array(("pair",)), "converged": Array(("pair",)),
+              "density/grid": Array(("grid",), finite=True), "density/values": Array(("grid",), finite=True),
+              "trace/samples": Array(("probe",), finite=True)},
+    together=(("density/grid", "density/values"),),
+)
+#: the arrays of a ``spectrum`` file: the top eigenvalues of each mini-batch (NaN where not done)
+SPECTRUM = Schema(
+    kind="spectrum",
+    required={"eigenvalues": Array(("batch", "rank"))},
+    optional={"done": Array(("batch",)), "batch_sizes": Array(("batch",)), "n_matvec": Array(("batch",))},
+)
 
-def _stem(results: list[Result]) -> str:
-    return results[0].path.stem + (f"+{len(results) - 1}" if len(results) > 1 else "")
+
+def check(result: Result) -> None:
+    """Check that the arrays of a ``hessian`` or ``spectrum`` result fit its schema (:data:`HESSIAN`, :data:`SPECTRUM`).
+
+    Raises:
+        LandscapeError: naming the array that is missing or does not fit, and what to do.
+    """
+    check_arrays(result, SPECTRUM if result.kind == "spectrum" else HESSIAN)
+    if result.kind == "hessian" and "eigenvalues" not in result and "density/values" not in result:
+        raise LandscapeError(f"{result.path}: the hessian result has neither eigenvalues nor a density to draw; "
+                             "compute them with `landscape hessian` (--top-k, --density)")
 
 
 def density_figure(results: list[Result]) -> Figure:
     """SLQ densities (log y), one curve per file, eigenvalues as ticks; trace estimates in the legend."""
-    fig = Figure(figsize=(6.0, 4.0), layout="constrained")
-    ax = fig.add_subplot()
-    for label, res, color in zip(labels(results), results, _colors(len(results))):
+    fig, ax = single_axes((6.0, 4.0))
+    for i, (label, res) in enumerate(zip(labels(results), results)):
         if "density/values" not in res:
             continue
         values = res["density/values"]
         floor = max(float(values.max()) * 1e-8, 1e-300)
         if "trace/samples" in res:
             s = res["trace/samples"]
-            label += f" (trace {s.mean():.4g} ± {s.std(ddof=1) / np.sqrt(len(s)):.2g})"
-        ax.plot(res["density/grid"], np.maximum(values, floor), color=color, lw=1.3, label=label)
+            label += f" (trace {s.mean():.4g}"
+            label += f" ± {s.std(ddof=1) / np.sqrt(len(s)):.2g})" if len(s) > 1 else ")"
+        ax.plot(res["density/grid"], np.maximum(values, floor), color=color(i), lw=1.3, label=label)
         if "eigenvalues" in res:
-            ax.plot(res["eigenvalues"], np.full(len(res["eigenvalues"]), floor * 10), "|", color=color, ms=12)
+            ax.plot(res["eigenvalues"], np.full(len(res["eigenvalues"]), floor * 10), "|", color=color(i), ms=12)
     ax.set_yscale("log")
     ax.set_ylim(bottom=min((max(float(r["density/values"].max()) * 1e-8, 1e-300) for r in results
                             if "density/values" in r), default=None))
@@ -52,15 +87,14 @@ def density_figure(results: list[Result]) -> Figure:
 
 def eigenvalue_figure(results: list[Result]) -> Figure:
     """The computed eigenvalues of each file against their rank, with residual error bars."""
-    fig = Figure(figsize=(5.0, 3.6), layout="constrained")
-    ax = fig.add_subplot()
-    for i, (label, res, color) in enumerate(zip(labels(results), results, _colors(len(results)))):
+    fig, ax = single_axes((5.0, 3.6))
+    for i, (label, res) in enumerate(zip(labels(results), results)):
         if "eigenvalues" not in res:
             continue
         ev = res["eigenvalues"]
         ax.errorbar(np.arange(len(ev)) + 0.08 * i, ev, yerr=res.arrays.get("residuals"),
-                    fmt="o", color=color, label=f"{label} ({res.attrs.get('which', '')})", capsize=3)
-    ax.axhline(0, color="0.8", lw=0.8, zorder=0)
+                    fmt="o", color=color(i), label=f"{label} ({res.attrs.get('which', '')})", capsize=3)
+    zero_line(ax)
     ax.set_xlabel("index (ascending)")
     ax.set_ylabel("eigenvalue (bars: residual ||Hv - λv||)")
     ax.set_title("Hessian eigenvalues")
@@ -76,15 +110,15 @@ def spectrum_figure(results: list[Result], bins: int = 40) -> Figure:
     everything = np.concatenate(pooled) if pooled else np.zeros(0)
     lo = min(float(everything.min()), 0.0) if everything.size else -1.0
     hi = max(float(everything.max()), 0.0) if everything.size else 1.0
-    for label, values, color in zip(labels(results), pooled, _colors(len(results))):
+    for i, (label, values) in enumerate(zip(labels(results), pooled)):
         for ax, part, edges in ((neg_ax, values[values < 0], np.linspace(lo, 0, bins + 1)),
                                 (pos_ax, values[values >= 0], np.linspace(0, hi, bins + 1))):
             if part.size == 0 or edges[-1] == edges[0]:
                 continue
             counts, _ = np.histogram(part, edges)
             dens = counts / (values.size * (edges[1] - edges[0]))
-            ax.stairs(dens, edges, color=color, lw=1.4, label=label)
-            ax.stairs(dens, edges, color=color, alpha=0.15, fill=True)
+            ax.stairs(dens, edges, color=color(i), lw=1.4, label=label)
+            ax.stairs(dens, edges, color=color(i), alpha=0.15, fill=True)
     _panel(neg_ax, "negative eigenvalues", (lo, 0.0), np.any(everything < 0))
     _panel(pos_ax, "positive eigenvalues", (0.0, hi), np.any(everything >= 0))
     neg_ax.set_ylabel("density")
@@ -111,17 +145,13 @@ def _panel(ax: Axes, title: str, limits: tuple[float, float], has_data: bool) ->
         ax.text(0.5, 0.5, "none", transform=ax.transAxes, ha="center", va="center", color="0.5")
 
 
-def _colors(n: int) -> list[str]:
-    return [f"C{i % 10}" for i in range(n)]
-
-
 def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:
     """Write the figures of ``hessian`` or ``spectrum`` results (one kind per call) to ``out_dir``.
 
     ``hessian``: ``<stem>_density`` (files with a density) and ``<stem>_eigenvalues`` (files with
     eigenvalues). ``spectrum``: ``<stem>_spectrum``; ``bins`` (option, default 40) per panel.
     """
-    stem = _stem(results)
+    stem = group_stem(results)
     figures: list[tuple[str, Figure]] = []
     if results[0].kind == "spectrum":
         figures.append(("spectrum", spectrum_figure(results, int(options.get("bins", 40)))))
@@ -132,9 +162,4 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
             figures.append(("density", density_figure(with_density)))
         if with_eigen:
             figures.append(("eigenvalues", eigenvalue_figure(with_eigen)))
-    written = []
-    for name, fig in figures:
-        path = out_dir / f"{stem}_{name}.{fmt}"
-        fig.savefig(path, dpi=150)
-        written.append(path)
-    return written
+    return save_figures(((f"{stem}_{name}", fig) for name, fig in figures), out_dir, fmt)

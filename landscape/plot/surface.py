@@ -10,7 +10,7 @@ of all given files are overlaid in one figure of loss and accuracy. The grid's o
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +18,70 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from landscape.errors import LandscapeError
+from landscape.files import atomic_write
+from landscape.plot import STYLES, one_of
+from landscape.plot.common import Array, Schema, check_arrays, color, save_figures, single_axes
 from landscape.store import Result
 
-STYLES = ("default", "paper")
+#: the arrays of a surface file: ``loss[j, i]`` (and ``accuracy``, ``done``) at ``(x_i, y_j)``
+SCHEMA = Schema(
+    kind="surface",
+    required={"xcoordinates": Array(("x",), finite=True), "ycoordinates": Array(("y",), finite=True),
+              "loss": Array(("y", "x")), "accuracy": Array(("y", "x"))},
+    optional={"done": Array(("y", "x")), "data_loss": Array(("y", "x")),
+              "trajectory/coordinates": Array(("snapshot", 2), finite=True)},
+)
+
+
+def check(result: Result) -> None:
+    """Check that ``result`` is a surface that can be drawn.
+
+    Its arrays must fit :data:`SCHEMA`, ``surface_ndim`` (when stored) must agree with the grid, a plane needs
+    two points along each axis, and at least one done grid point must have a finite loss.
+
+    Raises:
+        LandscapeError: naming what is wrong with the file and what to do.
+    """
+    check_arrays(result, SCHEMA)
+    ny, nx = result["loss"].shape
+    ndim = result.attrs.get("surface_ndim", 2 if ny > 1 else 1)
+    if ndim not in (1, 2) or (ndim == 1 and ny != 1):
+        raise LandscapeError(f"{result.path}: attribute surface_ndim={ndim!r} does not fit a grid of {ny} x {nx} "
+                             "points (y x x); recompute it with `landscape surface ... --force`")
+    if ndim == 2 and min(nx, ny) < 2:
+        raise LandscapeError(f"{result.path}: a 2D surface of {ny} x {nx} points (y x x) cannot be drawn as a plane; "
+                             "compute it with at least 2 points along each of --x and --y")
+    done = result["done"].astype(bool) if "done" in result else np.ones((ny, nx), bool)
+    if np.any(np.isfinite(result["loss"]) & done):
+        return
+    n, finished = done.size, int(done.sum())
+    lead = f"{result.path}: no grid point has a finite loss"
+    if "done" not in result:
+        raise LandscapeError(f"{lead}: its points are not done yet or diverged; resume `landscape surface` with the "
+                             "same options, or choose a smaller range (--x, --y) if the loss diverged")
+    if finished == 0:
+        raise LandscapeError(f"{lead}: none of its {n} points is done yet; run (or resume) `landscape surface` with "
+                             "the same options first")
+    if finished == n:
+        raise LandscapeError(f"{lead}: all {n} points are done but the loss diverged (NaN or inf) at each; "
+                             "compute the surface over a smaller range (--x, --y)")
+    raise LandscapeError(f"{lead}: {n - finished} of its {n} points are not done yet and the loss diverged (NaN or "
+                         f"inf) at the {finished} done ones; resume `landscape surface` with the same options, or "
+                         "choose a smaller range (--x, --y)")
 
 
 def grid_of(result: Result) -> tuple[np.ndarray, np.ndarray, np.ma.MaskedArray, np.ma.MaskedArray]:
-    """``(xs, ys, loss, accuracy)`` of a surface; points not done (NaN) are masked."""
-    if result.kind != "surface":
-        raise LandscapeError(f"{result.path} holds a {result.kind} result, not a surface")
+    """``(xs, ys, loss, accuracy)`` of a surface checked by :func:`check`; points not done (NaN) are masked.
+
+    Raises:
+        LandscapeError: the surface cannot be drawn (see :func:`check`).
+    """
+    check(result)
     loss = np.ma.masked_invalid(np.asarray(result["loss"], dtype=float))
     acc = np.ma.masked_invalid(np.asarray(result["accuracy"], dtype=float))
     if "done" in result:
         loss = np.ma.masked_where(~result["done"].astype(bool), loss)
         acc = np.ma.masked_where(~result["done"].astype(bool), acc)
-    if loss.count() == 0:
-        raise LandscapeError(f"{result.path} has no finished grid points yet; run (or resume) the surface first")
     return np.asarray(result["xcoordinates"], float), np.asarray(result["ycoordinates"], float), loss, acc
 
 
@@ -74,8 +122,7 @@ def contour_figure(result: Result, *, levels: int = 20, log: bool = False, zmax:
     ``loss[j, i]`` is drawn at ``(x_i, y_j)``; the trajectory (PCA files) and the centre are marked.
     """
     xs, ys, loss, _ = grid_of(result)
-    fig = Figure(figsize=(6, 5), layout="constrained")
-    ax = fig.add_subplot()
+    fig, ax = single_axes((6, 5))
     X, Y = np.meshgrid(xs, ys)
     lv = _levels(loss, levels, log, zmax)
     if filled:
@@ -122,8 +169,7 @@ def surface3d_figure(result: Result, *, style: str = "default", zmax: float | No
     ``paper``: Paper A's plasma-coloured wireframe of ``z = loss - min(loss)`` clipped at ``zmax``;
     ``default``: a shaded surface of the loss (log10 with ``log``), clipped at ``zmax``.
     """
-    if style not in STYLES:
-        raise LandscapeError(f"unknown surface style {style!r}; use one of {', '.join(STYLES)}")
+    one_of(style, "surface style (--style)", STYLES)
     xs, ys, loss, _ = grid_of(result)
     X, Y = np.meshgrid(xs, ys)
     Z = loss - loss.min() if style == "paper" else np.ma.log10(loss) if log else loss
@@ -152,15 +198,13 @@ def surface3d_figure(result: Result, *, style: str = "default", zmax: float | No
 
 def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
     """Loss (left axis, log scale with ``log``) and accuracy (right axis, dashed) along x, one colour per file."""
-    fig = Figure(figsize=(7, 4.5), layout="constrained")
-    ax = fig.add_subplot()
+    fig, ax = single_axes((7, 4.5))
     ax2 = ax.twinx()
     for k, result in enumerate(results):
         xs, _, loss, acc = grid_of(result)
-        color = f"C{k}"
         label = result.path.stem
-        ax.plot(xs, loss[0], "-", color=color, label=f"{label} loss")
-        ax2.plot(xs, acc[0], "--", color=color, label=f"{label} accuracy")
+        ax.plot(xs, loss[0], "-", color=color(k), label=f"{label} loss")
+        ax2.plot(xs, acc[0], "--", color=color(k), label=f"{label} accuracy")
     if log:
         ax.set_yscale("log")
     if results[0].attrs.get("direction_type") == "target":
@@ -181,7 +225,10 @@ def write_vtp(result: Result, path: str | Path, *, zmax: float | None = None, lo
 
     One point ``(x_i, y_j, z)`` per grid point (index ``j*nx + i``) with ``z = loss`` (log10 with ``log``,
     clipped at ``zmax``), quads between neighbours whose four corners are done, and point arrays ``loss`` and
-    ``accuracy``.
+    ``accuracy``. The file is written atomically (see :func:`landscape.files.atomic_write`).
+
+    Raises:
+        LandscapeError: the surface cannot be drawn, or ``path`` cannot be written.
     """
     xs, ys, loss, acc = grid_of(result)
     ny, nx = loss.shape
@@ -216,7 +263,8 @@ def write_vtp(result: Result, path: str | Path, *, zmax: float | None = None, lo
     ET.SubElement(polys, "DataArray", type="Int64", Name="offsets", format="ascii").text = text(
         4 * np.arange(1, len(quads) + 1), "%d")
     path = Path(path)
-    ET.ElementTree(root).write(path, xml_declaration=True, encoding="utf-8")
+    with atomic_write(path) as handle:
+        ET.ElementTree(root).write(handle, xml_declaration=True, encoding="utf-8")
     return path
 
 
@@ -227,25 +275,19 @@ def plot(results: list[Result], out_dir: Path, fmt: str, *, log: bool = False, z
     Options: ``log`` (log loss axis / levels), ``zmax`` (clip), ``style`` (``default`` or ``paper`` 3D),
     ``levels`` (contour count), ``vtp`` (write the ParaView file of 2D surfaces). Other options are ignored.
     """
-    out_dir = Path(out_dir)
-    written: list[Path] = []
-
-    def save(fig: Figure, name: str) -> None:
-        path = out_dir / f"{name}.{fmt}"
-        fig.savefig(path, dpi=150, bbox_inches="tight")
-        written.append(path)
-
+    planes = [r for r in results if is_2d(r)]
     lines = [r for r in results if not is_2d(r)]
-    for r in results:
-        if not is_2d(r):
-            continue
-        stem = r.path.stem
-        save(contour_figure(r, levels=levels, log=log, zmax=zmax), f"{stem}_contour")
-        save(contour_figure(r, levels=levels, log=log, zmax=zmax, filled=True), f"{stem}_contourf")
-        save(heatmap_figure(r), f"{stem}_heatmap")
-        save(surface3d_figure(r, style=style, zmax=zmax, log=log), f"{stem}_3d")
-        if vtp:
-            written.append(write_vtp(r, out_dir / f"{stem}.vtp", zmax=zmax, log=log))
-    if lines:
-        save(lines_figure(lines, log=log), f"{lines[0].path.stem}_1d")
+
+    def figures() -> Iterator[tuple[str, Figure]]:
+        for r in planes:
+            yield f"{r.path.stem}_contour", contour_figure(r, levels=levels, log=log, zmax=zmax)
+            yield f"{r.path.stem}_contourf", contour_figure(r, levels=levels, log=log, zmax=zmax, filled=True)
+            yield f"{r.path.stem}_heatmap", heatmap_figure(r)
+            yield f"{r.path.stem}_3d", surface3d_figure(r, style=style, zmax=zmax, log=log)
+        if lines:
+            yield f"{lines[0].path.stem}_1d", lines_figure(lines, log=log)
+
+    written = save_figures(figures(), Path(out_dir), fmt)
+    if vtp:
+        written += [write_vtp(r, Path(out_dir) / f"{r.path.stem}.vtp", zmax=zmax, log=log) for r in planes]
     return written

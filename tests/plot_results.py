@@ -1,0 +1,83 @@
+"""Result files for the plot tests, written with h5py directly so that any array can be left out or bent.
+
+``*_arrays`` build the arrays of a well-formed result of each kind (a dict name -> array); tests drop or
+replace entries to make hostile files, and :func:`write_result` writes them the way the store lays them out
+(root attributes, ``kind``, strings as HDF5 strings).
+"""
+
+import json
+
+import h5py
+import numpy as np
+
+XS = np.linspace(-1.0, 0.5, 7)
+YS = np.linspace(0.0, 2.0, 4)
+
+
+def bowl(x, y):
+    """The analytic loss of the surface files."""
+    return (x - 0.3) ** 2 + 2 * (y - 0.5) ** 2 + 1.0 + 0.1 * x * y
+
+
+def write_result(path, kind, arrays, **attrs):
+    """Write a result file of ``kind`` holding ``arrays`` (None values are left out); return its path."""
+    with h5py.File(path, "w") as f:
+        f.attrs["kind"] = kind
+        f.attrs["complete"] = True
+        for key, value in attrs.items():
+            f.attrs[key] = json.dumps(value) if isinstance(value, (list, dict)) else value
+        for name, data in arrays.items():
+            if data is None:
+                continue
+            arr = np.asarray(data)
+            if arr.dtype.kind == "U":
+                f.create_dataset(name, data=arr.astype(object), dtype=h5py.string_dtype())
+            else:
+                f.create_dataset(name, data=arr)
+    return path
+
+
+def surface_arrays(xs=XS, ys=YS, done=None):
+    """A surface of :func:`bowl` (accuracy = 1 / loss); points not ``done`` are NaN."""
+    X, Y = np.meshgrid(xs, ys)
+    loss = bowl(X, Y)
+    mask = np.ones_like(loss, bool) if done is None else done
+    return {"xcoordinates": xs, "ycoordinates": ys, "loss": np.where(mask, loss, np.nan),
+            "accuracy": np.where(mask, 1 / loss, np.nan), "done": mask}
+
+
+SURFACE_ATTRS = {"surface_ndim": 2, "model": "toy", "norm": "filter", "bn": "eval"}
+
+
+def fourier_arrays(kinds, noise=False, hf_offset=0.0):
+    """A Fourier result of one layer per entry of ``kinds`` (the last layer has fewer frequencies)."""
+    n = len(kinds)
+    freq = np.linspace(0, 1, 5)
+    delta = -np.outer(np.arange(1, n + 1), freq)
+    delta[-1, 3:] = np.nan
+    arrays = {"frequencies": freq, "delta_log_amplitude": delta, "high_frequency": -np.arange(1, n + 1) + hf_offset,
+              "depth": np.arange(n) / (n - 1), "layer_names": np.array([f"l{i}" for i in range(n)]),
+              "layer_kinds": np.array(kinds), "variance": np.arange(1.0, n + 1), "maps/000": np.zeros((4, 4))}
+    if noise:
+        arrays.update({"noise/frequencies": np.array([0.1, 0.5, 0.9]), "noise/accuracy_drop": np.array([0.1, 0.2, 0.3]),
+                       "noise/done": np.array([True, False, True])})
+    return arrays
+
+
+def fourier_attrs(model):
+    """The root attributes of a Fourier result of ``model``."""
+    return {"model": model, "profile": "diagonal", "frequency_axis": "normalised", "noise_strength": 0.5}
+
+
+def hessian_arrays():
+    """A hessian result: a Gaussian SLQ density around 1, two eigenvalues with residuals, trace samples."""
+    grid = np.linspace(-1, 5, 200)
+    return {"density/grid": grid, "density/values": np.exp(-((grid - 1) ** 2)) / np.sqrt(np.pi) + 1e-30,
+            "density/nodes": np.array([[0.0, 1.0, 4.0]]), "density/weights": np.array([[0.5, 0.4, 0.1]]),
+            "eigenvalues": np.array([3.0, 4.0]), "residuals": np.array([1e-3, 2e-3]),
+            "trace/samples": np.array([10.0, 12.0, 11.0])}
+
+
+def spectrum_arrays(eig):
+    """A spectrum result of the per-batch eigenvalues ``eig`` (batch x rank), every batch done."""
+    return {"eigenvalues": eig, "batch_sizes": np.full(len(eig), 16), "done": np.ones(len(eig), bool)}
