@@ -7,7 +7,7 @@ from torch import nn
 
 from landscape.errors import LandscapeError
 from landscape.fourier import band_mask, band_noise, noise_robustness
-from landscape.fourier.noise import BANDS, accuracy
+from landscape.fourier.noise import BANDS, accuracy, check_labels, hits
 
 
 def exact_mask(h, w, centre, width):
@@ -78,3 +78,23 @@ def test_noise_robustness_of_known_models():
     # reproducible, seeded per batch
     assert accuracy(PixelClassifier(), batches, {"centre": 0.25, "width": 0.1, "strength": 1.0, "seed": 0}) == \
         pix.accuracy[0]
+
+
+def test_counts_over_shares_of_the_batches_add_up_to_the_whole():
+    gen = torch.Generator().manual_seed(1)
+    y = torch.randint(0, 2, (50,), generator=gen)
+    x = torch.randn(50, 1, 8, 8, generator=gen)
+    batches = [(x[i : i + 12], y[i : i + 12]) for i in range(0, 50, 12)]  # 5 batches, the last of 2
+    noise = {"centre": 0.5, "width": 0.1, "strength": 1.0, "seed": 3}
+    whole = hits(PixelClassifier(), enumerate(batches), noise)
+    indexed = list(enumerate(batches))
+    parts = [hits(PixelClassifier(), indexed[r::2], noise) for r in range(2)]  # as two ranks share them
+    assert (sum(c for c, _ in parts), sum(t for _, t in parts)) == whole
+    assert whole[1] == 50 and accuracy(PixelClassifier(), batches, noise) == whole[0] / 50
+
+
+def test_labels_the_model_cannot_output_are_refused():
+    x = torch.zeros(4, 1, 8, 8)
+    check_labels(PixelClassifier(), [(x, torch.tensor([0, 1, 1, 0]))])
+    with pytest.raises(LandscapeError, match="labels 0..5 but the model outputs 2 classes"):
+        check_labels(PixelClassifier(), [(x, torch.tensor([0, 1, 5, 0]))])

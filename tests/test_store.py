@@ -6,11 +6,11 @@ import textwrap
 import h5py
 import numpy as np
 import pytest
+from helpers import one_line_error
 
 from landscape.errors import LandscapeError
 from landscape.files import lock_path
 from landscape.store import describe, identity_of, open_result, read_result
-from tests.helpers import one_line_error
 
 
 def _attrs(**over):

@@ -3,6 +3,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -141,7 +142,8 @@ def test_quadratic_model_reproduces_the_closed_form_on_a_non_square_grid(tmp_pat
             assert res["accuracy"][j, i] == acc
     assert res["done"].all() and res.attrs["complete"]
     assert res.axes["loss"] == ["y", "x"]
-    assert res.attrs["regularizer"] == {"kind": reg.kind, "coef": reg.coef} if reg else True
+    want = {"kind": reg.kind, "coef": reg.coef} if reg else {"kind": "none", "coef": 0.0}
+    assert res.attrs["regularizer"] == want
 
 
 def test_centre_point_is_the_model_loss(tmp_path, reference):
@@ -205,7 +207,23 @@ def test_vectorised_and_looped_evaluation_agree(tmp_path, reference):
     ev = PointEvaluator(objective, dirs.x, dirs.y)
     pts = [(0.3, -0.2), (1.0, 0.5)]
     np.testing.assert_allclose(ev.vectorised(pts), ev.loop(pts), rtol=1e-12)
-    assert ev.choose_batch_points(k=4, repeats=1) in (1, 4)
+
+
+def test_batch_points_choice_follows_the_measured_times(monkeypatch):
+    _, _, objective, dirs = build()
+    ev = PointEvaluator(objective, dirs.x, dirs.y)
+    monkeypatch.setattr(ev, "vectorised", lambda points, batches=None: None)  # vmap costs nothing: take it
+    assert ev.choose_batch_points(k=4, repeats=1) == 4
+    monkeypatch.setattr(ev, "vectorised", lambda points, batches=None: time.sleep(0.2))  # far slower: the loop
+    assert ev.choose_batch_points(k=4, repeats=1) == 1
+
+    def cannot_batch(points, batches=None):
+        raise RuntimeError("vmap: data-dependent control flow")
+
+    monkeypatch.setattr(ev, "vectorised", cannot_batch)
+    assert ev.choose_batch_points(k=4, repeats=1) == 1
+    monkeypatch.setattr(ev, "vectorised", lambda points, batches=None: None)
+    assert ev.choose_batch_points(k=1, repeats=1) == 1  # one point per call is the loop
 
 
 def test_vectorised_regulariser_agrees_with_loop():
@@ -365,3 +383,18 @@ def test_a_file_killed_while_writing_directions_is_completed_on_resume(tmp_path,
     res = compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False)
     for name in reference.arrays:
         np.testing.assert_array_equal(res[name], reference[name])
+
+
+def test_a_grid_too_large_is_refused_with_its_size_and_time_before_any_file(tmp_path):
+    _, _, objective, dirs = build()
+    out = tmp_path / "big.h5"
+    with pytest.raises(LandscapeError, match=r"1001 x 1000 grid has 1,001,000 points: .* GB .* hours") as e:
+        compute_surface(objective, dirs, np.linspace(-1, 1, 1001), np.linspace(-1, 1, 1000), out=out)
+    assert "\n" not in str(e.value) and not out.exists()
+
+
+def test_non_finite_grid_coordinates_are_refused(tmp_path):
+    _, _, objective, dirs = build()
+    with pytest.raises(LandscapeError, match="finite"):
+        compute_surface(objective, dirs, [0.0, float("nan")], YS, out=tmp_path / "n.h5")
+    assert not (tmp_path / "n.h5").exists()
