@@ -27,12 +27,34 @@ def _as_float(value: Any, name: str) -> float:
 
 
 def finite(value: Any, name: str) -> float:
-    """``value`` as a float; an error unless it is a finite real number."""
+    """``value`` as a float; an error unless it is a finite real number.
+
+    Args:
+        value: the number to check (a real number or a numeric string; ``bool`` is refused).
+        name: the option's name, used in the error message (e.g. ``"--sigma"``).
+
+    Returns:
+        ``float(value)``.
+
+    Raises:
+        LandscapeError: ``value`` is not a number, or is ``nan``/``inf``.
+    """
     return _as_float(value, name)
 
 
 def non_negative(value: Any, name: str) -> float:
-    """``value`` as a float; an error unless it is finite and ``>= 0``."""
+    """``value`` as a float; an error unless it is finite and ``>= 0``.
+
+    Args:
+        value: the number to check (a real number or a numeric string; ``bool`` is refused).
+        name: the option's name, used in the error message.
+
+    Returns:
+        ``float(value)``.
+
+    Raises:
+        LandscapeError: ``value`` is not a number, is ``nan``/``inf``, or is negative.
+    """
     number = _as_float(value, name)
     if number < 0:
         raise LandscapeError(f"{name} must be a finite number >= 0, got {value!r}")
@@ -40,7 +62,18 @@ def non_negative(value: Any, name: str) -> float:
 
 
 def positive(value: Any, name: str) -> float:
-    """``value`` as a float; an error unless it is finite and ``> 0``."""
+    """``value`` as a float; an error unless it is finite and ``> 0``.
+
+    Args:
+        value: the number to check (a real number or a numeric string; ``bool`` is refused).
+        name: the option's name, used in the error message.
+
+    Returns:
+        ``float(value)``.
+
+    Raises:
+        LandscapeError: ``value`` is not a number, is ``nan``/``inf``, or is ``<= 0``.
+    """
     number = _as_float(value, name)
     if number <= 0:
         raise LandscapeError(f"{name} must be a finite number > 0, got {value!r}")
@@ -49,7 +82,22 @@ def positive(value: Any, name: str) -> float:
 
 def in_range(value: Any, name: str, low: float, high: float, *, low_open: bool = False,
              high_open: bool = False) -> float:
-    """``value`` as a float; an error unless it is finite and inside ``[low, high]`` (ends open as asked)."""
+    """``value`` as a float; an error unless it is finite and inside ``[low, high]`` (ends open as asked).
+
+    Args:
+        value: the number to check (a real number or a numeric string; ``bool`` is refused).
+        name: the option's name, used in the error message.
+        low: the lower end of the interval.
+        high: the upper end of the interval.
+        low_open: exclude ``low`` itself (``value > low`` rather than ``>= low``).
+        high_open: exclude ``high`` itself (``value < high`` rather than ``<= high``).
+
+    Returns:
+        ``float(value)``.
+
+    Raises:
+        LandscapeError: ``value`` is not a number, is ``nan``/``inf``, or lies outside the interval.
+    """
     number = _as_float(value, name)
     above = number > low if low_open else number >= low
     below = number < high if high_open else number <= high
@@ -60,12 +108,34 @@ def in_range(value: Any, name: str, low: float, high: float, *, low_open: bool =
 
 
 def positive_int(value: Any, name: str) -> int:
-    """``value`` as an int; an error unless it is a whole number ``>= 1``."""
+    """``value`` as an int; an error unless it is a whole number ``>= 1``.
+
+    Args:
+        value: the number to check; must be an integral type (``int``, ``numpy.int64``, ...), not ``bool``.
+        name: the option's name, used in the error message.
+
+    Returns:
+        ``int(value)``.
+
+    Raises:
+        LandscapeError: ``value`` is not an integral number, is a ``bool``, or is ``< 1``.
+    """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
         raise LandscapeError(f"{name} must be a whole number >= 1, got {value!r}")
     return int(value)
 
 
 def finite_all(values: Any, name: str) -> list[float]:
-    """Every entry of ``values`` as a float; an error naming the first entry that is not finite."""
+    """Every entry of ``values`` as a float; an error naming the first entry that is not finite.
+
+    Args:
+        values: an iterable of numbers.
+        name: the option's name; an error names the entry as ``name[i]``.
+
+    Returns:
+        ``[float(v) for v in values]``.
+
+    Raises:
+        LandscapeError: an entry is not a number, or is ``nan``/``inf``.
+    """
     return [_as_float(v, f"{name}[{i}]") for i, v in enumerate(values)]

@@ -58,7 +58,18 @@ def os_error(exc: OSError, path: str | Path, action: str = "write") -> Landscape
 
 
 def ensure_folder(path: str | Path) -> Path:
-    """Create folder ``path`` (and its parents) if needed; any OS failure is a one-line error."""
+    """Create folder ``path`` (and its parents) if needed; any OS failure is a one-line error.
+
+    Args:
+        path: the folder to create (an existing folder is fine).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        LandscapeError: a file of that name exists, or the folder cannot be created (permissions, read-only
+            file system, ...; see :func:`os_error`).
+    """
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -79,6 +90,10 @@ def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
     Args:
         path: the final file.
         mode: ``"wb"`` (binary) or ``"w"`` (text, UTF-8).
+
+    Yields:
+        The open file object on the temporary; it is flushed, fsynced and moved onto ``path`` when the block
+        ends without an error.
 
     Raises:
         LandscapeError: the folder cannot be created or written, the disk is full, ...
@@ -105,7 +120,15 @@ def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
 
 
 def write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (see :func:`atomic_write`)."""
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_write`).
+
+    Args:
+        path: the final file.
+        text: the contents, written as UTF-8.
+
+    Raises:
+        LandscapeError: the folder cannot be created or written, the disk is full, ...
+    """
     with atomic_write(path, "w") as handle:
         handle.write(text)
 
@@ -115,6 +138,15 @@ def temporary_path(path: str | Path) -> Path:
 
     For writers that need a file name rather than a file object; the caller moves it into place with
     ``os.replace`` or removes it.
+
+    Args:
+        path: the final file; the temporary ``.NAME.XXXXXXXX.tmp`` is created in its folder.
+
+    Returns:
+        The path of the new, empty temporary file.
+
+    Raises:
+        LandscapeError: the folder cannot be created, or the temporary cannot be created in it.
     """
     path = Path(path)
     folder = ensure_folder(path.parent if str(path.parent) else ".")
@@ -138,7 +170,14 @@ def _remove_quietly(path: str | Path) -> None:
 
 
 def lock_path(path: str | Path) -> Path:
-    """The sidecar lock file of result file ``path``: ``.NAME.lock`` in the same folder."""
+    """The sidecar lock file of result file ``path``: ``.NAME.lock`` in the same folder.
+
+    Args:
+        path: the result file.
+
+    Returns:
+        The path of its lock file (nothing is created).
+    """
     path = Path(path)
     return path.with_name(f".{path.name}.lock")
 
@@ -200,7 +239,15 @@ def _read_record(fd: int) -> dict[str, Any]:
 
 
 def live_writer(path: str | Path) -> int | None:
-    """The pid of the live process writing result file ``path``, or None when no process holds its lock."""
+    """The pid of the live process writing result file ``path``, or None when no process holds its lock.
+
+    Args:
+        path: the result file.
+
+    Returns:
+        The pid recorded in the sidecar (``-1`` if the lock is held but no pid is recorded), or ``None`` when
+        there is no sidecar or its lock is free.
+    """
     import fcntl
 
     file = lock_path(path)
@@ -220,7 +267,15 @@ def live_writer(path: str | Path) -> int | None:
 
 
 def last_writer(path: str | Path) -> dict[str, Any]:
-    """What the sidecar of ``path`` says about the last run that wrote it (``{}`` when there is none)."""
+    """What the sidecar of ``path`` says about the last run that wrote it (``{}`` when there is none).
+
+    Args:
+        path: the result file.
+
+    Returns:
+        The sidecar's record, e.g. ``{"pid": 1234, "identity": "..."}``; ``{}`` when there is no sidecar or it
+        cannot be read.
+    """
     try:
         fd = os.open(lock_path(path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:

@@ -65,6 +65,12 @@ def identity_of(attrs: Mapping[str, Any]) -> str:
 
     All attributes but :data:`VOLATILE`; a checkpoint (or target) is identified by its SHA-256 when that is
     recorded, not by the path it was given by (``../r.pt`` and ``/abs/r.pt`` are the same run).
+
+    Args:
+        attrs: the root attributes of a run (options, provenance, ...).
+
+    Returns:
+        A JSON string with sorted keys; two runs are the same run when their strings are equal.
     """
     hashed = {path for path, digest in CONTENT_HASHED.items() if attrs.get(digest)}
     kept = {k: _encode(v) for k, v in attrs.items() if k not in VOLATILE and k not in hashed}
@@ -72,7 +78,11 @@ def identity_of(attrs: Mapping[str, Any]) -> str:
 
 
 def now() -> str:
-    """The current UTC time in ISO 8601."""
+    """The current UTC time in ISO 8601.
+
+    Returns:
+        E.g. ``"2024-05-01T12:34:56+00:00"`` (whole seconds).
+    """
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -122,6 +132,15 @@ class ResultFile:
     :class:`~landscape.errors.LandscapeError`-s. While it is open for writing a :class:`~landscape.files.
     WriterLock` marks it as held by a live process. A complete file of the same run is opened read-only.
 
+    Create one with :meth:`open` (or :func:`open_result`), not with the constructor.
+
+    Args:
+        path: the file.
+        kind: the result kind, one of :data:`KINDS`.
+        handle: the open h5py file.
+        lock: the writer lock held on ``path``, or ``None`` when the file is open read-only.
+        resumed: whether an existing file of the same run was reopened.
+
     Attributes:
         path: the file.
         kind: the result kind.
@@ -147,8 +166,18 @@ class ResultFile:
           of this same run (recorded in its lock sidecar) is started again without ``force``.
         - A read-only file is never written or replaced: resuming or forcing it is an error.
 
+        Args:
+            path: the result file.
+            kind: the result kind, one of :data:`KINDS`.
+            attrs: the root attributes of the run (options and provenance; ``kind`` is added).
+            force: replace a file of other options, or a damaged/non-HDF5 file.
+
+        Returns:
+            The open :class:`ResultFile` (read-only when a complete file of the same run was found).
+
         Raises:
-            LandscapeError: as above, with what to do.
+            ValueError: ``kind`` is not one of :data:`KINDS`.
+            LandscapeError: as above, with what to do; also any OS failure while creating or opening the file.
         """
         if kind not in KINDS:
             raise ValueError(f"unknown result kind {kind!r}")
@@ -222,16 +251,39 @@ class ResultFile:
         return name in self._h5
 
     def read(self, name: str) -> np.ndarray:
-        """The whole array ``name``."""
+        """The whole array ``name``.
+
+        Args:
+            name: the array's path in the file, e.g. ``"loss"`` or ``"eigenvectors/fc.weight"``.
+
+        Returns:
+            Its values as a numpy array of the stored shape and dtype.
+        """
         return np.asarray(self._h5[name][()])
 
     def attr(self, name: str, default: Any = None, *, at: str | None = None) -> Any:
-        """Attribute ``name`` of the root (or of group/dataset ``at``), decoded; ``default`` when absent."""
+        """Attribute ``name`` of the root (or of group/dataset ``at``), decoded; ``default`` when absent.
+
+        Args:
+            name: the attribute's name.
+            default: what to return when the attribute is absent.
+            at: the path of a group or dataset; ``None`` for the root.
+
+        Returns:
+            The value, with JSON strings decoded back to dicts/lists/None and numpy scalars made Python scalars.
+        """
         node = self._h5 if at is None else self._h5[at]
         return _decode(node.attrs[name]) if name in node.attrs else default
 
     def keys(self, group: str) -> list[str]:
-        """The names in group ``group`` (empty when it does not exist)."""
+        """The names in group ``group`` (empty when it does not exist).
+
+        Args:
+            group: the group's path in the file.
+
+        Returns:
+            The sorted names of its members; ``[]`` when there is no such group.
+        """
         return sorted(self._h5[group].keys()) if group in self._h5 else []
 
     # ----------------------------------------------------------------------------------------- writing
@@ -254,6 +306,16 @@ class ResultFile:
 
         Storage is allocated on disk only as values are written. Raises a LandscapeError when an existing array
         has another shape.
+
+        Args:
+            name: the array's path in the file.
+            shape: its shape.
+            dtype: its numpy dtype.
+            fill: the value of entries not yet written (e.g. ``nan`` for pending points).
+            axes: the names of its axes, stored as the ``axes`` attribute.
+
+        Raises:
+            LandscapeError: the array exists with another shape, the file is open read-only, or the write fails.
         """
         h5 = self._writing(name)
         if name in h5:
@@ -271,7 +333,16 @@ class ResultFile:
         self._guard(create)
 
     def write(self, name: str, data: Any, *, axes: Sequence[str] | None = None) -> None:
-        """Write the whole array ``name`` (replacing an existing one), with its ``axes`` attribute."""
+        """Write the whole array ``name`` (replacing an existing one), with its ``axes`` attribute.
+
+        Args:
+            name: the array's path in the file.
+            data: the values (array-like; unicode strings are stored as HDF5 variable-length strings).
+            axes: the names of its axes, stored as the ``axes`` attribute.
+
+        Raises:
+            LandscapeError: the file is open read-only, or the write fails (full disk, size limit, ...).
+        """
         h5 = self._writing(name)
 
         def put() -> None:
@@ -288,12 +359,29 @@ class ResultFile:
         self._guard(put)
 
     def write_at(self, name: str, index: Any, value: Any) -> None:
-        """Write ``value`` into the slice ``index`` of array ``name`` (see :meth:`mark_done` to make it count)."""
+        """Write ``value`` into the slice ``index`` of array ``name`` (see :meth:`mark_done` to make it count).
+
+        Args:
+            name: the path of an existing array (see :meth:`allocate`).
+            index: the index or slice to write, as for ``array[index] = value``.
+            value: the values to write there.
+
+        Raises:
+            LandscapeError: the file is open read-only, or the write fails.
+        """
         h5 = self._writing(name)
         self._guard(lambda: h5[name].__setitem__(index, value))
 
     def set_attrs(self, values: Mapping[str, Any], *, at: str | None = None) -> None:
-        """Set attributes of the root (or of group/dataset ``at``, created as a group if absent); JSON for dicts."""
+        """Set attributes of the root (or of group/dataset ``at``, created as a group if absent); JSON for dicts.
+
+        Args:
+            values: the attributes to set; ``None``, dicts, lists and tuples are stored as JSON.
+            at: the path of a group or dataset; ``None`` for the root.
+
+        Raises:
+            LandscapeError: the file is open read-only, or the write fails.
+        """
         h5 = self._writing("attributes")
 
         def put() -> None:
@@ -304,13 +392,24 @@ class ResultFile:
         self._guard(put)
 
     def delete(self, name: str) -> None:
-        """Remove array or group ``name`` if present."""
+        """Remove array or group ``name`` if present.
+
+        Args:
+            name: the path of the array or group.
+
+        Raises:
+            LandscapeError: the file is open read-only, or the removal fails.
+        """
         h5 = self._writing(name)
         if name in h5:
             self._guard(lambda: h5.__delitem__(name))
 
     def flush(self) -> None:
-        """Push everything written so far to the file."""
+        """Push everything written so far to the file (nothing to do on a file open read-only).
+
+        Raises:
+            LandscapeError: the flush fails (full disk, size limit, ...).
+        """
         if self._lock is not None:
             self._guard(self._h5.flush)
 
@@ -319,6 +418,13 @@ class ResultFile:
 
         Values are flushed before their ``done`` flag, so a kill in between leaves the unit not done. The file
         is recorded as holding results (a file without any is replaced by a rerun with other options).
+
+        Args:
+            mask: the path of a boolean ``done`` array; ``None`` to only flush and record results.
+            index: the entry of ``mask`` to set.
+
+        Raises:
+            LandscapeError: the file is open read-only, or the write fails.
         """
         h5 = self._writing("results")
 
@@ -332,7 +438,11 @@ class ResultFile:
         self._guard(put)
 
     def mark_complete(self) -> None:
-        """Record that every unit of the run is done, and flush (nothing to do on a complete file)."""
+        """Record that every unit of the run is done, and flush (nothing to do on a complete file).
+
+        Raises:
+            LandscapeError: the file is incomplete but open read-only, or the write fails.
+        """
         if self._lock is None and self.complete:
             return
         h5 = self._writing("the completion flag")
@@ -345,7 +455,11 @@ class ResultFile:
         self._guard(put)
 
     def close(self) -> None:
-        """Close the file and release its writer lock."""
+        """Close the file and release its writer lock.
+
+        Raises:
+            LandscapeError: the final flush on closing fails (the lock is released all the same).
+        """
         try:
             if self._h5.id.valid:
                 self._guard(self._h5.close)
@@ -362,13 +476,36 @@ class ResultFile:
 
 
 def open_result(path: str | Path, kind: str, attrs: Mapping[str, Any], *, force: bool = False) -> ResultFile:
-    """Open ``path`` for a result of ``kind`` (see :meth:`ResultFile.open`)."""
+    """Open ``path`` for a result of ``kind`` (see :meth:`ResultFile.open`).
+
+    Args:
+        path: the result file.
+        kind: the result kind, one of :data:`KINDS`.
+        attrs: the root attributes of the run.
+        force: replace a file of other options, or a damaged/non-HDF5 file.
+
+    Returns:
+        The open :class:`ResultFile`.
+
+    Raises:
+        ValueError: ``kind`` is not one of :data:`KINDS`.
+        LandscapeError: the file cannot be created, resumed or replaced (see :meth:`ResultFile.open`).
+    """
     return ResultFile.open(path, kind, attrs, force=force)
 
 
 @dataclass
 class Result:
-    """A result file read into memory: root attributes, arrays by path, and each array's axes."""
+    """A result file read into memory: root attributes, arrays by path, and each array's axes.
+
+    ``result[name]`` is ``result.arrays[name]``; ``name in result`` asks whether that array exists.
+
+    Attributes:
+        path: the file read.
+        attrs: the root attributes, decoded (JSON strings back to dicts/lists).
+        arrays: every dataset by its path in the file, e.g. ``"loss"`` or ``"eigenvectors/fc.weight"``.
+        axes: the axis names of each array that has an ``axes`` attribute.
+    """
 
     path: Path
     attrs: dict[str, Any]
@@ -388,7 +525,18 @@ class Result:
 
 
 def read_result(path: str | Path) -> Result:
-    """Read every attribute and array of a result file."""
+    """Read every attribute and array of a result file.
+
+    Args:
+        path: the result file.
+
+    Returns:
+        The :class:`Result` with every root attribute, every dataset (strings as unicode arrays) and its axes.
+
+    Raises:
+        LandscapeError: the file does not exist, is being written by a live process, cannot be read, is not
+            HDF5 (or is damaged), or has no ``kind`` attribute.
+    """
     path = Path(path)
     if not path.exists():
         raise LandscapeError(f"{path} does not exist; give the path of a result file written by landscape")
@@ -423,7 +571,19 @@ def _as_str(value: Any) -> str:
 
 
 def describe(path: str | Path) -> str:
-    """A human-readable summary of a result file: kind, provenance, options and arrays with their axes."""
+    """A human-readable summary of a result file: kind, provenance, options and arrays with their axes.
+
+    A group of more than :data:`GROUP_SUMMARY` arrays is summarised in one line.
+
+    Args:
+        path: the result file.
+
+    Returns:
+        The summary, one line per attribute and per array (dtype, shape, axes; done counts for ``done``).
+
+    Raises:
+        LandscapeError: the file cannot be read (see :func:`read_result`).
+    """
     result = read_result(path)
     lines = [f"{result.path}: {result.kind} result" + ("" if result.attrs.get("complete") else " (incomplete)")]
     for key in sorted(result.attrs):
