@@ -250,6 +250,9 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
     out = Path(out)
     if out.exists() and not force:
         raise LandscapeError(f"{out} exists; use --force to overwrite it or --out to write elsewhere")
+    from landscape.files import ensure_folder, temporary_path
+
+    temporary_path(ensure_folder(out.parent) / out.name).unlink()  # the folder takes files: checked before training
     device = resolve_device(config.device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.default_generator.manual_seed(config.seed)

@@ -164,3 +164,14 @@ def test_cli_train_head_mismatch_is_a_one_line_error(tmp_path):
     assert len(result.output.strip().splitlines()) == 1
     nan = CliRunner().invoke(cli, [*args[:-5], "--lr", "nan", "--out", str(tmp_path / "y.pt"), "--quiet"])
     assert nan.exit_code == 2 and "--lr must be a finite number" in nan.output
+
+
+def test_an_output_folder_that_cannot_take_files_is_refused_before_training(tmp_path, monkeypatch):
+    import landscape.train as T
+
+    (tmp_path / "taken").write_text("a file")
+    monkeypatch.setattr(T, "_train", lambda *a, **k: pytest.fail("trained before checking --out"))
+    config = TrainConfig(model="resnet_mini", data="digits", epochs=1, batch_size=64, subset=0.05)
+    one_line_error(train_model, config, tmp_path / "taken" / "m.pt", quiet=True, match="a file of that name exists")
+    assert (tmp_path / "taken").read_text() == "a file"
+    assert not list(tmp_path.glob(".*.tmp"))
