@@ -99,11 +99,7 @@ def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
         LandscapeError: the folder cannot be created or written, the disk is full, ...
     """
     path = Path(path)
-    folder = ensure_folder(path.parent if str(path.parent) else ".")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise os_error(exc, path, "write") from exc
+    fd, tmp = _exclusive_temporary(path)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; a result gets the permissions of any new file
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
@@ -148,14 +144,18 @@ def temporary_path(path: str | Path) -> Path:
     Raises:
         LandscapeError: the folder cannot be created, or the temporary cannot be created in it.
     """
-    path = Path(path)
-    folder = ensure_folder(path.parent if str(path.parent) else ".")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise os_error(exc, path, "write") from exc
+    fd, tmp = _exclusive_temporary(Path(path))
     os.close(fd)
     return Path(tmp)
+
+
+def _exclusive_temporary(path: Path) -> tuple[int, str]:
+    """``mkstemp`` in ``path``'s folder (created if needed): a random ``.NAME.XXXXXXXX.tmp``, ``O_EXCL``."""
+    folder = ensure_folder(path.parent if str(path.parent) else ".")
+    try:
+        return tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise os_error(exc, path, "write") from exc
 
 
 def _umask() -> int:
