@@ -38,7 +38,14 @@ BIAS_PROFILES = ("gap", "quadratic")
 
 
 def neighbour_offsets(radius: int) -> list[tuple[int, int]]:
-    """Return the offsets ``(dy, dx)`` in ``[-radius, radius]^2``, row-major (head ``h`` gets entry ``h``)."""
+    """Return the offsets ``(dy, dx)`` in ``[-radius, radius]^2``, row-major (head ``h`` gets entry ``h``).
+
+    Args:
+        radius: Largest absolute offset ``m`` along each axis.
+
+    Returns:
+        A list of ``(2 * radius + 1)^2`` integer pairs ``(dy, dx)``.
+    """
     span = range(-radius, radius + 1)
     return [(dy, dx) for dy in span for dx in span]
 
@@ -69,12 +76,28 @@ def _check_conv(conv: nn.Conv2d, patch_size: int) -> None:
 
 
 def ring_width(kernel_size: int | tuple[int, int], patch_size: int) -> int:
-    """Return ``m = ceil(floor(K / 2) / P)``: the patch radius a ``K x K`` kernel reaches (max over axes)."""
+    """Return ``m = ceil(floor(K / 2) / P)``: the patch radius a ``K x K`` kernel reaches (max over axes).
+
+    Args:
+        kernel_size: Kernel size ``K`` (an int or an ``(K_y, K_x)`` pair).
+        patch_size: Patch side ``P`` in pixels.
+
+    Returns:
+        The ring width ``m`` (number of neighbour patches reached on each side).
+    """
     return max(math.ceil((k // 2) / patch_size) for k in _pair(kernel_size))
 
 
 def heads_needed(kernel_size: int | tuple[int, int], patch_size: int) -> int:
-    """Return ``(2m + 1)^2``, the number of heads of the construction (9 when ``K <= 2P + 1``)."""
+    """Return ``(2m + 1)^2``, the number of heads of the construction (9 when ``K <= 2P + 1``).
+
+    Args:
+        kernel_size: Kernel size ``K`` (an int or an ``(K_y, K_x)`` pair).
+        patch_size: Patch side ``P`` in pixels.
+
+    Returns:
+        The number of heads, ``(2 * ring_width(kernel_size, patch_size) + 1)^2``.
+    """
     return (2 * ring_width(kernel_size, patch_size) + 1) ** 2
 
 
@@ -86,6 +109,18 @@ def neighbourhood_blocks(conv: nn.Conv2d, patch_size: int) -> Tensor:
     ``T_h[(o, u, v), (c, i, j)] = weight[o, c, a, b]`` where ``a = Delta_y P + i - u s_y + K_y // 2`` and
     ``b = Delta_x P + j - v s_x + K_x // 2`` when those lie in the kernel, else 0. This is ``W_O`` of the
     construction reshaped (``W_O = [T_0, ..., T_{heads-1}]``).
+
+    Args:
+        conv: The convolution (weights are read detached).
+        patch_size: Patch side ``P`` in pixels.
+
+    Returns:
+        Tensor of shape ``(heads, C_out * (P/s_y) * (P/s_x), C_in * P * P)``.
+
+    Raises:
+        LandscapeError: If ``conv`` is not covered by the construction (even kernel, groups or dilation
+            not 1, non-zero padding mode, padding other than ``K // 2``, stride not dividing ``patch_size``)
+            or ``patch_size < 1``.
     """
     _check_conv(conv, patch_size)
     weight = conv.weight.detach()
@@ -114,7 +149,15 @@ def neighbourhood_blocks(conv: nn.Conv2d, patch_size: int) -> Tensor:
 
 
 def patchify(x: Tensor, patch_size: int) -> Tensor:
-    """Cut NCHW images into ``P x P`` patch tokens: ``(B, H/P, W/P, C*P*P)``, channel-major in a token."""
+    """Cut NCHW images into ``P x P`` patch tokens: ``(B, H/P, W/P, C*P*P)``, channel-major in a token.
+
+    Args:
+        x: Images of shape ``(B, C, H, W)``; ``H`` and ``W`` are assumed to be multiples of ``patch_size``.
+        patch_size: Patch side ``P`` in pixels.
+
+    Returns:
+        Tensor of shape ``(B, H // P, W // P, C * P * P)``.
+    """
     B, C, H, W = x.shape
     P = patch_size
     x = x.reshape(B, C, H // P, P, W // P, P)
@@ -122,7 +165,16 @@ def patchify(x: Tensor, patch_size: int) -> Tensor:
 
 
 def unpatchify(tokens: Tensor, channels: int, patch_hw: tuple[int, int]) -> Tensor:
-    """Invert :func:`patchify` for tokens ``(B, gh, gw, C*ph*pw)``: return NCHW ``(B, C, gh*ph, gw*pw)``."""
+    """Invert :func:`patchify` for tokens ``(B, gh, gw, C*ph*pw)``: return NCHW ``(B, C, gh*ph, gw*pw)``.
+
+    Args:
+        tokens: Patch tokens of shape ``(B, gh, gw, channels * ph * pw)``.
+        channels: Number of channels ``C`` per pixel.
+        patch_hw: ``(ph, pw)``, the height and width of a patch.
+
+    Returns:
+        Tensor of shape ``(B, channels, gh * ph, gw * pw)``.
+    """
     B, gh, gw, _ = tokens.shape
     ph, pw = patch_hw
     x = tokens.reshape(B, gh, gw, channels, ph, pw)
@@ -137,6 +189,19 @@ def offset_bias(
     ``profile="gap"``: ``phi_h(delta) = 0`` if ``delta == Delta_h`` else ``-c``. ``profile="quadratic"``
     (Cordonnier et al.): ``phi_h(delta) = -c * ||delta - Delta_h||^2``. ``offsets`` is ``(heads, 2)``,
     positions are ``(N, 2)`` integer (row, col) tensors.
+
+    Args:
+        offsets: ``(heads, 2)`` long tensor of the target offsets ``Delta_h``.
+        query_pos: ``(Nq, 2)`` integer positions of the queries.
+        key_pos: ``(Nk, 2)`` integer positions of the keys.
+        sharpness: The margin ``c`` of the bias.
+        profile: ``"gap"`` or ``"quadratic"`` (see :data:`BIAS_PROFILES`).
+
+    Returns:
+        Tensor of shape ``(heads, Nq, Nk)`` in the default dtype.
+
+    Raises:
+        LandscapeError: If ``profile`` is not one of :data:`BIAS_PROFILES`.
     """
     if profile not in BIAS_PROFILES:
         raise LandscapeError(f"unknown bias profile {profile!r}; use one of {', '.join(BIAS_PROFILES)}")
@@ -156,6 +221,23 @@ class ConvAttention(nn.Module):
     phi_h(pos(k) - pos(q))``; output ``W_O [head_1; ...; head_H] + b_O`` with head ``h`` =
     ``sum_k softmax_k(score) W_V^h x_k``. Built by :func:`conv_to_attention`; all weights are parameters,
     so the layer can also be fitted or fine-tuned.
+
+    Args:
+        w_q: Query weights, shape ``(heads, d_k, d)`` with ``d = C_in * P * P``.
+        w_k: Key weights, shape ``(heads, d_k, d)``.
+        w_v: Value weights, shape ``(heads, d_v, d)``.
+        w_o: Output weights, shape ``(d_out, heads * d_v)`` with ``d_out = C_out * out_patch[0] * out_patch[1]``.
+        b_o: Output bias, shape ``(d_out,)``.
+        offsets: The ``(dy, dx)`` patch offset ``Delta_h`` of each head.
+        patch_size: Patch side ``P`` of the input tokens, in pixels.
+        out_patch: ``(P / s_y, P / s_x)``, the size of an output patch.
+        out_chans: Number of output channels ``C_out``.
+        ring: Width ``m`` of the ring of zero key/value tokens around the grid.
+        sharpness: The margin ``c`` of the position bias.
+        profile: Position-bias profile, ``"gap"`` or ``"quadratic"``.
+
+    Attributes:
+        offsets: Non-persistent ``(heads, 2)`` long buffer of the head offsets.
     """
 
     def __init__(
@@ -196,6 +278,17 @@ class ConvAttention(nn.Module):
         """Return the attention weights ``(B, heads, Nq, Nk)``, the padded key tokens and the grid size.
 
         Keys are the ``(gh + 2r) x (gw + 2r)`` padded grid (row-major); queries the inner ``gh x gw`` grid.
+        The weights are ``softmax_k((W_Q^h x_q) . (W_K^h x_k) / sqrt(d_k) + phi_h(pos(k) - pos(q)))``.
+
+        Args:
+            x: Images of shape ``(B, C_in, H, W)``, ``H`` and ``W`` multiples of ``patch_size``.
+
+        Returns:
+            ``(attn, keys, (gh, gw))``: attention weights ``(B, heads, gh*gw, (gh+2r)*(gw+2r))``, the padded
+            key tokens ``(B, (gh+2r)*(gw+2r), d)`` and the patch-grid size.
+
+        Raises:
+            LandscapeError: If ``H`` or ``W`` is not a multiple of ``patch_size``.
         """
         B, _, H, W = x.shape
         P = self.patch_size
@@ -216,7 +309,17 @@ class ConvAttention(nn.Module):
         return (scores + bias).softmax(dim=-1), keys, (gh, gw)
 
     def forward(self, x: Tensor) -> Tensor:
-        """Return the layer's output as an NCHW map (equal to the convolution as sharpness -> infinity)."""
+        """Return the layer's output as an NCHW map (equal to the convolution as sharpness -> infinity).
+
+        Args:
+            x: Images of shape ``(B, C_in, H, W)``, ``H`` and ``W`` multiples of ``patch_size``.
+
+        Returns:
+            Tensor of shape ``(B, C_out, H / s_y, W / s_x)``.
+
+        Raises:
+            LandscapeError: If ``H`` or ``W`` is not a multiple of ``patch_size``.
+        """
         attn, keys, (gh, gw) = self.attention(x)
         values = torch.einsum("bnd,hed->bhne", keys, self.w_v)
         heads = attn @ values  # (B, heads, Nq, d_v)
@@ -225,7 +328,15 @@ class ConvAttention(nn.Module):
         return unpatchify(out.reshape(B, gh, gw, -1), self.out_chans, self.out_patch)
 
     def target_mass(self, attn: Tensor, grid: tuple[int, int]) -> Tensor:
-        """Return the attention each head puts on its own offset, ``(B, heads, Nq)``, from ``attention``."""
+        """Return the attention each head puts on its own offset, ``(B, heads, Nq)``, from ``attention``.
+
+        Args:
+            attn: Attention weights ``(B, heads, Nq, Nk)`` as returned by :meth:`attention`.
+            grid: ``(gh, gw)``, the patch-grid size returned by :meth:`attention`.
+
+        Returns:
+            Tensor of shape ``(B, heads, Nq)``: ``attn[b, h, q, q + Delta_h]``.
+        """
         gh, gw = grid
         r = self.ring
         qpos = grid_positions(gh, gw, start=r).to(attn.device)  # (Nq, 2) in padded coordinates
@@ -248,6 +359,21 @@ def conv_to_attention(
     heads). ``sharpness`` is the margin ``c`` of the position bias; the output equals the convolution up to
     an error of order ``n e^{-c}`` (gap profile, ``n`` keys). ``W_Q = W_K = 0`` of shape
     ``(heads, qk_dim, d)``. The layer is a copy: later changes to ``conv`` do not affect it.
+
+    Args:
+        conv: The convolution to reproduce.
+        patch_size: Patch side ``P`` in pixels.
+        sharpness: The margin ``c`` of the position bias.
+        profile: Position-bias profile, ``"gap"`` or ``"quadratic"``.
+        qk_dim: Width ``d_k`` of the (all-zero) query and key projections.
+
+    Returns:
+        The :class:`ConvAttention` layer, with ``heads_needed(K, P)`` heads.
+
+    Raises:
+        LandscapeError: If ``conv`` is not covered by the construction (even kernel, groups or dilation
+            not 1, non-zero padding mode, padding other than ``K // 2``, stride not dividing ``patch_size``)
+            or ``patch_size < 1``.
     """
     _check_conv(conv, patch_size)
     weight = conv.weight.detach()
@@ -276,6 +402,14 @@ class ConstructionReport:
     heads and queries); ``predicted_mass``: the closed form ``(n-1) e^{-c} / (1 + (n-1) e^{-c})`` of the gap
     profile with zero content term (``n`` keys); ``max_abs_error``: ``max |attn(x) - conv(x)|``;
     ``max_rel_error``: ``max_abs_error / max |conv(x)|``.
+
+    Attributes:
+        heads: Number of heads of the layer.
+        sharpness: The margin ``c`` the layer was built with.
+        off_target_mass: Largest attention mass put off a head's own offset.
+        predicted_mass: Closed-form off-target mass of the gap profile.
+        max_abs_error: ``max |attn(x) - conv(x)|``.
+        max_rel_error: ``max_abs_error / max |conv(x)|``.
     """
 
     heads: int
@@ -291,6 +425,21 @@ def construction_error(conv: nn.Conv2d, patch_size: int, x: Tensor, sharpness: f
     """Build the layer for ``conv`` at ``sharpness`` and measure its attention leak and error on ``x``.
 
     The reference is ``F.conv2d`` with the convolution's own weights (``conv(x)``).
+
+    Args:
+        conv: The convolution to reproduce.
+        patch_size: Patch side ``P`` in pixels.
+        x: Images of shape ``(B, C_in, H, W)``, ``H`` and ``W`` multiples of ``patch_size``.
+        sharpness: The margin ``c`` of the position bias.
+        profile: Position-bias profile, ``"gap"`` or ``"quadratic"``.
+
+    Returns:
+        A :class:`ConstructionReport` with the off-target mass and the errors against ``conv(x)``.
+
+    Raises:
+        LandscapeError: If ``conv`` is not covered by the construction (even kernel, groups or dilation
+            not 1, non-zero padding mode, padding other than ``K // 2``, stride not dividing ``patch_size``)
+            or ``patch_size < 1``.
     """
     layer = conv_to_attention(conv, patch_size, sharpness, profile).to(x.device)
     with torch.no_grad():
@@ -325,6 +474,19 @@ def head_lower_bound(conv: nn.Conv2d, patch_size: int, num_heads: int) -> float:
     singular values of the matrix whose rows are ``vec(T_h)``. On white-noise input the expected squared
     output error relative to the expected squared output is therefore at least the square of the returned
     value ``sqrt(sum_{i > H} sigma_i^2 / sum_i sigma_i^2)``. It is 0 when ``num_heads >= heads_needed``.
+
+    Args:
+        conv: The convolution.
+        patch_size: Patch side ``P`` in pixels.
+        num_heads: Number of heads ``H`` of the approximating layer.
+
+    Returns:
+        The relative-error lower bound in ``[0, 1]`` (0 for an all-zero kernel).
+
+    Raises:
+        LandscapeError: If ``conv`` is not covered by the construction (even kernel, groups or dilation
+            not 1, non-zero padding mode, padding other than ``K // 2``, stride not dividing ``patch_size``)
+            or ``patch_size < 1``.
     """
     blocks = neighbourhood_blocks(conv, patch_size)
     sigma = torch.linalg.svdvals(blocks.reshape(blocks.shape[0], -1).double())
@@ -343,6 +505,21 @@ def fit_heads(conv: nn.Conv2d, patch_size: int, offsets: list[tuple[int, int]], 
     zero padding helps a missing head). Returns ``||Y - Y_fit||_F / ||Y - mean(Y)||_F`` (the bias is fitted
     too), computed in float64. Raises :class:`LandscapeError` when ``x`` has fewer interior queries than
     unknowns per output.
+
+    Args:
+        conv: The convolution whose output is fitted.
+        patch_size: Patch side ``P`` in pixels.
+        offsets: The ``(dy, dx)`` patch offsets of the available heads.
+        x: Images of shape ``(B, C_in, H, W)``, ``H`` and ``W`` multiples of ``patch_size``.
+
+    Returns:
+        The relative residual ``||Y - Y_fit||_F / ||Y - mean(Y)||_F``.
+
+    Raises:
+        LandscapeError: If ``conv`` is not covered by the construction (even kernel, groups or dilation
+            not 1, non-zero padding mode, padding other than ``K // 2``, stride not dividing ``patch_size``)
+            or ``patch_size < 1``.
+        LandscapeError: If ``x`` has fewer than twice as many interior queries as unknowns per output.
     """
     _check_conv(conv, patch_size)
     x = x.double()
@@ -376,6 +553,19 @@ def best_fit_fewer_heads(
 
     The candidates are the ``(2m+1)^2`` offsets of the construction (for 8 of 9 heads: 9 subsets). Also
     returns the best subset.
+
+    Args:
+        conv: The convolution whose output is fitted.
+        patch_size: Patch side ``P`` in pixels.
+        num_heads: Size of each subset of offsets.
+        x: Images of shape ``(B, C_in, H, W)``, ``H`` and ``W`` multiples of ``patch_size``.
+
+    Returns:
+        ``(residual, offsets)``: the smallest relative residual and the subset that reaches it.
+
+    Raises:
+        LandscapeError: If there are more than 5000 subsets of size ``num_heads``.
+        LandscapeError: Any error of :func:`fit_heads` (unsupported ``conv``, too few interior queries).
     """
     m = ring_width(_pair(conv.kernel_size), patch_size)
     candidates = neighbour_offsets(m)

@@ -29,6 +29,19 @@ class ResidualBlock(nn.Module):
 
     ``width`` is the block's inner width; it outputs ``width * expansion`` channels. ``kind`` is
     ``"downsample"`` for a strided block and ``"conv"`` otherwise.
+
+    Args:
+        in_chans: Channels of the input map.
+        width: Inner width; the block outputs ``width * expansion`` channels.
+        stride: Stride of the 3x3 convolution (and of the projection shortcut).
+        bottleneck: Bottleneck (1x1, 3x3, 1x1; expansion 4) instead of basic (two 3x3) convolutions.
+        preact: Pre-activation (BN-ReLU-conv) instead of post-activation (conv-BN-ReLU) ordering.
+
+    Attributes:
+        expansion: 4 for a bottleneck block, 1 for a basic one.
+        kind: ``"downsample"`` if ``stride != 1`` else ``"conv"``.
+        num_convs: Number of convolutions (``conv1 .. conv{num_convs}``, each with ``bn{i}``).
+        shortcut: Projection shortcut when the stride or channel count changes, else ``None`` (identity).
     """
 
     def __init__(
@@ -58,7 +71,14 @@ class ResidualBlock(nn.Module):
         return getattr(self, f"conv{i}"), getattr(self, f"bn{i}")
 
     def forward(self, x: Tensor) -> Tensor:
-        """Return the block's output for the NCHW input ``x``."""
+        """Return the block's output: ``relu(F(x) + skip(x))`` (post-activation) or ``F(x) + skip(x)`` (pre-act).
+
+        Args:
+            x: Feature map of shape ``(B, in_chans, H, W)``.
+
+        Returns:
+            Tensor of shape ``(B, width * expansion, ceil(H / stride), ceil(W / stride))``.
+        """
         if self.preact:
             conv, bn = self._layer(1)
             pre = F.relu(bn(x))
@@ -83,6 +103,18 @@ class BlockSpec:
     """Where a residual block sits and what it must map: passed to a ResNet ``block_factory``.
 
     ``map_size`` is the (square) spatial size of the block's output for an ``img_size`` input.
+
+    Attributes:
+        stage: Index of the stage, from 0.
+        index: Index of the block inside its stage, from 0.
+        global_index: Index of the block over all stages, from 0.
+        num_blocks: Total number of blocks in the network.
+        in_chans: Channels of the block's input.
+        width: Inner width of the block (it outputs ``width * 4`` channels if ``bottleneck``).
+        stride: Stride of the block (2 for the first block of every stage after the first, else 1).
+        map_size: Side of the block's output map for an ``img_size`` input.
+        bottleneck: Whether the network uses bottleneck blocks.
+        preact: Whether the network uses pre-activation.
     """
 
     stage: int
@@ -113,6 +145,27 @@ class ResNet(nn.Module):
     ResNets accept any input size. ``block_factory(spec)`` may return a module to use instead of the
     default :class:`ResidualBlock` (it must keep the channel count and carry a ``kind``); returning None
     keeps the default. Blocks are ``layer{s+1}.{i}``.
+
+    Args:
+        block: Block type, ``"basic"`` or ``"bottleneck"``.
+        layers: Number of blocks per stage (each >= 1).
+        widths: Inner width per stage (same length as ``layers``).
+        preact: Pre-activation blocks (with a final BN-ReLU before pooling) instead of post-activation.
+        stem: ``"cifar"`` (3x3 stride-1 conv) or ``"imagenet"`` (7x7/2 conv + 3x3/2 max-pool).
+        in_chans: Number of input channels.
+        num_classes: Number of output logits.
+        img_size: Input size used to compute each block's ``map_size`` for ``block_factory``.
+        stem_width: Output channels of the stem; ``None`` (or 0) means ``widths[0]``.
+        block_factory: Optional callable ``BlockSpec -> nn.Module | None`` replacing default blocks.
+
+    Attributes:
+        num_stages: Number of stages.
+        num_features: Channels of the last block's output (the input width of ``fc``).
+        norm: Final BatchNorm for pre-activation networks, else ``None``.
+
+    Raises:
+        LandscapeError: If ``block`` or ``stem`` is unknown, or ``layers`` and ``widths`` differ in length,
+            are empty, or some stage has fewer than one block.
     """
 
     def __init__(
@@ -188,7 +241,11 @@ class ResNet(nn.Module):
                 nn.init.zeros_(m.bias)
 
     def stages(self) -> list[nn.Sequential]:
-        """Return the stages ``layer1 .. layerS`` in order."""
+        """Return the stages ``layer1 .. layerS`` in order.
+
+        Returns:
+            A list of ``num_stages`` ``nn.Sequential`` stages.
+        """
         return [getattr(self, f"layer{s + 1}") for s in range(self.num_stages)]
 
     def _forward_blocks(self, x: Tensor, record: list[Feature] | None = None) -> Tensor:
@@ -203,23 +260,51 @@ class ResNet(nn.Module):
         return x
 
     def forward_features(self, x: Tensor) -> Tensor:
-        """Return the output of the last block (NCHW), the map the head pools."""
+        """Return the output of the last block (NCHW), the map the head pools.
+
+        Args:
+            x: Images of shape ``(B, in_chans, H, W)``.
+
+        Returns:
+            Tensor of shape ``(B, num_features, H', W')``.
+        """
         return self._forward_blocks(x)
 
     def forward_head(self, x: Tensor) -> Tensor:
-        """Return logits from the last block's map: [BN-ReLU if pre-activation], global average pool, Linear."""
+        """Return logits from the last block's map: [BN-ReLU if pre-activation], global average pool, Linear.
+
+        Args:
+            x: Feature map of shape ``(B, num_features, H', W')``.
+
+        Returns:
+            Logits of shape ``(B, num_classes)``.
+        """
         if self.norm is not None:
             x = F.relu(self.norm(x))
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
     def forward(self, x: Tensor) -> Tensor:
-        """Return logits ``(B, num_classes)`` for images ``x`` (B, in_chans, H, W)."""
+        """Return logits ``(B, num_classes)`` for images ``x`` (B, in_chans, H, W).
+
+        Args:
+            x: Images of shape ``(B, in_chans, H, W)``.
+
+        Returns:
+            Logits of shape ``(B, num_classes)``.
+        """
         return self.forward_head(self.forward_features(x))
 
     def block_features(self, x: Tensor) -> list[Feature]:
         """Return the stem output and every block's output, in order, computed as in ``forward``.
 
         The model runs in its current mode (call ``eval()`` first for analyses); its mode is not changed.
+
+        Args:
+            x: Images of shape ``(B, in_chans, H, W)``.
+
+        Returns:
+            :class:`Feature` records: ``stem`` (kind ``"stem"``), then ``layer{s+1}.{i}`` per block with the
+            block's ``kind`` (``"conv"``, ``"downsample"``, ...), each an NCHW map.
         """
         record: list[Feature] = []
         self._forward_blocks(x, record)
@@ -232,17 +317,50 @@ def _resnet(defaults: dict, num_classes: int, kwargs: dict) -> ResNet:
 
 @register_model
 def resnet18(num_classes: int = 10, **kwargs) -> ResNet:
-    """ResNet-18 (basic blocks, 2-2-2-2, widths 64..512), CIFAR stem by default."""
+    """ResNet-18 (basic blocks, 2-2-2-2, widths 64..512), CIFAR stem by default.
+
+    Args:
+        num_classes: Number of output logits.
+        **kwargs: Further :class:`ResNet` arguments; they override the defaults above.
+
+    Returns:
+        The :class:`ResNet`.
+
+    Raises:
+        LandscapeError: As :class:`ResNet` does, for invalid arguments.
+    """
     return _resnet({"block": "basic", "layers": (2, 2, 2, 2)}, num_classes, kwargs)
 
 
 @register_model
 def resnet50(num_classes: int = 10, **kwargs) -> ResNet:
-    """ResNet-50 (bottleneck blocks, 3-4-6-3, widths 64..512 x4), CIFAR stem by default."""
+    """ResNet-50 (bottleneck blocks, 3-4-6-3, widths 64..512 x4), CIFAR stem by default.
+
+    Args:
+        num_classes: Number of output logits.
+        **kwargs: Further :class:`ResNet` arguments; they override the defaults above.
+
+    Returns:
+        The :class:`ResNet`.
+
+    Raises:
+        LandscapeError: As :class:`ResNet` does, for invalid arguments.
+    """
     return _resnet({"block": "bottleneck", "layers": (3, 4, 6, 3)}, num_classes, kwargs)
 
 
 @register_model
 def resnet_mini(num_classes: int = 10, **kwargs) -> ResNet:
-    """A CPU-sized ResNet: basic blocks, one per stage, widths 16-32-64-96 (about 223k parameters)."""
+    """A CPU-sized ResNet: basic blocks, one per stage, widths 16-32-64-96 (about 223k parameters).
+
+    Args:
+        num_classes: Number of output logits.
+        **kwargs: Further :class:`ResNet` arguments; they override the defaults above.
+
+    Returns:
+        The :class:`ResNet`.
+
+    Raises:
+        LandscapeError: As :class:`ResNet` does, for invalid arguments.
+    """
     return _resnet({"block": "basic", "layers": (1, 1, 1, 1), "widths": (16, 32, 64, 96)}, num_classes, kwargs)

@@ -20,7 +20,21 @@ POS_EMBEDS = ("abs", "rpe")
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: ``x + MSA(LN(x))`` then ``x + MLP(LN(x))``."""
+    """Pre-norm transformer block: ``x + MSA(LN(x))`` then ``x + MLP(LN(x))``.
+
+    Args:
+        dim: Token width.
+        num_heads: Number of attention heads.
+        head_dim: Width per head; ``None`` means ``dim // num_heads``.
+        mlp_ratio: Hidden width of the MLP relative to ``dim``.
+        qkv_bias: Whether the qkv projection has a bias.
+        drop_path: Stochastic-depth rate of both residual branches.
+        grid_size: Patch grid ``(H, W)`` for a relative position bias (with one CLS token); ``None`` for none.
+
+    Raises:
+        LandscapeError: If ``head_dim`` is ``None`` and ``dim`` is not divisible by ``num_heads``, or
+            ``drop_path`` is not in ``[0, 1)``.
+    """
 
     def __init__(
         self,
@@ -42,12 +56,26 @@ class Block(nn.Module):
         self.drop_path2 = DropPath(drop_path)
 
     def forward_parts(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Return the tokens after MSA + skip and after MLP + skip."""
+        """Return the tokens after MSA + skip, ``y = x + MSA(LN(x))``, and after MLP + skip, ``y + MLP(LN(y))``.
+
+        Args:
+            x: Tokens of shape ``(B, N, dim)``.
+
+        Returns:
+            ``(after_msa, after_mlp)``, both of shape ``(B, N, dim)``.
+        """
         x = x + self.drop_path1(self.attn(self.norm1(x)))
         return x, x + self.drop_path2(self.mlp(self.norm2(x)))
 
     def forward(self, x: Tensor) -> Tensor:
-        """Return the block's output tokens."""
+        """Return the block's output tokens ``y + MLP(LN(y))`` with ``y = x + MSA(LN(x))``.
+
+        Args:
+            x: Tokens of shape ``(B, N, dim)``.
+
+        Returns:
+            Tensor of shape ``(B, N, dim)``.
+        """
         return self.forward_parts(x)[1]
 
 
@@ -56,6 +84,30 @@ class ViT(nn.Module):
 
     ``head_dim`` defaults to ``embed_dim // num_heads``; set it when the heads do not divide the width
     (e.g. 9 heads for the convolution construction). Blocks are ``blocks.{i}``.
+
+    Args:
+        img_size: Side of the square input images, in pixels (inputs of another size are refused).
+        patch_size: Side of a square patch; must divide ``img_size``.
+        in_chans: Number of input channels.
+        embed_dim: Token width.
+        depth: Number of transformer blocks.
+        num_heads: Number of attention heads per block.
+        mlp_ratio: Hidden width of each MLP relative to ``embed_dim``.
+        qkv_bias: Whether the qkv projections have a bias.
+        pos_embed: Position encoding, ``"abs"`` (learned embedding) or ``"rpe"`` (relative position bias).
+        drop_path_rate: Stochastic-depth rate of the last block (linear schedule from 0).
+        num_classes: Number of output logits.
+        head_dim: Width per head; ``None`` means ``embed_dim // num_heads``.
+
+    Attributes:
+        grid_size: ``(img_size // patch_size, img_size // patch_size)``, the patch grid.
+        num_prefix_tokens: Number of prefix tokens (1, the CLS token).
+        pos_embed: Parameter ``(1, 1 + N, embed_dim)`` for ``"abs"``, ``None`` for ``"rpe"``.
+
+    Raises:
+        LandscapeError: If ``pos_embed`` is not one of :data:`POS_EMBEDS`, ``img_size`` is not a multiple of
+            ``patch_size``, ``head_dim`` is ``None`` and ``embed_dim`` is not divisible by ``num_heads``, or
+            ``drop_path_rate`` is not in ``[0, 1)``.
     """
 
     def __init__(
@@ -107,7 +159,17 @@ class ViT(nn.Module):
                     nn.init.zeros_(m.bias)
 
     def embed(self, x: Tensor) -> Tensor:
-        """Return the input tokens of the first block: CLS + patch tokens (+ absolute position embedding)."""
+        """Return the input tokens of the first block: CLS + patch tokens (+ absolute position embedding).
+
+        Args:
+            x: Images of shape ``(B, in_chans, img_size, img_size)``.
+
+        Returns:
+            Tokens of shape ``(B, 1 + N, embed_dim)``, CLS first, patches row-major.
+
+        Raises:
+            LandscapeError: If the images are not ``img_size x img_size``.
+        """
         height, width = x.shape[-2:]
         if height != self.img_size or width != self.img_size:
             raise LandscapeError(
@@ -119,7 +181,17 @@ class ViT(nn.Module):
         return x if self.pos_embed is None else x + self.pos_embed
 
     def to_grid(self, tokens: Tensor) -> Tensor:
-        """Drop the CLS token and reshape the patch tokens row-major to an NCHW map."""
+        """Drop the CLS token and reshape the patch tokens row-major to an NCHW map.
+
+        Args:
+            tokens: Tokens of shape ``(B, 1 + H*W, C)``.
+
+        Returns:
+            Tensor of shape ``(B, C, H, W)`` with ``(H, W) = grid_size``.
+
+        Raises:
+            ValueError: If the patch tokens do not fill the grid.
+        """
         return tokens_to_grid(tokens[:, self.num_prefix_tokens:], self.grid_size)
 
     def _forward_blocks(self, x: Tensor, record: list[Feature] | None = None) -> Tensor:
@@ -134,15 +206,42 @@ class ViT(nn.Module):
         return x
 
     def forward_features(self, x: Tensor) -> Tensor:
-        """Return the last block's output tokens (B, 1 + N, dim), before the final norm."""
+        """Return the last block's output tokens (B, 1 + N, dim), before the final norm.
+
+        Args:
+            x: Images of shape ``(B, in_chans, img_size, img_size)``.
+
+        Returns:
+            Tensor of shape ``(B, 1 + N, embed_dim)``.
+
+        Raises:
+            LandscapeError: If the images are not ``img_size x img_size``.
+        """
         return self._forward_blocks(x)
 
     def forward_head(self, tokens: Tensor) -> Tensor:
-        """Return logits from the last block's tokens: final LayerNorm, take CLS, Linear."""
+        """Return logits ``head(LN(tokens)[:, 0])`` from the last block's tokens (final LayerNorm, CLS, Linear).
+
+        Args:
+            tokens: Tokens of shape ``(B, 1 + N, embed_dim)``.
+
+        Returns:
+            Logits of shape ``(B, num_classes)``.
+        """
         return self.head(self.norm(tokens)[:, 0])
 
     def forward(self, x: Tensor) -> Tensor:
-        """Return logits ``(B, num_classes)`` for images ``x`` (B, in_chans, img_size, img_size)."""
+        """Return logits ``(B, num_classes)`` for images ``x`` (B, in_chans, img_size, img_size).
+
+        Args:
+            x: Images of shape ``(B, in_chans, img_size, img_size)``.
+
+        Returns:
+            Logits of shape ``(B, num_classes)``.
+
+        Raises:
+            LandscapeError: If the images are not ``img_size x img_size``.
+        """
         return self.forward_head(self.forward_features(x))
 
     def block_features(self, x: Tensor) -> list[Feature]:
@@ -150,6 +249,16 @@ class ViT(nn.Module):
 
         Tokens are shown as NCHW maps (CLS dropped, row-major grid). The model runs in its current mode
         (call ``eval()`` first for analyses); its mode is not changed.
+
+        Args:
+            x: Images of shape ``(B, in_chans, img_size, img_size)``.
+
+        Returns:
+            ``1 + 2 * depth`` :class:`Feature` records: ``patch_embed`` (kind ``"embed"``), then
+            ``blocks.{i}.msa`` and ``blocks.{i}.mlp`` per block, each a ``(B, embed_dim, H, W)`` map.
+
+        Raises:
+            LandscapeError: If the images are not ``img_size x img_size``.
         """
         record: list[Feature] = []
         self._forward_blocks(x, record)
@@ -162,13 +271,35 @@ def _vit(defaults: dict, num_classes: int, kwargs: dict) -> ViT:
 
 @register_model
 def vit_ti(num_classes: int = 10, **kwargs) -> ViT:
-    """ViT-Ti for 32x32 images: patch 2, width 192, depth 12, 3 heads, MLP ratio 4, absolute positions."""
+    """ViT-Ti for 32x32 images: patch 2, width 192, depth 12, 3 heads, MLP ratio 4, absolute positions.
+
+    Args:
+        num_classes: Number of output logits.
+        **kwargs: Further :class:`ViT` arguments; they override the defaults above.
+
+    Returns:
+        The :class:`ViT`.
+
+    Raises:
+        LandscapeError: As :class:`ViT` does, for invalid arguments.
+    """
     return _vit({"img_size": 32, "patch_size": 2, "embed_dim": 192, "depth": 12, "num_heads": 3}, num_classes,
                 kwargs)
 
 
 @register_model
 def vit_mini(num_classes: int = 10, **kwargs) -> ViT:
-    """A CPU-sized ViT for 32x32 images: patch 4, width 64, depth 5, 4 heads (about 255k parameters)."""
+    """A CPU-sized ViT for 32x32 images: patch 4, width 64, depth 5, 4 heads (about 255k parameters).
+
+    Args:
+        num_classes: Number of output logits.
+        **kwargs: Further :class:`ViT` arguments; they override the defaults above.
+
+    Returns:
+        The :class:`ViT`.
+
+    Raises:
+        LandscapeError: As :class:`ViT` does, for invalid arguments.
+    """
     return _vit({"img_size": 32, "patch_size": 4, "embed_dim": 64, "depth": 5, "num_heads": 4}, num_classes,
                 kwargs)
