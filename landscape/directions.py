@@ -60,6 +60,13 @@ class Directions:
     ``x`` and ``y`` are params dicts (``y`` is None for a 1D surface); ``kind`` is ``random``, ``target``
     or ``pca``; ``meta`` holds attributes recorded in the result file (normalisation, cosine, explained
     variance, ...); ``trajectory`` holds the (n, 2) coordinates of trajectory snapshots in the plane (PCA).
+
+    Attributes:
+        x: the first direction, a params dict shaped like the centre.
+        y: the second direction, or ``None`` for a line.
+        kind: ``"random"``, ``"target"`` or ``"pca"``.
+        meta: attributes recorded in the result file (``norm``, ``x_norm``, ``y_norm``, ``cosine``, ...).
+        trajectory: the ``(n, 2)`` coordinates of the trajectory snapshots (PCA only; else ``None``).
     """
 
     x: ParamDict
@@ -74,17 +81,44 @@ class Directions:
         return 1 if self.y is None else 2
 
     def cosine(self) -> float | None:
-        """Cosine of the angle between ``x`` and ``y`` (None for 1D)."""
+        """Cosine of the angle between ``x`` and ``y`` (None for 1D).
+
+        Returns:
+            <x, y> / (||x|| ||y||) (see :func:`cosine`), or ``None`` when ``y`` is ``None``.
+        """
         return None if self.y is None else cosine(self.x, self.y)
 
 
 def matches(name: str, patterns: Sequence[str]) -> bool:
-    """Whether ``name`` matches any fnmatch pattern (a pattern without wildcards matches as a substring)."""
+    """Whether ``name`` matches any fnmatch pattern (a pattern without wildcards matches as a substring).
+
+    Args:
+        name: a parameter name, e.g. ``"blocks.0.attn.qkv.weight"``.
+        patterns: fnmatch globs (case-sensitive) or plain substrings.
+
+    Returns:
+        ``True`` when some pattern matches.
+    """
     return any(fnmatch.fnmatchcase(name, p) if any(c in p for c in "*?[") else p in name for p in patterns)
 
 
 def normalize(direction: Tensor, theta: Tensor, norm: str) -> Tensor:
-    """Scale one tensor of a direction against the matching tensor of ``theta`` (see the module doc)."""
+    """Scale one tensor of a direction against the matching tensor of ``theta`` (see the module doc).
+
+    E.g. ``filter``: ``d[i] <- d[i] / ||d[i]|| * ||theta[i]||`` for each slice ``i`` along dim 0; a slice with
+    ``||d[i]|| = 0`` stays zero.
+
+    Args:
+        direction: one tensor ``d`` of the raw direction.
+        theta: the centre's tensor of the same shape.
+        norm: one of :data:`NORMS` (``filter``, ``dim0``, ``layer``, ``weight``, ``none``).
+
+    Returns:
+        The normalised tensor, of ``direction``'s shape (a new tensor).
+
+    Raises:
+        LandscapeError: ``norm`` is unknown.
+    """
     d = direction
     if norm == "none":
         return d.clone()
@@ -119,6 +153,16 @@ def random_direction(
 
     Every tensor is drawn, zeroed or not, so the stream of random numbers does not depend on the options.
     Tensors with ndim < 2 (if ``ignore_1d``) or a name matching ``zero_patterns`` are zero.
+
+    Args:
+        theta: the centre, a params dict.
+        generator: the CPU generator the Gaussian entries are drawn from (advanced by every tensor).
+        norm: the normalisation, one of :data:`NORMS` (see :func:`normalize`).
+        ignore_1d: give tensors with ``ndim < 2`` (biases, norm affine parameters) a zero direction.
+        zero_patterns: name patterns (see :func:`matches`) whose tensors get a zero direction.
+
+    Returns:
+        The direction, a params dict of ``theta``'s names, shapes, devices and dtypes.
 
     Raises:
         LandscapeError: if ``norm`` is unknown, if the zero patterns and ``ignore_1d`` leave no tensor to
@@ -176,6 +220,18 @@ def random_directions(
 ) -> Directions:
     """One (``ndim=1``) or two seeded random normalised directions; ``x`` is drawn before ``y``.
 
+    Args:
+        theta: the centre, a params dict.
+        ndim: 1 for a line (``x`` only), 2 for a plane.
+        seed: the seed of the CPU generator both directions are drawn from.
+        norm: the normalisation, one of :data:`NORMS` (see :func:`normalize`).
+        ignore_1d: give tensors with ``ndim < 2`` a zero direction.
+        zero_patterns: name patterns (see :func:`matches`) whose tensors get a zero direction.
+
+    Returns:
+        :class:`Directions` of kind ``random``, with ``meta`` holding the options, ``x_norm`` (``y_norm``) and,
+        for a plane, ``cosine``.
+
     Raises:
         LandscapeError: if ``ndim`` is not 1 or 2, the options leave nothing to perturb, or a direction has
             NaN or infinite entries (a centre with NaN or infinite weights).
@@ -190,7 +246,17 @@ def random_directions(
 
 
 def check_compatible(theta: Mapping[str, Tensor], other: Mapping[str, Tensor], what: str) -> None:
-    """Raise a one-line error unless ``other`` has exactly ``theta``'s parameter names and shapes."""
+    """Raise a one-line error unless ``other`` has exactly ``theta``'s parameter names and shapes.
+
+    Args:
+        theta: the centre, a params dict.
+        other: the params dict to compare (a target checkpoint, a trajectory snapshot, ...).
+        what: how the error names ``other``, e.g. ``"the target"``.
+
+    Raises:
+        LandscapeError: a name of ``theta`` is missing from ``other``, ``other`` has an extra name, or a shape
+            differs.
+    """
     missing = [n for n in theta if n not in other]
     extra = [n for n in other if n not in theta]
     wrong = [n for n in theta if n in other and tuple(other[n].shape) != tuple(theta[n].shape)]
@@ -202,7 +268,19 @@ def check_compatible(theta: Mapping[str, Tensor], other: Mapping[str, Tensor], w
 
 
 def target_direction(theta: Mapping[str, Tensor], other: Mapping[str, Tensor], what: str = "the target") -> ParamDict:
-    """``other - theta``: alpha = 1 along it lands exactly on ``other`` (no normalisation)."""
+    """``other - theta``: alpha = 1 along it lands exactly on ``other`` (no normalisation).
+
+    Args:
+        theta: the centre, a params dict.
+        other: the target, a params dict of the same names and shapes (cast to ``theta``'s device and dtype).
+        what: how an error names ``other``.
+
+    Returns:
+        ``{n: other[n] - theta[n]}``, detached, on ``theta``'s devices and dtypes.
+
+    Raises:
+        LandscapeError: ``other`` does not match ``theta`` (see :func:`check_compatible`).
+    """
     check_compatible(theta, other, what)
     return {n: other[n].detach().to(t.device, t.dtype) - t.detach() for n, t in theta.items()}
 
@@ -218,6 +296,19 @@ def target_directions(
     zero_patterns: Sequence[str] = DEFAULT_ZERO_PATTERNS,
 ) -> Directions:
     """Target directions: x = ``other - theta``; for a plane, y is a seeded random direction normalised by ``norm``.
+
+    Args:
+        theta: the centre, a params dict.
+        other: the target, a params dict of the same names and shapes.
+        ndim: 1 for a line (``x`` only), 2 for a plane.
+        seed: the seed of the random ``y`` direction (plane only).
+        norm: the normalisation of ``y``, one of :data:`NORMS`; ``x`` is never normalised.
+        ignore_1d: give tensors of ``y`` with ``ndim < 2`` a zero direction.
+        zero_patterns: name patterns whose tensors of ``y`` get a zero direction.
+
+    Returns:
+        :class:`Directions` of kind ``target``, with ``meta`` holding the options, the norms and, for a
+        plane, the cosine.
 
     Raises:
         LandscapeError: if ``ndim`` is not 1 or 2, ``other`` does not match ``theta``, ``other`` equals
@@ -251,6 +342,15 @@ def pca_directions(
     ``s_k^2 / sum s^2``. The trajectory's coordinates are the projections ``<theta_i - theta, d_k>``
     (directions are orthonormal, so these are the coordinates in the plane). Signs are fixed so that the
     largest-magnitude entry of each direction is positive.
+
+    Args:
+        theta: the centre, a params dict.
+        snapshots: the trajectory's params dicts (at least ``ndim + 1``), each of ``theta``'s names and shapes.
+        ndim: the number of principal directions, 1 or 2.
+
+    Returns:
+        :class:`Directions` of kind ``pca`` with unit-norm directions, ``meta["explained_variance_ratio"]``
+        (``ndim`` floats) and ``trajectory`` of shape ``(len(snapshots), 2)`` (second column zero for a line).
 
     Raises:
         LandscapeError: if ``ndim`` is not 1 or 2, there are fewer than ``ndim + 1`` snapshots, a snapshot does
@@ -292,7 +392,15 @@ def pca_directions(
 
 
 def cosine(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> float:
-    """<a, b> / (||a|| ||b||) over all tensors, computed in float64 (0 if either is zero)."""
+    """<a, b> / (||a|| ||b||) over all tensors, computed in float64 (0 if either is zero).
+
+    Args:
+        a: a params dict.
+        b: a params dict with (at least) ``a``'s names and shapes.
+
+    Returns:
+        The cosine of the angle between ``a`` and ``b``, a float in ``[-1, 1]``.
+    """
     a64 = {n: t.double() for n, t in a.items()}
     b64 = {n: b[n].double() for n in a}
     na, nb = float(P.norm(a64)), float(P.norm(b64))

@@ -28,7 +28,11 @@ T = TypeVar("T")
 
 
 def launched() -> bool:
-    """Whether this process was started by torchrun with more than one process (``WORLD_SIZE`` > 1)."""
+    """Whether this process was started by torchrun with more than one process (``WORLD_SIZE`` > 1).
+
+    Returns:
+        ``True`` when the environment variable ``WORLD_SIZE`` is greater than 1.
+    """
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
@@ -36,6 +40,12 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
     """The device named by ``name``: ``auto`` is CUDA when present, else CPU.
 
     Under torchrun CUDA means this rank's GPU (``cuda:LOCAL_RANK``).
+
+    Args:
+        name: ``"auto"``, a device string such as ``"cpu"``, ``"cuda"`` or ``"cuda:1"``, or a ``torch.device``.
+
+    Returns:
+        The resolved device.
 
     Raises:
         LandscapeError: an unknown device name, or CUDA asked for without a GPU.
@@ -62,6 +72,15 @@ def start(device: str | torch.device = "auto") -> torch.device:
     Resolves ``device`` (:func:`resolve_device`); under torchrun makes this rank's GPU the current device and
     initialises the default process group (nccl on CUDA, gloo on CPU) unless one is running. Call it before
     building a model, so that no rank places anything on another rank's GPU.
+
+    Args:
+        device: the device asked for (see :func:`resolve_device`).
+
+    Returns:
+        This process's device.
+
+    Raises:
+        LandscapeError: an unknown device name, or CUDA asked for without a GPU.
     """
     dev = resolve_device(device)
     if not launched() or (dist.is_available() and dist.is_initialized()):
@@ -73,22 +92,38 @@ def start(device: str | torch.device = "auto") -> torch.device:
 
 
 def active() -> bool:
-    """Whether a process group with more than one rank is running."""
+    """Whether a process group with more than one rank is running.
+
+    Returns:
+        ``True`` when ``torch.distributed`` is initialised with a world size greater than 1.
+    """
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def rank() -> int:
-    """This process's rank (0 without torchrun)."""
+    """This process's rank (0 without torchrun).
+
+    Returns:
+        The process-group rank; ``RANK`` from the environment before the group is started; 0 in one process.
+    """
     return dist.get_rank() if active() else int(os.environ.get("RANK", "0")) if launched() else 0
 
 
 def world_size() -> int:
-    """Number of processes (1 without torchrun)."""
+    """Number of processes (1 without torchrun).
+
+    Returns:
+        The process-group world size, or 1 when no group of more than one rank is running.
+    """
     return dist.get_world_size() if active() else 1
 
 
 def is_main() -> bool:
-    """Whether this is rank 0, the only rank that writes files and shows progress."""
+    """Whether this is rank 0, the only rank that writes files and shows progress.
+
+    Returns:
+        ``rank() == 0``.
+    """
     return rank() == 0
 
 
@@ -97,6 +132,16 @@ def on_main(fn: Callable[[], T]) -> T:
 
     A :class:`LandscapeError` raised by ``fn`` is raised on every rank with the same message, so that no rank
     waits forever for a file that rank 0 refused to write.
+
+    Args:
+        fn: the work to do on rank 0, taking no arguments.
+
+    Returns:
+        ``fn()``'s value, on every rank.
+
+    Raises:
+        LandscapeError: on the other ranks, when ``fn`` raised on rank 0 (with that exception's message); rank
+            0 re-raises ``fn``'s own exception, whatever its type.
     """
     value: Any = None
     error: str | None = None
@@ -115,19 +160,40 @@ def on_main(fn: Callable[[], T]) -> T:
 
 
 def shard(items: Sequence[T]) -> list[T]:
-    """This rank's share of ``items``: every ``world_size``-th item starting at ``rank``."""
+    """This rank's share of ``items``: every ``world_size``-th item starting at ``rank``.
+
+    Args:
+        items: the work items of the whole run.
+
+    Returns:
+        ``list(items[rank()::world_size()])``; all of ``items`` in one process.
+    """
     return list(items[rank() :: world_size()])
 
 
 def sum_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """The sum of ``tensor`` over all ranks, in place (``all_reduce``); ``tensor`` itself in one process."""
+    """The sum of ``tensor`` over all ranks, in place (``all_reduce``); ``tensor`` itself in one process.
+
+    Args:
+        tensor: this rank's part, on this rank's device; overwritten with the sum.
+
+    Returns:
+        ``tensor`` (the same object), now holding the sum over ranks.
+    """
     if active():
         dist.all_reduce(tensor)
     return tensor
 
 
 def all_gather_objects(obj: Any) -> list[Any]:
-    """Gather one picklable object from every rank, in rank order, on every rank."""
+    """Gather one picklable object from every rank, in rank order, on every rank.
+
+    Args:
+        obj: this rank's object (must pickle).
+
+    Returns:
+        A list of ``world_size()`` objects, entry ``r`` from rank ``r``; ``[obj]`` in one process.
+    """
     if not active():
         return [obj]
     out: list[Any] = [None] * world_size()
@@ -136,7 +202,15 @@ def all_gather_objects(obj: Any) -> list[Any]:
 
 
 def broadcast_object(obj: Any, src: int = 0) -> Any:
-    """Send ``obj`` from rank ``src`` to every rank and return it."""
+    """Send ``obj`` from rank ``src`` to every rank and return it.
+
+    Args:
+        obj: the object to send (must pickle); ignored on ranks other than ``src``.
+        src: the sending rank.
+
+    Returns:
+        Rank ``src``'s ``obj``, on every rank; ``obj`` itself in one process.
+    """
     if not active():
         return obj
     box = [obj]

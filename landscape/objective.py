@@ -46,6 +46,13 @@ class Regularizer:
       Paper A uses coef = 0.05)
 
     The sum runs over every tensor of the params dict.
+
+    Attributes:
+        kind: one of :data:`REGULARIZERS`.
+        coef: the coefficient, a finite number >= 0.
+
+    Raises:
+        LandscapeError: unknown ``kind``, or ``coef`` not a finite number >= 0 (on construction).
     """
 
     kind: str = "none"
@@ -65,7 +72,18 @@ class Regularizer:
 
     @classmethod
     def from_options(cls, kind: str = "none", coef: float | None = None) -> Regularizer:
-        """Build from CLI-style options; ``norm-sum`` defaults to Paper A's 0.05, ``l2`` to 5e-4."""
+        """Build from CLI-style options; ``norm-sum`` defaults to Paper A's 0.05, ``l2`` to 5e-4.
+
+        Args:
+            kind: one of :data:`REGULARIZERS`.
+            coef: the coefficient; ``None`` for the kind's default (0 for ``none``).
+
+        Returns:
+            The :class:`Regularizer`.
+
+        Raises:
+            LandscapeError: unknown ``kind``, or ``coef`` not a finite number >= 0.
+        """
         if coef is None:
             coef = {"none": 0.0, "l2": 5e-4, "norm-sum": 0.05}.get(kind, 0.0)
         return cls(kind, float(coef))
@@ -76,7 +94,14 @@ class Regularizer:
         return self.kind != "none" and self.coef != 0.0
 
     def __call__(self, params: Mapping[str, Tensor]) -> Tensor:
-        """Evaluate R(theta) for a params dict."""
+        """Evaluate R(theta) for a params dict.
+
+        Args:
+            params: the parameter tensors theta_p by name (at least one).
+
+        Returns:
+            R(theta) as a 0-dim tensor on the params' device (zero when the penalty is not :attr:`active`).
+        """
         ref = next(iter(params.values()))
         if not self.active:
             return ref.new_zeros(())
@@ -85,7 +110,11 @@ class Regularizer:
         return self.coef * sum(torch.linalg.vector_norm(p) for p in params.values())
 
     def describe(self) -> str:
-        """JSON description stored in result files."""
+        """JSON description stored in result files.
+
+        Returns:
+            E.g. ``'{"kind": "l2", "coef": 0.0005}'``.
+        """
         return json.dumps({"kind": self.kind, "coef": self.coef})
 
 
@@ -94,6 +123,17 @@ def batch_loss(logits: Tensor, targets: Tensor, criterion: Criterion) -> Tensor:
 
     A callable ``criterion(logits, targets)`` must return the batch's mean loss as a scalar tensor (e.g. label
     smoothing: ``lambda z, y: F.cross_entropy(z, y, label_smoothing=0.1)``).
+
+    Args:
+        logits: the model's output, shape ``(B, C)``.
+        targets: class labels, shape ``(B,)`` (integer; ``mse`` compares with their one-hot encoding).
+        criterion: ``"cross_entropy"``, ``"mse"`` or a callable ``(logits, targets) -> mean loss``.
+
+    Returns:
+        The batch's mean loss L_b, a 0-dim tensor.
+
+    Raises:
+        LandscapeError: ``criterion`` is a string other than those of :data:`CRITERIA`.
     """
     if callable(criterion):
         return criterion(logits, targets)
@@ -106,7 +146,14 @@ def batch_loss(logits: Tensor, targets: Tensor, criterion: Criterion) -> Tensor:
 
 
 def criterion_name(criterion: Criterion) -> str:
-    """The name recorded for a criterion: the string itself, or a callable's qualified name."""
+    """The name recorded for a criterion: the string itself, or a callable's qualified name.
+
+    Args:
+        criterion: ``"cross_entropy"``, ``"mse"`` or a callable.
+
+    Returns:
+        The string, or ``"callable:QUALNAME"`` for a callable.
+    """
     if callable(criterion):
         return f"callable:{getattr(criterion, '__qualname__', type(criterion).__name__)}"
     return str(criterion)
@@ -118,6 +165,17 @@ def select_logits(output: object, selector: OutputSelector = None) -> Tensor:
     ``selector`` None: a tensor is the logits; a mapping's ``"logits"`` entry, an object's ``.logits`` attribute
     or a tuple's first element otherwise. A str or int indexes the output (``output[selector]``); a callable is
     applied to it.
+
+    Args:
+        output: what the model's forward returned.
+        selector: ``None``, a key or index into ``output``, or a callable ``output -> logits``.
+
+    Returns:
+        The logits tensor.
+
+    Raises:
+        LandscapeError: no logits tensor is found in ``output``, ``selector`` cannot be applied to it, or what
+            it selects is not a tensor.
     """
     if selector is None:
         if isinstance(output, Tensor):
@@ -141,7 +199,14 @@ def select_logits(output: object, selector: OutputSelector = None) -> Tensor:
 
 
 def fused_attention_modules(module: nn.Module) -> list[nn.Module]:
-    """The submodules of ``module`` with fused attention kernels switched on (timm's ``fused_attn``)."""
+    """The submodules of ``module`` with fused attention kernels switched on (timm's ``fused_attn``).
+
+    Args:
+        module: the model.
+
+    Returns:
+        Every submodule (``module`` included) whose ``fused_attn`` attribute is ``True``.
+    """
     return [m for m in module.modules() if getattr(m, "fused_attn", False) is True]
 
 
@@ -150,6 +215,12 @@ def unfuse_attention(module: nn.Module) -> int:
 
     torch.func's forward-mode differentiation (the Hessian-vector products) has no rule for the fused CPU/GPU
     attention kernels; the explicit softmax(q k^T) v path computes the same function.
+
+    Args:
+        module: the model; modified in place (``fused_attn = False`` on each such submodule).
+
+    Returns:
+        The number of submodules switched off.
     """
     fused = fused_attention_modules(module)
     for m in fused:
@@ -159,7 +230,13 @@ def unfuse_attention(module: nn.Module) -> int:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Loss (data loss + regulariser), data loss alone and accuracy at one point, each a float."""
+    """Loss (data loss + regulariser), data loss alone and accuracy at one point, each a float.
+
+    Attributes:
+        loss: L(theta) = sum_b (N_b/N) L_b(theta) + R(theta).
+        data_loss: sum_b (N_b/N) L_b(theta).
+        accuracy: the fraction of samples whose arg-max logit is the label; NaN when a logit is not finite.
+    """
 
     loss: float
     data_loss: float
@@ -186,6 +263,19 @@ class Objective:
     The copy of the model has fused attention switched off (:func:`unfuse_attention`, counted in
     ``fused_attention_off``) and every forward pass runs with PyTorch's math attention backend, so that
     ``torch.func`` can differentiate any attention layer twice.
+
+    Attributes:
+        module: the model's copy on ``device``, in eval mode.
+        params: the variable parameters theta by name (detached copies).
+        fixed: the parameters held fixed, by name.
+        buffers: the module's buffers (e.g. BatchNorm statistics), by name.
+        batches: the batches on ``device``.
+        n_samples: N = sum_b N_b.
+        weights: N_b / N for each batch.
+
+    Raises:
+        LandscapeError: no batches, an unknown criterion or parameter name, or (with ``check``) non-finite
+            weights, labels the model cannot output, a non-finite loss or a stochastic model.
     """
 
     def __init__(
@@ -244,13 +334,32 @@ class Objective:
         return x, y.to(self.device)
 
     def logits(self, params: Mapping[str, Tensor], x: Tensor, buffers: Mapping[str, Tensor] | None = None) -> Tensor:
-        """Model output for inputs ``x`` at ``params`` (fixed parameters and buffers filled in)."""
+        """Model output for inputs ``x`` at ``params`` (fixed parameters and buffers filled in).
+
+        Args:
+            params: the variable parameters by name (a subset of names overrides only those).
+            x: a batch of inputs on :attr:`device`.
+            buffers: buffers to use instead of the objective's own (e.g. from :meth:`recompute_bn_buffers`).
+
+        Returns:
+            The logits, shape ``(B, C)`` (see :func:`select_logits`).
+
+        Raises:
+            LandscapeError: the model's output holds no logits tensor.
+        """
         state = {**self.fixed, **params, **(self.buffers if buffers is None else buffers)}
         with sdpa_kernel(SDPBackend.MATH):
             return select_logits(functional_call(self.module, state, (x,)), self.output)
 
     def batch_loss_fn(self, batch: Batch) -> Callable[[ParamDict], Tensor]:
-        """The function ``params -> L_b(params)`` (data loss of one batch, no regulariser)."""
+        """The function ``params -> L_b(params)`` (data loss of one batch, no regulariser).
+
+        Args:
+            batch: one ``(inputs, targets)`` pair on :attr:`device`.
+
+        Returns:
+            A function of a params dict returning the batch's mean loss as a 0-dim tensor (for ``torch.func``).
+        """
         x, y = batch
 
         def loss_fn(params: ParamDict) -> Tensor:
@@ -259,7 +368,14 @@ class Objective:
         return loss_fn
 
     def loss(self, params: Mapping[str, Tensor] | None = None) -> Tensor:
-        """L(theta) = sum_b (N_b/N) L_b(theta) + R(theta), differentiable in ``params``."""
+        """L(theta) = sum_b (N_b/N) L_b(theta) + R(theta), differentiable in ``params``.
+
+        Args:
+            params: the variable parameters theta; default :attr:`params`.
+
+        Returns:
+            The full-data loss, a 0-dim tensor.
+        """
         params = self.params if params is None else params
         total = sum(w * self.batch_loss_fn(b)(dict(params)) for w, b in zip(self.weights, self.batches))
         return total + self.regularizer(params)
@@ -268,7 +384,15 @@ class Objective:
     def evaluate(
         self, params: Mapping[str, Tensor] | None = None, buffers: Mapping[str, Tensor] | None = None
     ) -> Evaluation:
-        """Loss, data loss and accuracy at ``params`` (optionally with other BatchNorm buffers)."""
+        """Loss, data loss and accuracy at ``params`` (optionally with other BatchNorm buffers).
+
+        Args:
+            params: the variable parameters theta; default :attr:`params`.
+            buffers: buffers to use instead of the objective's own (e.g. from :meth:`recompute_bn_buffers`).
+
+        Returns:
+            The :class:`Evaluation` (floats; accuracy NaN when any logit is not finite).
+        """
         params = self.params if params is None else params
         data_loss = 0.0
         correct = 0
@@ -280,7 +404,14 @@ class Objective:
         return Evaluation(data_loss + reg, data_loss, correct / self.n_samples)
 
     def gradient(self, params: Mapping[str, Tensor] | None = None) -> ParamDict:
-        """Gradient of the full objective: sum_b (N_b/N) grad L_b + grad R."""
+        """Gradient of the full objective: sum_b (N_b/N) grad L_b + grad R.
+
+        Args:
+            params: the variable parameters theta; default :attr:`params`.
+
+        Returns:
+            The gradient by parameter name, each tensor of its parameter's shape.
+        """
         params = dict(self.params if params is None else params)
         total = grad(self.regularizer)(params) if self.regularizer.active else None
         for w, b in zip(self.weights, self.batches):
@@ -290,7 +421,15 @@ class Objective:
         return total
 
     def hvp(self, vector: Mapping[str, Tensor], params: Mapping[str, Tensor] | None = None) -> ParamDict:
-        """Hessian-vector product sum_b (N_b/N) H_b v + H_R v, forward-over-reverse (jvp of grad)."""
+        """Hessian-vector product sum_b (N_b/N) H_b v + H_R v, forward-over-reverse (jvp of grad).
+
+        Args:
+            vector: v by parameter name, each tensor of its parameter's shape (the same names as ``params``).
+            params: the point theta; default :attr:`params`.
+
+        Returns:
+            H v by parameter name, each tensor of its parameter's shape.
+        """
         params = dict(self.params if params is None else params)
         vector = dict(vector)
         total = None
@@ -304,7 +443,11 @@ class Objective:
 
     # -- BatchNorm ---------------------------------------------------------------------------------
     def has_batchnorm(self) -> bool:
-        """Whether the model has BatchNorm layers that track running statistics."""
+        """Whether the model has BatchNorm layers that track running statistics.
+
+        Returns:
+            ``True`` when some ``_BatchNorm`` submodule has ``track_running_stats``.
+        """
         return any(
             isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats for m in self.module.modules()
         )
@@ -315,6 +458,12 @@ class Objective:
 
         Every BatchNorm layer gets the cumulative average of its batch means and (unbiased) batch variances
         over all batches, each batch counting once, as with ``momentum=None``; the module is left untouched.
+
+        Args:
+            params: the variable parameters theta at which to estimate the statistics.
+
+        Returns:
+            A new buffers dict (the objective's own buffers are not changed), for :meth:`evaluate`.
         """
         buffers = {n: b.clone() for n, b in self.buffers.items()}
         for name, b in buffers.items():
@@ -332,7 +481,11 @@ class Objective:
     # -- checks ------------------------------------------------------------------------------------
     @torch.no_grad()
     def check_finite(self) -> None:
-        """Refuse parameters or buffers holding NaN or Inf: name the first such tensor and how many entries."""
+        """Refuse parameters or buffers holding NaN or Inf: name the first such tensor and how many entries.
+
+        Raises:
+            LandscapeError: a floating or complex parameter or buffer holds a non-finite value.
+        """
         for kind, tensors in (("parameter", {**self.params, **self.fixed}), ("buffer", self.buffers)):
             for name, t in tensors.items():
                 if t.is_floating_point() or t.is_complex():
@@ -344,7 +497,13 @@ class Objective:
 
     @torch.no_grad()
     def check_labels(self) -> None:
-        """Refuse class labels the model cannot output: every integer target must lie in ``0..n_outputs-1``."""
+        """Refuse class labels the model cannot output: every integer target must lie in ``0..n_outputs-1``.
+
+        Soft (floating) targets are not checked.
+
+        Raises:
+            LandscapeError: an integer label is negative or ``>=`` the number of model outputs.
+        """
         labels = [y for _, y in self.batches if not (y.is_floating_point() or y.is_complex())]
         if not labels:  # soft targets: nothing to check
             return
@@ -356,7 +515,14 @@ class Objective:
                 "with at most that many classes (--data), or build the model with --num-classes")
 
     def check_determinism(self) -> None:
-        """Refuse a stochastic objective: two passes must give the same loss and gradient."""
+        """Refuse a stochastic objective: two passes must give the same loss and gradient.
+
+        Both passes use the first batch; on CPU they must agree exactly, elsewhere to ``rtol=1e-5``. Nothing is
+        checked with ``allow_stochastic``.
+
+        Raises:
+            LandscapeError: the first batch's loss is not finite, or the two passes differ.
+        """
         if self.allow_stochastic:
             return
         params = dict(self.params)
@@ -380,7 +546,15 @@ class Objective:
 
 
 def prediction_hits(logits: Tensor, targets: Tensor) -> int | float:
-    """Number of rows whose arg-max equals the target; NaN when any logit is not finite (no prediction)."""
+    """Number of rows whose arg-max equals the target; NaN when any logit is not finite (no prediction).
+
+    Args:
+        logits: shape ``(B, C)``.
+        targets: class labels, shape ``(B,)``.
+
+    Returns:
+        ``sum_i [argmax_c logits[i, c] == targets[i]]`` as an int, or ``math.nan``.
+    """
     if not bool(torch.isfinite(logits).all()):
         return math.nan
     return int((logits.argmax(-1) == targets).sum())
