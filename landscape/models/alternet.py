@@ -25,7 +25,22 @@ from landscape.models.resnet import BlockSpec, ResNet
 
 
 class MSABlock(nn.Module):
-    """AlterNet's pre-activation windowed multi-head self-attention block (``kind == "msa"``)."""
+    """AlterNet's pre-activation windowed multi-head self-attention block (``kind == "msa"``).
+
+    Computes ``x + DropPath(WindowAttention(BN(conv1x1(GELU(BN(x))))))``.
+
+    Args:
+        channels: Channels of the input and output map.
+        width: Channels after the 1x1 reduction (the attention's input width).
+        num_heads: Number of attention heads.
+        dim_head: Width per head.
+        window: Side of the square attention window.
+        drop_path: Stochastic-depth rate of the attention branch.
+        rel_pos_per_head: One relative-position table per head instead of one shared table.
+
+    Raises:
+        LandscapeError: If ``drop_path`` is not in ``[0, 1)``.
+    """
 
     def __init__(
         self,
@@ -47,12 +62,33 @@ class MSABlock(nn.Module):
         self.drop_path = DropPath(drop_path)
 
     def forward(self, x: Tensor) -> Tensor:
-        """Return ``x`` plus the attention branch (same shape as ``x``)."""
+        """Return ``x`` plus the attention branch (same shape as ``x``).
+
+        Args:
+            x: Feature map of shape ``(B, channels, H, W)``, ``H`` and ``W`` multiples of ``window``.
+
+        Returns:
+            Tensor of shape ``(B, channels, H, W)``.
+
+        Raises:
+            LandscapeError: If ``H`` or ``W`` is not a multiple of the window.
+        """
         return x + self.drop_path(self.attn(self.norm2(self.conv(self.act(self.norm1(x))))))
 
 
 def msa_pattern(num_blocks: int, num_msa: int) -> list[bool]:
-    """Return, per block of a stage, whether it is an MSA block: ``[F]*(n1-2*n2) + [F, T]*n2``."""
+    """Return, per block of a stage, whether it is an MSA block: ``[F]*(n1-2*n2) + [F, T]*n2``.
+
+    Args:
+        num_blocks: Number of blocks ``n1`` in the stage.
+        num_msa: Number of MSA blocks ``n2`` in the stage.
+
+    Returns:
+        A list of ``num_blocks`` booleans, True for MSA blocks.
+
+    Raises:
+        LandscapeError: If ``num_msa < 0`` or ``2 * num_msa > num_blocks``.
+    """
     if num_msa < 0 or 2 * num_msa > num_blocks:
         raise LandscapeError(
             f"a stage of {num_blocks} blocks holds at most {num_blocks // 2} MSA blocks, got {num_msa}; "
@@ -68,6 +104,29 @@ class AlterNet(ResNet):
     ``dim_head`` dims attend in windows of ``min(window, map size)`` (4 for CIFAR, 7 for ImageNet inputs);
     ``img_size`` fixes the map sizes. ``drop_path_rate`` is the stochastic depth of the last block, rising
     linearly over all blocks (only MSA blocks have a droppable branch, as in the official code).
+
+    Args:
+        layers: Number of blocks per stage.
+        msa_blocks: Number of MSA blocks per stage (at most half the stage's blocks).
+        widths: Inner width per stage.
+        heads: Number of attention heads per stage.
+        dim_head: Width per attention head.
+        window: Largest attention window side (capped at each stage's map size).
+        rel_pos_per_head: One relative-position table per head instead of one per block.
+        drop_path_rate: Stochastic-depth rate of the last block (linear schedule over all blocks).
+        block: ResNet block type, ``"basic"`` or ``"bottleneck"``.
+        stem: ``"cifar"`` or ``"imagenet"`` stem.
+        in_chans: Number of input channels.
+        num_classes: Number of output logits.
+        img_size: Input image size, which fixes the map sizes and windows.
+
+    Attributes:
+        msa_blocks: The number of MSA blocks per stage, as a tuple.
+
+    Raises:
+        LandscapeError: If ``layers``, ``msa_blocks`` and ``heads`` differ in length, a stage holds too many
+            MSA blocks, ``drop_path_rate`` is not in ``[0, 1)``, or as :class:`ResNet` does for invalid
+            arguments.
     """
 
     def __init__(
@@ -118,13 +177,35 @@ def _alternet(defaults: dict, num_classes: int, kwargs: dict) -> AlterNet:
 
 @register_model
 def alternet50(num_classes: int = 10, **kwargs) -> AlterNet:
-    """Alter-ResNet-50 for CIFAR: bottleneck stages 3-4-6-4 with (0, 1, 1, 2) MSA blocks, window 4."""
+    """Alter-ResNet-50 for CIFAR: bottleneck stages 3-4-6-4 with (0, 1, 1, 2) MSA blocks, window 4.
+
+    Args:
+        num_classes: Number of output logits.
+        **kwargs: Further :class:`AlterNet` arguments; they override the defaults above.
+
+    Returns:
+        The :class:`AlterNet`.
+
+    Raises:
+        LandscapeError: As :class:`AlterNet` does, for invalid arguments.
+    """
     return _alternet({}, num_classes, kwargs)
 
 
 @register_model
 def alternet_mini(num_classes: int = 10, **kwargs) -> AlterNet:
-    """A CPU-sized AlterNet: bottleneck stages 1-2-2-2, widths 8-16-32-64, MSAs (0, 1, 1, 1), 16 dims/head."""
+    """A CPU-sized AlterNet: bottleneck stages 1-2-2-2, widths 8-16-32-64, MSAs (0, 1, 1, 1), 16 dims/head.
+
+    Args:
+        num_classes: Number of output logits.
+        **kwargs: Further :class:`AlterNet` arguments; they override the defaults above.
+
+    Returns:
+        The :class:`AlterNet`.
+
+    Raises:
+        LandscapeError: As :class:`AlterNet` does, for invalid arguments.
+    """
     defaults = {
         "layers": (1, 2, 2, 2),
         "msa_blocks": (0, 1, 1, 1),

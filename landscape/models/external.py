@@ -35,7 +35,17 @@ TIMM_EXTRA = "pip install 'landscape[timm]'"
 
 
 def split_spec(name: str) -> tuple[str | None, str]:
-    """``"timm:resnet18" -> ("timm", "resnet18")``; a zoo name gives ``(None, name)``."""
+    """Split a model spec at its source prefix: ``"timm:resnet18" -> ("timm", "resnet18")``.
+
+    Args:
+        name: A model spec; a zoo name (no ``timm:``, ``torchvision:`` or ``py:`` prefix) gives ``(None, name)``.
+
+    Returns:
+        ``(source, rest)`` with ``source`` one of :data:`SOURCES` or ``None``.
+
+    Raises:
+        LandscapeError: If a known prefix is followed by no model name (e.g. ``"timm:"``).
+    """
     source, sep, rest = name.partition(":")
     if sep and source in SOURCES:
         if not rest:
@@ -45,7 +55,17 @@ def split_spec(name: str) -> tuple[str | None, str]:
 
 
 def is_external(name: str | None) -> bool:
-    """Whether ``name`` is a ``timm:``, ``torchvision:`` or ``py:`` spec."""
+    """Whether ``name`` is a ``timm:``, ``torchvision:`` or ``py:`` spec.
+
+    Args:
+        name: A model spec, or ``None``.
+
+    Returns:
+        True if ``name`` has one of the prefixes of :data:`SOURCES`, False otherwise (and for ``None``).
+
+    Raises:
+        LandscapeError: If a known prefix is followed by no model name.
+    """
     return name is not None and split_spec(name)[0] is not None
 
 
@@ -119,7 +139,18 @@ def _build_torchvision(name: str, num_classes: int | None, pretrained: bool, kwa
 
 
 def resolve_factory(path: str) -> Callable[..., nn.Module]:
-    """Import ``package.module:factory`` (the part after ``py:``) and return the callable."""
+    """Import ``package.module:factory`` (the part after ``py:``) and return the callable.
+
+    Args:
+        path: ``"package.module:factory"``; ``factory`` may be a dotted attribute path inside the module.
+
+    Returns:
+        The callable named by ``path``.
+
+    Raises:
+        LandscapeError: If ``path`` lacks the module or the factory part, the module cannot be imported, it has
+            no such attribute, or the attribute is not callable.
+    """
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise LandscapeError(f"py: model spec needs package.module:factory, got {path!r}")
@@ -186,7 +217,15 @@ def create_external(spec: str, num_classes: int | None, pretrained: bool, kwargs
 
 
 def output_classes(model: nn.Module) -> int | None:
-    """The number of classes of a library model: its ``num_classes`` or the last Linear layer's outputs."""
+    """The number of classes of a library model: its ``num_classes`` or the last Linear layer's outputs.
+
+    Args:
+        model: The model.
+
+    Returns:
+        ``model.num_classes`` when it is a positive int, else the ``out_features`` of the last ``nn.Linear``
+        in ``model.modules()``, else ``None``.
+    """
     n = getattr(model, "num_classes", None)
     if isinstance(n, int) and not isinstance(n, bool) and n > 0:
         return n
@@ -201,6 +240,19 @@ def data_kwargs(spec: str, *, in_chans: int, img_size: int, drop_path: float = 0
     their class names it (probed on the meta device, no memory used). torchvision models take only
     ``image_size`` where their class names it (ViT); data with other than 3 channels is refused. A ``py:``
     factory gets the ones it names.
+
+    Args:
+        spec: The model spec (zoo name, ``timm:``, ``torchvision:`` or ``py:``).
+        in_chans: Number of channels of the data.
+        img_size: Side of the data's images, in pixels.
+        drop_path: Stochastic-depth rate; passed as ``drop_path_rate`` only when > 0 (not to torchvision).
+
+    Returns:
+        The keyword arguments to pass to the model's constructor.
+
+    Raises:
+        LandscapeError: If the timm or torchvision name is unknown, timm is not installed, a torchvision model
+            is given data with ``in_chans != 3``, or a ``py:`` factory cannot be resolved.
     """
     wanted: dict[str, Any] = {"in_chans": in_chans, "img_size": img_size}
     if drop_path > 0:
@@ -239,6 +291,15 @@ def model_preprocess(model: nn.Module) -> Preprocess | None:
     std), with the input size of the model's fixed patch grid where it has one (a ViT built with
     ``img_size=32`` expects 32 px) and the config's otherwise. torchvision: the transforms of the
     architecture's default weights (resize / crop as crop_pct, interpolation, mean, std), where it has weights.
+
+    Args:
+        model: A model carrying ``model_name`` (as built by ``create_model``); without it, ``None`` is returned.
+
+    Returns:
+        A :class:`~landscape.data.Preprocess`, or ``None`` for zoo, ``py:`` and weightless torchvision models.
+
+    Raises:
+        LandscapeError: If the model is a ``timm:`` model and timm is not installed.
     """
     from landscape.data import Preprocess
 

@@ -24,7 +24,17 @@ _ALIASES: dict[str, str] = {"alternet": "alternet50", "resnet": "resnet50", "vit
 
 
 def register_model(fn: ModelFn) -> ModelFn:
-    """Register ``fn`` under its ``__name__`` as a model constructor and return it unchanged."""
+    """Register ``fn`` under its ``__name__`` as a model constructor and return it unchanged.
+
+    Args:
+        fn: A constructor ``fn(num_classes=..., **kwargs) -> nn.Module`` (used as a decorator).
+
+    Returns:
+        ``fn`` itself.
+
+    Raises:
+        ValueError: If the name is already registered or is an alias.
+    """
     name = fn.__name__
     if name in _MODELS or name in _ALIASES:
         raise ValueError(f"model {name!r} is already registered")
@@ -33,7 +43,14 @@ def register_model(fn: ModelFn) -> ModelFn:
 
 
 def list_models(pattern: str | None = None) -> list[str]:
-    """Return the sorted registered model names, optionally filtered by an fnmatch ``pattern``."""
+    """Return the sorted registered model names, optionally filtered by an fnmatch ``pattern``.
+
+    Args:
+        pattern: A case-sensitive shell-style pattern (e.g. ``"vit_*"``), or ``None`` for all names.
+
+    Returns:
+        The sorted list of matching names (aliases not included).
+    """
     names = sorted(_MODELS)
     if pattern is not None:
         names = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
@@ -41,12 +58,26 @@ def list_models(pattern: str | None = None) -> list[str]:
 
 
 def list_aliases() -> dict[str, str]:
-    """Return a copy of the alias table (alias -> registered name)."""
+    """Return a copy of the alias table (alias -> registered name).
+
+    Returns:
+        A new dict mapping each alias to its registered model name.
+    """
     return dict(_ALIASES)
 
 
 def resolve_model_name(name: str) -> str:
-    """Return the registered name for ``name`` (a name or an alias) or raise :class:`LandscapeError`."""
+    """Return the registered name for ``name`` (a name or an alias) or raise :class:`LandscapeError`.
+
+    Args:
+        name: A registered model name or an alias.
+
+    Returns:
+        The registered name.
+
+    Raises:
+        LandscapeError: If ``name`` is neither registered nor an alias (with close matches as hints).
+    """
     name = _ALIASES.get(name, name)
     if name in _MODELS:
         return name
@@ -113,5 +144,13 @@ def create_model(name: str, num_classes: int | None = None, *, pretrained: bool 
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
-    """Return the number of scalar parameters of ``model`` (only those with requires_grad if asked)."""
+    """Return the number of scalar parameters of ``model`` (only those with requires_grad if asked).
+
+    Args:
+        model: The model.
+        trainable_only: Count only parameters with ``requires_grad``.
+
+    Returns:
+        ``sum_p p.numel()`` over the (trainable) parameters.
+    """
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

@@ -51,6 +51,18 @@ class RingPositionBias(RelativePositionBias):
     :class:`RelativePositionBias` on an ``(H+r) x (W+r)`` grid: column ``offset_index(dy, dx)``).
     ``cls_bias[:, 0/1/2]`` = CLS query -> grid key, grid query -> CLS key, CLS -> CLS. The CLS query never
     sees the ring (bias ``-inf``). Keys are ordered [CLS, padded grid row-major].
+
+    Args:
+        grid_size: ``(H, W)`` of the inner (unpadded) patch grid.
+        num_tables: Number of bias tables (one per head, or 1 shared).
+        ring: Width ``r`` of the ring of zero tokens around the grid.
+        init_std: Standard deviation of the truncated-normal initialisation of ``table``.
+
+    Attributes:
+        inner_size: ``(H, W)`` of the inner grid.
+        ring: Width of the ring.
+        index: ``(H*W, (H+2r)*(W+2r))`` table columns for grid queries and padded-grid keys.
+        ring_mask: Non-persistent bool buffer ``((H+2r)*(W+2r),)``, True on ring positions.
     """
 
     def __init__(self, grid_size: tuple[int, int], num_tables: int, ring: int = 1, init_std: float = 0.02) -> None:
@@ -66,7 +78,12 @@ class RingPositionBias(RelativePositionBias):
         self.register_buffer("ring_mask", is_ring.flatten(), persistent=False)
 
     def forward(self) -> Tensor:
-        """Return the bias ``(num_tables, 1 + H*W, 1 + (H+2r)*(W+2r))`` for [CLS, grid] x [CLS, padded grid]."""
+        """Return the bias ``(num_tables, 1 + H*W, 1 + (H+2r)*(W+2r))`` for [CLS, grid] x [CLS, padded grid].
+
+        Returns:
+            Tensor of shape ``(num_tables, 1 + H*W, 1 + (H+2r)*(W+2r))``; CLS-query entries on ring keys are
+            ``-inf``.
+        """
         bias = self.table[:, self.index]  # (T, HW, H'W')
         T, n_k = bias.shape[0], bias.shape[-1]
         c = self.cls_bias
@@ -82,6 +99,17 @@ class RingAttention(Attention):
     Parameters are those of ``Attention`` (``qkv``, ``proj``) plus ``rel_pos`` (a :class:`RingPositionBias`).
     Queries are CLS + the grid; keys and values are CLS + the grid padded with ``ring`` rings of zero
     key/value vectors (their score is the position bias alone).
+
+    Args:
+        dim: Token width.
+        num_heads: Number of attention heads.
+        head_dim: Width per head; ``None`` means ``dim // num_heads``.
+        qkv_bias: Whether ``qkv`` has a bias.
+        grid_size: ``(H, W)`` of the patch grid (after one CLS token).
+        ring: Width of the ring of zero key/value tokens.
+
+    Raises:
+        LandscapeError: If ``head_dim`` is ``None`` and ``dim`` is not divisible by ``num_heads``.
     """
 
     def __init__(self, dim: int, num_heads: int, head_dim: int | None, qkv_bias: bool,
@@ -92,7 +120,14 @@ class RingAttention(Attention):
         self.rel_pos = RingPositionBias(self.grid_size, num_heads, ring)
 
     def forward(self, x: Tensor) -> Tensor:
-        """Attend over CLS + grid tokens ``x`` (B, 1 + H*W, dim) and the zero ring; return (B, 1 + H*W, dim)."""
+        """Attend over CLS + grid tokens ``x`` (B, 1 + H*W, dim) and the zero ring; return (B, 1 + H*W, dim).
+
+        Args:
+            x: Tokens of shape ``(B, 1 + H*W, dim)``, CLS first, grid row-major.
+
+        Returns:
+            Tensor of shape ``(B, 1 + H*W, dim)``: ``proj(softmax(q k_pad^T * scale + bias) v_pad)``.
+        """
         B, N, _ = x.shape
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         k = _pad_grid_tokens(k, self.grid_size, self.ring)
@@ -107,6 +142,22 @@ class ShiftAttention(nn.Module):
     ``v`` (W_V, ``dim -> heads * head_dim``) and ``proj`` (W_O) have the shapes of the attention they stand
     for. Head ``h`` of the grid query at ``p`` returns ``v_h(p + Delta_h)`` (zero off the grid) with
     ``Delta_h = neighbour_offsets(m)[h]``; the CLS query returns the mean of ``v_h`` over the grid.
+
+    Args:
+        dim: Token width.
+        num_heads: Number of heads, ``(2m+1)^2`` (9, 25, ...).
+        head_dim: Width per head; ``None`` means ``dim // num_heads``.
+        qkv_bias: Whether ``v`` has a bias.
+        grid_size: ``(H, W)`` of the patch grid (after one CLS token).
+
+    Attributes:
+        radius: The neighbourhood radius ``m``.
+        offsets: The ``(dy, dx)`` offset of each head.
+        shift_kernel: Non-persistent one-hot depthwise kernel ``(heads * head_dim, 1, 2m+1, 2m+1)``.
+
+    Raises:
+        LandscapeError: If ``num_heads`` is not an odd square, or ``head_dim`` is ``None`` and ``dim`` is not
+            divisible by ``num_heads``.
     """
 
     def __init__(self, dim: int, num_heads: int, head_dim: int | None, qkv_bias: bool,
@@ -131,7 +182,14 @@ class ShiftAttention(nn.Module):
                              persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        """Return ``proj`` of the shifted values for CLS + grid tokens ``x`` (B, 1 + H*W, dim)."""
+        """Return ``proj`` of the shifted values for CLS + grid tokens ``x`` (B, 1 + H*W, dim).
+
+        Args:
+            x: Tokens of shape ``(B, 1 + H*W, dim)``, CLS first, grid row-major.
+
+        Returns:
+            Tensor of shape ``(B, 1 + H*W, dim)``.
+        """
         B, N, _ = x.shape
         H, W = self.grid_size
         v = self.v(x)  # (B, N, heads * d), channels ordered (head, d)
@@ -153,6 +211,14 @@ class RingViT(ViT):
     """ViT with relative position bias per head and a ring of ``ring`` zero key/value tokens per attention.
 
     Built as the zoo's ``ViT(pos_embed="rpe", ...)`` whose blocks' ``attn`` are :class:`RingAttention`.
+
+    Args:
+        ring: Width of the ring of zero key/value tokens (>= 0).
+        **kwargs: :class:`~landscape.models.vit.ViT` arguments (``pos_embed``, if given, must be ``"rpe"``).
+
+    Raises:
+        LandscapeError: If ``pos_embed`` is not ``"rpe"``, ``ring < 0``, or as ``ViT`` does for invalid
+            arguments.
     """
 
     def __init__(self, ring: int = 1, **kwargs) -> None:
@@ -174,6 +240,14 @@ class ConvViT(ViT):
     Identical to ``RingViT`` in every other module, parameter name and shape, except that ``attn.qkv``
     (W_Q, W_K, W_V) becomes ``attn.v`` (W_V) and there is no position bias. ``block_features``
     labels the shift layers ``conv``.
+
+    Args:
+        **kwargs: :class:`~landscape.models.vit.ViT` arguments (``pos_embed``, if given, must be ``"rpe"``);
+            ``num_heads`` must be ``(2m+1)^2``.
+
+    Raises:
+        LandscapeError: If ``pos_embed`` is not ``"rpe"``, ``num_heads`` is not an odd square, or as ``ViT``
+            does for invalid arguments.
     """
 
     def __init__(self, **kwargs) -> None:
@@ -186,7 +260,18 @@ class ConvViT(ViT):
         self._init_weights()
 
     def block_features(self, x: Tensor) -> list[Feature]:
-        """As :meth:`ViT.block_features`, with the shift-attention outputs labelled ``conv``."""
+        """As :meth:`ViT.block_features`, with the shift-attention outputs labelled ``conv``.
+
+        Args:
+            x: Images of shape ``(B, in_chans, img_size, img_size)``.
+
+        Returns:
+            :class:`Feature` records: ``patch_embed``, then per block ``blocks.{i}.msa`` (kind ``"conv"``)
+            and ``blocks.{i}.mlp``.
+
+        Raises:
+            LandscapeError: If the images are not ``img_size x img_size``.
+        """
         return [Feature(f.name, "conv", f.tensor) if f.kind == "msa" else f for f in super().block_features(x)]
 
 
@@ -196,23 +281,71 @@ _TI = {"img_size": 32, "patch_size": 2, "embed_dim": 192, "depth": 12, "num_head
 
 @register_model
 def vit_rpe_mini(num_classes: int = 10, **kwargs) -> RingViT:
-    """CPU-sized ViT, relative position bias + zero ring: patch 4, width 72, depth 4, 9 heads of 8 (~264k)."""
+    """CPU-sized ViT, relative position bias + zero ring: patch 4, width 72, depth 4, 9 heads of 8 (~264k).
+
+    Args:
+        num_classes: Number of output logits.
+        **kwargs: Further :class:`RingViT` arguments; they override the defaults above.
+
+    Returns:
+        The :class:`RingViT`.
+
+    Raises:
+        LandscapeError: If ``pos_embed`` other than ``"rpe"`` is passed, or as :class:`RingViT` does for invalid
+            arguments.
+    """
     return RingViT(**{**_MINI, **kwargs}, num_classes=num_classes)
 
 
 @register_model
 def vit_rpe_ti(num_classes: int = 10, **kwargs) -> RingViT:
-    """ViT-Ti-sized, relative position bias + zero ring: patch 2, width 192, depth 12, 9 heads of 24."""
+    """ViT-Ti-sized, relative position bias + zero ring: patch 2, width 192, depth 12, 9 heads of 24.
+
+    Args:
+        num_classes: Number of output logits.
+        **kwargs: Further :class:`RingViT` arguments; they override the defaults above.
+
+    Returns:
+        The :class:`RingViT`.
+
+    Raises:
+        LandscapeError: If ``pos_embed`` other than ``"rpe"`` is passed, or as :class:`RingViT` does for invalid
+            arguments.
+    """
     return RingViT(**{**_TI, **kwargs}, num_classes=num_classes)
 
 
 @register_model
 def convvit_mini(num_classes: int = 10, **kwargs) -> ConvViT:
-    """CNN counterpart of ``vit_rpe_mini`` (each MSA a fixed 3x3 shift attention); converts exactly."""
+    """CNN counterpart of ``vit_rpe_mini`` (each MSA a fixed 3x3 shift attention); converts exactly.
+
+    Args:
+        num_classes: Number of output logits.
+        **kwargs: Further :class:`ConvViT` arguments; they override the defaults above.
+
+    Returns:
+        The :class:`ConvViT`.
+
+    Raises:
+        LandscapeError: If ``pos_embed`` other than ``"rpe"`` is passed, or as :class:`ConvViT` does for invalid
+            arguments.
+    """
     return ConvViT(**{**_MINI, **kwargs}, num_classes=num_classes)
 
 
 @register_model
 def convvit_ti(num_classes: int = 10, **kwargs) -> ConvViT:
-    """CNN counterpart of ``vit_rpe_ti`` (each MSA a fixed 3x3 shift attention); converts exactly."""
+    """CNN counterpart of ``vit_rpe_ti`` (each MSA a fixed 3x3 shift attention); converts exactly.
+
+    Args:
+        num_classes: Number of output logits.
+        **kwargs: Further :class:`ConvViT` arguments; they override the defaults above.
+
+    Returns:
+        The :class:`ConvViT`.
+
+    Raises:
+        LandscapeError: If ``pos_embed`` other than ``"rpe"`` is passed, or as :class:`ConvViT` does for invalid
+            arguments.
+    """
     return ConvViT(**{**_TI, **kwargs}, num_classes=num_classes)
