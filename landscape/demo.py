@@ -102,6 +102,7 @@ def _model_stages(
     """Run train, surface, spectrum and Fourier for one model; return the checkpoint and the result files."""
     from landscape.fourier.run import run_fourier
     from landscape.hessian.run import run_spectrum
+    from landscape.options.hessian import SpectrumOptions
     from landscape.surface import run_surface
 
     ckpt = _train_stage(model, settings, out_dir / f"{model}.pt", device=device, force=force, quiet=quiet)
@@ -123,14 +124,11 @@ def _model_stages(
     spectrum = out_dir / f"{model}_spectrum.h5"
     run_spectrum(
         ckpt,
-        spectrum,
-        batch_size=settings.spectrum_batch,
-        fraction=settings.spectrum_fraction,
-        top_k=5,
-        which="LM",
+        SpectrumOptions(batch_size=settings.spectrum_batch, fraction=settings.spectrum_fraction, top_k=5, which="LM"),
+        out=spectrum,
         device=device,
         force=force,
-        quiet=quiet,
+        progress=False if quiet else None,
     )
     fourier = out_dir / f"{model}_fourier.h5"
     run_fourier(ckpt, fourier, samples=settings.fourier_samples, device=device, force=force, quiet=quiet)

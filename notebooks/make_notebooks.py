@@ -118,7 +118,13 @@ for model in MODELS:
 
 SPECTRA = '''\
 # Per-mini-batch top-k Hessian eigenvalues (largest magnitude) of NLL + the SPECTRUM_REGULARIZER term.
-from landscape.hessian import run_spectrum
+from landscape.hessian import SpectrumOptions, run_spectrum
+
+SPECTRUM = SpectrumOptions(
+    data=DATA, batch_size=SIZES["spectrum_batch"], fraction=SIZES["spectrum_fraction"],
+    samples=SIZES["spectrum_samples"], top_k=SIZES["top_k"], which="LM", tol=SIZES["spectrum_tol"],
+    regularizer=SPECTRUM_REGULARIZER, reg_coef=SIZES["reg_coef"] if SPECTRUM_REGULARIZER == "norm-sum" else None,
+)
 
 
 def spectrum(model, stage):
@@ -129,12 +135,8 @@ def spectrum(model, stage):
         if not ckpt.exists():
             raise FileNotFoundError(f"no warm-up checkpoint {ckpt}; set WARMUP_CHECKPOINTS[{model!r}]")
     return run_spectrum(
-        ckpt, RESULTS / f"{model}_spectrum_{stage}_{SPECTRUM_REGULARIZER}.h5", data=DATA,
-        batch_size=SIZES["spectrum_batch"],
-        fraction=SIZES["spectrum_fraction"], samples=SIZES["spectrum_samples"], top_k=SIZES["top_k"],
-        which="LM", tol=SIZES["spectrum_tol"], regularizer=SPECTRUM_REGULARIZER,
-        reg_coef=SIZES["reg_coef"] if SPECTRUM_REGULARIZER == "norm-sum" else None,
-        device=DEVICE, quiet=True,
+        ckpt, SPECTRUM, out=RESULTS / f"{model}_spectrum_{stage}_{SPECTRUM_REGULARIZER}.h5", device=DEVICE,
+        progress=False,
     )
 '''
 

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import h5py
 import numpy as np
@@ -15,6 +16,7 @@ from landscape.errors import LandscapeError
 from landscape.hessian.run import run_hessian, run_spectrum
 from landscape.models import create_model
 from landscape.objective import Objective, Regularizer
+from landscape.options.hessian import HessianOptions, SpectrumOptions
 from landscape.pipeline import batches_for, load_inputs
 from landscape.store import read_result
 
@@ -30,14 +32,16 @@ def ckpt(tmp_path_factory):
                            dataset="digits")
 
 
-COMMON = {"samples": 8, "batch_size": 3, "device": "cpu", "hvp": "jvp", "quiet": True}
+COMMON = {"samples": 8, "batch_size": 3, "hvp": "jvp"}
+RUN = {"device": "cpu", "progress": False}
 
 
 def test_run_hessian_writes_the_schema_with_exact_values_on_a_layer_block(ckpt, tmp_path):
     out = tmp_path / "h.h5"
-    res = run_hessian(ckpt, out, top_k=2, which="LA", tol=1e-10, eigenvectors=True, density=True, probes=2,
-                      steps=5, trace=True, trace_samples=9, params="fc", dtype="float64",
-                      regularizer="l2", reg_coef=0.01, **COMMON)
+    res = run_hessian(ckpt, HessianOptions(top_k=2, which="LA", tol=1e-10, eigenvectors=True, density=True,
+                                           probes=2, steps=5, trace=True, trace_samples=9, params="fc",
+                                           dtype="float64", regularizer="l2", reg_coef=0.01, **COMMON),
+                      out=out, **RUN)
     assert res.kind == "hessian" and res.attrs["complete"]
     for name in ("eigenvalues", "eigenvectors", "residuals", "converged", "density/grid", "density/values",
                  "density/nodes", "density/weights", "trace/samples"):
@@ -67,27 +71,27 @@ def test_run_hessian_writes_the_schema_with_exact_values_on_a_layer_block(ckpt, 
 
 def test_run_hessian_resumes_by_section_and_refuses_other_options(ckpt, tmp_path):
     out = tmp_path / "h.h5"
-    opts = {"top_k": 1, "tol": 1e-2, "trace": True, "trace_samples": 6, "params": "fc", **COMMON}
-    first = run_hessian(ckpt, out, **opts)
+    opts = HessianOptions(top_k=1, tol=1e-2, trace=True, trace_samples=6, params="fc", **COMMON)
+    first = run_hessian(ckpt, opts, out=out, **RUN)
     with h5py.File(out, "r+") as f:
         del f["trace"]
         f.attrs["complete"] = False
         f["eigenvalues"][0] = 123.0  # marks that the eigen section is not recomputed
-    again = run_hessian(ckpt, out, **opts)
+    again = run_hessian(ckpt, opts, out=out, **RUN)
     assert again.attrs["complete"] and again["eigenvalues"][0] == 123.0
     np.testing.assert_array_equal(again["trace/samples"], first["trace/samples"])
     with pytest.raises(LandscapeError, match="--force"):
-        run_hessian(ckpt, out, **{**opts, "top_k": 2})
-    forced = run_hessian(ckpt, out, **{**opts, "top_k": 2}, force=True)
+        run_hessian(ckpt, replace(opts, top_k=2), out=out, **RUN)
+    forced = run_hessian(ckpt, replace(opts, top_k=2), out=out, force=True, **RUN)
     assert forced["eigenvalues"].shape == (2,)
     with pytest.raises(LandscapeError, match="nothing to compute"):
-        run_hessian(ckpt, tmp_path / "x.h5", top_k=0)
+        run_hessian(ckpt, HessianOptions(top_k=0), out=tmp_path / "x.h5")
 
 
 def test_run_spectrum_rows_resume_and_schema(ckpt, tmp_path):
     out = tmp_path / "s.h5"
-    opts = {"samples": 7, "batch_size": 3, "top_k": 2, "tol": 1e-3, "device": "cpu", "quiet": True}
-    res = run_spectrum(ckpt, out, **opts)
+    opts = SpectrumOptions(samples=7, batch_size=3, top_k=2, tol=1e-3)
+    res = run_spectrum(ckpt, opts, out=out, **RUN)
     assert res.kind == "spectrum" and res.attrs["complete"]
     assert res["eigenvalues"].shape == (3, 2) and res["batch_sizes"].tolist() == [3, 3, 1]
     assert res["done"].all() and (res["n_matvec"] > 0).all() and res.axes["eigenvalues"] == ["batch", "rank"]
@@ -97,19 +101,19 @@ def test_run_spectrum_rows_resume_and_schema(ckpt, tmp_path):
         f["eigenvalues"][1] = np.nan
         f["eigenvalues"][0] = 7.0  # a done row is kept as is
         f.attrs["complete"] = False
-    again = run_spectrum(ckpt, out, **opts)
+    again = run_spectrum(ckpt, opts, out=out, **RUN)
     np.testing.assert_array_equal(again["eigenvalues"][1:], res["eigenvalues"][1:])
     assert (again["eigenvalues"][0] == 7.0).all()
-    frac = run_spectrum(ckpt, tmp_path / "f.h5", fraction=0.002, batch_size=4, top_k=1, tol=1e-1, device="cpu",
-                        quiet=True)
+    frac = run_spectrum(ckpt, SpectrumOptions(fraction=0.002, batch_size=4, top_k=1, tol=1e-1), out=tmp_path / "f.h5",
+                        **RUN)
     assert frac.attrs["n_samples"] == round(0.002 * len(load_dataset("digits"))) == frac["batch_sizes"].sum()
     with pytest.raises(LandscapeError, match="fraction"):
-        run_spectrum(ckpt, tmp_path / "g.h5", fraction=1.5)
+        run_spectrum(ckpt, SpectrumOptions(fraction=1.5), out=tmp_path / "g.h5")
 
 
 def test_two_rank_torchrun_spectrum_equals_the_single_process_run(ckpt, tmp_path):
     opts = ["--samples", "7", "--batch-size", "3", "--top-k", "2", "--device", "cpu"]
-    single = run_spectrum(ckpt, tmp_path / "one.h5", samples=7, batch_size=3, top_k=2, device="cpu", quiet=True)
+    single = run_spectrum(ckpt, SpectrumOptions(samples=7, batch_size=3, top_k=2), out=tmp_path / "one.h5", **RUN)
     out = tmp_path / "two.h5"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "landscape",
            "spectrum", "--ckpt", str(ckpt), *opts, "--out", str(out)]
@@ -123,8 +127,8 @@ def test_two_rank_torchrun_spectrum_equals_the_single_process_run(ckpt, tmp_path
 
 
 def test_two_rank_torchrun_hessian_shares_the_batches_and_equals_the_single_process_run(ckpt, tmp_path):
-    opts = dict(samples=7, batch_size=3, top_k=2, tol=1e-8, trace=True, trace_samples=6, device="cpu")
-    single = run_hessian(ckpt, tmp_path / "one.h5", quiet=True, **opts)
+    opts = HessianOptions(samples=7, batch_size=3, top_k=2, tol=1e-8, trace=True, trace_samples=6)
+    single = run_hessian(ckpt, opts, out=tmp_path / "one.h5", **RUN)
     out = tmp_path / "two.h5"
     args = ["--samples", "7", "--batch-size", "3", "--top-k", "2", "--tol", "1e-8", "--trace", "--trace-samples", "6"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "landscape",

@@ -1,8 +1,12 @@
-"""``landscape hessian``: top-k eigenpairs, SLQ density and trace of a checkpoint's loss Hessian."""
+"""``landscape hessian``: top-k eigenpairs, SLQ density and trace of a checkpoint's loss Hessian.
+
+Every option's default and choices are :class:`~landscape.options.hessian.HessianOptions`'s; the command
+builds one (validating it) and calls :func:`~landscape.hessian.run.run_hessian` once.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -10,39 +14,48 @@ if TYPE_CHECKING:
     from landscape.pipeline import ModelSource
 
 from landscape.cli.options import checkpoint_options, output_options, regularizer_options
+from landscape.options.common import DTYPES
+from landscape.options.hessian import HVP_MODES, TRACE_METHODS, WHICH, HessianOptions
+
+D = HessianOptions
 
 
 @click.command("hessian")
-@checkpoint_options()
+@checkpoint_options(split=D.split)
 @regularizer_options
 @output_options("hessian.h5")
-@click.option("--samples", default=1024, show_default=True, type=int, help="Images in the loss (the Hessian's data).")
-@click.option("--batch-size", default=128, show_default=True, type=int, help="Batch size of the HVP passes.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the samples, start vector and probes.")
-@click.option("--top-k", default=5, show_default=True, type=int, help="Eigenpairs to compute (0: none).")
-@click.option("--which", default="LA", show_default=True, type=click.Choice(["LA", "SA", "BE", "LM"]),
+@click.option("--samples", default=D.samples, show_default=True, type=int,
+              help="Images in the loss (the Hessian's data).")
+@click.option("--batch-size", default=D.batch_size, show_default=True, type=int, help="Batch size of the HVP passes.")
+@click.option("--seed", default=D.seed, show_default=True, type=int,
+              help="Seed of the samples, start vector and probes.")
+@click.option("--top-k", default=D.top_k, show_default=True, type=int, help="Eigenpairs to compute (0: none).")
+@click.option("--which", default=D.which, show_default=True, type=click.Choice(WHICH),
               help="Largest / smallest algebraic, both ends, largest magnitude.")
-@click.option("--tol", default=1e-4, show_default=True, type=float, help="Relative accuracy of the eigenvalues.")
-@click.option("--ncv", default=None, type=int, help="Lanczos basis size [default: max(2k+1, 20)].")
-@click.option("--maxiter", default=None, type=int, help="Maximum Lanczos restarts.")
-@click.option("--eigenvectors", is_flag=True, help="Also store the eigenvectors (n_params x k).")
-@click.option("--density", is_flag=True, help="Also compute the SLQ spectral density.")
-@click.option("--probes", default=4, show_default=True, type=int, help="SLQ probe vectors.")
-@click.option("--steps", default=64, show_default=True, type=int, help="Lanczos steps per SLQ probe.")
-@click.option("--sigma", default=None, type=float, help="Gaussian broadening [default: 1% of the node spread].")
-@click.option("--trace", is_flag=True, help="Also estimate the trace.")
-@click.option("--trace-samples", default=99, show_default=True, type=int, help="HVPs spent on the trace.")
-@click.option("--trace-method", default="hutch++", show_default=True, type=click.Choice(["hutchinson", "hutch++"]))
-@click.option("--params", default=None, help="Comma-separated parameter-name globs: a per-layer Hessian block.")
-@click.option("--hvp", default="auto", show_default=True, type=click.Choice(["auto", "linearize", "jvp"]),
+@click.option("--tol", default=D.tol, show_default=True, type=float, help="Relative accuracy of the eigenvalues.")
+@click.option("--ncv", default=D.ncv, type=int, help="Lanczos basis size [default: max(2k+1, 20)].")
+@click.option("--maxiter", default=D.maxiter, type=int, help="Maximum Lanczos restarts.")
+@click.option("--eigenvectors", is_flag=True, default=D.eigenvectors,
+              help="Also store the eigenvectors (n_params x k).")
+@click.option("--density", is_flag=True, default=D.density, help="Also compute the SLQ spectral density.")
+@click.option("--probes", default=D.probes, show_default=True, type=int, help="SLQ probe vectors.")
+@click.option("--steps", default=D.steps, show_default=True, type=int, help="Lanczos steps per SLQ probe.")
+@click.option("--sigma", default=D.sigma, type=float, help="Gaussian broadening [default: 1% of the node spread].")
+@click.option("--trace", is_flag=True, default=D.trace, help="Also estimate the trace.")
+@click.option("--trace-samples", default=D.trace_samples, show_default=True, type=int,
+              help="HVPs spent on the trace.")
+@click.option("--trace-method", default=D.trace_method, show_default=True, type=click.Choice(TRACE_METHODS))
+@click.option("--params", default=D.params, help="Comma-separated parameter-name globs: a per-layer Hessian block.")
+@click.option("--hvp", default=D.hvp, show_default=True, type=click.Choice(HVP_MODES),
               help="Trace each batch's HVP once (linearize), never (jvp), or after a few products (auto).")
-@click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "float64"]))
-def command(source: ModelSource, out: str, **options: object) -> None:
+@click.option("--dtype", default=D.dtype, show_default=True, type=click.Choice(DTYPES))
+def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
     """Hessian eigenvalues (Lanczos), spectral density (SLQ) and trace of a checkpoint's loss."""
     from landscape import distributed
     from landscape.hessian.run import run_hessian
 
-    result = run_hessian(source, out, **options)  # type: ignore[arg-type]
+    opts = HessianOptions(**options)
+    result = run_hessian(source, opts, out=out, device=device, force=force, progress=False if quiet else None)
     if not distributed.is_main():
         return
     lines = [f"wrote {out}: {result.attrs.get('n_params', '?')} parameters, {result.attrs['n_samples']} samples"]

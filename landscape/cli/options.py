@@ -126,20 +126,21 @@ def checkpoint_options(*, split: str = "train") -> Callable[[F], F]:
 
 
 def regularizer_options(func: F) -> F:
-    """``--regularizer none|l2|norm-sum`` and ``--reg-coef``."""
+    """``--regularizer`` (one of :data:`~landscape.options.common.REGULARIZERS`) and ``--reg-coef``."""
+    from landscape.options.common import REG_COEF_DEFAULTS, REGULARIZERS
+
+    defaults = ", ".join(f"{kind}: {coef:g}" for kind, coef in REG_COEF_DEFAULTS.items() if kind != "none")
     return _apply(
         func,
         [
             click.option(
                 "--regularizer",
-                default="none",
+                default=REGULARIZERS[0],
                 show_default=True,
-                type=click.Choice(["none", "l2", "norm-sum"]),
+                type=click.Choice(REGULARIZERS),
                 help="l2: 0.5*C*sum ||theta_p||^2; norm-sum: C*sum ||theta_p|| (Paper A's plotted loss).",
             ),
-            click.option(
-                "--reg-coef", default=None, type=float, help="Regulariser coefficient [l2: 5e-4, norm-sum: 0.05]."
-            ),
+            click.option("--reg-coef", default=None, type=float, help=f"Regulariser coefficient [{defaults}]."),
             click.option("--allow-stochastic", is_flag=True, help="Do not refuse a model whose two passes differ."),
         ],
     )

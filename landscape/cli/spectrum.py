@@ -1,8 +1,12 @@
-"""``landscape spectrum``: Paper A's per-mini-batch max-eigenvalue spectra."""
+"""``landscape spectrum``: Paper A's per-mini-batch max-eigenvalue spectra.
+
+Every option's default and choices are :class:`~landscape.options.hessian.SpectrumOptions`'s; the command
+builds one (validating it) and calls :func:`~landscape.hessian.run.run_spectrum` once.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -10,32 +14,41 @@ if TYPE_CHECKING:
     from landscape.pipeline import ModelSource
 
 from landscape.cli.options import checkpoint_options, output_options, regularizer_options
+from landscape.options.common import DTYPES
+from landscape.options.hessian import HVP_MODES, SOLVERS, WHICH, SpectrumOptions
+
+D = SpectrumOptions
 
 
 @click.command("spectrum")
-@checkpoint_options()
+@checkpoint_options(split=D.split)
 @regularizer_options
 @output_options("spectrum.h5")
-@click.option("--batch-size", default=16, show_default=True, type=int, help="Mini-batch size (Paper A: 16).")
-@click.option("--fraction", default=0.1, show_default=True, type=float, help="Share of the split used (Paper A: 10%).")
-@click.option("--samples", default=None, type=int, help="Number of images instead of --fraction.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sample choice and start vectors.")
-@click.option("--top-k", default=5, show_default=True, type=int, help="Eigenvalues per mini-batch.")
-@click.option("--which", default="LM", show_default=True, type=click.Choice(["LA", "SA", "BE", "LM"]),
+@click.option("--batch-size", default=D.batch_size, show_default=True, type=int,
+              help="Mini-batch size (Paper A: 16).")
+@click.option("--fraction", default=D.fraction, show_default=True, type=float,
+              help="Share of the split used (Paper A: 10%).")
+@click.option("--samples", default=D.samples, type=int, help="Number of images instead of --fraction.")
+@click.option("--seed", default=D.seed, show_default=True, type=int,
+              help="Seed of the sample choice and start vectors.")
+@click.option("--top-k", default=D.top_k, show_default=True, type=int, help="Eigenvalues per mini-batch.")
+@click.option("--which", default=D.which, show_default=True, type=click.Choice(WHICH),
               help="LM = power iteration's largest magnitude (Paper A); lanczos solver only.")
-@click.option("--solver", default="lanczos", show_default=True, type=click.Choice(["lanczos", "pyhessian"]))
-@click.option("--tol", default=1e-3, show_default=True, type=float, help="Relative accuracy of the eigenvalues.")
-@click.option("--ncv", default=None, type=int, help="Lanczos basis size.")
-@click.option("--maxiter", default=None, type=int, help="Lanczos restarts / PyHessian iterations per eigenvalue.")
-@click.option("--hvp", default="jvp", show_default=True, type=click.Choice(["auto", "linearize", "jvp"]),
+@click.option("--solver", default=D.solver, show_default=True, type=click.Choice(SOLVERS))
+@click.option("--tol", default=D.tol, show_default=True, type=float, help="Relative accuracy of the eigenvalues.")
+@click.option("--ncv", default=D.ncv, type=int, help="Lanczos basis size.")
+@click.option("--maxiter", default=D.maxiter, type=int,
+              help="Lanczos restarts / PyHessian iterations per eigenvalue.")
+@click.option("--hvp", default=D.hvp, show_default=True, type=click.Choice(HVP_MODES),
               help="HVPs by jvp(grad) each time, or traced per batch with linearize (pays for large batches).")
-@click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "float64"]))
-def command(source: ModelSource, out: str, **options: object) -> None:
+@click.option("--dtype", default=D.dtype, show_default=True, type=click.Choice(DTYPES))
+def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
     """Top-k Hessian eigenvalues of every mini-batch, pooled (Paper A, Fig 1c/4)."""
     from landscape import distributed
     from landscape.hessian.run import run_spectrum
 
-    result = run_spectrum(source, out, **options)  # type: ignore[arg-type]
+    opts = SpectrumOptions(**options)
+    result = run_spectrum(source, opts, out=out, device=device, force=force, progress=False if quiet else None)
     if not distributed.is_main():
         return
     eig = result["eigenvalues"]

@@ -5,7 +5,8 @@
 - :func:`spectral_density` (``density.py``): stochastic Lanczos quadrature with a documented broadening.
 - :func:`trace` (``trace.py``): Hutchinson and Hutch++ with a standard error.
 - :func:`max_eigenvalue_spectrum` (``spectrum.py``): per-mini-batch top-k, Paper A's protocol.
-- :func:`run_hessian`, :func:`run_spectrum` (``run.py``): checkpoint in, HDF5 result out.
+- :func:`run_hessian`, :func:`run_spectrum` (``run.py``): checkpoint in, HDF5 result out, their options
+  :class:`HessianOptions`, :class:`SpectrumOptions` (``landscape/options/hessian.py``).
 """
 
 from landscape.hessian.density import SpectralDensity, spectral_density
@@ -14,13 +15,16 @@ from landscape.hessian.operator import HessianOperator, select_names
 from landscape.hessian.run import run_hessian, run_spectrum
 from landscape.hessian.spectrum import MaxEigenvalueSpectrum, max_eigenvalue_spectrum, pyhessian_top_eigenvalues
 from landscape.hessian.trace import TraceEstimate, trace
+from landscape.options.hessian import HessianOptions, SpectrumOptions
 
 __all__ = [
     "DenseOperator",
     "EigenResult",
     "HessianOperator",
+    "HessianOptions",
     "MaxEigenvalueSpectrum",
     "SpectralDensity",
+    "SpectrumOptions",
     "TraceEstimate",
     "lanczos",
     "max_eigenvalue_spectrum",

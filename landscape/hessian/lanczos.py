@@ -29,8 +29,7 @@ from torch import Tensor
 from landscape import checks
 from landscape.errors import LandscapeError
 from landscape.hessian.probes import local_generator
-
-WHICH = ("LA", "SA", "BE", "LM")
+from landscape.options.hessian import WHICH
 
 
 class Operator(Protocol):

@@ -27,9 +27,8 @@ from torch.func import grad, jvp, linearize, vmap
 from landscape import distributed
 from landscape.errors import LandscapeError
 from landscape.objective import Objective
+from landscape.options.hessian import HVP_MODES
 from landscape.params import ParamDict, flatten, unflatten
-
-HVP_MODES = ("auto", "linearize", "jvp")
 
 
 def select_names(names: Sequence[str], patterns: Sequence[str] | str | None) -> list[str]:

@@ -3,7 +3,8 @@
 Files follow docs/schema.md (hessian, spectrum). ``hessian``: ``eigenvalues`` (k), ``residuals`` (k), ``converged`` (k),
 optional ``eigenvectors`` (n_params, k), ``density/grid``, ``density/values``, ``density/nodes``,
 ``density/weights``, ``trace/samples``; ``spectrum``: ``eigenvalues`` (n_batches, k), ``batch_sizes``,
-``done``, ``n_matvec``. Root attributes: :meth:`AnalysisInputs.provenance` plus every option. Only rank 0
+``done``, ``n_matvec``. Root attributes: :meth:`AnalysisInputs.provenance` plus the options' ``attrs()``
+(:class:`~landscape.options.hessian.HessianOptions`, :class:`~landscape.options.hessian.SpectrumOptions`). Only rank 0
 writes. A complete file of the same options is returned as is; an incomplete one is resumed (hessian: by
 section; spectrum: by batch); one of other options needs ``force``.
 """
@@ -18,101 +19,114 @@ import numpy as np
 
 from landscape import distributed, store
 from landscape.errors import LandscapeError
+from landscape.options.common import DTYPES, choice
+from landscape.options.hessian import HessianOptions, SpectrumOptions
 
 if TYPE_CHECKING:
     from landscape.pipeline import ModelSource
 
 
-def _show(quiet: bool) -> bool:
-    return not quiet and distributed.is_main() and sys.stderr.isatty()
+def _show(progress: bool | None) -> bool:
+    """Whether this rank shows progress: only rank 0, and with ``None`` only when stderr is a terminal."""
+    if not distributed.is_main():
+        return False
+    return sys.stderr.isatty() if progress is None else bool(progress)
 
 
 def _dtype(name: str) -> Any:
     import torch
 
-    if name not in ("float32", "float64"):
-        raise LandscapeError(f"unknown dtype {name!r}; use float32 or float64")
-    return getattr(torch, name)
+    return getattr(torch, choice(name, "--dtype", DTYPES))
+
+
+class _Products:
+    """A progress bar of Hessian-vector products for a solver's ``callback`` (no bar when not shown)."""
+
+    def __init__(self, desc: str, show: bool) -> None:
+        self.bar = None
+        if show:
+            from tqdm import tqdm
+
+            self.bar = tqdm(desc=desc, unit="HVP")
+
+    def __call__(self, n_matvec: int, *_: Any) -> None:
+        if self.bar is not None:
+            self.bar.update(n_matvec - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def run_hessian(
-    checkpoint: ModelSource | str | Path,
-    out: str | Path = "hessian.h5",
+    source: ModelSource | str | Path,
+    options: HessianOptions = HessianOptions(),  # noqa: B008 (frozen, so one shared default is safe)
     *,
+    out: str | Path = "hessian.h5",
     model_name: str | None = None,
-    data: str | None = None,
-    split: str = "train",
-    samples: int | None = 1024,
-    batch_size: int = 128,
-    seed: int = 0,
-    top_k: int = 5,
-    which: str = "LA",
-    tol: float = 1e-4,
-    ncv: int | None = None,
-    maxiter: int | None = None,
-    eigenvectors: bool = False,
-    density: bool = False,
-    probes: int = 4,
-    steps: int = 64,
-    sigma: float | None = None,
-    grid_points: int = 1000,
-    trace: bool = False,
-    trace_samples: int = 99,
-    trace_method: str = "hutch++",
-    params: str | None = None,
-    criterion: str = "cross_entropy",
-    regularizer: str = "none",
-    reg_coef: float | None = None,
-    hvp: str = "auto",
-    dtype: str = "float32",
     device: str = "auto",
-    allow_stochastic: bool = False,
     force: bool = False,
-    quiet: bool = False,
+    progress: bool | None = None,
 ) -> store.Result:
-    """Hessian of a checkpoint's full-data loss on ``samples`` training images, written to ``out``.
+    """Hessian of a model's full-data loss on ``options.samples`` images, written to ``out``.
 
-    Computes the ``top_k`` eigenpairs of kind ``which`` by Lanczos (``top_k=0`` skips them), with
-    ``density`` the SLQ density (``probes`` x ``steps`` products, broadening ``sigma``), with ``trace`` the
-    trace estimate (``trace_samples`` products by ``trace_method``). ``params``: comma-separated name
-    patterns for a per-layer Hessian block. Returns the file, read back.
+    Computes the ``options.top_k`` eigenpairs of kind ``options.which`` by Lanczos (``top_k=0`` skips
+    them), with ``options.density`` the SLQ density (``probes`` x ``steps`` products, broadening ``sigma``),
+    with ``options.trace`` the trace estimate (``trace_samples`` products by ``trace_method``).
+    ``options.params``: comma-separated name patterns for a per-layer Hessian block. The root attributes
+    are the provenance plus :meth:`HessianOptions.attrs`.
+
+    Args:
+        source: the model: a :class:`~landscape.pipeline.ModelSource` or a checkpoint path.
+        options: what to compute (validated when built).
+        out: the HDF5 result file; a complete one of the same options is returned as is, an incomplete one
+            resumed by section.
+        model_name: the model's name when ``source`` is a path whose checkpoint does not name it.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        force: overwrite a file made with other options.
+        progress: show a bar of the Lanczos products (None: only when stderr is a terminal).
+
+    Returns:
+        The file, read back.
+
+    Raises:
+        LandscapeError: more eigenpairs than parameters, a file of other options without ``force``, or any
+            error of loading the model and data or of the solvers.
     """
     from landscape.hessian.density import spectral_density
     from landscape.hessian.lanczos import lanczos
     from landscape.hessian.operator import HessianOperator
     from landscape.hessian.trace import trace as trace_estimate
     from landscape.objective import Regularizer
-    from landscape.pipeline import batches_for, build_objective, load_inputs, parse_patterns
+    from landscape.pipeline import batches_for, build_objective, load_inputs
 
-    if top_k < 0 or (top_k == 0 and not density and not trace):
-        raise LandscapeError("nothing to compute: give --top-k >= 1, --density or --trace")
-    reg = Regularizer.from_options(regularizer, reg_coef)
-    patterns = parse_patterns(params)
+    o = options
+    if not isinstance(o, HessianOptions):
+        raise LandscapeError(f"options must be a HessianOptions, got {type(o).__name__}")
+    reg = Regularizer.from_options(o.regularizer, o.reg_coef)
+    patterns = o.patterns
     dev = distributed.start(device)
-    inputs = load_inputs(checkpoint, model_name=model_name, data=data, split=split, device=dev)
-    batches = batches_for(inputs, batch_size=batch_size, n_samples=samples, seed=seed)
-    options = {
-        "batch_size": batch_size, "top_k": top_k, "which": which, "tol": tol, "ncv": ncv, "maxiter": maxiter,
-        "eigenvectors": bool(eigenvectors), "density": bool(density), "probes": probes, "steps": steps,
-        "sigma": sigma, "grid_points": grid_points, "trace": bool(trace), "trace_samples": trace_samples,
-        "trace_method": trace_method, "params": patterns, "criterion": criterion, "regularizer": reg.describe(),
-        "hvp": hvp, "dtype": dtype, "bn_mode": "eval", "allow_stochastic": bool(allow_stochastic),
-    }
-    attrs = inputs.provenance(sum(int(y.shape[0]) for _, y in batches), seed, **options)
-    objective = build_objective(inputs, batches, criterion=criterion, regularizer=reg, dtype=_dtype(dtype),
-                                allow_stochastic=allow_stochastic)
+    inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
+    batches = batches_for(inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
+    attrs = inputs.provenance(sum(int(y.shape[0]) for _, y in batches), o.seed, **o.attrs())
+    objective = build_objective(inputs, batches, criterion=o.criterion, regularizer=reg, dtype=_dtype(o.dtype),
+                                allow_stochastic=o.allow_stochastic)
     attrs["fused_attention_off"] = objective.fused_attention_off
-    op = HessianOperator(objective, patterns=patterns or None, mode=hvp, shard=True)
-    if top_k > op.shape[0]:
-        raise LandscapeError(f"--top-k {top_k} asks for more eigenvalues than the {op.shape[0]} parameters of the "
-                             "Hessian have; give at most that many")
+    op = HessianOperator(objective, patterns=patterns or None, mode=o.hvp, shard=True)
+    if o.top_k > op.shape[0]:
+        raise LandscapeError(f"--top-k {o.top_k} asks for more eigenvalues than the {op.shape[0]} parameters of "
+                             "the Hessian have; give at most that many")
     f = _open(out, "hessian", attrs, force)
     try:
-        if _todo(f, "eigenvalues", top_k > 0):
-            res = lanczos(op, k=top_k, which=which, ncv=ncv, tol=tol, maxiter=maxiter, seed=seed,
-                          return_eigenvectors=eigenvectors)
+        if _todo(f, "eigenvalues", o.top_k > 0):
+            bar = _Products("lanczos", _show(progress))
+            try:
+                res = lanczos(op, k=o.top_k, which=o.which, ncv=o.ncv, tol=o.tol, maxiter=o.maxiter, seed=o.seed,
+                              return_eigenvectors=o.eigenvectors, callback=bar)
+            finally:
+                bar.close()
             if f is not None:
-                if eigenvectors:
+                if o.eigenvectors:
                     f.write("eigenvectors", res.eigenvectors.cpu().numpy(), axes=["parameter", "pair"])
                 f.write("residuals", res.residuals.numpy(), axes=["pair"])
                 f.write("converged", res.converged.numpy(), axes=["pair"])
@@ -120,8 +134,8 @@ def run_hessian(
                              "eigen_n_matvec": res.n_matvec, "eigen_restarts": res.n_restarts})
                 f.write("eigenvalues", res.eigenvalues.numpy(), axes=["pair"])
                 f.mark_done()
-        if _todo(f, "density/values", density):
-            d = spectral_density(op, probes, steps, sigma, grid_points=grid_points, seed=seed)
+        if _todo(f, "density/values", o.density):
+            d = spectral_density(op, o.probes, o.steps, o.sigma, grid_points=o.grid_points, seed=o.seed)
             if f is not None:
                 f.write("density/nodes", d.nodes.numpy(), axes=["probe", "node"])
                 f.write("density/weights", d.weights.numpy(), axes=["probe", "node"])
@@ -129,12 +143,12 @@ def run_hessian(
                 f.set_attrs({"sigma": d.sigma, "n_matvec": d.n_matvec}, at="density")
                 f.write("density/values", d.values.numpy(), axes=["eigenvalue"])
                 f.mark_done()
-        if _todo(f, "trace/samples", trace):
-            t = trace_estimate(op, trace_samples, trace_method, seed=seed)
+        if _todo(f, "trace/samples", o.trace):
+            t = trace_estimate(op, o.trace_samples, o.trace_method, seed=o.seed)
             if f is not None:
-                f.write("trace/samples", t.samples.numpy(), axes=["probe"])
                 f.set_attrs({"estimate": t.estimate, "stderr": t.stderr, "method": t.method,
                              "n_matvec": t.n_matvec}, at="trace")
+                f.write("trace/samples", t.samples.numpy(), axes=["probe"])  # last: marks the section done
                 f.mark_done()
         if f is not None:
             f.mark_complete()
@@ -159,58 +173,58 @@ def _todo(f: store.ResultFile | None, name: str, wanted: bool) -> bool:
 
 
 def run_spectrum(
-    checkpoint: ModelSource | str | Path,
-    out: str | Path = "spectrum.h5",
+    source: ModelSource | str | Path,
+    options: SpectrumOptions = SpectrumOptions(),  # noqa: B008 (frozen, so one shared default is safe)
     *,
+    out: str | Path = "spectrum.h5",
     model_name: str | None = None,
-    data: str | None = None,
-    split: str = "train",
-    batch_size: int = 16,
-    fraction: float | None = 0.1,
-    samples: int | None = None,
-    seed: int = 0,
-    top_k: int = 5,
-    which: str = "LM",
-    solver: str = "lanczos",
-    tol: float = 1e-3,
-    ncv: int | None = None,
-    maxiter: int | None = None,
-    criterion: str = "cross_entropy",
-    regularizer: str = "none",
-    reg_coef: float | None = None,
-    hvp: str = "jvp",
-    dtype: str = "float32",
     device: str = "auto",
-    allow_stochastic: bool = False,
     force: bool = False,
-    quiet: bool = False,
+    progress: bool | None = None,
 ) -> store.Result:
-    """Paper A's per-mini-batch max-eigenvalue spectrum of a checkpoint, written to ``out`` batch by batch.
+    """Paper A's per-mini-batch max-eigenvalue spectrum of a model, written to ``out`` batch by batch.
 
-    The data are ``fraction`` of the split (or ``samples`` images when given), in a ``seed``-ed order, cut
-    into batches of ``batch_size`` (the last may be smaller); see
-    :func:`~landscape.hessian.spectrum.max_eigenvalue_spectrum`. Returns the file, read back.
+    The data are ``options.fraction`` of the split (or ``options.samples`` images when given), in a
+    ``seed``-ed order, cut into batches of ``options.batch_size`` (the last may be smaller); see
+    :func:`~landscape.hessian.spectrum.max_eigenvalue_spectrum`. The root attributes are the provenance plus
+    :meth:`SpectrumOptions.attrs`.
+
+    Args:
+        source: the model: a :class:`~landscape.pipeline.ModelSource` or a checkpoint path.
+        options: what to compute (validated when built).
+        out: the HDF5 result file; a complete one of the same options is returned as is, an incomplete one
+            resumed batch by batch.
+        model_name: the model's name when ``source`` is a path whose checkpoint does not name it.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        force: overwrite a file made with other options.
+        progress: show a bar of the batches (None: only when stderr is a terminal).
+
+    Returns:
+        The file, read back.
+
+    Raises:
+        LandscapeError: a file of other options without ``force``, or any error of loading the model and data
+            or of the solver.
     """
     from landscape.data import fixed_batches, load_dataset
     from landscape.hessian.spectrum import max_eigenvalue_spectrum
     from landscape.objective import Regularizer, fused_attention_modules
     from landscape.pipeline import load_inputs
 
-    reg = Regularizer.from_options(regularizer, reg_coef)
+    o = options
+    if not isinstance(o, SpectrumOptions):
+        raise LandscapeError(f"options must be a SpectrumOptions, got {type(o).__name__}")
+    reg = Regularizer.from_options(o.regularizer, o.reg_coef)
     dev = distributed.start(device)
-    inputs = load_inputs(checkpoint, model_name=model_name, data=data, split=split, device=dev)
-    dataset = load_dataset(inputs.dataset_spec, split, preprocess=inputs.preprocess)
+    inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
+    dataset = load_dataset(inputs.dataset_spec, o.split, preprocess=inputs.preprocess)
+    samples = o.samples
     if samples is None:
-        if fraction is None or not 0 < fraction <= 1:
-            raise LandscapeError(f"--fraction must lie in (0, 1], got {fraction}")
-        samples = max(1, round(fraction * len(dataset)))
-    batches = fixed_batches(dataset, batch_size, samples, seed=seed, device=inputs.device)
-    options = {
-        "batch_size": batch_size, "fraction": fraction, "top_k": top_k, "which": which, "solver": solver,
-        "tol": tol, "ncv": ncv, "maxiter": maxiter, "criterion": criterion, "regularizer": reg.describe(),
-        "hvp": hvp, "dtype": dtype, "bn_mode": "eval", "allow_stochastic": bool(allow_stochastic),
-    }
-    attrs = inputs.provenance(samples, seed, **options)
+        assert o.fraction is not None  # SpectrumOptions refuses neither
+        samples = max(1, round(o.fraction * len(dataset)))
+    batches = fixed_batches(dataset, o.batch_size, samples, seed=o.seed, device=inputs.device)
+    top_k = o.top_k
+    attrs = inputs.provenance(samples, o.seed, **o.attrs())
     attrs["fused_attention_off"] = len(fused_attention_modules(inputs.model))
     f = _open(out, "spectrum", attrs, force)
     skip: list[int] = []
@@ -234,10 +248,10 @@ def run_spectrum(
 
         if len(skip) < len(batches):
             max_eigenvalue_spectrum(
-                inputs.model, batches, k=top_k, which=which, solver=solver, criterion=criterion, regularizer=reg,
-                tol=tol, ncv=ncv, maxiter=maxiter, seed=seed, hvp=hvp, device=inputs.device, dtype=_dtype(dtype),
-                allow_stochastic=allow_stochastic, output=inputs.source.output, skip=skip, on_batch=write,
-                progress=_show(quiet),
+                inputs.model, batches, k=top_k, which=o.which, solver=o.solver, criterion=o.criterion,
+                regularizer=reg, tol=o.tol, ncv=o.ncv, maxiter=o.maxiter, seed=o.seed, hvp=o.hvp,
+                device=inputs.device, dtype=_dtype(o.dtype), allow_stochastic=o.allow_stochastic,
+                output=inputs.source.output, skip=skip, on_batch=write, progress=_show(progress),
             )
         if f is not None:
             f.mark_complete()

@@ -26,8 +26,7 @@ from landscape.errors import LandscapeError
 from landscape.hessian.lanczos import lanczos
 from landscape.hessian.operator import HessianOperator
 from landscape.objective import Batch, Objective, OutputSelector, Regularizer, batch_loss
-
-SOLVERS = ("lanczos", "pyhessian")
+from landscape.options.hessian import SOLVERS
 
 
 @dataclass
@@ -127,7 +126,8 @@ def max_eigenvalue_spectrum(
     between iterations, ``maxiter`` its iterations per eigenvalue, default 100). Batches listed in ``skip``
     are not computed (their rows stay NaN: resuming). ``on_batch`` is called on every rank with each
     finished batch, in rounds of ``world_size`` batches. ``output`` selects the logits of a model that returns
-    a tuple or dict (:func:`~landscape.objective.select_logits`). The model is never modified.
+    a tuple or dict (:func:`~landscape.objective.select_logits`). ``progress`` shows a bar of the batches on
+    rank 0 (to stderr, terminal or not). The model is never modified.
     """
     if solver not in SOLVERS:
         raise LandscapeError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
@@ -177,9 +177,7 @@ def _one_batch(
 
 
 def _progress(total: int, enabled: bool):  # noqa: ANN202
-    import sys
-
-    if not enabled or not sys.stderr.isatty():
+    if not enabled:  # the caller decides (run_spectrum: only on a terminal unless asked)
         return None
     from tqdm import tqdm
 

@@ -18,8 +18,7 @@ from torch import Tensor
 from landscape.errors import LandscapeError
 from landscape.hessian.lanczos import Operator, require_finite
 from landscape.hessian.probes import probe_vectors
-
-TRACE_METHODS = ("hutchinson", "hutch++")
+from landscape.options.hessian import TRACE_METHODS
 
 
 @dataclass

@@ -1,0 +1,266 @@
+"""Options of ``landscape hessian`` and ``landscape spectrum``, and the Hessian choices they draw from.
+
+:class:`HessianOptions` holds everything :func:`~landscape.hessian.run.run_hessian` computes from besides the
+model and the output file; :class:`SpectrumOptions` does the same for
+:func:`~landscape.hessian.run.run_spectrum`. Both validate every value when built (one-line
+:class:`~landscape.errors.LandscapeError` naming the CLI option) and give the attributes their result file
+records with :meth:`~HessianOptions.attrs`. No torch here: the CLI declares its options from this module.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from landscape import checks
+from landscape.errors import LandscapeError
+from landscape.options.common import (
+    CRITERIA,
+    DTYPES,
+    REG_COEF_DEFAULTS,
+    check_data_options,
+    check_regularizer,
+    choice,
+)
+
+#: kinds of eigenvalues: largest / smallest algebraic, both ends, largest magnitude (scipy's names)
+WHICH = ("LA", "SA", "BE", "LM")
+#: how Hessian-vector products are made: traced once per batch (linearize), never (jvp), or after a few (auto)
+HVP_MODES = ("auto", "linearize", "jvp")
+#: stochastic trace estimators
+TRACE_METHODS = ("hutchinson", "hutch++")
+#: the fewest products each trace estimator needs (a standard error; Hutch++'s sketch, exact part and probes)
+TRACE_MIN_SAMPLES = {"hutchinson": 2, "hutch++": 6}
+#: per-mini-batch eigenvalue solvers of ``landscape spectrum``
+SOLVERS = ("lanczos", "pyhessian")
+#: BatchNorm mode of every Hessian (recorded in the result file)
+BN_MODE = "eval"
+
+
+def split_patterns(params: str | None) -> list[str]:
+    """The comma-separated parameter-name patterns of ``params`` as a list (empty for None)."""
+    if params is None:
+        return []
+    return [p.strip() for p in params.split(",") if p.strip()]
+
+
+def describe_regularizer(kind: str, coef: float | None) -> str:
+    """The JSON description of a regulariser that result files record (None: the kind's default coefficient)."""
+    value = REG_COEF_DEFAULTS.get(kind, 0.0) if coef is None else coef
+    return json.dumps({"kind": kind, "coef": float(value)})
+
+
+def _flag(value: Any, name: str) -> None:
+    if not isinstance(value, bool):
+        raise LandscapeError(f"{name} must be True or False, got {value!r}")
+
+
+def _optional_int(value: Any, name: str) -> None:
+    if value is not None:
+        checks.positive_int(value, name)
+
+
+def _whole_non_negative(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise LandscapeError(f"{name} must be a whole number >= 0, got {value!r}")
+
+
+def _optional_str(value: Any, name: str) -> None:
+    if value is not None and not isinstance(value, str):
+        raise LandscapeError(f"{name} must be a string, got {value!r}")
+
+
+def _common(o: HessianOptions | SpectrumOptions) -> None:
+    """Checks both classes share: data, eigen solver, loss and product options."""
+    _optional_str(o.data, "--data")
+    check_data_options(o.split, o.samples, o.batch_size, o.seed)
+    choice(o.which, "--which", WHICH)
+    checks.positive(o.tol, "--tol")
+    _optional_int(o.ncv, "--ncv")
+    _optional_int(o.maxiter, "--maxiter")
+    choice(o.criterion, "criterion", CRITERIA)
+    check_regularizer(o.regularizer, o.reg_coef)
+    choice(o.hvp, "--hvp", HVP_MODES)
+    choice(o.dtype, "--dtype", DTYPES)
+    _flag(o.allow_stochastic, "--allow-stochastic")
+
+
+@dataclass(frozen=True)
+class HessianOptions:
+    """What ``landscape hessian`` computes: Lanczos eigenpairs, SLQ density and trace of the loss Hessian.
+
+    Attributes:
+        data: dataset spec (None: the checkpoint's dataset, else digits).
+        split: dataset split of the loss.
+        samples: images in the loss (None: the whole split).
+        batch_size: batch size of the Hessian-vector product passes.
+        seed: seed of the samples, the Lanczos start vector and the probes.
+        top_k: eigenpairs to compute (0: none).
+        which: kind of eigenpairs, one of :data:`WHICH`.
+        tol: relative accuracy of the eigenvalues (> 0).
+        ncv: Lanczos basis size (None: ``max(2k+1, 20)``).
+        maxiter: maximum Lanczos restarts (None: the solver's default).
+        eigenvectors: also store the eigenvectors.
+        density: also compute the SLQ spectral density.
+        probes: SLQ probe vectors.
+        steps: Lanczos steps per SLQ probe.
+        sigma: Gaussian broadening of the density (None: 1% of the node spread).
+        grid_points: points of the density's grid.
+        trace: also estimate the trace.
+        trace_samples: Hessian-vector products spent on the trace.
+        trace_method: trace estimator, one of :data:`TRACE_METHODS`.
+        params: comma-separated parameter-name globs of a per-layer Hessian block (None: all parameters).
+        criterion: data loss, one of :data:`~landscape.options.common.CRITERIA`.
+        regularizer: penalty added to the loss, one of :data:`~landscape.options.common.REGULARIZERS`.
+        reg_coef: its coefficient (None: :data:`~landscape.options.common.REG_COEF_DEFAULTS`).
+        hvp: how products are made, one of :data:`HVP_MODES`.
+        dtype: floating-point type of the computation, one of :data:`~landscape.options.common.DTYPES`.
+        allow_stochastic: do not refuse a model whose two forward passes differ.
+
+    Raises:
+        LandscapeError: an invalid value (non-finite or out-of-range number, unknown choice), or nothing to
+            compute (``top_k=0`` without ``density`` or ``trace``).
+    """
+
+    data: str | None = None
+    split: str = "train"
+    samples: int | None = 1024
+    batch_size: int = 128
+    seed: int = 0
+    top_k: int = 5
+    which: str = "LA"
+    tol: float = 1e-4
+    ncv: int | None = None
+    maxiter: int | None = None
+    eigenvectors: bool = False
+    density: bool = False
+    probes: int = 4
+    steps: int = 64
+    sigma: float | None = None
+    grid_points: int = 1000
+    trace: bool = False
+    trace_samples: int = 99
+    trace_method: str = "hutch++"
+    params: str | None = None
+    criterion: str = "cross_entropy"
+    regularizer: str = "none"
+    reg_coef: float | None = None
+    hvp: str = "auto"
+    dtype: str = "float32"
+    allow_stochastic: bool = False
+
+    def __post_init__(self) -> None:
+        _common(self)
+        _whole_non_negative(self.top_k, "--top-k")
+        for name in ("eigenvectors", "density", "trace"):
+            _flag(getattr(self, name), f"--{name}")
+        checks.positive_int(self.probes, "--probes")
+        checks.positive_int(self.steps, "--steps")
+        if self.sigma is not None:
+            checks.positive(self.sigma, "--sigma")
+        checks.positive_int(self.grid_points, "--grid-points")
+        choice(self.trace_method, "--trace-method", TRACE_METHODS)
+        least = TRACE_MIN_SAMPLES[self.trace_method]
+        if isinstance(self.trace_samples, bool) or not isinstance(self.trace_samples, int) or \
+                self.trace_samples < least:
+            raise LandscapeError(f"--trace-samples must be a whole number >= {least} for {self.trace_method}, "
+                                 f"got {self.trace_samples!r}")
+        _optional_str(self.params, "--params")
+        if self.params is not None and not split_patterns(self.params):
+            raise LandscapeError(f"--params names no pattern (got {self.params!r}); give comma-separated globs "
+                                 "such as 'fc.*' or leave it out for every parameter")
+        if self.top_k == 0 and not self.density and not self.trace:
+            raise LandscapeError("nothing to compute: give --top-k >= 1, --density or --trace")
+
+    @property
+    def patterns(self) -> list[str]:
+        """The parameter-name patterns of :attr:`params` as a list (empty: every parameter)."""
+        return split_patterns(self.params)
+
+    def attrs(self) -> dict[str, Any]:
+        """The options a hessian result file records as root attributes (besides split, seed and samples).
+
+        Returns:
+            A dict of attribute name to value; a file whose attributes differ was made with other options.
+        """
+        return {
+            "batch_size": self.batch_size, "top_k": self.top_k, "which": self.which, "tol": self.tol,
+            "ncv": self.ncv, "maxiter": self.maxiter, "eigenvectors": self.eigenvectors, "density": self.density,
+            "probes": self.probes, "steps": self.steps, "sigma": self.sigma, "grid_points": self.grid_points,
+            "trace": self.trace, "trace_samples": self.trace_samples, "trace_method": self.trace_method,
+            "params": self.patterns, "criterion": self.criterion,
+            "regularizer": describe_regularizer(self.regularizer, self.reg_coef), "hvp": self.hvp,
+            "dtype": self.dtype, "bn_mode": BN_MODE, "allow_stochastic": self.allow_stochastic,
+        }
+
+
+@dataclass(frozen=True)
+class SpectrumOptions:
+    """What ``landscape spectrum`` computes: Paper A's top-k Hessian eigenvalues of every mini-batch.
+
+    Attributes:
+        data: dataset spec (None: the checkpoint's dataset, else digits).
+        split: dataset split the mini-batches come from.
+        batch_size: mini-batch size (Paper A: 16).
+        fraction: share of the split used, in (0, 1] (Paper A: 10%); ignored when ``samples`` is given.
+        samples: number of images instead of ``fraction`` (None: use ``fraction``).
+        seed: seed of the sample choice and the start vectors.
+        top_k: eigenvalues per mini-batch (>= 1).
+        which: kind of eigenvalues, one of :data:`WHICH` (lanczos solver only).
+        solver: one of :data:`SOLVERS`.
+        tol: relative accuracy of the eigenvalues (> 0).
+        ncv: Lanczos basis size (None: the solver's default).
+        maxiter: Lanczos restarts / PyHessian iterations per eigenvalue (None: the solver's default).
+        criterion: data loss, one of :data:`~landscape.options.common.CRITERIA`.
+        regularizer: penalty added to the loss, one of :data:`~landscape.options.common.REGULARIZERS`.
+        reg_coef: its coefficient (None: :data:`~landscape.options.common.REG_COEF_DEFAULTS`).
+        hvp: how products are made, one of :data:`HVP_MODES`.
+        dtype: floating-point type of the computation, one of :data:`~landscape.options.common.DTYPES`.
+        allow_stochastic: do not refuse a model whose two forward passes differ.
+
+    Raises:
+        LandscapeError: an invalid value (non-finite or out-of-range number, unknown choice), or neither
+            ``fraction`` nor ``samples``.
+    """
+
+    data: str | None = None
+    split: str = "train"
+    batch_size: int = 16
+    fraction: float | None = 0.1
+    samples: int | None = None
+    seed: int = 0
+    top_k: int = 5
+    which: str = "LM"
+    solver: str = "lanczos"
+    tol: float = 1e-3
+    ncv: int | None = None
+    maxiter: int | None = None
+    criterion: str = "cross_entropy"
+    regularizer: str = "none"
+    reg_coef: float | None = None
+    hvp: str = "jvp"
+    dtype: str = "float32"
+    allow_stochastic: bool = False
+
+    def __post_init__(self) -> None:
+        _common(self)
+        if self.fraction is not None:
+            checks.in_range(self.fraction, "--fraction", 0.0, 1.0, low_open=True)
+        elif self.samples is None:
+            raise LandscapeError("give --fraction (a share of the split) or --samples (a number of images)")
+        checks.positive_int(self.top_k, "--top-k")
+        choice(self.solver, "--solver", SOLVERS)
+
+    def attrs(self) -> dict[str, Any]:
+        """The options a spectrum result file records as root attributes (besides split, seed and samples).
+
+        Returns:
+            A dict of attribute name to value; a file whose attributes differ was made with other options.
+        """
+        return {
+            "batch_size": self.batch_size, "fraction": self.fraction, "top_k": self.top_k, "which": self.which,
+            "solver": self.solver, "tol": self.tol, "ncv": self.ncv, "maxiter": self.maxiter,
+            "criterion": self.criterion, "regularizer": describe_regularizer(self.regularizer, self.reg_coef),
+            "hvp": self.hvp, "dtype": self.dtype, "bn_mode": BN_MODE, "allow_stochastic": self.allow_stochastic,
+        }
