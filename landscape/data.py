@@ -201,6 +201,11 @@ class Preprocess:
         interpolation: Resampling filter: "bilinear", "bicubic" or "nearest".
         mean: Per-channel mean subtracted from the [0, 1] image.
         std: Per-channel standard deviation (finite, > 0) the image is divided by after that.
+
+    Raises:
+        LandscapeError: On construction, if a field holds an invalid value (image_size not a positive int or
+            pair, crop_pct outside (0, 1], unknown interpolation, non-finite mean or std, std <= 0) or mean
+            and std differ in length.
     """
 
     image_size: int | tuple[int, int] | None = None
@@ -231,6 +236,10 @@ class Preprocess:
 
         Returns:
             The combined Preprocess (a new object; neither input changes).
+
+        Raises:
+            LandscapeError: If ``other`` is not a Preprocess, or the combined fields are inconsistent (mean and
+                std of different lengths).
         """
         if not isinstance(other, Preprocess):
             raise LandscapeError(f"preprocess: can only merge with another Preprocess, got {type(other).__name__}")
@@ -238,7 +247,11 @@ class Preprocess:
                              else getattr(self, f.name) for f in fields(self)})
 
     def as_dict(self) -> dict[str, Any]:
-        """Every field by name, JSON-ready (tuples as lists, None kept), for provenance and checkpoints."""
+        """Every field by name, JSON-ready (tuples as lists, None kept), for provenance and checkpoints.
+
+        Returns:
+            A dict ``{field name: value}`` with tuples turned into lists.
+        """
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         return {name: list(v) if isinstance(v, tuple) else v for name, v in values.items()}
 
@@ -320,7 +333,17 @@ class DatasetInfo:
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
-    """Split a dataset spec into its lower-case name and argument: ``"cifar10:/d" -> ("cifar10", "/d")``."""
+    """Split a dataset spec into its lower-case name and argument: ``"cifar10:/d" -> ("cifar10", "/d")``.
+
+    Args:
+        spec: A dataset spec ``name[:ARG]`` (see the module docstring); the name is case-insensitive.
+
+    Returns:
+        ``(name, arg)``: the name, one of :data:`DATASETS`, and everything after the first ``:`` (None if empty).
+
+    Raises:
+        LandscapeError: If ``spec`` is not a string, is empty, or names an unknown dataset.
+    """
     if not isinstance(spec, str) or not spec.strip():
         raise LandscapeError(f"empty dataset spec {spec!r}: use one of {_SPEC_HELP}")
     name, _, arg = spec.strip().partition(":")
@@ -442,6 +465,27 @@ class ImageDataset(Dataset):
     resized to ``info.hw`` on access) or from image files read, resized and cropped on access.
     ``transform`` (augmentation) maps a [0, 1] CHW image to another before normalisation.
     Build one with `load_dataset`.
+
+    Args:
+        info: What the dataset produces (size, normalisation, interpolation, crop).
+        spec: The dataset spec it was loaded from.
+        split: ``"train"`` or ``"test"``.
+        targets: Labels, shape ``(N,)`` (stored as int64).
+        images: In-memory images ``(N, C, h, w)``, uint8 in 0..255 or float in [0, 1]; exclusive with ``paths``.
+        paths: Image file paths, one per label; exclusive with ``images``.
+        classes: Class names; None means ``"0" .. str(num_classes - 1)``.
+        transform: Augmentation applied to each [0, 1] CHW image before normalisation, or None.
+
+    Attributes:
+        info: The :class:`DatasetInfo`.
+        spec: The dataset spec.
+        split: The split name.
+        targets: Int64 labels ``(N,)``.
+        classes: Class names, indexed by label.
+        transform: The augmentation, or None.
+
+    Raises:
+        ValueError: If not exactly one of ``images`` and ``paths`` is given.
     """
 
     def __init__(self, info: DatasetInfo, spec: str, split: str, targets: Tensor, *,
@@ -478,7 +522,17 @@ class ImageDataset(Dataset):
         return x.sub_(self._mean).div_(self._std)
 
     def __getitem__(self, i: int) -> tuple[Tensor, int]:
-        """Return image ``i`` (augmented by ``transform`` if set, then normalised) and its label."""
+        """Return image ``i`` (augmented by ``transform`` if set, then normalised) and its label.
+
+        Args:
+            i: Index of the image.
+
+        Returns:
+            ``(x, y)``: float32 ``(C, H, W)`` image ``(transform(raw) - mean) / std`` and its int label.
+
+        Raises:
+            LandscapeError: If the image file cannot be read (file-backed datasets).
+        """
         i = int(i)
         if self.transform is None and self._cache is not None:
             return self._cache[i].clone(), int(self.targets[i])
@@ -488,7 +542,17 @@ class ImageDataset(Dataset):
         return (x.float() - self._mean) / self._std, int(self.targets[i])
 
     def images(self, idx: Tensor) -> Tensor:
-        """Normalised, untransformed images ``idx`` (float32 (n, C, H, W)); uses the cache when present."""
+        """Normalised, untransformed images ``idx`` (float32 (n, C, H, W)); uses the cache when present.
+
+        Args:
+            idx: 1-D long tensor of ``n`` image indices.
+
+        Returns:
+            Float32 tensor of shape ``(n, C, H, W)``, ``(raw - mean) / std``.
+
+        Raises:
+            LandscapeError: If an image file cannot be read (file-backed datasets).
+        """
         if self._cache is not None:
             return self._cache[idx]
         return self._normalise(self._raw(idx))
@@ -497,6 +561,12 @@ class ImageDataset(Dataset):
         """All images, normalised and never augmented, (N, C, H, W) float32, and labels; computed once.
 
         The returned tensors are shared with the dataset's cache: do not modify them in place.
+
+        Returns:
+            ``(x, y)``: float32 images ``(N, C, H, W)`` and int64 labels ``(N,)``.
+
+        Raises:
+            LandscapeError: If an image file cannot be read (file-backed datasets).
         """
         if self._cache is None:
             self._cache = self._normalise(self._raw(torch.arange(len(self))))
@@ -554,7 +624,20 @@ def load_dataset(spec: str = "digits", split: str = "train", *, subset: float | 
 
 def subset_indices(targets: Tensor, subset: float | int, *, seed: int = 0,
                    num_classes: int | None = None) -> Tensor:
-    """Sorted indices of a stratified, seeded subset of ``targets`` (rules in the module docstring)."""
+    """Sorted indices of a stratified, seeded subset of ``targets`` (rules in the module docstring).
+
+    Args:
+        targets: Int labels, shape ``(N,)``.
+        subset: A fraction in (0, 1] (keeps ``max(1, round(f * N))``) or a count in ``1..N`` of images to keep.
+        seed: Seeds the per-class draw.
+        num_classes: Number of classes (the ``minlength`` of the class counts); None counts up to the largest label.
+
+    Returns:
+        Sorted int64 indices of the kept images, shape ``(n,)`` (``arange(N)`` when all are kept).
+
+    Raises:
+        LandscapeError: If ``subset`` is not a number, a count outside ``1..N``, or a fraction outside (0, 1].
+    """
     n_all = len(targets)
     if isinstance(subset, bool) or not isinstance(subset, numbers.Real):
         raise LandscapeError(f"subset must be a fraction in (0, 1] or a count of images, got {subset!r}")
@@ -589,6 +672,20 @@ def fixed_batches(dataset: ImageDataset, batch_size: int, n_samples: int | None 
     """The first ``n_samples`` images of a ``seed``-ed permutation (all if None) as fixed batches on ``device``.
 
     No augmentation; the order is fixed by ``seed``; the last batch may be smaller.
+
+    Args:
+        dataset: The split to draw from.
+        batch_size: Images per batch (a positive integer).
+        n_samples: Number of images to take, in ``1..len(dataset)``; None takes all.
+        seed: Seeds the permutation.
+        device: Device the batches are moved to.
+
+    Returns:
+        A list of ``(x, y)`` batches: float32 ``(b, C, H, W)`` normalised images and int64 ``(b,)`` labels.
+
+    Raises:
+        LandscapeError: If ``batch_size`` is not a positive integer, ``n_samples`` is out of range, or an
+            image file cannot be read.
     """
     n_all = len(dataset)
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
@@ -610,6 +707,19 @@ def make_loader(dataset: ImageDataset, batch_size: int, *, shuffle: bool, seed: 
 
     Rebuilding it with the same seed replays the same sequence of epochs. Augmentations draw from torch's
     RNG: in worker processes it is seeded from ``seed``; with ``num_workers=0`` seed it with torch.manual_seed.
+
+    Args:
+        dataset: The split to load.
+        batch_size: Images per batch (a positive integer); the last batch may be smaller.
+        shuffle: Whether to reshuffle every epoch.
+        seed: Seeds the loader's generator.
+        num_workers: Number of worker processes (0: load in the main process).
+
+    Returns:
+        The ``torch.utils.data.DataLoader``.
+
+    Raises:
+        LandscapeError: If ``batch_size`` is not a positive integer.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
         raise LandscapeError(f"batch size must be a positive integer, got {batch_size!r}")
