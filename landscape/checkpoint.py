@@ -49,7 +49,17 @@ _PREFIXES = ("module.", "_orig_mod.")
 
 @dataclass
 class Checkpoint:
-    """What `read_checkpoint` found: model name/options (None/{} for foreign files), weights, metadata."""
+    """What `read_checkpoint` found: model name/options (None/{} for foreign files), weights, metadata.
+
+    Attributes:
+        model_name: The model spec stored in a landscape checkpoint; None for foreign files.
+        model_kwargs: The stored constructor options ({} for foreign files).
+        num_classes: The stored class count, or the one inferred from the head (see `infer_num_classes`).
+        state_dict: The weights, on CPU, with a shared ``module.`` / ``_orig_mod.`` prefix removed.
+        meta: Every other stored entry (landscape format) or ``{"format": ...}`` plus plain scalar entries.
+        path: The file read.
+        sha256: Hex SHA-256 of the file's bytes.
+    """
 
     model_name: str | None
     model_kwargs: dict
@@ -88,6 +98,24 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, *, model_name: st
     """Write ``model``'s weights and metadata to ``path`` atomically (temporary file + os.replace).
 
     Parent folders are created; an existing file is replaced. Returns the path.
+
+    Args:
+        path: Destination file.
+        model: The model whose ``state_dict()`` is saved (copied to CPU, detached).
+        model_name: The model spec that rebuilds it (stored as ``"model"``).
+        model_kwargs: Constructor options that rebuild it.
+        num_classes: Number of classes of the model.
+        dataset: The dataset spec it was trained on, or None.
+        epoch: The training epoch reached, or None.
+        metrics: Plain-data metrics (accuracy, loss, ...).
+        train_options: Plain-data training options.
+        extra: Any other plain-data metadata.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        LandscapeError: If a metadata value cannot be stored as plain data, or the file cannot be written.
     """
     path = Path(path)
     state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
@@ -112,7 +140,17 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, *, model_name: st
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    """Hex SHA-256 of a file's bytes."""
+    """Hex SHA-256 of a file's bytes.
+
+    Args:
+        path: The file.
+
+    Returns:
+        The 64-character lower-case hex digest.
+
+    Raises:
+        LandscapeError: If ``path`` is not an existing file.
+    """
     path = Path(path)
     if not path.is_file():
         raise LandscapeError(f"checkpoint {path} not found: check the path")
@@ -136,7 +174,15 @@ def _strip_prefixes(state: dict[str, Tensor]) -> dict[str, Tensor]:
 
 
 def infer_num_classes(state_dict: dict[str, Tensor]) -> int | None:
-    """Class count from the classifier head's weight (rule in the module docstring), or None."""
+    """Class count from the classifier head's weight (rule in the module docstring), or None.
+
+    Args:
+        state_dict: Parameter names to tensors.
+
+    Returns:
+        ``shape[0]`` of the last 2-D ``*weight`` tensor under a :data:`HEAD_NAMES` component (else of the last
+        2-D ``*weight`` tensor), or None when there is no 2-D weight.
+    """
     weights = [k for k, v in state_dict.items() if k.endswith("weight") and v.ndim == 2]
     heads = [k for k in weights if any(part in HEAD_NAMES for part in k.split(".")[:-1])]
     chosen = (heads or weights or [None])[-1]
@@ -147,6 +193,16 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Read a checkpoint (landscape format, plain state dict, or ``{"name", "state_dict"}``) on CPU.
 
     Uses ``torch.load(map_location="cpu", weights_only=True)`` always; refuses files that need pickled code.
+
+    Args:
+        path: A landscape checkpoint, a plain state dict, a dict with a ``state_dict`` entry, or ``.safetensors``.
+
+    Returns:
+        The :class:`Checkpoint` read from the file.
+
+    Raises:
+        LandscapeError: If the file does not exist, needs pickled code, is not a PyTorch or safetensors file,
+            has a newer format version, or holds no tensor state dict.
     """
     path = Path(path)
     if not path.is_file():
@@ -264,7 +320,16 @@ def load_model(path: str | os.PathLike, model_name: str | None = None, num_class
 
 
 def load_weights(model: nn.Module, state_dict: dict[str, Tensor], what: str) -> None:
-    """Load ``state_dict`` into ``model`` strictly; a key or shape mismatch is a one-line error starting ``what``."""
+    """Load ``state_dict`` into ``model`` strictly; a key or shape mismatch is a one-line error starting ``what``.
+
+    Args:
+        model: The model to load into (modified in place).
+        state_dict: Parameter and buffer names to tensors.
+        what: Start of the error message, naming the file and model.
+
+    Raises:
+        LandscapeError: If keys are missing or unexpected, or a tensor's shape differs from the model's.
+    """
     expected = model.state_dict()
     missing = [k for k in expected if k not in state_dict]
     unexpected = [k for k in state_dict if k not in expected]

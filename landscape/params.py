@@ -14,12 +14,31 @@ ParamDict = dict[str, Tensor]
 
 
 def flatten(params: Mapping[str, Tensor]) -> Tensor:
-    """Concatenate the tensors of ``params`` (in insertion order) into one 1-D tensor."""
+    """Concatenate the tensors of ``params`` (in insertion order) into one 1-D tensor.
+
+    Args:
+        params: Names to tensors (of one dtype and device).
+
+    Returns:
+        A new 1-D tensor of ``sum_p params[p].numel()`` entries.
+    """
     return torch.cat([t.reshape(-1) for t in params.values()])
 
 
 def unflatten(vector: Tensor, like: Mapping[str, Tensor]) -> ParamDict:
-    """Split a flat ``vector`` into a dict shaped like ``like`` (the inverse of :func:`flatten`)."""
+    """Split a flat ``vector`` into a dict shaped like ``like`` (the inverse of :func:`flatten`).
+
+    Args:
+        vector: 1-D tensor of ``sum_p like[p].numel()`` entries.
+        like: Names to tensors giving the order and shapes.
+
+    Returns:
+        A dict with the names of ``like``, each a view of ``vector`` shaped like ``like[name]``.
+
+    Raises:
+        ValueError: If ``vector`` has more entries than ``like`` holds.
+        RuntimeError: If it has fewer (raised by ``view_as``).
+    """
     out: ParamDict = {}
     offset = 0
     for name, ref in like.items():
@@ -32,11 +51,26 @@ def unflatten(vector: Tensor, like: Mapping[str, Tensor]) -> ParamDict:
 
 
 def dot(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> Tensor:
-    """Euclidean inner product ``sum_p <a_p, b_p>`` over the names of ``a``."""
+    """Euclidean inner product ``sum_p <a_p, b_p>`` over the names of ``a``.
+
+    Args:
+        a: Names to tensors.
+        b: Names to tensors of the same shapes; must hold every name of ``a``.
+
+    Returns:
+        A 0-dim tensor (the int 0 when ``a`` is empty).
+    """
     return sum((a[n] * b[n]).sum() for n in a)  # type: ignore[return-value]
 
 
 def norm(a: Mapping[str, Tensor]) -> Tensor:
-    """Euclidean norm ``sqrt(sum_p ||a_p||^2)``."""
+    """Euclidean norm ``sqrt(sum_p ||a_p||^2)``.
+
+    Args:
+        a: Names to tensors (not empty).
+
+    Returns:
+        A 0-dim tensor in the dtype of ``a``'s first tensor (the sum is accumulated in float64).
+    """
     return torch.sqrt(sum((t.double() ** 2).sum() for t in a.values())).to(next(iter(a.values())).dtype)
 
