@@ -37,7 +37,17 @@ SOURCE_PREFIX, TARGET_PREFIX = "convvit_", "vit_rpe_"
 
 
 def target_model_name(name: str) -> str:
-    """Return the ``vit_rpe_*`` name of a ``convvit_*`` model name, or raise :class:`LandscapeError`."""
+    """Return the ``vit_rpe_*`` name of a ``convvit_*`` model name, or raise :class:`LandscapeError`.
+
+    Args:
+        name: A registered model name, e.g. ``"convvit_mini"``.
+
+    Returns:
+        The target name, e.g. ``"vit_rpe_mini"``.
+
+    Raises:
+        LandscapeError: If ``name`` does not start with ``convvit_``.
+    """
     if not name.startswith(SOURCE_PREFIX):
         raise LandscapeError(
             f"model {name!r} is not a CNN counterpart; convert a checkpoint of a convvit_* model "
@@ -48,6 +58,14 @@ def target_model_name(name: str) -> str:
 
 def check_options(sharpness: float, k_std: float, q_std: float) -> tuple[float, float, float]:
     """Return ``(sharpness, k_std, q_std)`` as floats; a one-line error unless each is finite and ``>= 0``.
+
+    Args:
+        sharpness: The position-bias margin ``c``.
+        k_std: Standard deviation of the random W_K.
+        q_std: Standard deviation of the random W_Q.
+
+    Returns:
+        ``(sharpness, k_std, q_std)`` as floats.
 
     Raises:
         LandscapeError: naming the option (``--sharpness``, ``--k-std``, ``--q-std``) and the value given.
@@ -68,6 +86,17 @@ def convert_model(
     ``cnn`` must carry ``model_name``/``model_kwargs``/``num_classes`` (any model from ``create_model`` or
     ``load_model`` does). ``seed`` fixes the random W_K (and W_Q). The result is in eval mode, on ``cnn``'s device
     and dtype.
+
+    Args:
+        cnn: The trained :class:`~landscape.models.vit_rpe.ConvViT`.
+        sharpness: The margin ``c``: each head's bias is 0 at its offset and ``-c`` elsewhere.
+        k_std: Standard deviation of the random W_K rows of ``qkv``.
+        q_std: Standard deviation of the random W_Q rows of ``qkv`` (0 keeps the content term zero).
+        seed: Seeds the draw of W_K and W_Q.
+
+    Returns:
+        The :class:`~landscape.models.vit_rpe.RingViT`, in eval mode, carrying ``model_name``, ``num_classes``
+        and ``model_kwargs``.
 
     Raises:
         LandscapeError: if ``cnn`` is no ``convvit_*`` model or an option is negative, NaN or infinite.
@@ -112,7 +141,18 @@ def convert_model(
 
 @torch.no_grad()
 def max_logit_difference(a: nn.Module, b: nn.Module, batches: list[tuple[Tensor, Tensor]]) -> float:
-    """Return ``max |a(x) - b(x)|`` over all samples and classes of ``batches`` (both models in eval mode)."""
+    """Return ``max |a(x) - b(x)|`` over all samples and classes of ``batches`` (both models in eval mode).
+
+    Each model's training mode is restored afterwards; no gradients are recorded.
+
+    Args:
+        a: First model.
+        b: Second model, with the same output shape.
+        batches: ``(x, y)`` batches; only ``x`` is used.
+
+    Returns:
+        The largest absolute logit difference (0.0 for no batches).
+    """
     modes = (a.training, b.training)
     a.eval()
     b.eval()
@@ -126,7 +166,19 @@ def max_logit_difference(a: nn.Module, b: nn.Module, batches: list[tuple[Tensor,
 
 @dataclass
 class ConvertResult:
-    """What :func:`convert_checkpoint` wrote and measured."""
+    """What :func:`convert_checkpoint` wrote and measured.
+
+    Attributes:
+        out: Path of the checkpoint written.
+        model: Name of the converted model (``vit_rpe_*``).
+        source_model: Name of the source model (``convvit_*``).
+        sharpness: The position-bias margin ``c`` used.
+        k_std: Standard deviation of W_K used.
+        q_std: Standard deviation of W_Q used.
+        max_logit_difference: ``max |cnn(x) - vit(x)|`` over the compared images.
+        n_samples: Number of images compared.
+        dataset: Spec of the dataset compared on.
+    """
 
     out: Path
     model: str
@@ -156,6 +208,20 @@ def convert_checkpoint(
     The logits of both models are compared on ``samples`` training images of ``data`` (default: the
     checkpoint's dataset, else digits), and the largest absolute difference is printed by the CLI and stored
     in the new checkpoint's ``metrics["max_logit_difference"]`` (options under ``extra["conversion"]``).
+
+    Args:
+        ckpt: The ``convvit_*`` checkpoint to read.
+        out: Path of the ``vit_rpe_*`` checkpoint to write.
+        sharpness: The position-bias margin ``c``.
+        k_std: Standard deviation of the random W_K.
+        q_std: Standard deviation of the random W_Q.
+        data: Dataset spec to compare logits on; None means the checkpoint's dataset, else ``digits``.
+        samples: Number of training images to compare on (at most the split's size).
+        seed: Seeds W_K/W_Q and the choice of images.
+        force: Overwrite an existing ``out``.
+
+    Returns:
+        A :class:`ConvertResult` with the path written and the measured logit difference.
 
     Raises:
         LandscapeError: for a negative, NaN or infinite option (before anything is read), ``samples < 1``, an

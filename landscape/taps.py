@@ -80,6 +80,16 @@ def as_grid(tensor: Tensor) -> Tensor:
 
     Token ``i`` goes to row ``i // s``, column ``i % s`` of an ``s x s`` grid with ``s = sqrt(N)``; when
     ``N - 1`` is a square instead, the first (CLS) token is dropped first. Tokens give a (strided) view.
+
+    Args:
+        tensor: A feature, NCHW ``(B, C, H, W)`` or tokens ``(B, N, C)``.
+
+    Returns:
+        ``tensor`` itself when 4-D, else a ``(B, C, s, s)`` view of the tokens.
+
+    Raises:
+        LandscapeError: If ``tensor`` is neither 4-D nor 3-D, or its tokens (with or without one CLS token)
+            do not form a square grid.
     """
     if tensor.dim() == 4:
         return tensor
@@ -303,8 +313,15 @@ def parse_taps(items: Sequence[str] | None) -> list[tuple[str, str]]:
     ``PATTERN`` is an fnmatch glob on module names (``model.named_modules()``), ``KIND`` one of
     :data:`~landscape.models.layers.FEATURE_KINDS`. ``None`` gives an empty list.
 
+    Args:
+        items: ``'PATTERN=KIND'`` strings (split at the last ``=``, both parts stripped), or None.
+
+    Returns:
+        The ``(pattern, kind)`` pairs, in the order given.
+
     Raises:
-        LandscapeError: an item without ``=``, with an empty pattern, or with an unknown kind.
+        LandscapeError: an item that is not a string, without ``=``, with an empty pattern, or with an
+            unknown kind.
     """
     pairs = []
     for item in items or ():
@@ -342,6 +359,12 @@ def candidate_modules(model: nn.Module) -> list[str]:
     """Names of the modules a user would likely tap: the children of Sequential/ModuleList containers.
 
     Shallowest first; the model's own children when it has no containers.
+
+    Args:
+        model: The network.
+
+    Returns:
+        Module names (as in ``model.named_modules()``), sorted by depth (number of dots).
     """
     names = [
         f"{name}.{child}" if name else child
@@ -439,6 +462,10 @@ class FeatureTaps:
         model: the network.
         taps: ``'PATTERN=KIND'`` strings or ``(pattern, kind)`` pairs; when given they replace every rule.
 
+    Attributes:
+        model: The network.
+        rule: The rule used, one of :data:`RULES`.
+
     Raises:
         LandscapeError: bad taps, taps that match no module, or no rule and no taps (the message lists
             candidate modules to tap). A call raises it for a tapped output that is not a readable map.
@@ -459,13 +486,25 @@ class FeatureTaps:
         self.close()
 
     def close(self) -> None:
-        """Remove every hook this object added."""
+        """Remove every hook this object added (and forget any captured values); safe to call twice."""
         while self._handles:
             self._handles.pop().remove()
         self._records, self._armed = [], {}
 
     def __call__(self, x: Tensor) -> list[Feature]:
-        """Run ``model(x)`` once and return every block's map, in forward order."""
+        """Run ``model(x)`` once and return every block's map, in forward order.
+
+        Args:
+            x: Input images of shape ``(B, C, H, W)``.
+
+        Returns:
+            One :class:`~landscape.models.layers.Feature` per recorded site (NCHW maps); a site that runs
+            several times gives ``name``, ``name[1]``, ``name[2]``, ...
+
+        Raises:
+            LandscapeError: If a captured value is not a readable map, or was changed in place later in the
+                forward pass.
+        """
         if self._plan is None:
             return list(self.model.block_features(x))
         owner = not self._handles
