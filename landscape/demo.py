@@ -102,7 +102,9 @@ def _model_stages(
     """Run train, surface, spectrum and Fourier for one model; return the checkpoint and the result files."""
     from landscape.fourier.run import run_fourier
     from landscape.hessian.run import run_spectrum
+    from landscape.options.fourier import FourierOptions
     from landscape.options.hessian import SpectrumOptions
+    from landscape.options.surface import SurfaceOptions
     from landscape.surface import run_surface
 
     ckpt = _train_stage(model, settings, out_dir / f"{model}.pt", device=device, force=force, quiet=quiet)
@@ -110,12 +112,8 @@ def _model_stages(
     surface = out_dir / f"{model}_surface.h5"
     run_surface(
         ckpt,
-        x=grid,
-        y=grid,
-        samples=settings.surface_samples,
-        norm="filter",
-        regularizer="norm-sum",
-        reg_coef=settings.reg_coef,
+        SurfaceOptions(x=grid, y=grid, samples=settings.surface_samples, norm="filter", regularizer="norm-sum",
+                       reg_coef=settings.reg_coef),
         out=surface,
         force=force,
         device=device,
@@ -131,7 +129,8 @@ def _model_stages(
         progress=False if quiet else None,
     )
     fourier = out_dir / f"{model}_fourier.h5"
-    run_fourier(ckpt, fourier, samples=settings.fourier_samples, device=device, force=force, quiet=quiet)
+    run_fourier(ckpt, FourierOptions(samples=settings.fourier_samples), out=fourier, device=device, force=force,
+                progress=False if quiet else None)
     return ckpt, [surface, spectrum, fourier]
 
 

@@ -32,25 +32,17 @@ from torch import Tensor
 
 from landscape import params as P
 from landscape.errors import LandscapeError
+from landscape.options.surface import (  # noqa: F401 (options of a surface, defined there; re-exported)
+    DEFAULT_ZERO_PATTERNS,
+    LEARNED_TOKEN_PATTERNS,
+    NORMS,
+    POSITION_PARAMETER_PATTERNS,
+)
 from landscape.params import ParamDict
 
-NORMS = ("filter", "dim0", "layer", "weight", "none")
 #: a distance at most this fraction of the parameters' norm counts as none: a target this close to the centre is
 #: the centre itself, trajectory snapshots this close to each other are one point
 SAME_POINT_RTOL = 1e-12
-#: the one definition of position parameters (fnmatch globs over parameter names): learned position embeddings
-#: and relative-position tables of the zoo (``pos_embed``, ``*.rel_pos.table``, ``*.rel_pos.cls_bias``), timm
-#: (``pos_embed``, ``relative_position_bias_table``, ``rel_pos_h``) and torchvision (``encoder.pos_embedding``,
-#: ``relative_position_bias_table``). Training gives them no weight decay (``landscape.train``); a surface keeps
-#: them fixed by default (part of :data:`DEFAULT_ZERO_PATTERNS`).
-POSITION_PARAMETER_PATTERNS = ("*pos_embed*", "*pos_embedding*", "*rel_pos*", "*relative_position*",
-                               "*position_bias*")
-#: learned tokens of the zoo, timm (``cls_token``, ``reg_token``) and torchvision (``class_token``). Unlike position
-#: parameters they keep weight decay in training (the zoo's recipe, with which the README's demo numbers were
-#: measured), but they are no filter of a layer either, so a surface keeps them fixed by default too
-LEARNED_TOKEN_PATTERNS = ("*cls_token*", "*class_token*", "*reg_token*")
-#: name patterns whose tensors get a zero direction by default: position parameters and learned tokens
-DEFAULT_ZERO_PATTERNS = POSITION_PARAMETER_PATTERNS + LEARNED_TOKEN_PATTERNS
 
 
 @dataclass

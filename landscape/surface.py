@@ -11,7 +11,6 @@ the points of each round are shared among ranks and only rank 0 writes.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,11 +27,10 @@ from landscape import distributed as D
 from landscape.directions import Directions
 from landscape.errors import LandscapeError
 from landscape.objective import Objective, batch_loss
+from landscape.options.surface import BN_MODES, SurfaceOptions, parse_grid  # noqa: F401 (parse_grid re-exported)
 from landscape.params import ParamDict
 from landscape.pipeline import ModelSource
 
-BN_MODES = ("eval", "recompute")
-_GRID = re.compile(r"^\s*([-+]?[0-9.eE+-]+)\s*:\s*([-+]?[0-9.eE+-]+)\s*:\s*([0-9]+)\s*$")
 #: points evaluated in one vectorised call when vmap is tried
 VMAP_POINTS = 8
 #: the largest grid a surface may have (its arrays and its ``done`` mask are read into memory)
@@ -42,24 +40,6 @@ PointResult = tuple[int, int, float, float, float]  # (j, i, loss, data_loss, ac
 
 
 # ---------------------------------------------------------------------------------------------- grid
-def parse_grid(spec: str, option: str = "--x") -> np.ndarray:
-    """``"MIN:MAX:NUM"`` -> ``numpy.linspace(MIN, MAX, NUM)`` (inclusive; NUM = 1 gives ``[MIN]``)."""
-    m = _GRID.match(str(spec))
-    if not m:
-        raise LandscapeError(f"bad grid {option} {spec!r}: write MIN:MAX:NUM, e.g. {option} -1:1:21")
-    try:
-        lo, hi, num = float(m.group(1)), float(m.group(2)), int(m.group(3))
-    except ValueError:
-        raise LandscapeError(f"bad grid {option} {spec!r}: write MIN:MAX:NUM, e.g. {option} -1:1:21") from None
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        raise LandscapeError(f"bad grid {option} {spec!r}: MIN and MAX must be finite numbers")
-    if num < 1:
-        raise LandscapeError(f"bad grid {option} {spec!r}: NUM must be at least 1")
-    if num > 1 and not lo < hi:
-        raise LandscapeError(f"bad grid {option} {spec!r}: MIN must be smaller than MAX")
-    return np.linspace(lo, hi, num)
-
-
 def point_params(theta: Mapping[str, Tensor], dx: Mapping[str, Tensor], dy: Mapping[str, Tensor] | None,
                  a: Tensor, b: Tensor) -> ParamDict:
     """``theta + a * dx (+ b * dy)``; ``a`` and ``b`` are 0-d tensors (one point) or (k,) (k stacked points)."""
@@ -449,73 +429,71 @@ def _write_points(f: store.ResultFile, results: Sequence[PointResult]) -> None:
 
 # --------------------------------------------------------------------------------- from a checkpoint
 def run_surface(
-    ckpt: ModelSource | str | Path,
+    source: ModelSource | str | Path,
+    options: SurfaceOptions = SurfaceOptions(),  # noqa: B008 (frozen: one shared immutable default)
     *,
-    model: str | None = None,
-    data: str | None = None,
-    split: str = "train",
-    samples: int | None = 1000,
-    batch_size: int = 128,
-    x: str = "-1:1:21",
-    y: str | None = None,
-    norm: str = "filter",
-    seed: int = 0,
-    target: str | Path | None = None,
-    trajectory: Sequence[str | Path] = (),
-    regularizer: str = "none",
-    reg_coef: float | None = None,
-    bn: str = "eval",
     out: str | Path = "surface.h5",
+    model_name: str | None = None,
     force: bool = False,
     device: str = "auto",
-    batch_points: int | str = "auto",
-    ignore_1d: bool = True,
-    zero_patterns: Sequence[str] | None = None,
-    allow_stochastic: bool = False,
     progress: bool | None = None,
-    compile: bool = False,
 ) -> store.Result:
     """The ``landscape surface`` command: model source -> Objective -> directions -> :func:`compute_surface`.
 
-    ``ckpt`` is a checkpoint path (``model`` names its model when the file does not) or a
-    :class:`~landscape.pipeline.ModelSource` (published weights, a random init, ``timm:`` models, ...).
+    Directions: ``options.target`` (x = target - theta, alpha = 1 lands on it; y random for a plane), else
+    ``options.trajectory`` snapshots (PCA plane of the trajectory around the centre), else seeded random
+    directions normalised by ``options.norm``. ``options.samples`` images of ``options.data``
+    (``options.split``), picked and ordered by ``options.seed``, in fixed batches of ``options.batch_size``.
+    Works in one process or under torchrun (only rank 0 writes).
 
-    Directions: ``target`` (x = target - theta, alpha = 1 lands on it; y random for a plane), else
-    ``trajectory`` snapshots (PCA plane of the trajectory around ``ckpt``), else seeded random directions
-    normalised by ``norm``. ``samples`` images of ``data`` (``split``), picked and ordered by ``seed``, in
-    fixed batches of ``batch_size``. Works in one process or under torchrun (only rank 0 writes).
+    Args:
+        source: a checkpoint path or a :class:`~landscape.pipeline.ModelSource` (published weights, a random
+            init, ``timm:`` models, ...).
+        options: every analysis option (validated when it was built); its :meth:`SurfaceOptions.attrs` are
+            recorded in the file.
+        out: the HDF5 file; an existing file of the same run is resumed, of other options refused.
+        model_name: the model of a checkpoint that does not name it.
+        force: overwrite an existing file from other options.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        progress: tqdm bar on rank 0 (None: only when stderr is a terminal).
+
+    Returns:
+        The file read back (:class:`landscape.store.Result`), on every rank.
+
+    Raises:
+        LandscapeError: the options are not a :class:`SurfaceOptions`, the model, data, target or snapshots
+            cannot be loaded, or the file belongs to other options (without ``force``).
     """
     from landscape import directions as dirs
     from landscape.checkpoint import file_sha256, load_model
     from landscape.objective import Regularizer
-    from landscape.pipeline import batches_for, build_objective, load_inputs, parse_patterns
+    from landscape.pipeline import batches_for, build_objective, load_inputs
 
-    xs = parse_grid(x, "--x")
-    ys = None if y is None else parse_grid(y, "--y")
-    if target is not None and trajectory:
-        raise LandscapeError("give either --target or --trajectory, not both")
-    ndim = 1 if ys is None else 2
-    reg = Regularizer.from_options(regularizer, reg_coef)
+    if not isinstance(options, SurfaceOptions):
+        raise LandscapeError(f"run_surface takes its options as a SurfaceOptions, got {type(options).__name__}")
+    o = options
+    xs, ys = o.xcoords, o.ycoords
+    ndim = o.ndim
+    reg = Regularizer.from_options(o.regularizer, o.reg_coef)
     dev = D.start(device)
-    inputs = load_inputs(ckpt, model_name=model, data=data, split=split, device=dev)
-    batches = batches_for(inputs, batch_size=batch_size, n_samples=samples, seed=seed)
-    objective = build_objective(inputs, batches, regularizer=reg, allow_stochastic=allow_stochastic)
-    patterns = tuple(dirs.DEFAULT_ZERO_PATTERNS if zero_patterns is None else parse_patterns(zero_patterns))
-    options: dict[str, Any] = {"batch_size": batch_size, "direction_seed": seed,
-                               "fused_attention_off": objective.fused_attention_off}
-    if target is not None:
-        other = dict(load_model(target, inputs.source.model, **inputs.source.model_kwargs)[0].named_parameters())
-        directions = dirs.target_directions(objective.params, other, ndim=ndim, seed=seed, norm=norm,
-                                            ignore_1d=ignore_1d, zero_patterns=patterns)
-        options.update(target=str(target), target_sha256=file_sha256(target))
-    elif trajectory:
+    inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
+    batches = batches_for(inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
+    objective = build_objective(inputs, batches, regularizer=reg, allow_stochastic=o.allow_stochastic)
+    patterns = o.patterns
+    recorded = {k: v for k, v in o.attrs().items() if k != "seed"}
+    recorded["fused_attention_off"] = objective.fused_attention_off
+    if o.target is not None:
+        other = dict(load_model(o.target, inputs.source.model, **inputs.source.model_kwargs)[0].named_parameters())
+        directions = dirs.target_directions(objective.params, other, ndim=ndim, seed=o.seed, norm=o.norm,
+                                            ignore_1d=o.ignore_1d, zero_patterns=patterns)
+        recorded["target_sha256"] = file_sha256(o.target)
+    elif o.trajectory:
         snaps = [dict(load_model(p, inputs.source.model, **inputs.source.model_kwargs)[0].named_parameters())
-                 for p in trajectory]
+                 for p in o.trajectory]
         directions = dirs.pca_directions(objective.params, snaps, ndim=ndim)
-        options.update(trajectory=[str(p) for p in trajectory])
     else:
-        directions = dirs.random_directions(objective.params, ndim=ndim, seed=seed, norm=norm, ignore_1d=ignore_1d,
-                                            zero_patterns=patterns)
-    attrs = inputs.provenance(objective.n_samples, seed, **options)
-    return compute_surface(objective, directions, xs, ys, out=out, attrs=attrs, force=force, bn=bn,
-                           batch_points=batch_points, progress=progress, compile=compile)
+        directions = dirs.random_directions(objective.params, ndim=ndim, seed=o.seed, norm=o.norm,
+                                            ignore_1d=o.ignore_1d, zero_patterns=patterns)
+    attrs = inputs.provenance(objective.n_samples, o.seed, **recorded)
+    return compute_surface(objective, directions, xs, ys, out=out, attrs=attrs, force=force, bn=o.bn,
+                           batch_points=o.batch_points, progress=progress, compile=o.compile)

@@ -104,15 +104,19 @@ def table(header, rows):
 
 SURFACES = '''\
 # 2D filter-normalised loss surfaces (BatchNorm in eval mode), one HDF5 file per model; a complete file is reused.
+from landscape.options.surface import SurfaceOptions
 from landscape.surface import run_surface
 
 GRID = f"-1:1:{SIZES['grid']}"
+SURFACE_OPTIONS = SurfaceOptions(
+    data=DATA, x=GRID, y=GRID, samples=SIZES["surface_samples"], norm=NORM, regularizer=REGULARIZER,
+    reg_coef=SIZES["reg_coef"] if REGULARIZER == "norm-sum" else None,
+)
 surfaces = {}
 for model in MODELS:
     surfaces[model] = run_surface(
-        checkpoint(model), data=DATA, x=GRID, y=GRID, samples=SIZES["surface_samples"], norm=NORM,
-        regularizer=REGULARIZER, reg_coef=SIZES["reg_coef"] if REGULARIZER == "norm-sum" else None,
-        out=RESULTS / f"{model}_surface_{REGULARIZER}_{NORM}.h5", device=DEVICE, progress=False,
+        checkpoint(model), SURFACE_OPTIONS, out=RESULTS / f"{model}_surface_{REGULARIZER}_{NORM}.h5", device=DEVICE,
+        progress=False,
     )
 '''
 
@@ -142,13 +146,12 @@ def spectrum(model, stage):
 
 FOURIER = '''\
 # Fourier profile, high-frequency value, feature-map variance and band-noise accuracy of every block's output.
-from landscape.fourier import run_fourier
+from landscape.fourier import FourierOptions, run_fourier
 
+FOURIER_OPTIONS = FourierOptions(data=DATA, samples=SIZES["fourier_samples"], noise_bands=True)
 fourier = {
-    model: run_fourier(
-        checkpoint(model), RESULTS / f"{model}_fourier.h5", data=DATA, samples=SIZES["fourier_samples"],
-        noise_bands=True, device=DEVICE, quiet=True,
-    )
+    model: run_fourier(checkpoint(model), FOURIER_OPTIONS, out=RESULTS / f"{model}_fourier.h5", device=DEVICE,
+                       progress=False)
     for model in MODELS
 }
 '''
@@ -263,7 +266,7 @@ FOURIER_TIMM = '''\
 # Paper A drew these figures on ImageNet-1K pretrained timm models at 224 px (resnet50, vit_tiny_patch16_224) with
 # each model's own preprocessing; CIFAR images are too small for them. QUICK runs the same code on small
 # random-init timm models and digits. Blocks are found by landscape.taps.FeatureTaps (timm's ResNet and ViT rules).
-from landscape.fourier import run_fourier
+from landscape.fourier import FourierOptions, run_fourier
 from landscape.pipeline import ModelSource
 
 if QUICK:
@@ -282,8 +285,8 @@ else:
 
 fourier = {
     name: run_fourier(
-        source, RESULTS / f"{name}_fourier_timm.h5", data=FOURIER_DATA, split="test",
-        samples=SIZES["fourier_samples"], noise_bands=True, device=DEVICE, quiet=True,
+        source, FourierOptions(data=FOURIER_DATA, split="test", samples=SIZES["fourier_samples"], noise_bands=True),
+        out=RESULTS / f"{name}_fourier_timm.h5", device=DEVICE, progress=False,
     )
     for name, source in FOURIER_MODELS.items()
 }

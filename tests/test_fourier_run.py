@@ -5,7 +5,7 @@ import torch
 
 from landscape.checkpoint import save_checkpoint
 from landscape.errors import LandscapeError
-from landscape.fourier import fourier_profile, run_fourier
+from landscape.fourier import FourierOptions, fourier_profile, run_fourier
 from landscape.fourier.noise import accuracy
 from landscape.models import create_model
 from landscape.pipeline import batches_for, load_inputs
@@ -25,7 +25,8 @@ def vit_ckpt(tmp_path_factory):
 
 def test_file_matches_direct_profile_and_schema(vit_ckpt, tmp_path):
     out = tmp_path / "f.h5"
-    res = run_fourier(vit_ckpt, out, samples=12, batch_size=5, maps=True, quiet=True, device="cpu")
+    res = run_fourier(vit_ckpt, FourierOptions(samples=12, batch_size=5, maps=True), out=out, progress=False,
+                      device="cpu")
     inputs = load_inputs(vit_ckpt, split="test", device="cpu")
     direct = fourier_profile(inputs.model, batches_for(inputs, batch_size=12, n_samples=12), maps=True)
     n = len(direct.layers)
@@ -51,23 +52,24 @@ def test_file_matches_direct_profile_and_schema(vit_ckpt, tmp_path):
 
 def test_rerun_resumes_and_other_options_need_force(vit_ckpt, tmp_path):
     out = tmp_path / "f.h5"
-    first = run_fourier(vit_ckpt, out, samples=8, quiet=True, device="cpu")
+    first = run_fourier(vit_ckpt, FourierOptions(samples=8), out=out, progress=False, device="cpu")
     created = first.attrs["created"]
-    again = run_fourier(vit_ckpt, out, samples=8, quiet=True, device="cpu")
+    again = run_fourier(vit_ckpt, FourierOptions(samples=8), out=out, progress=False, device="cpu")
     assert again.attrs["created"] == created
     with pytest.raises(LandscapeError, match="--force"):
-        run_fourier(vit_ckpt, out, samples=8, profile="radial", quiet=True, device="cpu")
-    radial = run_fourier(vit_ckpt, out, samples=8, profile="radial", force=True, quiet=True, device="cpu")
+        run_fourier(vit_ckpt, FourierOptions(samples=8, profile="radial"), out=out, progress=False, device="cpu")
+    radial = run_fourier(vit_ckpt, FourierOptions(samples=8, profile="radial"), out=out, force=True, progress=False,
+                         device="cpu")
     assert radial.attrs["profile"] == "radial"
     with pytest.raises(LandscapeError, match="profile"):
-        run_fourier(vit_ckpt, tmp_path / "g.h5", profile="spiral")
+        FourierOptions(profile="spiral")
+    assert not (tmp_path / "g.h5").exists()
 
 
 def test_noise_bands_resume_after_a_kill(vit_ckpt, tmp_path):
     out = tmp_path / "n.h5"
-    opts = dict(samples=16, batch_size=8, noise_bands=True, bands=(0.25, 0.75), noise_strength=2.0, quiet=True,
-                device="cpu")
-    full = run_fourier(vit_ckpt, out, **opts)
+    opts = FourierOptions(samples=16, batch_size=8, noise_bands=True, bands=(0.25, 0.75), noise_strength=2.0)
+    full = run_fourier(vit_ckpt, opts, out=out, progress=False, device="cpu")
     inputs = load_inputs(vit_ckpt, split="test", device="cpu")
     batches = batches_for(inputs, batch_size=8, n_samples=16)
     want = accuracy(inputs.model, batches, {"centre": 0.75, "width": 0.1, "strength": 2.0, "seed": 0})
@@ -78,14 +80,15 @@ def test_noise_bands_resume_after_a_kill(vit_ckpt, tmp_path):
         f["noise/done"][1] = False
         f["noise/accuracy"][1] = np.nan
         f.attrs["complete"] = False
-    resumed = run_fourier(vit_ckpt, out, **opts)
+    resumed = run_fourier(vit_ckpt, opts, out=out, progress=False, device="cpu")
     assert resumed.attrs["complete"]
     np.testing.assert_array_equal(resumed["noise/accuracy"], full["noise/accuracy"])
 
 
 def test_resnet_layers_have_their_own_grids(tmp_path):
     ckpt = make_checkpoint(tmp_path / "r.pt", "resnet_mini")
-    res = run_fourier(ckpt, tmp_path / "r.h5", samples=4, frequency_axis="physical", quiet=True, device="cpu")
+    res = run_fourier(ckpt, FourierOptions(samples=4, frequency_axis="physical"), out=tmp_path / "r.h5", progress=False,
+                      device="cpu")
     sizes = res["layer_sizes"][:, 0]
     assert sizes[0] == 32 and sizes[-1] < 32
     np.testing.assert_allclose(res["frequencies"], 2 * np.arange(16) / 32)

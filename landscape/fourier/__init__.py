@@ -3,14 +3,17 @@
 - :mod:`landscape.fourier.spectrum`: FFT sums of one batch of maps (diagonal, 2D map, radial, variance).
 - :mod:`landscape.fourier.features`: accumulation over batches of every block's map -> :class:`FourierProfile`.
 - :mod:`landscape.fourier.noise`: band-limited noise and the accuracy drop per band.
-- :mod:`landscape.fourier.run`: :func:`run_fourier`, checkpoint -> HDF5 result file.
+- :mod:`landscape.fourier.run`: :func:`run_fourier`, checkpoint -> HDF5 result file, its options a
+  :class:`~landscape.options.fourier.FourierOptions` (re-exported here).
 """
 
 from landscape.fourier.features import FourierProfile, LayerSpectrum, as_grid, fourier_profile
 from landscape.fourier.noise import NoiseRobustness, band_mask, band_noise, noise_robustness
 from landscape.fourier.run import run_fourier
+from landscape.options.fourier import FourierOptions
 
 __all__ = [
+    "FourierOptions",
     "FourierProfile",
     "LayerSpectrum",
     "NoiseRobustness",

@@ -18,10 +18,8 @@ from torch import Tensor, nn
 
 from landscape.errors import LandscapeError
 from landscape.fourier import spectrum
+from landscape.options.fourier import FREQUENCY_AXES, PROFILES  # defined once, with the options
 from landscape.taps import FeatureTaps, as_grid
-
-PROFILES = ("diagonal", "radial")
-FREQUENCY_AXES = ("normalised", "physical")
 
 
 @dataclass

@@ -22,12 +22,8 @@ from torch import Tensor, nn
 
 from landscape.errors import LandscapeError
 from landscape.fourier.features import eval_model
+from landscape.options.fourier import BANDS, STRENGTH, WIDTH  # the defaults, defined once with the options
 
-#: default band centres (units of pi) and width
-BANDS = tuple(round(0.1 * i, 1) for i in range(1, 10))
-WIDTH = 0.1
-#: default noise root-mean-square per image, in normalised input units
-STRENGTH = 0.5
 _TOL = 1e-9
 
 

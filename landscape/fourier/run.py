@@ -26,15 +26,9 @@ import numpy as np
 from torch import nn
 
 from landscape import store
-from landscape.fourier.features import (
-    FREQUENCY_AXES,
-    PROFILES,
-    FourierProfile,
-    eval_model,
-    fourier_profile,
-    merge_profiles,
-)
-from landscape.fourier.noise import BANDS, STRENGTH, WIDTH, band_accuracies, check_labels
+from landscape.fourier.features import FourierProfile, eval_model, fourier_profile, merge_profiles
+from landscape.fourier.noise import band_accuracies, check_labels
+from landscape.options.fourier import FourierOptions
 
 if TYPE_CHECKING:
     from landscape.pipeline import ModelSource
@@ -65,63 +59,56 @@ def write_profile(f: store.ResultFile, result: FourierProfile, axis: str, maps: 
 
 
 def run_fourier(
-    checkpoint: ModelSource | str | Path,
-    out: str | Path = "fourier.h5",
+    source: ModelSource | str | Path,
+    options: FourierOptions = FourierOptions(),  # noqa: B008 (frozen: one shared immutable default)
     *,
+    out: str | Path = "fourier.h5",
     model_name: str | None = None,
-    data: str | None = None,
-    split: str = "test",
-    samples: int = 256,
-    batch_size: int = 64,
-    seed: int = 0,
-    profile: str = "diagonal",
-    frequency_axis: str = "normalised",
-    maps: bool = False,
-    noise_bands: bool = False,
-    bands: Sequence[float] = BANDS,
-    noise_width: float = WIDTH,
-    noise_strength: float = STRENGTH,
-    taps: Sequence[str] | None = None,
-    device: str = "auto",
     force: bool = False,
-    quiet: bool = False,
+    device: str = "auto",
+    progress: bool | None = None,
 ) -> store.Result:
-    """Fourier analysis of a checkpoint's feature maps on ``samples`` images, written to ``out``; returns it read.
+    """Fourier analysis of a model's feature maps on ``options.samples`` images, written to ``out``; returns it read.
 
-    Computes Paper A's Delta log amplitude profile (``profile``: ``diagonal`` as in the paper, or ``radial``),
-    the high-frequency value and the variance of every block's map (docs/analyses.md), optionally the 2D mean
-    log-amplitude maps (``maps``) and the accuracy drop under band-limited noise (``noise_bands``). Root
-    attributes are the provenance of :meth:`AnalysisInputs.provenance` plus every option. A complete file of
-    the same options is returned as is; an incomplete one is resumed; one of other options needs ``force``.
-    ``checkpoint`` is a path or a :class:`~landscape.pipeline.ModelSource`; the block outputs of a model
-    outside the zoo are found by :class:`~landscape.taps.FeatureTaps` (its family rules, or ``taps``:
-    ``'PATTERN=KIND'`` strings naming the modules whose outputs are the maps). Under torchrun the batches are
-    shared among the ranks (the sums behind every number are additive) and rank 0 writes the file.
+    Computes Paper A's Delta log amplitude profile (``options.profile``: ``diagonal`` as in the paper, or
+    ``radial``), the high-frequency value and the variance of every block's map (docs/analyses.md), optionally
+    the 2D mean log-amplitude maps (``options.maps``) and the accuracy drop under band-limited noise
+    (``options.noise_bands``). Root attributes are the provenance of :meth:`AnalysisInputs.provenance` plus
+    :meth:`FourierOptions.attrs`. A complete file of the same options is returned as is; an incomplete one is
+    resumed; one of other options needs ``force``. The block outputs of a model outside the zoo are found by
+    :class:`~landscape.taps.FeatureTaps` (its family rules, or ``options.taps``). Under torchrun the batches
+    are shared among the ranks (the sums behind every number are additive) and rank 0 writes the file.
+
+    Args:
+        source: a checkpoint path or a :class:`~landscape.pipeline.ModelSource`.
+        options: every analysis option (validated when it was built).
+        out: the HDF5 result file.
+        model_name: the model of a checkpoint that does not name it.
+        force: overwrite an existing file from other options.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        progress: progress bars on rank 0 (None: only when stderr is a terminal).
+
+    Returns:
+        The file read back (:class:`landscape.store.Result`).
+
+    Raises:
+        LandscapeError: the options are not a :class:`FourierOptions`, the model or data cannot be loaded, the
+            labels do not fit the model's outputs (with noise bands), or the file belongs to other options.
     """
-    from landscape import checks
     from landscape import distributed as D
     from landscape.errors import LandscapeError
     from landscape.pipeline import batches_for, load_inputs
 
-    if profile not in PROFILES:
-        raise LandscapeError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}")
-    if frequency_axis not in FREQUENCY_AXES:
-        raise LandscapeError(f"unknown frequency axis {frequency_axis!r}; use one of {', '.join(FREQUENCY_AXES)}")
-    if noise_bands:
-        checks.positive(noise_strength, "--noise-strength")
-        checks.positive(noise_width, "--noise-width")
-        bands = [checks.in_range(b, "a noise band centre", 0.0, 1.0) for b in bands]
+    if not isinstance(options, FourierOptions):
+        raise LandscapeError(f"run_fourier takes its options as a FourierOptions, got {type(options).__name__}")
+    o = options
     dev = D.start(device)
-    inputs = load_inputs(checkpoint, model_name=model_name, data=data, split=split, device=dev)
-    options = {"profile": profile, "frequency_axis": frequency_axis, "maps": bool(maps), "batch_size": batch_size,
-               "noise_bands": list(bands) if noise_bands else None,
-               "noise_width": noise_width if noise_bands else None,
-               "noise_strength": noise_strength if noise_bands else None, "taps": list(taps or [])}
-    attrs = inputs.provenance(samples, seed, **options)
-    batches = batches_for(inputs, batch_size=batch_size, n_samples=samples, seed=seed)
-    attrs["n_samples"] = sum(int(x.shape[0]) for x, _ in batches)
+    inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
+    batches = batches_for(inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
+    n_samples = sum(int(x.shape[0]) for x, _ in batches)
+    attrs = inputs.provenance(n_samples, o.seed, **{k: v for k, v in o.attrs().items() if k != "seed"})
     net = eval_model(inputs.model)
-    if noise_bands:
+    if o.noise_bands:
         check_labels(net, batches, inputs.source.output)
     opened: list[store.ResultFile] = []
 
@@ -133,21 +120,21 @@ def run_fourier(
 
     state = D.on_main(open_file)
     f = opened[0] if opened else None
-    show = not quiet and D.is_main() and sys.stderr.isatty()
+    show = D.is_main() and (sys.stderr.isatty() if progress is None else bool(progress))
     mine = D.shard(list(enumerate(batches)))
     try:
         if not state["complete"]:
             if not state["profile"]:
-                part = fourier_profile(net, [b for _, b in mine], profile=profile, maps=maps, progress=show,
-                                       taps=taps) if mine else None
+                part = fourier_profile(net, [b for _, b in mine], profile=o.profile, maps=o.maps, progress=show,
+                                       taps=o.taps) if mine else None
                 if part is not None and D.active():  # gathered by pickling: sums travel on the CPU
                     for la in part.layers:
                         la.log_amplitude_sum, la.variance_sum = la.log_amplitude_sum.cpu(), la.variance_sum.cpu()
                 result = merge_profiles(D.all_gather_objects(part))
                 if f is not None:
-                    write_profile(f, result, frequency_axis, maps)
-            if noise_bands:
-                _write_noise(f, net, mine, list(bands), noise_width, noise_strength, seed, show,
+                    write_profile(f, result, o.frequency_axis, o.maps)
+            if o.noise_bands:
+                _write_noise(f, net, mine, list(o.bands), o.noise_width, o.noise_strength, o.seed, show,
                              inputs.source.output, state["bands"])
             if f is not None:
                 f.mark_complete()

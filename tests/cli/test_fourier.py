@@ -38,6 +38,22 @@ def test_fourier_command_writes_the_file_and_refuses_to_overwrite(tmp_path):
     assert forced.exit_code == 0 and read_result(out).attrs["profile"] == "radial"
 
 
+def test_band_options_reach_the_file_and_bad_ones_are_one_line_errors(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "r.pt")
+    out = tmp_path / "b.h5"
+    args = ["fourier", "--ckpt", str(ckpt), "--samples", "4", "--device", "cpu", "--out", str(out), "--quiet",
+            "--noise-bands", "--bands", "0.3, 0.6", "--noise-width", "0.2", "--noise-strength", "1"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    res = read_result(out)
+    assert res.attrs["noise_bands"] == [0.3, 0.6] and res.attrs["noise_width"] == 0.2
+    assert res.attrs["noise_strength"] == 1.0 and res["noise/frequencies"].tolist() == [0.3, 0.6]
+    for bad, match in (["--noise-width", "0"], "--noise-width"), (["--bands", "0.3,1.5"], "noise band centre"):
+        r = CliRunner().invoke(cli, [*args, *bad, "--out", str(tmp_path / "x.h5")])
+        assert r.exit_code == 2 and match in r.output and len(r.output.strip().splitlines()) == 1, r.output
+        assert not (tmp_path / "x.h5").exists()
+
+
 def test_entry_point_runs_fourier_and_plot(tmp_path):
     ckpt = make_checkpoint(tmp_path / "r.pt")
     out = tmp_path / "f.h5"

@@ -67,7 +67,7 @@ def test_surface_command_centre_resume_and_force(tmp_path):
     assert res1["loss"][0, 1] == pytest.approx(loss, rel=1e-6)
 
 
-@pytest.mark.parametrize("spec", ["-1:1", "1:-1:3", "0:1:x"])
+@pytest.mark.parametrize("spec", ["-1:1", "1:-1:3", "0:1:x", "0:1:0"])
 def test_bad_grid_is_a_one_line_error(tmp_path, spec):
     r = invoke("--ckpt", tmp_path / "missing.pt", "--x", spec, "--out", tmp_path / "s.h5")
     assert r.exit_code == 2

@@ -1,0 +1,119 @@
+"""The options of a Fourier analysis (``landscape fourier``, :func:`landscape.fourier.run_fourier`), and their choices.
+
+:class:`FourierOptions` holds every option but the model source, the output file and the run-time choices
+(device, ``force``, progress bar) and validates them when it is built, so that a bad value (a NaN noise
+strength, a band centre outside [0, 1], an unknown profile) is a one-line error before any model, data or
+file is touched. The profiles (:data:`PROFILES`), frequency axes (:data:`FREQUENCY_AXES`) and the default
+noise bands (:data:`BANDS`, :data:`WIDTH`, :data:`STRENGTH`) are defined here, once: ``landscape.fourier``
+and the CLI import them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from landscape import checks
+from landscape.errors import LandscapeError
+from landscape.options.common import check_data_options, choice
+
+#: 1D profile of a spectrum: the half diagonal (Paper A) or the radial average
+PROFILES = ("diagonal", "radial")
+#: common frequency axis of the layers: each curve spans [0, 1] (Paper A), or units of pi (NaN-padded)
+FREQUENCY_AXES = ("normalised", "physical")
+#: default band centres (units of pi) and width
+BANDS = tuple(round(0.1 * i, 1) for i in range(1, 10))
+WIDTH = 0.1
+#: default noise root-mean-square per image, in normalised input units
+STRENGTH = 0.5
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise LandscapeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class FourierOptions:
+    """Every option of a Fourier analysis but the model source, the output file and the run-time choices.
+
+    Built, it is valid: ``__post_init__`` checks every value, raising a one-line
+    :class:`~landscape.errors.LandscapeError` (before anything is loaded or written) otherwise. The noise
+    options are checked even without :attr:`noise_bands`.
+
+    Attributes:
+        data: dataset spec (None: the checkpoint's dataset, else ``digits``).
+        split: :data:`~landscape.options.common.SPLITS`.
+        samples: images analysed (fixed, seeded); None for the whole split.
+        batch_size: images per batch.
+        seed: seed of the sample choice and of the noise.
+        profile: one of :data:`PROFILES`.
+        frequency_axis: one of :data:`FREQUENCY_AXES`.
+        maps: also store each layer's 2D mean log-amplitude map.
+        noise_bands: also measure the accuracy drop under band-limited noise.
+        bands: noise band centres, in units of pi, each in [0, 1].
+        noise_width: width of each band (> 0, units of pi).
+        noise_strength: root-mean-square of the noise per image (> 0, normalised input units).
+        taps: ``'PATTERN=KIND'`` items (or ``(pattern, kind)`` pairs) naming the modules whose outputs are the
+            block maps, for models no rule knows; None: the model's rule.
+    """
+
+    data: str | None = None
+    split: str = "test"
+    samples: int | None = 256
+    batch_size: int = 64
+    seed: int = 0
+    profile: str = "diagonal"
+    frequency_axis: str = "normalised"
+    maps: bool = False
+    noise_bands: bool = False
+    bands: tuple[float, ...] = BANDS
+    noise_width: float = WIDTH
+    noise_strength: float = STRENGTH
+    taps: tuple[Any, ...] | None = None
+
+    def __post_init__(self) -> None:
+        check_data_options(self.split, self.samples, self.batch_size, self.seed)
+        if self.data is not None and not isinstance(self.data, str):
+            raise LandscapeError(f"--data must be a dataset spec string, got {self.data!r}")
+        choice(self.profile, "profile", PROFILES)
+        choice(self.frequency_axis, "frequency axis", FREQUENCY_AXES)
+        for name in ("maps", "noise_bands"):
+            _flag(getattr(self, name), name)
+        bands = (self.bands,) if isinstance(self.bands, (int, float, str)) else self.bands
+        bands = tuple(checks.in_range(b, "a noise band centre", 0.0, 1.0) for b in bands)
+        if not bands:
+            raise LandscapeError("no noise bands given; give at least one band centre in [0, 1]")
+        object.__setattr__(self, "bands", bands)
+        object.__setattr__(self, "noise_width", checks.positive(self.noise_width, "--noise-width"))
+        object.__setattr__(self, "noise_strength", checks.positive(self.noise_strength, "--noise-strength"))
+        taps = self.taps
+        if isinstance(taps, str):
+            taps = (taps,)
+        object.__setattr__(self, "taps", tuple(taps) if taps else None)
+
+    def attrs(self) -> dict[str, Any]:
+        """The root attributes these options write into the Fourier file (docs/schema.md, fourier).
+
+        ``split``, ``seed``, ``batch_size``, ``profile``, ``frequency_axis``, ``maps``, ``noise_bands`` (the band
+        centres, or None without noise), ``noise_width`` and ``noise_strength`` (None without noise), ``taps``
+        (a list), and ``dataset`` when :attr:`data` is given. ``n_samples`` (the images actually used) is
+        measured by the run.
+
+        Returns:
+            Attribute name -> value, as the file records it.
+        """
+        out: dict[str, Any] = {"split": self.split, "seed": int(self.seed)}
+        if self.data is not None:
+            out["dataset"] = self.data
+        out.update(profile=self.profile, frequency_axis=self.frequency_axis, maps=self.maps,
+                   batch_size=int(self.batch_size), noise_bands=list(self.bands) if self.noise_bands else None,
+                   noise_width=self.noise_width if self.noise_bands else None,
+                   noise_strength=self.noise_strength if self.noise_bands else None, taps=list(self.taps or []))
+        return out
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Field name -> default value (what the CLI's options default to)."""
+        return {f.name: f.default for f in fields(cls)}

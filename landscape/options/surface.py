@@ -1,0 +1,248 @@
+"""The options of a loss surface (``landscape surface``, :func:`landscape.surface.run_surface`), and their choices.
+
+:class:`SurfaceOptions` holds every option but the model source, the output file and the run-time choices
+(device, ``force``, progress bar); it validates them all, and parses the grids, when it is built, so that a
+bad value is a one-line error before any model, data or file is touched. :meth:`SurfaceOptions.attrs` gives
+the attributes these options leave in the result file. The normalisations (:data:`NORMS`), BatchNorm modes
+(:data:`BN_MODES`) and default zero patterns (:data:`DEFAULT_ZERO_PATTERNS`) are defined here, once: the
+library (``landscape.directions``, ``landscape.surface``) and the CLI import them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from landscape import checks
+from landscape.errors import LandscapeError
+from landscape.options.common import REG_COEF_DEFAULTS, check_data_options, check_regularizer, choice
+
+#: normalisations of a random direction against the centre (see :mod:`landscape.directions`)
+NORMS = ("filter", "dim0", "layer", "weight", "none")
+#: BatchNorm statistics at each grid point: the centre model's (eval) or re-estimated at the point (recompute)
+BN_MODES = ("eval", "recompute")
+#: the one definition of position parameters (fnmatch globs over parameter names): learned position embeddings
+#: and relative-position tables of the zoo (``pos_embed``, ``*.rel_pos.table``, ``*.rel_pos.cls_bias``), timm
+#: (``pos_embed``, ``relative_position_bias_table``, ``rel_pos_h``) and torchvision (``encoder.pos_embedding``,
+#: ``relative_position_bias_table``). Training gives them no weight decay (``landscape.train``); a surface keeps
+#: them fixed by default (part of :data:`DEFAULT_ZERO_PATTERNS`).
+POSITION_PARAMETER_PATTERNS = ("*pos_embed*", "*pos_embedding*", "*rel_pos*", "*relative_position*",
+                               "*position_bias*")
+#: learned tokens of the zoo, timm (``cls_token``, ``reg_token``) and torchvision (``class_token``). Unlike position
+#: parameters they keep weight decay in training (the zoo's recipe, with which the README's demo numbers were
+#: measured), but they are no filter of a layer either, so a surface keeps them fixed by default too
+LEARNED_TOKEN_PATTERNS = ("*cls_token*", "*class_token*", "*reg_token*")
+#: name patterns whose tensors get a zero direction by default: position parameters and learned tokens
+DEFAULT_ZERO_PATTERNS = POSITION_PARAMETER_PATTERNS + LEARNED_TOKEN_PATTERNS
+#: the default x grid (MIN:MAX:NUM)
+GRID = "-1:1:21"
+
+_GRID = re.compile(r"^\s*([-+]?[0-9.eE+-]+)\s*:\s*([-+]?[0-9.eE+-]+)\s*:\s*([0-9]+)\s*$")
+
+
+def parse_grid(spec: str, option: str = "--x") -> np.ndarray:
+    """Parse a grid specification ``"MIN:MAX:NUM"`` into ``numpy.linspace(MIN, MAX, NUM)``.
+
+    Args:
+        spec: ``MIN:MAX:NUM``; inclusive of both ends, ``NUM = 1`` gives ``[MIN]``.
+        option: the option name used in error messages (``--x`` or ``--y``).
+
+    Returns:
+        The ``NUM`` grid coordinates.
+
+    Raises:
+        LandscapeError: the spec is not ``MIN:MAX:NUM``, MIN or MAX is not finite, NUM < 1, or MIN >= MAX with
+            NUM > 1.
+    """
+    m = _GRID.match(str(spec))
+    if not m:
+        raise LandscapeError(f"bad grid {option} {spec!r}: write MIN:MAX:NUM, e.g. {option} -1:1:21")
+    try:
+        lo, hi, num = float(m.group(1)), float(m.group(2)), int(m.group(3))
+    except ValueError:
+        raise LandscapeError(f"bad grid {option} {spec!r}: write MIN:MAX:NUM, e.g. {option} -1:1:21") from None
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise LandscapeError(f"bad grid {option} {spec!r}: MIN and MAX must be finite numbers")
+    if num < 1:
+        raise LandscapeError(f"bad grid {option} {spec!r}: NUM must be at least 1")
+    if num > 1 and not lo < hi:
+        raise LandscapeError(f"bad grid {option} {spec!r}: MIN must be smaller than MAX")
+    return np.linspace(lo, hi, num)
+
+
+def split_patterns(patterns: Any) -> tuple[str, ...]:
+    """Comma-separated name patterns (a string or a sequence of strings) as one tuple of patterns."""
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    out = []
+    for item in patterns:
+        if not isinstance(item, str):
+            raise LandscapeError(f"--zero takes name patterns (strings), got {item!r}")
+        out += [p.strip() for p in item.split(",") if p.strip()]
+    return tuple(out)
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise LandscapeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+@dataclass(frozen=True)
+class SurfaceOptions:
+    """Every option of a loss surface but the model source, the output file and the run-time choices.
+
+    Built, it is valid: ``__post_init__`` checks every value and parses the grids, raising a one-line
+    :class:`~landscape.errors.LandscapeError` (before anything is loaded or written) otherwise.
+
+    Attributes:
+        data: dataset spec (None: the checkpoint's dataset, else ``digits``).
+        split: :data:`~landscape.options.common.SPLITS`.
+        samples: images used (fixed, seeded); None for the whole split.
+        batch_size: images per fixed batch.
+        x: x grid ``MIN:MAX:NUM`` (inclusive).
+        y: y grid ``MIN:MAX:NUM``; None makes the surface 1D.
+        norm: normalisation of random directions, one of :data:`NORMS`.
+        seed: seed of the directions and of the sample choice.
+        target: second checkpoint: x = target - centre (x = 1 lands on it); y random for a plane.
+        trajectory: training snapshots: PCA directions of the trajectory (not with ``target``).
+        regularizer: penalty added to the data loss, one of :data:`~landscape.options.common.REGULARIZERS`.
+        reg_coef: its coefficient (None: the kind's default, :data:`~landscape.options.common.REG_COEF_DEFAULTS`).
+        bn: BatchNorm statistics, one of :data:`BN_MODES`.
+        ignore_1d: give tensors with ndim < 2 a zero direction.
+        zero_patterns: name patterns with a zero direction (comma-separated items are split); None:
+            :data:`DEFAULT_ZERO_PATTERNS`.
+        allow_stochastic: do not refuse a model whose two forward passes differ.
+        batch_points: points per vectorised call (1: a loop) or ``"auto"`` (the faster, measured); a string of
+            digits is read as the number.
+        compile: ``torch.compile`` the per-point loss (eager if compiling fails).
+    """
+
+    data: str | None = None
+    split: str = "train"
+    samples: int | None = 1000
+    batch_size: int = 128
+    x: str = GRID
+    y: str | None = None
+    norm: str = "filter"
+    seed: int = 0
+    target: str | Path | None = None
+    trajectory: tuple[str | Path, ...] = ()
+    regularizer: str = "none"
+    reg_coef: float | None = None
+    bn: str = "eval"
+    ignore_1d: bool = True
+    zero_patterns: tuple[str, ...] | None = None
+    allow_stochastic: bool = False
+    batch_points: int | str = "auto"
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        check_data_options(self.split, self.samples, self.batch_size, self.seed)
+        if self.data is not None and not isinstance(self.data, str):
+            raise LandscapeError(f"--data must be a dataset spec string, got {self.data!r}")
+        parse_grid(self.x, "--x")
+        if self.y is not None:
+            parse_grid(self.y, "--y")
+        choice(self.norm, "normalisation", NORMS)
+        choice(self.bn, "BatchNorm mode", BN_MODES)
+        check_regularizer(self.regularizer, self.reg_coef)
+        if self.reg_coef is not None:
+            object.__setattr__(self, "reg_coef", checks.non_negative(self.reg_coef, "--reg-coef"))
+        trajectory = self.trajectory
+        if isinstance(trajectory, (str, Path)):
+            trajectory = (trajectory,)
+        object.__setattr__(self, "trajectory", tuple(trajectory))
+        if self.target is not None and self.trajectory:
+            raise LandscapeError("give either --target or --trajectory, not both")
+        if self.trajectory and len(self.trajectory) < self.ndim + 1:
+            raise LandscapeError(f"PCA directions of a {self.ndim}D surface need at least {self.ndim + 1} --trajectory "
+                                 f"snapshots, got {len(self.trajectory)}; give more snapshots")
+        if self.zero_patterns is not None:
+            object.__setattr__(self, "zero_patterns", split_patterns(self.zero_patterns))
+        for name in ("ignore_1d", "allow_stochastic", "compile"):
+            object.__setattr__(self, name, _flag(getattr(self, name), name))
+        object.__setattr__(self, "batch_points", _batch_points(self.batch_points))
+
+    @property
+    def xcoords(self) -> np.ndarray:
+        """The x grid coordinates (parsed :attr:`x`)."""
+        return parse_grid(self.x, "--x")
+
+    @property
+    def ycoords(self) -> np.ndarray | None:
+        """The y grid coordinates (parsed :attr:`y`); None for a 1D surface."""
+        return None if self.y is None else parse_grid(self.y, "--y")
+
+    @property
+    def ndim(self) -> int:
+        """1 for a line (no :attr:`y`), 2 for a plane."""
+        return 1 if self.y is None else 2
+
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        """The zero patterns in force (:attr:`zero_patterns`, else :data:`DEFAULT_ZERO_PATTERNS`)."""
+        return DEFAULT_ZERO_PATTERNS if self.zero_patterns is None else tuple(self.zero_patterns)
+
+    def attrs(self) -> dict[str, Any]:
+        """The root attributes these options write into the surface file (docs/schema.md, surface).
+
+        These are the options' part of the file's identity: ``split``, ``seed``/``direction_seed``,
+        ``batch_size``, the direction attributes (``direction_type``, ``norm``, ``ignore_1d``/``zero_patterns``
+        where they shape a random direction, ``target``, ``trajectory``/``n_snapshots``), ``surface_ndim``,
+        ``xgrid``/``ygrid``, ``bn``, ``regularizer`` and ``compile``; ``dataset`` when :attr:`data` is given.
+        What the run measures (``n_samples``, direction norms, ``batch_points``, ...) is not among them.
+
+        Returns:
+            Attribute name -> value, as the file records it.
+        """
+        xs, ys = self.xcoords, self.ycoords
+        out: dict[str, Any] = {"split": self.split, "seed": int(self.seed), "batch_size": int(self.batch_size),
+                               "direction_seed": int(self.seed)}
+        if self.data is not None:
+            out["dataset"] = self.data
+        shaping = {"ignore_1d": self.ignore_1d, "zero_patterns": list(self.patterns)}
+        if self.target is not None:
+            out.update(target=str(self.target), direction_type="target",
+                       norm="none" if self.ndim == 1 else f"x:none,y:{self.norm}")
+            if self.ndim == 2:  # these options shape the random y direction only
+                out.update(shaping)
+        elif self.trajectory:
+            out.update(trajectory=[str(p) for p in self.trajectory], direction_type="pca", norm="none",
+                       n_snapshots=len(self.trajectory))
+        else:
+            out.update(direction_type="random", norm=self.norm, **shaping)
+        coef = REG_COEF_DEFAULTS[self.regularizer] if self.reg_coef is None else float(self.reg_coef)
+        out.update(
+            surface_ndim=self.ndim,
+            xgrid=[float(xs[0]), float(xs[-1]), int(xs.size)],
+            ygrid=None if ys is None else [float(ys[0]), float(ys[-1]), int(ys.size)],
+            bn=self.bn,
+            regularizer=json.dumps({"kind": self.regularizer, "coef": coef}),
+            compile=self.compile,
+        )
+        return out
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Field name -> default value (what the CLI's options default to)."""
+        return {f.name: f.default for f in fields(cls)}
+
+
+def _batch_points(value: Any) -> int | str:
+    """``"auto"`` or a whole number >= 1 (a string of digits is read as one)."""
+    if isinstance(value, str):
+        if value.strip() == "auto":
+            return "auto"
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise LandscapeError(f"--batch-points must be a positive integer or auto, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
+        raise LandscapeError(f"--batch-points must be a positive integer or auto, got {value!r}")
+    return int(value)
