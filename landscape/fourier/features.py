@@ -24,7 +24,18 @@ from landscape.taps import FeatureTaps, as_grid
 
 @dataclass
 class LayerSpectrum:
-    """Running sums of one layer: log-amplitude (diagonal vector or (h, w) map in FFT order), variance."""
+    """Running sums of one layer: log-amplitude (diagonal vector or (h, w) map in FFT order), variance.
+
+    Attributes:
+        name: the layer's name.
+        kind: the layer's kind (stem/conv/msa/mlp/downsample/embed).
+        height: the feature map's height ``h``.
+        width: the feature map's width ``w``.
+        log_amplitude_sum: the sum of ``log(|F| + 1e-6)`` over (sample, channel): shape ``(ceil(h/2),)`` or
+            ``(h, w)`` (FFT order), float64.
+        variance_sum: the sum of the unbiased spatial variances over (sample, channel), a 0-dim float64 tensor.
+        count: the number of (sample, channel) pairs summed.
+    """
 
     name: str
     kind: str
@@ -47,7 +58,13 @@ class LayerSpectrum:
 
 @dataclass
 class FourierProfile:
-    """Per-layer Fourier profiles of a model's feature maps (each on the layer's own frequency grid)."""
+    """Per-layer Fourier profiles of a model's feature maps (each on the layer's own frequency grid).
+
+    Attributes:
+        profile: ``"diagonal"`` or ``"radial"``.
+        layers: the running sums of each layer, in forward order.
+        n_samples: the number of input samples accumulated.
+    """
 
     profile: str
     layers: list[LayerSpectrum] = field(default_factory=list)
@@ -75,7 +92,17 @@ class FourierProfile:
         return np.array([layer.variance for layer in self.layers])
 
     def log_amplitude(self, i: int) -> np.ndarray:
-        """Layer ``i``'s profile of mean log amplitude (diagonal or radial) on its own frequency grid."""
+        """Layer ``i``'s profile of mean log amplitude (diagonal or radial) on its own frequency grid.
+
+        Args:
+            i: the layer's index in :attr:`layers`.
+
+        Returns:
+            The profile log A(f), shape ``(ceil(h/2),)`` (radial: ``(ceil(min(h, w)/2),)``).
+
+        Raises:
+            LandscapeError: a diagonal profile taken from a full map that is not square.
+        """
         layer = self.layers[i]
         mean = layer.mean_log_amplitude
         if mean.ndim == 1:
@@ -85,14 +112,28 @@ class FourierProfile:
         return spectrum.radial_profile(mean)
 
     def frequencies(self, i: int) -> np.ndarray:
-        """Layer ``i``'s native frequencies in units of pi (``2 k / h``)."""
+        """Layer ``i``'s native frequencies in units of pi (``2 k / h``).
+
+        Args:
+            i: the layer's index in :attr:`layers`.
+
+        Returns:
+            The frequencies of :meth:`log_amplitude`'s points, same shape.
+        """
         layer = self.layers[i]
         if self.profile == "diagonal":
             return spectrum.diagonal_frequencies(layer.height)
         return spectrum.radial_frequencies(layer.height, layer.width)
 
     def delta_log_amplitude(self, i: int) -> np.ndarray:
-        """Layer ``i``'s ``log A(f) - log A(0)`` on its own frequency grid."""
+        """Layer ``i``'s ``log A(f) - log A(0)`` on its own frequency grid.
+
+        Args:
+            i: the layer's index in :attr:`layers`.
+
+        Returns:
+            The Delta log amplitude, of :meth:`log_amplitude`'s shape (first entry 0).
+        """
         profile = self.log_amplitude(i)
         return profile - profile[0]
 
@@ -102,7 +143,14 @@ class FourierProfile:
         return np.array([self.delta_log_amplitude(i)[-1] for i in range(len(self.layers))])
 
     def mean_map(self, i: int) -> np.ndarray | None:
-        """Layer ``i``'s centred (fftshift-ed) 2D mean log-amplitude map, if it was accumulated."""
+        """Layer ``i``'s centred (fftshift-ed) 2D mean log-amplitude map, if it was accumulated.
+
+        Args:
+            i: the layer's index in :attr:`layers`.
+
+        Returns:
+            The map, shape ``(h, w)``, or ``None`` when only the half diagonal was accumulated.
+        """
         mean = self.layers[i].mean_log_amplitude
         return np.fft.fftshift(mean) if mean.ndim == 2 else None
 
@@ -114,6 +162,16 @@ class FourierProfile:
         ``linspace(0, 1, n_freq)``, ``n_freq`` the most points of any layer; a one-point layer is NaN past 0.
         ``physical``: the axis is the finest layer's grid in units of pi; each layer is interpolated on its
         own frequencies and NaN beyond its highest one.
+
+        Args:
+            axis: ``"normalised"`` or ``"physical"``.
+
+        Returns:
+            ``(frequencies, delta)``: the common axis, shape ``(n_freq,)``, and the Delta log amplitudes,
+            shape ``(n_layers, n_freq)`` (NaN where a layer has no value).
+
+        Raises:
+            LandscapeError: ``axis`` is unknown.
         """
         if axis not in FREQUENCY_AXES:
             raise LandscapeError(f"unknown frequency axis {axis!r}; use one of {', '.join(FREQUENCY_AXES)}")
@@ -132,7 +190,14 @@ class FourierProfile:
 
 
 def eval_model(model: nn.Module) -> nn.Module:
-    """Return the model itself if it is already in eval mode everywhere, else an eval-mode deep copy."""
+    """Return the model itself if it is already in eval mode everywhere, else an eval-mode deep copy.
+
+    Args:
+        model: the model (never changed).
+
+    Returns:
+        ``model``, or a deep copy of it in eval mode when any submodule is in training mode.
+    """
     if any(m.training for m in model.modules()):
         return copy.deepcopy(model).eval()
     return model
@@ -159,6 +224,23 @@ def fourier_profile(
     mode under ``torch.no_grad`` (an eval copy is made if any module is in training mode; the model passed in
     is never changed). ``taps`` (``'PATTERN=KIND'`` items) choose the modules whose outputs are the maps
     instead of the model's rule (see :class:`~landscape.taps.FeatureTaps`).
+
+    Args:
+        model: the model (never changed).
+        batches: inputs of shape ``(B, C, H, W)``, or ``(inputs, targets)`` pairs.
+        taps: ``'PATTERN=KIND'`` strings or ``(pattern, kind)`` pairs; ``None`` for the model's rule.
+        profile: ``"diagonal"`` or ``"radial"``.
+        maps: also keep the full ``(h, w)`` map of each layer for a diagonal profile (see
+            :meth:`FourierProfile.mean_map`).
+        progress: show a progress bar over the batches.
+
+    Returns:
+        The :class:`FourierProfile` with float64 running sums of every layer.
+
+    Raises:
+        LandscapeError: ``profile`` is unknown, no feature maps can be tapped or read (see
+            :class:`~landscape.taps.FeatureTaps`), a diagonal profile without ``maps`` meets a non-square map,
+            the number or size of the maps changes between batches, or there are no batches.
     """
     if profile not in PROFILES:
         raise LandscapeError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}")
@@ -204,6 +286,12 @@ def merge_profiles(parts: Sequence[FourierProfile | None]) -> FourierProfile:
 
     The running sums and counts of every layer are added in the order given, so the merged means are those
     of one pass over all the batches (up to float64 rounding).
+
+    Args:
+        parts: the profiles of the shares (e.g. one per rank), ``None`` for a share without batches.
+
+    Returns:
+        The merged :class:`FourierProfile` (sums on the CPU; the parts are not changed).
 
     Raises:
         LandscapeError: the parts disagree on the layers (names or sizes), or every part is empty.

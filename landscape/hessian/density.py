@@ -33,6 +33,14 @@ class SpectralDensity:
 
     ``nodes`` and ``weights`` (probes, steps) (padding has weight 0; each row sums to 1), the density
     ``values`` on ``grid`` (cell centres; integrates to 1), the broadening ``sigma`` and ``n_matvec``.
+
+    Attributes:
+        nodes: the quadrature nodes theta_j, shape ``(probes, steps)``, float64.
+        weights: their weights tau_j, shape ``(probes, steps)``; each row sums to 1, padding has weight 0.
+        grid: the cell centres, shape ``(grid_points,)``.
+        values: the broadened density's cell averages on ``grid``, shape ``(grid_points,)``.
+        sigma: the Gaussian broadening used.
+        n_matvec: the number of operator products used.
     """
 
     nodes: Tensor
@@ -43,12 +51,27 @@ class SpectralDensity:
     n_matvec: int
 
     def moment(self, power: int) -> float:
-        """The SLQ estimate of ``(1/n) tr(A^power)``: mean over probes of ``sum_j tau_j theta_j^power``."""
+        """The SLQ estimate of ``(1/n) tr(A^power)``: mean over probes of ``sum_j tau_j theta_j^power``.
+
+        Args:
+            power: the moment's order (0 gives 1).
+
+        Returns:
+            The estimate, a float.
+        """
         return float((self.weights * self.nodes**power).sum(dim=1).mean())
 
 
 def quadrature(alpha: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
-    """Gauss quadrature nodes (eigenvalues of the tridiagonal T) and weights (squared first components)."""
+    """Gauss quadrature nodes (eigenvalues of the tridiagonal T) and weights (squared first components).
+
+    Args:
+        alpha: T's diagonal, shape ``(m,)``.
+        beta: T's off-diagonal, shape ``(m-1,)``.
+
+    Returns:
+        ``(theta, tau)``: the eigenvalues of T in ascending order and ``tau_j = s_j[0]^2``, each shape ``(m,)``.
+    """
     T = torch.diag(alpha) + torch.diag(beta, 1) + torch.diag(beta, -1)
     theta, S = torch.linalg.eigh(T)
     return theta, S[0] ** 2

@@ -33,19 +33,46 @@ from landscape.options.hessian import WHICH
 
 
 class Operator(Protocol):
-    """What the solvers need: ``matvec`` on flat vectors, ``shape``, ``dtype``, ``device``."""
+    """What the solvers need: ``matvec`` on flat vectors, ``shape``, ``dtype``, ``device``.
+
+    Attributes:
+        shape: ``(n, n)``.
+        dtype: the dtype of the vectors ``matvec`` takes and returns.
+        device: the device of those vectors.
+    """
 
     shape: tuple[int, int]
     dtype: torch.dtype
     device: torch.device
 
     def matvec(self, v: Tensor) -> Tensor:
-        """Return ``A v``."""
+        """Return ``A v``.
+
+        Args:
+            v: a flat vector of shape ``(n,)`` in :attr:`dtype` on :attr:`device`.
+
+        Returns:
+            ``A v``, shape ``(n,)``.
+        """
         ...
 
 
 class DenseOperator:
-    """A symmetric matrix (or a function ``v -> A v`` with a given size) seen as an :class:`Operator`."""
+    """A symmetric matrix (or a function ``v -> A v`` with a given size) seen as an :class:`Operator`.
+
+    Args:
+        matrix: the symmetric ``(n, n)`` matrix; its dtype and device are the operator's.
+        fn: instead of ``matrix``, a function ``v -> A v`` on flat vectors.
+        n: the size of ``fn``'s vectors (required with ``fn``).
+        dtype: the dtype of ``fn``'s vectors (ignored with ``matrix``).
+        device: the device of ``fn``'s vectors (ignored with ``matrix``).
+
+    Attributes:
+        n_matvec: the number of products made so far.
+
+    Raises:
+        ValueError: neither ``matrix`` nor both ``fn`` and ``n`` are given.
+    """
 
     def __init__(
         self,
@@ -67,7 +94,14 @@ class DenseOperator:
         self.n_matvec = 0
 
     def matvec(self, v: Tensor) -> Tensor:
-        """Return ``A v``."""
+        """Return ``A v`` (and count the product in :attr:`n_matvec`).
+
+        Args:
+            v: a vector of shape ``(n,)`` (or a matrix ``(n, m)`` with a dense ``matrix``).
+
+        Returns:
+            ``matrix @ v``, or ``fn(v)``.
+        """
         self.n_matvec += 1
         return self.matrix @ v if self.matrix is not None else self.fn(v)  # type: ignore[misc]
 
@@ -79,6 +113,17 @@ class EigenResult:
     ``eigenvalues`` (k,), ``eigenvectors`` (n, k) unit columns or None, ``residuals`` (k,) = ||A y - theta y||,
     ``errors`` (k,) the estimated eigenvalue errors ``min(r, r^2/gap)``, ``converged`` (k,) bool,
     ``n_matvec`` operator products used, ``n_restarts`` thick restarts done.
+
+    Attributes:
+        eigenvalues: the Ritz values theta, shape ``(k,)``, float64 on the CPU.
+        eigenvectors: the Ritz vectors y as unit columns, shape ``(n, k)`` on the operator's device, or None.
+        residuals: ``||A y - theta y||``, shape ``(k,)``.
+        errors: the estimated eigenvalue errors ``min(r, r^2/gap)``, shape ``(k,)``.
+        converged: whether each pair met the tolerance, shape ``(k,)``, bool.
+        n_matvec: the number of operator products used.
+        n_restarts: the number of thick restarts done.
+        which: the ``which`` asked for (LA, SA, BE or LM).
+        tol: the relative tolerance used (``eps`` when 0 was asked for).
     """
 
     eigenvalues: Tensor
@@ -102,6 +147,13 @@ def rank_ritz(theta: Tensor, which: str) -> Tensor:
 
     LA: largest first; SA: smallest first; LM: largest magnitude first; BE: alternately the largest and the
     smallest (largest first), so the first k hold ceil(k/2) from the top and floor(k/2) from the bottom.
+
+    Args:
+        theta: the Ritz values, shape ``(m,)``.
+        which: ``"LA"``, ``"SA"``, ``"LM"`` or ``"BE"`` (any other value is taken as BE).
+
+    Returns:
+        A permutation of ``0..m-1`` (int64), most wanted first.
     """
     if which == "LA":
         return torch.argsort(theta, descending=True)
@@ -142,7 +194,17 @@ def require_finite(values: Tensor, products: int) -> Tensor:
 
 
 def random_unit(n: int, dtype: torch.dtype, device: torch.device, generator: torch.Generator) -> Tensor:
-    """A Gaussian vector normalised to unit length (drawn on CPU from ``generator``, so seeds are portable)."""
+    """A Gaussian vector normalised to unit length (drawn on CPU from ``generator``, so seeds are portable).
+
+    Args:
+        n: the length.
+        dtype: the dtype of the result (drawn in float64).
+        device: the device of the result.
+        generator: the CPU generator to draw from.
+
+    Returns:
+        ``g / ||g||`` for ``g ~ N(0, I_n)``, shape ``(n,)``.
+    """
     v = torch.randn(n, generator=generator, dtype=torch.float64)
     return (v / torch.linalg.vector_norm(v)).to(device=device, dtype=dtype)
 
@@ -151,6 +213,13 @@ def orthogonalize(r: Tensor, basis: Tensor) -> tuple[Tensor, Tensor]:
     """Remove from ``r`` its components along the orthonormal columns of ``basis`` (Gram-Schmidt twice).
 
     Returns ``(r - basis c, c)`` with ``c = basis^T r`` accumulated over both passes.
+
+    Args:
+        r: the vector, shape ``(n,)``.
+        basis: orthonormal columns, shape ``(n, j)`` (``j = 0`` allowed).
+
+    Returns:
+        ``(r_perp, c)``: the orthogonalised vector, shape ``(n,)``, and the coefficients, shape ``(j,)``.
     """
     if basis.shape[1] == 0:
         return r, r.new_zeros(0)
@@ -202,7 +271,9 @@ def lanczos(
     A pair ``(theta, y)`` with residual ``r = ||A y - theta y||`` and gap ``g`` is converged when
     ``min(r, r^2 / g) <= tol * max(|theta|, eps^(2/3) ||A||)`` (the module's stopping rule).
 
-    Args (as ``scipy.sparse.linalg.eigsh``):
+    The arguments follow ``scipy.sparse.linalg.eigsh``.
+
+    Args:
         op: the symmetric operator.
         k: how many eigenpairs.
         which: LA largest, SA smallest, BE both ends, LM largest magnitude.

@@ -37,6 +37,16 @@ def select_names(names: Sequence[str], patterns: Sequence[str] | str | None) -> 
     A pattern matches a name when it is a glob for it (``fnmatch``: ``"layer1.*"``, ``"*.weight"``), equals
     it, or is a dotted prefix of it (``"fc"`` matches ``fc.weight`` and ``fc.bias``). ``None`` or an empty
     list selects every name.
+
+    Args:
+        names: parameter names, e.g. those of ``model.named_parameters()``.
+        patterns: one pattern, a list of patterns, or ``None``.
+
+    Returns:
+        The matching names, in the order of ``names``.
+
+    Raises:
+        LandscapeError: patterns were given but no name matches any of them.
     """
     if patterns is None:
         return list(names)
@@ -83,6 +93,20 @@ class HessianOperator:
     Vectors are 1-D tensors of length ``n`` on the objective's device in the params' dtype; the flat order
     is the insertion order of the selected parameters (``self.names``). ``n_matvec`` counts products
     (one product = one full pass over the used batches).
+
+    Attributes:
+        names: the selected parameter names, in flat order.
+        params: the evaluation point of the selected parameters.
+        batch_indices: the objective's batches used.
+        weights: ``N_b / N_used`` for each used batch.
+        shape: ``(n, n)``, ``n`` the number of selected parameter entries.
+        dtype: the dtype of the vectors (the first selected parameter's).
+        device: the device of the vectors (the first selected parameter's).
+        n_matvec: the number of products made so far.
+
+    Raises:
+        LandscapeError: unknown ``mode``, no parameter matches ``patterns``, or a batch index out of range (or
+            an empty list of batches).
     """
 
     def __init__(
@@ -160,6 +184,16 @@ class HessianOperator:
 
         With ``parts > 1`` only this part's share is computed: the batches ``part, part + parts, ...`` (and the
         regulariser in part 0); the parts sum to ``H v``.
+
+        ``H v = sum_b (N_b/N_used) H_b v + H_R v`` over the used batches (this part's share of them).
+
+        Args:
+            v: the vector by parameter name (at least the selected names; other entries are ignored).
+            part: which share to compute, ``0 <= part < parts``.
+            parts: the number of shares.
+
+        Returns:
+            ``H v`` (or this part's share) by selected parameter name, each tensor of its parameter's shape.
         """
         v = {n: v[n] for n in self.names}
         total = self._reg_hvp(v) if part == 0 else None
@@ -175,7 +209,20 @@ class HessianOperator:
 
     # -- the operator ------------------------------------------------------------------------------
     def matvec(self, v: Tensor) -> Tensor:
-        """``H v`` for a flat vector ``v`` of length n (moved to the operator's device and dtype)."""
+        """``H v`` for a flat vector ``v`` of length n (moved to the operator's device and dtype).
+
+        With ``shard`` under torchrun each rank computes its share of the batches and the shares are summed
+        with ``all_reduce``.
+
+        Args:
+            v: a vector of ``n`` entries (any shape that flattens to ``(n,)``).
+
+        Returns:
+            ``H v``, shape ``(n,)``, in :attr:`dtype` on :attr:`device`.
+
+        Raises:
+            ValueError: ``v`` does not have ``n`` entries.
+        """
         v = v.to(device=self.device, dtype=self.dtype).reshape(-1)
         if v.numel() != self.shape[0]:
             raise ValueError(f"vector has {v.numel()} entries, the operator acts on {self.shape[0]}")
@@ -194,6 +241,16 @@ class HessianOperator:
 
         ``vectorize=True`` maps the products over the columns with ``torch.func.vmap`` (worth it on a GPU
         for small models; on CPU a loop was faster). It counts as m products.
+
+        Args:
+            V: the matrix, shape ``(n, m)``.
+            vectorize: compute all columns at once with ``vmap`` (not sharded across ranks).
+
+        Returns:
+            ``H V``, shape ``(n, m)``, in :attr:`dtype` on :attr:`device`.
+
+        Raises:
+            ValueError: ``V`` is not a matrix with ``n`` rows.
         """
         V = V.to(device=self.device, dtype=self.dtype)
         if V.dim() != 2 or V.shape[0] != self.shape[0]:
@@ -209,11 +266,20 @@ class HessianOperator:
         return out
 
     def dense(self) -> Tensor:
-        """The full n x n matrix by n products with the unit vectors, vectorised (tiny problems and tests)."""
+        """The full n x n matrix by n products with the unit vectors, vectorised (tiny problems and tests).
+
+        Returns:
+            ``H``, shape ``(n, n)``, in :attr:`dtype` on :attr:`device`.
+        """
         return self.matmat(torch.eye(self.shape[0], dtype=self.dtype, device=self.device), vectorize=True)
 
     def to_scipy(self) -> object:
-        """A ``scipy.sparse.linalg.LinearOperator`` (float64 numpy in and out) backed by this operator."""
+        """A ``scipy.sparse.linalg.LinearOperator`` (float64 numpy in and out) backed by this operator.
+
+        Returns:
+            A symmetric ``LinearOperator`` of shape ``(n, n)`` whose products call :meth:`matvec` (e.g. for
+            ``scipy.sparse.linalg.eigsh``).
+        """
         from scipy.sparse.linalg import LinearOperator
 
         def mv(x: np.ndarray) -> np.ndarray:

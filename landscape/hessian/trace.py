@@ -27,6 +27,13 @@ class TraceEstimate:
 
     ``estimate`` of tr(A), its ``stderr``, the per-probe ``samples`` (their mean is the estimate), the
     ``method`` and the operator products used (``n_matvec``).
+
+    Attributes:
+        estimate: the estimate of tr(A), the mean of ``samples``.
+        stderr: ``std(samples) / sqrt(len(samples))`` (unbiased std; ``inf`` for a single sample).
+        samples: the per-probe values, shape ``(s,)``, float64 on the CPU.
+        method: ``"hutchinson"`` or ``"hutch++"``.
+        n_matvec: the number of operator products used.
     """
 
     estimate: float

@@ -56,6 +56,9 @@ SCHEMA = Schema(
 def check(result: Result) -> None:
     """Check that ``result`` is a Fourier result whose arrays fit :data:`SCHEMA` and whose maps name its layers.
 
+    Args:
+        result: a result file read by :func:`landscape.store.read_result`.
+
     Raises:
         LandscapeError: naming the array that is missing or does not fit, and what to do.
     """
@@ -69,7 +72,14 @@ def check(result: Result) -> None:
 
 
 def profile_figure(result: Result) -> Figure:
-    """Paper A Fig 2a: one Delta log amplitude curve per block, coloured by normalised depth (plasma_r)."""
+    """Paper A Fig 2a: one Delta log amplitude curve per block, coloured by normalised depth (plasma_r).
+
+    Args:
+        result: a Fourier result checked by :func:`check`.
+
+    Returns:
+        The figure (NaN entries of a curve are left out).
+    """
     fig, ax = single_axes((5.2, 4.0))
     freq, delta, depth = result["frequencies"], result["delta_log_amplitude"], result["depth"]
     cmap, norm = "plasma_r", Normalize(0.0, 1.0)
@@ -87,7 +97,16 @@ def profile_figure(result: Result) -> Figure:
 
 
 def shade_layers(ax: Axes, depth: np.ndarray, kinds: Sequence[str]) -> list[Patch]:
-    """Shade each MSA block grey and each downsampling block blue over its depth cell; return legend patches."""
+    """Shade each MSA block grey and each downsampling block blue over its depth cell; return legend patches.
+
+    Args:
+        ax: the axes to shade.
+        depth: the normalised depth of each layer, shape ``(L,)``; a cell is ``1 / (L - 1)`` wide.
+        kinds: the kind of each layer (``"msa"`` and ``"downsample"`` are shaded; others are not).
+
+    Returns:
+        One legend patch per kind shaded, in the order first met.
+    """
     step = 1.0 / max(len(depth) - 1, 1)
     used: dict[str, Patch] = {}
     for d, kind in zip(depth, kinds):
@@ -103,6 +122,16 @@ def depth_figure(results: Sequence[Result], key: str, ylabel: str, title: str, l
 
     Files of the same architecture are overlaid in one panel, shaded by their layer kinds (MSA grey,
     downsampling blue); every file keeps its own marker across panels.
+
+    Args:
+        results: Fourier results checked by :func:`check`.
+        key: the per-layer array to draw, e.g. ``"high_frequency"`` or ``"variance"``.
+        ylabel: the y axis label.
+        title: the title of the top panel.
+        log: a log-scale y axis.
+
+    Returns:
+        The figure, one panel per distinct ``layer_kinds`` sequence.
     """
     groups: dict[tuple[str, ...], list[int]] = {}
     for j, result in enumerate(results):
@@ -130,7 +159,14 @@ def depth_figure(results: Sequence[Result], key: str, ylabel: str, title: str, l
 
 
 def noise_figure(results: Sequence[Result]) -> Figure:
-    """Paper A Fig 2b: accuracy drop (percentage points) against the noise band's centre frequency."""
+    """Paper A Fig 2b: accuracy drop (percentage points) against the noise band's centre frequency.
+
+    Args:
+        results: Fourier results holding the ``noise/*`` arrays; only bands marked done are drawn.
+
+    Returns:
+        The figure, one curve per file.
+    """
     fig, ax = single_axes((5.2, 3.8))
     for j, (result, label) in enumerate(zip(results, labels(results))):
         done = result["noise/done"].astype(bool)
@@ -146,7 +182,14 @@ def noise_figure(results: Sequence[Result]) -> Figure:
 
 
 def maps_figure(result: Result) -> Figure:
-    """The centred 2D mean log-amplitude map of each layer (zero frequency in the middle), minus its centre."""
+    """The centred 2D mean log-amplitude map of each layer (zero frequency in the middle), minus its centre.
+
+    Args:
+        result: a Fourier result holding at least one ``maps/NNN`` array.
+
+    Returns:
+        The figure, one panel per map (up to six per row) on one shared colour scale.
+    """
     names = sorted(k for k in result.arrays if k.startswith("maps/"))
     cols = min(6, len(names))
     rows = math.ceil(len(names) / cols)
@@ -191,5 +234,22 @@ def _figures(results: list[Result]) -> Iterator[tuple[str, Figure]]:
 
 
 def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:
-    """Write every Fourier figure of ``results`` to ``out_dir``; return the paths."""
+    """Write every Fourier figure of ``results`` to ``out_dir``; return the paths.
+
+    Per file ``<stem>_delta_log_amplitude`` (and ``<stem>_maps`` when it holds maps); for all files together
+    ``<stem>_high_frequency``, ``<stem>_variance`` (log axis when the variances span more than 50x) and,
+    when a file holds noise results, ``<stem>_noise``.
+
+    Args:
+        results: Fourier results checked by :func:`check` (at least one).
+        out_dir: an existing folder.
+        fmt: ``png``, ``pdf`` or ``svg``.
+        **options: drawing options; none apply to Fourier figures.
+
+    Returns:
+        The paths written, in order.
+
+    Raises:
+        LandscapeError: ``out_dir`` cannot be written.
+    """
     return save_figures(_figures(results), out_dir, fmt)

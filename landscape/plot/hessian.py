@@ -51,6 +51,11 @@ SPECTRUM = Schema(
 def check(result: Result) -> None:
     """Check that the arrays of a ``hessian`` or ``spectrum`` result fit its schema (:data:`HESSIAN`, :data:`SPECTRUM`).
 
+    A ``hessian`` result must also hold eigenvalues or a density.
+
+    Args:
+        result: a result file read by :func:`landscape.store.read_result`.
+
     Raises:
         LandscapeError: naming the array that is missing or does not fit, and what to do.
     """
@@ -61,7 +66,14 @@ def check(result: Result) -> None:
 
 
 def density_figure(results: list[Result]) -> Figure:
-    """SLQ densities (log y), one curve per file, eigenvalues as ticks; trace estimates in the legend."""
+    """SLQ densities (log y), one curve per file, eigenvalues as ticks; trace estimates in the legend.
+
+    Args:
+        results: ``hessian`` results; files without ``density/values`` are skipped.
+
+    Returns:
+        The figure (densities floored at ``1e-8`` of their maximum for the log axis).
+    """
     fig, ax = single_axes((6.0, 4.0))
     for i, (label, res) in enumerate(zip(labels(results), results)):
         if "density/values" not in res:
@@ -86,7 +98,14 @@ def density_figure(results: list[Result]) -> Figure:
 
 
 def eigenvalue_figure(results: list[Result]) -> Figure:
-    """The computed eigenvalues of each file against their rank, with residual error bars."""
+    """The computed eigenvalues of each file against their rank, with residual error bars.
+
+    Args:
+        results: ``hessian`` results; files without ``eigenvalues`` are skipped.
+
+    Returns:
+        The figure.
+    """
     fig, ax = single_axes((5.0, 3.6))
     for i, (label, res) in enumerate(zip(labels(results), results)):
         if "eigenvalues" not in res:
@@ -103,7 +122,15 @@ def eigenvalue_figure(results: list[Result]) -> Figure:
 
 
 def spectrum_figure(results: list[Result], bins: int = 40) -> Figure:
-    """Paper A's max-eigenvalue spectra: pooled eigenvalues as densities, negative and positive panels."""
+    """Paper A's max-eigenvalue spectra: pooled eigenvalues as densities, negative and positive panels.
+
+    Args:
+        results: ``spectrum`` results; the finite eigenvalues of the done mini-batches of each are pooled.
+        bins: histogram bins per panel.
+
+    Returns:
+        The figure; each file's histogram integrates to 1 over both panels together.
+    """
     fig = Figure(figsize=(8.0, 3.4), layout="constrained")
     neg_ax, pos_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 2]})
     pooled = [_pooled(r) for r in results]
@@ -150,6 +177,18 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
 
     ``hessian``: ``<stem>_density`` (files with a density) and ``<stem>_eigenvalues`` (files with
     eigenvalues). ``spectrum``: ``<stem>_spectrum``; ``bins`` (option, default 40) per panel.
+
+    Args:
+        results: results of one kind, checked by :func:`check` (at least one; the first decides the kind).
+        out_dir: an existing folder.
+        fmt: ``png``, ``pdf`` or ``svg``.
+        **options: drawing options; ``bins`` is used for spectra, others are ignored.
+
+    Returns:
+        The paths written, in order.
+
+    Raises:
+        LandscapeError: ``out_dir`` cannot be written.
     """
     stem = group_stem(results)
     figures: list[tuple[str, Figure]] = []

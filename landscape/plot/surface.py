@@ -39,6 +39,9 @@ def check(result: Result) -> None:
     Its arrays must fit :data:`SCHEMA`, ``surface_ndim`` (when stored) must agree with the grid, a plane needs
     two points along each axis, and at least one done grid point must have a finite loss.
 
+    Args:
+        result: a result file read by :func:`landscape.store.read_result`.
+
     Raises:
         LandscapeError: naming what is wrong with the file and what to do.
     """
@@ -73,6 +76,13 @@ def check(result: Result) -> None:
 def grid_of(result: Result) -> tuple[np.ndarray, np.ndarray, np.ma.MaskedArray, np.ma.MaskedArray]:
     """``(xs, ys, loss, accuracy)`` of a surface checked by :func:`check`; points not done (NaN) are masked.
 
+    Args:
+        result: a surface result.
+
+    Returns:
+        ``xs`` ``(nx,)``, ``ys`` ``(ny,)``, and masked ``loss`` and ``accuracy`` of shape ``(ny, nx)``
+        (``loss[j, i]`` at ``(x_i, y_j)``; NaN and not-done points masked).
+
     Raises:
         LandscapeError: the surface cannot be drawn (see :func:`check`).
     """
@@ -86,7 +96,14 @@ def grid_of(result: Result) -> tuple[np.ndarray, np.ndarray, np.ma.MaskedArray, 
 
 
 def is_2d(result: Result) -> bool:
-    """Whether the surface is a plane (two directions) rather than a line."""
+    """Whether the surface is a plane (two directions) rather than a line.
+
+    Args:
+        result: a surface result.
+
+    Returns:
+        ``surface_ndim == 2`` when that attribute is stored, else whether the grid has more than one row.
+    """
     ndim = result.attrs.get("surface_ndim")
     return int(ndim) == 2 if ndim is not None else result["loss"].shape[0] > 1
 
@@ -120,6 +137,19 @@ def contour_figure(result: Result, *, levels: int = 20, log: bool = False, zmax:
     """Contour lines with labelled levels (or ``filled`` contours with a colour bar) of the loss.
 
     ``loss[j, i]`` is drawn at ``(x_i, y_j)``; the trajectory (PCA files) and the centre are marked.
+
+    Args:
+        result: a 2D surface result.
+        levels: the number of contour levels.
+        log: space the levels geometrically (when the lowest loss is > 0).
+        zmax: the highest level (the loss is clipped there for ``filled``); ``None``: the highest loss.
+        filled: draw filled contours with a colour bar instead of labelled lines.
+
+    Returns:
+        The figure.
+
+    Raises:
+        LandscapeError: the surface cannot be drawn (see :func:`check`).
     """
     xs, ys, loss, _ = grid_of(result)
     fig, ax = single_axes((6, 5))
@@ -149,7 +179,17 @@ def contour_figure(result: Result, *, levels: int = 20, log: bool = False, zmax:
 
 
 def heatmap_figure(result: Result) -> Figure:
-    """Two heatmaps (loss, accuracy); cell ``[j, i]`` is centred at ``(x_i, y_j)`` (pcolormesh, nearest)."""
+    """Two heatmaps (loss, accuracy); cell ``[j, i]`` is centred at ``(x_i, y_j)`` (pcolormesh, nearest).
+
+    Args:
+        result: a 2D surface result.
+
+    Returns:
+        The figure, loss on the left and accuracy on the right.
+
+    Raises:
+        LandscapeError: the surface cannot be drawn (see :func:`check`).
+    """
     xs, ys, loss, acc = grid_of(result)
     fig = Figure(figsize=(11, 4.5), layout="constrained")
     for k, (z, name, cmap) in enumerate(((loss, "loss", "viridis"), (acc, "accuracy", "magma"))):
@@ -168,6 +208,18 @@ def surface3d_figure(result: Result, *, style: str = "default", zmax: float | No
 
     ``paper``: Paper A's plasma-coloured wireframe of ``z = loss - min(loss)`` clipped at ``zmax``;
     ``default``: a shaded surface of the loss (log10 with ``log``), clipped at ``zmax``.
+
+    Args:
+        result: a 2D surface result.
+        style: ``"default"`` or ``"paper"``.
+        zmax: clip ``z`` at this value; ``None``: no clipping.
+        log: draw ``log10(loss)`` (``default`` style only).
+
+    Returns:
+        The figure.
+
+    Raises:
+        LandscapeError: ``style`` is unknown, or the surface cannot be drawn (see :func:`check`).
     """
     one_of(style, "surface style (--style)", STYLES)
     xs, ys, loss, _ = grid_of(result)
@@ -197,7 +249,18 @@ def surface3d_figure(result: Result, *, style: str = "default", zmax: float | No
 
 
 def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
-    """Loss (left axis, log scale with ``log``) and accuracy (right axis, dashed) along x, one colour per file."""
+    """Loss (left axis, log scale with ``log``) and accuracy (right axis, dashed) along x, one colour per file.
+
+    Args:
+        results: 1D surface results (at least one); the first gives the title and the x label.
+        log: a log-scale loss axis.
+
+    Returns:
+        The figure (the centre and the target are marked at alpha = 0 and 1 for target directions).
+
+    Raises:
+        LandscapeError: a surface cannot be drawn (see :func:`check`).
+    """
     fig, ax = single_axes((7, 4.5))
     ax2 = ax.twinx()
     for k, result in enumerate(results):
@@ -226,6 +289,15 @@ def write_vtp(result: Result, path: str | Path, *, zmax: float | None = None, lo
     One point ``(x_i, y_j, z)`` per grid point (index ``j*nx + i``) with ``z = loss`` (log10 with ``log``,
     clipped at ``zmax``), quads between neighbours whose four corners are done, and point arrays ``loss`` and
     ``accuracy``. The file is written atomically (see :func:`landscape.files.atomic_write`).
+
+    Args:
+        result: a 2D surface result.
+        path: the ``.vtp`` file to write.
+        zmax: clip ``z`` at this value; ``None``: no clipping.
+        log: ``z = log10(loss)``.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
         LandscapeError: the surface cannot be drawn, or ``path`` cannot be written.
@@ -274,6 +346,23 @@ def plot(results: list[Result], out_dir: Path, fmt: str, *, log: bool = False, z
 
     Options: ``log`` (log loss axis / levels), ``zmax`` (clip), ``style`` (``default`` or ``paper`` 3D),
     ``levels`` (contour count), ``vtp`` (write the ParaView file of 2D surfaces). Other options are ignored.
+
+    Args:
+        results: surface results; planes get four figures (and a ``.vtp``) each, lines share one figure.
+        out_dir: an existing folder.
+        fmt: ``png``, ``pdf`` or ``svg``.
+        log: log loss axis / geometric contour levels / log10 3D surface and ``.vtp``.
+        zmax: clip the loss (contour levels, 3D surface, ``.vtp``) at this value.
+        style: the 3D style, ``"default"`` or ``"paper"``.
+        levels: the number of contour levels.
+        vtp: also write ``<stem>.vtp`` for each plane.
+        **_: other drawing options, ignored.
+
+    Returns:
+        The paths written, in order.
+
+    Raises:
+        LandscapeError: a surface cannot be drawn, ``style`` is unknown, or ``out_dir`` cannot be written.
     """
     planes = [r for r in results if is_2d(r)]
     lines = [r for r in results if not is_2d(r)]
