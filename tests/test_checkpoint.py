@@ -1,3 +1,4 @@
+import errno
 import hashlib
 import os
 import sys
@@ -17,6 +18,7 @@ from landscape.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
+from landscape.errors import LandscapeError
 
 
 class TinyNet(nn.Module):
@@ -96,11 +98,12 @@ def test_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):
 
     def broken_save(obj, f):
         f.write(b"half a checkpoint")
-        raise OSError("disk full")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", broken_save)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(LandscapeError, match="no space left on the device") as e:
         save_checkpoint(path, trained_tiny(width=8), model_name="tiny", model_kwargs={"width": 8}, num_classes=10)
+    assert "\n" not in str(e.value)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["ck.pt"]
 
