@@ -44,29 +44,51 @@ def run_cell(args: argparse.Namespace, fraction: float, seed: int, workdir: Path
     n_train = len(load_dataset(args.data, "train", subset=subset, seed=seed))
     epochs = _epochs_for(n_train, args.steps, args.batch_size)
     steps = epochs * math.ceil(n_train / args.batch_size)
-    common = dict(data=args.data, epochs=epochs, batch_size=args.batch_size, lr=args.lr, seed=seed, subset=subset,
-                  warmup_epochs=0.1 * epochs, device="cpu",
-                  model_kwargs=dict(args.model_kw))
+    common = dict(
+        data=args.data,
+        epochs=epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=seed,
+        subset=subset,
+        warmup_epochs=0.1 * epochs,
+        device="cpu",
+        model_kwargs=dict(args.model_kw),
+    )
     tag = f"f{fraction:g}_s{seed}"
     CNN, VIT = f"convvit_{args.size}", f"vit_rpe_{args.size}"
     row = {"fraction": fraction, "seed": seed, "n_train": n_train, "epochs": epochs, "steps": steps}
     if args.control or args.control_only:  # compute control: the random ViT gets the two stages' total steps
         twice = {**common, "epochs": 2 * epochs, "warmup_epochs": 0.2 * epochs}
-        row["vit_random_2x"] = train_model(TrainConfig(model=VIT, **twice), workdir / f"vit2x_{tag}.pt", force=True,
-                                           quiet=True).metrics["test_accuracy"]
+        row["vit_random_2x"] = train_model(
+            TrainConfig(model=VIT, **twice), workdir / f"vit2x_{tag}.pt", force=True, quiet=True
+        ).metrics["test_accuracy"]
     if args.control_only:
         return row
     cnn = train_model(TrainConfig(model=CNN, **common), workdir / f"cnn_{tag}.pt", force=True, quiet=True)
     vit = train_model(TrainConfig(model=VIT, **common), workdir / f"vit_{tag}.pt", force=True, quiet=True)
-    conv = convert_checkpoint(cnn.checkpoint, workdir / f"init_{tag}.pt", sharpness=args.sharpness, data=args.data,
-                              samples=256, seed=seed, force=True)
+    conv = convert_checkpoint(
+        cnn.checkpoint,
+        workdir / f"init_{tag}.pt",
+        sharpness=args.sharpness,
+        data=args.data,
+        samples=256,
+        seed=seed,
+        force=True,
+    )
     converted, _ = load_model(conv.out)
     before = evaluate_model(converted, load_dataset(args.data, "test"), torch.device("cpu"))["accuracy"]
     finetune = {**common, "lr": args.finetune_lr or args.lr}
-    tuned = train_model(TrainConfig(model=VIT, init=str(conv.out), **finetune), workdir / f"ft_{tag}.pt",
-                        force=True, quiet=True)
-    row.update(cnn=cnn.metrics["test_accuracy"], vit_random=vit.metrics["test_accuracy"], converted=before,
-               vit_cnn_init=tuned.metrics["test_accuracy"], logit_diff=conv.max_logit_difference)
+    tuned = train_model(
+        TrainConfig(model=VIT, init=str(conv.out), **finetune), workdir / f"ft_{tag}.pt", force=True, quiet=True
+    )
+    row.update(
+        cnn=cnn.metrics["test_accuracy"],
+        vit_random=vit.metrics["test_accuracy"],
+        converted=before,
+        vit_cnn_init=tuned.metrics["test_accuracy"],
+        logit_diff=conv.max_logit_difference,
+    )
     return row
 
 
@@ -130,10 +152,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--finetune-lr", type=float, default=None, help="lr of the CNN-initialised ViT [default: --lr]")
     p.add_argument("--sharpness", type=float, default=DEFAULT_SHARPNESS)
-    p.add_argument("--model-kw", type=_model_kw, action="append", default=[],
-                   help="model option key=value for all three models, e.g. depth=2 (repeatable)")
-    p.add_argument("--control", action="store_true",
-                   help="also train the random-init ViT for twice the steps (the two-stage pipeline's total)")
+    p.add_argument(
+        "--model-kw",
+        type=_model_kw,
+        action="append",
+        default=[],
+        help="model option key=value for all three models, e.g. depth=2 (repeatable)",
+    )
+    p.add_argument(
+        "--control",
+        action="store_true",
+        help="also train the random-init ViT for twice the steps (the two-stage pipeline's total)",
+    )
     p.add_argument("--control-only", action="store_true", help="train only that control")
     p.add_argument("--workdir", type=Path, default=None, help="keep the checkpoints here (default: a temp dir)")
     return p.parse_args(argv)
@@ -153,8 +183,11 @@ def main(argv: list[str] | None = None) -> tuple[str, list[dict]]:
                 rows.append(run_cell(args, fraction, seed, workdir))
                 r = rows[-1]
                 done = ", ".join(f"{k} {r[k]:.3f}" for k, _ in COLUMNS if k in r)
-                print(f"fraction {fraction:g} seed {seed}: {done} ({time.perf_counter() - start:.0f} s)",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"fraction {fraction:g} seed {seed}: {done} ({time.perf_counter() - start:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
     table = markdown_table(rows, args, command, time.perf_counter() - start)
     print(table)
     return table, rows

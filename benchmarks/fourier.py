@@ -61,8 +61,10 @@ def taps_overhead(names: list[str], batch: int, repeats: int, device: torch.devi
 
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(batch, 3, size, size, generator=gen).to(device)
-    print(f"\ntaps overhead: FeatureTaps(model)(x) vs model(x), batch {batch} at {size} px, eval + no_grad, "
-          f"median of {repeats} interleaved rounds")
+    print(
+        f"\ntaps overhead: FeatureTaps(model)(x) vs model(x), batch {batch} at {size} px, eval + no_grad, "
+        f"median of {repeats} interleaved rounds"
+    )
     print(f"{'model':24s} {'rule':15s} {'maps':>4s} {'forward ms':>10s} {'taps ms':>9s} {'ratio':>6s} goal")
     for name in names:
         torch.manual_seed(0)
@@ -80,8 +82,10 @@ def taps_overhead(names: list[str], batch: int, repeats: int, device: torch.devi
             t_fwd, t_taps = interleaved_medians([forward, tapped], repeats)
             taps = FeatureTaps(model)
             n_maps = len(taps(x))
-        print(f"{name:24s} {taps.rule:15s} {n_maps:4d} {1e3 * t_fwd:10.1f} {1e3 * t_taps:9.1f} "
-              f"{t_taps / t_fwd:6.3f} <= 1.10")
+        print(
+            f"{name:24s} {taps.rule:15s} {n_maps:4d} {1e3 * t_fwd:10.1f} {1e3 * t_taps:9.1f} "
+            f"{t_taps / t_fwd:6.3f} <= 1.10"
+        )
 
 
 def main() -> None:
@@ -103,8 +107,10 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(args.samples, 3, 32, 32, generator=gen)
     batches = [xb.to(device) for xb in x.split(args.batch_size)]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {device}, "
-          f"{args.samples} samples in batches of {args.batch_size}, best of {args.repeats}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {device}, "
+        f"{args.samples} samples in batches of {args.batch_size}, best of {args.repeats}"
+    )
     for name in filter(None, args.models.split(",")):
         torch.manual_seed(0)
         model = create_model(name, num_classes=100).to(device).eval()
@@ -127,9 +133,11 @@ def main() -> None:
         t_rad = best_of(lambda: profile("radial"), args.repeats)
         n_layers = len(model.block_features(batches[0][:1]))
         for k, clock in enumerate(("wall", "cpu")):
-            print(f"{name:9s} {n_layers:3d} layers, {clock:4s} time: forward {t_fwd[k]:7.2f} s, diagonal profile "
-                  f"{t_diag[k]:7.2f} s (ratio {t_diag[k] / t_fwd[k]:.2f}, goal <= 1.5), radial profile "
-                  f"{t_rad[k]:7.2f} s (ratio {t_rad[k] / t_fwd[k]:.2f})")
+            print(
+                f"{name:9s} {n_layers:3d} layers, {clock:4s} time: forward {t_fwd[k]:7.2f} s, diagonal profile "
+                f"{t_diag[k]:7.2f} s (ratio {t_diag[k] / t_fwd[k]:.2f}, goal <= 1.5), radial profile "
+                f"{t_rad[k]:7.2f} s (ratio {t_rad[k] / t_fwd[k]:.2f})"
+            )
     taps_models = list(filter(None, args.taps_models.split(",")))
     if taps_models:
         taps_overhead(taps_models, args.taps_batch, args.taps_repeats, device, sync)

@@ -58,7 +58,7 @@ def make_problem(args):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(args.samples, 3, 32, 32, generator=g)
     y = torch.randint(0, 10, (args.samples,), generator=g)
-    batches = [(x[i: i + args.batch], y[i: i + args.batch]) for i in range(0, args.samples, args.batch)]
+    batches = [(x[i : i + args.batch], y[i : i + args.batch]) for i in range(0, args.samples, args.batch)]
     return model, batches
 
 
@@ -82,8 +82,10 @@ def main() -> None:
     model, batches = make_problem(args)
     obj = Objective(model, batches, device=args.device)
     n = sum(p.numel() for p in obj.params.values())
-    print(f"model {args.model}: {n:,} parameters, {args.samples} samples in {len(batches)} batches, {args.device}, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"model {args.model}: {n:,} parameters, {args.samples} samples in {len(batches)} batches, {args.device}, "
+        f"{torch.get_num_threads()} threads"
+    )
 
     # (a) HVP / gradient
     def grad_once():
@@ -99,8 +101,10 @@ def main() -> None:
     t_lin, _ = timed(lambda: (lin.matvec(v), sync()), 3)
     plain = HessianOperator(obj, mode="jvp")
     t_jvp, _ = timed(lambda: (plain.matvec(v), sync()), 3)
-    print(f"(a) gradient {t_grad:.3f} s; HVP/gradient: linearize {t_lin / t_grad:.2f} (trace {t_trace:.1f} s "
-          f"= {t_trace / t_grad:.1f} gradients, once per point and batch), jvp(grad) {t_jvp / t_grad:.2f}")
+    print(
+        f"(a) gradient {t_grad:.3f} s; HVP/gradient: linearize {t_lin / t_grad:.2f} (trace {t_trace:.1f} s "
+        f"= {t_trace / t_grad:.1f} gradients, once per point and batch), jvp(grad) {t_jvp / t_grad:.2f}"
+    )
     if not gpu and len(batches) == 1:
         from pyhessian import hessian as PyHessian
 
@@ -114,8 +118,10 @@ def main() -> None:
     # (b) top-k
     op = HessianOperator(obj, mode="auto")
     t_ours, res = timed(lambda: (lanczos(op, k=args.k, which="LM", tol=args.tol, seed=0), sync())[0])
-    print(f"(b) ours: top-{args.k} at tol {args.tol} in {t_ours:.1f} s, {res.n_matvec} HVPs, "
-          f"converged {bool(res.all_converged)}")
+    print(
+        f"(b) ours: top-{args.k} at tol {args.tol} in {t_ours:.1f} s, {res.n_matvec} HVPs, "
+        f"converged {bool(res.all_converged)}"
+    )
     if gpu:
         t_slq, d = timed(lambda: (spectral_density(op, probes=4, steps=64, seed=0), sync())[0])
         print(f"    SLQ density (4 probes x 64 steps): {t_slq:.1f} s, {d.n_matvec} HVPs")
@@ -174,8 +180,10 @@ def main() -> None:
     print("\n| method | wall time (s) | speed-up of ours | HVPs | max rel. error | errors > 1e-3 |")
     print("|---|---|---|---|---|---|")
     for name, t, hvps, e in rows:
-        print(f"| {name} | {t:.1f} | {t / t_ours:.1f}x | {hvps if hvps is not None else '-'} | {e.max():.1e} | "
-              f"{int((e > 1e-3).sum())}/{len(e)} |")
+        print(
+            f"| {name} | {t:.1f} | {t / t_ours:.1f}x | {hvps if hvps is not None else '-'} | {e.max():.1e} | "
+            f"{int((e > 1e-3).sum())}/{len(e)} |"
+        )
 
 
 if __name__ == "__main__":

@@ -63,8 +63,10 @@ def make_problem(args, device):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(args.samples, 3, 32, 32, generator=g)
     y = torch.randint(0, 10, (args.samples,), generator=g)
-    batches = [(x[i : i + args.batch_size].to(device), y[i : i + args.batch_size].to(device))
-               for i in range(0, args.samples, args.batch_size)]
+    batches = [
+        (x[i : i + args.batch_size].to(device), y[i : i + args.batch_size].to(device))
+        for i in range(0, args.samples, args.batch_size)
+    ]
     return model, batches
 
 
@@ -87,8 +89,16 @@ def ours(objective, dirs, xs, ys, out, **kw):
     """Whole compute_surface call and steady-state seconds per point (between the first and last rounds)."""
     stamps = []
     t0 = time.perf_counter()
-    res = compute_surface(objective, dirs, xs, ys, out=out, progress=False,
-                          on_round=lambda d, t: stamps.append((d, time.perf_counter())), **kw)
+    res = compute_surface(
+        objective,
+        dirs,
+        xs,
+        ys,
+        out=out,
+        progress=False,
+        on_round=lambda d, t: stamps.append((d, time.perf_counter())),
+        **kw,
+    )
     total = time.perf_counter() - t0
     (d0, t_first), (d1, t_last) = stamps[0], stamps[-1]
     steady = (t_last - t_first) / max(1, d1 - d0)
@@ -108,8 +118,9 @@ def peer(model, batches, steps):
         try:
             t0 = time.perf_counter()
             with torch.no_grad():
-                grid = loss_landscapes.random_plane(model, metric, distance=1, steps=steps, normalization=norm,
-                                                    deepcopy_model=True)
+                grid = loss_landscapes.random_plane(
+                    model, metric, distance=1, steps=steps, normalization=norm, deepcopy_model=True
+                )
             return np.asarray(grid), time.perf_counter() - t0, norm, "; ".join(errors)
         except Exception as exc:  # its filter normalisation divides by zero on BatchNorm ResNets
             errors.append(f"{norm} normalisation failed: {type(exc).__name__}: {exc}")
@@ -129,8 +140,10 @@ def cpu_main(args):
     device = torch.device("cpu")
     model, batches = make_problem(args, device)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"model: CIFAR-style ResNet, {n_params} parameters; {args.samples} samples, batch {args.batch_size}; "
-          f"grid {args.steps}x{args.steps}; threads {torch.get_num_threads()}")
+    print(
+        f"model: CIFAR-style ResNet, {n_params} parameters; {args.samples} samples, batch {args.batch_size}; "
+        f"grid {args.steps}x{args.steps}; threads {torch.get_num_threads()}"
+    )
     objective = Objective(model, batches)
     dirs = random_directions(objective.params, ndim=2, seed=0)
     xs = ys = np.linspace(-1, 1, args.steps)
@@ -142,10 +155,14 @@ def cpu_main(args):
         res, total, steady = ours(objective, dirs, xs, ys, Path(tmp) / "a.h5", batch_points=1)
         t_fwd_after = bare_forward(model, batches, device, args.repeats)
         t_fwd = min(t_fwd, t_fwd_after)
-        print(f"(a) ours, loop: {total:.2f} s for {n_points} points = {total / n_points * 1e3:.1f} ms/point "
-              f"end to end ({steady * 1e3:.1f} ms/point steady)")
-        print(f"    ratio to a bare forward: {total / n_points / t_fwd:.3f} end to end, {steady / t_fwd:.3f} steady "
-              f"(goal <= 1.10; bare forward re-measured after the run, min taken: {t_fwd * 1e3:.1f} ms)")
+        print(
+            f"(a) ours, loop: {total:.2f} s for {n_points} points = {total / n_points * 1e3:.1f} ms/point "
+            f"end to end ({steady * 1e3:.1f} ms/point steady)"
+        )
+        print(
+            f"    ratio to a bare forward: {total / n_points / t_fwd:.3f} end to end, {steady / t_fwd:.3f} steady "
+            f"(goal <= 1.10; bare forward re-measured after the run, min taken: {t_fwd * 1e3:.1f} ms)"
+        )
         centre = objective.evaluate().loss
         ev = PointEvaluator(objective, dirs.x, dirs.y)
         ratios = []
@@ -153,29 +170,37 @@ def cpu_main(args):
             t_b = timed(lambda: bare_forward_once(model, batches), device, 1)
             t_p = timed(lambda k=k: ev.loop([(xs[k % len(xs)], ys[-1 - k % len(ys)])]), device, 1)
             ratios.append(t_p / t_b)
-        print(f"    paired (bare forward, one grid point) x {args.pairs}: median ratio {statistics.median(ratios):.3f} "
-              f"(quartiles {np.percentile(ratios, 25):.3f}..{np.percentile(ratios, 75):.3f})")
+        print(
+            f"    paired (bare forward, one grid point) x {args.pairs}: median ratio {statistics.median(ratios):.3f} "
+            f"(quartiles {np.percentile(ratios, 25):.3f}..{np.percentile(ratios, 75):.3f})"
+        )
 
         grid, t_peer, norm, error = peer(model, batches, args.steps)
         if grid is None:
             print(f"(b) loss-landscapes failed: {error}")
         else:
             their = peer_centre(grid, args.steps)
-            print(f"(b) loss-landscapes random_plane ({norm} normalisation): {t_peer:.2f} s for {grid.size} points "
-                  f"= {t_peer / grid.size * 1e3:.1f} ms/point; theirs / ours = {t_peer / total:.2f}x")
+            print(
+                f"(b) loss-landscapes random_plane ({norm} normalisation): {t_peer:.2f} s for {grid.size} points "
+                f"= {t_peer / grid.size * 1e3:.1f} ms/point; theirs / ours = {t_peer / total:.2f}x"
+            )
             if error:
                 print(f"    ({error})")
-            print(f"    centre: ours {centre:.7f}, theirs {their:.7f}, relative difference "
-                  f"{abs(their - centre) / abs(centre):.1e}")
+            print(
+                f"    centre: ours {centre:.7f}, theirs {their:.7f}, relative difference "
+                f"{abs(their - centre) / abs(centre):.1e}"
+            )
 
         evaluator = PointEvaluator(objective, dirs.x, dirs.y)
         pts = [(0.1 * i, -0.05 * i) for i in range(args.vmap_points)]
         t_loop = timed(lambda: evaluator.loop(pts), device, 2) / len(pts)
         t_vmap = timed(lambda: evaluator.vectorised(pts), device, 2) / len(pts)
         diff = np.abs(np.array(evaluator.loop(pts)) - np.array(evaluator.vectorised(pts)))[:, 0].max()
-        print(f"(d) vmap over {len(pts)} points: {t_vmap * 1e3:.1f} ms/point vs loop {t_loop * 1e3:.1f} ms/point "
-              f"(vmap speed-up {t_loop / t_vmap:.2f}x; max loss difference {diff:.1e}); auto picks "
-              f"{evaluator.choose_batch_points()}")
+        print(
+            f"(d) vmap over {len(pts)} points: {t_vmap * 1e3:.1f} ms/point vs loop {t_loop * 1e3:.1f} ms/point "
+            f"(vmap speed-up {t_loop / t_vmap:.2f}x; max loss difference {diff:.1e}); auto picks "
+            f"{evaluator.choose_batch_points()}"
+        )
 
         if args.compile:
             t0 = time.perf_counter()
@@ -186,9 +211,11 @@ def cpu_main(args):
             else:
                 res_c, total_c, steady_c = ours(objective, dirs, xs, ys, Path(tmp) / "c.h5", compile=True)
                 diff = np.abs(res_c["loss"] - res["loss"]).max() / np.abs(res["loss"]).max()
-                print(f"(c) compiled: {t_compile:.1f} s to compile (checked), then {total_c:.2f} s for {n_points} "
-                      f"points ({steady_c * 1e3:.1f} ms/point steady, includes a warm re-compile check); ratio to a "
-                      f"bare eager forward {steady_c / t_fwd:.3f}; max relative difference to eager {diff:.1e}")
+                print(
+                    f"(c) compiled: {t_compile:.1f} s to compile (checked), then {total_c:.2f} s for {n_points} "
+                    f"points ({steady_c * 1e3:.1f} ms/point steady, includes a warm re-compile check); ratio to a "
+                    f"bare eager forward {steady_c / t_fwd:.3f}; max relative difference to eager {diff:.1e}"
+                )
                 if grid is not None:
                     print(f"    theirs / ours compiled (whole call) = {t_peer / total_c:.2f}x")
 
@@ -201,8 +228,10 @@ def large_main(args):
     steps = 51
     xs = ys = np.linspace(-1, 1, steps)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    print(f"resnet50 ({sum(p.numel() for p in model.parameters())} parameters) on {args.samples} CIFAR-sized "
-          f"inputs, batch {args.batch_size}, {steps}x{steps} grid, {name}")
+    print(
+        f"resnet50 ({sum(p.numel() for p in model.parameters())} parameters) on {args.samples} CIFAR-sized "
+        f"inputs, batch {args.batch_size}, {steps}x{steps} grid, {name}"
+    )
     t_fwd = bare_forward(model, batches, device, 3)
     print(f"bare eager forward over the samples: {t_fwd:.3f} s")
     evaluator = PointEvaluator(objective, dirs.x, dirs.y)
@@ -213,20 +242,26 @@ def large_main(args):
     except torch.cuda.OutOfMemoryError:
         t_vmap = float("inf")
         torch.cuda.empty_cache()
-    print(f"loop {t_loop:.3f} s/point, vmap over {len(pts)} points {t_vmap:.3f} s/point: "
-          f"vectorised speed-up {t_loop / t_vmap:.2f}x")
+    print(
+        f"loop {t_loop:.3f} s/point, vmap over {len(pts)} points {t_vmap:.3f} s/point: "
+        f"vectorised speed-up {t_loop / t_vmap:.2f}x"
+    )
     bp = len(pts) if t_vmap < t_loop else 1
     kw = {"batch_points": bp, "compile": args.compile}
     with tempfile.TemporaryDirectory() as tmp:
         if args.full:
             _, total, _ = ours(objective, dirs, xs, ys, Path(tmp) / "g.h5", **kw)
-            print(f"51x51 grid: {total / 60:.1f} minutes ({total / steps**2:.3f} s/point, ratio to a bare forward "
-                  f"{total / steps**2 / t_fwd:.2f})")
+            print(
+                f"51x51 grid: {total / 60:.1f} minutes ({total / steps**2:.3f} s/point, ratio to a bare forward "
+                f"{total / steps**2 / t_fwd:.2f})"
+            )
         else:
             sub = xs[: max(1, args.gpu_points // 2)]
             _, total, steady = ours(objective, dirs, sub, ys[:2], Path(tmp) / "g.h5", **kw)
-            print(f"{2 * len(sub)} points: {steady:.3f} s/point steady -> 51x51 grid about "
-                  f"{steady * steps**2 / 60:.1f} minutes (ratio to a bare forward {steady / t_fwd:.2f})")
+            print(
+                f"{2 * len(sub)} points: {steady:.3f} s/point steady -> 51x51 grid about "
+                f"{steady * steps**2 / 60:.1f} minutes (ratio to a bare forward {steady / t_fwd:.2f})"
+            )
 
 
 def main():
@@ -241,8 +276,9 @@ def main():
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     p.add_argument("--compile", action="store_true", help="also time torch.compile of the per-point loss")
     p.add_argument("--full", action="store_true", help="CUDA: run the whole 51x51 grid")
-    p.add_argument("--large", action="store_true",
-                   help="the resnet50 / 51x51 / 10,000-input benchmark (implied by --device cuda)")
+    p.add_argument(
+        "--large", action="store_true", help="the resnet50 / 51x51 / 10,000-input benchmark (implied by --device cuda)"
+    )
     p.add_argument("--gpu-points", type=int, default=20, help="CUDA: points timed when not --full")
     args = p.parse_args()
     if args.threads:

@@ -41,8 +41,17 @@ from landscape.files import atomic_write
 
 FORMAT_VERSION = 1
 #: constructor options a checkpoint file may not set: they make a library load or download other files
-UNTRUSTED_MODEL_KWARGS = frozenset({"pretrained", "weights", "checkpoint_path", "pretrained_cfg",
-                                    "pretrained_cfg_overlay", "cache_dir", "weights_backbone"})
+UNTRUSTED_MODEL_KWARGS = frozenset(
+    {
+        "pretrained",
+        "weights",
+        "checkpoint_path",
+        "pretrained_cfg",
+        "pretrained_cfg_overlay",
+        "cache_dir",
+        "weights_backbone",
+    }
+)
 HEAD_NAMES = ("head", "fc", "linear", "classifier", "logits")
 _PREFIXES = ("module.", "_orig_mod.")
 
@@ -87,14 +96,25 @@ def _plain(value: Any, where: str) -> Any:
         return str(value)
     if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", None) == 0:
         return _plain(value.item(), where)  # numpy scalar
-    raise LandscapeError(f"cannot store {type(value).__name__} value {value!r} in the checkpoint's {where}; "
-                         "use str, int, float, bool, None, lists or dicts")
+    raise LandscapeError(
+        f"cannot store {type(value).__name__} value {value!r} in the checkpoint's {where}; "
+        "use str, int, float, bool, None, lists or dicts"
+    )
 
 
-def save_checkpoint(path: str | os.PathLike, model: nn.Module, *, model_name: str, model_kwargs: dict,
-                    num_classes: int, dataset: str | None = None, epoch: int | None = None,
-                    metrics: dict | None = None, train_options: dict | None = None,
-                    extra: dict | None = None) -> Path:
+def save_checkpoint(
+    path: str | os.PathLike,
+    model: nn.Module,
+    *,
+    model_name: str,
+    model_kwargs: dict,
+    num_classes: int,
+    dataset: str | None = None,
+    epoch: int | None = None,
+    metrics: dict | None = None,
+    train_options: dict | None = None,
+    extra: dict | None = None,
+) -> Path:
     """Write ``model``'s weights and metadata to ``path`` atomically (temporary file + os.replace).
 
     Parent folders are created; an existing file is replaced. Returns the path.
@@ -162,14 +182,17 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 def _is_state_dict(obj: Any) -> bool:
-    return isinstance(obj, dict) and bool(obj) and all(
-        isinstance(k, str) and isinstance(v, Tensor) for k, v in obj.items())
+    return (
+        isinstance(obj, dict)
+        and bool(obj)
+        and all(isinstance(k, str) and isinstance(v, Tensor) for k, v in obj.items())
+    )
 
 
 def _strip_prefixes(state: dict[str, Tensor]) -> dict[str, Tensor]:
     for prefix in _PREFIXES:
         if state and all(k.startswith(prefix) for k in state):
-            state = {k[len(prefix):]: v for k, v in state.items()}
+            state = {k[len(prefix) :]: v for k, v in state.items()}
     return state
 
 
@@ -209,8 +232,7 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
         raise LandscapeError(f"checkpoint {path} not found: check the path")
     if path.suffix == ".safetensors":
         state = _strip_prefixes(_read_safetensors(path))
-        return Checkpoint(None, {}, infer_num_classes(state), state, {"format": "safetensors"}, path,
-                          file_sha256(path))
+        return Checkpoint(None, {}, infer_num_classes(state), state, {"format": "safetensors"}, path, file_sha256(path))
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -227,14 +249,23 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     if isinstance(obj, dict) and "format_version" in obj:
         version = obj.get("format_version")
         if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise LandscapeError(f"{path} has checkpoint format {version!r}, newer than this landscape's "
-                                 f"{FORMAT_VERSION}: upgrade landscape")
+            raise LandscapeError(
+                f"{path} has checkpoint format {version!r}, newer than this landscape's "
+                f"{FORMAT_VERSION}: upgrade landscape"
+            )
         state = obj.get("state_dict")
         if not isinstance(state, dict) or not _is_state_dict(state):
             raise LandscapeError(f"{path} is a damaged landscape checkpoint (no tensor state_dict): re-save it")
         meta = {k: v for k, v in obj.items() if k != "state_dict"}
-        return Checkpoint(obj.get("model"), dict(obj.get("model_kwargs") or {}), obj.get("num_classes"),
-                          _strip_prefixes(state), meta, path, sha)
+        return Checkpoint(
+            obj.get("model"),
+            dict(obj.get("model_kwargs") or {}),
+            obj.get("num_classes"),
+            _strip_prefixes(state),
+            meta,
+            path,
+            sha,
+        )
 
     if _is_state_dict(obj):
         state, meta = obj, {"format": "state_dict"}
@@ -243,8 +274,10 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
         meta = {"format": "dict_with_state_dict"}
         meta.update({k: v for k, v in obj.items() if isinstance(v, (str, int, float, bool)) or v is None})
     else:
-        raise LandscapeError(f"{path} holds no state dict (expected a landscape checkpoint, a dict of tensors "
-                             "or a dict with a 'state_dict' entry): re-save it with landscape")
+        raise LandscapeError(
+            f"{path} holds no state dict (expected a landscape checkpoint, a dict of tensors "
+            "or a dict with a 'state_dict' entry): re-save it with landscape"
+        )
     state = _strip_prefixes(state)
     return Checkpoint(None, {}, infer_num_classes(state), state, meta, path, sha)
 
@@ -270,8 +303,9 @@ def _keys(keys: list[str], n: int = 3) -> str:
     return ", ".join(keys[:n]) + (", ..." if len(keys) > n else "")
 
 
-def load_model(path: str | os.PathLike, model_name: str | None = None, num_classes: int | None = None,
-               **model_kwargs: Any) -> tuple[nn.Module, Checkpoint]:
+def load_model(
+    path: str | os.PathLike, model_name: str | None = None, num_classes: int | None = None, **model_kwargs: Any
+) -> tuple[nn.Module, Checkpoint]:
     """Rebuild the model of a checkpoint with `landscape.models.create_model` and load its weights strictly.
 
     Args:
@@ -298,17 +332,23 @@ def load_model(path: str | os.PathLike, model_name: str | None = None, num_class
     ck = read_checkpoint(path)
     name = model_name or ck.model_name
     if name is None:
-        raise LandscapeError(f"{ck.path} is a plain state dict that names no model: pass --model NAME "
-                             "(a zoo name, timm:NAME, torchvision:NAME or py:module:factory)")
+        raise LandscapeError(
+            f"{ck.path} is a plain state dict that names no model: pass --model NAME "
+            "(a zoo name, timm:NAME, torchvision:NAME or py:module:factory)"
+        )
     if model_name is None and split_spec(name)[0] == "py":
-        raise LandscapeError(f"{ck.path} names the model {name}, which would import and call code the file chooses; "
-                             f"if you trust it, pass --model {name}")
+        raise LandscapeError(
+            f"{ck.path} names the model {name}, which would import and call code the file chooses; "
+            f"if you trust it, pass --model {name}"
+        )
     same = ck.model_name is not None and (name if is_external(name) else resolve_model_name(name)) == ck.model_name
     kwargs = dict(ck.model_kwargs) if same else {}
     unsafe = sorted(set(kwargs) & UNTRUSTED_MODEL_KWARGS)
     if unsafe:
-        raise LandscapeError(f"{ck.path} asks for model option {unsafe[0]!r}, which loads or downloads other files; "
-                             "a checkpoint may not: re-save it without that option")
+        raise LandscapeError(
+            f"{ck.path} asks for model option {unsafe[0]!r}, which loads or downloads other files; "
+            "a checkpoint may not: re-save it without that option"
+        )
     kwargs.update(model_kwargs)
     n_classes = num_classes if num_classes is not None else ck.num_classes
     if n_classes is None:
@@ -336,10 +376,16 @@ def load_weights(model: nn.Module, state_dict: dict[str, Tensor], what: str) -> 
     if missing or unexpected:
         raise LandscapeError(
             f"{what}: {len(missing)} missing keys ({_keys(missing)}) and {len(unexpected)} unexpected keys "
-            f"({_keys(unexpected)}); pass the --model and --model-kw it was trained with")
-    shapes = [f"{k} {tuple(state_dict[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
-              if state_dict[k].shape != v.shape]
+            f"({_keys(unexpected)}); pass the --model and --model-kw it was trained with"
+        )
+    shapes = [
+        f"{k} {tuple(state_dict[k].shape)} vs {tuple(v.shape)}"
+        for k, v in expected.items()
+        if state_dict[k].shape != v.shape
+    ]
     if shapes:
-        raise LandscapeError(f"{what}: {len(shapes)} tensors differ in shape (file vs model: {_keys(shapes)}); "
-                             "pass the --model and --model-kw it was trained with")
+        raise LandscapeError(
+            f"{what}: {len(shapes)} tensors differ in shape (file vs model: {_keys(shapes)}); "
+            "pass the --model and --model-kw it was trained with"
+        )
     model.load_state_dict(state_dict, strict=True)

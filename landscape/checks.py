@@ -80,8 +80,9 @@ def positive(value: Any, name: str) -> float:
     return number
 
 
-def in_range(value: Any, name: str, low: float, high: float, *, low_open: bool = False,
-             high_open: bool = False) -> float:
+def in_range(
+    value: Any, name: str, low: float, high: float, *, low_open: bool = False, high_open: bool = False
+) -> float:
     """``value`` as a float; an error unless it is finite and inside ``[low, high]`` (ends open as asked).
 
     Args:

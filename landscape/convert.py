@@ -53,7 +53,7 @@ def target_model_name(name: str) -> str:
             f"model {name!r} is not a CNN counterpart; convert a checkpoint of a convvit_* model "
             "(train one with `landscape train --model convvit_mini`)"
         )
-    return TARGET_PREFIX + name[len(SOURCE_PREFIX):]
+    return TARGET_PREFIX + name[len(SOURCE_PREFIX) :]
 
 
 def check_options(sharpness: float, k_std: float, q_std: float) -> tuple[float, float, float]:
@@ -70,8 +70,11 @@ def check_options(sharpness: float, k_std: float, q_std: float) -> tuple[float, 
     Raises:
         LandscapeError: naming the option (``--sharpness``, ``--k-std``, ``--q-std``) and the value given.
     """
-    return (checks.non_negative(sharpness, "--sharpness"), checks.non_negative(k_std, "--k-std"),
-            checks.non_negative(q_std, "--q-std"))
+    return (
+        checks.non_negative(sharpness, "--sharpness"),
+        checks.non_negative(k_std, "--k-std"),
+        checks.non_negative(q_std, "--q-std"),
+    )
 
 
 def convert_model(
@@ -252,12 +255,27 @@ def convert_checkpoint(
     diff = max_logit_difference(cnn, vit, batches)
     n = sum(len(y) for _, y in batches)
     save_checkpoint(
-        out, vit, model_name=vit.model_name, model_kwargs=vit.model_kwargs, num_classes=vit.num_classes,
-        dataset=spec, epoch=0, metrics={"max_logit_difference": diff},
-        extra={"conversion": {"source": str(ckpt), "source_sha256": meta.sha256, "source_model": meta.model_name,
-                              "sharpness": float(sharpness), "k_std": float(k_std), "q_std": float(q_std),
-                              "seed": seed,
-                              "n_samples": n}},
+        out,
+        vit,
+        model_name=vit.model_name,
+        model_kwargs=vit.model_kwargs,
+        num_classes=vit.num_classes,
+        dataset=spec,
+        epoch=0,
+        metrics={"max_logit_difference": diff},
+        extra={
+            "conversion": {
+                "source": str(ckpt),
+                "source_sha256": meta.sha256,
+                "source_model": meta.model_name,
+                "sharpness": float(sharpness),
+                "k_std": float(k_std),
+                "q_std": float(q_std),
+                "seed": seed,
+                "n_samples": n,
+            }
+        },
     )
-    return ConvertResult(out, vit.model_name, str(meta.model_name), float(sharpness), float(k_std), float(q_std),
-                         diff, n, spec)
+    return ConvertResult(
+        out, vit.model_name, str(meta.model_name), float(sharpness), float(k_std), float(q_std), diff, n, spec
+    )

@@ -129,14 +129,29 @@ class _Cifar:
 
 _CIFAR = {
     "cifar10": _Cifar(
-        "cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)), ("test_batch",),
-        "batches.meta", "labels", "label_names", 10,
-        (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010), "data_batch_1..5 and test_batch",
+        "cifar-10-batches-py",
+        tuple(f"data_batch_{i}" for i in range(1, 6)),
+        ("test_batch",),
+        "batches.meta",
+        "labels",
+        "label_names",
+        10,
+        (0.4914, 0.4822, 0.4465),
+        (0.2023, 0.1994, 0.2010),
+        "data_batch_1..5 and test_batch",
         "cifar-10-python.tar.gz",
     ),
     "cifar100": _Cifar(
-        "cifar-100-python", ("train",), ("test",), "meta", "fine_labels", "fine_label_names", 100,
-        (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761), "train and test",
+        "cifar-100-python",
+        ("train",),
+        ("test",),
+        "meta",
+        "fine_labels",
+        "fine_label_names",
+        100,
+        (0.5071, 0.4867, 0.4408),
+        (0.2675, 0.2565, 0.2761),
+        "train and test",
         "cifar-100-python.tar.gz",
     ),
 }
@@ -158,13 +173,18 @@ def _image_size(value: object) -> int | tuple[int, int]:
         return int(value)
     if isinstance(value, (tuple, list)) and len(value) == 2 and all(positive(v) for v in value):
         return int(value[0]), int(value[1])
-    raise LandscapeError(f"preprocess: image_size must be a positive integer or (height, width) of positive "
-                         f"integers, got {value!r}")
+    raise LandscapeError(
+        f"preprocess: image_size must be a positive integer or (height, width) of positive integers, got {value!r}"
+    )
 
 
 def _crop_pct(value: object) -> float:
-    if (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
-            and 0 < float(value) <= 1):
+    if (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+        and 0 < float(value) <= 1
+    ):
         return float(value)
     raise LandscapeError(f"preprocess: crop_pct must be a finite number in (0, 1], e.g. 0.875, got {value!r}")
 
@@ -216,7 +236,9 @@ class Preprocess:
 
     def __post_init__(self) -> None:
         checks: dict[str, Callable[[object], object]] = {
-            "image_size": _image_size, "crop_pct": _crop_pct, "interpolation": _interpolation,
+            "image_size": _image_size,
+            "crop_pct": _crop_pct,
+            "interpolation": _interpolation,
             "mean": functools.partial(_channel_values, "mean", positive=False),
             "std": functools.partial(_channel_values, "std", positive=True),
         }
@@ -225,8 +247,10 @@ class Preprocess:
             if value is not None:
                 object.__setattr__(self, name, check(value))
         if self.mean is not None and self.std is not None and len(self.mean) != len(self.std):
-            raise LandscapeError(f"preprocess: mean has {len(self.mean)} values but std has {len(self.std)}; "
-                                 "give one of each per channel")
+            raise LandscapeError(
+                f"preprocess: mean has {len(self.mean)} values but std has {len(self.std)}; "
+                "give one of each per channel"
+            )
 
     def merged(self, other: Preprocess) -> Preprocess:
         """A Preprocess with this one's fields where they are set and ``other``'s elsewhere.
@@ -243,8 +267,12 @@ class Preprocess:
         """
         if not isinstance(other, Preprocess):
             raise LandscapeError(f"preprocess: can only merge with another Preprocess, got {type(other).__name__}")
-        return Preprocess(**{f.name: getattr(other, f.name) if getattr(self, f.name) is None
-                             else getattr(self, f.name) for f in fields(self)})
+        return Preprocess(
+            **{
+                f.name: getattr(other, f.name) if getattr(self, f.name) is None else getattr(self, f.name)
+                for f in fields(self)
+            }
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """Every field by name, JSON-ready (tuples as lists, None kept), for provenance and checkpoints.
@@ -281,8 +309,10 @@ def _as_preprocess(preprocess: Preprocess | None) -> Preprocess:
     if preprocess is None:
         return Preprocess()
     if not isinstance(preprocess, Preprocess):
-        raise LandscapeError(f"preprocess must be a Preprocess or None (Preprocess.from_dict reads a dict), "
-                             f"got {type(preprocess).__name__}")
+        raise LandscapeError(
+            f"preprocess must be a Preprocess or None (Preprocess.from_dict reads a dict), "
+            f"got {type(preprocess).__name__}"
+        )
     return preprocess
 
 
@@ -413,8 +443,10 @@ def _normalisation(base: DatasetInfo, pre: Preprocess) -> tuple[tuple[float, ...
     """The preprocess mean/std where given, else the dataset's; checked against the channel count."""
     for what, values in (("mean", pre.mean), ("std", pre.std)):
         if values is not None and len(values) != base.in_chans:
-            raise LandscapeError(f"preprocess: {what} has {len(values)} value(s) but {base.name} images have "
-                                 f"{base.in_chans} channel(s); give one per channel")
+            raise LandscapeError(
+                f"preprocess: {what} has {len(values)} value(s) but {base.name} images have "
+                f"{base.in_chans} channel(s); give one per channel"
+            )
     return (base.mean if pre.mean is None else pre.mean), (base.std if pre.std is None else pre.std)
 
 
@@ -488,10 +520,18 @@ class ImageDataset(Dataset):
         ValueError: If not exactly one of ``images`` and ``paths`` is given.
     """
 
-    def __init__(self, info: DatasetInfo, spec: str, split: str, targets: Tensor, *,
-                 images: Tensor | None = None, paths: list[str] | None = None,
-                 classes: list[str] | None = None,
-                 transform: Callable[[Tensor], Tensor] | None = None) -> None:
+    def __init__(
+        self,
+        info: DatasetInfo,
+        spec: str,
+        split: str,
+        targets: Tensor,
+        *,
+        images: Tensor | None = None,
+        paths: list[str] | None = None,
+        classes: list[str] | None = None,
+        transform: Callable[[Tensor], Tensor] | None = None,
+    ) -> None:
         if (images is None) == (paths is None):
             raise ValueError("ImageDataset needs exactly one of images or paths")
         self.info = info
@@ -575,16 +615,30 @@ class ImageDataset(Dataset):
     def _select(self, idx: Tensor) -> ImageDataset:
         images = self._images[idx] if self._images is not None else None
         paths = [self._paths[int(i)] for i in idx] if self._paths is not None else None
-        return ImageDataset(self.info, self.spec, self.split, self.targets[idx], images=images,
-                            paths=paths, classes=self.classes, transform=self.transform)
+        return ImageDataset(
+            self.info,
+            self.spec,
+            self.split,
+            self.targets[idx],
+            images=images,
+            paths=paths,
+            classes=self.classes,
+            transform=self.transform,
+        )
 
     def __repr__(self) -> str:
         return f"ImageDataset({self.spec!r}, split={self.split!r}, n={len(self)}, info={self.info})"
 
 
-def load_dataset(spec: str = "digits", split: str = "train", *, subset: float | int | None = None,
-                 seed: int = 0, transform: Callable[[Tensor], Tensor] | None = None,
-                 preprocess: Preprocess | None = None) -> ImageDataset:
+def load_dataset(
+    spec: str = "digits",
+    split: str = "train",
+    *,
+    subset: float | int | None = None,
+    seed: int = 0,
+    transform: Callable[[Tensor], Tensor] | None = None,
+    preprocess: Preprocess | None = None,
+) -> ImageDataset:
     """Load one split of the dataset named by ``spec`` (the module docstring has the rules).
 
     Args:
@@ -622,8 +676,7 @@ def load_dataset(spec: str = "digits", split: str = "train", *, subset: float | 
     return ds
 
 
-def subset_indices(targets: Tensor, subset: float | int, *, seed: int = 0,
-                   num_classes: int | None = None) -> Tensor:
+def subset_indices(targets: Tensor, subset: float | int, *, seed: int = 0, num_classes: int | None = None) -> Tensor:
     """Sorted indices of a stratified, seeded subset of ``targets`` (rules in the module docstring).
 
     Args:
@@ -667,8 +720,14 @@ def subset_indices(targets: Tensor, subset: float | int, *, seed: int = 0,
 # ------------------------------------------------------------------------------------------ batching
 
 
-def fixed_batches(dataset: ImageDataset, batch_size: int, n_samples: int | None = None, *, seed: int = 0,
-                  device: str | torch.device = "cpu") -> list[tuple[Tensor, Tensor]]:
+def fixed_batches(
+    dataset: ImageDataset,
+    batch_size: int,
+    n_samples: int | None = None,
+    *,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+) -> list[tuple[Tensor, Tensor]]:
     """The first ``n_samples`` images of a ``seed``-ed permutation (all if None) as fixed batches on ``device``.
 
     No augmentation; the order is fixed by ``seed``; the last batch may be smaller.
@@ -694,15 +753,18 @@ def fixed_batches(dataset: ImageDataset, batch_size: int, n_samples: int | None 
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= n_all:
         raise LandscapeError(
             f"n_samples={n_samples!r} is out of range: use 1..{n_all} (the size of {dataset.spec} "
-            f"{dataset.split}) or leave it unset for all")
+            f"{dataset.split}) or leave it unset for all"
+        )
     idx = torch.randperm(n_all, generator=torch.Generator().manual_seed(seed))[: int(n)]
     x, y = dataset.images(idx), dataset.targets[idx]
-    return [(x[i: i + batch_size].to(device), y[i: i + batch_size].to(device))
-            for i in range(0, int(n), int(batch_size))]
+    return [
+        (x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)) for i in range(0, int(n), int(batch_size))
+    ]
 
 
-def make_loader(dataset: ImageDataset, batch_size: int, *, shuffle: bool, seed: int = 0,
-                num_workers: int = 0) -> DataLoader:
+def make_loader(
+    dataset: ImageDataset, batch_size: int, *, shuffle: bool, seed: int = 0, num_workers: int = 0
+) -> DataLoader:
     """A DataLoader whose order (and worker seeds) come from a generator seeded with ``seed``.
 
     Rebuilding it with the same seed replays the same sequence of epochs. Augmentations draw from torch's
@@ -725,8 +787,9 @@ def make_loader(dataset: ImageDataset, batch_size: int, *, shuffle: bool, seed: 
         raise LandscapeError(f"batch size must be a positive integer, got {batch_size!r}")
     g = torch.Generator()
     g.manual_seed(seed)
-    return DataLoader(dataset, batch_size=int(batch_size), shuffle=shuffle, generator=g,
-                      num_workers=num_workers, drop_last=False)
+    return DataLoader(
+        dataset, batch_size=int(batch_size), shuffle=shuffle, generator=g, num_workers=num_workers, drop_last=False
+    )
 
 
 # ------------------------------------------------------------------------------------------- digits
@@ -750,8 +813,9 @@ def _digits_split(split: str, size: int) -> tuple[Tensor, Tensor]:
     images, labels, idx = _digits_arrays()
     x = images[idx[split]]
     if size != x.shape[-1]:
-        x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False,
-                                            antialias=False).clamp_(0, 1)
+        x = torch.nn.functional.interpolate(
+            x, size=(size, size), mode="bilinear", align_corners=False, antialias=False
+        ).clamp_(0, 1)
     return x, labels[idx[split]]
 
 
@@ -774,13 +838,16 @@ class _SafeUnpickler(pickle.Unpickler):
     """Unpickler for the CIFAR batches: numpy arrays and plain containers only, never other code."""
 
     _ALLOWED = {
-        ("numpy._core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "scalar"),
-        ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
     }
 
     def find_class(self, module: str, name: str) -> object:
         if module.startswith("numpy.core"):
-            module = "numpy._core" + module[len("numpy.core"):]
+            module = "numpy._core" + module[len("numpy.core") :]
         if (module, name) not in self._ALLOWED:
             raise pickle.UnpicklingError(f"forbidden object {module}.{name}")
         try:
@@ -796,7 +863,8 @@ def _read_pickle(path: Path, name: str) -> dict[str, object]:
     except Exception as e:  # any failure means a damaged or foreign file
         raise LandscapeError(
             f"{name}: cannot read {path} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-            f"re-extract the python version from {CIFAR_URL}") from None
+            f"re-extract the python version from {CIFAR_URL}"
+        ) from None
     if not isinstance(obj, dict):
         raise LandscapeError(f"{name}: {path} is not a CIFAR python batch (not a dict); re-extract it")
     return {k.decode("latin1") if isinstance(k, bytes) else str(k): v for k, v in obj.items()}
@@ -810,10 +878,15 @@ def _cifar_dir(name: str, root: Path, files: tuple[str, ...]) -> Path:
             return d
     shown = candidates[0]
     present = [f for f in files if (shown / f).is_file()]
-    status = (f"missing {', '.join(f for f in files if f not in present)} in {shown}" if present
-              else f"none found under {root}")
-    raise LandscapeError(f"{name}: expected {shown}/{c.files_text} (the python version, {c.archive} from "
-                         f"{CIFAR_URL}, extracted); {status}")
+    status = (
+        f"missing {', '.join(f for f in files if f not in present)} in {shown}"
+        if present
+        else f"none found under {root}"
+    )
+    raise LandscapeError(
+        f"{name}: expected {shown}/{c.files_text} (the python version, {c.archive} from "
+        f"{CIFAR_URL}, extracted); {status}"
+    )
 
 
 def _load_cifar(spec: str, name: str, arg: str | None, split: str, info: DatasetInfo) -> ImageDataset:
@@ -825,12 +898,16 @@ def _load_cifar(spec: str, name: str, arg: str | None, split: str, info: Dataset
         batch = _read_pickle(folder / f, name)
         x, y = batch.get("data"), batch.get(c.label_key)
         if not isinstance(x, np.ndarray) or x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3072:
-            raise LandscapeError(f"{name}: {folder / f} has no uint8 'data' array of shape (N, 3072); "
-                                 f"re-extract the python version from {CIFAR_URL}")
+            raise LandscapeError(
+                f"{name}: {folder / f} has no uint8 'data' array of shape (N, 3072); "
+                f"re-extract the python version from {CIFAR_URL}"
+            )
         y = np.asarray(y if y is not None else [], dtype=np.int64).reshape(-1)
         if len(y) != len(x) or (len(y) and (y.min() < 0 or y.max() >= c.num_classes)):
-            raise LandscapeError(f"{name}: {folder / f} needs '{c.label_key}' with one label in "
-                                 f"0..{c.num_classes - 1} per image; re-extract it from {CIFAR_URL}")
+            raise LandscapeError(
+                f"{name}: {folder / f} needs '{c.label_key}' with one label in "
+                f"0..{c.num_classes - 1} per image; re-extract it from {CIFAR_URL}"
+            )
         data.append(x)
         labels.append(y)
     images = torch.from_numpy(np.concatenate(data).reshape(-1, 3, 32, 32).copy())
@@ -839,8 +916,7 @@ def _load_cifar(spec: str, name: str, arg: str | None, split: str, info: Dataset
         names = _read_pickle(folder / c.meta_file, name).get(c.names_key)
         if isinstance(names, list) and len(names) == c.num_classes:
             classes = [n.decode("latin1") if isinstance(n, bytes) else str(n) for n in names]
-    return ImageDataset(info, spec, split, torch.from_numpy(np.concatenate(labels)), images=images,
-                        classes=classes)
+    return ImageDataset(info, spec, split, torch.from_numpy(np.concatenate(labels)), images=images, classes=classes)
 
 
 # -------------------------------------------------------------------------------------- imagefolder
@@ -848,8 +924,10 @@ def _load_cifar(spec: str, name: str, arg: str | None, split: str, info: Dataset
 
 def _folder_roots(path: Path) -> dict[str, Path]:
     if not path.is_dir():
-        raise LandscapeError(f"imagefolder: {path} is not a folder; expected {path}/<class>/<image> "
-                             "(torchvision ImageFolder layout), optionally inside train/ and test/ subfolders")
+        raise LandscapeError(
+            f"imagefolder: {path} is not a folder; expected {path}/<class>/<image> "
+            "(torchvision ImageFolder layout), optionally inside train/ and test/ subfolders"
+        )
     test = next((path / s for s in ("test", "val") if (path / s).is_dir()), None)
     if (path / "train").is_dir() and test is not None:
         return {"train": path / "train", "test": test}
@@ -865,12 +943,14 @@ def _folder_classes(root: Path) -> list[str]:
     except FileNotFoundError:  # ImageFolder's way of saying: no sub-folder at all
         found = []
     except OSError as e:
-        raise LandscapeError(f"imagefolder: cannot list {root} ({type(e).__name__}); check that it is "
-                             "readable") from None
+        raise LandscapeError(
+            f"imagefolder: cannot list {root} ({type(e).__name__}); check that it is readable"
+        ) from None
     classes = [c for c in found if not c.startswith(".")]
     if not classes:
-        raise LandscapeError(f"imagefolder: no class folders in {root}; expected {root}/<class>/<image>.png "
-                             "(one sub-folder per class)")
+        raise LandscapeError(
+            f"imagefolder: no class folders in {root}; expected {root}/<class>/<image>.png (one sub-folder per class)"
+        )
     return classes
 
 
@@ -899,8 +979,9 @@ def _folder_samples(root: Path, classes: list[str]) -> list[tuple[str, int]]:
     except FileNotFoundError:  # make_dataset's "no valid file" (allow_empty makes it rare): no images
         samples = []
     except OSError as e:
-        raise LandscapeError(f"imagefolder: cannot list {root} ({type(e).__name__}); check that it is "
-                             "readable") from None
+        raise LandscapeError(
+            f"imagefolder: cannot list {root} ({type(e).__name__}); check that it is readable"
+        ) from None
     if not samples:
         raise LandscapeError(f"imagefolder: no images ({' '.join(IMG_EXTENSIONS)}) found in {root}/<class>/")
     return samples
@@ -919,8 +1000,10 @@ def _load_imagefolder(spec: str, arg: str | None, split: str, pre: Preprocess) -
     root = roots[split]
     extra = sorted(set(_folder_classes(root)) - set(classes)) if root != roots["train"] else []
     if extra:
-        raise LandscapeError(f"imagefolder: {root} has classes missing from {roots['train']}: "
-                             f"{', '.join(extra[:5])}; every class needs a training folder")
+        raise LandscapeError(
+            f"imagefolder: {root} has classes missing from {roots['train']}: "
+            f"{', '.join(extra[:5])}; every class needs a training folder"
+        )
     samples = _folder_samples(root, classes)
     paths, labels = [p for p, _ in samples], [label for _, label in samples]
     return ImageDataset(info, spec, split, torch.tensor(labels), paths=paths, classes=classes)
@@ -939,8 +1022,9 @@ def _read_image(path: str, info: DatasetInfo) -> Tensor:
     try:
         img = pil_loader(path)
     except Exception as e:  # any failure (OSError, PIL's own errors, ...) means an unreadable image
-        raise LandscapeError(f"imagefolder: cannot read image {path} ({type(e).__name__}); "
-                             "remove or replace the file") from None
+        raise LandscapeError(
+            f"imagefolder: cannot read image {path} ({type(e).__name__}); remove or replace the file"
+        ) from None
     (h, w), crop_pct = info.hw, info.crop_pct or 1.0
     cover_w, cover_h = _uncropped(w, crop_pct), _uncropped(h, crop_pct)
     iw, ih = img.size

@@ -112,8 +112,14 @@ def _model_stages(
     surface = out_dir / f"{model}_surface.h5"
     run_surface(
         ckpt,
-        SurfaceOptions(x=grid, y=grid, samples=settings.surface_samples, norm="filter", regularizer="norm-sum",
-                       reg_coef=settings.reg_coef),
+        SurfaceOptions(
+            x=grid,
+            y=grid,
+            samples=settings.surface_samples,
+            norm="filter",
+            regularizer="norm-sum",
+            reg_coef=settings.reg_coef,
+        ),
         out=surface,
         force=force,
         device=device,
@@ -129,8 +135,14 @@ def _model_stages(
         progress=False if quiet else None,
     )
     fourier = out_dir / f"{model}_fourier.h5"
-    run_fourier(ckpt, FourierOptions(samples=settings.fourier_samples), out=fourier, device=device, force=force,
-                progress=False if quiet else None)
+    run_fourier(
+        ckpt,
+        FourierOptions(samples=settings.fourier_samples),
+        out=fourier,
+        device=device,
+        force=force,
+        progress=False if quiet else None,
+    )
     return ckpt, [surface, spectrum, fourier]
 
 

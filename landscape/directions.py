@@ -174,8 +174,10 @@ def random_direction(
     if not perturbed and theta:
         raise LandscapeError(_nothing_to_perturb(theta, ignore_1d, zero_patterns))
     if theta and not any(bool(t.ne(0).any()) for t in out.values()):  # NaN entries are not zero: reported later
-        raise LandscapeError(f"every tensor the direction perturbs is zero in the centre, so {norm} normalisation "
-                             "scales the direction to zero (the surface would be flat); use --norm none")
+        raise LandscapeError(
+            f"every tensor the direction perturbs is zero in the centre, so {norm} normalisation "
+            "scales the direction to zero (the surface would be flat); use --norm none"
+        )
     return out
 
 
@@ -185,13 +187,19 @@ def _nothing_to_perturb(theta: Mapping[str, Tensor], ignore_1d: bool, zero_patte
     by_1d = ignore_1d and all(t.ndim < 2 for t in theta.values())
     patterns = ", ".join(zero_patterns)
     if by_patterns:
-        return (f"the zero patterns ({patterns}) match every parameter, leaving no parameter to perturb (the "
-                "surface would be flat); give --zero / zero_patterns that leave some weights free")
+        return (
+            f"the zero patterns ({patterns}) match every parameter, leaving no parameter to perturb (the "
+            "surface would be flat); give --zero / zero_patterns that leave some weights free"
+        )
     if by_1d:
-        return ("every parameter has ndim < 2 and those are left fixed by default, leaving no parameter to perturb "
-                "(the surface would be flat); pass --keep-1d (ignore_1d=False)")
-    return (f"the zero patterns ({patterns}) together with leaving ndim < 2 tensors fixed leave no parameter to "
-            "perturb (the surface would be flat); pass --keep-1d (ignore_1d=False) or fewer --zero patterns")
+        return (
+            "every parameter has ndim < 2 and those are left fixed by default, leaving no parameter to perturb "
+            "(the surface would be flat); pass --keep-1d (ignore_1d=False)"
+        )
+    return (
+        f"the zero patterns ({patterns}) together with leaving ndim < 2 tensors fixed leave no parameter to "
+        "perturb (the surface would be flat); pass --keep-1d (ignore_1d=False) or fewer --zero patterns"
+    )
 
 
 def _check_ndim(ndim: Any) -> int:
@@ -312,8 +320,10 @@ def target_directions(
     x_norm = float(P.norm({n: t.double() for n, t in x.items()}))
     theta_norm = float(P.norm({n: t.detach().double() for n, t in theta.items()}))
     if x_norm <= SAME_POINT_RTOL * theta_norm:  # NaN compares false: a non-finite target is reported below
-        raise LandscapeError(f"the target equals the centre checkpoint (||target - centre|| = {x_norm:.3g}), so the "
-                             "x direction is zero; give a different --target checkpoint or use random directions")
+        raise LandscapeError(
+            f"the target equals the centre checkpoint (||target - centre|| = {x_norm:.3g}), so the "
+            "x direction is zero; give a different --target checkpoint or use random directions"
+        )
     y = None
     if ndim == 2:
         gen = torch.Generator().manual_seed(int(seed))
@@ -357,18 +367,20 @@ def pca_directions(
         sources[f"trajectory snapshot {i + 1}"] = snap
     for name in theta:
         if (source := _non_finite_source(name, sources)) is not None:
-            raise LandscapeError(f"{source}'s {name!r} has NaN or infinite entries, so no PCA direction can be "
-                                 "computed; leave that snapshot out of --trajectory or use finite checkpoints")
+            raise LandscapeError(
+                f"{source}'s {name!r} has NaN or infinite entries, so no PCA direction can be "
+                "computed; leave that snapshot out of --trajectory or use finite checkpoints"
+            )
     base = P.flatten({n: t.detach().double().cpu() for n, t in theta.items()})
-    rows = torch.stack(
-        [P.flatten({n: s[n].detach().double().cpu() for n in theta}) - base for s in snapshots]
-    )
+    rows = torch.stack([P.flatten({n: s[n].detach().double().cpu() for n in theta}) - base for s in snapshots])
     centred = rows - rows.mean(0, keepdim=True)
     _, s, vh = torch.linalg.svd(centred, full_matrices=False)
     scale = max(float(torch.linalg.vector_norm(base)), float(torch.linalg.vector_norm(rows, dim=1).max()))
     if not s[0] > SAME_POINT_RTOL * scale:
-        raise LandscapeError("the trajectory snapshots are all the same point, so they have no principal direction; "
-                             "give snapshots from different steps of a training run")
+        raise LandscapeError(
+            "the trajectory snapshots are all the same point, so they have no principal direction; "
+            "give snapshots from different steps of a training run"
+        )
     comps = vh[:ndim].clone()
     for k in range(ndim):
         if comps[k, comps[k].abs().argmax()] < 0:
@@ -416,10 +428,15 @@ def _with_norms(d: Directions, sources: Mapping[str, Mapping[str, Tensor]]) -> D
         for name, t in direction.items():
             if not torch.isfinite(t).all():
                 source = _non_finite_source(name, sources)
-                cause = (f"{source}'s {name!r} has NaN or infinite entries" if source is not None
-                         else f"normalising {name!r} overflowed its dtype {t.dtype}")
-                raise LandscapeError(f"the {axis} direction has NaN or infinite entries in {name!r} ({cause}); "
-                                     "use a checkpoint whose weights are finite")
+                cause = (
+                    f"{source}'s {name!r} has NaN or infinite entries"
+                    if source is not None
+                    else f"normalising {name!r} overflowed its dtype {t.dtype}"
+                )
+                raise LandscapeError(
+                    f"the {axis} direction has NaN or infinite entries in {name!r} ({cause}); "
+                    "use a checkpoint whose weights are finite"
+                )
         d.meta[f"{axis}_norm"] = float(P.norm({n: t.double() for n, t in direction.items()}))
     if d.y is not None:
         d.meta["cosine"] = d.cosine()

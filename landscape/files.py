@@ -209,8 +209,10 @@ class WriterLock:
         except BlockingIOError:
             pid = _read_record(self.fd).get("pid")
             os.close(self.fd)
-            raise LandscapeError(f"{self.path} is being written by a running analysis (pid {pid}); wait for that "
-                                 "run to end, or write elsewhere with --out") from None
+            raise LandscapeError(
+                f"{self.path} is being written by a running analysis (pid {pid}); wait for that "
+                "run to end, or write elsewhere with --out"
+            ) from None
         record = json.dumps({"pid": os.getpid(), "identity": identity}).encode()
         try:
             os.ftruncate(self.fd, 0)

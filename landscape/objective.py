@@ -186,13 +186,17 @@ def select_logits(output: object, selector: OutputSelector = None) -> Tensor:
             return output.logits  # type: ignore[attr-defined]
         if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
             return output[0]
-        raise LandscapeError(f"the model returned {type(output).__name__}, not logits: pass output= (Python) or "
-                             "--model-output KEY naming the logits")
+        raise LandscapeError(
+            f"the model returned {type(output).__name__}, not logits: pass output= (Python) or "
+            "--model-output KEY naming the logits"
+        )
     try:
         chosen = selector(output) if callable(selector) else output[selector]  # type: ignore[index]
     except (KeyError, IndexError, TypeError) as exc:
-        raise LandscapeError(f"cannot take {selector!r} from the model's {type(output).__name__} output "
-                             f"({type(exc).__name__}); check --model-output") from None
+        raise LandscapeError(
+            f"cannot take {selector!r} from the model's {type(output).__name__} output "
+            f"({type(exc).__name__}); check --model-output"
+        ) from None
     if not isinstance(chosen, Tensor):
         raise LandscapeError(f"output {selector!r} of the model is {type(chosen).__name__}, not a logits tensor")
     return chosen
@@ -493,7 +497,8 @@ class Objective:
                     if bad:
                         raise LandscapeError(
                             f"{kind} {name!r} holds {bad} non-finite value(s) (NaN or Inf) of {t.numel()}: the "
-                            "checkpoint is damaged or its training diverged; analyse another checkpoint")
+                            "checkpoint is damaged or its training diverged; analyse another checkpoint"
+                        )
 
     @torch.no_grad()
     def check_labels(self) -> None:
@@ -512,7 +517,8 @@ class Objective:
         if low < 0 or top >= n_out:
             raise LandscapeError(
                 f"the data has labels {low}..{top} but the model outputs {n_out} classes: analyse it on data "
-                "with at most that many classes (--data), or build the model with --num-classes")
+                "with at most that many classes (--data), or build the model with --num-classes"
+            )
 
     def check_determinism(self) -> None:
         """Refuse a stochastic objective: two passes must give the same loss and gradient.
@@ -532,7 +538,8 @@ class Objective:
         if not math.isfinite(l1):
             raise LandscapeError(
                 f"the loss of the first batch is {l1} although every weight is finite: the model overflows on "
-                "this data (check --data, --mean/--std, or --dtype float64)")
+                "this data (check --data, --mean/--std, or --dtype float64)"
+            )
         l2, g2 = float(fn(params)), grad(fn)(params)
         exact = self.device.type == "cpu"
         same_grad = all(

@@ -73,4 +73,3 @@ def norm(a: Mapping[str, Tensor]) -> Tensor:
         A 0-dim tensor in the dtype of ``a``'s first tensor (the sum is accumulated in float64).
     """
     return torch.sqrt(sum((t.double() ** 2).sum() for t in a.values())).to(next(iter(a.values())).dtype)
-

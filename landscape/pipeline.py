@@ -50,16 +50,26 @@ class ModelSource:
     preprocess: Preprocess | None = None
 
     def __post_init__(self) -> None:
-        given = [name for name, on in (("--ckpt", self.checkpoint is not None), ("--pretrained", self.pretrained),
-                                       ("--random-init", self.random_init)) if on]
+        given = [
+            name
+            for name, on in (
+                ("--ckpt", self.checkpoint is not None),
+                ("--pretrained", self.pretrained),
+                ("--random-init", self.random_init),
+            )
+            if on
+        ]
         if len(given) > 1:
             raise LandscapeError(f"give one source of weights, not {' and '.join(given)}")
         if not given:
-            raise LandscapeError("no weights to analyse: pass --ckpt FILE, or --model NAME with --pretrained "
-                                 "(published weights) or --random-init")
+            raise LandscapeError(
+                "no weights to analyse: pass --ckpt FILE, or --model NAME with --pretrained "
+                "(published weights) or --random-init"
+            )
         if self.checkpoint is None and self.model is None:
-            raise LandscapeError(f"{given[0]} needs --model NAME (a zoo name, timm:NAME, torchvision:NAME or "
-                                 "py:module:factory)")
+            raise LandscapeError(
+                f"{given[0]} needs --model NAME (a zoo name, timm:NAME, torchvision:NAME or py:module:factory)"
+            )
 
     @classmethod
     def of(cls, source: ModelSource | str | Path, model: str | None = None) -> ModelSource:
@@ -77,8 +87,12 @@ class ModelSource:
 
         if self.checkpoint is not None:
             model, ckpt = load_model(self.checkpoint, self.model, self.num_classes, **self.model_kwargs)
-            meta = {"model_name": ckpt.model_name, "model_kwargs": dict(ckpt.model_kwargs), "sha256": ckpt.sha256,
-                    "dataset": ckpt.meta.get("dataset")}
+            meta = {
+                "model_name": ckpt.model_name,
+                "model_kwargs": dict(ckpt.model_kwargs),
+                "sha256": ckpt.sha256,
+                "dataset": ckpt.meta.get("dataset"),
+            }
             return model, meta
         assert self.model is not None
         kwargs = dict(self.model_kwargs)
@@ -141,8 +155,9 @@ class AnalysisInputs:
         }
 
 
-def resolve_preprocess(model: nn.Module, data_spec: str, *, pretrained: bool = False,
-                       overrides: Preprocess | None = None) -> Preprocess | None:
+def resolve_preprocess(
+    model: nn.Module, data_spec: str, *, pretrained: bool = False, overrides: Preprocess | None = None
+) -> Preprocess | None:
     """The preprocessing of the data for ``model``: the user's overrides over the model's over the data's own.
 
     A timm / torchvision model's own preprocessing (`landscape.models.external.model_preprocess`) applies with
@@ -217,8 +232,9 @@ def parse_patterns(patterns: Sequence[str] | str | None) -> list[str]:
     return [p.strip() for item in patterns for p in item.split(",") if p.strip()]
 
 
-def build_objective(inputs: AnalysisInputs, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], **options: Any
-                    ) -> Objective:
+def build_objective(
+    inputs: AnalysisInputs, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], **options: Any
+) -> Objective:
     """The :class:`~landscape.objective.Objective` of ``inputs.model`` over ``batches`` on ``inputs.device``.
 
     ``options`` are passed to the Objective (criterion, regularizer, dtype, allow_stochastic, ...); the
@@ -234,8 +250,9 @@ def build_objective(inputs: AnalysisInputs, batches: Sequence[tuple[torch.Tensor
         return Objective(inputs.model, batches, device=inputs.device, output=inputs.source.output, **options)
     except torch.OutOfMemoryError as exc:
         size = int(batches[0][1].shape[0]) if batches else 0
-        raise LandscapeError(f"out of memory on {inputs.device} with batches of {size} samples; lower --batch-size "
-                             "(or --samples)") from exc
+        raise LandscapeError(
+            f"out of memory on {inputs.device} with batches of {size} samples; lower --batch-size (or --samples)"
+        ) from exc
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise LandscapeError(f"the model cannot run on {inputs.dataset_spec}: {first}") from exc

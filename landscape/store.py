@@ -29,8 +29,9 @@ KINDS = ("surface", "hessian", "fourier", "spectrum")
 #: :func:`describe` summarises a group of more than this many arrays (e.g. one per parameter) in one line
 GROUP_SUMMARY = 8
 #: attributes that describe how a run happened, not what it computes; they never block a resume
-VOLATILE = frozenset({"created", "command", "landscape_version", "torch_version", "device", "complete", "identity",
-                      "has_results"})
+VOLATILE = frozenset(
+    {"created", "command", "landscape_version", "torch_version", "device", "complete", "identity", "has_results"}
+)
 
 
 def _encode(value: Any) -> Any:
@@ -89,17 +90,23 @@ def now() -> str:
 def _unreadable(path: Path) -> LandscapeError:
     """The error for an existing file that h5py cannot open: not HDF5 at all, or a damaged HDF5 file."""
     if h5py.is_hdf5(str(path)):
-        return LandscapeError(f"{path} is a damaged HDF5 file (truncated or half-written) and cannot be resumed or "
-                              "read; pass --force to start it again, or --out to write elsewhere")
-    return LandscapeError(f"{path} exists and is not an HDF5 file written by landscape; choose another --out, or "
-                          "pass --force to replace it")
+        return LandscapeError(
+            f"{path} is a damaged HDF5 file (truncated or half-written) and cannot be resumed or "
+            "read; pass --force to start it again, or --out to write elsewhere"
+        )
+    return LandscapeError(
+        f"{path} exists and is not an HDF5 file written by landscape; choose another --out, or "
+        "pass --force to replace it"
+    )
 
 
 def _check_no_writer(path: Path) -> None:
     pid = live_writer(path)
     if pid is not None:
-        raise LandscapeError(f"{path} is being written by a running analysis (pid {pid}); wait for that run to end, "
-                             "or write elsewhere with --out")
+        raise LandscapeError(
+            f"{path} is being written by a running analysis (pid {pid}); wait for that run to end, "
+            "or write elsewhere with --out"
+        )
 
 
 def _writable(path: Path) -> bool:
@@ -115,9 +122,12 @@ def _peek(path: Path) -> dict[str, Any] | None:
     """``kind``, ``identity``, ``complete`` and ``has_results`` of an existing file; None when h5py cannot open it."""
     try:
         with h5py.File(path, "r", locking=False) as f:
-            return {"kind": _decode(f.attrs.get("kind")), "identity": _as_str(f.attrs.get("identity", "{}")),
-                    "complete": bool(f.attrs.get("complete", False)),
-                    "has_results": bool(f.attrs.get("has_results", False))}
+            return {
+                "kind": _decode(f.attrs.get("kind")),
+                "identity": _as_str(f.attrs.get("identity", "{}")),
+                "complete": bool(f.attrs.get("complete", False)),
+                "has_results": bool(f.attrs.get("has_results", False)),
+            }
     except PermissionError as exc:
         raise os_error(exc, path, "read") from exc
     except OSError:
@@ -194,8 +204,10 @@ class ResultFile:
             if info["complete"]:
                 return cls(path, kind, h5py.File(path, "r", locking=False), None, resumed=True)
             if not writable:
-                raise LandscapeError(f"{path} is an unfinished result but read-only; make it writable (chmod u+w) to "
-                                     "resume it, or write elsewhere with --out")
+                raise LandscapeError(
+                    f"{path} is an unfinished result but read-only; make it writable (chmod u+w) to "
+                    "resume it, or write elsewhere with --out"
+                )
             lock = WriterLock(path, identity)
             try:
                 handle = h5py.File(path, "r+", locking=False)
@@ -211,11 +223,15 @@ class ResultFile:
             theirs, ours = json.loads(info["identity"] or "{}"), json.loads(identity)
             differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
             detail = f" (differs in: {', '.join(differ[:6])})" if differ else ""
-            raise LandscapeError(f"{path} holds a {info['kind'] or 'different'} result from other options{detail}; "
-                                 "use --force to overwrite it or --out to write elsewhere")
+            raise LandscapeError(
+                f"{path} holds a {info['kind'] or 'different'} result from other options{detail}; "
+                "use --force to overwrite it or --out to write elsewhere"
+            )
         if not writable and not path.is_symlink():
-            raise LandscapeError(f"{path} is read-only; it is never replaced, not even with --force: make it "
-                                 "writable (chmod u+w) or write elsewhere with --out")
+            raise LandscapeError(
+                f"{path} is read-only; it is never replaced, not even with --force: make it "
+                "writable (chmod u+w) or write elsewhere with --out"
+            )
         return cls._create(path, kind, full, identity, WriterLock(path, identity))
 
     @classmethod
@@ -300,8 +316,9 @@ class ResultFile:
                 self._lock.failed = True
             raise os_error(exc, self.path, "write") from exc
 
-    def allocate(self, name: str, shape: Sequence[int], dtype: Any, *, fill: Any = 0,
-                 axes: Sequence[str] | None = None) -> None:
+    def allocate(
+        self, name: str, shape: Sequence[int], dtype: Any, *, fill: Any = 0, axes: Sequence[str] | None = None
+    ) -> None:
         """Create array ``name`` of ``shape`` filled with ``fill`` (and its ``axes``) unless it exists with that shape.
 
         Storage is allocated on disk only as values are written. Raises a LandscapeError when an existing array
@@ -320,8 +337,9 @@ class ResultFile:
         h5 = self._writing(name)
         if name in h5:
             if tuple(h5[name].shape) != tuple(shape):
-                raise LandscapeError(f"{self.path}: array {name} has shape {h5[name].shape}, expected "
-                                     f"{tuple(shape)}; use --force")
+                raise LandscapeError(
+                    f"{self.path}: array {name} has shape {h5[name].shape}, expected {tuple(shape)}; use --force"
+                )
             return
 
         def create() -> None:

@@ -40,8 +40,9 @@ PointResult = tuple[int, int, float, float, float]  # (j, i, loss, data_loss, ac
 
 
 # ---------------------------------------------------------------------------------------------- grid
-def point_params(theta: Mapping[str, Tensor], dx: Mapping[str, Tensor], dy: Mapping[str, Tensor] | None,
-                 a: Tensor, b: Tensor) -> ParamDict:
+def point_params(
+    theta: Mapping[str, Tensor], dx: Mapping[str, Tensor], dy: Mapping[str, Tensor] | None, a: Tensor, b: Tensor
+) -> ParamDict:
     """``theta + a * dx (+ b * dy)``; ``a`` and ``b`` are 0-d tensors (one point) or (k,) (k stacked points)."""
     out = {}
     for n, t in theta.items():
@@ -207,8 +208,7 @@ def _write_directions(f: store.ResultFile, directions: Directions) -> None:
     f.flush()
 
 
-def _read_directions(f: store.ResultFile, like: Mapping[str, Tensor], ndim: int
-                     ) -> tuple[ParamDict, ParamDict | None]:
+def _read_directions(f: store.ResultFile, like: Mapping[str, Tensor], ndim: int) -> tuple[ParamDict, ParamDict | None]:
     out = []
     for axis in ("x", "y")[:ndim]:
         group = f"directions/{axis}"
@@ -248,17 +248,29 @@ def check_grid_size(objective: Objective, n_points: int, shape: tuple[int, int])
     raise LandscapeError(
         f"a {shape[1]} x {shape[0]} grid has {n_points:,} points: {gigabytes:.1f} GB of arrays and about "
         f"{seconds / 3600:.0f} hours at the {seconds / n_points:.3g} s per point measured now; use at most "
-        f"{MAX_POINTS:,} points (fewer NUM in --x/--y)")
+        f"{MAX_POINTS:,} points (fewer NUM in --x/--y)"
+    )
 
 
-def _open_surface(out: str | Path, full: dict[str, Any], force: bool, directions: Directions, xs: np.ndarray,
-                  ys: np.ndarray, like: Mapping[str, Tensor]) -> tuple[store.ResultFile, dict[str, Any]]:
+def _open_surface(
+    out: str | Path,
+    full: dict[str, Any],
+    force: bool,
+    directions: Directions,
+    xs: np.ndarray,
+    ys: np.ndarray,
+    like: Mapping[str, Tensor],
+) -> tuple[store.ResultFile, dict[str, Any]]:
     """Rank 0: create or resume the file; return it and the state every rank needs (directions, done mask)."""
     f = store.open_result(out, "surface", full, force=force)
     try:
         if f.resumed and f.attr("directions_written", False):
-            return f, {"dirs": _read_directions(f, like, directions.ndim), "done": f.read("done"),
-                       "bp": f.attr("batch_points"), "complete": f.complete}
+            return f, {
+                "dirs": _read_directions(f, like, directions.ndim),
+                "done": f.read("done"),
+                "bp": f.attr("batch_points"),
+                "complete": f.complete,
+            }
         f.delete("directions")  # a new file, or one killed before its directions were complete: (re)write them
         _create_arrays(f, xs, ys)
         _write_directions(f, directions)
@@ -312,8 +324,11 @@ def compute_surface(
     if bn == "recompute" and not objective.has_batchnorm():
         raise LandscapeError("--bn recompute needs a model with BatchNorm layers; use --bn eval")
     xs = np.asarray(checks.finite_all(np.asarray(xcoords, dtype=np.float64).reshape(-1), "x coordinate"))
-    ys = np.zeros(1) if ycoords is None else np.asarray(
-        checks.finite_all(np.asarray(ycoords, dtype=np.float64).reshape(-1), "y coordinate"))
+    ys = (
+        np.zeros(1)
+        if ycoords is None
+        else np.asarray(checks.finite_all(np.asarray(ycoords, dtype=np.float64).reshape(-1), "y coordinate"))
+    )
     if (ycoords is None) != (directions.y is None):
         raise LandscapeError("a 2D surface needs two directions and y coordinates; a 1D surface one and none")
     if xs.size == 0 or ys.size == 0:
@@ -379,8 +394,10 @@ def _check_finite_surface(result: store.Result) -> None:
     """Refuse (after the run, the file kept) a surface none of whose finished points has a finite loss."""
     loss, done = result["loss"], result["done"].astype(bool)
     if done.any() and not np.isfinite(loss[done]).any():
-        raise LandscapeError(f"{result.path}: every grid point's loss is NaN or Inf: the model diverges along these "
-                             "directions or at its centre; check the checkpoint, or use a smaller grid (--x/--y)")
+        raise LandscapeError(
+            f"{result.path}: every grid point's loss is NaN or Inf: the model diverges along these "
+            "directions or at its centre; check the checkpoint, or use a smaller grid (--x/--y)"
+        )
 
 
 def _portable(state: dict[str, Any]) -> dict[str, Any]:
@@ -390,8 +407,16 @@ def _portable(state: dict[str, Any]) -> dict[str, Any]:
     return {**state, "dirs": tuple(None if d is None else {n: t.cpu() for n, t in d.items()} for d in state["dirs"])}
 
 
-def _run_points(evaluator: PointEvaluator, xs: np.ndarray, ys: np.ndarray, done: np.ndarray, batch_points: int,
-                f: store.ResultFile | None, progress: bool | None, on_round: Callable[[int, int], None] | None) -> None:
+def _run_points(
+    evaluator: PointEvaluator,
+    xs: np.ndarray,
+    ys: np.ndarray,
+    done: np.ndarray,
+    batch_points: int,
+    f: store.ResultFile | None,
+    progress: bool | None,
+    on_round: Callable[[int, int], None] | None,
+) -> None:
     """Evaluate the points not yet done, in rounds of ``batch_points * world_size``; rank 0 writes each round."""
     from tqdm import tqdm
 
@@ -430,7 +455,7 @@ def _write_points(f: store.ResultFile, results: Sequence[PointResult]) -> None:
 # --------------------------------------------------------------------------------- from a checkpoint
 def run_surface(
     source: ModelSource | str | Path,
-    options: SurfaceOptions = SurfaceOptions(),  # noqa: B008 (frozen: one shared immutable default)
+    options: SurfaceOptions = SurfaceOptions(),
     *,
     out: str | Path = "surface.h5",
     model_name: str | None = None,
@@ -484,16 +509,31 @@ def run_surface(
     recorded["fused_attention_off"] = objective.fused_attention_off
     if o.target is not None:
         other = dict(load_model(o.target, inputs.source.model, **inputs.source.model_kwargs)[0].named_parameters())
-        directions = dirs.target_directions(objective.params, other, ndim=ndim, seed=o.seed, norm=o.norm,
-                                            ignore_1d=o.ignore_1d, zero_patterns=patterns)
+        directions = dirs.target_directions(
+            objective.params, other, ndim=ndim, seed=o.seed, norm=o.norm, ignore_1d=o.ignore_1d, zero_patterns=patterns
+        )
         recorded["target_sha256"] = file_sha256(o.target)
     elif o.trajectory:
-        snaps = [dict(load_model(p, inputs.source.model, **inputs.source.model_kwargs)[0].named_parameters())
-                 for p in o.trajectory]
+        snaps = [
+            dict(load_model(p, inputs.source.model, **inputs.source.model_kwargs)[0].named_parameters())
+            for p in o.trajectory
+        ]
         directions = dirs.pca_directions(objective.params, snaps, ndim=ndim)
     else:
-        directions = dirs.random_directions(objective.params, ndim=ndim, seed=o.seed, norm=o.norm,
-                                            ignore_1d=o.ignore_1d, zero_patterns=patterns)
+        directions = dirs.random_directions(
+            objective.params, ndim=ndim, seed=o.seed, norm=o.norm, ignore_1d=o.ignore_1d, zero_patterns=patterns
+        )
     attrs = inputs.provenance(objective.n_samples, o.seed, **recorded)
-    return compute_surface(objective, directions, xs, ys, out=out, attrs=attrs, force=force, bn=o.bn,
-                           batch_points=o.batch_points, progress=progress, compile=o.compile)
+    return compute_surface(
+        objective,
+        directions,
+        xs,
+        ys,
+        out=out,
+        attrs=attrs,
+        force=force,
+        bn=o.bn,
+        batch_points=o.batch_points,
+        progress=progress,
+        compile=o.compile,
+    )

@@ -275,8 +275,14 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool) ->
     info = dataset_info(config.data)
     model = _build_model(config, info.num_classes, info.in_chans, info.image_size).to(device)
     preprocess = resolve_preprocess(model, config.data)
-    train_set = load_dataset(config.data, "train", subset=config.subset, seed=config.seed,
-                             transform=_augmentation(config), preprocess=preprocess)
+    train_set = load_dataset(
+        config.data,
+        "train",
+        subset=config.subset,
+        seed=config.seed,
+        transform=_augmentation(config),
+        preprocess=preprocess,
+    )
     test_set = load_dataset(config.data, "test", preprocess=preprocess)
     info = train_set.info
     if config.init is not None:

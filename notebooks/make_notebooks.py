@@ -22,7 +22,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).resolve().parent
 
-PARAMETERS = '''\
+PARAMETERS = """\
 # Parameters
 import os
 import tempfile
@@ -32,7 +32,7 @@ DATA = "cifar100:/path/to/cifar-100-python"  # QUICK = False only (QUICK always 
 CHECKPOINTS = {}  # QUICK = False: {"resnet50": "...pt", "vit_ti": ..., "alternet50": ...}; missing ones are trained
 DEVICE = "auto"  # QUICK = False: "cuda" for the papers' sizes; QUICK always runs on the CPU
 WORKDIR = os.environ.get("LANDSCAPE_NOTEBOOK_WORKDIR") or os.path.join(tempfile.gettempdir(), "landscape-notebooks")
-'''
+"""
 
 SETUP = '''\
 # Setup: settings of the mode, train-or-reuse of checkpoints under WORKDIR, figure display.
@@ -40,7 +40,7 @@ from pathlib import Path
 
 from IPython.display import Image, Markdown, display
 
-from landscape.train import TrainConfig, snapshot_path, train_model
+from landscape.train import TrainConfig, train_model
 
 MODE = "quick" if QUICK else "full"
 if QUICK:
@@ -102,7 +102,7 @@ def table(header, rows):
     display(Markdown("\\n".join(lines)))
 '''
 
-SURFACES = '''\
+SURFACES = """\
 # 2D filter-normalised loss surfaces (BatchNorm in eval mode), one HDF5 file per model; a complete file is reused.
 from landscape.options.surface import SurfaceOptions
 from landscape.surface import run_surface
@@ -118,7 +118,7 @@ for model in MODELS:
         checkpoint(model), SURFACE_OPTIONS, out=RESULTS / f"{model}_surface_{REGULARIZER}_{NORM}.h5", device=DEVICE,
         progress=False,
     )
-'''
+"""
 
 SPECTRA = '''\
 # Per-mini-batch top-k Hessian eigenvalues (largest magnitude) of NLL + the SPECTRUM_REGULARIZER term.
@@ -133,6 +133,8 @@ SPECTRUM = SpectrumOptions(
 
 def spectrum(model, stage):
     """The max-eigenvalue spectrum of `model` after warm-up (stage "warmup") or at the end ("final")."""
+    from landscape.train import snapshot_path
+
     ckpt = checkpoint(model)
     if stage == "warmup":
         ckpt = Path(WARMUP_CHECKPOINTS.get(model) or snapshot_path(ckpt, "warmup"))
@@ -144,7 +146,7 @@ def spectrum(model, stage):
     )
 '''
 
-FOURIER = '''\
+FOURIER = """\
 # Fourier profile, high-frequency value, feature-map variance and band-noise accuracy of every block's output.
 from landscape.fourier import FourierOptions, run_fourier
 
@@ -154,12 +156,9 @@ fourier = {
                        progress=False)
     for model in MODELS
 }
-'''
+"""
 
 SPECTRUM_TABLE = '''\
-import numpy as np
-
-
 def spectrum_row(model, stage, result):
     """Model, stage, top eigenvalue, most negative eigenvalue and share of negative eigenvalues."""
     ev = result["eigenvalues"][result["done"].astype(bool)].ravel()
@@ -199,16 +198,21 @@ result files are kept under `WORKDIR` and reused by every notebook; delete them 
 def nb_loss_landscapes() -> list[nbformat.NotebookNode]:
     """01: Paper A Fig 1a."""
     return [
-        md("""
+        md(
+            """
 # 1. Loss landscapes of ResNet, ViT and AlterNet (Paper A, Fig 1a)
 
 Two seeded Gaussian directions, filter-normalised (`NORM = "filter"`, Li et al. 2018; `"dim0"` is the official
 code's variant), zero on 1-D tensors and position tables; BatchNorm in eval mode; the loss is NLL + 0.05 x the sum
 of the parameter tensors' L2 norms (`REGULARIZER = "norm-sum"`, as the paper plots it; `"none"` for the plain
 NLL). Paper A's claim: the MSA models (ViT, AlterNet) have flatter landscapes than the ResNet.
-""" + RUN_NOTE),
-        parameters('REGULARIZER = "norm-sum"  # "norm-sum" (Paper A), "none" (NLL only) or "l2"\n'
-                   'NORM = "filter"  # "filter" (Li et al.) or "dim0" (Paper A\'s official code)'),
+"""
+            + RUN_NOTE
+        ),
+        parameters(
+            'REGULARIZER = "norm-sum"  # "norm-sum" (Paper A), "none" (NLL only) or "l2"\n'
+            'NORM = "filter"  # "filter" (Li et al.) or "dim0" (Paper A\'s official code)'
+        ),
         setup("01_loss_landscapes"),
         code(SURFACES),
         md("The paper's 3D view (z = loss - min(loss), plasma wireframe), then contours of each model."),
@@ -225,7 +229,8 @@ for model, result in surfaces.items():
 def nb_hessian_spectra() -> list[nbformat.NotebookNode]:
     """02: Paper A Fig 1c / Fig 4."""
     return [
-        md("""
+        md(
+            """
 # 2. Hessian max-eigenvalue spectra after warm-up and at the end of training (Paper A, Fig 1c / Fig 4)
 
 For every mini-batch of 16 training images (10% of the training set in the full run) the top-k Hessian
@@ -238,9 +243,13 @@ AlterNet's spectrum is the narrowest (flattest).
 Note: the norm-sum term c sum_p ||theta_p|| has curvature c / ||theta_p|| across each tensor, so a tensor of
 tiny norm (a bias that has barely moved from zero, common in a short QUICK run) puts a cluster of eigenvalues
 near c / ||theta_p|| at the top of the spectrum. `SPECTRUM_REGULARIZER = "none"` shows the NLL's curvature alone.
-""" + RUN_NOTE),
-        parameters("WARMUP_CHECKPOINTS = {}  # QUICK = False with CHECKPOINTS: the matching warm-up checkpoints\n"
-                   'SPECTRUM_REGULARIZER = "norm-sum"  # "norm-sum" (Paper A: NLL + 0.05 sum_p ||theta_p||) or "none"'),
+"""
+            + RUN_NOTE
+        ),
+        parameters(
+            "WARMUP_CHECKPOINTS = {}  # QUICK = False with CHECKPOINTS: the matching warm-up checkpoints\n"
+            'SPECTRUM_REGULARIZER = "norm-sum"  # "norm-sum" (Paper A: NLL + 0.05 sum_p ||theta_p||) or "none"'
+        ),
         setup("02_hessian_spectra"),
         code(SPECTRA),
         code("""
@@ -255,14 +264,17 @@ for model in MODELS:
 for stage in ("warmup", "final"):
     show_figure(spectrum_figure([spectra[model, stage] for model in MODELS]), f"all_{stage}_spectrum")
 """),
-        code(SPECTRUM_TABLE, """
+        code(
+            SPECTRUM_TABLE,
+            """
 table(["model", "checkpoint", "top eigenvalue", "most negative", "share negative"],
       [spectrum_row(model, stage, result) for (model, stage), result in spectra.items()])
-"""),
+""",
+        ),
     ]
 
 
-FOURIER_TIMM = '''\
+FOURIER_TIMM = """\
 # Paper A drew these figures on ImageNet-1K pretrained timm models at 224 px (resnet50, vit_tiny_patch16_224) with
 # each model's own preprocessing; CIFAR images are too small for them. QUICK runs the same code on small
 # random-init timm models and digits. Blocks are found by landscape.taps.FeatureTaps (timm's ResNet and ViT rules).
@@ -290,13 +302,14 @@ fourier = {
     )
     for name, source in FOURIER_MODELS.items()
 }
-'''
+"""
 
 
 def nb_fourier() -> list[nbformat.NotebookNode]:
     """03: Paper A Fig 2a, Fig 8, Fig 2b on timm models (pretrained on ImageNet in full mode)."""
     return [
-        md("""
+        md(
+            """
 # 3. Fourier analysis of feature maps (Paper A, Fig 2a, Fig 8, Fig 2b)
 
 For the output of every block (ViT: every MSA and MLP sub-block, CLS token dropped, tokens on their grid):
@@ -311,8 +324,10 @@ ImageNet-1K weights (`--pretrained`, downloaded once: needs a network), 256 Imag
 `IMAGENET_VAL` (one folder per class, the usual `val/` layout), each model's own preprocessing (224 px,
 its interpolation, crop and mean/std). QUICK mode runs the same code on random-init timm models and digits.
 The zoo models' profiles are in notebook 4's result files.
-""" + RUN_NOTE),
-        parameters('IMAGENET_VAL = "/path/to/imagenet/val"  # QUICK = False: ImageNet-1K validation, a folder per class'),
+"""
+            + RUN_NOTE
+        ),
+        parameters('IMAGENET_VAL = "/path/to/imagenet/val"  # QUICK = False: ImageNet-1K validation, a class a folder'),
         setup("03_fourier"),
         code(FOURIER_TIMM),
         md("Fig 2a: Delta log amplitude per block."),
@@ -335,14 +350,17 @@ show_figure(noise_figure(results), "noise")
 def nb_feature_variance() -> list[nbformat.NotebookNode]:
     """04: Paper A Fig 9."""
     return [
-        md("""
+        md(
+            """
 # 4. Feature-map variance by depth (Paper A, Fig 9)
 
 The unbiased variance of every block's output over spatial positions, per image and channel, averaged; against
 normalised depth with MSA blocks shaded grey and downsampling blocks blue. Paper A's claim: MSAs reduce the
 variance of feature maps, Convs (and MLPs) increase it. Computed by the same Fourier run as notebook 3 (the same
 result files are reused).
-""" + RUN_NOTE),
+"""
+            + RUN_NOTE
+        ),
         parameters(),
         setup("04_feature_variance"),
         code(FOURIER),
@@ -359,16 +377,21 @@ for model, result in fourier.items():
 def nb_alternet() -> list[nbformat.NotebookNode]:
     """05: AlterNet against ResNet and ViT."""
     return [
-        md("""
+        md(
+            """
 # 5. AlterNet against ResNet and ViT: accuracy, landscape, spectrum (Paper A, Sec 4)
 
 AlterNet replaces the Conv blocks at the end of each stage of a pre-activation ResNet with MSA blocks. Paper A's
 claim: it is more accurate than both, with a flatter landscape and a narrower Hessian spectrum than the ResNet and
 without the ViT's negative eigenvalues. Uses the same checkpoints and result files as notebooks 1 and 2.
-""" + RUN_NOTE),
-        parameters('REGULARIZER = "norm-sum"  # the landscape\'s loss, as in notebook 1\nNORM = "filter"\n'
-                   "WARMUP_CHECKPOINTS = {}  # as in notebook 2\n"
-                   'SPECTRUM_REGULARIZER = "norm-sum"  # as in notebook 2'),
+"""
+            + RUN_NOTE
+        ),
+        parameters(
+            'REGULARIZER = "norm-sum"  # the landscape\'s loss, as in notebook 1\nNORM = "filter"\n'
+            "WARMUP_CHECKPOINTS = {}  # as in notebook 2\n"
+            'SPECTRUM_REGULARIZER = "norm-sum"  # as in notebook 2'
+        ),
         setup("05_alternet"),
         code("""
 from landscape.checkpoint import read_checkpoint
@@ -387,23 +410,30 @@ from landscape.plot.surface import surface3d_figure
 for model, result in surfaces.items():
     show_figure(surface3d_figure(result, style="paper"), f"{model}_3d")
 """),
-        code(SPECTRA, """
+        code(
+            SPECTRA,
+            """
 finals = {model: spectrum(model, "final") for model in MODELS}
-"""),
-        code(SPECTRUM_TABLE, """
+""",
+        ),
+        code(
+            SPECTRUM_TABLE,
+            """
 from landscape.plot.hessian import spectrum_figure
 
 show_figure(spectrum_figure(list(finals.values())), "spectra")
 table(["model", "checkpoint", "top eigenvalue", "most negative", "share negative"],
       [spectrum_row(model, "final", result) for model, result in finals.items()])
-"""),
+""",
+        ),
     ]
 
 
 def nb_paper_b() -> list[nbformat.NotebookNode]:
     """06: Paper B."""
     return [
-        md("""
+        md(
+            """
 # 6. Paper B: a ViT layer can perform convolution; CNN-initialised ViTs on little data
 
 **Construction** (Li et al. 2021): one multi-head self-attention layer with relative position bias on P x P
@@ -414,14 +444,17 @@ of zero tokens for the borders. The error falls like n e^{-c}; fewer than 9 head
 **Low-data experiment**: the CNN counterpart `convvit_*` (every MSA a fixed shift attention) is trained, converted
 into a `vit_rpe_*` ViT by the construction (`landscape.convert`) and fine-tuned; compared with the same ViT from a
 random initialisation, on subsets of the training set.
-""" + RUN_NOTE),
-        parameters("PATCH = 2  # patch size of the construction check\n"
-                   "SHARPNESS = [2, 4, 6, 8, 10, 12, 15, 20, 25, 30]  # bias margins c to check\n"
-                   "FRACTIONS = None  # training fractions of the low-data experiment; None: per mode"),
+"""
+            + RUN_NOTE
+        ),
+        parameters(
+            "PATCH = 2  # patch size of the construction check\n"
+            "SHARPNESS = [2, 4, 6, 8, 10, 12, 15, 20, 25, 30]  # bias margins c to check\n"
+            "FRACTIONS = None  # training fractions of the low-data experiment; None: per mode"
+        ),
         setup("06_paper_b_conv_to_attention"),
         md("## The construction, checked numerically (float64)"),
         code("""
-import numpy as np
 import torch
 from torch import nn
 

@@ -42,8 +42,13 @@ def surface_arrays(xs=XS, ys=YS, done=None):
     X, Y = np.meshgrid(xs, ys)
     loss = bowl(X, Y)
     mask = np.ones_like(loss, bool) if done is None else done
-    return {"xcoordinates": xs, "ycoordinates": ys, "loss": np.where(mask, loss, np.nan),
-            "accuracy": np.where(mask, 1 / loss, np.nan), "done": mask}
+    return {
+        "xcoordinates": xs,
+        "ycoordinates": ys,
+        "loss": np.where(mask, loss, np.nan),
+        "accuracy": np.where(mask, 1 / loss, np.nan),
+        "done": mask,
+    }
 
 
 SURFACE_ATTRS = {"surface_ndim": 2, "model": "toy", "norm": "filter", "bn": "eval"}
@@ -55,12 +60,24 @@ def fourier_arrays(kinds, noise=False, hf_offset=0.0):
     freq = np.linspace(0, 1, 5)
     delta = -np.outer(np.arange(1, n + 1), freq)
     delta[-1, 3:] = np.nan
-    arrays = {"frequencies": freq, "delta_log_amplitude": delta, "high_frequency": -np.arange(1, n + 1) + hf_offset,
-              "depth": np.arange(n) / (n - 1), "layer_names": np.array([f"l{i}" for i in range(n)]),
-              "layer_kinds": np.array(kinds), "variance": np.arange(1.0, n + 1), "maps/000": np.zeros((4, 4))}
+    arrays = {
+        "frequencies": freq,
+        "delta_log_amplitude": delta,
+        "high_frequency": -np.arange(1, n + 1) + hf_offset,
+        "depth": np.arange(n) / (n - 1),
+        "layer_names": np.array([f"l{i}" for i in range(n)]),
+        "layer_kinds": np.array(kinds),
+        "variance": np.arange(1.0, n + 1),
+        "maps/000": np.zeros((4, 4)),
+    }
     if noise:
-        arrays.update({"noise/frequencies": np.array([0.1, 0.5, 0.9]), "noise/accuracy_drop": np.array([0.1, 0.2, 0.3]),
-                       "noise/done": np.array([True, False, True])})
+        arrays.update(
+            {
+                "noise/frequencies": np.array([0.1, 0.5, 0.9]),
+                "noise/accuracy_drop": np.array([0.1, 0.2, 0.3]),
+                "noise/done": np.array([True, False, True]),
+            }
+        )
     return arrays
 
 
@@ -72,10 +89,15 @@ def fourier_attrs(model):
 def hessian_arrays():
     """A hessian result: a Gaussian SLQ density around 1, two eigenvalues with residuals, trace samples."""
     grid = np.linspace(-1, 5, 200)
-    return {"density/grid": grid, "density/values": np.exp(-((grid - 1) ** 2)) / np.sqrt(np.pi) + 1e-30,
-            "density/nodes": np.array([[0.0, 1.0, 4.0]]), "density/weights": np.array([[0.5, 0.4, 0.1]]),
-            "eigenvalues": np.array([3.0, 4.0]), "residuals": np.array([1e-3, 2e-3]),
-            "trace/samples": np.array([10.0, 12.0, 11.0])}
+    return {
+        "density/grid": grid,
+        "density/values": np.exp(-((grid - 1) ** 2)) / np.sqrt(np.pi) + 1e-30,
+        "density/nodes": np.array([[0.0, 1.0, 4.0]]),
+        "density/weights": np.array([[0.5, 0.4, 0.1]]),
+        "eigenvalues": np.array([3.0, 4.0]),
+        "residuals": np.array([1e-3, 2e-3]),
+        "trace/samples": np.array([10.0, 12.0, 11.0]),
+    }
 
 
 def spectrum_arrays(eig):

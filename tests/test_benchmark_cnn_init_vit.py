@@ -20,8 +20,23 @@ def _load():
 @pytest.mark.slow
 def test_tiny_low_data_experiment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bench = _load()
-    argv = ["--fractions", "0.1", "--steps", "2", "--batch-size", "48", "--model-kw", "depth=1",
-            "--model-kw", "embed_dim=18", "--model-kw", "head_dim=2", "--control", "--workdir", str(tmp_path)]
+    argv = [
+        "--fractions",
+        "0.1",
+        "--steps",
+        "2",
+        "--batch-size",
+        "48",
+        "--model-kw",
+        "depth=1",
+        "--model-kw",
+        "embed_dim=18",
+        "--model-kw",
+        "head_dim=2",
+        "--control",
+        "--workdir",
+        str(tmp_path),
+    ]
     table, rows = bench.main(argv)
     assert capsys.readouterr().out.strip() == table
     assert "| 0.1 | 144 |" in table and "--fractions 0.1" in table
@@ -33,5 +48,10 @@ def test_tiny_low_data_experiment(tmp_path: Path, capsys: pytest.CaptureFixture[
     # conversion keeps the CNN's predictions: the logit difference is far below any decision margin here
     assert row["logit_diff"] < 1e-3
     assert abs(row["converted"] - row["cnn"]) <= 1 / 360 + 1e-12
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cnn_f0.1_s0.pt", "ft_f0.1_s0.pt", "init_f0.1_s0.pt",
-                                                          "vit2x_f0.1_s0.pt", "vit_f0.1_s0.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "cnn_f0.1_s0.pt",
+        "ft_f0.1_s0.pt",
+        "init_f0.1_s0.pt",
+        "vit2x_f0.1_s0.pt",
+        "vit_f0.1_s0.pt",
+    ]

@@ -26,8 +26,13 @@ class TinyNet(nn.Module):
 
     def __init__(self, num_classes=10, width=4, head_bias=True, in_chans=1):
         super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(in_chans, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
-                                      nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.features = nn.Sequential(
+            nn.Conv2d(in_chans, width, 3, padding=1),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
         self.head = nn.Linear(width, num_classes, bias=head_bias)
 
     def forward(self, x):
@@ -61,10 +66,18 @@ def assert_same_state(a, b):
 
 def test_round_trip_and_metadata(tmp_path):
     model = trained_tiny(width=5)
-    path = save_checkpoint(tmp_path / "sub" / "ck.pt", model, model_name="tiny",
-                           model_kwargs={"width": 5, "shape": (2, 3)}, num_classes=10, dataset="digits",
-                           epoch=3, metrics={"acc": np.float32(0.5), "loss": 1.25},
-                           train_options={"lr": 0.1, "out": tmp_path}, extra={"note": "x"})
+    path = save_checkpoint(
+        tmp_path / "sub" / "ck.pt",
+        model,
+        model_name="tiny",
+        model_kwargs={"width": 5, "shape": (2, 3)},
+        num_classes=10,
+        dataset="digits",
+        epoch=3,
+        metrics={"acc": np.float32(0.5), "loss": 1.25},
+        train_options={"lr": 0.1, "out": tmp_path},
+        extra={"note": "x"},
+    )
     assert path == tmp_path / "sub" / "ck.pt" and path.is_file()
     assert os.listdir(path.parent) == ["ck.pt"]  # no temporary file left behind
 
@@ -81,14 +94,34 @@ def test_round_trip_and_metadata(tmp_path):
     assert m["landscape_version"] == landscape.__version__ and m["torch_version"] == torch.__version__
     assert m["created"].endswith("+00:00") and "state_dict" not in m
     raw = torch.load(path, weights_only=True)
-    assert set(raw) == {"format_version", "model", "model_kwargs", "num_classes", "state_dict", "dataset",
-                        "epoch", "metrics", "train_options", "extra", "landscape_version", "torch_version",
-                        "created"}
+    assert set(raw) == {
+        "format_version",
+        "model",
+        "model_kwargs",
+        "num_classes",
+        "state_dict",
+        "dataset",
+        "epoch",
+        "metrics",
+        "train_options",
+        "extra",
+        "landscape_version",
+        "torch_version",
+        "created",
+    }
 
 
 def test_unstorable_metadata(tmp_path):
-    one_line_error(save_checkpoint, tmp_path / "ck.pt", TinyNet(), model_name="tiny", model_kwargs={},
-                   num_classes=10, metrics={"f": object()}, match="metrics")
+    one_line_error(
+        save_checkpoint,
+        tmp_path / "ck.pt",
+        TinyNet(),
+        model_name="tiny",
+        model_kwargs={},
+        num_classes=10,
+        metrics={"f": object()},
+        match="metrics",
+    )
     assert not any(tmp_path.iterdir())
 
 
@@ -132,16 +165,17 @@ def test_plain_state_dict_needs_a_model_name(tmp_path, fake_zoo):
 def test_paper_a_file_and_dataparallel_prefix(tmp_path, fake_zoo):
     model = trained_tiny(width=3)
     state = {f"module.{k}": v for k, v in model.state_dict().items()}
-    optimizer = {"state": {0: {"momentum_buffer": torch.ones(3, 1, 3, 3)}},  # as SGD.state_dict() has it
-                 "param_groups": [{"lr": 0.1, "momentum": 0.9, "nesterov": False, "params": [0, 1, 2]}]}
-    torch.save({"name": "resnet_dnn_50", "state_dict": state, "optimizer": optimizer},
-               tmp_path / "paper.pth.tar")
+    optimizer = {
+        "state": {0: {"momentum_buffer": torch.ones(3, 1, 3, 3)}},  # as SGD.state_dict() has it
+        "param_groups": [{"lr": 0.1, "momentum": 0.9, "nesterov": False, "params": [0, 1, 2]}],
+    }
+    torch.save({"name": "resnet_dnn_50", "state_dict": state, "optimizer": optimizer}, tmp_path / "paper.pth.tar")
     ck = read_checkpoint(tmp_path / "paper.pth.tar")
     assert ck.model_name is None and ck.meta["name"] == "resnet_dnn_50"
     assert list(ck.state_dict) == list(model.state_dict())
     one_line_error(load_model, tmp_path / "paper.pth.tar", match="--model")
     loaded, _ = load_model(tmp_path / "paper.pth.tar", "tiny", width=3)
-    assert_same_state(loaded.state_dict(), {k[len("module."):]: v for k, v in state.items()})
+    assert_same_state(loaded.state_dict(), {k[len("module.") :]: v for k, v in state.items()})
 
 
 def test_mismatch_lists_keys(tmp_path, fake_zoo):
@@ -164,8 +198,13 @@ def test_mismatch_lists_keys(tmp_path, fake_zoo):
 def test_infer_num_classes():
     z = torch.zeros
     assert infer_num_classes({"conv.weight": z(8, 3, 3, 3), "fc.weight": z(100, 8), "fc.bias": z(100)}) == 100
-    vit = {"blocks.0.mlp.fc1.weight": z(32, 8), "blocks.0.mlp.fc2.weight": z(8, 32), "norm.weight": z(8),
-           "head.weight": z(10, 8), "head.bias": z(10)}
+    vit = {
+        "blocks.0.mlp.fc1.weight": z(32, 8),
+        "blocks.0.mlp.fc2.weight": z(8, 32),
+        "norm.weight": z(8),
+        "head.weight": z(10, 8),
+        "head.bias": z(10),
+    }
     assert infer_num_classes(vit) == 10
     assert infer_num_classes({"head.weight": z(5, 4), "proj.weight": z(7, 4)}) == 5  # the head wins
     assert infer_num_classes({"a.weight": z(3, 4), "b.weight": z(6, 3)}) == 6  # else the last 2-D weight
@@ -221,8 +260,14 @@ def test_real_zoo_round_trip(tmp_path):
     zoo = _real_zoo()
     torch.manual_seed(0)
     model = zoo.create_model("resnet_mini", num_classes=10, in_chans=1).eval()
-    save_checkpoint(tmp_path / "ck.pt", model, model_name=model.model_name, model_kwargs=model.model_kwargs,
-                    num_classes=model.num_classes, dataset="digits")
+    save_checkpoint(
+        tmp_path / "ck.pt",
+        model,
+        model_name=model.model_name,
+        model_kwargs=model.model_kwargs,
+        num_classes=model.num_classes,
+        dataset="digits",
+    )
     loaded, ck = load_model(tmp_path / "ck.pt")
     assert ck.model_name == model.model_name
     x = torch.randn(2, 1, 32, 32)
@@ -237,8 +282,9 @@ def test_real_zoo_round_trip(tmp_path):
 def test_a_checkpoint_cannot_choose_code_or_files_to_load(tmp_path, monkeypatch):
     model = TinyNet()
     marker = tmp_path / "ran"
-    monkeypatch.setattr(sys.modules[__name__], "ran_code", lambda **kw: (marker.write_text("x"), TinyNet())[1],
-                        raising=False)
+    monkeypatch.setattr(
+        sys.modules[__name__], "ran_code", lambda **kw: (marker.write_text("x"), TinyNet())[1], raising=False
+    )
     spec = f"py:{__name__}:ran_code"
     save_checkpoint(tmp_path / "py.pt", model, model_name=spec, model_kwargs={}, num_classes=10)
     msg = one_line_error(load_model, tmp_path / "py.pt", match="would import and call code")
@@ -247,8 +293,12 @@ def test_a_checkpoint_cannot_choose_code_or_files_to_load(tmp_path, monkeypatch)
     assert marker.exists() and isinstance(loaded, TinyNet)
 
     pytest.importorskip("timm")
-    for key, value in [("checkpoint_path", str(tmp_path / "other.pt")), ("pretrained", True),
-                       ("pretrained_cfg_overlay", {"file": "/etc/passwd"})]:
-        save_checkpoint(tmp_path / "t.pt", model, model_name="timm:resnet10t", model_kwargs={key: value},
-                        num_classes=10)
+    for key, value in [
+        ("checkpoint_path", str(tmp_path / "other.pt")),
+        ("pretrained", True),
+        ("pretrained_cfg_overlay", {"file": "/etc/passwd"}),
+    ]:
+        save_checkpoint(
+            tmp_path / "t.pt", model, model_name="timm:resnet10t", model_kwargs={key: value}, num_classes=10
+        )
         one_line_error(load_model, tmp_path / "t.pt", match=f"model option '{key}'")

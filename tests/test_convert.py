@@ -40,9 +40,9 @@ def test_conversion_is_exact_at_high_sharpness_with_zero_query() -> None:
     # the CNN is left untouched and W_V / W_O / MLPs are copied
     assert torch.equal(vit.blocks[0].attn.proj.weight, cnn.blocks[0].attn.proj.weight)
     inner = cnn.blocks[0].attn.v.out_features
-    assert torch.equal(vit.blocks[1].attn.qkv.weight[2 * inner:], cnn.blocks[1].attn.v.weight)
+    assert torch.equal(vit.blocks[1].attn.qkv.weight[2 * inner :], cnn.blocks[1].attn.v.weight)
     assert torch.count_nonzero(vit.blocks[1].attn.qkv.weight[:inner]) == 0
-    assert float(vit.blocks[1].attn.qkv.weight[inner:2 * inner].detach().std()) == pytest.approx(0.5, rel=0.1)
+    assert float(vit.blocks[1].attn.qkv.weight[inner : 2 * inner].detach().std()) == pytest.approx(0.5, rel=0.1)
 
 
 def test_error_falls_as_sharpness_rises() -> None:
@@ -65,8 +65,9 @@ def test_convert_refuses_other_models() -> None:
 def cnn_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("convert") / "cnn.pt"
     cnn = _cnn(seed=3, dtype=torch.float32)
-    save_checkpoint(path, cnn, model_name=cnn.model_name, model_kwargs=cnn.model_kwargs, num_classes=10,
-                    dataset="digits")
+    save_checkpoint(
+        path, cnn, model_name=cnn.model_name, model_kwargs=cnn.model_kwargs, num_classes=10, dataset="digits"
+    )
     return path
 
 
@@ -101,14 +102,36 @@ def test_cli_convert_then_train(cnn_ckpt: Path, tmp_path: Path) -> None:
     assert res.exit_code == 2 and "Error:" in res.output and "--force" in res.output
     # the installed entry point, and the converted checkpoint trains
     exe = str(Path(sys.executable).parent / "landscape")
-    run = subprocess.run([exe, "convert", "--ckpt", str(cnn_ckpt), "--out", str(out), "--force", "--samples", "32",
-                          "--sharpness", "12"], capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [exe, "convert", "--ckpt", str(cnn_ckpt), "--out", str(out), "--force", "--samples", "32", "--sharpness", "12"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     assert "sharpness 12" in run.stdout
     trained = tmp_path / "ft.pt"
-    res = CliRunner().invoke(cli, ["train", "--model", "vit_rpe_mini", "--init", str(out), "--epochs", "1",
-                                   "--model-kw", "depth=2", "--subset", "40", "--batch-size", "20",
-                                   "--out", str(trained), "--quiet"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            "--model",
+            "vit_rpe_mini",
+            "--init",
+            str(out),
+            "--epochs",
+            "1",
+            "--model-kw",
+            "depth=2",
+            "--subset",
+            "40",
+            "--batch-size",
+            "20",
+            "--out",
+            str(trained),
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 0, res.output
     before, after = read_checkpoint(out).state_dict, read_checkpoint(trained).state_dict
     assert before.keys() == after.keys()
@@ -118,21 +141,25 @@ def test_cli_convert_then_train(cnn_ckpt: Path, tmp_path: Path) -> None:
     assert torch.count_nonzero(after[key][:inner]) > 0
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("sharpness", float("nan"), "--sharpness must be a finite number, got nan"),
-    ("sharpness", float("inf"), "--sharpness must be a finite number, got inf"),
-    ("k_std", float("-inf"), "--k-std must be a finite number, got -inf"),
-    ("k_std", -0.5, "--k-std must be a finite number >= 0, got -0.5"),
-    ("q_std", float("nan"), "--q-std must be a finite number, got nan"),
-    ("q_std", -1e-9, "--q-std must be a finite number >= 0, got -1e-09"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("sharpness", float("nan"), "--sharpness must be a finite number, got nan"),
+        ("sharpness", float("inf"), "--sharpness must be a finite number, got inf"),
+        ("k_std", float("-inf"), "--k-std must be a finite number, got -inf"),
+        ("k_std", -0.5, "--k-std must be a finite number >= 0, got -0.5"),
+        ("q_std", float("nan"), "--q-std must be a finite number, got nan"),
+        ("q_std", -1e-9, "--q-std must be a finite number >= 0, got -1e-09"),
+    ],
+)
 def test_non_finite_or_negative_options_are_refused(option, value, message, cnn_ckpt: Path, tmp_path: Path) -> None:
     assert one_line_error(convert_model, _cnn(), **{option: value}) == message
     out = tmp_path / "vit.pt"
     assert one_line_error(convert_checkpoint, cnn_ckpt, out, **{option: value}) == message
     assert not out.exists()
-    res = CliRunner().invoke(cli, ["convert", "--ckpt", str(cnn_ckpt), "--out", str(out),
-                                   "--" + option.replace("_", "-"), str(value)])
+    res = CliRunner().invoke(
+        cli, ["convert", "--ckpt", str(cnn_ckpt), "--out", str(out), "--" + option.replace("_", "-"), str(value)]
+    )
     assert res.exit_code == 2 and message in res.output and not out.exists()
 
 

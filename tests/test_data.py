@@ -36,8 +36,12 @@ CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
 
 def _batch(rng, labels, label_key):
     data = rng.integers(0, 256, size=(len(labels), 3072), dtype=np.uint8)
-    return {b"batch_label": b"fixture", label_key: list(labels), b"data": data,
-            b"filenames": [f"img{i}.png".encode() for i in range(len(labels))]}
+    return {
+        b"batch_label": b"fixture",
+        label_key: list(labels),
+        b"data": data,
+        b"filenames": [f"img{i}.png".encode() for i in range(len(labels))],
+    }
 
 
 def _dump(obj, path, py2_numpy_names=False):
@@ -61,8 +65,10 @@ def write_cifar10(root, per_class=2):
         _dump(b, d / f"data_batch_{i}", py2_numpy_names=(i == 1))
     test = _batch(rng, np.arange(10), b"labels")
     _dump(test, d / "test_batch")
-    _dump({b"label_names": [n.encode() for n in CIFAR10_NAMES], b"num_cases_per_batch": 10000,
-           b"num_vis": 3072}, d / "batches.meta")
+    _dump(
+        {b"label_names": [n.encode() for n in CIFAR10_NAMES], b"num_cases_per_batch": 10000, b"num_vis": 3072},
+        d / "batches.meta",
+    )
     return d, batches, test
 
 
@@ -75,8 +81,13 @@ def write_cifar100(root, per_class=1):
         b = _batch(rng, fine, b"fine_labels")
         b[b"coarse_labels"] = list(fine // 5)
         _dump(b, d / split)
-    _dump({b"fine_label_names": [f"fine{i}".encode() for i in range(100)],
-           b"coarse_label_names": [f"coarse{i}".encode() for i in range(20)]}, d / "meta")
+    _dump(
+        {
+            b"fine_label_names": [f"fine{i}".encode() for i in range(100)],
+            b"coarse_label_names": [f"coarse{i}".encode() for i in range(20)],
+        },
+        d / "meta",
+    )
     return d
 
 
@@ -102,9 +113,12 @@ def test_cifar10_reads_the_pickle_layout(tmp_path):
 
     te = load_dataset(f"cifar10:{d}", "test")  # the folder itself works too
     assert len(te) == 10 and te.targets.tolist() == list(range(10))
-    torch.testing.assert_close(raw(te, te.tensors()[0][3]),
-                               torch.from_numpy(test[b"data"][3].reshape(3, 32, 32) / 255).float(),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        raw(te, te.tensors()[0][3]),
+        torch.from_numpy(test[b"data"][3].reshape(3, 32, 32) / 255).float(),
+        atol=1e-6,
+        rtol=0,
+    )
 
 
 def test_cifar100_reads_fine_labels(tmp_path):
@@ -374,8 +388,13 @@ def _noise_image(path, size, seed):
 
 def _write_noise_folder(root):
     """Two classes of non-square (and one square, one tiny) noise images, PNG and JPEG."""
-    sizes = {"a/0.png": (40, 50), "a/1.jpg": (50, 37), "b/deep/2.png": (16, 16), "b/3.PNG": (7, 5),
-             "b/4.jpeg": (33, 64)}
+    sizes = {
+        "a/0.png": (40, 50),
+        "a/1.jpg": (50, 37),
+        "b/deep/2.png": (16, 16),
+        "b/3.PNG": (7, 5),
+        "b/4.jpeg": (33, 64),
+    }
     for seed, (name, size) in enumerate(sizes.items()):
         _noise_image(root / name, size, seed)
     return [root / name for name in sizes]
@@ -414,24 +433,32 @@ def _pil_reference(path, size, short, resample, mean, std):
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-@pytest.mark.parametrize("size, crop_pct, interpolation, short", [
-    (8, 0.875, "bicubic", 9),  # floor(8 / 0.875) = 9
-    (8, 0.55, "bilinear", 14),  # floor(14.55), not round
-    (9, 9 / 14, "nearest", 14),  # crop / resize as torchvision's transforms give it: 9 / (9 / 14) < 14 in floats
-])
+@pytest.mark.parametrize(
+    "size, crop_pct, interpolation, short",
+    [
+        (8, 0.875, "bicubic", 9),  # floor(8 / 0.875) = 9
+        (8, 0.55, "bilinear", 14),  # floor(14.55), not round
+        (9, 9 / 14, "nearest", 14),  # crop / resize as torchvision's transforms give it: 9 / (9 / 14) < 14 in floats
+    ],
+)
 def test_imagefolder_preprocess_matches_the_pil_reference(tmp_path, size, crop_pct, interpolation, short):
     from PIL import Image
 
     paths = _write_noise_folder(tmp_path)
-    pre = Preprocess(image_size=size, crop_pct=crop_pct, interpolation=interpolation, mean=IMAGENET_MEAN,
-                     std=IMAGENET_STD)
+    pre = Preprocess(
+        image_size=size, crop_pct=crop_pct, interpolation=interpolation, mean=IMAGENET_MEAN, std=IMAGENET_STD
+    )
     ds = load_dataset(f"imagefolder:{tmp_path}:32", "train", preprocess=pre)  # preprocess beats :32
     assert ds.info == DatasetInfo("imagefolder", 2, 3, size, IMAGENET_MEAN, IMAGENET_STD, interpolation, crop_pct)
     assert ds.info.preprocess == pre and dataset_info(f"imagefolder:{tmp_path}:32", pre) == ds.info
     assert ds.targets.tolist() == [0, 0, 1, 1, 1]
     resample = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "nearest": Image.NEAREST}[interpolation]
-    expected = torch.stack([_pil_reference(p, size, short, resample, IMAGENET_MEAN, IMAGENET_STD)
-                            for p in [paths[0], paths[1], paths[3], paths[4], paths[2]]])  # ImageFolder order
+    expected = torch.stack(
+        [
+            _pil_reference(p, size, short, resample, IMAGENET_MEAN, IMAGENET_STD)
+            for p in [paths[0], paths[1], paths[3], paths[4], paths[2]]
+        ]
+    )  # ImageFolder order
     x, _ = ds.tensors()
     assert x.shape == (5, 3, size, size)
     torch.testing.assert_close(x, expected, atol=1e-6, rtol=0)
@@ -449,8 +476,9 @@ def test_imagefolder_default_is_unchanged(tmp_path):
             assert ds.info == DatasetInfo("imagefolder", 2, 3, size, (0.5,) * 3, (0.5,) * 3, "bilinear", 1.0)
             old = torch.stack([(_old_read_image(p, size) - 0.5) / 0.5 for p in order])
             assert torch.equal(ds.tensors()[0], old)
-            reference = torch.stack([_pil_reference(p, size, size, Image.BILINEAR, (0.5,) * 3, (0.5,) * 3)
-                                     for p in order])
+            reference = torch.stack(
+                [_pil_reference(p, size, size, Image.BILINEAR, (0.5,) * 3, (0.5,) * 3) for p in order]
+            )
             torch.testing.assert_close(ds.tensors()[0], reference, atol=1e-6, rtol=0)
 
 
@@ -503,8 +531,12 @@ def test_in_memory_defaults_and_ignored_fields():
     assert syn.info == dataset_info("synthetic:20:8")
     assert torch.equal(syn.tensors()[0], load_dataset("synthetic:20:8").tensors()[0])
     seen = []
-    aug = load_dataset("digits:16", "test", preprocess=Preprocess(image_size=(8, 12)),
-                       transform=lambda x: seen.append(tuple(x.shape)) or x)
+    aug = load_dataset(
+        "digits:16",
+        "test",
+        preprocess=Preprocess(image_size=(8, 12)),
+        transform=lambda x: seen.append(tuple(x.shape)) or x,
+    )
     assert aug[0][0].shape == (1, 8, 12) and seen == [(1, 8, 12)]  # the transform sees the output size
 
 
@@ -523,27 +555,30 @@ def test_mean_std_override_is_the_manual_normalisation(tmp_path):
     torch.testing.assert_close(half.tensors()[0], plain.tensors()[0] * DIGITS_STD[0] / 0.25, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"std": (0.5, float("nan"), 0.5)}, "std"),
-    ({"std": (0.5, 0.0, 0.5)}, "std"),
-    ({"std": (-0.2,)}, "std"),
-    ({"mean": (float("inf"),)}, "mean"),
-    ({"mean": "0.5"}, "mean"),
-    ({"mean": ()}, "mean"),
-    ({"mean": (0.5, True)}, "mean"),
-    ({"crop_pct": 0}, "crop_pct"),
-    ({"crop_pct": 1.5}, "crop_pct"),
-    ({"crop_pct": float("nan")}, "crop_pct"),
-    ({"crop_pct": "0.9"}, "crop_pct"),
-    ({"interpolation": "lanczos"}, "interpolation"),
-    ({"interpolation": 2}, "interpolation"),
-    ({"image_size": 0}, "image_size"),
-    ({"image_size": 8.0}, "image_size"),
-    ({"image_size": True}, "image_size"),
-    ({"image_size": (8,)}, "image_size"),
-    ({"image_size": (8, -1)}, "image_size"),
-    ({"mean": (0.5, 0.5), "std": (0.5,)}, "mean has 2 values but std has 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"std": (0.5, float("nan"), 0.5)}, "std"),
+        ({"std": (0.5, 0.0, 0.5)}, "std"),
+        ({"std": (-0.2,)}, "std"),
+        ({"mean": (float("inf"),)}, "mean"),
+        ({"mean": "0.5"}, "mean"),
+        ({"mean": ()}, "mean"),
+        ({"mean": (0.5, True)}, "mean"),
+        ({"crop_pct": 0}, "crop_pct"),
+        ({"crop_pct": 1.5}, "crop_pct"),
+        ({"crop_pct": float("nan")}, "crop_pct"),
+        ({"crop_pct": "0.9"}, "crop_pct"),
+        ({"interpolation": "lanczos"}, "interpolation"),
+        ({"interpolation": 2}, "interpolation"),
+        ({"image_size": 0}, "image_size"),
+        ({"image_size": 8.0}, "image_size"),
+        ({"image_size": True}, "image_size"),
+        ({"image_size": (8,)}, "image_size"),
+        ({"image_size": (8, -1)}, "image_size"),
+        ({"mean": (0.5, 0.5), "std": (0.5,)}, "mean has 2 values but std has 1"),
+    ],
+)
 def test_preprocess_rejects_bad_values(kwargs, match):
     one_line_error(Preprocess, match=match, **kwargs)
 
@@ -565,8 +600,13 @@ def test_preprocess_merge_and_dict_round_trip():
     assert merged == Preprocess(224, 0.9, "bicubic", (0.1, 0.2, 0.3), (0.25, 0.25, 0.25))
     assert model.merged(Preprocess()) == model and Preprocess().merged(model) == model
     d = merged.as_dict()
-    assert d == {"image_size": 224, "crop_pct": 0.9, "interpolation": "bicubic", "mean": [0.1, 0.2, 0.3],
-                 "std": [0.25, 0.25, 0.25]}
+    assert d == {
+        "image_size": 224,
+        "crop_pct": 0.9,
+        "interpolation": "bicubic",
+        "mean": [0.1, 0.2, 0.3],
+        "std": [0.25, 0.25, 0.25],
+    }
     assert Preprocess.from_dict(json.loads(json.dumps(d))) == merged
     rect = Preprocess(image_size=(6, 10))
     assert Preprocess.from_dict(json.loads(json.dumps(rect.as_dict()))) == rect
@@ -581,9 +621,13 @@ def test_preprocess_merge_and_dict_round_trip():
 
 
 def _imagenet_val(root):
-    names = ["n01440764/ILSVRC2012_val_00000293.JPEG", "n01440764/extra/ILSVRC2012_val_00002138.JPEG",
-             "n01443537/ILSVRC2012_val_00000236.JPEG", "n01443537/ILSVRC2012_val_00000262.jpeg",
-             "n01484850/a/b/ILSVRC2012_val_00000001.JPEG"]
+    names = [
+        "n01440764/ILSVRC2012_val_00000293.JPEG",
+        "n01440764/extra/ILSVRC2012_val_00002138.JPEG",
+        "n01443537/ILSVRC2012_val_00000236.JPEG",
+        "n01443537/ILSVRC2012_val_00000262.jpeg",
+        "n01484850/a/b/ILSVRC2012_val_00000001.JPEG",
+    ]
     for seed, name in enumerate(names):
         _noise_image(root / name, (24 + seed, 20), seed)
     (root / "n01484850" / "LOC_synset_mapping.txt").write_text("not an image")

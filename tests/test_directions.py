@@ -78,16 +78,22 @@ def test_1d_tensors_and_position_tables_are_zero_by_default():
     np.testing.assert_allclose(kept["conv.bias"].abs().numpy(), theta["conv.bias"].abs().numpy(), rtol=1e-12)
 
 
-@pytest.mark.parametrize("spec, zeroed", [
-    ("timm:vit_tiny_patch16_224", {"cls_token", "pos_embed", "reg_token"}),
-    ("py:torchvision.models:VisionTransformer", {"class_token", "encoder.pos_embedding"}),
-])
+@pytest.mark.parametrize(
+    "spec, zeroed",
+    [
+        ("timm:vit_tiny_patch16_224", {"cls_token", "pos_embed", "reg_token"}),
+        ("py:torchvision.models:VisionTransformer", {"class_token", "encoder.pos_embedding"}),
+    ],
+)
 def test_library_position_tables_and_tokens_are_zero_by_default(spec, zeroed):
     pytest.importorskip("timm")
     from landscape.models import create_model
 
-    kwargs = {"img_size": 32, "patch_size": 8, "depth": 1, "reg_tokens": 2} if spec.startswith("timm") else {
-        "image_size": 32, "patch_size": 8, "num_layers": 1, "num_heads": 2, "hidden_dim": 8, "mlp_dim": 8}
+    kwargs = (
+        {"img_size": 32, "patch_size": 8, "depth": 1, "reg_tokens": 2}
+        if spec.startswith("timm")
+        else {"image_size": 32, "patch_size": 8, "num_layers": 1, "num_heads": 2, "hidden_dim": 8, "mlp_dim": 8}
+    )
     params = {k: v.detach() for k, v in create_model(spec, num_classes=3, **kwargs).named_parameters()}
     assert zeroed <= set(params)
     d = D.random_directions(params, ndim=1, seed=0)
@@ -178,13 +184,19 @@ def named_by(model, patterns):
     return sorted(n for n, _ in model.named_parameters() if D.matches(n, patterns))
 
 
-@pytest.mark.parametrize("model, position, tokens", [
-    ("resnet_mini", [], []),
-    ("vit_mini", ["pos_embed"], ["cls_token"]),
-    ("alternet_mini", [f"layer{i}.1.attn.rel_pos.table" for i in (2, 3, 4)], []),
-    ("vit_rpe_mini", sorted(f"blocks.{i}.attn.rel_pos.{p}" for i in range(4) for p in ("cls_bias", "table")),
-     ["cls_token"]),
-])
+@pytest.mark.parametrize(
+    "model, position, tokens",
+    [
+        ("resnet_mini", [], []),
+        ("vit_mini", ["pos_embed"], ["cls_token"]),
+        ("alternet_mini", [f"layer{i}.1.attn.rel_pos.table" for i in (2, 3, 4)], []),
+        (
+            "vit_rpe_mini",
+            sorted(f"blocks.{i}.attn.rel_pos.{p}" for i in range(4) for p in ("cls_bias", "table")),
+            ["cls_token"],
+        ),
+    ],
+)
 def test_position_parameters_of_the_zoo(model, position, tokens):
     from landscape.models import create_model
 
@@ -193,10 +205,13 @@ def test_position_parameters_of_the_zoo(model, position, tokens):
     assert named_by(m, D.DEFAULT_ZERO_PATTERNS) == sorted(position + tokens)  # the surface also fixes the tokens
 
 
-@pytest.mark.parametrize("model, exempt_2d", [
-    ("vit_mini", ["pos_embed"]),  # cls_token keeps weight decay, as in the zoo's measured recipe
-    ("alternet_mini", [f"layer{i}.1.attn.rel_pos.table" for i in (2, 3, 4)]),
-])
+@pytest.mark.parametrize(
+    "model, exempt_2d",
+    [
+        ("vit_mini", ["pos_embed"]),  # cls_token keeps weight decay, as in the zoo's measured recipe
+        ("alternet_mini", [f"layer{i}.1.attn.rel_pos.table" for i in (2, 3, 4)]),
+    ],
+)
 def test_training_exempts_exactly_the_position_parameters_and_1d_tensors(model, exempt_2d, tmp_path, monkeypatch):
     from landscape import train as T
 
@@ -281,8 +296,10 @@ def test_non_finite_directions_name_their_tensor(bad):
     theta = make_theta(0)
     theta["fc.weight"][2, 3] = bad
     msg = one_line_error(D.random_directions, theta, ndim=1)
-    assert msg.startswith("the x direction has NaN or infinite entries in 'fc.weight' (the centre checkpoint's "
-                          "'fc.weight' has NaN or infinite entries)")
+    assert msg.startswith(
+        "the x direction has NaN or infinite entries in 'fc.weight' (the centre checkpoint's "
+        "'fc.weight' has NaN or infinite entries)"
+    )
     clean, other = make_theta(0), make_theta(1)
     other["conv.weight"][0, 0, 0, 0] = bad
     msg = one_line_error(D.target_directions, clean, other, ndim=2)

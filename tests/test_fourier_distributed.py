@@ -23,14 +23,24 @@ def ckpt(tmp_path_factory):
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = create_model("resnet_mini", num_classes=10, in_chans=1)
-    save_checkpoint(path, model, model_name="resnet_mini", model_kwargs=model.model_kwargs, num_classes=10,
-                    dataset="digits")
+    save_checkpoint(
+        path, model, model_name="resnet_mini", model_kwargs=model.model_kwargs, num_classes=10, dataset="digits"
+    )
     return path
 
 
 def torchrun(*args):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "landscape",
-           *map(str, args)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "landscape",
+        *map(str, args),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 

@@ -76,8 +76,10 @@ def test_noise_robustness_of_known_models():
     pix = noise_robustness(PixelClassifier(), batches, bands=(0.25, 0.75), strength=1.0)
     assert pix.clean_accuracy == 1.0 and (pix.drop > 0.05).all()
     # reproducible, seeded per batch
-    assert accuracy(PixelClassifier(), batches, {"centre": 0.25, "width": 0.1, "strength": 1.0, "seed": 0}) == \
-        pix.accuracy[0]
+    assert (
+        accuracy(PixelClassifier(), batches, {"centre": 0.25, "width": 0.1, "strength": 1.0, "seed": 0})
+        == pix.accuracy[0]
+    )
 
 
 def test_counts_over_shares_of_the_batches_add_up_to_the_whole():

@@ -14,8 +14,9 @@ from landscape.pipeline import batches_for, load_inputs
 def make_checkpoint(path, name="vit_mini", seed=0):
     torch.manual_seed(seed)
     model = create_model(name, num_classes=10, in_chans=1)
-    return save_checkpoint(path, model, model_name=name, model_kwargs=model.model_kwargs, num_classes=10,
-                           dataset="digits")
+    return save_checkpoint(
+        path, model, model_name=name, model_kwargs=model.model_kwargs, num_classes=10, dataset="digits"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +26,9 @@ def vit_ckpt(tmp_path_factory):
 
 def test_file_matches_direct_profile_and_schema(vit_ckpt, tmp_path):
     out = tmp_path / "f.h5"
-    res = run_fourier(vit_ckpt, FourierOptions(samples=12, batch_size=5, maps=True), out=out, progress=False,
-                      device="cpu")
+    res = run_fourier(
+        vit_ckpt, FourierOptions(samples=12, batch_size=5, maps=True), out=out, progress=False, device="cpu"
+    )
     inputs = load_inputs(vit_ckpt, split="test", device="cpu")
     direct = fourier_profile(inputs.model, batches_for(inputs, batch_size=12, n_samples=12), maps=True)
     n = len(direct.layers)
@@ -36,8 +38,7 @@ def test_file_matches_direct_profile_and_schema(vit_ckpt, tmp_path):
     np.testing.assert_allclose(res["variance"], direct.variance, rtol=1e-5)
     np.testing.assert_allclose(res["depth"], np.arange(n) / (n - 1))
     for i in range(n):
-        np.testing.assert_allclose(res[f"layers/{i:03d}/delta_log_amplitude"], direct.delta_log_amplitude(i),
-                                   atol=1e-5)
+        np.testing.assert_allclose(res[f"layers/{i:03d}/delta_log_amplitude"], direct.delta_log_amplitude(i), atol=1e-5)
         np.testing.assert_allclose(res[f"layers/{i:03d}/frequencies"], [0, 0.25, 0.5, 0.75])  # 8x8 tokens
         np.testing.assert_allclose(res[f"maps/{i:03d}"], direct.mean_map(i), atol=1e-5)
     # every layer is 8x8: the common normalised axis holds the native profiles
@@ -58,8 +59,9 @@ def test_rerun_resumes_and_other_options_need_force(vit_ckpt, tmp_path):
     assert again.attrs["created"] == created
     with pytest.raises(LandscapeError, match="--force"):
         run_fourier(vit_ckpt, FourierOptions(samples=8, profile="radial"), out=out, progress=False, device="cpu")
-    radial = run_fourier(vit_ckpt, FourierOptions(samples=8, profile="radial"), out=out, force=True, progress=False,
-                         device="cpu")
+    radial = run_fourier(
+        vit_ckpt, FourierOptions(samples=8, profile="radial"), out=out, force=True, progress=False, device="cpu"
+    )
     assert radial.attrs["profile"] == "radial"
     with pytest.raises(LandscapeError, match="profile"):
         FourierOptions(profile="spiral")
@@ -87,8 +89,9 @@ def test_noise_bands_resume_after_a_kill(vit_ckpt, tmp_path):
 
 def test_resnet_layers_have_their_own_grids(tmp_path):
     ckpt = make_checkpoint(tmp_path / "r.pt", "resnet_mini")
-    res = run_fourier(ckpt, FourierOptions(samples=4, frequency_axis="physical"), out=tmp_path / "r.h5", progress=False,
-                      device="cpu")
+    res = run_fourier(
+        ckpt, FourierOptions(samples=4, frequency_axis="physical"), out=tmp_path / "r.h5", progress=False, device="cpu"
+    )
     sizes = res["layer_sizes"][:, 0]
     assert sizes[0] == 32 and sizes[-1] < 32
     np.testing.assert_allclose(res["frequencies"], 2 * np.arange(16) / 32)

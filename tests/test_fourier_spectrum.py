@@ -17,7 +17,7 @@ def numpy_mean_log_map(x: np.ndarray) -> np.ndarray:
 
 def numpy_diagonal(x: np.ndarray) -> np.ndarray:
     h = x.shape[-1]
-    return np.diag(numpy_mean_log_map(x))[h // 2:]
+    return np.diag(numpy_mean_log_map(x))[h // 2 :]
 
 
 def test_reference_is_the_papers_code():
@@ -47,8 +47,9 @@ def test_map_matches_numpy_fft(shape):
 def test_diagonal_of_map_equals_direct_diagonal():
     x = torch.randn(2, 3, 9, 9, dtype=torch.float64)
     full = np.fft.fftshift(spectrum.log_amplitude_map_sum(x).numpy())
-    np.testing.assert_allclose(spectrum.diagonal_of_map(full), spectrum.diagonal_log_amplitude_sum(x).numpy(),
-                               atol=1e-10)
+    np.testing.assert_allclose(
+        spectrum.diagonal_of_map(full), spectrum.diagonal_log_amplitude_sum(x).numpy(), atol=1e-10
+    )
 
 
 def test_float32_diagonal_close_to_fft():

@@ -124,6 +124,12 @@ def test_non_finite_products_are_a_one_line_error(bad):
         out = A @ v
         return out if count[0] <= 5 else torch.where(torch.arange(30) == 2, bad, out)
 
-    msg = one_line_error(spectral_density, DenseOperator(fn=fn, n=30), probes=2, steps=4, seed=0,
-                         match="Hessian-vector product returned non-finite values")
+    msg = one_line_error(
+        spectral_density,
+        DenseOperator(fn=fn, n=30),
+        probes=2,
+        steps=4,
+        seed=0,
+        match="Hessian-vector product returned non-finite values",
+    )
     assert "at product 2" in msg and count[0] == 6  # the second probe's second product

@@ -28,7 +28,7 @@ def expected(ev, k, which):
     if which == "SA":
         return ev[:k]
     if which == "BE":
-        return np.sort(np.concatenate([ev[: k // 2], ev[len(ev) - (k - k // 2):]]))
+        return np.sort(np.concatenate([ev[: k // 2], ev[len(ev) - (k - k // 2) :]]))
     return np.sort(ev[np.argsort(-np.abs(ev))[:k]])
 
 
@@ -92,8 +92,9 @@ def test_tridiagonal_lanczos_stops_on_an_invariant_subspace():
     np.testing.assert_allclose(torch.linalg.eigvalsh(T).numpy(), [1.0, 2.0], atol=1e-14)
 
 
-@pytest.mark.parametrize("reg", [Regularizer(), Regularizer("l2", 0.1), Regularizer("norm-sum", 0.05)],
-                         ids=lambda r: r.kind)
+@pytest.mark.parametrize(
+    "reg", [Regularizer(), Regularizer("l2", 0.1), Regularizer("norm-sum", 0.05)], ids=lambda r: r.kind
+)
 def test_tiny_model_top_and_bottom_eigenvalues_to_1e8_relative(reg):
     obj = Objective(tiny_model(), tiny_batches(), dtype=torch.float64, regularizer=reg)
     op = HessianOperator(obj, mode="jvp")
@@ -118,8 +119,15 @@ def test_seed_none_leaves_the_global_rng_untouched_and_a_seed_reproduces():
     assert torch.equal(torch.get_rng_state(), before)
     starts = []
     for seed in (7, 7, None, None):
-        lanczos(DenseOperator(A), k=2, tol=1e-3, seed=seed, ncv=5, maxiter=0,
-                callback=lambda n, values, errors: starts.append(values.clone()) if n == 1 else None)
+        lanczos(
+            DenseOperator(A),
+            k=2,
+            tol=1e-3,
+            seed=seed,
+            ncv=5,
+            maxiter=0,
+            callback=lambda n, values, errors: starts.append(values.clone()) if n == 1 else None,
+        )
     assert torch.equal(starts[0], starts[1])  # the first Rayleigh quotient v0^T A v0: same seed, same start
     assert not torch.equal(starts[2], starts[3])  # fresh entropy: different starts
     assert torch.equal(torch.get_rng_state(), before)
@@ -145,8 +153,13 @@ def test_non_finite_products_are_a_one_line_error(bad):
     A, _ = synthetic(n=40)
     msg = one_line_error(lanczos, nan_after(A, 3, bad), k=2, seed=0, match="non-finite")
     assert "Hessian-vector product" in msg and "product 4" in msg
-    one_line_error(lanczos_tridiagonal, nan_after(A, 2, bad), torch.ones(40, dtype=torch.float64), 10,
-                   match="non-finite values .* at product 3")
+    one_line_error(
+        lanczos_tridiagonal,
+        nan_after(A, 2, bad),
+        torch.ones(40, dtype=torch.float64),
+        10,
+        match="non-finite values .* at product 3",
+    )
 
 
 def test_a_nan_weight_in_the_evaluation_point_is_a_one_line_error():

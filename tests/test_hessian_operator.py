@@ -46,8 +46,11 @@ def dense_hessian(objective, names=None, batches=None):
     return torch.func.hessian(loss)(flatten(sub))
 
 
-@pytest.mark.parametrize(("reg", "mode"), [(REGULARIZERS[0], "linearize"), (REGULARIZERS[1], "jvp"),
-                                           (REGULARIZERS[2], "auto")], ids=["none", "l2", "norm-sum"])
+@pytest.mark.parametrize(
+    ("reg", "mode"),
+    [(REGULARIZERS[0], "linearize"), (REGULARIZERS[1], "jvp"), (REGULARIZERS[2], "auto")],
+    ids=["none", "l2", "norm-sum"],
+)
 def test_operator_equals_the_dense_hessian(reg, mode):
     obj = Objective(tiny_model(), tiny_batches(), dtype=torch.float64, regularizer=reg)
     op = HessianOperator(obj, mode=mode)

@@ -28,8 +28,9 @@ def ckpt(tmp_path_factory):
     torch.manual_seed(0)
     model = create_model("resnet_mini", num_classes=10, in_chans=1, **TINY)
     path = tmp_path_factory.mktemp("ckpt") / "tiny.pt"
-    return save_checkpoint(path, model, model_name="resnet_mini", model_kwargs=model.model_kwargs, num_classes=10,
-                           dataset="digits")
+    return save_checkpoint(
+        path, model, model_name="resnet_mini", model_kwargs=model.model_kwargs, num_classes=10, dataset="digits"
+    )
 
 
 COMMON = {"samples": 8, "batch_size": 3, "hvp": "jvp"}
@@ -38,13 +39,39 @@ RUN = {"device": "cpu", "progress": False}
 
 def test_run_hessian_writes_the_schema_with_exact_values_on_a_layer_block(ckpt, tmp_path):
     out = tmp_path / "h.h5"
-    res = run_hessian(ckpt, HessianOptions(top_k=2, which="LA", tol=1e-10, eigenvectors=True, density=True,
-                                           probes=2, steps=5, trace=True, trace_samples=9, params="fc",
-                                           dtype="float64", regularizer="l2", reg_coef=0.01, **COMMON),
-                      out=out, **RUN)
+    res = run_hessian(
+        ckpt,
+        HessianOptions(
+            top_k=2,
+            which="LA",
+            tol=1e-10,
+            eigenvectors=True,
+            density=True,
+            probes=2,
+            steps=5,
+            trace=True,
+            trace_samples=9,
+            params="fc",
+            dtype="float64",
+            regularizer="l2",
+            reg_coef=0.01,
+            **COMMON,
+        ),
+        out=out,
+        **RUN,
+    )
     assert res.kind == "hessian" and res.attrs["complete"]
-    for name in ("eigenvalues", "eigenvectors", "residuals", "converged", "density/grid", "density/values",
-                 "density/nodes", "density/weights", "trace/samples"):
+    for name in (
+        "eigenvalues",
+        "eigenvectors",
+        "residuals",
+        "converged",
+        "density/grid",
+        "density/values",
+        "density/nodes",
+        "density/weights",
+        "trace/samples",
+    ):
         assert name in res, name
     a = res.attrs
     assert a["model"] == "resnet_mini" and a["dataset"] == "digits" and a["n_samples"] == 8
@@ -54,8 +81,12 @@ def test_run_hessian_writes_the_schema_with_exact_values_on_a_layer_block(ckpt, 
     # exact reference: the dense Hessian of the fc block of the same objective
     model, _ = load_model(ckpt)
     inputs = load_inputs(ckpt, device="cpu")
-    obj = Objective(model, batches_for(inputs, batch_size=3, n_samples=8, seed=0), dtype=torch.float64,
-                    regularizer=Regularizer("l2", 0.01))
+    obj = Objective(
+        model,
+        batches_for(inputs, batch_size=3, n_samples=8, seed=0),
+        dtype=torch.float64,
+        regularizer=Regularizer("l2", 0.01),
+    )
     names = ["fc.weight", "fc.bias"]
 
     def loss(flat):
@@ -104,8 +135,9 @@ def test_run_spectrum_rows_resume_and_schema(ckpt, tmp_path):
     again = run_spectrum(ckpt, opts, out=out, **RUN)
     np.testing.assert_array_equal(again["eigenvalues"][1:], res["eigenvalues"][1:])
     assert (again["eigenvalues"][0] == 7.0).all()
-    frac = run_spectrum(ckpt, SpectrumOptions(fraction=0.002, batch_size=4, top_k=1, tol=1e-1), out=tmp_path / "f.h5",
-                        **RUN)
+    frac = run_spectrum(
+        ckpt, SpectrumOptions(fraction=0.002, batch_size=4, top_k=1, tol=1e-1), out=tmp_path / "f.h5", **RUN
+    )
     assert frac.attrs["n_samples"] == round(0.002 * len(load_dataset("digits"))) == frac["batch_sizes"].sum()
     with pytest.raises(LandscapeError, match="fraction"):
         run_spectrum(ckpt, SpectrumOptions(fraction=1.5), out=tmp_path / "g.h5")
@@ -115,8 +147,22 @@ def test_two_rank_torchrun_spectrum_equals_the_single_process_run(ckpt, tmp_path
     opts = ["--samples", "7", "--batch-size", "3", "--top-k", "2", "--device", "cpu"]
     single = run_spectrum(ckpt, SpectrumOptions(samples=7, batch_size=3, top_k=2), out=tmp_path / "one.h5", **RUN)
     out = tmp_path / "two.h5"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "landscape",
-           "spectrum", "--ckpt", str(ckpt), *opts, "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "landscape",
+        "spectrum",
+        "--ckpt",
+        str(ckpt),
+        *opts,
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("wrote") == 1  # only rank 0 reports (and writes)
@@ -131,8 +177,24 @@ def test_two_rank_torchrun_hessian_shares_the_batches_and_equals_the_single_proc
     single = run_hessian(ckpt, opts, out=tmp_path / "one.h5", **RUN)
     out = tmp_path / "two.h5"
     args = ["--samples", "7", "--batch-size", "3", "--top-k", "2", "--tol", "1e-8", "--trace", "--trace-samples", "6"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "landscape",
-           "hessian", "--ckpt", str(ckpt), *args, "--device", "cpu", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "landscape",
+        "hessian",
+        "--ckpt",
+        str(ckpt),
+        *args,
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("wrote") == 1

@@ -20,8 +20,15 @@ def test_each_row_is_the_batch_hessians_top_k_by_magnitude(reg):
     model, batches = tiny_model(), tiny_batches()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     seen = []
-    out = max_eigenvalue_spectrum(model, batches, k=4, regularizer=reg, tol=1e-12, dtype=torch.float64,
-                                  on_batch=lambda item: seen.append(item.index))
+    out = max_eigenvalue_spectrum(
+        model,
+        batches,
+        k=4,
+        regularizer=reg,
+        tol=1e-12,
+        dtype=torch.float64,
+        on_batch=lambda item: seen.append(item.index),
+    )
     obj = Objective(model, batches, dtype=torch.float64, regularizer=reg)
     for i in range(3):
         ev = torch.linalg.eigvalsh(dense_hessian(obj, batches=[i])).numpy()

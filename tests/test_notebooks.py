@@ -70,8 +70,7 @@ def test_notebook_runs_quick(name: str, workdir: Path) -> None:
     """Execute the notebook as committed (QUICK = True) in a fresh python3 kernel; any cell error fails."""
     nb = nbformat.read(NOTEBOOK_DIR / name, as_version=4)
     env = {**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "LANDSCAPE_NOTEBOOK_WORKDIR": str(workdir)}
-    client = NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
     start = time.perf_counter()
     client.execute(env=env)
     print(f"{name}: {time.perf_counter() - start:.1f} s")

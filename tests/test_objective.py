@@ -98,8 +98,17 @@ class DictOut(nn.Module):
         return {"scores": z}
 
 
-@pytest.mark.parametrize("how, output", [("dict", None), ("tuple", None), ("object", None), ("named", "scores"),
-                                         ("tuple", 0), ("named", lambda out: out["scores"])])
+@pytest.mark.parametrize(
+    "how, output",
+    [
+        ("dict", None),
+        ("tuple", None),
+        ("object", None),
+        ("named", "scores"),
+        ("tuple", 0),
+        ("named", lambda out: out["scores"]),
+    ],
+)
 def test_logits_are_selected_from_tuple_dict_and_object_outputs(how, output):
     model = bn_model()
     x, y, batches = data()
@@ -107,8 +116,13 @@ def test_logits_are_selected_from_tuple_dict_and_object_outputs(how, output):
     wrapped = Objective(DictOut(model, how), batches, output=output)
     assert float(wrapped.loss()) == pytest.approx(float(plain), rel=1e-13)
     v = {n: torch.ones_like(p) for n, p in wrapped.params.items()}
-    assert all(torch.allclose(a, b) for a, b in zip(wrapped.hvp(v).values(), Objective(model, batches).hvp(
-        {n.removeprefix("inner."): t for n, t in v.items()}).values()))
+    assert all(
+        torch.allclose(a, b)
+        for a, b in zip(
+            wrapped.hvp(v).values(),
+            Objective(model, batches).hvp({n.removeprefix("inner."): t for n, t in v.items()}).values(),
+        )
+    )
 
 
 def test_unreadable_outputs_and_out_of_range_labels_are_one_line_errors():
@@ -128,8 +142,11 @@ def test_regularisers_in_closed_form(kind, coef):
     reg = Regularizer(kind, coef)
     obj = Objective(model, batches, regularizer=reg)
     ps = [p.detach() for p in model.parameters()]
-    closed = 0.5 * coef * sum(float((p**2).sum()) for p in ps) if kind == "l2" else coef * sum(
-        float(torch.sqrt((p**2).sum())) for p in ps)
+    closed = (
+        0.5 * coef * sum(float((p**2).sum()) for p in ps)
+        if kind == "l2"
+        else coef * sum(float(torch.sqrt((p**2).sum())) for p in ps)
+    )
     with torch.no_grad():
         data_loss = float(F.cross_entropy(model(x), y))
     ev = obj.evaluate()

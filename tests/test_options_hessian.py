@@ -26,25 +26,53 @@ from tests.helpers import one_line_error
 def ckpt(tmp_path_factory):
     torch.manual_seed(0)
     model = create_model("resnet_mini", num_classes=10, in_chans=1, widths=(4, 8), layers=(1, 1))
-    return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.pt", model, model_name="resnet_mini",
-                           model_kwargs=model.model_kwargs, num_classes=10, dataset="digits")
+    return save_checkpoint(
+        tmp_path_factory.mktemp("ckpt") / "tiny.pt",
+        model,
+        model_name="resnet_mini",
+        model_kwargs=model.model_kwargs,
+        num_classes=10,
+        dataset="digits",
+    )
 
 
 BAD_HESSIAN = [
-    ({"tol": math.nan}, "--tol"), ({"tol": 0.0}, "--tol"), ({"tol": math.inf}, "--tol"),
-    ({"probes": -1}, "--probes"), ({"steps": 0}, "--steps"), ({"sigma": -0.1}, "--sigma"),
-    ({"sigma": math.nan}, "--sigma"), ({"which": "XX"}, "--which"), ({"top_k": -1}, "--top-k"),
-    ({"hvp": "fast"}, "--hvp"), ({"dtype": "float16"}, "--dtype"), ({"trace_method": "exact"}, "--trace-method"),
-    ({"trace_samples": 5}, "--trace-samples"), ({"trace_method": "hutchinson", "trace_samples": 1}, "hutchinson"),
-    ({"samples": 0}, "--samples"), ({"batch_size": 2.5}, "--batch-size"), ({"ncv": 0}, "--ncv"),
-    ({"maxiter": -3}, "--maxiter"), ({"regularizer": "l1"}, "regulariser"), ({"reg_coef": math.nan}, "--reg-coef"),
-    ({"split": "dev"}, "split"), ({"grid_points": 0}, "--grid-points"), ({"params": " , "}, "--params"),
-    ({"top_k": 0}, "nothing to compute"), ({"density": "yes"}, "--density"),
+    ({"tol": math.nan}, "--tol"),
+    ({"tol": 0.0}, "--tol"),
+    ({"tol": math.inf}, "--tol"),
+    ({"probes": -1}, "--probes"),
+    ({"steps": 0}, "--steps"),
+    ({"sigma": -0.1}, "--sigma"),
+    ({"sigma": math.nan}, "--sigma"),
+    ({"which": "XX"}, "--which"),
+    ({"top_k": -1}, "--top-k"),
+    ({"hvp": "fast"}, "--hvp"),
+    ({"dtype": "float16"}, "--dtype"),
+    ({"trace_method": "exact"}, "--trace-method"),
+    ({"trace_samples": 5}, "--trace-samples"),
+    ({"trace_method": "hutchinson", "trace_samples": 1}, "hutchinson"),
+    ({"samples": 0}, "--samples"),
+    ({"batch_size": 2.5}, "--batch-size"),
+    ({"ncv": 0}, "--ncv"),
+    ({"maxiter": -3}, "--maxiter"),
+    ({"regularizer": "l1"}, "regulariser"),
+    ({"reg_coef": math.nan}, "--reg-coef"),
+    ({"split": "dev"}, "split"),
+    ({"grid_points": 0}, "--grid-points"),
+    ({"params": " , "}, "--params"),
+    ({"top_k": 0}, "nothing to compute"),
+    ({"density": "yes"}, "--density"),
 ]
 BAD_SPECTRUM = [
-    ({"fraction": 0.0}, "--fraction"), ({"fraction": 1.5}, "--fraction"), ({"fraction": math.nan}, "--fraction"),
-    ({"fraction": None}, "--samples"), ({"top_k": 0}, "--top-k"), ({"which": "XX"}, "--which"),
-    ({"solver": "arpack"}, "--solver"), ({"tol": -1e-3}, "--tol"), ({"batch_size": 0}, "--batch-size"),
+    ({"fraction": 0.0}, "--fraction"),
+    ({"fraction": 1.5}, "--fraction"),
+    ({"fraction": math.nan}, "--fraction"),
+    ({"fraction": None}, "--samples"),
+    ({"top_k": 0}, "--top-k"),
+    ({"which": "XX"}, "--which"),
+    ({"solver": "arpack"}, "--solver"),
+    ({"tol": -1e-3}, "--tol"),
+    ({"batch_size": 0}, "--batch-size"),
 ]
 
 
@@ -64,10 +92,16 @@ def test_valid_edge_values_pass():
     SpectrumOptions(fraction=None, samples=3)
 
 
-@pytest.mark.parametrize(("name", "args"), [
-    ("hessian", ["--tol", "nan"]), ("hessian", ["--probes", "-1"]), ("hessian", ["--top-k", "-2"]),
-    ("spectrum", ["--fraction", "0"]), ("spectrum", ["--tol", "inf"]),
-])
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("hessian", ["--tol", "nan"]),
+        ("hessian", ["--probes", "-1"]),
+        ("hessian", ["--top-k", "-2"]),
+        ("spectrum", ["--fraction", "0"]),
+        ("spectrum", ["--tol", "inf"]),
+    ],
+)
 def test_the_cli_refuses_invalid_options_before_loading_or_writing_anything(name, args, tmp_path):
     out = tmp_path / "r.h5"
     # a missing checkpoint: were the options not checked first, the error would be about the checkpoint
@@ -86,16 +120,44 @@ def test_run_refuses_options_of_the_wrong_type_before_any_file(ckpt, tmp_path):
 
 def test_the_defaults_record_todays_attributes():
     assert HessianOptions().attrs() == {
-        "batch_size": 128, "top_k": 5, "which": "LA", "tol": 1e-4, "ncv": None, "maxiter": None,
-        "eigenvectors": False, "density": False, "probes": 4, "steps": 64, "sigma": None, "grid_points": 1000,
-        "trace": False, "trace_samples": 99, "trace_method": "hutch++", "params": [], "criterion": "cross_entropy",
-        "regularizer": '{"kind": "none", "coef": 0.0}', "hvp": "auto", "dtype": "float32", "bn_mode": "eval",
+        "batch_size": 128,
+        "top_k": 5,
+        "which": "LA",
+        "tol": 1e-4,
+        "ncv": None,
+        "maxiter": None,
+        "eigenvectors": False,
+        "density": False,
+        "probes": 4,
+        "steps": 64,
+        "sigma": None,
+        "grid_points": 1000,
+        "trace": False,
+        "trace_samples": 99,
+        "trace_method": "hutch++",
+        "params": [],
+        "criterion": "cross_entropy",
+        "regularizer": '{"kind": "none", "coef": 0.0}',
+        "hvp": "auto",
+        "dtype": "float32",
+        "bn_mode": "eval",
         "allow_stochastic": False,
     }
     assert SpectrumOptions().attrs() == {
-        "batch_size": 16, "fraction": 0.1, "top_k": 5, "which": "LM", "solver": "lanczos", "tol": 1e-3,
-        "ncv": None, "maxiter": None, "criterion": "cross_entropy", "regularizer": '{"kind": "none", "coef": 0.0}',
-        "hvp": "jvp", "dtype": "float32", "bn_mode": "eval", "allow_stochastic": False,
+        "batch_size": 16,
+        "fraction": 0.1,
+        "top_k": 5,
+        "which": "LM",
+        "solver": "lanczos",
+        "tol": 1e-3,
+        "ncv": None,
+        "maxiter": None,
+        "criterion": "cross_entropy",
+        "regularizer": '{"kind": "none", "coef": 0.0}',
+        "hvp": "jvp",
+        "dtype": "float32",
+        "bn_mode": "eval",
+        "allow_stochastic": False,
     }
     assert HessianOptions(params="fc.*, conv1.*", regularizer="l2").attrs()["params"] == ["fc.*", "conv1.*"]
     assert HessianOptions(regularizer="norm-sum").attrs()["regularizer"] == '{"kind": "norm-sum", "coef": 0.05}'
@@ -118,18 +180,49 @@ def test_the_file_records_exactly_the_options_attrs_and_progress_shows_when_aske
 
 
 RUN_TIME = {"out", "device", "force", "quiet"}
-MODEL_SOURCE = {"ckpt", "model", "model_kw", "num_classes", "pretrained", "random_init", "model_output",
-                "input_size", "mean", "std"}
+MODEL_SOURCE = {
+    "ckpt",
+    "model",
+    "model_kw",
+    "num_classes",
+    "pretrained",
+    "random_init",
+    "model_output",
+    "input_size",
+    "mean",
+    "std",
+}
 
 
-@pytest.mark.parametrize(("command", "cls", "choices"), [
-    (hessian_command, HessianOptions, {"which": hessian.WHICH, "hvp": hessian.HVP_MODES, "dtype": common.DTYPES,
-                                       "trace_method": hessian.TRACE_METHODS, "split": common.SPLITS,
-                                       "regularizer": common.REGULARIZERS}),
-    (spectrum_command, SpectrumOptions, {"which": hessian.WHICH, "hvp": hessian.HVP_MODES, "dtype": common.DTYPES,
-                                         "solver": hessian.SOLVERS, "split": common.SPLITS,
-                                         "regularizer": common.REGULARIZERS}),
-])
+@pytest.mark.parametrize(
+    ("command", "cls", "choices"),
+    [
+        (
+            hessian_command,
+            HessianOptions,
+            {
+                "which": hessian.WHICH,
+                "hvp": hessian.HVP_MODES,
+                "dtype": common.DTYPES,
+                "trace_method": hessian.TRACE_METHODS,
+                "split": common.SPLITS,
+                "regularizer": common.REGULARIZERS,
+            },
+        ),
+        (
+            spectrum_command,
+            SpectrumOptions,
+            {
+                "which": hessian.WHICH,
+                "hvp": hessian.HVP_MODES,
+                "dtype": common.DTYPES,
+                "solver": hessian.SOLVERS,
+                "split": common.SPLITS,
+                "regularizer": common.REGULARIZERS,
+            },
+        ),
+    ],
+)
 def test_cli_defaults_and_choices_are_the_dataclass_defaults_and_the_library_constants(command, cls, choices):
     fields = {f.name: f.default for f in dataclasses.fields(cls)}
     params = {p.name: p for p in command.params if p.name not in RUN_TIME | MODEL_SOURCE}
@@ -144,8 +237,9 @@ def test_cli_defaults_and_choices_are_the_dataclass_defaults_and_the_library_con
 
 
 def test_the_library_modules_use_the_options_constants():
-    lanczos, operator, spectrum, trace = (importlib.import_module(f"landscape.hessian.{name}")
-                                          for name in ("lanczos", "operator", "spectrum", "trace"))
+    lanczos, operator, spectrum, trace = (
+        importlib.import_module(f"landscape.hessian.{name}") for name in ("lanczos", "operator", "spectrum", "trace")
+    )
     assert lanczos.WHICH is hessian.WHICH and operator.HVP_MODES is hessian.HVP_MODES
     assert trace.TRACE_METHODS is hessian.TRACE_METHODS and spectrum.SOLVERS is hessian.SOLVERS
     with pytest.raises(LandscapeError, match="which"):

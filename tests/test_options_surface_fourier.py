@@ -33,49 +33,63 @@ def ckpts(tmp_path_factory):
     for seed in range(4):
         torch.manual_seed(seed)
         model = create_model("resnet_mini", num_classes=10, in_chans=1)
-        paths.append(save_checkpoint(root / f"m{seed}.pt", model, model_name="resnet_mini",
-                                     model_kwargs=model.model_kwargs, num_classes=10, dataset="digits"))
+        paths.append(
+            save_checkpoint(
+                root / f"m{seed}.pt",
+                model,
+                model_name="resnet_mini",
+                model_kwargs=model.model_kwargs,
+                num_classes=10,
+                dataset="digits",
+            )
+        )
     return paths
 
 
 # ------------------------------------------------------------------------------------------ validation
-@pytest.mark.parametrize("kwargs, match", [
-    ({"x": "0:1:0"}, "bad grid --x"),
-    ({"y": "1:0:3"}, "bad grid --y"),
-    ({"x": "0:nan:3"}, "bad grid --x"),
-    ({"norm": "spectral"}, "unknown normalisation 'spectral'"),
-    ({"bn": "train"}, "unknown BatchNorm mode"),
-    ({"batch_points": 0}, "--batch-points"),
-    ({"batch_points": "many"}, "--batch-points"),
-    ({"batch_points": True}, "--batch-points"),
-    ({"samples": 0}, "--samples"),
-    ({"batch_size": 2.5}, "--batch-size"),
-    ({"split": "dev"}, "unknown split"),
-    ({"regularizer": "l1"}, "unknown regulariser"),
-    ({"reg_coef": math.nan}, "--reg-coef"),
-    ({"reg_coef": -1.0}, "--reg-coef"),
-    ({"target": "a.pt", "trajectory": ("b.pt",)}, "--target or --trajectory"),
-    ({"trajectory": ("a.pt",)}, "at least 2 --trajectory snapshots"),
-    ({"y": "-1:1:3", "trajectory": ("a.pt", "b.pt")}, "at least 3 --trajectory snapshots"),
-    ({"ignore_1d": "yes"}, "ignore_1d"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"x": "0:1:0"}, "bad grid --x"),
+        ({"y": "1:0:3"}, "bad grid --y"),
+        ({"x": "0:nan:3"}, "bad grid --x"),
+        ({"norm": "spectral"}, "unknown normalisation 'spectral'"),
+        ({"bn": "train"}, "unknown BatchNorm mode"),
+        ({"batch_points": 0}, "--batch-points"),
+        ({"batch_points": "many"}, "--batch-points"),
+        ({"batch_points": True}, "--batch-points"),
+        ({"samples": 0}, "--samples"),
+        ({"batch_size": 2.5}, "--batch-size"),
+        ({"split": "dev"}, "unknown split"),
+        ({"regularizer": "l1"}, "unknown regulariser"),
+        ({"reg_coef": math.nan}, "--reg-coef"),
+        ({"reg_coef": -1.0}, "--reg-coef"),
+        ({"target": "a.pt", "trajectory": ("b.pt",)}, "--target or --trajectory"),
+        ({"trajectory": ("a.pt",)}, "at least 2 --trajectory snapshots"),
+        ({"y": "-1:1:3", "trajectory": ("a.pt", "b.pt")}, "at least 3 --trajectory snapshots"),
+        ({"ignore_1d": "yes"}, "ignore_1d"),
+    ],
+)
 def test_invalid_surface_options_are_one_line_errors(kwargs, match):
     one_line_error(SurfaceOptions, match=match, **kwargs)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"noise_strength": math.nan}, "--noise-strength"),
-    ({"noise_strength": 0.0}, "--noise-strength"),
-    ({"noise_width": math.inf}, "--noise-width"),
-    ({"bands": (0.5, 1.5)}, "noise band centre"),
-    ({"bands": (math.nan,)}, "noise band centre"),
-    ({"bands": ()}, "no noise bands"),
-    ({"profile": "spiral"}, "unknown profile"),
-    ({"frequency_axis": "log"}, "unknown frequency axis"),
-    ({"samples": -3}, "--samples"),
-    ({"seed": 1.5}, "--seed"),
-    ({"maps": 1}, "maps"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"noise_strength": math.nan}, "--noise-strength"),
+        ({"noise_strength": 0.0}, "--noise-strength"),
+        ({"noise_width": math.inf}, "--noise-width"),
+        ({"bands": (0.5, 1.5)}, "noise band centre"),
+        ({"bands": (math.nan,)}, "noise band centre"),
+        ({"bands": ()}, "no noise bands"),
+        ({"profile": "spiral"}, "unknown profile"),
+        ({"frequency_axis": "log"}, "unknown frequency axis"),
+        ({"samples": -3}, "--samples"),
+        ({"seed": 1.5}, "--seed"),
+        ({"maps": 1}, "maps"),
+    ],
+)
 def test_invalid_fourier_options_are_one_line_errors(kwargs, match):
     one_line_error(FourierOptions, match=match, **kwargs)
 
@@ -137,8 +151,16 @@ def test_surface_attrs_are_what_the_file_records(ckpts, tmp_path):
     assert changed == {"batch_size", "xgrid"}
     cases = [
         o,
-        SurfaceOptions(**small, y="-0.5:0.5:2", norm="dim0", data="digits", regularizer="norm-sum", seed=3,
-                       zero_patterns=("layer1*",), ignore_1d=False),
+        SurfaceOptions(
+            **small,
+            y="-0.5:0.5:2",
+            norm="dim0",
+            data="digits",
+            regularizer="norm-sum",
+            seed=3,
+            zero_patterns=("layer1*",),
+            ignore_1d=False,
+        ),
         SurfaceOptions(**small, target=str(ckpts[1])),
         SurfaceOptions(**small, y="-1:1:2", target=str(ckpts[1]), regularizer="l2", reg_coef=0.1),
         SurfaceOptions(**small, trajectory=(str(ckpts[1]), str(ckpts[2]))),
@@ -150,15 +172,32 @@ def test_surface_attrs_are_what_the_file_records(ckpts, tmp_path):
     # and the same options resume the file, other options are refused
     again = run_surface(ckpts[0], cases[0], out=tmp_path / "s0.h5", device="cpu", progress=False)
     assert again.attrs["created"] == read_result(tmp_path / "s0.h5").attrs["created"]
-    one_line_error(run_surface, ckpts[0], dataclasses.replace(cases[0], norm="layer"), out=tmp_path / "s0.h5",
-                   device="cpu", progress=False, match="--force")
+    one_line_error(
+        run_surface,
+        ckpts[0],
+        dataclasses.replace(cases[0], norm="layer"),
+        out=tmp_path / "s0.h5",
+        device="cpu",
+        progress=False,
+        match="--force",
+    )
 
 
 def test_fourier_attrs_are_what_the_file_records(ckpts, tmp_path):
     cases = [
         FourierOptions(),
-        FourierOptions(samples=8, batch_size=4, noise_bands=True, bands=(0.25, 0.75), noise_width=0.2,
-                       noise_strength=1.0, maps=True, profile="radial", data="digits", seed=2),
+        FourierOptions(
+            samples=8,
+            batch_size=4,
+            noise_bands=True,
+            bands=(0.25, 0.75),
+            noise_width=0.2,
+            noise_strength=1.0,
+            maps=True,
+            profile="radial",
+            data="digits",
+            seed=2,
+        ),
     ]
     for k, options in enumerate(cases):
         res = run_fourier(ckpts[0], options, out=tmp_path / f"f{k}.h5", device="cpu", progress=False)
@@ -211,14 +250,19 @@ def test_library_constants_are_defined_once():
     assert directions.DEFAULT_ZERO_PATTERNS is surface_options.DEFAULT_ZERO_PATTERNS
     assert surface.parse_grid is surface_options.parse_grid
     assert features.PROFILES is fourier_options.PROFILES and features.FREQUENCY_AXES is fourier_options.FREQUENCY_AXES
-    assert (noise.BANDS, noise.WIDTH, noise.STRENGTH) == (fourier_options.BANDS, fourier_options.WIDTH,
-                                                          fourier_options.STRENGTH)
+    assert (noise.BANDS, noise.WIDTH, noise.STRENGTH) == (
+        fourier_options.BANDS,
+        fourier_options.WIDTH,
+        fourier_options.STRENGTH,
+    )
     assert noise.BANDS is fourier_options.BANDS
 
 
 def test_options_modules_import_no_torch():
-    code = ("import sys\nimport landscape.options.surface, landscape.options.fourier\n"
-            "o = landscape.options.surface.SurfaceOptions(y='-1:1:3'); o.attrs()\n"
-            "landscape.options.fourier.FourierOptions(noise_bands=True).attrs()\n"
-            "assert 'torch' not in sys.modules, 'the options imported torch'\n")
+    code = (
+        "import sys\nimport landscape.options.surface, landscape.options.fourier\n"
+        "o = landscape.options.surface.SurfaceOptions(y='-1:1:3'); o.attrs()\n"
+        "landscape.options.fourier.FourierOptions(noise_bands=True).attrs()\n"
+        "assert 'torch' not in sys.modules, 'the options imported torch'\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

@@ -63,6 +63,15 @@ def test_plot_files_writes_every_figure(tmp_path):
     fake_result(tmp_path / "b.h5", "resnet", ["stem", "conv", "downsample"])
     paths = plot_files([tmp_path / "a.h5", tmp_path / "b.h5"], tmp_path / "figs", "png")
     names = sorted(p.name for p in paths)
-    assert names == sorted(["a_delta_log_amplitude.png", "a_maps.png", "b_delta_log_amplitude.png", "b_maps.png",
-                            "a+1_high_frequency.png", "a+1_variance.png", "a+1_noise.png"])
+    assert names == sorted(
+        [
+            "a_delta_log_amplitude.png",
+            "a_maps.png",
+            "b_delta_log_amplitude.png",
+            "b_maps.png",
+            "a+1_high_frequency.png",
+            "a+1_variance.png",
+            "a+1_noise.png",
+        ]
+    )
     assert all(p.stat().st_size > 1000 for p in paths)

@@ -123,8 +123,13 @@ def test_figures_drawn_directly_check_the_surface_first(tmp_path):
 
 def test_plot_files_checks_every_option_before_writing(tmp_path):
     write_surface(tmp_path / "s.h5")
-    for options, words in (({"style": "fancy"}, "surface style"), ({"zmax": float("nan")}, "--zmax"),
-                           ({"levels": 1}, "--levels"), ({"levels": 2.5}, "--levels"), ({"bins": 0}, "bins")):
+    for options, words in (
+        ({"style": "fancy"}, "surface style"),
+        ({"zmax": float("nan")}, "--zmax"),
+        ({"levels": 1}, "--levels"),
+        ({"levels": 2.5}, "--levels"),
+        ({"bins": 0}, "bins"),
+    ):
         assert words in one_line_error(plot_files, [tmp_path / "s.h5"], tmp_path / "figs", "png", **options)
     assert "figure format" in one_line_error(plot_files, [tmp_path / "s.h5"], tmp_path / "figs", "jpg")
     assert not (tmp_path / "figs").exists()

@@ -170,8 +170,11 @@ def test_a_live_writer_is_detected_by_its_lock_and_force_is_refused(tmp_path):
     path = tmp_path / "r.h5"
     proc = _hold(path)
     try:
-        for call in (lambda: read_result(path), lambda: open_result(path, "surface", {"model": "m"}),
-                     lambda: open_result(path, "surface", {"model": "other"}, force=True)):
+        for call in (
+            lambda: read_result(path),
+            lambda: open_result(path, "surface", {"model": "m"}),
+            lambda: open_result(path, "surface", {"model": "other"}, force=True),
+        ):
             msg = one_line_error(call, match=f"being written by a running analysis \\(pid {proc.pid}\\)")
             assert "damaged" not in msg
         assert path.exists()
@@ -230,4 +233,5 @@ def test_a_checkpoint_is_identified_by_its_content_not_its_path():
     assert identity_of(a) != identity_of(_attrs(checkpoint="../r.pt", checkpoint_sha256="cd34"))
     # without a hash (published weights, a random init) the description itself is the identity
     assert identity_of(_attrs(checkpoint="random-init (seed 1)", checkpoint_sha256="")) != identity_of(
-        _attrs(checkpoint="random-init (seed 2)", checkpoint_sha256=""))
+        _attrs(checkpoint="random-init (seed 2)", checkpoint_sha256="")
+    )

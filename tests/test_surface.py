@@ -20,7 +20,7 @@ from landscape.surface import PointEvaluator, compute_surface, parse_grid
 
 # A tiny float64 BatchNorm CNN with unequal batches, shared by the in-process tests and the subprocess jobs
 # (torchrun, kill-and-resume): `python job.py OUT [DELAY]` computes the same surface as `build()` here.
-JOB = '''
+JOB = """
 import sys, time
 import numpy as np
 import torch
@@ -58,7 +58,7 @@ if __name__ == "__main__":
         time.sleep(delay if done >= 3 else 0.0)
 
     compute_surface(objective, dirs, XS, YS, out=sys.argv[1], batch_points=1, progress=False, on_round=on_round)
-'''
+"""
 NS: dict = {}
 exec(compile(JOB, "job", "exec"), NS)
 build, XS, YS = NS["build"], NS["XS"], NS["YS"]
@@ -113,8 +113,12 @@ def closed_form(W0, Dx, Dy, X, Y, a, b, reg=None):
     R0, Ex, Ey = X @ W0.T - T, X @ Dx.T, X @ Dy.T
     nc = R0.size
     loss = (
-        (R0 * R0).sum() + 2 * a * (R0 * Ex).sum() + 2 * b * (R0 * Ey).sum()
-        + a * a * (Ex * Ex).sum() + 2 * a * b * (Ex * Ey).sum() + b * b * (Ey * Ey).sum()
+        (R0 * R0).sum()
+        + 2 * a * (R0 * Ex).sum()
+        + 2 * b * (R0 * Ey).sum()
+        + a * a * (Ex * Ex).sum()
+        + 2 * a * b * (Ex * Ey).sum()
+        + b * b * (Ey * Ey).sum()
     ) / nc
     W = W0 + a * Dx + b * Dy
     if reg is not None and reg.kind == "l2":
@@ -159,8 +163,14 @@ def test_centre_point_is_the_model_loss(tmp_path, reference):
     assert res["loss"][j0, i0] == pytest.approx(expected, rel=1e-12)
     assert res["accuracy"][j0, i0] == float((logits.argmax(1) == y).double().mean())
     assert res["loss"][j0, i0] == objective.evaluate().loss  # exactly the objective's own value
-    one = compute_surface(objective, random_directions(objective.params, ndim=1, seed=3), XS, None,
-                          out=tmp_path / "line.h5", progress=False)
+    one = compute_surface(
+        objective,
+        random_directions(objective.params, ndim=1, seed=3),
+        XS,
+        None,
+        out=tmp_path / "line.h5",
+        progress=False,
+    )
     assert one["loss"].shape == (1, 5)
     assert one["loss"][0, i0] == objective.evaluate().loss  # exactly the objective's own value
 
@@ -235,8 +245,7 @@ def test_vectorised_regulariser_agrees_with_loop():
 
 def test_bn_recompute_matches_a_direct_re_estimation(tmp_path):
     model, batches, objective, dirs = build()
-    res = compute_surface(objective, dirs, [0.0, 0.7], [0.4], out=tmp_path / "bn.h5", bn="recompute",
-                          progress=False)
+    res = compute_surface(objective, dirs, [0.0, 0.7], [0.4], out=tmp_path / "bn.h5", bn="recompute", progress=False)
     assert res.attrs["bn"] == "recompute" and res.attrs["batch_points"] == 1
     for i, a in enumerate([0.0, 0.7]):
         m = copy.deepcopy(model)
@@ -269,8 +278,9 @@ def test_interrupt_and_resume_gives_identical_arrays(tmp_path, reference):
         assert int(f["done"][()].sum()) == 7 and not f.attrs["complete"]
         assert np.isnan(f["loss"][()][~f["done"][()]]).all()
     seen = []
-    res = compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False,
-                          on_round=lambda d, t: seen.append(d))
+    res = compute_surface(
+        objective, dirs, XS, YS, out=out, batch_points=1, progress=False, on_round=lambda d, t: seen.append(d)
+    )
     assert seen[0] == 8 and seen[-1] == 20  # only the missing points were computed
     for name in ("loss", "data_loss", "accuracy", "done"):
         np.testing.assert_array_equal(res[name], reference[name])
@@ -310,8 +320,9 @@ def test_other_options_refused_unless_force(tmp_path, reference):
 def test_killed_process_leaves_a_valid_file_that_resumes(tmp_path, reference):
     out = tmp_path / "k.h5"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, str(job_file(tmp_path)), str(out), "60"], stdout=subprocess.PIPE,
-                            text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(job_file(tmp_path)), str(out), "60"], stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         for line in proc.stdout:
             if line.startswith("ROUND 3"):
@@ -330,8 +341,16 @@ def test_killed_process_leaves_a_valid_file_that_resumes(tmp_path, reference):
 def test_two_rank_torchrun_equals_the_single_process_run(tmp_path, reference):
     out = tmp_path / "tr.h5"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(job_file(tmp_path)), str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(job_file(tmp_path)),
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rounds = [line for line in proc.stdout.splitlines() if line.startswith("ROUND")]
@@ -361,8 +380,7 @@ def test_compile_failure_falls_back_to_eager(tmp_path, reference, monkeypatch):
 
     monkeypatch.setattr(torch, "compile", broken)
     _, _, objective, dirs = build()
-    res = compute_surface(objective, dirs, XS, YS, out=tmp_path / "e.h5", compile=True, batch_points=1,
-                          progress=False)
+    res = compute_surface(objective, dirs, XS, YS, out=tmp_path / "e.h5", compile=True, batch_points=1, progress=False)
     assert res.attrs["compile"] and not res.attrs["compiled"]
     np.testing.assert_array_equal(res["loss"], reference["loss"])
 

@@ -52,8 +52,10 @@ def timm_vit_reference(model, x):
         x1 = t + blk.ls1(blk.attn(blk.norm1(t)))
         x2 = x1 + blk.ls2(blk.mlp(blk.norm2(x1)))
         torch.testing.assert_close(blk(t), x2, atol=ATOL, rtol=0)  # the post-MLP stream is the block output
-        ref += [(f"blocks.{i}.msa", "msa", tokens_to_nchw(x1, p, h, w)),
-                (f"blocks.{i}.mlp", "mlp", tokens_to_nchw(x2, p, h, w))]
+        ref += [
+            (f"blocks.{i}.msa", "msa", tokens_to_nchw(x1, p, h, w)),
+            (f"blocks.{i}.mlp", "mlp", tokens_to_nchw(x2, p, h, w)),
+        ]
         t = x2
     torch.testing.assert_close(model.norm(t), model.forward_features(x), atol=ATOL, rtol=0)
     return ref
@@ -132,8 +134,10 @@ def test_timm_post_norm_block_msa_stream_is_the_mlp_input():
         for i, blk in enumerate(model.blocks):
             x1 = t + blk.norm1(blk.attn(t))
             t = x1 + blk.norm2(blk.mlp(x1))
-            ref += [(f"blocks.{i}.msa", "msa", tokens_to_nchw(x1, 1, 8, 8)),
-                    (f"blocks.{i}.mlp", "mlp", tokens_to_nchw(t, 1, 8, 8))]
+            ref += [
+                (f"blocks.{i}.msa", "msa", tokens_to_nchw(x1, 1, 8, 8)),
+                (f"blocks.{i}.mlp", "mlp", tokens_to_nchw(t, 1, 8, 8)),
+            ]
     assert_maps(features, ref)
 
 
@@ -175,8 +179,9 @@ def test_bottleneck_projection_block_is_a_downsample():
 @pytest.mark.parametrize("name", ["swin_tiny_patch4_window7_224", "swinv2_tiny_window8_256"])
 def test_timm_swin_maps_equal_block_recomputation(name):
     torch.manual_seed(0)
-    model = timm.create_model(name, img_size=32, window_size=4, embed_dim=24, depths=(2, 2), num_heads=(1, 2),
-                              num_classes=10).eval()
+    model = timm.create_model(
+        name, img_size=32, window_size=4, embed_dim=24, depths=(2, 2), num_heads=(1, 2), num_classes=10
+    ).eval()
     post_norm = "v2" in name
     x = torch.randn(2, 3, 32, 32)
     taps = FeatureTaps(model)
@@ -196,8 +201,10 @@ def test_timm_swin_maps_equal_block_recomputation(name):
                 out = s + (blk.norm2(blk.mlp(s)) if post_norm else blk.mlp(blk.norm2(s)))
                 torch.testing.assert_close(blk(y).reshape(b, h * w, c), out, atol=ATOL, rtol=0)
                 y = out.reshape(b, h, w, c)
-                ref += [(f"layers.{i}.blocks.{j}.msa", "msa", nhwc_to_nchw(s.reshape(b, h, w, c))),
-                        (f"layers.{i}.blocks.{j}.mlp", "mlp", nhwc_to_nchw(y))]
+                ref += [
+                    (f"layers.{i}.blocks.{j}.msa", "msa", nhwc_to_nchw(s.reshape(b, h, w, c))),
+                    (f"layers.{i}.blocks.{j}.mlp", "mlp", nhwc_to_nchw(y)),
+                ]
         torch.testing.assert_close(model.norm(y), model.forward_features(x), atol=ATOL, rtol=0)
     assert_maps(features, ref)
 
@@ -241,8 +248,10 @@ def test_torchvision_vit_maps_equal_block_recomputation():
             x1 = blk.self_attention(y, y, y, need_weights=False)[0] + t
             t = x1 + blk.mlp(blk.ln_2(x1))
             path = f"encoder.layers.encoder_layer_{i}"
-            ref += [(f"{path}.msa", "msa", tokens_to_nchw(x1, 1, 4, 4)),
-                    (f"{path}.mlp", "mlp", tokens_to_nchw(t, 1, 4, 4))]
+            ref += [
+                (f"{path}.msa", "msa", tokens_to_nchw(x1, 1, 4, 4)),
+                (f"{path}.mlp", "mlp", tokens_to_nchw(t, 1, 4, 4)),
+            ]
     assert_maps(features, ref)
 
 
@@ -269,7 +278,7 @@ def test_zoo_model_delegates_to_block_features():
 def numpy_half_diagonal(maps):
     """fft2, log(|F| + 1e-6), fftshift, mean over batch and channels, half diagonal from the centre."""
     logs = np.fft.fftshift(np.log(np.abs(np.fft.fft2(maps)) + 1e-6), axes=(-2, -1)).mean(axis=(0, 1))
-    return np.diag(logs)[maps.shape[-1] // 2:]
+    return np.diag(logs)[maps.shape[-1] // 2 :]
 
 
 def numpy_variance(maps):
@@ -345,8 +354,12 @@ def test_user_taps_read_outputs_in_forward_order():
         conv0 = model.body[0](stem)  # before the inplace ReLU: the tap keeps its own copy
         conv2 = model.body(stem)
         mixed = model.tokens(x)
-    assert [(f.name, f.kind) for f in features] == [("stem", "stem"), ("body.0", "conv"), ("body.2", "conv"),
-                                                    ("mixer", "msa")]
+    assert [(f.name, f.kind) for f in features] == [
+        ("stem", "stem"),
+        ("body.0", "conv"),
+        ("body.2", "conv"),
+        ("mixer", "msa"),
+    ]
     assert (features[1].tensor < 0).any()
     for f, expected in zip(features, [stem, conv0, conv2, mixed[:, 1:].transpose(1, 2).reshape(2, 6, 4, 4)]):
         torch.testing.assert_close(f.tensor, expected, atol=0, rtol=0)
@@ -418,8 +431,12 @@ def test_no_rule_and_no_taps_lists_candidates():
 
 
 def test_taps_matching_nothing():
-    one_line_error(FeatureTaps, Custom(), ["stem=stem", "blocks.*=mlp"],
-                   match=r"taps 'blocks.\*' match no module of Custom; candidate modules: body.0")
+    one_line_error(
+        FeatureTaps,
+        Custom(),
+        ["stem=stem", "blocks.*=mlp"],
+        match=r"taps 'blocks.\*' match no module of Custom; candidate modules: body.0",
+    )
 
 
 class Pair(nn.Module):

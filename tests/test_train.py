@@ -112,9 +112,17 @@ def test_the_callers_random_state_is_untouched_and_does_not_change_the_run(tmp_p
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 @pytest.mark.parametrize(
     ("field", "name", "extra"),
-    [("lr", "--lr", {}), ("weight_decay", "--weight-decay", {}), ("warmup_epochs", "--warmup-epochs", {}),
-     ("label_smoothing", "--label-smoothing", {}), ("mixup", "mixup alpha", {}), ("cutmix", "cutmix alpha", {}),
-     ("clip_grad", "--clip-grad", {}), ("drop_path", "drop_path", {}), ("momentum", "momentum", {"optimizer": "sgd"})],
+    [
+        ("lr", "--lr", {}),
+        ("weight_decay", "--weight-decay", {}),
+        ("warmup_epochs", "--warmup-epochs", {}),
+        ("label_smoothing", "--label-smoothing", {}),
+        ("mixup", "mixup alpha", {}),
+        ("cutmix", "cutmix alpha", {}),
+        ("clip_grad", "--clip-grad", {}),
+        ("drop_path", "drop_path", {}),
+        ("momentum", "momentum", {"optimizer": "sgd"}),
+    ],
 )
 def test_non_finite_numbers_are_refused(field, name, extra, bad):
     msg = one_line_error(TrainConfig, **{**TINY, **extra, field: bad})
@@ -123,17 +131,25 @@ def test_non_finite_numbers_are_refused(field, name, extra, bad):
 
 @pytest.mark.parametrize(
     ("field", "value", "match"),
-    [("lr", 0.0, "--lr"), ("weight_decay", -0.1, "--weight-decay"), ("label_smoothing", 1.5, "--label-smoothing"),
-     ("mixup", -1.0, "mixup"), ("clip_grad", -1.0, "--clip-grad"), ("epochs", 0, "--epochs"),
-     ("batch_size", 2.5, "--batch-size"), ("snapshot_every", 0, "--snapshot-every")],
+    [
+        ("lr", 0.0, "--lr"),
+        ("weight_decay", -0.1, "--weight-decay"),
+        ("label_smoothing", 1.5, "--label-smoothing"),
+        ("mixup", -1.0, "mixup"),
+        ("clip_grad", -1.0, "--clip-grad"),
+        ("epochs", 0, "--epochs"),
+        ("batch_size", 2.5, "--batch-size"),
+        ("snapshot_every", 0, "--snapshot-every"),
+    ],
 )
 def test_out_of_range_numbers_are_refused(field, value, match):
     one_line_error(TrainConfig, **{**TINY, field: value}, match=match)
 
 
 def test_a_head_with_fewer_classes_than_the_labels_is_a_one_line_error(tmp_path, monkeypatch):
-    msg = one_line_error(train_model, TrainConfig(**{**TINY, "model_kwargs": {"num_classes": 3}}), tmp_path / "a.pt",
-                         quiet=True)
+    msg = one_line_error(
+        train_model, TrainConfig(**{**TINY, "model_kwargs": {"num_classes": 3}}), tmp_path / "a.pt", quiet=True
+    )
     assert "labels of digits:16 run 0..9 (10 classes)" in msg and "head has 3 classes" in msg
     assert not (tmp_path / "a.pt").exists()
     # a user's factory that ignores num_classes: the logits' width is what is checked
@@ -142,22 +158,38 @@ def test_a_head_with_fewer_classes_than_the_labels_is_a_one_line_error(tmp_path,
         "    return nn.Sequential(nn.Flatten(), nn.Linear(in_chans * img_size * img_size, 4))\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    msg = one_line_error(train_model, TrainConfig(**{**TINY, "model": "py:fixed_head:build"}), tmp_path / "b.pt",
-                         quiet=True)
+    msg = one_line_error(
+        train_model, TrainConfig(**{**TINY, "model": "py:fixed_head:build"}), tmp_path / "b.pt", quiet=True
+    )
     assert "run 0..9 (10 classes)" in msg and "head has 4 classes" in msg
 
 
 def test_a_larger_head_trains_and_its_checkpoint_rebuilds_it(tmp_path):
-    result = train_model(TrainConfig(**{**TINY, "epochs": 1, "model_kwargs": {"num_classes": 12}}),
-                         tmp_path / "wide.pt", quiet=True)
+    result = train_model(
+        TrainConfig(**{**TINY, "epochs": 1, "model_kwargs": {"num_classes": 12}}), tmp_path / "wide.pt", quiet=True
+    )
     assert read_checkpoint(result.checkpoint).num_classes == 12
     model, _ = load_model(result.checkpoint)
     assert model(torch.zeros(2, 1, 16, 16)).shape == (2, 12)
 
 
 def test_cli_train_head_mismatch_is_a_one_line_error(tmp_path):
-    args = ["train", "--model", "resnet_mini", "--data", "digits:16", "--epochs", "1", "--subset", "64",
-            "--model-kw", "num_classes=3", "--out", str(tmp_path / "x.pt"), "--quiet"]
+    args = [
+        "train",
+        "--model",
+        "resnet_mini",
+        "--data",
+        "digits:16",
+        "--epochs",
+        "1",
+        "--subset",
+        "64",
+        "--model-kw",
+        "num_classes=3",
+        "--out",
+        str(tmp_path / "x.pt"),
+        "--quiet",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2, result.output
     assert "head has 3 classes" in result.output and "Traceback" not in result.output

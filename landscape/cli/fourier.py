@@ -26,8 +26,9 @@ def parse_bands(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(v) for v in text.replace(",", " ").split())
     except ValueError:
-        raise LandscapeError(f"--bands takes comma-separated numbers in [0, 1], e.g. 0.1,0.5,0.9 (got {text!r})"
-                             ) from None
+        raise LandscapeError(
+            f"--bands takes comma-separated numbers in [0, 1], e.g. 0.1,0.5,0.9 (got {text!r})"
+        ) from None
 
 
 @click.command("fourier")
@@ -35,27 +36,67 @@ def parse_bands(text: str) -> tuple[float, ...]:
 @output_options("fourier.h5")
 @click.option("--samples", default=DEFAULTS["samples"], show_default=True, type=int, help="Number of images analysed.")
 @click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=int)
-@click.option("--seed", default=DEFAULTS["seed"], show_default=True, type=int,
-              help="Seed of the sample choice and the noise.")
-@click.option("--profile", default=DEFAULTS["profile"], show_default=True, type=click.Choice(PROFILES),
-              help="Half diagonal of the spectrum (Paper A) or the radial average.")
-@click.option("--frequency-axis", default=DEFAULTS["frequency_axis"], show_default=True,
-              type=click.Choice(FREQUENCY_AXES),
-              help="Common axis of the layers: each curve spans [0, 1] (Paper A), or units of pi (NaN-padded).")
-@click.option("--maps", is_flag=True, default=DEFAULTS["maps"],
-              help="Also store each layer's 2D mean log-amplitude map.")
-@click.option("--noise-bands", is_flag=True, default=DEFAULTS["noise_bands"],
-              help="Also measure the accuracy drop under band-limited noise.")
-@click.option("--bands", default=",".join(f"{b:g}" for b in DEFAULTS["bands"]), show_default=True,
-              help="Centres of the noise bands, in units of pi, each in [0, 1].")
-@click.option("--noise-width", default=DEFAULTS["noise_width"], show_default=True, type=float,
-              help="Width of each noise band, in units of pi.")
-@click.option("--noise-strength", default=DEFAULTS["noise_strength"], show_default=True, type=float,
-              help="Root-mean-square of the noise per image, in normalised input units.")
-@click.option("--taps", multiple=True,
-              help="PATTERN=KIND: a module (glob on names) whose output is a block map, for models no rule knows.")
-def command(source: ModelSource, out: str, force: bool, device: str, quiet: bool, bands: str, taps: tuple[str, ...],
-            **options: object) -> None:
+@click.option(
+    "--seed", default=DEFAULTS["seed"], show_default=True, type=int, help="Seed of the sample choice and the noise."
+)
+@click.option(
+    "--profile",
+    default=DEFAULTS["profile"],
+    show_default=True,
+    type=click.Choice(PROFILES),
+    help="Half diagonal of the spectrum (Paper A) or the radial average.",
+)
+@click.option(
+    "--frequency-axis",
+    default=DEFAULTS["frequency_axis"],
+    show_default=True,
+    type=click.Choice(FREQUENCY_AXES),
+    help="Common axis of the layers: each curve spans [0, 1] (Paper A), or units of pi (NaN-padded).",
+)
+@click.option(
+    "--maps", is_flag=True, default=DEFAULTS["maps"], help="Also store each layer's 2D mean log-amplitude map."
+)
+@click.option(
+    "--noise-bands",
+    is_flag=True,
+    default=DEFAULTS["noise_bands"],
+    help="Also measure the accuracy drop under band-limited noise.",
+)
+@click.option(
+    "--bands",
+    default=",".join(f"{b:g}" for b in DEFAULTS["bands"]),
+    show_default=True,
+    help="Centres of the noise bands, in units of pi, each in [0, 1].",
+)
+@click.option(
+    "--noise-width",
+    default=DEFAULTS["noise_width"],
+    show_default=True,
+    type=float,
+    help="Width of each noise band, in units of pi.",
+)
+@click.option(
+    "--noise-strength",
+    default=DEFAULTS["noise_strength"],
+    show_default=True,
+    type=float,
+    help="Root-mean-square of the noise per image, in normalised input units.",
+)
+@click.option(
+    "--taps",
+    multiple=True,
+    help="PATTERN=KIND: a module (glob on names) whose output is a block map, for models no rule knows.",
+)
+def command(
+    source: ModelSource,
+    out: str,
+    force: bool,
+    device: str,
+    quiet: bool,
+    bands: str,
+    taps: tuple[str, ...],
+    **options: object,
+) -> None:
     """Fourier analysis of feature maps (Paper A, Fig 2a/8/9 and, with --noise-bands, Fig 2b)."""
     from landscape.fourier import run_fourier
 
@@ -67,7 +108,8 @@ def command(source: ModelSource, out: str, force: bool, device: str, quiet: bool
         f"{hf[0]:.3f} (first) .. {hf[-1]:.3f} (last)"
     )
     if "noise/accuracy_drop" in result:
-        drops = ", ".join(f"{f:.1f}pi {d:+.3f}" for f, d in zip(result["noise/frequencies"],
-                                                             result["noise/accuracy_drop"]))
+        drops = ", ".join(
+            f"{f:.1f}pi {d:+.3f}" for f, d in zip(result["noise/frequencies"], result["noise/accuracy_drop"])
+        )
         clean = float(result["noise/accuracy"][0] + result["noise/accuracy_drop"][0])
         click.echo(f"clean accuracy {clean:.4f}; accuracy drop per band: {drops}")

@@ -24,30 +24,42 @@ D = HessianOptions
 @checkpoint_options(split=D.split)
 @regularizer_options
 @output_options("hessian.h5")
-@click.option("--samples", default=D.samples, show_default=True, type=int,
-              help="Images in the loss (the Hessian's data).")
+@click.option(
+    "--samples", default=D.samples, show_default=True, type=int, help="Images in the loss (the Hessian's data)."
+)
 @click.option("--batch-size", default=D.batch_size, show_default=True, type=int, help="Batch size of the HVP passes.")
-@click.option("--seed", default=D.seed, show_default=True, type=int,
-              help="Seed of the samples, start vector and probes.")
+@click.option(
+    "--seed", default=D.seed, show_default=True, type=int, help="Seed of the samples, start vector and probes."
+)
 @click.option("--top-k", default=D.top_k, show_default=True, type=int, help="Eigenpairs to compute (0: none).")
-@click.option("--which", default=D.which, show_default=True, type=click.Choice(WHICH),
-              help="Largest / smallest algebraic, both ends, largest magnitude.")
+@click.option(
+    "--which",
+    default=D.which,
+    show_default=True,
+    type=click.Choice(WHICH),
+    help="Largest / smallest algebraic, both ends, largest magnitude.",
+)
 @click.option("--tol", default=D.tol, show_default=True, type=float, help="Relative accuracy of the eigenvalues.")
 @click.option("--ncv", default=D.ncv, type=int, help="Lanczos basis size [default: max(2k+1, 20)].")
 @click.option("--maxiter", default=D.maxiter, type=int, help="Maximum Lanczos restarts.")
-@click.option("--eigenvectors", is_flag=True, default=D.eigenvectors,
-              help="Also store the eigenvectors (n_params x k).")
+@click.option(
+    "--eigenvectors", is_flag=True, default=D.eigenvectors, help="Also store the eigenvectors (n_params x k)."
+)
 @click.option("--density", is_flag=True, default=D.density, help="Also compute the SLQ spectral density.")
 @click.option("--probes", default=D.probes, show_default=True, type=int, help="SLQ probe vectors.")
 @click.option("--steps", default=D.steps, show_default=True, type=int, help="Lanczos steps per SLQ probe.")
 @click.option("--sigma", default=D.sigma, type=float, help="Gaussian broadening [default: 1% of the node spread].")
 @click.option("--trace", is_flag=True, default=D.trace, help="Also estimate the trace.")
-@click.option("--trace-samples", default=D.trace_samples, show_default=True, type=int,
-              help="HVPs spent on the trace.")
+@click.option("--trace-samples", default=D.trace_samples, show_default=True, type=int, help="HVPs spent on the trace.")
 @click.option("--trace-method", default=D.trace_method, show_default=True, type=click.Choice(TRACE_METHODS))
 @click.option("--params", default=D.params, help="Comma-separated parameter-name globs: a per-layer Hessian block.")
-@click.option("--hvp", default=D.hvp, show_default=True, type=click.Choice(HVP_MODES),
-              help="Trace each batch's HVP once (linearize), never (jvp), or after a few products (auto).")
+@click.option(
+    "--hvp",
+    default=D.hvp,
+    show_default=True,
+    type=click.Choice(HVP_MODES),
+    help="Trace each batch's HVP once (linearize), never (jvp), or after a few products (auto).",
+)
 @click.option("--dtype", default=D.dtype, show_default=True, type=click.Choice(DTYPES))
 def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
     """Hessian eigenvalues (Lanczos), spectral density (SLQ) and trace of a checkpoint's loss."""

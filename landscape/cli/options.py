@@ -60,23 +60,52 @@ def _input_size(text: str | None) -> int | tuple[int, int] | None:
     return sizes[0] if len(sizes) == 1 else (sizes[0], sizes[1])
 
 
-def model_source(ckpt: str | None, model: str | None, model_kw: tuple[str, ...], num_classes: int | None,
-                 pretrained: bool, random_init: bool, model_output: str | None, input_size: str | None,
-                 mean: str | None, std: str | None, seed: int = 0) -> ModelSource:
+def model_source(
+    ckpt: str | None,
+    model: str | None,
+    model_kw: tuple[str, ...],
+    num_classes: int | None,
+    pretrained: bool,
+    random_init: bool,
+    model_output: str | None,
+    input_size: str | None,
+    mean: str | None,
+    std: str | None,
+    seed: int = 0,
+) -> ModelSource:
     """Build the :class:`~landscape.pipeline.ModelSource` of the model options (all validated here)."""
     from landscape.data import Preprocess
     from landscape.pipeline import ModelSource
 
-    preprocess = Preprocess(image_size=_input_size(input_size), mean=_numbers(mean, "--mean"),
-                            std=_numbers(std, "--std"))
+    preprocess = Preprocess(
+        image_size=_input_size(input_size), mean=_numbers(mean, "--mean"), std=_numbers(std, "--std")
+    )
     output: str | int | None = int(model_output) if model_output and model_output.isdigit() else model_output
-    return ModelSource(checkpoint=ckpt, model=model, model_kwargs=parse_model_kw(model_kw), num_classes=num_classes,
-                       pretrained=pretrained, random_init=random_init, seed=seed, output=output,
-                       preprocess=None if preprocess == Preprocess() else preprocess)
+    return ModelSource(
+        checkpoint=ckpt,
+        model=model,
+        model_kwargs=parse_model_kw(model_kw),
+        num_classes=num_classes,
+        pretrained=pretrained,
+        random_init=random_init,
+        seed=seed,
+        output=output,
+        preprocess=None if preprocess == Preprocess() else preprocess,
+    )
 
 
-_MODEL_OPTIONS = ("ckpt", "model", "model_kw", "num_classes", "pretrained", "random_init", "model_output",
-                  "input_size", "mean", "std")
+_MODEL_OPTIONS = (
+    "ckpt",
+    "model",
+    "model_kw",
+    "num_classes",
+    "pretrained",
+    "random_init",
+    "model_output",
+    "input_size",
+    "mean",
+    "std",
+)
 
 
 def checkpoint_options(*, split: str = "train") -> Callable[[F], F]:
@@ -97,28 +126,50 @@ def checkpoint_options(*, split: str = "train") -> Callable[[F], F]:
         return _apply(
             command,  # type: ignore[arg-type]
             [
-                click.option("--ckpt", default=None, type=click.Path(dir_okay=False),
-                             help="Weights: a landscape checkpoint, a state dict (.pt/.pth) or .safetensors."),
-                click.option("--model", default=None,
-                             help="Zoo name, timm:NAME, torchvision:NAME or py:module:factory [default: the "
-                                  "checkpoint's].",),
+                click.option(
+                    "--ckpt",
+                    default=None,
+                    type=click.Path(dir_okay=False),
+                    help="Weights: a landscape checkpoint, a state dict (.pt/.pth) or .safetensors.",
+                ),
+                click.option(
+                    "--model",
+                    default=None,
+                    help="Zoo name, timm:NAME, torchvision:NAME or py:module:factory [default: the checkpoint's].",
+                ),
                 click.option("--model-kw", multiple=True, help="Model constructor option key=value (repeatable)."),
-                click.option("--num-classes", default=None, type=click.IntRange(min=1),
-                             help="Output classes [default: the checkpoint's, the weights' or the data's]."),
-                click.option("--pretrained", is_flag=True,
-                             help="The library's published weights (timm/torchvision; needs a network)."),
+                click.option(
+                    "--num-classes",
+                    default=None,
+                    type=click.IntRange(min=1),
+                    help="Output classes [default: the checkpoint's, the weights' or the data's].",
+                ),
+                click.option(
+                    "--pretrained",
+                    is_flag=True,
+                    help="The library's published weights (timm/torchvision; needs a network).",
+                ),
                 click.option("--random-init", is_flag=True, help="Analyse the model at its seeded initialisation."),
-                click.option("--model-output", default=None,
-                             help="Key or index of the logits when the model returns a dict or tuple."),
-                click.option("--input-size", default=None,
-                             help="Input size SIZE or HxW [default: the model's or the data's]."),
+                click.option(
+                    "--model-output",
+                    default=None,
+                    help="Key or index of the logits when the model returns a dict or tuple.",
+                ),
+                click.option(
+                    "--input-size", default=None, help="Input size SIZE or HxW [default: the model's or the data's]."
+                ),
                 click.option("--mean", default=None, help="Per-channel input mean, e.g. 0.485,0.456,0.406."),
                 click.option("--std", default=None, help="Per-channel input std, e.g. 0.229,0.224,0.225."),
                 click.option(
                     "--data", default=None, help="Dataset spec [default: the checkpoint's dataset, else digits]."
                 ),
-                click.option("--split", default=split, show_default=True,
-                             type=click.Choice(["train", "test", "val"]), help="val is another name for test."),
+                click.option(
+                    "--split",
+                    default=split,
+                    show_default=True,
+                    type=click.Choice(["train", "test", "val"]),
+                    help="val is another name for test.",
+                ),
             ],
         )
 

@@ -17,12 +17,25 @@ from landscape.plot import FORMATS, STYLES
 @click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(FORMATS))
 @click.option("--log", is_flag=True, help="Surfaces: log loss axis (1D), log-spaced contour levels, log10 z (3D, vtp).")
 @click.option("--zmax", default=None, type=float, help="Surfaces: clip the loss (3D paper style: loss - min) here.")
-@click.option("--style", default="default", show_default=True, type=click.Choice(STYLES),
-              help="Surfaces: 3D style; paper = Paper A's plasma wireframe of loss - min.")
+@click.option(
+    "--style",
+    default="default",
+    show_default=True,
+    type=click.Choice(STYLES),
+    help="Surfaces: 3D style; paper = Paper A's plasma wireframe of loss - min.",
+)
 @click.option("--levels", default=20, show_default=True, type=int, help="Surfaces: number of contour levels (>= 2).")
 @click.option("--no-vtp", is_flag=True, help="Surfaces: do not write the ParaView .vtp file.")
-def command(paths: tuple[str, ...], out_dir: str | None, fmt: str, log: bool, zmax: float | None, style: str,
-            levels: int, no_vtp: bool) -> None:
+def command(
+    paths: tuple[str, ...],
+    out_dir: str | None,
+    fmt: str,
+    log: bool,
+    zmax: float | None,
+    style: str,
+    levels: int,
+    no_vtp: bool,
+) -> None:
     """Draw every figure of the given result files (files of one kind are overlaid)."""
     from landscape.plot import plot_files
 

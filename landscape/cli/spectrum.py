@@ -24,23 +24,33 @@ D = SpectrumOptions
 @checkpoint_options(split=D.split)
 @regularizer_options
 @output_options("spectrum.h5")
-@click.option("--batch-size", default=D.batch_size, show_default=True, type=int,
-              help="Mini-batch size (Paper A: 16).")
-@click.option("--fraction", default=D.fraction, show_default=True, type=float,
-              help="Share of the split used (Paper A: 10%).")
+@click.option("--batch-size", default=D.batch_size, show_default=True, type=int, help="Mini-batch size (Paper A: 16).")
+@click.option(
+    "--fraction", default=D.fraction, show_default=True, type=float, help="Share of the split used (Paper A: 10%)."
+)
 @click.option("--samples", default=D.samples, type=int, help="Number of images instead of --fraction.")
-@click.option("--seed", default=D.seed, show_default=True, type=int,
-              help="Seed of the sample choice and start vectors.")
+@click.option(
+    "--seed", default=D.seed, show_default=True, type=int, help="Seed of the sample choice and start vectors."
+)
 @click.option("--top-k", default=D.top_k, show_default=True, type=int, help="Eigenvalues per mini-batch.")
-@click.option("--which", default=D.which, show_default=True, type=click.Choice(WHICH),
-              help="LM = power iteration's largest magnitude (Paper A); lanczos solver only.")
+@click.option(
+    "--which",
+    default=D.which,
+    show_default=True,
+    type=click.Choice(WHICH),
+    help="LM = power iteration's largest magnitude (Paper A); lanczos solver only.",
+)
 @click.option("--solver", default=D.solver, show_default=True, type=click.Choice(SOLVERS))
 @click.option("--tol", default=D.tol, show_default=True, type=float, help="Relative accuracy of the eigenvalues.")
 @click.option("--ncv", default=D.ncv, type=int, help="Lanczos basis size.")
-@click.option("--maxiter", default=D.maxiter, type=int,
-              help="Lanczos restarts / PyHessian iterations per eigenvalue.")
-@click.option("--hvp", default=D.hvp, show_default=True, type=click.Choice(HVP_MODES),
-              help="HVPs by jvp(grad) each time, or traced per batch with linearize (pays for large batches).")
+@click.option("--maxiter", default=D.maxiter, type=int, help="Lanczos restarts / PyHessian iterations per eigenvalue.")
+@click.option(
+    "--hvp",
+    default=D.hvp,
+    show_default=True,
+    type=click.Choice(HVP_MODES),
+    help="HVPs by jvp(grad) each time, or traced per batch with linearize (pays for large batches).",
+)
 @click.option("--dtype", default=D.dtype, show_default=True, type=click.Choice(DTYPES))
 def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
     """Top-k Hessian eigenvalues of every mini-batch, pooled (Paper A, Fig 1c/4)."""

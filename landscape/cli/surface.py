@@ -23,46 +23,121 @@ DEFAULTS = SurfaceOptions.defaults()
 @checkpoint_options(split=DEFAULTS["split"])
 @regularizer_options
 @output_options("surface.h5")
-@click.option("--samples", default=DEFAULTS["samples"], show_default=True, type=int,
-              help="Number of samples (fixed, seeded).")
+@click.option(
+    "--samples", default=DEFAULTS["samples"], show_default=True, type=int, help="Number of samples (fixed, seeded)."
+)
 @click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=int)
 @click.option("--x", "x", default=DEFAULTS["x"], show_default=True, help="x grid MIN:MAX:NUM (inclusive).")
 @click.option("--y", "y", default=DEFAULTS["y"], help="y grid MIN:MAX:NUM; without it the surface is 1D.")
-@click.option("--norm", default=DEFAULTS["norm"], show_default=True, type=click.Choice(NORMS),
-              help="Direction normalisation: filter (Li et al.), dim0 (Paper A's code), layer, weight, none.")
-@click.option("--seed", default=DEFAULTS["seed"], show_default=True, type=int,
-              help="Seed of the directions and the samples.")
-@click.option("--target", default=DEFAULTS["target"], type=click.Path(dir_okay=False),
-              help="Second checkpoint: x = target - centre (x = 1 lands on it).")
-@click.option("--trajectory", multiple=True, default=DEFAULTS["trajectory"], type=click.Path(dir_okay=False),
-              help="Training snapshots (repeat): PCA directions of the trajectory.")
-@click.option("--bn", default=DEFAULTS["bn"], show_default=True, type=click.Choice(BN_MODES),
-              help="BatchNorm statistics: the centre's (eval) or re-estimated at every point.")
-@click.option("--keep-1d", is_flag=True, default=not DEFAULTS["ignore_1d"],
-              help="Perturb tensors with ndim < 2 too (default: zero direction).")
-@click.option("--zero", "zero_patterns", multiple=True,
-              help="Name patterns with a zero direction (default: position embeddings / relative-position tables).")
-@click.option("--batch-points", default=str(DEFAULTS["batch_points"]), show_default=True,
-              help="Points per vmap call (1 = loop) or auto.")
-@click.option("--compile", "compile_", is_flag=True, default=DEFAULTS["compile"],
-              help="torch.compile the per-point loss (eager fallback); pays off on long runs.")
-def command(source: ModelSource, data: str | None, split: str, samples: int, batch_size: int, x: str,
-            y: str | None, norm: str, seed: int, target: str | None, trajectory: tuple[str, ...], regularizer: str,
-            reg_coef: float | None, bn: str, keep_1d: bool, zero_patterns: tuple[str, ...], batch_points: str,
-            out: str, force: bool, device: str, compile_: bool, allow_stochastic: bool, quiet: bool) -> None:
+@click.option(
+    "--norm",
+    default=DEFAULTS["norm"],
+    show_default=True,
+    type=click.Choice(NORMS),
+    help="Direction normalisation: filter (Li et al.), dim0 (Paper A's code), layer, weight, none.",
+)
+@click.option(
+    "--seed", default=DEFAULTS["seed"], show_default=True, type=int, help="Seed of the directions and the samples."
+)
+@click.option(
+    "--target",
+    default=DEFAULTS["target"],
+    type=click.Path(dir_okay=False),
+    help="Second checkpoint: x = target - centre (x = 1 lands on it).",
+)
+@click.option(
+    "--trajectory",
+    multiple=True,
+    default=DEFAULTS["trajectory"],
+    type=click.Path(dir_okay=False),
+    help="Training snapshots (repeat): PCA directions of the trajectory.",
+)
+@click.option(
+    "--bn",
+    default=DEFAULTS["bn"],
+    show_default=True,
+    type=click.Choice(BN_MODES),
+    help="BatchNorm statistics: the centre's (eval) or re-estimated at every point.",
+)
+@click.option(
+    "--keep-1d",
+    is_flag=True,
+    default=not DEFAULTS["ignore_1d"],
+    help="Perturb tensors with ndim < 2 too (default: zero direction).",
+)
+@click.option(
+    "--zero",
+    "zero_patterns",
+    multiple=True,
+    help="Name patterns with a zero direction (default: position embeddings / relative-position tables).",
+)
+@click.option(
+    "--batch-points",
+    default=str(DEFAULTS["batch_points"]),
+    show_default=True,
+    help="Points per vmap call (1 = loop) or auto.",
+)
+@click.option(
+    "--compile",
+    "compile_",
+    is_flag=True,
+    default=DEFAULTS["compile"],
+    help="torch.compile the per-point loss (eager fallback); pays off on long runs.",
+)
+def command(
+    source: ModelSource,
+    data: str | None,
+    split: str,
+    samples: int,
+    batch_size: int,
+    x: str,
+    y: str | None,
+    norm: str,
+    seed: int,
+    target: str | None,
+    trajectory: tuple[str, ...],
+    regularizer: str,
+    reg_coef: float | None,
+    bn: str,
+    keep_1d: bool,
+    zero_patterns: tuple[str, ...],
+    batch_points: str,
+    out: str,
+    force: bool,
+    device: str,
+    compile_: bool,
+    allow_stochastic: bool,
+    quiet: bool,
+) -> None:
     """Compute a 1D or 2D loss surface around a checkpoint (resumable; torchrun shares the points)."""
     from landscape import distributed
     from landscape.surface import run_surface
 
     options = SurfaceOptions(
-        data=data, split=split, samples=samples, batch_size=batch_size, x=x, y=y, norm=norm, seed=seed,
-        target=target, trajectory=tuple(trajectory), regularizer=regularizer, reg_coef=reg_coef, bn=bn,
-        ignore_1d=not keep_1d, zero_patterns=tuple(zero_patterns) or None, allow_stochastic=allow_stochastic,
-        batch_points=batch_points, compile=compile_,
+        data=data,
+        split=split,
+        samples=samples,
+        batch_size=batch_size,
+        x=x,
+        y=y,
+        norm=norm,
+        seed=seed,
+        target=target,
+        trajectory=tuple(trajectory),
+        regularizer=regularizer,
+        reg_coef=reg_coef,
+        bn=bn,
+        ignore_1d=not keep_1d,
+        zero_patterns=tuple(zero_patterns) or None,
+        allow_stochastic=allow_stochastic,
+        batch_points=batch_points,
+        compile=compile_,
     )
     result = run_surface(source, options, out=out, force=force, device=device, progress=False if quiet else None)
     if distributed.is_main():
         loss = result["loss"]
         ny, nx = loss.shape
-        click.echo(f"{out}: {'2D' if ny > 1 or result.attrs.get('surface_ndim') == 2 else '1D'} surface "
-                   f"{nx}x{ny}, loss {loss.min():.4g}..{loss.max():.4g}")
+        click.echo(
+            f"{out}: {'2D' if ny > 1 or result.attrs.get('surface_ndim') == 2 else '1D'} surface "
+            f"{nx}x{ny}, loss {loss.min():.4g}..{loss.max():.4g}"
+        )

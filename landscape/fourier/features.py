@@ -300,8 +300,12 @@ def merge_profiles(parts: Sequence[FourierProfile | None]) -> FourierProfile:
     if not present:
         raise LandscapeError("no batches to analyse; give at least one sample")
     first = present[0]
-    layers = [LayerSpectrum(la.name, la.kind, la.height, la.width, la.log_amplitude_sum.cpu(),
-                            la.variance_sum.cpu(), la.count) for la in first.layers]
+    layers = [
+        LayerSpectrum(
+            la.name, la.kind, la.height, la.width, la.log_amplitude_sum.cpu(), la.variance_sum.cpu(), la.count
+        )
+        for la in first.layers
+    ]
     merged = FourierProfile(first.profile, layers, first.n_samples)
     for part in present[1:]:
         if [(la.name, la.height, la.width) for la in part.layers] != [(la.name, la.height, la.width) for la in layers]:

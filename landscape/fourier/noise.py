@@ -36,15 +36,20 @@ def band_mask(h: int, w: int, centre: float, width: float = WIDTH) -> np.ndarray
 
 
 def band_noise(
-    shape: Sequence[int], centre: float, width: float = WIDTH, strength: float = STRENGTH,
-    generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32,
+    shape: Sequence[int],
+    centre: float,
+    width: float = WIDTH,
+    strength: float = STRENGTH,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> Tensor:
     """Random sign noise of ``shape`` (B, C, H, W) band-passed to the square annulus, RMS ``strength`` per image."""
     b, c, h, w = shape
     mask = band_mask(h, w, centre, width)
     if not mask.any():
-        raise LandscapeError(f"no frequency of a {h}x{w} image lies in the band {centre}pi +- {width / 2}pi; "
-                             "choose wider or other bands")
+        raise LandscapeError(
+            f"no frequency of a {h}x{w} image lies in the band {centre}pi +- {width / 2}pi; choose wider or other bands"
+        )
     signs = torch.randint(0, 2, (b, c, h, w), generator=generator).to(torch.float64) * 2 - 1
     spec = torch.fft.fft2(signs) * torch.from_numpy(mask)
     noise = torch.fft.ifft2(spec).real
@@ -52,8 +57,12 @@ def band_noise(
     return (noise * (strength / rms)).to(dtype)
 
 
-def hits(model: nn.Module, batches: Iterable[tuple[int, Sequence[Tensor]]], noise: dict | None = None,
-         output: str | int | None = None) -> tuple[int, int]:
+def hits(
+    model: nn.Module,
+    batches: Iterable[tuple[int, Sequence[Tensor]]],
+    noise: dict | None = None,
+    output: str | int | None = None,
+) -> tuple[int, int]:
     """``(correct, total)`` top-1 predictions of ``model`` over indexed ``(j, (x, y))`` batches.
 
     With ``noise`` (``centre``, ``width``, ``strength``, ``seed``) batch ``j`` gets band noise from a generator
@@ -82,8 +91,9 @@ def _fraction(correct: int, total: int) -> float:
     return correct / total
 
 
-def accuracy(model: nn.Module, batches: Iterable[Sequence[Tensor]], noise: dict | None = None,
-             output: str | int | None = None) -> float:
+def accuracy(
+    model: nn.Module, batches: Iterable[Sequence[Tensor]], noise: dict | None = None, output: str | int | None = None
+) -> float:
     """Top-1 accuracy ``correct / total`` of ``model`` over ``(x, y)`` batches, noisy as in :func:`hits`."""
     return _fraction(*hits(model, enumerate(batches), noise, output))
 
@@ -103,13 +113,22 @@ def check_labels(model: nn.Module, batches: Sequence[Sequence[Tensor]], output: 
     low = min(int(y.min()) for _, y in batches)
     top = max(int(y.max()) for _, y in batches)
     if low < 0 or top >= n_out:
-        raise LandscapeError(f"the data has labels {low}..{top} but the model outputs {n_out} classes, so its "
-                             "accuracy under noise means nothing: use data with at most that many classes (--data)")
+        raise LandscapeError(
+            f"the data has labels {low}..{top} but the model outputs {n_out} classes, so its "
+            "accuracy under noise means nothing: use data with at most that many classes (--data)"
+        )
 
 
 def band_accuracies(
-    model: nn.Module, batches: Sequence[Sequence[Tensor]], bands: Sequence[float], *, width: float = WIDTH,
-    strength: float = STRENGTH, seed: int = 0, output: str | int | None = None, skip: Iterable[int] = (),
+    model: nn.Module,
+    batches: Sequence[Sequence[Tensor]],
+    bands: Sequence[float],
+    *,
+    width: float = WIDTH,
+    strength: float = STRENGTH,
+    seed: int = 0,
+    output: str | int | None = None,
+    skip: Iterable[int] = (),
     combine: Callable[[tuple[int, int]], tuple[int, int]] | None = None,
 ) -> Iterator[tuple[int | None, float]]:
     """The clean accuracy, then the accuracy under the noise of each band not in ``skip``, as they finish.
@@ -145,8 +164,13 @@ class NoiseRobustness:
 
 
 def noise_robustness(
-    model: nn.Module, batches: Sequence[Sequence[Tensor]], *, bands: Sequence[float] = BANDS,
-    width: float = WIDTH, strength: float = STRENGTH, seed: int = 0,
+    model: nn.Module,
+    batches: Sequence[Sequence[Tensor]],
+    *,
+    bands: Sequence[float] = BANDS,
+    width: float = WIDTH,
+    strength: float = STRENGTH,
+    seed: int = 0,
 ) -> NoiseRobustness:
     """Accuracy of ``model`` on ``batches`` clean and with noise of every band (see the module doc).
 

@@ -45,8 +45,7 @@ def write_profile(f: store.ResultFile, result: FourierProfile, axis: str, maps: 
         f.write(f"{group}/frequencies", result.frequencies(i), axes=["frequency"])
         f.write(f"{group}/log_amplitude", result.log_amplitude(i), axes=["frequency"])
         f.write(f"{group}/delta_log_amplitude", result.delta_log_amplitude(i), axes=["frequency"])
-        f.set_attrs({"name": layer.name, "kind": layer.kind, "height": layer.height, "width": layer.width},
-                    at=group)
+        f.set_attrs({"name": layer.name, "kind": layer.kind, "height": layer.height, "width": layer.width}, at=group)
         if maps:
             f.write(f"maps/{i:03d}", result.mean_map(i), axes=["fy", "fx"])
     f.write("depth", result.depth, axes=["layer"])
@@ -60,7 +59,7 @@ def write_profile(f: store.ResultFile, result: FourierProfile, axis: str, maps: 
 
 def run_fourier(
     source: ModelSource | str | Path,
-    options: FourierOptions = FourierOptions(),  # noqa: B008 (frozen: one shared immutable default)
+    options: FourierOptions = FourierOptions(),
     *,
     out: str | Path = "fourier.h5",
     model_name: str | None = None,
@@ -115,8 +114,11 @@ def run_fourier(
     def open_file() -> dict:
         f = store.open_result(out, "fourier", attrs, force=force)
         opened.append(f)
-        return {"complete": f.complete, "profile": "high_frequency" in f,
-                "bands": [int(i) for i in np.flatnonzero(f.read("noise/done"))] if "noise/done" in f else []}
+        return {
+            "complete": f.complete,
+            "profile": "high_frequency" in f,
+            "bands": [int(i) for i in np.flatnonzero(f.read("noise/done"))] if "noise/done" in f else [],
+        }
 
     state = D.on_main(open_file)
     f = opened[0] if opened else None
@@ -125,8 +127,13 @@ def run_fourier(
     try:
         if not state["complete"]:
             if not state["profile"]:
-                part = fourier_profile(net, [b for _, b in mine], profile=o.profile, maps=o.maps, progress=show,
-                                       taps=o.taps) if mine else None
+                part = (
+                    fourier_profile(
+                        net, [b for _, b in mine], profile=o.profile, maps=o.maps, progress=show, taps=o.taps
+                    )
+                    if mine
+                    else None
+                )
                 if part is not None and D.active():  # gathered by pickling: sums travel on the CPU
                     for la in part.layers:
                         la.log_amplitude_sum, la.variance_sum = la.log_amplitude_sum.cpu(), la.variance_sum.cpu()
@@ -134,8 +141,18 @@ def run_fourier(
                 if f is not None:
                     write_profile(f, result, o.frequency_axis, o.maps)
             if o.noise_bands:
-                _write_noise(f, net, mine, list(o.bands), o.noise_width, o.noise_strength, o.seed, show,
-                             inputs.source.output, state["bands"])
+                _write_noise(
+                    f,
+                    net,
+                    mine,
+                    list(o.bands),
+                    o.noise_width,
+                    o.noise_strength,
+                    o.seed,
+                    show,
+                    inputs.source.output,
+                    state["bands"],
+                )
             if f is not None:
                 f.mark_complete()
     finally:
@@ -154,8 +171,16 @@ def _summed(counts: tuple[int, int]) -> tuple[int, int]:
 
 
 def _write_noise(
-    f: store.ResultFile | None, net: nn.Module, mine: list, bands: Sequence[float], width: float, strength: float,
-    seed: int, show: bool, output: str | int | None, done: Sequence[int],
+    f: store.ResultFile | None,
+    net: nn.Module,
+    mine: list,
+    bands: Sequence[float],
+    width: float,
+    strength: float,
+    seed: int,
+    show: bool,
+    output: str | int | None,
+    done: Sequence[int],
 ) -> None:
     """Clean accuracy, then the accuracy under noise of each band not yet done, written band by band."""
     from tqdm.auto import tqdm
@@ -170,8 +195,9 @@ def _write_noise(
     bar = tqdm(total=n, initial=len(done), desc="noise bands", unit="band", disable=not show, leave=False)
     clean = 0.0
     with bar:
-        for i, acc in band_accuracies(net, mine, bands, width=width, strength=strength, seed=seed, output=output,
-                                      skip=done, combine=_summed):
+        for i, acc in band_accuracies(
+            net, mine, bands, width=width, strength=strength, seed=seed, output=output, skip=done, combine=_summed
+        ):
             if i is None:
                 clean = acc
                 if f is not None:

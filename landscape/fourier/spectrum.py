@@ -242,4 +242,4 @@ def reference_diagonal(x: np.ndarray) -> np.ndarray:
     Returns:
         Shape ``(ceil(h/2),)``: the mean log amplitude at ``F[k, k]``, ``k = 0..ceil(h/2)-1``.
     """
-    return np.diag(reference_mean_log_map(x))[x.shape[-1] // 2:]
+    return np.diag(reference_mean_log_map(x))[x.shape[-1] // 2 :]

@@ -386,9 +386,7 @@ class _RitzState:
         if exact and full:
             self.converged = self.converged | (self.residuals <= math.sqrt(eps) * max(anorm, 1e-300))
 
-    def result(
-        self, V: Tensor, which: str, tol: float, products: int, restarts: int, vectors: bool
-    ) -> EigenResult:
+    def result(self, V: Tensor, which: str, tol: float, products: int, restarts: int, vectors: bool) -> EigenResult:
         """Package the wanted pairs in ascending algebraic order."""
         order = torch.argsort(self.values)
         wanted = self.wanted[order]

@@ -53,9 +53,7 @@ def select_names(names: Sequence[str], patterns: Sequence[str] | str | None) -> 
     pats = [patterns] if isinstance(patterns, str) else list(patterns)
     if not pats:
         return list(names)
-    chosen = [
-        n for n in names if any(fnmatch.fnmatchcase(n, p) or n == p or n.startswith(p + ".") for p in pats)
-    ]
+    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) or n == p or n.startswith(p + ".") for p in pats)]
     if not chosen:
         raise LandscapeError(
             f"no parameter matches {', '.join(pats)}; use names or globs of model.named_parameters(), e.g. 'fc.*'"

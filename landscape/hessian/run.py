@@ -60,7 +60,7 @@ class _Products:
 
 def run_hessian(
     source: ModelSource | str | Path,
-    options: HessianOptions = HessianOptions(),  # noqa: B008 (frozen, so one shared default is safe)
+    options: HessianOptions = HessianOptions(),
     *,
     out: str | Path = "hessian.h5",
     model_name: str | None = None,
@@ -109,20 +109,37 @@ def run_hessian(
     inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
     batches = batches_for(inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
     attrs = inputs.provenance(sum(int(y.shape[0]) for _, y in batches), o.seed, **o.attrs())
-    objective = build_objective(inputs, batches, criterion=o.criterion, regularizer=reg, dtype=_dtype(o.dtype),
-                                allow_stochastic=o.allow_stochastic)
+    objective = build_objective(
+        inputs,
+        batches,
+        criterion=o.criterion,
+        regularizer=reg,
+        dtype=_dtype(o.dtype),
+        allow_stochastic=o.allow_stochastic,
+    )
     attrs["fused_attention_off"] = objective.fused_attention_off
     op = HessianOperator(objective, patterns=patterns or None, mode=o.hvp, shard=True)
     if o.top_k > op.shape[0]:
-        raise LandscapeError(f"--top-k {o.top_k} asks for more eigenvalues than the {op.shape[0]} parameters of "
-                             "the Hessian have; give at most that many")
+        raise LandscapeError(
+            f"--top-k {o.top_k} asks for more eigenvalues than the {op.shape[0]} parameters of "
+            "the Hessian have; give at most that many"
+        )
     f = _open(out, "hessian", attrs, force)
     try:
         if _todo(f, "eigenvalues", o.top_k > 0):
             bar = _Products("lanczos", _show(progress))
             try:
-                res = lanczos(op, k=o.top_k, which=o.which, ncv=o.ncv, tol=o.tol, maxiter=o.maxiter, seed=o.seed,
-                              return_eigenvectors=o.eigenvectors, callback=bar)
+                res = lanczos(
+                    op,
+                    k=o.top_k,
+                    which=o.which,
+                    ncv=o.ncv,
+                    tol=o.tol,
+                    maxiter=o.maxiter,
+                    seed=o.seed,
+                    return_eigenvectors=o.eigenvectors,
+                    callback=bar,
+                )
             finally:
                 bar.close()
             if f is not None:
@@ -130,8 +147,14 @@ def run_hessian(
                     f.write("eigenvectors", res.eigenvectors.cpu().numpy(), axes=["parameter", "pair"])
                 f.write("residuals", res.residuals.numpy(), axes=["pair"])
                 f.write("converged", res.converged.numpy(), axes=["pair"])
-                f.set_attrs({"n_params": op.shape[0], "parameter_names": op.names,
-                             "eigen_n_matvec": res.n_matvec, "eigen_restarts": res.n_restarts})
+                f.set_attrs(
+                    {
+                        "n_params": op.shape[0],
+                        "parameter_names": op.names,
+                        "eigen_n_matvec": res.n_matvec,
+                        "eigen_restarts": res.n_restarts,
+                    }
+                )
                 f.write("eigenvalues", res.eigenvalues.numpy(), axes=["pair"])
                 f.mark_done()
         if _todo(f, "density/values", o.density):
@@ -146,8 +169,9 @@ def run_hessian(
         if _todo(f, "trace/samples", o.trace):
             t = trace_estimate(op, o.trace_samples, o.trace_method, seed=o.seed)
             if f is not None:
-                f.set_attrs({"estimate": t.estimate, "stderr": t.stderr, "method": t.method,
-                             "n_matvec": t.n_matvec}, at="trace")
+                f.set_attrs(
+                    {"estimate": t.estimate, "stderr": t.stderr, "method": t.method, "n_matvec": t.n_matvec}, at="trace"
+                )
                 f.write("trace/samples", t.samples.numpy(), axes=["probe"])  # last: marks the section done
                 f.mark_done()
         if f is not None:
@@ -174,7 +198,7 @@ def _todo(f: store.ResultFile | None, name: str, wanted: bool) -> bool:
 
 def run_spectrum(
     source: ModelSource | str | Path,
-    options: SpectrumOptions = SpectrumOptions(),  # noqa: B008 (frozen, so one shared default is safe)
+    options: SpectrumOptions = SpectrumOptions(),
     *,
     out: str | Path = "spectrum.h5",
     model_name: str | None = None,
@@ -248,10 +272,25 @@ def run_spectrum(
 
         if len(skip) < len(batches):
             max_eigenvalue_spectrum(
-                inputs.model, batches, k=top_k, which=o.which, solver=o.solver, criterion=o.criterion,
-                regularizer=reg, tol=o.tol, ncv=o.ncv, maxiter=o.maxiter, seed=o.seed, hvp=o.hvp,
-                device=inputs.device, dtype=_dtype(o.dtype), allow_stochastic=o.allow_stochastic,
-                output=inputs.source.output, skip=skip, on_batch=write, progress=_show(progress),
+                inputs.model,
+                batches,
+                k=top_k,
+                which=o.which,
+                solver=o.solver,
+                criterion=o.criterion,
+                regularizer=reg,
+                tol=o.tol,
+                ncv=o.ncv,
+                maxiter=o.maxiter,
+                seed=o.seed,
+                hvp=o.hvp,
+                device=inputs.device,
+                dtype=_dtype(o.dtype),
+                allow_stochastic=o.allow_stochastic,
+                output=inputs.source.output,
+                skip=skip,
+                on_batch=write,
+                progress=_show(progress),
             )
         if f is not None:
             f.mark_complete()

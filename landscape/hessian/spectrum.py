@@ -132,8 +132,14 @@ def max_eigenvalue_spectrum(
     if solver not in SOLVERS:
         raise LandscapeError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
     objective = Objective(
-        model, batches, criterion=criterion, regularizer=regularizer, device=device, dtype=dtype,
-        allow_stochastic=allow_stochastic, output=output,
+        model,
+        batches,
+        criterion=criterion,
+        regularizer=regularizer,
+        device=device,
+        dtype=dtype,
+        allow_stochastic=allow_stochastic,
+        output=output,
     )
     n_params = sum(p.numel() for p in objective.params.values())
     if not 1 <= k < n_params:
@@ -164,15 +170,22 @@ def max_eigenvalue_spectrum(
 
 
 def _one_batch(
-    objective: Objective, index: int, k: int, which: str, solver: str, tol: float, ncv: int | None,
-    maxiter: int | None, seed: int, hvp: str,
+    objective: Objective,
+    index: int,
+    k: int,
+    which: str,
+    solver: str,
+    tol: float,
+    ncv: int | None,
+    maxiter: int | None,
+    seed: int,
+    hvp: str,
 ) -> BatchSpectrum:
     if solver == "pyhessian":
         values = pyhessian_top_eigenvalues(objective, index, k, tol=tol, maxiter=maxiter or 100, seed=seed + index)
         return BatchSpectrum(index, values, -1, np.ones(k, bool))
     op = HessianOperator(objective, batches=[index], mode=hvp)
-    res = lanczos(op, k=k, which=which, ncv=ncv, tol=tol, maxiter=maxiter, seed=seed + index,
-                  return_eigenvectors=False)
+    res = lanczos(op, k=k, which=which, ncv=ncv, tol=tol, maxiter=maxiter, seed=seed + index, return_eigenvectors=False)
     return BatchSpectrum(index, res.eigenvalues.numpy(), res.n_matvec, res.converged.numpy())
 
 

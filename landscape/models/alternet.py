@@ -165,8 +165,15 @@ class AlterNet(ResNet):
             )
 
         super().__init__(
-            block=block, layers=layers, widths=widths, preact=True, stem=stem, in_chans=in_chans,
-            num_classes=num_classes, img_size=img_size, block_factory=factory,
+            block=block,
+            layers=layers,
+            widths=widths,
+            preact=True,
+            stem=stem,
+            in_chans=in_chans,
+            num_classes=num_classes,
+            img_size=img_size,
+            block_factory=factory,
         )
         self.msa_blocks = msa_blocks
 

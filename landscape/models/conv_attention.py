@@ -181,9 +181,7 @@ def unpatchify(tokens: Tensor, channels: int, patch_hw: tuple[int, int]) -> Tens
     return x.permute(0, 3, 1, 4, 2, 5).reshape(B, channels, gh * ph, gw * pw)
 
 
-def offset_bias(
-    offsets: Tensor, query_pos: Tensor, key_pos: Tensor, sharpness: float, profile: str = "gap"
-) -> Tensor:
+def offset_bias(offsets: Tensor, query_pos: Tensor, key_pos: Tensor, sharpness: float, profile: str = "gap") -> Tensor:
     """Return the relative position bias ``phi_h(pos(k) - pos(q))`` of shape ``(heads, Nq, Nk)``.
 
     ``profile="gap"``: ``phi_h(delta) = 0`` if ``delta == Delta_h`` else ``-c``. ``profile="quadratic"``
@@ -303,8 +301,11 @@ class ConvAttention(nn.Module):
         k = torch.einsum("bnd,hed->bhne", keys, self.w_k)
         scores = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
         bias = offset_bias(
-            self.offsets, grid_positions(gh, gw, start=r), grid_positions(gh + 2 * r, gw + 2 * r),
-            self.sharpness, self.profile,
+            self.offsets,
+            grid_positions(gh, gw, start=r),
+            grid_positions(gh + 2 * r, gw + 2 * r),
+            self.sharpness,
+            self.profile,
         ).to(device=x.device, dtype=scores.dtype)
         return (scores + bias).softmax(dim=-1), keys, (gh, gw)
 
@@ -390,8 +391,9 @@ def conv_to_attention(
     b_o = bias.repeat_interleave(out_patch[0] * out_patch[1])
     zeros = weight.new_zeros(heads, qk_dim, d)
     w_v = torch.eye(d, dtype=weight.dtype, device=weight.device).expand(heads, d, d).clone()
-    return ConvAttention(zeros, zeros.clone(), w_v, w_o, b_o.clone(), offsets, patch_size, out_patch, c_out, m,
-                         sharpness, profile)
+    return ConvAttention(
+        zeros, zeros.clone(), w_v, w_o, b_o.clone(), offsets, patch_size, out_patch, c_out, m, sharpness, profile
+    )
 
 
 @dataclass
@@ -420,8 +422,9 @@ class ConstructionReport:
     max_rel_error: float
 
 
-def construction_error(conv: nn.Conv2d, patch_size: int, x: Tensor, sharpness: float = 30.0,
-                       profile: str = "gap") -> ConstructionReport:
+def construction_error(
+    conv: nn.Conv2d, patch_size: int, x: Tensor, sharpness: float = 30.0, profile: str = "gap"
+) -> ConstructionReport:
     """Build the layer for ``conv`` at ``sharpness`` and measure its attention leak and error on ``x``.
 
     The reference is ``F.conv2d`` with the convolution's own weights (``conv(x)``).
@@ -538,7 +541,7 @@ def fit_heads(conv: nn.Conv2d, patch_size: int, offsets: list[tuple[int, int]], 
             f"{-(-2 * n_cols // max(n_rows // B, 1))} images of this size"
         )
     ys, xs = slice(m, gh - m), slice(m, gw - m)
-    feats = [tokens[:, m + dy: gh - m + dy, m + dx: gw - m + dx] for dy, dx in offsets]
+    feats = [tokens[:, m + dy : gh - m + dy, m + dx : gw - m + dx] for dy, dx in offsets]
     design = torch.cat(feats + [torch.ones_like(tokens[:, ys, xs, :1])], dim=-1).reshape(n_rows, -1)
     y = target.reshape(B, -1, gh, P // sy, gw, P // sx).permute(0, 2, 4, 1, 3, 5)[:, ys, xs].reshape(n_rows, -1)
     solution = torch.linalg.lstsq(design, y, driver="gelsd").solution
@@ -582,8 +585,9 @@ def best_fit_fewer_heads(
 def _as_double(conv: nn.Conv2d) -> nn.Conv2d:
     """Return a float64 copy of ``conv`` (the original is left untouched)."""
     kh, kw = _pair(conv.kernel_size)
-    copy = nn.Conv2d(conv.in_channels, conv.out_channels, (kh, kw), conv.stride, (kh // 2, kw // 2),
-                     bias=conv.bias is not None).double()
+    copy = nn.Conv2d(
+        conv.in_channels, conv.out_channels, (kh, kw), conv.stride, (kh // 2, kw // 2), bias=conv.bias is not None
+    ).double()
     with torch.no_grad():
         copy.weight.copy_(conv.weight)
         if conv.bias is not None:

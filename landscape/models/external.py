@@ -126,7 +126,8 @@ def _build_torchvision(name: str, num_classes: int | None, pretrained: bool, kwa
         if num_classes is not None and num_classes != n_weights:
             raise LandscapeError(
                 f"torchvision:{name} pretrained weights have {n_weights} classes, not {num_classes}: omit "
-                "--num-classes, or fine-tune with landscape train and analyse that checkpoint")
+                "--num-classes, or fine-tune with landscape train and analyse that checkpoint"
+            )
         kwargs = {**kwargs, "weights": weights}
     elif num_classes is not None:
         kwargs = {**kwargs, "num_classes": num_classes}
@@ -273,7 +274,8 @@ def data_kwargs(spec: str, *, in_chans: int, img_size: int, drop_path: float = 0
         if in_chans != 3:
             raise LandscapeError(
                 f"{spec} takes 3-channel images and the data has {in_chans}: use RGB data (cifar10:, imagefolder:, "
-                "synthetic) or a timm: model, which accepts in_chans")
+                "synthetic) or a timm: model, which accepts in_chans"
+            )
         import torchvision
 
         _check_torchvision(name)
@@ -309,8 +311,13 @@ def model_preprocess(model: nn.Module) -> Preprocess | None:
         cfg = _timm().data.resolve_model_data_config(model)
         fixed = getattr(getattr(model, "patch_embed", None), "img_size", None)
         size = tuple(fixed) if fixed is not None else tuple(cfg["input_size"][-2:])
-        return Preprocess(image_size=size[0] if size[0] == size[1] else size, crop_pct=min(1.0, cfg["crop_pct"]),
-                          interpolation=cfg["interpolation"], mean=cfg["mean"], std=cfg["std"])
+        return Preprocess(
+            image_size=size[0] if size[0] == size[1] else size,
+            crop_pct=min(1.0, cfg["crop_pct"]),
+            interpolation=cfg["interpolation"],
+            mean=cfg["mean"],
+            std=cfg["std"],
+        )
     if source == "torchvision":
         import torchvision
 
@@ -320,6 +327,11 @@ def model_preprocess(model: nn.Module) -> Preprocess | None:
             return None
         t = weights.transforms()
         crop, resize = int(t.crop_size[0]), int(t.resize_size[0])
-        return Preprocess(image_size=crop, crop_pct=min(1.0, crop / resize),
-                          interpolation=t.interpolation.value, mean=tuple(t.mean), std=tuple(t.std))
+        return Preprocess(
+            image_size=crop,
+            crop_pct=min(1.0, crop / resize),
+            interpolation=t.interpolation.value,
+            mean=tuple(t.mean),
+            std=tuple(t.std),
+        )
     return None

@@ -435,9 +435,7 @@ class Attention(nn.Module):
         inner = num_heads * head_dim
         self.qkv = nn.Linear(dim, 3 * inner, bias=qkv_bias)
         self.proj = nn.Linear(inner, out_dim or dim)
-        self.rel_pos = (
-            RelativePositionBias(grid_size, num_heads, num_prefix_tokens) if grid_size is not None else None
-        )
+        self.rel_pos = RelativePositionBias(grid_size, num_heads, num_prefix_tokens) if grid_size is not None else None
 
     def extra_repr(self) -> str:
         """Show heads and head width.

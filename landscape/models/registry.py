@@ -120,8 +120,9 @@ def create_model(name: str, num_classes: int | None = None, *, pretrained: bool 
     """
     from landscape.models.external import create_external, is_external, output_classes
 
-    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
-                                    or num_classes < 1):
+    if num_classes is not None and (
+        isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1
+    ):
         raise LandscapeError(f"num_classes must be a positive integer, got {num_classes!r}")
     model_kwargs = {k: _to_json(v, k) for k, v in kwargs.items()}
     if is_external(name):
@@ -130,8 +131,10 @@ def create_model(name: str, num_classes: int | None = None, *, pretrained: bool 
     else:
         resolved = resolve_model_name(name)
         if pretrained:
-            raise LandscapeError(f"zoo model {resolved!r} has no published weights: train it (landscape train) "
-                                 "and pass --ckpt, or use a timm: / torchvision: model")
+            raise LandscapeError(
+                f"zoo model {resolved!r} has no published weights: train it (landscape train) "
+                "and pass --ckpt, or use a timm: / torchvision: model"
+            )
         num_classes = 10 if num_classes is None else num_classes
         try:
             model = _MODELS[resolved](num_classes=num_classes, **kwargs)

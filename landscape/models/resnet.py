@@ -63,9 +63,7 @@ class ResidualBlock(nn.Module):
             setattr(self, f"bn{i}", nn.BatchNorm2d(norm_chans))
         self.shortcut: nn.Module | None = None
         if stride != 1 or in_chans != out_chans:
-            self.shortcut = (
-                conv1x1(in_chans, out_chans, stride) if preact else conv_bn(in_chans, out_chans, 1, stride)
-            )
+            self.shortcut = conv1x1(in_chans, out_chans, stride) if preact else conv_bn(in_chans, out_chans, 1, stride)
 
     def _layer(self, i: int) -> tuple[nn.Module, nn.Module]:
         return getattr(self, f"conv{i}"), getattr(self, f"bn{i}")
@@ -203,9 +201,16 @@ class ResNet(nn.Module):
             blocks = []
             for i in range(n):
                 spec = BlockSpec(
-                    stage=s, index=i, global_index=global_index, num_blocks=sum(layers), in_chans=chans,
-                    width=width, stride=stage_stride if i == 0 else 1, map_size=size,
-                    bottleneck=bottleneck, preact=preact,
+                    stage=s,
+                    index=i,
+                    global_index=global_index,
+                    num_blocks=sum(layers),
+                    in_chans=chans,
+                    width=width,
+                    stride=stage_stride if i == 0 else 1,
+                    map_size=size,
+                    bottleneck=bottleneck,
+                    preact=preact,
                 )
                 module = block_factory(spec) if block_factory is not None else None
                 if module is None:

@@ -48,8 +48,9 @@ class Block(nn.Module):
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.attn = Attention(dim, num_heads, head_dim, qkv_bias, grid_size=grid_size,
-                              num_prefix_tokens=1 if grid_size is not None else 0)
+        self.attn = Attention(
+            dim, num_heads, head_dim, qkv_bias, grid_size=grid_size, num_prefix_tokens=1 if grid_size is not None else 0
+        )
         self.drop_path1 = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
@@ -140,10 +141,12 @@ class ViT(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, 1 + num_patches, embed_dim)) if pos_embed == "abs" else None
         grid = self.grid_size if pos_embed == "rpe" else None
-        self.blocks = nn.Sequential(*[
-            Block(embed_dim, num_heads, head_dim, mlp_ratio, qkv_bias, rate, grid)
-            for rate in drop_path_rates(drop_path_rate, depth)
-        ])
+        self.blocks = nn.Sequential(
+            *[
+                Block(embed_dim, num_heads, head_dim, mlp_ratio, qkv_bias, rate, grid)
+                for rate in drop_path_rates(drop_path_rate, depth)
+            ]
+        )
         self.norm = nn.LayerNorm(embed_dim)
         self.head = nn.Linear(embed_dim, num_classes)
         self._init_weights()
@@ -192,7 +195,7 @@ class ViT(nn.Module):
         Raises:
             ValueError: If the patch tokens do not fill the grid.
         """
-        return tokens_to_grid(tokens[:, self.num_prefix_tokens:], self.grid_size)
+        return tokens_to_grid(tokens[:, self.num_prefix_tokens :], self.grid_size)
 
     def _forward_blocks(self, x: Tensor, record: list[Feature] | None = None) -> Tensor:
         x = self.embed(x)
@@ -283,8 +286,7 @@ def vit_ti(num_classes: int = 10, **kwargs) -> ViT:
     Raises:
         LandscapeError: As :class:`ViT` does, for invalid arguments.
     """
-    return _vit({"img_size": 32, "patch_size": 2, "embed_dim": 192, "depth": 12, "num_heads": 3}, num_classes,
-                kwargs)
+    return _vit({"img_size": 32, "patch_size": 2, "embed_dim": 192, "depth": 12, "num_heads": 3}, num_classes, kwargs)
 
 
 @register_model
@@ -301,5 +303,4 @@ def vit_mini(num_classes: int = 10, **kwargs) -> ViT:
     Raises:
         LandscapeError: As :class:`ViT` does, for invalid arguments.
     """
-    return _vit({"img_size": 32, "patch_size": 4, "embed_dim": 64, "depth": 5, "num_heads": 4}, num_classes,
-                kwargs)
+    return _vit({"img_size": 32, "patch_size": 4, "embed_dim": 64, "depth": 5, "num_heads": 4}, num_classes, kwargs)

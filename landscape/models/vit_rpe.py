@@ -74,7 +74,7 @@ class RingPositionBias(RelativePositionBias):
             self.grid_size, grid_positions(H, W, start=ring), grid_positions(H + 2 * ring, W + 2 * ring)
         )
         is_ring = torch.ones(H + 2 * ring, W + 2 * ring, dtype=torch.bool)
-        is_ring[ring: ring + H, ring: ring + W] = False
+        is_ring[ring : ring + H, ring : ring + W] = False
         self.register_buffer("ring_mask", is_ring.flatten(), persistent=False)
 
     def forward(self) -> Tensor:
@@ -112,8 +112,9 @@ class RingAttention(Attention):
         LandscapeError: If ``head_dim`` is ``None`` and ``dim`` is not divisible by ``num_heads``.
     """
 
-    def __init__(self, dim: int, num_heads: int, head_dim: int | None, qkv_bias: bool,
-                 grid_size: tuple[int, int], ring: int = 1) -> None:
+    def __init__(
+        self, dim: int, num_heads: int, head_dim: int | None, qkv_bias: bool, grid_size: tuple[int, int], ring: int = 1
+    ) -> None:
         super().__init__(dim, num_heads, head_dim, qkv_bias)
         self.grid_size = (int(grid_size[0]), int(grid_size[1]))
         self.ring = ring
@@ -160,8 +161,9 @@ class ShiftAttention(nn.Module):
             divisible by ``num_heads``.
     """
 
-    def __init__(self, dim: int, num_heads: int, head_dim: int | None, qkv_bias: bool,
-                 grid_size: tuple[int, int]) -> None:
+    def __init__(
+        self, dim: int, num_heads: int, head_dim: int | None, qkv_bias: bool, grid_size: tuple[int, int]
+    ) -> None:
         super().__init__()
         radius = (math.isqrt(num_heads) - 1) // 2
         if (2 * radius + 1) ** 2 != num_heads:
@@ -178,8 +180,9 @@ class ShiftAttention(nn.Module):
         kernel = torch.zeros(num_heads, head_dim, 1, 2 * radius + 1, 2 * radius + 1)
         for h, (dy, dx) in enumerate(self.offsets):
             kernel[h, :, 0, dy + radius, dx + radius] = 1.0
-        self.register_buffer("shift_kernel", kernel.reshape(num_heads * head_dim, 1, 2 * radius + 1, -1),
-                             persistent=False)
+        self.register_buffer(
+            "shift_kernel", kernel.reshape(num_heads * head_dim, 1, 2 * radius + 1, -1), persistent=False
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         """Return ``proj`` of the shifted values for CLS + grid tokens ``x`` (B, 1 + H*W, dim).
@@ -229,8 +232,9 @@ class RingViT(ViT):
         self.ring = ring
         for blk in self.blocks:
             old = blk.attn
-            blk.attn = RingAttention(old.qkv.in_features, old.num_heads, old.head_dim, old.qkv.bias is not None,
-                                     self.grid_size, ring)
+            blk.attn = RingAttention(
+                old.qkv.in_features, old.num_heads, old.head_dim, old.qkv.bias is not None, self.grid_size, ring
+            )
         self._init_weights()
 
 
@@ -255,8 +259,9 @@ class ConvViT(ViT):
         super().__init__(pos_embed="rpe", **kwargs)
         for blk in self.blocks:
             old = blk.attn
-            blk.attn = ShiftAttention(old.qkv.in_features, old.num_heads, old.head_dim, old.qkv.bias is not None,
-                                      self.grid_size)
+            blk.attn = ShiftAttention(
+                old.qkv.in_features, old.num_heads, old.head_dim, old.qkv.bias is not None, self.grid_size
+            )
         self._init_weights()
 
     def block_features(self, x: Tensor) -> list[Feature]:

@@ -107,10 +107,16 @@ class FourierOptions:
         out: dict[str, Any] = {"split": self.split, "seed": int(self.seed)}
         if self.data is not None:
             out["dataset"] = self.data
-        out.update(profile=self.profile, frequency_axis=self.frequency_axis, maps=self.maps,
-                   batch_size=int(self.batch_size), noise_bands=list(self.bands) if self.noise_bands else None,
-                   noise_width=self.noise_width if self.noise_bands else None,
-                   noise_strength=self.noise_strength if self.noise_bands else None, taps=list(self.taps or []))
+        out.update(
+            profile=self.profile,
+            frequency_axis=self.frequency_axis,
+            maps=self.maps,
+            batch_size=int(self.batch_size),
+            noise_bands=list(self.bands) if self.noise_bands else None,
+            noise_width=self.noise_width if self.noise_bands else None,
+            noise_strength=self.noise_strength if self.noise_bands else None,
+            taps=list(self.taps or []),
+        )
         return out
 
     @classmethod

@@ -162,14 +162,20 @@ class HessianOptions:
         checks.positive_int(self.grid_points, "--grid-points")
         choice(self.trace_method, "--trace-method", TRACE_METHODS)
         least = TRACE_MIN_SAMPLES[self.trace_method]
-        if isinstance(self.trace_samples, bool) or not isinstance(self.trace_samples, int) or \
-                self.trace_samples < least:
-            raise LandscapeError(f"--trace-samples must be a whole number >= {least} for {self.trace_method}, "
-                                 f"got {self.trace_samples!r}")
+        if (
+            isinstance(self.trace_samples, bool)
+            or not isinstance(self.trace_samples, int)
+            or self.trace_samples < least
+        ):
+            raise LandscapeError(
+                f"--trace-samples must be a whole number >= {least} for {self.trace_method}, got {self.trace_samples!r}"
+            )
         _optional_str(self.params, "--params")
         if self.params is not None and not split_patterns(self.params):
-            raise LandscapeError(f"--params names no pattern (got {self.params!r}); give comma-separated globs "
-                                 "such as 'fc.*' or leave it out for every parameter")
+            raise LandscapeError(
+                f"--params names no pattern (got {self.params!r}); give comma-separated globs "
+                "such as 'fc.*' or leave it out for every parameter"
+            )
         if self.top_k == 0 and not self.density and not self.trace:
             raise LandscapeError("nothing to compute: give --top-k >= 1, --density or --trace")
 
@@ -185,13 +191,28 @@ class HessianOptions:
             A dict of attribute name to value; a file whose attributes differ was made with other options.
         """
         return {
-            "batch_size": self.batch_size, "top_k": self.top_k, "which": self.which, "tol": self.tol,
-            "ncv": self.ncv, "maxiter": self.maxiter, "eigenvectors": self.eigenvectors, "density": self.density,
-            "probes": self.probes, "steps": self.steps, "sigma": self.sigma, "grid_points": self.grid_points,
-            "trace": self.trace, "trace_samples": self.trace_samples, "trace_method": self.trace_method,
-            "params": self.patterns, "criterion": self.criterion,
-            "regularizer": describe_regularizer(self.regularizer, self.reg_coef), "hvp": self.hvp,
-            "dtype": self.dtype, "bn_mode": BN_MODE, "allow_stochastic": self.allow_stochastic,
+            "batch_size": self.batch_size,
+            "top_k": self.top_k,
+            "which": self.which,
+            "tol": self.tol,
+            "ncv": self.ncv,
+            "maxiter": self.maxiter,
+            "eigenvectors": self.eigenvectors,
+            "density": self.density,
+            "probes": self.probes,
+            "steps": self.steps,
+            "sigma": self.sigma,
+            "grid_points": self.grid_points,
+            "trace": self.trace,
+            "trace_samples": self.trace_samples,
+            "trace_method": self.trace_method,
+            "params": self.patterns,
+            "criterion": self.criterion,
+            "regularizer": describe_regularizer(self.regularizer, self.reg_coef),
+            "hvp": self.hvp,
+            "dtype": self.dtype,
+            "bn_mode": BN_MODE,
+            "allow_stochastic": self.allow_stochastic,
         }
 
 
@@ -259,8 +280,18 @@ class SpectrumOptions:
             A dict of attribute name to value; a file whose attributes differ was made with other options.
         """
         return {
-            "batch_size": self.batch_size, "fraction": self.fraction, "top_k": self.top_k, "which": self.which,
-            "solver": self.solver, "tol": self.tol, "ncv": self.ncv, "maxiter": self.maxiter,
-            "criterion": self.criterion, "regularizer": describe_regularizer(self.regularizer, self.reg_coef),
-            "hvp": self.hvp, "dtype": self.dtype, "bn_mode": BN_MODE, "allow_stochastic": self.allow_stochastic,
+            "batch_size": self.batch_size,
+            "fraction": self.fraction,
+            "top_k": self.top_k,
+            "which": self.which,
+            "solver": self.solver,
+            "tol": self.tol,
+            "ncv": self.ncv,
+            "maxiter": self.maxiter,
+            "criterion": self.criterion,
+            "regularizer": describe_regularizer(self.regularizer, self.reg_coef),
+            "hvp": self.hvp,
+            "dtype": self.dtype,
+            "bn_mode": BN_MODE,
+            "allow_stochastic": self.allow_stochastic,
         }

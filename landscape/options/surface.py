@@ -31,8 +31,7 @@ BN_MODES = ("eval", "recompute")
 #: (``pos_embed``, ``relative_position_bias_table``, ``rel_pos_h``) and torchvision (``encoder.pos_embedding``,
 #: ``relative_position_bias_table``). Training gives them no weight decay (``landscape.train``); a surface keeps
 #: them fixed by default (part of :data:`DEFAULT_ZERO_PATTERNS`).
-POSITION_PARAMETER_PATTERNS = ("*pos_embed*", "*pos_embedding*", "*rel_pos*", "*relative_position*",
-                               "*position_bias*")
+POSITION_PARAMETER_PATTERNS = ("*pos_embed*", "*pos_embedding*", "*rel_pos*", "*relative_position*", "*position_bias*")
 #: learned tokens of the zoo, timm (``cls_token``, ``reg_token``) and torchvision (``class_token``). Unlike position
 #: parameters they keep weight decay in training (the zoo's recipe, with which the README's demo numbers were
 #: measured), but they are no filter of a layer either, so a surface keeps them fixed by default too
@@ -161,8 +160,10 @@ class SurfaceOptions:
         if self.target is not None and self.trajectory:
             raise LandscapeError("give either --target or --trajectory, not both")
         if self.trajectory and len(self.trajectory) < self.ndim + 1:
-            raise LandscapeError(f"PCA directions of a {self.ndim}D surface need at least {self.ndim + 1} --trajectory "
-                                 f"snapshots, got {len(self.trajectory)}; give more snapshots")
+            raise LandscapeError(
+                f"PCA directions of a {self.ndim}D surface need at least {self.ndim + 1} --trajectory "
+                f"snapshots, got {len(self.trajectory)}; give more snapshots"
+            )
         if self.zero_patterns is not None:
             object.__setattr__(self, "zero_patterns", split_patterns(self.zero_patterns))
         for name in ("ignore_1d", "allow_stochastic", "compile"):
@@ -202,19 +203,30 @@ class SurfaceOptions:
             Attribute name -> value, as the file records it.
         """
         xs, ys = self.xcoords, self.ycoords
-        out: dict[str, Any] = {"split": self.split, "seed": int(self.seed), "batch_size": int(self.batch_size),
-                               "direction_seed": int(self.seed)}
+        out: dict[str, Any] = {
+            "split": self.split,
+            "seed": int(self.seed),
+            "batch_size": int(self.batch_size),
+            "direction_seed": int(self.seed),
+        }
         if self.data is not None:
             out["dataset"] = self.data
         shaping = {"ignore_1d": self.ignore_1d, "zero_patterns": list(self.patterns)}
         if self.target is not None:
-            out.update(target=str(self.target), direction_type="target",
-                       norm="none" if self.ndim == 1 else f"x:none,y:{self.norm}")
+            out.update(
+                target=str(self.target),
+                direction_type="target",
+                norm="none" if self.ndim == 1 else f"x:none,y:{self.norm}",
+            )
             if self.ndim == 2:  # these options shape the random y direction only
                 out.update(shaping)
         elif self.trajectory:
-            out.update(trajectory=[str(p) for p in self.trajectory], direction_type="pca", norm="none",
-                       n_snapshots=len(self.trajectory))
+            out.update(
+                trajectory=[str(p) for p in self.trajectory],
+                direction_type="pca",
+                norm="none",
+                n_snapshots=len(self.trajectory),
+            )
         else:
             out.update(direction_type="random", norm=self.norm, **shaping)
         coef = REG_COEF_DEFAULTS[self.regularizer] if self.reg_coef is None else float(self.reg_coef)

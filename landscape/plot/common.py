@@ -77,8 +77,10 @@ def check_arrays(result: Result, schema: Schema) -> None:
     redo = f"recompute it with `landscape {schema.kind} ... --force`"
     for name in schema.required:
         if name not in result:
-            raise LandscapeError(f"{result.path}: the {schema.kind} result has no array {name!r} (the run that wrote "
-                                 f"it did not finish, or the file was changed); {redo}")
+            raise LandscapeError(
+                f"{result.path}: the {schema.kind} result has no array {name!r} (the run that wrote "
+                f"it did not finish, or the file was changed); {redo}"
+            )
     for group in schema.together:
         present = [n for n in group if n in result]
         if present and len(present) < len(group):
@@ -95,8 +97,9 @@ def check_arrays(result: Result, schema: Schema) -> None:
         arr = result[name]
         want = "(" + ", ".join("any" if d is None else str(d) for d in spec.dims) + ")"
         if arr.ndim != len(spec.dims):
-            raise LandscapeError(f"{result.path}: array {name!r} has shape {arr.shape}, expected {len(spec.dims)} "
-                                 f"axes {want}; {redo}")
+            raise LandscapeError(
+                f"{result.path}: array {name!r} has shape {arr.shape}, expected {len(spec.dims)} axes {want}; {redo}"
+            )
         for axis, (dim, length) in enumerate(zip(spec.dims, arr.shape)):
             if isinstance(dim, int) and length != dim:
                 raise LandscapeError(f"{result.path}: array {name!r} has shape {arr.shape}, expected {want}; {redo}")
@@ -105,12 +108,16 @@ def check_arrays(result: Result, schema: Schema) -> None:
                     raise LandscapeError(f"{result.path}: array {name!r} is empty along {dim}; {redo}")
                 known, source = sizes.setdefault(dim, (length, name))
                 if known != length:
-                    raise LandscapeError(f"{result.path}: array {name!r} has {length} entries along {dim} (axis "
-                                         f"{axis}) but {source!r} has {known}; the arrays do not fit together; {redo}")
+                    raise LandscapeError(
+                        f"{result.path}: array {name!r} has {length} entries along {dim} (axis "
+                        f"{axis}) but {source!r} has {known}; the arrays do not fit together; {redo}"
+                    )
         is_text = arr.dtype.kind in "OUS"
         if is_text != spec.text or (not is_text and arr.dtype.kind not in "biuf"):
-            raise LandscapeError(f"{result.path}: array {name!r} holds {arr.dtype} values, expected "
-                                 f"{'text' if spec.text else 'numbers'}; {redo}")
+            raise LandscapeError(
+                f"{result.path}: array {name!r} holds {arr.dtype} values, expected "
+                f"{'text' if spec.text else 'numbers'}; {redo}"
+            )
         if spec.finite and not np.all(np.isfinite(arr)):
             raise LandscapeError(f"{result.path}: array {name!r} holds values that are not finite; {redo}")
 

@@ -43,12 +43,21 @@ SHADES = {"msa": ("0.6", 0.35, "MSA block"), "downsample": ("tab:blue", 0.2, "do
 #: the arrays of a Fourier file: one row (or entry) per layer; ``maps/NNN`` is the map of layer NNN
 SCHEMA = Schema(
     kind="fourier",
-    required={"frequencies": Array(("frequency",)), "delta_log_amplitude": Array(("layer", "frequency")),
-              "depth": Array(("layer",), finite=True), "layer_names": Array(("layer",), text=True),
-              "layer_kinds": Array(("layer",), text=True), "variance": Array(("layer",)),
-              "high_frequency": Array(("layer",))},
-    optional={"noise/frequencies": Array(("band",)), "noise/accuracy_drop": Array(("band",)),
-              "noise/done": Array(("band",)), "maps/*": Array((None, None))},
+    required={
+        "frequencies": Array(("frequency",)),
+        "delta_log_amplitude": Array(("layer", "frequency")),
+        "depth": Array(("layer",), finite=True),
+        "layer_names": Array(("layer",), text=True),
+        "layer_kinds": Array(("layer",), text=True),
+        "variance": Array(("layer",)),
+        "high_frequency": Array(("layer",)),
+    },
+    optional={
+        "noise/frequencies": Array(("band",)),
+        "noise/accuracy_drop": Array(("band",)),
+        "noise/done": Array(("band",)),
+        "maps/*": Array((None, None)),
+    },
     together=(("noise/frequencies", "noise/accuracy_drop", "noise/done"),),
 )
 
@@ -67,8 +76,10 @@ def check(result: Result) -> None:
     for name in (k for k in result.arrays if k.startswith("maps/")):
         index = name.split("/")[1]
         if not index.isdigit() or int(index) >= layers:
-            raise LandscapeError(f"{result.path}: array {name!r} names no layer (the file has {layers}); recompute "
-                                 "it with `landscape fourier ... --force`")
+            raise LandscapeError(
+                f"{result.path}: array {name!r} names no layer (the file has {layers}); recompute "
+                "it with `landscape fourier ... --force`"
+            )
 
 
 def profile_figure(result: Result) -> Figure:
@@ -143,16 +154,16 @@ def depth_figure(results: Sequence[Result], key: str, ylabel: str, title: str, l
         depth = results[members[0]]["depth"]
         patches = shade_layers(ax, depth, kinds)
         for j in members:
-            ax.plot(results[j]["depth"], results[j][key], marker=marker(j), ms=4.5, lw=1.3, color=color(j),
-                    label=names[j])
+            ax.plot(
+                results[j]["depth"], results[j][key], marker=marker(j), ms=4.5, lw=1.3, color=color(j), label=names[j]
+            )
         half = 0.5 / max(len(depth) - 1, 1)
         ax.set_xlim(-half, 1 + half)
         ax.set_ylabel(ylabel)
         if log:
             ax.set_yscale("log")
         handles, texts = ax.get_legend_handles_labels()
-        ax.legend(handles + patches, texts + [p.get_label() for p in patches], fontsize=8, frameon=False,
-                  loc="best")
+        ax.legend(handles + patches, texts + [p.get_label() for p in patches], fontsize=8, frameon=False, loc="best")
     axes[-1].set_xlabel("normalised depth")
     axes[0].set_title(title)
     return fig
@@ -170,8 +181,14 @@ def noise_figure(results: Sequence[Result]) -> Figure:
     fig, ax = single_axes((5.2, 3.8))
     for j, (result, label) in enumerate(zip(results, labels(results))):
         done = result["noise/done"].astype(bool)
-        ax.plot(result["noise/frequencies"][done], 100 * result["noise/accuracy_drop"][done],
-                marker=marker(j), ms=4.5, lw=1.3, label=label)
+        ax.plot(
+            result["noise/frequencies"][done],
+            100 * result["noise/accuracy_drop"][done],
+            marker=marker(j),
+            ms=4.5,
+            lw=1.3,
+            label=label,
+        )
     pi_ticks(ax, "noise frequency (centre of the band)")
     zero_line(ax)
     ax.set_ylabel("accuracy drop (percentage points)")
@@ -205,8 +222,9 @@ def maps_figure(result: Result) -> Figure:
         ax = fig.add_subplot(rows, cols, i + 1)
         h, w = rel[name].shape
         # pixel centres at the DFT frequencies 2 (i - h//2) / h, in units of pi
-        ax.imshow(rel[name], cmap="viridis", norm=norm, origin="lower",
-                  extent=(-1 - 1 / w, 1 - 1 / w, -1 - 1 / h, 1 - 1 / h))
+        ax.imshow(
+            rel[name], cmap="viridis", norm=norm, origin="lower", extent=(-1 - 1 / w, 1 - 1 / w, -1 - 1 / h, 1 - 1 / h)
+        )
         ax.set_title(layer_names[int(name.split("/")[1])], fontsize=8)
         ax.set_xticks([])
         ax.set_yticks([])
@@ -222,12 +240,18 @@ def _figures(results: list[Result]) -> Iterator[tuple[str, Figure]]:
         yield f"{result.path.stem}_delta_log_amplitude", profile_figure(result)
         if any(k.startswith("maps/") for k in result.arrays):
             yield f"{result.path.stem}_maps", maps_figure(result)
-    yield f"{stem}_high_frequency", depth_figure(results, "high_frequency", "Δ log amplitude at the highest frequency",
-                                                 "high-frequency amplitude by depth")
+    yield (
+        f"{stem}_high_frequency",
+        depth_figure(
+            results, "high_frequency", "Δ log amplitude at the highest frequency", "high-frequency amplitude by depth"
+        ),
+    )
     variance = [r["variance"] for r in results]
     spread = max(np.nanmax(v) for v in variance) / max(min(np.nanmin(v) for v in variance), 1e-300)
-    yield f"{stem}_variance", depth_figure(results, "variance", "feature-map variance", "feature-map variance by depth",
-                                           log=spread > 50)
+    yield (
+        f"{stem}_variance",
+        depth_figure(results, "variance", "feature-map variance", "feature-map variance by depth", log=spread > 50),
+    )
     noisy = [r for r in results if "noise/accuracy_drop" in r]
     if noisy:
         yield f"{stem}_noise", noise_figure(noisy)

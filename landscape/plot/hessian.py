@@ -35,9 +35,14 @@ from landscape.store import Result
 HESSIAN = Schema(
     kind="hessian",
     required={},
-    optional={"eigenvalues": Array(("pair",)), "residuals": Array(("pair",)), "converged": Array(("pair",)),
-              "density/grid": Array(("grid",), finite=True), "density/values": Array(("grid",), finite=True),
-              "trace/samples": Array(("probe",), finite=True)},
+    optional={
+        "eigenvalues": Array(("pair",)),
+        "residuals": Array(("pair",)),
+        "converged": Array(("pair",)),
+        "density/grid": Array(("grid",), finite=True),
+        "density/values": Array(("grid",), finite=True),
+        "trace/samples": Array(("probe",), finite=True),
+    },
     together=(("density/grid", "density/values"),),
 )
 #: the arrays of a ``spectrum`` file: the top eigenvalues of each mini-batch (NaN where not done)
@@ -61,8 +66,10 @@ def check(result: Result) -> None:
     """
     check_arrays(result, SPECTRUM if result.kind == "spectrum" else HESSIAN)
     if result.kind == "hessian" and "eigenvalues" not in result and "density/values" not in result:
-        raise LandscapeError(f"{result.path}: the hessian result has neither eigenvalues nor a density to draw; "
-                             "compute them with `landscape hessian` (--top-k, --density)")
+        raise LandscapeError(
+            f"{result.path}: the hessian result has neither eigenvalues nor a density to draw; "
+            "compute them with `landscape hessian` (--top-k, --density)"
+        )
 
 
 def density_figure(results: list[Result]) -> Figure:
@@ -88,8 +95,12 @@ def density_figure(results: list[Result]) -> Figure:
         if "eigenvalues" in res:
             ax.plot(res["eigenvalues"], np.full(len(res["eigenvalues"]), floor * 10), "|", color=color(i), ms=12)
     ax.set_yscale("log")
-    ax.set_ylim(bottom=min((max(float(r["density/values"].max()) * 1e-8, 1e-300) for r in results
-                            if "density/values" in r), default=None))
+    ax.set_ylim(
+        bottom=min(
+            (max(float(r["density/values"].max()) * 1e-8, 1e-300) for r in results if "density/values" in r),
+            default=None,
+        )
+    )
     ax.set_xlabel("eigenvalue")
     ax.set_ylabel("density (SLQ, Gaussian-broadened)")
     ax.set_title("Hessian spectral density")
@@ -111,8 +122,15 @@ def eigenvalue_figure(results: list[Result]) -> Figure:
         if "eigenvalues" not in res:
             continue
         ev = res["eigenvalues"]
-        ax.errorbar(np.arange(len(ev)) + 0.08 * i, ev, yerr=res.arrays.get("residuals"),
-                    fmt="o", color=color(i), label=f"{label} ({res.attrs.get('which', '')})", capsize=3)
+        ax.errorbar(
+            np.arange(len(ev)) + 0.08 * i,
+            ev,
+            yerr=res.arrays.get("residuals"),
+            fmt="o",
+            color=color(i),
+            label=f"{label} ({res.attrs.get('which', '')})",
+            capsize=3,
+        )
     zero_line(ax)
     ax.set_xlabel("index (ascending)")
     ax.set_ylabel("eigenvalue (bars: residual ||Hv - λv||)")
@@ -138,8 +156,10 @@ def spectrum_figure(results: list[Result], bins: int = 40) -> Figure:
     lo = min(float(everything.min()), 0.0) if everything.size else -1.0
     hi = max(float(everything.max()), 0.0) if everything.size else 1.0
     for i, (label, values) in enumerate(zip(labels(results), pooled)):
-        for ax, part, edges in ((neg_ax, values[values < 0], np.linspace(lo, 0, bins + 1)),
-                                (pos_ax, values[values >= 0], np.linspace(0, hi, bins + 1))):
+        for ax, part, edges in (
+            (neg_ax, values[values < 0], np.linspace(lo, 0, bins + 1)),
+            (pos_ax, values[values >= 0], np.linspace(0, hi, bins + 1)),
+        ):
             if part.size == 0 or edges[-1] == edges[0]:
                 continue
             counts, _ = np.histogram(part, edges)

@@ -26,10 +26,17 @@ from landscape.store import Result
 #: the arrays of a surface file: ``loss[j, i]`` (and ``accuracy``, ``done``) at ``(x_i, y_j)``
 SCHEMA = Schema(
     kind="surface",
-    required={"xcoordinates": Array(("x",), finite=True), "ycoordinates": Array(("y",), finite=True),
-              "loss": Array(("y", "x")), "accuracy": Array(("y", "x"))},
-    optional={"done": Array(("y", "x")), "data_loss": Array(("y", "x")),
-              "trajectory/coordinates": Array(("snapshot", 2), finite=True)},
+    required={
+        "xcoordinates": Array(("x",), finite=True),
+        "ycoordinates": Array(("y",), finite=True),
+        "loss": Array(("y", "x")),
+        "accuracy": Array(("y", "x")),
+    },
+    optional={
+        "done": Array(("y", "x")),
+        "data_loss": Array(("y", "x")),
+        "trajectory/coordinates": Array(("snapshot", 2), finite=True),
+    },
 )
 
 
@@ -49,28 +56,40 @@ def check(result: Result) -> None:
     ny, nx = result["loss"].shape
     ndim = result.attrs.get("surface_ndim", 2 if ny > 1 else 1)
     if ndim not in (1, 2) or (ndim == 1 and ny != 1):
-        raise LandscapeError(f"{result.path}: attribute surface_ndim={ndim!r} does not fit a grid of {ny} x {nx} "
-                             "points (y x x); recompute it with `landscape surface ... --force`")
+        raise LandscapeError(
+            f"{result.path}: attribute surface_ndim={ndim!r} does not fit a grid of {ny} x {nx} "
+            "points (y x x); recompute it with `landscape surface ... --force`"
+        )
     if ndim == 2 and min(nx, ny) < 2:
-        raise LandscapeError(f"{result.path}: a 2D surface of {ny} x {nx} points (y x x) cannot be drawn as a plane; "
-                             "compute it with at least 2 points along each of --x and --y")
+        raise LandscapeError(
+            f"{result.path}: a 2D surface of {ny} x {nx} points (y x x) cannot be drawn as a plane; "
+            "compute it with at least 2 points along each of --x and --y"
+        )
     done = result["done"].astype(bool) if "done" in result else np.ones((ny, nx), bool)
     if np.any(np.isfinite(result["loss"]) & done):
         return
     n, finished = done.size, int(done.sum())
     lead = f"{result.path}: no grid point has a finite loss"
     if "done" not in result:
-        raise LandscapeError(f"{lead}: its points are not done yet or diverged; resume `landscape surface` with the "
-                             "same options, or choose a smaller range (--x, --y) if the loss diverged")
+        raise LandscapeError(
+            f"{lead}: its points are not done yet or diverged; resume `landscape surface` with the "
+            "same options, or choose a smaller range (--x, --y) if the loss diverged"
+        )
     if finished == 0:
-        raise LandscapeError(f"{lead}: none of its {n} points is done yet; run (or resume) `landscape surface` with "
-                             "the same options first")
+        raise LandscapeError(
+            f"{lead}: none of its {n} points is done yet; run (or resume) `landscape surface` with "
+            "the same options first"
+        )
     if finished == n:
-        raise LandscapeError(f"{lead}: all {n} points are done but the loss diverged (NaN or inf) at each; "
-                             "compute the surface over a smaller range (--x, --y)")
-    raise LandscapeError(f"{lead}: {n - finished} of its {n} points are not done yet and the loss diverged (NaN or "
-                         f"inf) at the {finished} done ones; resume `landscape surface` with the same options, or "
-                         "choose a smaller range (--x, --y)")
+        raise LandscapeError(
+            f"{lead}: all {n} points are done but the loss diverged (NaN or inf) at each; "
+            "compute the surface over a smaller range (--x, --y)"
+        )
+    raise LandscapeError(
+        f"{lead}: {n - finished} of its {n} points are not done yet and the loss diverged (NaN or "
+        f"inf) at the {finished} done ones; resume `landscape surface` with the same options, or "
+        "choose a smaller range (--x, --y)"
+    )
 
 
 def grid_of(result: Result) -> tuple[np.ndarray, np.ndarray, np.ma.MaskedArray, np.ma.MaskedArray]:
@@ -132,8 +151,9 @@ def _labels(ax: Any, result: Result) -> None:
     ax.set_ylabel("y" if result.attrs.get("direction_type") != "pca" else "PC2")
 
 
-def contour_figure(result: Result, *, levels: int = 20, log: bool = False, zmax: float | None = None,
-                   filled: bool = False) -> Figure:
+def contour_figure(
+    result: Result, *, levels: int = 20, log: bool = False, zmax: float | None = None, filled: bool = False
+) -> Figure:
     """Contour lines with labelled levels (or ``filled`` contours with a colour bar) of the loss.
 
     ``loss[j, i]`` is drawn at ``(x_i, y_j)``; the trajectory (PCA files) and the centre are marked.
@@ -202,8 +222,7 @@ def heatmap_figure(result: Result) -> Figure:
     return fig
 
 
-def surface3d_figure(result: Result, *, style: str = "default", zmax: float | None = None,
-                     log: bool = False) -> Figure:
+def surface3d_figure(result: Result, *, style: str = "default", zmax: float | None = None, log: bool = False) -> Figure:
     """A 3D surface of the loss.
 
     ``paper``: Paper A's plasma-coloured wireframe of ``z = loss - min(loss)`` clipped at ``zmax``;
@@ -236,8 +255,7 @@ def surface3d_figure(result: Result, *, style: str = "default", zmax: float | No
         finite = Zf[np.isfinite(Zf)]
         norm = colors.Normalize(finite.min(), finite.max() if finite.max() > finite.min() else finite.min() + 1)
         facecolors = cm.plasma(norm(np.nan_to_num(Zf, nan=finite.min())))
-        surf = ax.plot_surface(X, Y, Zf, rcount=Zf.shape[0], ccount=Zf.shape[1], facecolors=facecolors,
-                               shade=False)
+        surf = ax.plot_surface(X, Y, Zf, rcount=Zf.shape[0], ccount=Zf.shape[1], facecolors=facecolors, shade=False)
         surf.set_facecolor((0, 0, 0, 0))
         ax.set_zlabel("loss - min")
     else:
@@ -313,7 +331,8 @@ def write_vtp(result: Result, path: str | Path, *, zmax: float | None = None, lo
     pts = np.stack([X.ravel(), Y.ravel(), zf.ravel()], 1)
     quads = [
         (j * nx + i, j * nx + i + 1, (j + 1) * nx + i + 1, (j + 1) * nx + i)
-        for j in range(ny - 1) for i in range(nx - 1)
+        for j in range(ny - 1)
+        for i in range(nx - 1)
         if ok[j, i] and ok[j, i + 1] and ok[j + 1, i] and ok[j + 1, i + 1]
     ]
 
@@ -321,27 +340,47 @@ def write_vtp(result: Result, path: str | Path, *, zmax: float | None = None, lo
         return " ".join(fmt % v for v in np.asarray(values).ravel())
 
     root = ET.Element("VTKFile", type="PolyData", version="0.1", byte_order="LittleEndian")
-    piece = ET.SubElement(ET.SubElement(root, "PolyData"), "Piece", NumberOfPoints=str(nx * ny), NumberOfVerts="0",
-                          NumberOfLines="0", NumberOfStrips="0", NumberOfPolys=str(len(quads)))
+    piece = ET.SubElement(
+        ET.SubElement(root, "PolyData"),
+        "Piece",
+        NumberOfPoints=str(nx * ny),
+        NumberOfVerts="0",
+        NumberOfLines="0",
+        NumberOfStrips="0",
+        NumberOfPolys=str(len(quads)),
+    )
     pdata = ET.SubElement(piece, "PointData", Scalars="loss")
     for name, arr in (("loss", loss), ("accuracy", acc)):
         da = ET.SubElement(pdata, "DataArray", type="Float64", Name=name, format="ascii")
         da.text = text(np.ma.filled(arr.astype(float), np.nan), "%.10g")
-    ET.SubElement(ET.SubElement(piece, "Points"), "DataArray", type="Float64", NumberOfComponents="3",
-                  format="ascii").text = text(pts, "%.10g")
+    ET.SubElement(
+        ET.SubElement(piece, "Points"), "DataArray", type="Float64", NumberOfComponents="3", format="ascii"
+    ).text = text(pts, "%.10g")
     polys = ET.SubElement(piece, "Polys")
     ET.SubElement(polys, "DataArray", type="Int64", Name="connectivity", format="ascii").text = text(
-        np.asarray(quads, dtype=np.int64), "%d")
+        np.asarray(quads, dtype=np.int64), "%d"
+    )
     ET.SubElement(polys, "DataArray", type="Int64", Name="offsets", format="ascii").text = text(
-        4 * np.arange(1, len(quads) + 1), "%d")
+        4 * np.arange(1, len(quads) + 1), "%d"
+    )
     path = Path(path)
     with atomic_write(path) as handle:
         ET.ElementTree(root).write(handle, xml_declaration=True, encoding="utf-8")
     return path
 
 
-def plot(results: list[Result], out_dir: Path, fmt: str, *, log: bool = False, zmax: float | None = None,
-         style: str = "default", levels: int = 20, vtp: bool = True, **_: Any) -> list[Path]:
+def plot(
+    results: list[Result],
+    out_dir: Path,
+    fmt: str,
+    *,
+    log: bool = False,
+    zmax: float | None = None,
+    style: str = "default",
+    levels: int = 20,
+    vtp: bool = True,
+    **_: Any,
+) -> list[Path]:
     """Draw every surface figure of ``results`` into ``out_dir`` (see the module doc); return the paths.
 
     Options: ``log`` (log loss axis / levels), ``zmax`` (clip), ``style`` (``default`` or ``paper`` 3D),

@@ -25,8 +25,16 @@ from landscape.store import read_result
 pytest.importorskip("timm")
 
 ENTRY = str(Path(sys.executable).parent / "landscape")
-VIT = ["--model", "timm:vit_tiny_patch16_224", "--model-kw", "img_size=32", "--model-kw", "patch_size=4",
-       "--model-kw", "depth=2"]
+VIT = [
+    "--model",
+    "timm:vit_tiny_patch16_224",
+    "--model-kw",
+    "img_size=32",
+    "--model-kw",
+    "patch_size=4",
+    "--model-kw",
+    "depth=2",
+]
 USER_MODULE = '''
 import torch
 from torch import nn
@@ -68,8 +76,22 @@ def user_module(tmp_path_factory):
 @pytest.fixture(scope="module")
 def timm_resnet_ckpt(tmp_path_factory):
     out = tmp_path_factory.mktemp("timm") / "r.pt"
-    result = invoke("train", "--model", "timm:resnet18", "--data", "digits", "--epochs", "1", "--subset", "32",
-                    "--batch-size", "16", "--out", out, "--quiet")
+    result = invoke(
+        "train",
+        "--model",
+        "timm:resnet18",
+        "--data",
+        "digits",
+        "--epochs",
+        "1",
+        "--subset",
+        "32",
+        "--batch-size",
+        "16",
+        "--out",
+        out,
+        "--quiet",
+    )
     assert result.exit_code == 0, result.output
     return out
 
@@ -78,8 +100,22 @@ def test_train_records_the_spec_and_surface_rebuilds_it_from_the_file(timm_resne
     ck = read_checkpoint(timm_resnet_ckpt)
     assert ck.model_name == "timm:resnet18" and ck.model_kwargs["in_chans"] == 1 and ck.num_classes == 10
     out = tmp_path / "s.h5"
-    result = invoke("surface", "--ckpt", timm_resnet_ckpt, "--x", "-1:1:3", "--samples", "8", "--batch-size", "4",
-                    "--device", "cpu", "--out", out, "--quiet")
+    result = invoke(
+        "surface",
+        "--ckpt",
+        timm_resnet_ckpt,
+        "--x",
+        "-1:1:3",
+        "--samples",
+        "8",
+        "--batch-size",
+        "4",
+        "--device",
+        "cpu",
+        "--out",
+        out,
+        "--quiet",
+    )
     assert result.exit_code == 0, result.output
     res = read_result(out)
     assert res.attrs["model"] == "timm:resnet18" and res.attrs["checkpoint_sha256"] == ck.sha256
@@ -93,17 +129,66 @@ def test_train_records_the_spec_and_surface_rebuilds_it_from_the_file(timm_resne
 
 
 def test_hessian_spectrum_and_fourier_of_a_trained_timm_resnet(timm_resnet_ckpt, tmp_path):
-    h = invoke("hessian", "--ckpt", timm_resnet_ckpt, "--samples", "4", "--batch-size", "4", "--top-k", "1",
-               "--ncv", "6", "--maxiter", "3", "--tol", "1e-2", "--device", "cpu", "--out", tmp_path / "h.h5",
-               "--quiet")
+    h = invoke(
+        "hessian",
+        "--ckpt",
+        timm_resnet_ckpt,
+        "--samples",
+        "4",
+        "--batch-size",
+        "4",
+        "--top-k",
+        "1",
+        "--ncv",
+        "6",
+        "--maxiter",
+        "3",
+        "--tol",
+        "1e-2",
+        "--device",
+        "cpu",
+        "--out",
+        tmp_path / "h.h5",
+        "--quiet",
+    )
     assert h.exit_code == 0, h.output
     assert np.isfinite(read_result(tmp_path / "h.h5")["eigenvalues"]).all()
-    s = invoke("spectrum", "--ckpt", timm_resnet_ckpt, "--samples", "8", "--batch-size", "4", "--top-k", "1",
-               "--ncv", "4", "--maxiter", "2", "--device", "cpu", "--out", tmp_path / "sp.h5", "--quiet")
+    s = invoke(
+        "spectrum",
+        "--ckpt",
+        timm_resnet_ckpt,
+        "--samples",
+        "8",
+        "--batch-size",
+        "4",
+        "--top-k",
+        "1",
+        "--ncv",
+        "4",
+        "--maxiter",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        tmp_path / "sp.h5",
+        "--quiet",
+    )
     assert s.exit_code == 0, s.output
     assert read_result(tmp_path / "sp.h5")["eigenvalues"].shape == (2, 1)
-    f = invoke("fourier", "--ckpt", timm_resnet_ckpt, "--samples", "8", "--batch-size", "4", "--device", "cpu",
-               "--out", tmp_path / "f.h5", "--quiet")
+    f = invoke(
+        "fourier",
+        "--ckpt",
+        timm_resnet_ckpt,
+        "--samples",
+        "8",
+        "--batch-size",
+        "4",
+        "--device",
+        "cpu",
+        "--out",
+        tmp_path / "f.h5",
+        "--quiet",
+    )
     assert f.exit_code == 0, f.output
     res = read_result(tmp_path / "f.h5")
     kinds = [k.decode() if isinstance(k, bytes) else str(k) for k in res["layer_kinds"]]
@@ -116,18 +201,62 @@ def test_hessian_spectrum_and_fourier_of_a_trained_timm_resnet(timm_resnet_ckpt,
 def test_timm_vit_random_init_through_the_entry_point(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = tmp_path / "v.h5"
-    proc = subprocess.run([ENTRY, "fourier", *VIT, "--random-init", "--data", "digits", "--samples", "8",
-                           "--batch-size", "4", "--device", "cpu", "--out", str(out), "--quiet"],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            ENTRY,
+            "fourier",
+            *VIT,
+            "--random-init",
+            "--data",
+            "digits",
+            "--samples",
+            "8",
+            "--batch-size",
+            "4",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     res = read_result(out)
     kinds = [k.decode() if isinstance(k, bytes) else str(k) for k in res["layer_kinds"]]
     assert kinds == ["embed", "msa", "mlp", "msa", "mlp"]
     assert tuple(res["layer_sizes"][0]) == (8, 8)
     assert res.attrs["checkpoint"] == "random-init (seed 0)" and res.attrs["model"] == "timm:vit_tiny_patch16_224"
-    h = subprocess.run([ENTRY, "hessian", *VIT, "--random-init", "--samples", "4", "--batch-size", "2",
-                        "--top-k", "1", "--ncv", "6", "--maxiter", "3", "--tol", "1e-2", "--device", "cpu",
-                        "--out", str(tmp_path / "h.h5"), "--quiet"], capture_output=True, text=True, env=env)
+    h = subprocess.run(
+        [
+            ENTRY,
+            "hessian",
+            *VIT,
+            "--random-init",
+            "--samples",
+            "4",
+            "--batch-size",
+            "2",
+            "--top-k",
+            "1",
+            "--ncv",
+            "6",
+            "--maxiter",
+            "3",
+            "--tol",
+            "1e-2",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "h.h5"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert h.returncode == 0, h.stderr
     hres = read_result(tmp_path / "h.h5")
     assert hres.attrs["fused_attention_off"] == 2  # one per block: timm's fused kernel has no forward-mode rule
@@ -151,17 +280,35 @@ def test_torchvision_resnet_state_dict_and_safetensors(tmp_path):
     model = create_model("torchvision:resnet18", num_classes=10)
     torch.save(model.state_dict(), tmp_path / "w.pth")
     save_file(model.state_dict(), str(tmp_path / "w.safetensors"))
-    common = ["--model", "torchvision:resnet18", "--data", "synthetic:8", "--samples", "4", "--batch-size", "4",
-              "--device", "cpu", "--quiet"]
+    common = [
+        "--model",
+        "torchvision:resnet18",
+        "--data",
+        "synthetic:8",
+        "--samples",
+        "4",
+        "--batch-size",
+        "4",
+        "--device",
+        "cpu",
+        "--quiet",
+    ]
     for weights in ("w.pth", "w.safetensors"):
         out = tmp_path / f"{weights}.h5"
         result = invoke("surface", "--ckpt", tmp_path / weights, *common, "--x", "0:1:2", "--out", out)
         assert result.exit_code == 0, result.output
     a, b = read_result(tmp_path / "w.pth.h5"), read_result(tmp_path / "w.safetensors.h5")
     np.testing.assert_array_equal(a["loss"], b["loss"])
-    x, y = (torch.cat(t) for t in zip(*batches_for(load_inputs(tmp_path / "w.pth", model_name="torchvision:resnet18",
-                                                                   data="synthetic:8", device="cpu"),
-                                                       batch_size=4, n_samples=4)))
+    x, y = (
+        torch.cat(t)
+        for t in zip(
+            *batches_for(
+                load_inputs(tmp_path / "w.pth", model_name="torchvision:resnet18", data="synthetic:8", device="cpu"),
+                batch_size=4,
+                n_samples=4,
+            )
+        )
+    )
     with torch.no_grad():
         assert a["loss"][0, 0] == pytest.approx(float(F.cross_entropy(model.eval()(x), y)), rel=1e-5)
     f = invoke("fourier", "--ckpt", tmp_path / "w.safetensors", *common, "--out", tmp_path / "f.h5")
@@ -170,13 +317,26 @@ def test_torchvision_resnet_state_dict_and_safetensors(tmp_path):
 
 
 def test_user_module_with_dict_output_and_taps(user_module, tmp_path):
-    common = ["--model", "py:my_nets:build", "--model-kw", "width=3", "--random-init", "--samples", "6",
-              "--batch-size", "3", "--device", "cpu", "--quiet"]
+    common = [
+        "--model",
+        "py:my_nets:build",
+        "--model-kw",
+        "width=3",
+        "--random-init",
+        "--samples",
+        "6",
+        "--batch-size",
+        "3",
+        "--device",
+        "cpu",
+        "--quiet",
+    ]
     h = invoke("hessian", *common, "--top-k", "2", "--dtype", "float64", "--tol", "1e-8", "--out", tmp_path / "h.h5")
     assert h.exit_code == 0, h.output
     # the dense Hessian of the same loss (the logits taken from the dict) in float64
-    inputs = load_inputs(ModelSource(model="py:my_nets:build", model_kwargs={"width": 3}, random_init=True),
-                         device="cpu")
+    inputs = load_inputs(
+        ModelSource(model="py:my_nets:build", model_kwargs={"width": 3}, random_init=True), device="cpu"
+    )
     batches = batches_for(inputs, batch_size=3, n_samples=6)
     net = inputs.model.double()
     params = {k: v.detach() for k, v in net.named_parameters()}
@@ -185,8 +345,10 @@ def test_user_module_with_dict_output_and_taps(user_module, tmp_path):
     def loss(flat):
         chunks = torch.split(flat, [params[n].numel() for n in names])
         p = {n: c.view_as(params[n]) for n, c in zip(names, chunks)}
-        return sum(len(yb) / 6 * F.cross_entropy(torch.func.functional_call(net, p, (xb.double(),))["logits"], yb)
-                   for xb, yb in batches)
+        return sum(
+            len(yb) / 6 * F.cross_entropy(torch.func.functional_call(net, p, (xb.double(),))["logits"], yb)
+            for xb, yb in batches
+        )
 
     flat = torch.cat([params[n].flatten() for n in names])
     dense = torch.func.hessian(loss)(flat)
@@ -217,8 +379,22 @@ def test_one_line_errors_for_names_extras_and_network(monkeypatch, tmp_path):
     one_line_error(ModelSource, checkpoint="a.pt", pretrained=True, match="not --ckpt and --pretrained")
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    proc = subprocess.run([ENTRY, "fourier", "--model", "timm:resnet18", "--pretrained", "--data", "synthetic:4",
-                           "--out", str(tmp_path / "p.h5")], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            ENTRY,
+            "fourier",
+            "--model",
+            "timm:resnet18",
+            "--pretrained",
+            "--data",
+            "synthetic:4",
+            "--out",
+            str(tmp_path / "p.h5"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
     assert "pretrained weights" in proc.stderr and "--ckpt" in proc.stderr
 
@@ -232,8 +408,9 @@ def test_one_line_errors_for_names_extras_and_network(monkeypatch, tmp_path):
     one_line_error(create_model, "torchvision:resnet18", pretrained=True, match="--ckpt weights.pth")
 
     monkeypatch.setitem(sys.modules, "timm", None)
-    result = CliRunner().invoke(cli, ["fourier", "--model", "timm:resnet18", "--random-init", "--out",
-                                      str(tmp_path / "t.h5")])
+    result = CliRunner().invoke(
+        cli, ["fourier", "--model", "timm:resnet18", "--random-init", "--out", str(tmp_path / "t.h5")]
+    )
     assert result.exit_code == 2 and "landscape[timm]" in result.output
 
 
@@ -243,8 +420,9 @@ def test_torchvision_refuses_one_channel_data_and_labels_beyond_the_head():
     inputs = load_inputs(ModelSource(model="timm:resnet18", random_init=True, num_classes=3), device="cpu")
     from landscape.objective import Objective
 
-    one_line_error(Objective, inputs.model, batches_for(inputs, batch_size=8, n_samples=8),
-                   match="but the model outputs 3 classes")
+    one_line_error(
+        Objective, inputs.model, batches_for(inputs, batch_size=8, n_samples=8), match="but the model outputs 3 classes"
+    )
 
 
 def test_pretrained_preprocessing_comes_from_the_model():
@@ -281,8 +459,9 @@ ARRAY = {"surface": "loss", "hessian": "eigenvalues", "spectrum": "eigenvalues",
 def test_every_command_on_every_kind_of_model(kind, command, user_module, tmp_path):
     taps = ["--taps", "stem=stem", "--taps", "body.?=conv"] if (kind, command) == ("user_module", "fourier") else []
     out = tmp_path / "r.h5"
-    result = invoke(command, *KINDS[kind], "--random-init", *RUNS[command], *taps, "--device", "cpu", "--out", out,
-                    "--quiet")
+    result = invoke(
+        command, *KINDS[kind], "--random-init", *RUNS[command], *taps, "--device", "cpu", "--out", out, "--quiet"
+    )
     assert result.exit_code == 0, result.output
     res = read_result(out)
     assert res.attrs["complete"] and np.isfinite(res[ARRAY[command]]).all()

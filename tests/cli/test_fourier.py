@@ -17,15 +17,29 @@ ENTRY = str(Path(sys.executable).parent / "landscape")
 def make_checkpoint(path):
     torch.manual_seed(0)
     model = create_model("resnet_mini", num_classes=10, in_chans=1)
-    return save_checkpoint(path, model, model_name="resnet_mini", model_kwargs=model.model_kwargs,
-                           num_classes=10, dataset="digits")
+    return save_checkpoint(
+        path, model, model_name="resnet_mini", model_kwargs=model.model_kwargs, num_classes=10, dataset="digits"
+    )
 
 
 def test_fourier_command_writes_the_file_and_refuses_to_overwrite(tmp_path):
     ckpt = make_checkpoint(tmp_path / "r.pt")
     out = tmp_path / "f.h5"
-    args = ["fourier", "--ckpt", str(ckpt), "--samples", "6", "--batch-size", "3", "--noise-bands",
-            "--device", "cpu", "--out", str(out), "--quiet"]
+    args = [
+        "fourier",
+        "--ckpt",
+        str(ckpt),
+        "--samples",
+        "6",
+        "--batch-size",
+        "3",
+        "--noise-bands",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert f"wrote {out}: 5 layers, 6 samples" in result.output and "accuracy drop per band" in result.output
@@ -41,8 +55,25 @@ def test_fourier_command_writes_the_file_and_refuses_to_overwrite(tmp_path):
 def test_band_options_reach_the_file_and_bad_ones_are_one_line_errors(tmp_path):
     ckpt = make_checkpoint(tmp_path / "r.pt")
     out = tmp_path / "b.h5"
-    args = ["fourier", "--ckpt", str(ckpt), "--samples", "4", "--device", "cpu", "--out", str(out), "--quiet",
-            "--noise-bands", "--bands", "0.3, 0.6", "--noise-width", "0.2", "--noise-strength", "1"]
+    args = [
+        "fourier",
+        "--ckpt",
+        str(ckpt),
+        "--samples",
+        "4",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--quiet",
+        "--noise-bands",
+        "--bands",
+        "0.3, 0.6",
+        "--noise-width",
+        "0.2",
+        "--noise-strength",
+        "1",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     res = read_result(out)
@@ -57,11 +88,15 @@ def test_band_options_reach_the_file_and_bad_ones_are_one_line_errors(tmp_path):
 def test_entry_point_runs_fourier_and_plot(tmp_path):
     ckpt = make_checkpoint(tmp_path / "r.pt")
     out = tmp_path / "f.h5"
-    proc = subprocess.run([ENTRY, "fourier", "--ckpt", str(ckpt), "--samples", "4", "--device", "cpu",
-                           "--out", str(out)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [ENTRY, "fourier", "--ckpt", str(ckpt), "--samples", "4", "--device", "cpu", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "wrote" in proc.stdout and proc.stderr == ""  # no progress bar when stderr is not a terminal
     assert read_result(out).kind == "fourier"
-    bad = subprocess.run([ENTRY, "fourier", "--ckpt", str(tmp_path / "missing.pt"), "--out", str(out)],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [ENTRY, "fourier", "--ckpt", str(tmp_path / "missing.pt"), "--out", str(out)], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and bad.stderr.startswith("Error:")

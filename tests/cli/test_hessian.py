@@ -22,15 +22,48 @@ ENTRY = str(Path(sys.executable).parent / "landscape")
 def ckpt(tmp_path_factory):
     torch.manual_seed(0)
     model = create_model("resnet_mini", num_classes=10, in_chans=1, widths=(4, 8), layers=(1, 1))
-    return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.pt", model, model_name="resnet_mini",
-                           model_kwargs=model.model_kwargs, num_classes=10, dataset="digits")
+    return save_checkpoint(
+        tmp_path_factory.mktemp("ckpt") / "tiny.pt",
+        model,
+        model_name="resnet_mini",
+        model_kwargs=model.model_kwargs,
+        num_classes=10,
+        dataset="digits",
+    )
 
 
 def test_hessian_command_and_plot(ckpt, tmp_path):
     out = tmp_path / "h.h5"
-    args = ["hessian", "--ckpt", str(ckpt), "--samples", "6", "--batch-size", "3", "--top-k", "2", "--tol", "1e-3",
-            "--params", "fc.*", "--density", "--probes", "2", "--steps", "4", "--trace", "--trace-samples", "6",
-            "--hvp", "jvp", "--device", "cpu", "--out", str(out), "--quiet"]
+    args = [
+        "hessian",
+        "--ckpt",
+        str(ckpt),
+        "--samples",
+        "6",
+        "--batch-size",
+        "3",
+        "--top-k",
+        "2",
+        "--tol",
+        "1e-3",
+        "--params",
+        "fc.*",
+        "--density",
+        "--probes",
+        "2",
+        "--steps",
+        "4",
+        "--trace",
+        "--trace-samples",
+        "6",
+        "--hvp",
+        "jvp",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     res = read_result(out)
@@ -45,8 +78,26 @@ def test_hessian_command_and_plot(ckpt, tmp_path):
 
 def test_spectrum_command(ckpt, tmp_path):
     out = tmp_path / "s.h5"
-    result = CliRunner().invoke(cli, ["spectrum", "--ckpt", str(ckpt), "--samples", "4", "--batch-size", "2",
-                                      "--top-k", "2", "--regularizer", "l2", "--device", "cpu", "--out", str(out)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "spectrum",
+            "--ckpt",
+            str(ckpt),
+            "--samples",
+            "4",
+            "--batch-size",
+            "2",
+            "--top-k",
+            "2",
+            "--regularizer",
+            "l2",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     res = read_result(out)
     assert res["eigenvalues"].shape == (2, 2) and not np.isnan(res["eigenvalues"]).any()
@@ -58,12 +109,35 @@ def test_spectrum_command(ckpt, tmp_path):
 
 def test_entry_point_runs_hessian(ckpt, tmp_path):
     out = tmp_path / "h.h5"
-    proc = subprocess.run([ENTRY, "hessian", "--ckpt", str(ckpt), "--samples", "4", "--top-k", "1", "--tol", "1e-2",
-                           "--params", "fc", "--hvp", "jvp", "--device", "cpu", "--out", str(out)],
-                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [
+            ENTRY,
+            "hessian",
+            "--ckpt",
+            str(ckpt),
+            "--samples",
+            "4",
+            "--top-k",
+            "1",
+            "--tol",
+            "1e-2",
+            "--params",
+            "fc",
+            "--hvp",
+            "jvp",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "wrote" in proc.stdout and proc.stderr == ""  # no progress bar or warnings when not a terminal
     assert read_result(out).kind == "hessian"
-    bad = subprocess.run([ENTRY, "hessian", "--ckpt", str(tmp_path / "missing.pt"), "--out", str(out)],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [ENTRY, "hessian", "--ckpt", str(tmp_path / "missing.pt"), "--out", str(out)], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("Error:") and "Traceback" not in bad.stderr

@@ -24,8 +24,9 @@ def make_checkpoint(path, poison=None):
     if poison is not None:
         with torch.no_grad():
             dict(model.named_parameters())[poison].view(-1)[3] = float("nan")
-    save_checkpoint(path, model, model_name="resnet_mini", model_kwargs=model.model_kwargs, num_classes=10,
-                    dataset="digits")
+    save_checkpoint(
+        path, model, model_name="resnet_mini", model_kwargs=model.model_kwargs, num_classes=10, dataset="digits"
+    )
     return path
 
 

@@ -86,14 +86,17 @@ def test_a_surface_without_an_array_is_an_error_and_old_figures_stay(tmp_path, m
     succeeds(plot(path, "--out", out), *SURFACE_FIGURES)
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"loss": surface_arrays()["loss"].T}, ["'loss'", "along y", "'ycoordinates' has 4"]),
-    ({"accuracy": surface_arrays()["accuracy"][:, :3]}, ["'accuracy'", "along x"]),
-    ({"done": np.ones(len(XS), bool)}, ["'done'", "2 axes"]),
-    ({"loss": np.full((len(YS), len(XS)), "a")}, ["'loss'", "numbers"]),
-    ({"xcoordinates": np.array([0.0, np.nan, 1, 2, 3, 4, 5])}, ["'xcoordinates'", "not finite"]),
-    ({"xcoordinates": np.zeros(0)}, ["'xcoordinates'", "empty"]),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"loss": surface_arrays()["loss"].T}, ["'loss'", "along y", "'ycoordinates' has 4"]),
+        ({"accuracy": surface_arrays()["accuracy"][:, :3]}, ["'accuracy'", "along x"]),
+        ({"done": np.ones(len(XS), bool)}, ["'done'", "2 axes"]),
+        ({"loss": np.full((len(YS), len(XS)), "a")}, ["'loss'", "numbers"]),
+        ({"xcoordinates": np.array([0.0, np.nan, 1, 2, 3, 4, 5])}, ["'xcoordinates'", "not finite"]),
+        ({"xcoordinates": np.zeros(0)}, ["'xcoordinates'", "empty"]),
+    ],
+)
 def test_inconsistent_surface_arrays_are_an_error(tmp_path, change, words):
     path = surface(tmp_path, **change)
     one_line_failure(plot(path, "--out", tmp_path / "figs"), str(path), *words)
@@ -116,17 +119,20 @@ def fourier(tmp_path, name="a.h5", **changes):
     return write_result(tmp_path / name, "fourier", arrays, **fourier_attrs("vit"))
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"layer_names": np.array(["l0", "l1"])}, ["'layer_names'", "2 entries along layer", "has 3"]),
-    ({"delta_log_amplitude": np.zeros((3, 4))}, ["'delta_log_amplitude'", "along frequency"]),
-    ({"layer_kinds": None}, ["no array 'layer_kinds'", "landscape fourier"]),
-    ({"high_frequency": None}, ["no array 'high_frequency'"]),
-    ({"noise/done": None}, ["'noise/frequencies' comes without 'noise/done'"]),
-    ({"noise/done": np.ones(2, bool)}, ["'noise/done'", "along band"]),
-    ({"maps/007": np.zeros((2, 2))}, ["'maps/007'", "names no layer"]),
-    ({"maps/001": np.zeros(4)}, ["'maps/001'", "2 axes"]),
-    ({"layer_names": np.arange(3)}, ["'layer_names'", "expected text"]),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"layer_names": np.array(["l0", "l1"])}, ["'layer_names'", "2 entries along layer", "has 3"]),
+        ({"delta_log_amplitude": np.zeros((3, 4))}, ["'delta_log_amplitude'", "along frequency"]),
+        ({"layer_kinds": None}, ["no array 'layer_kinds'", "landscape fourier"]),
+        ({"high_frequency": None}, ["no array 'high_frequency'"]),
+        ({"noise/done": None}, ["'noise/frequencies' comes without 'noise/done'"]),
+        ({"noise/done": np.ones(2, bool)}, ["'noise/done'", "along band"]),
+        ({"maps/007": np.zeros((2, 2))}, ["'maps/007'", "names no layer"]),
+        ({"maps/001": np.zeros(4)}, ["'maps/001'", "2 axes"]),
+        ({"layer_names": np.arange(3)}, ["'layer_names'", "expected text"]),
+    ],
+)
 def test_inconsistent_fourier_arrays_are_an_error(tmp_path, change, words):
     path = fourier(tmp_path, **change)
     one_line_failure(plot(path, "--out", tmp_path / "figs"), str(path), *words)
@@ -135,17 +141,20 @@ def test_inconsistent_fourier_arrays_are_an_error(tmp_path, change, words):
     succeeds(plot(path, "--out", tmp_path / "figs"), "a_delta_log_amplitude.png", "a_noise.png")
 
 
-@pytest.mark.parametrize("kind, arrays, words", [
-    ("spectrum", {**spectrum_arrays(np.ones((4, 3))), "eigenvalues": np.ones(4)}, ["'eigenvalues'", "2 axes"]),
-    ("spectrum", {**spectrum_arrays(np.ones((4, 3))), "eigenvalues": np.ones((2, 4, 3))}, ["'eigenvalues'"]),
-    ("spectrum", {**spectrum_arrays(np.ones((4, 3))), "eigenvalues": None}, ["no array 'eigenvalues'"]),
-    ("spectrum", {**spectrum_arrays(np.ones((4, 3))), "done": np.ones(5, bool)}, ["'done'", "along batch"]),
-    ("hessian", {**hessian_arrays(), "density/grid": np.linspace(0, 1, 10)}, ["'density/values'", "along grid"]),
-    ("hessian", {**hessian_arrays(), "density/grid": None}, ["'density/values' comes without 'density/grid'"]),
-    ("hessian", {**hessian_arrays(), "residuals": np.ones(3)}, ["'residuals'", "along pair"]),
-    ("hessian", {**hessian_arrays(), "eigenvalues": np.ones((2, 2))}, ["'eigenvalues'", "1 axes"]),
-    ("hessian", {"trace/samples": np.ones(3)}, ["neither eigenvalues nor a density", "landscape hessian"]),
-])
+@pytest.mark.parametrize(
+    "kind, arrays, words",
+    [
+        ("spectrum", {**spectrum_arrays(np.ones((4, 3))), "eigenvalues": np.ones(4)}, ["'eigenvalues'", "2 axes"]),
+        ("spectrum", {**spectrum_arrays(np.ones((4, 3))), "eigenvalues": np.ones((2, 4, 3))}, ["'eigenvalues'"]),
+        ("spectrum", {**spectrum_arrays(np.ones((4, 3))), "eigenvalues": None}, ["no array 'eigenvalues'"]),
+        ("spectrum", {**spectrum_arrays(np.ones((4, 3))), "done": np.ones(5, bool)}, ["'done'", "along batch"]),
+        ("hessian", {**hessian_arrays(), "density/grid": np.linspace(0, 1, 10)}, ["'density/values'", "along grid"]),
+        ("hessian", {**hessian_arrays(), "density/grid": None}, ["'density/values' comes without 'density/grid'"]),
+        ("hessian", {**hessian_arrays(), "residuals": np.ones(3)}, ["'residuals'", "along pair"]),
+        ("hessian", {**hessian_arrays(), "eigenvalues": np.ones((2, 2))}, ["'eigenvalues'", "1 axes"]),
+        ("hessian", {"trace/samples": np.ones(3)}, ["neither eigenvalues nor a density", "landscape hessian"]),
+    ],
+)
 def test_inconsistent_hessian_and_spectrum_arrays_are_an_error(tmp_path, kind, arrays, words):
     path = write_result(tmp_path / "h.h5", kind, arrays, model="m")
     one_line_failure(plot(path, "--out", tmp_path / "figs"), str(path), *words)
@@ -170,12 +179,15 @@ def all_nan(tmp_path, done):
     return surface(tmp_path, **arrays)
 
 
-@pytest.mark.parametrize("done, words", [
-    (np.zeros((len(YS), len(XS)), bool), ["none of its 28 points is done yet", "run (or resume)"]),
-    (np.ones((len(YS), len(XS)), bool), ["all 28 points are done but the loss diverged", "smaller range"]),
-    (np.eye(len(YS), len(XS), dtype=bool), ["24 of its 28 points are not done yet", "diverged", "at the 4 done"]),
-    (None, ["not done yet or diverged"]),
-])
+@pytest.mark.parametrize(
+    "done, words",
+    [
+        (np.zeros((len(YS), len(XS)), bool), ["none of its 28 points is done yet", "run (or resume)"]),
+        (np.ones((len(YS), len(XS)), bool), ["all 28 points are done but the loss diverged", "smaller range"]),
+        (np.eye(len(YS), len(XS), dtype=bool), ["24 of its 28 points are not done yet", "diverged", "at the 4 done"]),
+        (None, ["not done yet or diverged"]),
+    ],
+)
 def test_a_surface_with_no_finite_loss_says_whether_points_are_pending_or_diverged(tmp_path, done, words):
     path = all_nan(tmp_path, done)
     one_line_failure(plot(path, "--out", tmp_path / "figs"), str(path), "no grid point has a finite loss", *words)
@@ -195,8 +207,7 @@ def test_an_out_folder_under_a_regular_file_is_an_error_then_works(tmp_path):
     path = surface(tmp_path)
     blocker = tmp_path / "blocker"
     blocker.write_bytes(b"keep me")
-    one_line_failure(plot(path, "--out", blocker / "figs"), str(blocker / "figs"), "is a file, not a folder",
-                     "--out")
+    one_line_failure(plot(path, "--out", blocker / "figs"), str(blocker / "figs"), "is a file, not a folder", "--out")
     assert blocker.read_bytes() == b"keep me"
     one_line_failure(plot(path, "--out", blocker), str(blocker), "a file of that name exists", "--out")
     assert blocker.read_bytes() == b"keep me"

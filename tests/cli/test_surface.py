@@ -22,8 +22,14 @@ COMMON = ["--samples", "48", "--batch-size", "20", "--device", "cpu", "--quiet"]
 def make_checkpoint(path, seed=0, num_classes=10):
     torch.manual_seed(seed)
     model = create_model("resnet_mini", num_classes=num_classes, in_chans=1)
-    save_checkpoint(path, model, model_name="resnet_mini", model_kwargs=model.model_kwargs,
-                    num_classes=num_classes, dataset="digits")
+    save_checkpoint(
+        path,
+        model,
+        model_name="resnet_mini",
+        model_kwargs=model.model_kwargs,
+        num_classes=num_classes,
+        dataset="digits",
+    )
     return path, model
 
 
@@ -119,15 +125,40 @@ def test_entry_point_surface_info_and_plot(tmp_path):
     ckpt, _ = make_checkpoint(tmp_path / "a.pt")
     out = tmp_path / "e.h5"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([ENTRY, "surface", "--ckpt", str(ckpt), "--x", "-1:1:3", "--y", "-1:1:2", "--out", str(out),
-                           "--samples", "20", "--device", "cpu"], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            ENTRY,
+            "surface",
+            "--ckpt",
+            str(ckpt),
+            "--x",
+            "-1:1:3",
+            "--y",
+            "-1:1:2",
+            "--out",
+            str(out),
+            "--samples",
+            "20",
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""  # no progress bar when stderr is not a terminal
     info = subprocess.run([ENTRY, "info", str(out)], capture_output=True, text=True, env=env)
     assert info.returncode == 0 and "surface result" in info.stdout
     assert "directions/x/: " in info.stdout and "(6 of 6 done)" in info.stdout and "norm: filter" in info.stdout
-    figs = CliRunner().invoke(cli, ["plot", str(out), "--out", str(tmp_path / "figs"), "--style", "paper",
-                                    "--zmax", "5"])
+    figs = CliRunner().invoke(
+        cli, ["plot", str(out), "--out", str(tmp_path / "figs"), "--style", "paper", "--zmax", "5"]
+    )
     assert figs.exit_code == 0, figs.output
-    assert sorted(Path(p).name for p in figs.output.split()) == ["e.vtp", "e_3d.png", "e_contour.png",
-                                                                  "e_contourf.png", "e_heatmap.png"]
+    assert sorted(Path(p).name for p in figs.output.split()) == [
+        "e.vtp",
+        "e_3d.png",
+        "e_contour.png",
+        "e_contourf.png",
+        "e_heatmap.png",
+    ]

@@ -73,8 +73,11 @@ def _dense_ring_attention(layer: RingAttention, x: torch.Tensor) -> torch.Tensor
                         continue
                     b = cls_bias[h, 2] if kind == "cls" else cls_bias[h, 0]
                 else:
-                    b = cls_bias[h, 1] if kind == "cls" else table[
-                        h, layer.rel_pos.offset_index(kpos[0] - qpos[0], kpos[1] - qpos[1])]
+                    b = (
+                        cls_bias[h, 1]
+                        if kind == "cls"
+                        else table[h, layer.rel_pos.offset_index(kpos[0] - qpos[0], kpos[1] - qpos[1])]
+                    )
                 scores.append((q[:, qi, h] * kv[0]).sum(-1) * layer.scale + b)
                 values.append(kv[1])
             a = torch.stack(scores, -1).softmax(-1)
@@ -96,8 +99,11 @@ def test_ring_attention_matches_a_dense_reference(ring: int) -> None:
 def test_ring_zero_equals_the_zoo_rpe_vit() -> None:
     torch.manual_seed(2)
     ring_vit = create_model("vit_rpe_mini", in_chans=1, ring=0, depth=2).double().eval()
-    zoo_vit = create_model("vit_mini", in_chans=1, pos_embed="rpe", depth=2, num_heads=9, head_dim=8,
-                           embed_dim=72).double().eval()
+    zoo_vit = (
+        create_model("vit_mini", in_chans=1, pos_embed="rpe", depth=2, num_heads=9, head_dim=8, embed_dim=72)
+        .double()
+        .eval()
+    )
     with torch.no_grad():
         for p in ring_vit.parameters():
             p.normal_(0, 0.3)

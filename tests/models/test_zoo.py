@@ -203,8 +203,17 @@ def test_vit_patch_embed_feature_matches_conv_grid(pos_embed):
 
 
 def test_vit_rpe_with_nine_heads_and_explicit_head_dim():
-    model = ViT(img_size=16, patch_size=4, in_chans=3, embed_dim=32, depth=2, num_heads=9, head_dim=8,
-                pos_embed="rpe", num_classes=NUM_CLASSES)
+    model = ViT(
+        img_size=16,
+        patch_size=4,
+        in_chans=3,
+        embed_dim=32,
+        depth=2,
+        num_heads=9,
+        head_dim=8,
+        pos_embed="rpe",
+        num_classes=NUM_CLASSES,
+    )
     assert model.pos_embed is None
     attn = model.blocks[0].attn
     assert attn.qkv.out_features == 3 * 9 * 8 and attn.proj.in_features == 72
@@ -311,9 +320,9 @@ def test_window_attention_equals_attention_per_window():
         lin.proj.bias.copy_(wa.proj.bias)
         lin.rel_pos.table.copy_(wa.rel_pos.table)
         for wy, wx in itertools.product(range(2), repeat=2):
-            patch = x[0, :, 2 * wy:2 * wy + 2, 2 * wx:2 * wx + 2]  # (C, 2, 2)
+            patch = x[0, :, 2 * wy : 2 * wy + 2, 2 * wx : 2 * wx + 2]  # (C, 2, 2)
             tokens = patch.flatten(1).T.unsqueeze(0)  # row-major tokens in the window
-            ref[0, :, 2 * wy:2 * wy + 2, 2 * wx:2 * wx + 2] = lin(tokens)[0].T.reshape(10, 2, 2)
+            ref[0, :, 2 * wy : 2 * wy + 2, 2 * wx : 2 * wx + 2] = lin(tokens)[0].T.reshape(10, 2, 2)
     torch.testing.assert_close(out, ref)
     with pytest.raises(LandscapeError):
         wa(torch.randn(1, 6, 3, 4))
