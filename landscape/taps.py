@@ -101,11 +101,34 @@ def as_grid(tensor: Tensor) -> Tensor:
     return grid
 
 
-def _read_any(value: Tensor, call: _Call) -> Tensor | None:
-    """A user tap: NCHW passes, tokens go on a square grid (NHWC is not guessed)."""
+def _read_any(
+    value: Tensor, call: _Call, grid: Callable[[tuple[int, int]], tuple[int, int] | None] | None = None
+) -> Tensor | None:
+    """A user tap: NCHW passes; tokens go on the model's patch grid (``grid``), else on a square grid.
+
+    With the model's grid ``(h, w)`` the ``N - h*w`` leading (prefix) tokens are dropped and the rest laid out
+    row-major, so CLS + a 3 x 5 grid (16 tokens) is read as 3 x 5, never as 4 x 4. NHWC is not guessed.
+    """
     if value.dim() == 4:
         return value
-    return _square_grid(value) if value.dim() == 3 else None
+    if value.dim() != 3:
+        return None
+    size = grid(call.image_size) if grid is not None else None
+    if size is not None:
+        prefix = value.shape[1] - size[0] * size[1]
+        return _read_tokens(value, call, prefix=prefix, grid=lambda _: size) if prefix >= 0 else None
+    return _square_grid(value)
+
+
+def _model_grid(model: nn.Module) -> Callable[[tuple[int, int]], tuple[int, int] | None] | None:
+    """The patch grid of a timm or torchvision ViT-like model for an input size, or None when it has none."""
+    embed = getattr(model, "patch_embed", None)
+    if isinstance(embed, nn.Module) and (hasattr(embed, "grid_size") or hasattr(embed, "dynamic_feat_size")):
+        return partial(_timm_grid, embed)
+    patch = getattr(model, "patch_size", None)
+    if isinstance(patch, int) and (_has(model, "conv_proj") or isinstance(getattr(model, "grid_size", None), tuple)):
+        return partial(_patch_grid, patch)  # torchvision's ViT, the zoo's ViT
+    return None
 
 
 def _read_nchw(value: Tensor, call: _Call) -> Tensor | None:
@@ -394,10 +417,11 @@ def _tap_plan(model: nn.Module, pairs: list[tuple[str, str]]) -> _Plan:
             f"candidate modules: {_candidate_text(model)}"
         )
     sites = []
+    read = partial(_read_any, grid=_model_grid(model))
     for name, module in named:
         kind = next((k for p, k in pairs if fnmatch.fnmatchcase(name, p)), None)
         if kind is not None:
-            sites.append(_Site(module, name, kind, _read_any))
+            sites.append(_Site(module, name, kind, read))
     return _Plan(sites, copy=True)
 
 

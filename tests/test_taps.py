@@ -505,3 +505,30 @@ def test_eval_mode_is_kept(small_vit):
     with pytest.raises(LandscapeError, match="match no module"):
         FeatureTaps(small_vit, ["nothing=conv"])
     assert no_hooks(small_vit)
+
+
+def test_user_taps_read_tokens_on_the_models_own_grid_not_a_guessed_square():
+    # CLS + a 3 x 5 patch grid is 16 tokens: a square guess would read it as 4 x 4
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", img_size=(12, 20), patch_size=4, depth=2, num_classes=10).eval()
+    x = torch.randn(2, 3, 12, 20)
+    with torch.no_grad():
+        features = FeatureTaps(model, ["blocks.?=msa"])(x)
+        t = model._pos_embed(model.patch_embed(x))
+        first = model.blocks[0](t)
+    assert [f.tensor.shape[-2:] for f in features] == [(3, 5), (3, 5)]
+    torch.testing.assert_close(features[0].tensor, tokens_to_nchw(first, 1, 3, 5))
+
+
+def test_user_taps_on_a_model_without_a_patch_grid_still_take_square_token_maps():
+    class Tokens(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mix = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.mix(x.flatten(2).transpose(1, 2))  # (B, H*W, C)
+
+    x = torch.randn(2, 3, 4, 4)
+    (feature,) = FeatureTaps(Tokens(), ["mix=mlp"])(x)
+    assert feature.tensor.shape == (2, 3, 4, 4)
