@@ -130,3 +130,19 @@ def test_a_read_only_result_is_read_and_not_replaced(tmp_path):
         assert read_result(out)["loss"].shape == (1, 3)
     finally:
         os.chmod(out, 0o644)
+
+
+def test_a_plain_state_dict_of_a_non_default_model_loads_with_model_kw_and_val_is_test(tmp_path):
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = create_model("resnet_mini", num_classes=10, in_chans=1, widths=(8, 8, 16, 16))
+    torch.save(model.state_dict(), tmp_path / "sd.pt")
+    args = ["surface", "--ckpt", tmp_path / "sd.pt", "--model", "resnet_mini", "--x", "0:0:1"]
+    code, output = run(*args, "--out", tmp_path / "a.h5")
+    assert_one_line_error(code, output)  # the default widths do not fit the file's tensors
+    kw = ["--model-kw", "in_chans=1", "--model-kw", "widths=[8,8,16,16]"]
+    code, output = run(*args, *kw, "--split", "val", "--out", tmp_path / "val.h5")
+    assert code == 0, output
+    code, output = run(*args, *kw, "--split", "test", "--out", tmp_path / "test.h5")
+    assert code == 0, output
+    assert read_result(tmp_path / "val.h5")["loss"][0, 0] == read_result(tmp_path / "test.h5")["loss"][0, 0]
