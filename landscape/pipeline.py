@@ -37,6 +37,10 @@ class ModelSource:
         seed: seed of the random initialisation (a private generator state; the caller's is restored).
         output: where the logits are in the model's output (see `landscape.objective.select_logits`).
         preprocess: input preprocessing overrides (``--input-size``, ``--mean``, ``--std``).
+
+    Raises:
+        LandscapeError: not exactly one source of weights (``checkpoint``, ``pretrained``, ``random_init``), or
+            ``pretrained`` / ``random_init`` without a ``model`` name.
     """
 
     checkpoint: str | None = None
@@ -73,7 +77,16 @@ class ModelSource:
 
     @classmethod
     def of(cls, source: ModelSource | str | Path, model: str | None = None) -> ModelSource:
-        """``source`` itself, or a checkpoint path (with an optional model name) as a source."""
+        """``source`` itself, or a checkpoint path (with an optional model name) as a source.
+
+        Args:
+            source: a :class:`ModelSource` (returned unchanged) or the path of a checkpoint file.
+            model: model name for a checkpoint path (see ``model`` above); ignored when ``source`` is a
+                :class:`ModelSource`.
+
+        Returns:
+            The model source.
+        """
         return source if isinstance(source, ModelSource) else cls(checkpoint=str(source), model=model)
 
     def build(self, data_spec: str) -> tuple[nn.Module, dict[str, Any]]:
@@ -81,6 +94,18 @@ class ModelSource:
 
         Without a checkpoint the model is fitted to ``data_spec`` as ``landscape train`` fits it (channels,
         image size and classes, where the model takes them); ``--model-kw`` wins over those.
+
+        Args:
+            data_spec: the dataset spec the model is analysed on (e.g. ``digits``); read only for ``random_init``.
+
+        Returns:
+            The model (CPU, eval mode) and a dict with ``model_name``, ``model_kwargs``, ``sha256`` and ``dataset``
+            of the checkpoint (``{}`` without a checkpoint).
+
+        Raises:
+            LandscapeError: an unreadable checkpoint, weights that do not fit the model, an unknown model name or
+                bad options (`landscape.checkpoint.load_model`, `landscape.models.create_model`), or a bad
+                ``data_spec`` (with ``random_init``).
         """
         from landscape.checkpoint import load_model
         from landscape.models import create_model
@@ -112,7 +137,11 @@ class ModelSource:
         return model.eval(), {}
 
     def describe(self) -> str:
-        """The checkpoint path, or ``pretrained`` / ``random-init (seed N)``."""
+        """The checkpoint path, or ``pretrained`` / ``random-init (seed N)``.
+
+        Returns:
+            A one-line description of the source of the weights.
+        """
         if self.checkpoint is not None:
             return self.checkpoint
         return "pretrained" if self.pretrained else f"random-init (seed {self.seed})"
@@ -134,7 +163,17 @@ class AnalysisInputs:
     preprocess: Preprocess | None
 
     def provenance(self, n_samples: int, seed: int, **options: Any) -> dict[str, Any]:
-        """Root attributes of a result file (docs/schema.md, shared root attributes) plus the analysis ``options``."""
+        """Root attributes of a result file (docs/schema.md, shared root attributes) plus the analysis ``options``.
+
+        Args:
+            n_samples: number of data samples the analysis used.
+            seed: the analysis' seed.
+            **options: analysis-specific attributes, added last (they override the shared ones of the same name).
+
+        Returns:
+            A dict of JSON-ready attributes: command line, model, checkpoint and its sha256, dataset, split,
+            preprocessing, ``n_samples``, ``seed``, device, torch version, and ``options``.
+        """
         return {
             "command": " ".join(["landscape", *sys.argv[1:]]) if sys.argv else "",
             "model": self.model_name,
@@ -164,6 +203,15 @@ def resolve_preprocess(
     published weights (``pretrained``: its mean and std; for ``imagefolder`` data also its size, crop and
     interpolation) and for ``imagefolder`` data, which has no statistics of its own. Otherwise the dataset's
     own normalisation holds (digits, CIFAR and synthetic data at their native size), as in ``landscape train``.
+
+    Args:
+        model: the model to be analysed (a timm / torchvision model may carry its own preprocessing).
+        data_spec: the dataset spec, e.g. ``digits`` or ``imagefolder:PATH``.
+        pretrained: the model carries published weights (then its own mean and std apply).
+        overrides: the user's preprocessing overrides; they win over the model's.
+
+    Returns:
+        The merged preprocessing, or None when nothing overrides the dataset's defaults.
     """
     from landscape.data import Preprocess, parse_spec
     from landscape.models.external import model_preprocess
@@ -189,6 +237,20 @@ def load_inputs(
 
     The dataset defaults to the one recorded in the checkpoint, else ``digits``; its preprocessing follows
     :func:`resolve_preprocess`.
+
+    Args:
+        checkpoint: a :class:`ModelSource`, or the path of a checkpoint file.
+        model_name: model name for a checkpoint path (see :class:`ModelSource`).
+        data: dataset spec; None takes the checkpoint's, else ``digits``.
+        split: dataset split to analyse (``train`` or ``test``).
+        device: ``"auto"``, a device string or a ``torch.device`` (see `landscape.distributed.resolve_device`).
+
+    Returns:
+        The model (eval mode, on the device) with its name, options, checkpoint identity, dataset, split, device,
+        source and preprocessing.
+
+    Raises:
+        LandscapeError: an unknown device, or the model cannot be built (see :meth:`ModelSource.build`).
     """
     source = ModelSource.of(checkpoint, model_name)
     dev = resolve_device(device)
@@ -212,7 +274,21 @@ def load_inputs(
 def batches_for(
     inputs: AnalysisInputs, *, batch_size: int, n_samples: int | None, seed: int = 0
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Fixed batches (no augmentation, fixed seeded order) of the inputs' dataset, on the inputs' device."""
+    """Fixed batches (no augmentation, fixed seeded order) of the inputs' dataset, on the inputs' device.
+
+    Args:
+        inputs: the analysis inputs (dataset spec, split, preprocessing and device).
+        batch_size: samples per batch (positive).
+        n_samples: number of samples to take (positive); None takes the whole split.
+        seed: seeds the order of the samples.
+
+    Returns:
+        A list of ``(x, y)`` batches: float32 ``(b, C, H, W)`` images and int64 ``(b,)`` labels.
+
+    Raises:
+        LandscapeError: a non-positive ``batch_size`` or ``n_samples``, more samples than the split holds, or a
+            dataset that cannot be loaded (`landscape.data.load_dataset`, `landscape.data.fixed_batches`).
+    """
     from landscape.data import fixed_batches, load_dataset
 
     if batch_size <= 0:
@@ -224,7 +300,14 @@ def batches_for(
 
 
 def parse_patterns(patterns: Sequence[str] | str | None) -> list[str]:
-    """Split comma-separated name patterns into a list (empty for None)."""
+    """Split comma-separated name patterns into a list (empty for None).
+
+    Args:
+        patterns: one comma-separated string, a sequence of them, or None.
+
+    Returns:
+        The stripped, non-empty patterns in order.
+    """
     if patterns is None:
         return []
     if isinstance(patterns, str):
@@ -239,6 +322,14 @@ def build_objective(
 
     ``options`` are passed to the Objective (criterion, regularizer, dtype, allow_stochastic, ...); the
     logits selector is the source's ``--model-output``.
+
+    Args:
+        inputs: the analysis inputs (model, device, dataset spec and logits selector).
+        batches: the fixed ``(x, y)`` batches the objective averages over.
+        **options: keyword options of the Objective.
+
+    Returns:
+        The objective.
 
     Raises:
         LandscapeError: the device ran out of memory (with the batch size to lower), or the model cannot run
