@@ -43,7 +43,19 @@ PointResult = tuple[int, int, float, float, float]  # (j, i, loss, data_loss, ac
 def point_params(
     theta: Mapping[str, Tensor], dx: Mapping[str, Tensor], dy: Mapping[str, Tensor] | None, a: Tensor, b: Tensor
 ) -> ParamDict:
-    """``theta + a * dx (+ b * dy)``; ``a`` and ``b`` are 0-d tensors (one point) or (k,) (k stacked points)."""
+    """``theta + a * dx (+ b * dy)``; ``a`` and ``b`` are 0-d tensors (one point) or (k,) (k stacked points).
+
+    Args:
+        theta: the centre parameters, name -> tensor.
+        dx: the x direction, same names and shapes as ``theta``.
+        dy: the y direction (same names and shapes), or None for a line (then ``b`` is ignored).
+        a: x coordinate(s): a 0-d tensor or a ``(k,)`` tensor.
+        b: y coordinate(s), shaped like ``a``.
+
+    Returns:
+        The point's params, name -> tensor of the parameter's shape (0-d ``a``), or of ``(k, *shape)``
+        (``(k,)`` ``a``: k stacked points, for ``vmap``).
+    """
     out = {}
     for n, t in theta.items():
         shape = (-1,) + (1,) * t.ndim if a.ndim else ()
@@ -59,6 +71,20 @@ class PointEvaluator:
     ``loop(points)`` evaluates each point with :meth:`Objective.evaluate` (BatchNorm buffers re-estimated
     per point when ``bn == "recompute"``); ``vectorised(points)`` stacks the points' params and evaluates
     them in one ``torch.func.vmap`` call per batch. Both return ``(loss, data_loss, accuracy)`` per point.
+
+    Args:
+        objective: the loss; its params are the centre ``theta``.
+        dx: the x direction (names and shapes of the objective's params).
+        dy: the y direction, or None for a 1D surface.
+        bn: ``eval`` (the centre model's running statistics) or ``recompute`` (re-estimated at every point).
+
+    Attributes:
+        obj: the objective.
+        dx: the x direction.
+        dy: the y direction, or None.
+        bn: the BatchNorm mode.
+        theta: the centre params (``objective.params``).
+        compiled: the compiled per-batch loss after a successful :meth:`enable_compile`, else None.
     """
 
     def __init__(self, objective: Objective, dx: ParamDict, dy: ParamDict | None, bn: str = "eval") -> None:
@@ -78,6 +104,9 @@ class PointEvaluator:
         Compiles once per distinct batch shape now and checks the compiled loss at the centre against eager
         (relative 1e-4). Returns False, staying eager, if compilation fails or disagrees, or with
         ``bn == "recompute"``.
+
+        Returns:
+            True when the compiled loss is in use (:attr:`compiled` set), else False.
         """
         if self.bn == "recompute":
             return False
@@ -105,7 +134,14 @@ class PointEvaluator:
 
     @torch.inference_mode()
     def loop(self, points: Sequence[tuple[float, float]]) -> list[tuple[float, float, float]]:
-        """Evaluate the points one by one (under inference mode)."""
+        """Evaluate the points one by one (under inference mode).
+
+        Args:
+            points: the ``(a, b)`` grid coordinates of each point (``b`` ignored for a 1D surface).
+
+        Returns:
+            ``(loss, data_loss, accuracy)`` per point, in order: loss = data loss + regulariser, accuracy in [0, 1].
+        """
         a, b = self._coords(points)
         out = []
         for k in range(len(points)):
@@ -131,7 +167,18 @@ class PointEvaluator:
 
     @torch.no_grad()
     def vectorised(self, points: Sequence[tuple[float, float]], batches: int | None = None) -> list[tuple[float, ...]]:
-        """Evaluate the points in one vmap call per batch (``batches``: use only the first ones, for timing)."""
+        """Evaluate the points in one vmap call per batch (``batches``: use only the first ones, for timing).
+
+        Args:
+            points: the ``(a, b)`` grid coordinates of each point, all evaluated in one stacked call.
+            batches: evaluate only the first ``batches`` data batches (for timing); None uses all.
+
+        Returns:
+            ``(loss, data_loss, accuracy)`` per point, in order.
+
+        Raises:
+            LandscapeError: with ``bn == "recompute"`` (vmap cannot re-estimate BatchNorm statistics).
+        """
         if self.bn == "recompute":
             raise LandscapeError("vectorised evaluation cannot re-estimate BatchNorm statistics; use --batch-points 1")
         a, b = self._coords(points)
@@ -149,7 +196,19 @@ class PointEvaluator:
         return [(d + r, d, c / obj.n_samples) for d, r, c in zip(data_loss, reg, correct)]
 
     def evaluate(self, points: Sequence[tuple[float, float]], batch_points: int) -> list[tuple[float, float, float]]:
-        """Evaluate with the loop (``batch_points == 1``) or vectorised in groups of ``batch_points``."""
+        """Evaluate with the loop (``batch_points == 1``) or vectorised in groups of ``batch_points``.
+
+        Args:
+            points: the ``(a, b)`` grid coordinates of each point.
+            batch_points: points per vectorised call (the last group is padded with its last point); ``<= 1``
+                evaluates them one by one.
+
+        Returns:
+            ``(loss, data_loss, accuracy)`` per point, in order.
+
+        Raises:
+            LandscapeError: ``batch_points > 1`` with ``bn == "recompute"`` (see :meth:`vectorised`).
+        """
         if batch_points <= 1:
             return self.loop(points)
         out: list[tuple[float, float, float]] = []
@@ -160,7 +219,15 @@ class PointEvaluator:
         return out
 
     def choose_batch_points(self, k: int = VMAP_POINTS, repeats: int = 2) -> int:
-        """``k`` (vmap) if it evaluated ``k`` points of the first batch in under 0.8x the loop's time, else 1."""
+        """``k`` (vmap) if it evaluated ``k`` points of the first batch in under 0.8x the loop's time, else 1.
+
+        Args:
+            k: points per vmap call to try.
+            repeats: timed runs of each way (after one warm-up); the fastest counts.
+
+        Returns:
+            ``k``, or 1 when vmap is slower, fails on the model, ``k <= 1`` or ``bn == "recompute"``.
+        """
         if self.bn == "recompute" or k <= 1:
             return 1
         points = [(0.01 * i, -0.01 * i) for i in range(k)]
@@ -237,6 +304,14 @@ def check_grid_size(objective: Objective, n_points: int, shape: tuple[int, int])
 
     The message gives the number of points, the memory its arrays need and the time they would take at the
     cost of one point measured now on this device.
+
+    Args:
+        objective: the loss; evaluated once (only when the grid is too large) to time one point.
+        n_points: the number of grid points (nx * ny).
+        shape: the grid shape ``(ny, nx)``.
+
+    Raises:
+        LandscapeError: ``n_points`` is more than :data:`MAX_POINTS`.
     """
     if n_points <= MAX_POINTS:
         return
@@ -317,7 +392,14 @@ def compute_surface(
         compile: ``torch.compile`` the per-batch loss (one point at a time; eager if compiling fails; the
             outcome is recorded as ``compiled``). Worth it for long runs: compiling takes tens of seconds.
 
-    Returns the file read back (:class:`landscape.store.Result`), on every rank.
+    Returns:
+        The file read back (:class:`landscape.store.Result`), on every rank.
+
+    Raises:
+        LandscapeError: an unknown ``bn`` (or ``recompute`` without BatchNorm layers), non-finite or empty
+            coordinates, directions that do not match the coordinates (or, on resume, the model's parameters),
+            a bad ``batch_points``, a grid of more than :data:`MAX_POINTS` points, a file of other options
+            (without ``force``), or, after the run, a surface whose finished points are all NaN or Inf.
     """
     if bn not in BN_MODES:
         raise LandscapeError(f"unknown BatchNorm mode {bn!r}; use eval or recompute")
@@ -424,11 +506,10 @@ def _run_points(
     total = int(done.size)
     n_done = total - len(todo)
     show = D.is_main() and (sys.stderr.isatty() if progress is None else progress)
-    world, rank = D.world_size(), D.rank()
-    step = batch_points * world
+    step = batch_points * D.world_size()
     with tqdm(total=total, initial=n_done, disable=not show, unit="pt", desc="surface", dynamic_ncols=True) as bar:
         for s in range(0, len(todo), step):
-            mine = todo[s : s + step][rank::world]
+            mine = D.shard(todo[s : s + step])
             values = evaluator.evaluate([(xs[i], ys[j]) for j, i in mine], batch_points) if mine else []
             results = [(j, i, *v) for (j, i), v in zip(mine, values)]
             gathered = [r for part in D.all_gather_objects(results) for r in part]
