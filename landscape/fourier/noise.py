@@ -28,7 +28,19 @@ _TOL = 1e-9
 
 
 def band_mask(h: int, w: int, centre: float, width: float = WIDTH) -> np.ndarray:
-    """Boolean (h, w) mask in FFT order of the square annulus ``centre -+ width/2`` (see the module doc)."""
+    """Boolean (h, w) mask in FFT order of the square annulus ``centre -+ width/2`` (see the module doc).
+
+    The mask is ``centre - width/2 <= max(|fy|, |fx|) < centre + width/2`` with ``fy, fx = 2 * fftfreq``.
+
+    Args:
+        h: image height (pixels).
+        w: image width (pixels).
+        centre: band centre, in units of pi (0 to 1).
+        width: band width, in units of pi.
+
+    Returns:
+        A boolean ``(h, w)`` array in FFT (unshifted) order; True inside the band.
+    """
     fy = np.abs(2.0 * np.fft.fftfreq(h))[:, None]
     fx = np.abs(2.0 * np.fft.fftfreq(w))[None, :]
     rho = np.maximum(fy, fx)
@@ -43,7 +55,24 @@ def band_noise(
     generator: torch.Generator | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> Tensor:
-    """Random sign noise of ``shape`` (B, C, H, W) band-passed to the square annulus, RMS ``strength`` per image."""
+    """Random sign noise of ``shape`` (B, C, H, W) band-passed to the square annulus, RMS ``strength`` per image.
+
+    ``n = Re(ifft2(fft2(s) * mask))`` for random signs ``s``, scaled by ``strength / rms(n)`` per image.
+
+    Args:
+        shape: ``(B, C, H, W)`` of the noise (the images it is added to).
+        centre: band centre, in units of pi.
+        width: band width, in units of pi.
+        strength: root-mean-square of each image's noise (over its channels and pixels), in input units.
+        generator: the random generator of the signs; None uses torch's global one.
+        dtype: dtype of the returned noise (computed in float64).
+
+    Returns:
+        The noise, a ``(B, C, H, W)`` tensor of ``dtype`` on CPU.
+
+    Raises:
+        LandscapeError: no frequency of an ``H x W`` image lies in the band.
+    """
     b, c, h, w = shape
     mask = band_mask(h, w, centre, width)
     if not mask.any():
@@ -69,6 +98,18 @@ def hits(
     seeded with ``seed + j``: the counts depend on nothing but these options and the batch index, so batches
     may be split among processes and the counts summed. ``output`` selects the logits of a model returning a
     tuple or dict (:func:`~landscape.objective.select_logits`).
+
+    Args:
+        model: the classifier (called under ``torch.no_grad``, not put in eval mode here).
+        batches: ``(j, (x, y))`` pairs: global batch index, images ``(b, C, H, W)`` and labels ``(b,)``.
+        noise: band noise options (``centre``, ``width``, ``strength``, ``seed``); None for clean images.
+        output: where the logits are in the model's output.
+
+    Returns:
+        ``(correct, total)``: the number of correct top-1 predictions and of samples.
+
+    Raises:
+        LandscapeError: an empty band (:func:`band_noise`), or no logits in the model's output.
     """
     from landscape.objective import select_logits
 
@@ -94,15 +135,36 @@ def _fraction(correct: int, total: int) -> float:
 def accuracy(
     model: nn.Module, batches: Iterable[Sequence[Tensor]], noise: dict | None = None, output: str | int | None = None
 ) -> float:
-    """Top-1 accuracy ``correct / total`` of ``model`` over ``(x, y)`` batches, noisy as in :func:`hits`."""
+    """Top-1 accuracy ``correct / total`` of ``model`` over ``(x, y)`` batches, noisy as in :func:`hits`.
+
+    Args:
+        model: the classifier.
+        batches: ``(x, y)`` batches (indexed by their position for the noise seeds).
+        noise: band noise options (see :func:`hits`); None for clean images.
+        output: where the logits are in the model's output.
+
+    Returns:
+        The accuracy in [0, 1].
+
+    Raises:
+        LandscapeError: no samples, an empty band, or no logits in the model's output.
+    """
     return _fraction(*hits(model, enumerate(batches), noise, output))
 
 
 def check_labels(model: nn.Module, batches: Sequence[Sequence[Tensor]], output: str | int | None = None) -> None:
     """Refuse labels the model cannot predict: every target must lie in ``0..n_outputs-1``.
 
+    The number of outputs is read from one forward pass of the first image; no batches: nothing to check.
+
+    Args:
+        model: the classifier.
+        batches: ``(x, y)`` batches of images and labels.
+        output: where the logits are in the model's output.
+
     Raises:
-        LandscapeError: naming the label range and the model's number of outputs.
+        LandscapeError: naming the label range and the model's number of outputs (also: no logits in the
+            model's output).
     """
     from landscape.objective import select_logits
 
@@ -136,6 +198,23 @@ def band_accuracies(
     Yields ``(None, clean)`` first and then ``(i, accuracy of band i)``. ``batches`` are this process's share
     as ``(j, (x, y))`` pairs with their global index ``j``; ``combine`` sums the ``(correct, total)`` counts
     of all processes (identity by default).
+
+    Args:
+        model: the classifier (used as given; put it in eval mode first).
+        batches: this process's ``(j, (x, y))`` batches.
+        bands: band centres, in units of pi.
+        width: band width, in units of pi.
+        strength: RMS of each image's noise, in input units.
+        seed: noise seed; batch ``j`` uses ``seed + j``.
+        output: where the logits are in the model's output.
+        skip: indices of bands not to evaluate (e.g. already stored).
+        combine: maps this process's ``(correct, total)`` to the counts of all processes; None: identity.
+
+    Yields:
+        ``(None, clean accuracy)``, then ``(i, accuracy under the noise of band i)`` for each band not skipped.
+
+    Raises:
+        LandscapeError: no samples, an empty band, or no logits in the model's output.
     """
     combine = combine or (lambda counts: counts)
     yield None, _fraction(*combine(hits(model, batches, None, output)))
@@ -149,7 +228,15 @@ def band_accuracies(
 
 @dataclass
 class NoiseRobustness:
-    """Accuracy under band noise: band centres (units of pi), accuracies, the clean accuracy and drops."""
+    """Accuracy under band noise: band centres (units of pi), accuracies, the clean accuracy and drops.
+
+    Attributes:
+        frequencies: band centres, in units of pi, shape ``(n_bands,)``.
+        accuracy: accuracy under each band's noise, shape ``(n_bands,)``.
+        clean_accuracy: accuracy without noise.
+        width: band width, in units of pi.
+        strength: RMS of each image's noise, in input units.
+    """
 
     frequencies: np.ndarray
     accuracy: np.ndarray
@@ -175,6 +262,20 @@ def noise_robustness(
     """Accuracy of ``model`` on ``batches`` clean and with noise of every band (see the module doc).
 
     The model is used in eval mode (an eval deep copy if any module is training; never changed).
+
+    Args:
+        model: the classifier.
+        batches: ``(x, y)`` batches of images ``(b, C, H, W)`` and labels ``(b,)``.
+        bands: band centres, in units of pi.
+        width: band width, in units of pi.
+        strength: RMS of each image's noise, in input units.
+        seed: noise seed; batch ``j`` uses ``seed + j``.
+
+    Returns:
+        The band centres, accuracies (``(n_bands,)``), clean accuracy, width and strength.
+
+    Raises:
+        LandscapeError: no samples, an empty band, or no logits in the model's output.
     """
     net = eval_model(model)
     results = dict(band_accuracies(net, list(enumerate(batches)), bands, width=width, strength=strength, seed=seed))
