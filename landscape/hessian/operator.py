@@ -228,8 +228,7 @@ class HessianOperator:
             return flatten(self.hvp_dict(unflatten(v, self.params)))
         # under torchrun every rank runs the same solver; each multiplies by its share of the batches
         out = flatten(self.hvp_dict(unflatten(v, self.params), part=distributed.rank(), parts=distributed.world_size()))
-        torch.distributed.all_reduce(out)
-        return out
+        return distributed.sum_tensor(out)
 
     def __matmul__(self, v: Tensor) -> Tensor:
         return self.matvec(v) if v.dim() == 1 else self.matmat(v)

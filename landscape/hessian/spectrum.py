@@ -149,10 +149,11 @@ def max_eigenvalue_spectrum(
         np.full((len(sizes), k), np.nan), sizes, np.zeros(len(sizes), np.int64), np.zeros((len(sizes), k), bool)
     )
     todo = [i for i in range(len(sizes)) if i not in set(skip)]
-    world, rank = distributed.world_size(), distributed.rank()
+    world = distributed.world_size()
     bar = _progress(len(todo), progress and distributed.is_main())
     for start in range(0, len(todo), world):
-        mine = todo[start + rank] if start + rank < len(todo) else None
+        share = distributed.shard(todo[start : start + world])  # one batch per rank and round, or none
+        mine = share[0] if share else None
         result = None if mine is None else _one_batch(objective, mine, k, which, solver, tol, ncv, maxiter, seed, hvp)
         for item in distributed.all_gather_objects(result):
             if item is None:
