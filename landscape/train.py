@@ -31,7 +31,38 @@ RECIPES = ("paper-a",)
 
 @dataclass
 class TrainConfig:
-    """Every option of a training run; stored in the checkpoint as ``train_options``."""
+    """Every option of a training run; stored in the checkpoint as ``train_options``.
+
+    Attributes:
+        model: zoo name or ``timm:`` / ``torchvision:`` / ``py:`` model spec.
+        data: dataset spec (e.g. ``digits``, ``cifar10:PATH``).
+        epochs: training epochs (positive).
+        batch_size: samples per step (positive).
+        optimizer: ``adamw`` or ``sgd`` (Nesterov momentum).
+        lr: base (peak) learning rate (positive).
+        weight_decay: weight decay (non-negative).
+        momentum: SGD momentum, in (0, 1) (used with ``sgd`` only).
+        warmup_epochs: epochs of linear warm-up, in ``[0, epochs]``.
+        label_smoothing: label smoothing of the cross-entropy, in [0, 1].
+        clip_grad: gradient-norm clip (non-negative; None or 0: no clipping).
+        seed: seeds the whole run.
+        subset: a fraction in (0, 1] or a count of training images to keep; None keeps all.
+        randaugment: apply RandAugment to each training image.
+        mixup: MixUp alpha (0: off).
+        cutmix: CutMix alpha (0: off).
+        drop_path: stochastic depth rate, in [0, 1) (for models that take it).
+        amp: bfloat16 autocast on CUDA.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        init: a checkpoint whose weights start the run; None: the model's own initialisation.
+        model_kwargs: model constructor options (``--model-kw``).
+        snapshot_initial: save a snapshot before training (``run.init.pt``).
+        snapshot_warmup: save a snapshot after the epoch that ends the warm-up (``run.warmup.pt``).
+        snapshot_every: save a snapshot every N epochs (``run.epochNNN.pt``); None: none.
+        recipe: the recipe applied (``paper-a``), or None.
+
+    Raises:
+        LandscapeError: an unknown optimizer or recipe, or an option out of range, NaN or infinite.
+    """
 
     model: str
     data: str = "digits"
@@ -92,6 +123,17 @@ class TrainConfig:
         AdamW 1.25e-4, wd 0.05, batch 96, 5 warm-up + 300 cosine epochs, RandAugment, MixUp 0.8 / CutMix 1.0,
         label smoothing 0.1, gradient clip 5, stochastic depth 0.1. With fewer epochs than the warm-up, the
         warm-up is cut to the number of epochs unless ``warmup_epochs`` is given.
+
+        Args:
+            model: the model spec.
+            **overrides: any other :class:`TrainConfig` options; they replace the recipe's.
+
+        Returns:
+            The configuration.
+
+        Raises:
+            LandscapeError: an override out of range, or an unknown optimizer (see :class:`TrainConfig`).
+            TypeError: an override that is not a :class:`TrainConfig` option.
         """
         base: dict[str, Any] = dict(
             model=model,
@@ -126,7 +168,18 @@ class TrainResult:
 
 
 def lr_factor(step: int, total_steps: int, warmup_steps: int) -> float:
-    """Multiplier of the base learning rate at ``step``: linear warm-up, then cosine decay to 0."""
+    """Multiplier of the base learning rate at ``step``: linear warm-up, then cosine decay to 0.
+
+    ``(step + 1) / T_w`` for ``step < T_w``, else ``(1 + cos(pi * min(1, (step - T_w) / (T - T_w)))) / 2``.
+
+    Args:
+        step: the optimisation step, from 0.
+        total_steps: the run's number of steps ``T``.
+        warmup_steps: the number of warm-up steps ``T_w`` (0: no warm-up).
+
+    Returns:
+        The factor, in [0, 1].
+    """
     if warmup_steps > 0 and step < warmup_steps:
         return (step + 1) / warmup_steps
     span = max(1, total_steps - warmup_steps)
@@ -134,7 +187,15 @@ def lr_factor(step: int, total_steps: int, warmup_steps: int) -> float:
 
 
 def snapshot_path(out: Path, tag: str) -> Path:
-    """Path of a snapshot beside ``out``: ``run.pt`` -> ``run.<tag>.pt``."""
+    """Path of a snapshot beside ``out``: ``run.pt`` -> ``run.<tag>.pt``.
+
+    Args:
+        out: the final checkpoint's path (no suffix: ``.pt``).
+        tag: the snapshot's tag, e.g. ``init``, ``warmup`` or ``epoch010``.
+
+    Returns:
+        The snapshot's path.
+    """
     return out.with_name(f"{out.stem}.{tag}{out.suffix or '.pt'}")
 
 
@@ -210,7 +271,19 @@ def _batches(dataset: Any, batch_size: int, generator: torch.Generator) -> Itera
 
 @torch.no_grad()
 def evaluate_model(model: nn.Module, dataset: Any, device: torch.device, batch_size: int = 256) -> dict[str, float]:
-    """Mean cross-entropy and accuracy of ``model`` (eval mode) on every sample of ``dataset``."""
+    """Mean cross-entropy and accuracy of ``model`` (eval mode) on every sample of ``dataset``.
+
+    The model's training mode is restored afterwards.
+
+    Args:
+        model: the classifier.
+        dataset: a dataset with ``tensors()`` returning all images ``(N, C, H, W)`` and labels ``(N,)``.
+        device: the device the batches are moved to (the model's).
+        batch_size: samples per forward pass.
+
+    Returns:
+        ``{"loss": mean cross-entropy, "accuracy": fraction correct}`` (0 for both on an empty dataset).
+    """
     was_training = model.training
     model.eval()
     x_all, y_all = dataset.tensors()
