@@ -350,7 +350,7 @@ class DatasetInfo:
 
     @property
     def hw(self) -> tuple[int, int]:
-        """The output (height, width), square or not."""
+        """The output ``(height, width)`` in pixels, square or not."""
         return _hw(self.image_size)
 
     @property
@@ -846,6 +846,18 @@ class _SafeUnpickler(pickle.Unpickler):
     }
 
     def find_class(self, module: str, name: str) -> object:
+        """The global ``module.name`` if it is allowed (``numpy.core`` read as ``numpy._core`` and back).
+
+        Args:
+            module: the module named by the pickle.
+            name: the global's name in ``module``.
+
+        Returns:
+            The allowed object (a numpy reconstructor, ``ndarray``, ``dtype`` or ``_codecs.encode``).
+
+        Raises:
+            pickle.UnpicklingError: ``module.name`` is not one of the allowed objects.
+        """
         if module.startswith("numpy.core"):
             module = "numpy._core" + module[len("numpy.core") :]
         if (module, name) not in self._ALLOWED:
@@ -967,6 +979,14 @@ def _image_folder_type() -> type:
             super().__init__(str(root), allow_empty=True)
 
         def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
+            """The given classes and their indices, whatever ``directory`` holds.
+
+            Args:
+                directory: the split's folder (ignored).
+
+            Returns:
+                The class names in order, and name -> index.
+            """
             return list(self.given_classes), {c: i for i, c in enumerate(self.given_classes)}
 
     return GivenClassesImageFolder
