@@ -19,14 +19,36 @@ DTYPES = ("float32", "float64")
 
 
 def choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
-    """``value`` if it is one of ``choices``, else a one-line error listing them."""
+    """``value`` if it is one of ``choices``, else a one-line error listing them.
+
+    Args:
+        value: the value given.
+        name: the option's name, for the message (e.g. ``--which``).
+        choices: the allowed values.
+
+    Returns:
+        ``value`` as a string.
+
+    Raises:
+        LandscapeError: ``value`` is not one of ``choices``.
+    """
     if value not in choices:
         raise LandscapeError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
     return str(value)
 
 
 def check_data_options(split: str, samples: int | None, batch_size: int, seed: int) -> None:
-    """Validate the options every analysis has: a known split, positive sample and batch counts, an int seed."""
+    """Validate the options every analysis has: a known split, positive sample and batch counts, an int seed.
+
+    Args:
+        split: dataset split, one of :data:`SPLITS`.
+        samples: number of samples (a positive integer), or None for the whole split.
+        batch_size: samples per batch (a positive integer).
+        seed: the analysis' seed (an integer, not a bool).
+
+    Raises:
+        LandscapeError: naming the first option that is invalid.
+    """
     choice(split, "split", SPLITS)
     if samples is not None:
         checks.positive_int(samples, "--samples")
@@ -36,7 +58,15 @@ def check_data_options(split: str, samples: int | None, batch_size: int, seed: i
 
 
 def check_regularizer(kind: str, coef: float | None) -> None:
-    """Validate a regulariser kind and its coefficient (None: the kind's default)."""
+    """Validate a regulariser kind and its coefficient (None: the kind's default).
+
+    Args:
+        kind: the regulariser, one of :data:`REGULARIZERS`.
+        coef: its coefficient (finite, >= 0), or None for :data:`REG_COEF_DEFAULTS`.
+
+    Raises:
+        LandscapeError: an unknown kind, or a negative or non-finite coefficient.
+    """
     choice(kind, "regulariser", REGULARIZERS)
     if coef is not None:
         checks.non_negative(coef, "--reg-coef")

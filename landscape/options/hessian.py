@@ -39,14 +39,29 @@ BN_MODE = "eval"
 
 
 def split_patterns(params: str | None) -> list[str]:
-    """The comma-separated parameter-name patterns of ``params`` as a list (empty for None)."""
+    """The comma-separated parameter-name patterns of ``params`` as a list (empty for None).
+
+    Args:
+        params: comma-separated parameter-name globs (e.g. ``"fc.*,head.*"``), or None.
+
+    Returns:
+        The stripped, non-empty patterns in order.
+    """
     if params is None:
         return []
     return [p.strip() for p in params.split(",") if p.strip()]
 
 
 def describe_regularizer(kind: str, coef: float | None) -> str:
-    """The JSON description of a regulariser that result files record (None: the kind's default coefficient)."""
+    """The JSON description of a regulariser that result files record (None: the kind's default coefficient).
+
+    Args:
+        kind: the regulariser, one of :data:`~landscape.options.common.REGULARIZERS`.
+        coef: its coefficient, or None for the kind's default (0.0 for an unknown kind).
+
+    Returns:
+        A JSON string ``{"kind": kind, "coef": coef}``.
+    """
     value = REG_COEF_DEFAULTS.get(kind, 0.0) if coef is None else coef
     return json.dumps({"kind": kind, "coef": float(value)})
 
