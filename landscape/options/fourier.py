@@ -57,6 +57,10 @@ class FourierOptions:
         noise_strength: root-mean-square of the noise per image (> 0, normalised input units).
         taps: ``'PATTERN=KIND'`` items (or ``(pattern, kind)`` pairs) naming the modules whose outputs are the
             block maps, for models no rule knows; None: the model's rule.
+
+    Raises:
+        LandscapeError: an invalid value (unknown choice, non-finite or out-of-range number, no noise bands),
+            naming the CLI option.
     """
 
     data: str | None = None
@@ -121,5 +125,9 @@ class FourierOptions:
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
-        """Field name -> default value (what the CLI's options default to)."""
+        """Field name -> default value (what the CLI's options default to).
+
+        Returns:
+            A dict of every field's name and its declared default.
+        """
         return {f.name: f.default for f in fields(cls)}

@@ -75,7 +75,17 @@ def parse_grid(spec: str, option: str = "--x") -> np.ndarray:
 
 
 def split_patterns(patterns: Any) -> tuple[str, ...]:
-    """Comma-separated name patterns (a string or a sequence of strings) as one tuple of patterns."""
+    """Comma-separated name patterns (a string or a sequence of strings) as one tuple of patterns.
+
+    Args:
+        patterns: one comma-separated string, or an iterable of them.
+
+    Returns:
+        The stripped, non-empty patterns in order.
+
+    Raises:
+        LandscapeError: an item of ``patterns`` is not a string.
+    """
     if isinstance(patterns, str):
         patterns = [patterns]
     out = []
@@ -120,6 +130,10 @@ class SurfaceOptions:
         batch_points: points per vectorised call (1: a loop) or ``"auto"`` (the faster, measured); a string of
             digits is read as the number.
         compile: ``torch.compile`` the per-point loss (eager if compiling fails).
+
+    Raises:
+        LandscapeError: an invalid value (bad grid, unknown choice, non-finite or out-of-range number), naming
+            the CLI option.
     """
 
     data: str | None = None
@@ -242,7 +256,11 @@ class SurfaceOptions:
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
-        """Field name -> default value (what the CLI's options default to)."""
+        """Field name -> default value (what the CLI's options default to).
+
+        Returns:
+            A dict of every field's name and its declared default.
+        """
         return {f.name: f.default for f in fields(cls)}
 
 
