@@ -31,7 +31,14 @@ from landscape.options.hessian import SOLVERS
 
 @dataclass
 class BatchSpectrum:
-    """The top-k eigenvalues (ascending) of one mini-batch, the products spent and convergence flags."""
+    """The top-k eigenvalues (ascending) of one mini-batch, the products spent and convergence flags.
+
+    Attributes:
+        index: the batch's index among the objective's batches.
+        eigenvalues: its k eigenvalues, ascending, shape ``(k,)``.
+        n_matvec: Hessian-vector products spent (-1 for PyHessian, which does not report them).
+        converged: per-eigenvalue convergence flags, shape ``(k,)`` (all True for PyHessian).
+    """
 
     index: int
     eigenvalues: np.ndarray
@@ -45,6 +52,12 @@ class MaxEigenvalueSpectrum:
 
     ``eigenvalues`` (n_batches, k), each row ascending; ``batch_sizes`` (n_batches,); ``n_matvec`` and
     ``converged`` per batch (PyHessian reports neither: -1 products, rows all True).
+
+    Attributes:
+        eigenvalues: top-k eigenvalues per batch, ``(n_batches, k)``, rows ascending (NaN: not computed).
+        batch_sizes: samples per batch, ``(n_batches,)``.
+        n_matvec: Hessian-vector products per batch, ``(n_batches,)``.
+        converged: convergence flag per eigenvalue, ``(n_batches, k)``.
     """
 
     eigenvalues: np.ndarray
@@ -62,6 +75,17 @@ def pyhessian_top_eigenvalues(
     require gradients, at the objective's point) with the criterion ``data loss + regulariser``. PyHessian
     draws its start vectors from torch's global generator: it is seeded with ``seed`` inside a forked RNG
     state, so the caller's random state is untouched.
+
+    Args:
+        objective: the loss; its module, params, regulariser and batches are used.
+        index: the batch of ``objective.batches`` whose Hessian is taken.
+        k: number of eigenvalues (largest magnitude, by deflation).
+        tol: PyHessian's relative change between iterations that stops the power iteration.
+        maxiter: power iterations per eigenvalue.
+        seed: seeds PyHessian's start vectors.
+
+    Returns:
+        The k eigenvalues, float64, ascending, shape ``(k,)``.
     """
     from pyhessian import hessian as PyHessian
 
@@ -128,6 +152,36 @@ def max_eigenvalue_spectrum(
     finished batch, in rounds of ``world_size`` batches. ``output`` selects the logits of a model that returns
     a tuple or dict (:func:`~landscape.objective.select_logits`). ``progress`` shows a bar of the batches on
     rank 0 (to stderr, terminal or not). The model is never modified.
+
+    Args:
+        model: the network.
+        batches: the fixed ``(x, y)`` mini-batches; each gets its own spectrum.
+        k: eigenvalues per mini-batch, in ``[1, n_params - 1]``.
+        which: kind of eigenvalues for ``lanczos``, one of :data:`~landscape.options.hessian.WHICH`.
+        solver: ``lanczos`` or ``pyhessian`` (:data:`~landscape.options.hessian.SOLVERS`).
+        criterion: the data loss, ``cross_entropy`` or ``mse``.
+        regularizer: penalty added to each batch's loss; None: none.
+        tol: relative accuracy (lanczos) or relative change between iterations (pyhessian).
+        ncv: Lanczos basis size (None: the solver's default; lanczos only).
+        maxiter: Lanczos restarts, or PyHessian iterations per eigenvalue (None: the solver's default).
+        seed: batch ``index`` uses seed ``seed + index`` for its start vector(s).
+        hvp: how products are made (lanczos), one of :data:`~landscape.options.hessian.HVP_MODES`.
+        device: where the computation runs (None: the model's parameters' device).
+        dtype: floating-point type of the computation (None: the model's own).
+        allow_stochastic: do not refuse a model whose two forward passes differ.
+        output: where the logits are in the model's output.
+        skip: indices of batches not to compute (their rows stay NaN).
+        on_batch: called on every rank with each finished :class:`BatchSpectrum`.
+        progress: show a progress bar of the batches on rank 0.
+
+    Returns:
+        The eigenvalues ``(n_batches, k)`` (rows ascending; NaN for skipped batches), batch sizes, products and
+        convergence flags per batch.
+
+    Raises:
+        LandscapeError: an unknown ``solver``, ``k`` out of range, an Objective that cannot be built (see
+            :class:`~landscape.objective.Objective`), bad Lanczos options or ``hvp``, or a product with NaN or
+            Inf entries.
     """
     if solver not in SOLVERS:
         raise LandscapeError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
