@@ -280,10 +280,26 @@ class HessianOperator:
         from scipy.sparse.linalg import LinearOperator
 
         def mv(x: np.ndarray) -> np.ndarray:
+            """``H x`` as float64 numpy.
+
+            Args:
+                x: an array of ``n`` entries.
+
+            Returns:
+                ``H x``, shape ``(n,)``, float64.
+            """
             out = self.matvec(torch.as_tensor(np.asarray(x).reshape(-1)))
             return out.detach().to("cpu", torch.float64).numpy()
 
         def mm(X: np.ndarray) -> np.ndarray:
+            """``H X`` column by column, as float64 numpy.
+
+            Args:
+                X: an ``(n, m)`` array.
+
+            Returns:
+                ``H X``, shape ``(n, m)``, float64.
+            """
             return np.stack([mv(X[:, j]) for j in range(X.shape[1])], axis=1)
 
         return LinearOperator(self.shape, matvec=mv, rmatvec=mv, matmat=mm, dtype=np.float64)
