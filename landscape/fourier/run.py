@@ -35,7 +35,19 @@ if TYPE_CHECKING:
 
 
 def write_profile(f: store.ResultFile, result: FourierProfile, axis: str, maps: bool) -> None:
-    """Write a :class:`FourierProfile` into an open result file (layout in the module doc)."""
+    """Write a :class:`FourierProfile` into an open result file (layout in the module doc).
+
+    ``high_frequency`` is written last and the file marked done, so a killed write is not taken as complete.
+
+    Args:
+        f: the open ``fourier`` result file (rank 0's).
+        result: the merged profiles of every layer.
+        axis: the common frequency axis, ``normalised`` or ``physical`` (see :meth:`FourierProfile.common_axis`).
+        maps: also write each layer's centred mean log-amplitude map (``maps/NNN``).
+
+    Raises:
+        LandscapeError: an unknown ``axis``.
+    """
     grid, common = result.common_axis(axis)
     f.write("frequencies", grid, axes=["frequency"])
     f.set_attrs({"units": "normalised [0, 1]" if axis == "normalised" else "pi"}, at="frequencies")
