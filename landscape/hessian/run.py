@@ -54,6 +54,7 @@ class _Products:
             self.bar.update(n_matvec - self.bar.n)
 
     def close(self) -> None:
+        """Close the progress bar (nothing to do when it is not shown)."""
         if self.bar is not None:
             self.bar.close()
 
