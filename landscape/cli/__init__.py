@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("landscape.cli.convert", "Initialise a vit_rpe_* checkpoint from a trained convvit_* (Paper B)."),
     "plot": ("landscape.cli.plot", "Draw the figures of result files."),
     "info": ("landscape.cli.info", "Print the kind, provenance and options of a result file."),
+    "report": ("landscape.cli.report", "Write one self-contained HTML page of every result file in a folder."),
     "fourier": ("landscape.cli.fourier", "Fourier spectra, high-frequency amplitude and variance of feature maps."),
     "surface": ("landscape.cli.surface", "Compute a 1D/2D loss surface around a checkpoint."),
     "hessian": ("landscape.cli.hessian", "Hessian eigenvalues (Lanczos), SLQ density and trace of the loss."),

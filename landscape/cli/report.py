@@ -1,0 +1,25 @@
+"""``landscape report DIR``: one self-contained HTML page of every result file in DIR."""
+
+from __future__ import annotations
+
+import click
+
+from landscape.report import REPORT_FORMATS
+
+
+@click.command("report")
+@click.argument("folder", type=click.Path(file_okay=False))
+@click.option(
+    "--out", default=None, type=click.Path(dir_okay=False), help="The page to write [default: DIR/report.html]."
+)
+@click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(REPORT_FORMATS))
+@click.option(
+    "--interactive/--no-interactive",
+    default=None,
+    help="Rotatable 3D views of 2D surfaces (plotly) [default: when plotly is installed].",
+)
+def command(folder: str, out: str | None, fmt: str, interactive: bool | None) -> None:
+    """Write DIR/report.html: the summary table, every figure embedded, provenance; no network needed."""
+    from landscape.report import write_report
+
+    click.echo(str(write_report(folder, out=out, fmt=fmt, interactive=interactive)))
