@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from landscape.data import load_dataset
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "cnn_init_vit.py"
 
 
@@ -43,8 +45,10 @@ def test_tiny_low_data_experiment(tmp_path: Path, capsys: pytest.CaptureFixture[
     (row,) = rows
     assert row["steps"] == 3 * row["epochs"]  # 144 images in batches of 48
     assert "2x steps" in table
+    n_test = len(load_dataset("digits", "test"))
     for key in ("cnn", "vit_random", "vit_random_2x", "converted", "vit_cnn_init"):
-        assert 0.0 <= row[key] <= 1.0
+        hits = row[key] * n_test  # an accuracy over the whole test split: a whole number of images
+        assert hits == pytest.approx(round(hits), abs=1e-9) and 0 <= round(hits) <= n_test, (key, row[key])
     # conversion keeps the CNN's predictions: the logit difference is far below any decision margin here
     assert row["logit_diff"] < 1e-3
     assert abs(row["converted"] - row["cnn"]) <= 1 / 360 + 1e-12
