@@ -2,7 +2,8 @@
 
 For each of ``resnet_mini``, ``vit_mini`` and ``alternet_mini``: train (or reuse the checkpoint), compute a 2D
 filter-normalised loss surface, Paper A's per-mini-batch max-eigenvalue spectrum and the Fourier profile of the
-feature maps; draw every figure; write ``summary.md`` that puts the three models side by side. Every stage writes
+feature maps; draw every figure; write ``summary.md`` that puts the three models side by side, and ``report.html``
+(:func:`landscape.report.write_report`: the table and every figure in one self-contained page). Every stage writes
 its own file and is skipped when its file is complete, so a rerun resumes rather than recomputes.
 """
 
@@ -218,10 +219,11 @@ def run_demo(
     settings: DemoSettings | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Path:
-    """Run the whole demo into ``out_dir`` and return the path of ``summary.md``."""
+    """Run the whole demo into ``out_dir`` and return the path of ``summary.md`` (``report.html`` is beside it)."""
     from tqdm.auto import tqdm
 
     from landscape.plot import plot_files
+    from landscape.report import write_report
 
     settings = settings or (QUICK if quick else FULL)
     out = Path(out_dir)
@@ -246,4 +248,5 @@ def run_demo(
     )
     summary = write_summary(reports, [p for p in shared if p.suffix == ".png"], out, quick=quick)
     say(f"[demo] wrote {summary}")
+    say(f"[demo] wrote {write_report(out)} (every figure embedded; open it in a browser)")
     return summary

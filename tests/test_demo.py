@@ -7,8 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-from landscape.checkpoint import read_checkpoint
+from landscape.checkpoint import load_model, read_checkpoint
+from landscape.data import load_dataset
 from landscape.demo import MODELS, QUICK
 from landscape.store import read_result
 
@@ -21,6 +23,7 @@ def demo_dir(tmp_path_factory):
     proc = subprocess.run([ENTRY, "demo", "--quick", "--out", str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"summary: {out / 'summary.md'}" in proc.stdout
+    assert f"report: {out / 'report.html'}" in proc.stdout
     return out
 
 
@@ -28,7 +31,11 @@ def test_every_file_is_written_and_complete(demo_dir):
     for model in MODELS:
         ckpt = read_checkpoint(demo_dir / f"{model}.pt")
         assert ckpt.model_name == model
-        assert 0.0 <= ckpt.meta["metrics"]["test_accuracy"] <= 1.0
+        net, _ = load_model(demo_dir / f"{model}.pt")
+        x, y = load_dataset("digits", "test").tensors()
+        with torch.no_grad():
+            hits = int((net.eval()(x).argmax(-1) == y).sum())
+        assert ckpt.meta["metrics"]["test_accuracy"] == hits / len(y)  # the recorded number is the checkpoint's
         surface = read_result(demo_dir / f"{model}_surface.h5")
         assert surface.attrs["complete"] and surface["done"].all()
         assert surface["loss"].shape == (QUICK.grid, QUICK.grid) and np.isfinite(surface["loss"]).all()
@@ -56,6 +63,32 @@ def test_summary_puts_the_models_side_by_side(demo_dir):
     assert len(links) >= 3 * len(MODELS)
     for link in links:
         assert (demo_dir / link).is_file(), link
+
+
+def test_report_embeds_every_figure_of_the_demo(demo_dir):
+    import base64
+
+    from test_report import Page
+
+    page = Page((demo_dir / "report.html").read_text(encoding="utf-8"))
+    embedded = {}
+    for figure in page.figures:
+        prefix = "data:image/png;base64,"
+        assert figure["img"].startswith(prefix)
+        embedded[figure["file"]] = base64.b64decode(figure["img"][len(prefix) :])
+    drawn = sorted(p.relative_to(demo_dir).as_posix() for p in (demo_dir / "report_figures").rglob("*.png"))
+    assert sorted(embedded) == drawn
+    for name, data in embedded.items():
+        assert data.startswith(b"\x89PNG") and data == (demo_dir / name).read_bytes()
+    # every figure the demo drew itself is in the page too (drawn again, of the same name)
+    names = {Path(name).name for name in embedded}
+    demo_figures = {p.name for p in (demo_dir / "figures").rglob("*.png")}
+    assert demo_figures and demo_figures <= names, demo_figures - names
+    assert [text for tag, text in page.headings if tag == "h2"][1:4] == list(MODELS)
+    assert sorted(file for file, _ in page.details) == sorted(p.name for p in demo_dir.glob("*.h5"))
+    assert "Summary" in [text for _, text in page.headings]
+    links = [url for url in page.urls if not url.startswith("data:image/png;base64,")]
+    assert links == [f"#model-{m}" for m in MODELS] + ["#all-models"]  # nothing else is loaded or linked
 
 
 def _snapshot(demo_dir):
