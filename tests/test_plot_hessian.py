@@ -5,6 +5,7 @@ import pytest
 from matplotlib.figure import Figure
 from plot_results import hessian_arrays, spectrum_arrays, write_result
 
+from landscape.errors import LandscapeError
 from landscape.plot import plot_files
 from landscape.plot.hessian import density_figure, spectrum_figure
 from landscape.store import read_result
@@ -25,7 +26,7 @@ def test_plot_files_draws_hessian_and_spectrum_figures(tmp_path):
     write_spectrum(tmp_path / "b.h5", "resnet_mini", np.abs(rng.normal(50, 10, (10, 5))))
     paths = plot_files([tmp_path / "h.h5", tmp_path / "a.h5", tmp_path / "b.h5"], tmp_path / "figs", "png")
     names = sorted(p.name for p in paths)
-    assert names == ["a+1_spectrum.png", "h_density.png", "h_eigenvalues.png"]
+    assert names == ["h_density.png", "h_eigenvalues.png", "spectrum_vit_mini_vs_resnet_mini.png"]
     assert all(p.stat().st_size > 5000 for p in paths)
 
 
@@ -71,3 +72,49 @@ def test_a_single_trace_sample_has_no_error_bar(tmp_path):
     res = read_result(write_result(tmp_path / "h.h5", "hessian", arrays, model="m"))
     label = density_figure([res]).axes[0].get_lines()[0].get_label()
     assert label == "m (trace 7)"
+
+
+def test_spectrum_of_many_values_is_the_kernel_density_estimate(tmp_path):
+    from scipy.stats import gaussian_kde
+
+    rng = np.random.default_rng(1)
+    eig = np.concatenate([rng.normal(-3, 1, (3, 3)), rng.normal(40, 8, (3, 12))], axis=1)  # 45 values
+    a = write_spectrum(tmp_path / "a.h5", "vit_mini", eig)
+    values = eig.ravel()
+    neg, pos = spectrum_figure([a]).axes[:2]
+    kde = gaussian_kde(values)
+    for ax in (neg, pos):
+        (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "vit_mini"]
+        x, y = line.get_xdata(), line.get_ydata()
+        assert len(x) > 100
+        np.testing.assert_allclose(y, kde(x), rtol=1e-12)
+        assert not [p for p in ax.patches if p.get_label() == "vit_mini"]  # no bars
+    assert pos.get_lines()[0].get_xdata()[[0, -1]] == pytest.approx([0.0, values.max()])
+    # forced: bars for the same data
+    hist_pos = spectrum_figure([a], style="hist").axes[1]
+    assert not hist_pos.get_lines() and area(hist_pos, "vit_mini") == pytest.approx(np.mean(values >= 0))
+
+
+def test_spectrum_of_few_values_is_a_histogram(tmp_path):
+    eig = np.array([[-2.0, 5.0, 6.0], [1.0, 3.0, 9.0], [2.0, 4.0, 7.0]])  # 9 values < 20
+    a = write_spectrum(tmp_path / "a.h5", "vit_mini", eig)
+    neg, pos = spectrum_figure([a]).axes[:2]
+    assert not pos.get_lines() and area(pos, "vit_mini") == pytest.approx(8 / 9)
+    assert spectrum_figure([a], style="kde").axes[1].get_lines()  # forced
+    constant = write_spectrum(tmp_path / "c.h5", "resnet_mini", np.ones((10, 3)))  # no spread: bars
+    assert not spectrum_figure([constant], style="kde").axes[1].get_lines()
+
+
+def test_overlay_figures_are_named_by_kind_and_models(tmp_path):
+    eig = np.abs(np.random.default_rng(2).normal(5, 1, (4, 3)))
+    paths = [write_spectrum(tmp_path / f"{m}_spectrum.h5", m, eig).path for m in ("a_m", "b_m", "c_m", "d_m")]
+    names = [p.name for p in plot_files(paths[:3], tmp_path / "f", "png")]
+    assert names == ["spectrum_a_m_vs_b_m_vs_c_m.png"]
+    assert [p.name for p in plot_files(paths, tmp_path / "f", "png")] == ["spectrum_a_m_vs_b_m_and_2_more.png"]
+    assert [p.name for p in plot_files(paths[:1], tmp_path / "f", "png")] == ["a_m_spectrum_spectrum.png"]
+    assert [p.name for p in plot_files(paths, tmp_path / "f", "png", name="final")] == ["final_spectrum.png"]
+    for bad in ("", "../x", "a/b", ".hidden", "x" * 101):
+        with pytest.raises(LandscapeError, match="--name"):
+            plot_files(paths, tmp_path / "f", "png", name=bad)
+    with pytest.raises(LandscapeError, match="spectrum style"):
+        plot_files(paths, tmp_path / "f", "png", spectrum_style="violin")

@@ -133,3 +133,60 @@ def test_plot_files_checks_every_option_before_writing(tmp_path):
         assert words in one_line_error(plot_files, [tmp_path / "s.h5"], tmp_path / "figs", "png", **options)
     assert "figure format" in one_line_error(plot_files, [tmp_path / "s.h5"], tmp_path / "figs", "jpg")
     assert not (tmp_path / "figs").exists()
+
+
+def wide_loss(x, y):
+    """A basin of 0.003 + x^2 + y^2 around the centre under a wall rising to ~900 at the corner (1, 1)."""
+    return 0.003 + x**2 + y**2 + 900 * ((1 + x) * (1 + y) / 4) ** 16
+
+
+def write_wide(path):
+    grid = np.linspace(-1, 1, 11)
+    arrays = surface_arrays(grid, grid)
+    arrays["loss"] = wide_loss(*np.meshgrid(grid, grid))
+    return read_result(write_result(path, "surface", arrays, **SURFACE_ATTRS))
+
+
+def crossing_inner_square(levels):
+    """How many of ``levels`` lie strictly between the lowest and highest loss on |x|, |y| <= 0.5."""
+    grid = np.linspace(-1, 1, 11)
+    X, Y = np.meshgrid(grid, grid)
+    inner = wide_loss(X, Y)[(np.abs(X) <= 0.5) & (np.abs(Y) <= 0.5)]
+    levels = np.asarray(levels)
+    return int(np.sum((levels > inner.min()) & (levels < inner.max())))
+
+
+def test_default_levels_ring_the_basin_of_a_wide_range_surface(tmp_path):
+    from matplotlib.colors import LogNorm
+
+    res = write_wide(tmp_path / "w.h5")
+    loss = wide_loss(*np.meshgrid(np.linspace(-1, 1, 11), np.linspace(-1, 1, 11)))
+    assert loss.min() == pytest.approx(0.003, rel=1e-3) and loss.max() > 900
+    assert crossing_inner_square(np.linspace(loss.min(), loss.max(), 20)) == 0  # what linear levels gave
+    for filled in (False, True):
+        cs = S.contour_figure(res, filled=filled).axes[0].collections[0]
+        assert crossing_inner_square(cs.levels) >= 6
+        assert cs.levels[0] > loss.min() and cs.levels[-1] == pytest.approx(loss.max())
+        assert isinstance(cs.norm, LogNorm)  # the loss spans more than two decades
+    mesh = S.heatmap_figure(res).axes[0].collections[0]
+    assert isinstance(mesh.norm, LogNorm)
+    # explicit choices win: linear spacing, the count, zmax
+    linear = S.contour_figure(res, levels=7, spacing="linear", zmax=50.0).axes[0].collections[0].levels
+    np.testing.assert_allclose(linear, np.linspace(loss.min(), 50.0, 7))
+    with pytest.raises(LandscapeError, match="level spacing"):
+        S.contour_figure(res, spacing="cubic")
+
+
+def test_3d_view_is_clipped_at_a_robust_maximum_unless_zmax_is_given(tmp_path):
+    res = write_wide(tmp_path / "w.h5")
+    _, _, loss, _ = S.grid_of(res)
+    top = S.robust_max(loss)
+    assert top is not None and float(loss.min()) < top < 100
+    for style, clip in (("default", top), ("paper", top - float(loss.min()))):
+        hi = S.surface3d_figure(res, style=style).axes[0].get_zlim()[1]
+        assert hi <= clip * 1.1
+        assert S.surface3d_figure(res, style=style, zmax=500.0).axes[0].get_zlim()[1] >= 450
+    # a bowl without a spike is not clipped, and its default levels stay evenly spaced
+    bowl = write_surface(tmp_path / "s.h5")
+    _, _, bowl_loss, _ = S.grid_of(bowl)
+    assert S.robust_max(bowl_loss) is None and not S.is_skewed(bowl_loss)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from landscape.plot import FORMATS, STYLES
+from landscape.plot import FORMATS, LEVEL_SPACINGS, SPECTRUM_STYLES, STYLES
 
 
 @click.command("plot")
@@ -16,7 +16,12 @@ from landscape.plot import FORMATS, STYLES
 @click.option("--out", "out_dir", default=None, type=click.Path(), help="Folder for the figures (created if needed).")
 @click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(FORMATS))
 @click.option("--log", is_flag=True, help="Surfaces: log loss axis (1D), log-spaced contour levels, log10 z (3D, vtp).")
-@click.option("--zmax", default=None, type=float, help="Surfaces: clip the loss (3D paper style: loss - min) here.")
+@click.option(
+    "--zmax",
+    default=None,
+    type=float,
+    help="Surfaces: clip the loss (3D paper style: loss - min) here [default: 3D clipped at a robust maximum].",
+)
 @click.option(
     "--style",
     default="default",
@@ -25,7 +30,26 @@ from landscape.plot import FORMATS, STYLES
     help="Surfaces: 3D style; paper = Paper A's plasma wireframe of loss - min.",
 )
 @click.option("--levels", default=20, show_default=True, type=int, help="Surfaces: number of contour levels (>= 2).")
+@click.option(
+    "--level-spacing",
+    default="auto",
+    show_default=True,
+    type=click.Choice(LEVEL_SPACINGS),
+    help="Surfaces: contour levels; auto = above-min (dense near the minimum) on a skewed surface, else linear.",
+)
 @click.option("--no-vtp", is_flag=True, help="Surfaces: do not write the ParaView .vtp file.")
+@click.option(
+    "--spectrum-style",
+    default="auto",
+    show_default=True,
+    type=click.Choice(SPECTRUM_STYLES),
+    help="Spectra: kde (kernel density), hist, or auto = kde for files of >= 20 eigenvalues.",
+)
+@click.option(
+    "--name",
+    default=None,
+    help="Name the figures that draw all files together NAME_<kind> [default: <kind>_<model>_vs_<model>...].",
+)
 def command(
     paths: tuple[str, ...],
     out_dir: str | None,
@@ -34,11 +58,23 @@ def command(
     zmax: float | None,
     style: str,
     levels: int,
+    level_spacing: str,
     no_vtp: bool,
+    spectrum_style: str,
+    name: str | None,
 ) -> None:
     """Draw every figure of the given result files (files of one kind are overlaid)."""
     from landscape.plot import plot_files
 
-    surface = {"log": log, "zmax": zmax, "style": style, "levels": levels, "vtp": not no_vtp}
-    for path in plot_files(list(paths), out_dir, fmt, **surface):
+    options = {
+        "log": log,
+        "zmax": zmax,
+        "style": style,
+        "levels": levels,
+        "level_spacing": level_spacing,
+        "vtp": not no_vtp,
+        "spectrum_style": spectrum_style,
+        "name": name,
+    }
+    for path in plot_files(list(paths), out_dir, fmt, **options):
         click.echo(str(path))

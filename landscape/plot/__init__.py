@@ -30,6 +30,13 @@ PLOTTERS = {
 FORMATS = ("png", "pdf", "svg")
 #: 3D surface styles: ``default`` (shaded loss) or ``paper`` (Paper A's plasma wireframe of loss - min)
 STYLES = ("default", "paper")
+#: contour level spacings (see :func:`landscape.plot.surface._levels`)
+LEVEL_SPACINGS = ("auto", "linear", "above-min", "log")
+#: how spectra are drawn: ``kde`` (Gaussian kernel density), ``hist`` (histogram), ``auto`` (kde from
+#: :data:`KDE_MIN_VALUES` values of a file on, else hist)
+SPECTRUM_STYLES = ("auto", "kde", "hist")
+#: the fewest eigenvalues of a file that ``auto`` draws as a kernel density estimate
+KDE_MIN_VALUES = 20
 
 
 def one_of(value: str, name: str, allowed: Sequence[str]) -> str:
@@ -57,7 +64,8 @@ def check_options(fmt: str, options: dict[str, Any]) -> dict[str, Any]:
     Args:
         fmt: the figure format (one of :data:`FORMATS`).
         options: ``zmax`` (None or finite), ``levels`` (whole number >= 2), ``style`` (one of :data:`STYLES`),
-            ``bins`` (whole number >= 1); others pass unchanged.
+            ``level_spacing`` (one of :data:`LEVEL_SPACINGS`), ``bins`` (whole number >= 1), ``spectrum_style``
+            (one of :data:`SPECTRUM_STYLES`), ``name`` (None or a plain file-name stem); others pass unchanged.
 
     Returns:
         The checked options.
@@ -76,8 +84,16 @@ def check_options(fmt: str, options: dict[str, Any]) -> dict[str, Any]:
         checked["levels"] = positive_int(levels, "--levels")
     if "style" in checked:
         one_of(checked["style"], "surface style (--style)", STYLES)
+    if "level_spacing" in checked:
+        one_of(checked["level_spacing"], "contour level spacing (--level-spacing)", LEVEL_SPACINGS)
     if "bins" in checked:
         checked["bins"] = positive_int(checked["bins"], "bins")
+    if "spectrum_style" in checked:
+        one_of(checked["spectrum_style"], "spectrum style (--spectrum-style)", SPECTRUM_STYLES)
+    if "name" in checked:
+        from landscape.plot.common import check_name
+
+        checked["name"] = check_name(checked["name"])
     return checked
 
 

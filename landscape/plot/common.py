@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,16 +148,65 @@ def labels(results: Sequence[Result]) -> list[str]:
     return [m if models.count(m) == 1 else f"{m} ({r.path.stem})" for m, r in zip(models, results)]
 
 
-def group_stem(results: Sequence[Result]) -> str:
-    """The file-name stem of a figure that overlays ``results``.
+#: how many model names an overlay's file name lists before it says "and N more"
+NAMED_IN_FILE = 3
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _safe(text: str) -> str:
+    """``text`` as a piece of a file name: runs of other characters than letters, digits, ``._-`` become ``_``."""
+    return _UNSAFE.sub("_", text).strip("._") or "result"
+
+
+def figure_name(kind: str, results: Sequence[Result], name: str | None = None) -> str:
+    """The file name (without extension) of a figure of ``kind`` drawn from all of ``results`` together.
+
+    One file: ``<stem>_<kind>`` (e.g. ``resnet_mini_spectrum_spectrum``). Several files (an overlay):
+    ``<kind>_<a>_vs_<b>_vs_<c>`` naming the models overlaid (their file stems when two files share a model);
+    past :data:`NAMED_IN_FILE` files, the first two and ``and_<N>_more``. A ``name`` given by the user
+    (``landscape plot --name``) replaces the stem or the list of models: ``<name>_<kind>``.
 
     Args:
-        results: the files of the figure (at least one).
+        kind: what the figure shows (``spectrum``, ``high_frequency``, ...).
+        results: the files the figure draws (at least one).
+        name: a name chosen by the user (checked by :func:`check_name`), or ``None``.
 
     Returns:
-        The first file's stem, plus ``+N`` when N more files are overlaid.
+        The file name, of letters, digits and ``._-`` only.
     """
-    return results[0].path.stem + (f"+{len(results) - 1}" if len(results) > 1 else "")
+    if name is not None:
+        return f"{_safe(name)}_{kind}"
+    if len(results) == 1:
+        return f"{results[0].path.stem}_{kind}"
+    models = [model_name(r) for r in results]
+    if len(set(models)) < len(models):
+        models = [r.path.stem for r in results]
+    parts = [_safe(m) for m in models]
+    more = f"_and_{len(parts) - 2}_more" if len(parts) > NAMED_IN_FILE else ""
+    return f"{kind}_" + "_vs_".join(parts[:2] if more else parts) + more
+
+
+def check_name(name: str | None) -> str | None:
+    """Check a figure name given by the user (``--name``): a plain file-name stem.
+
+    Args:
+        name: the name, or ``None`` (figures named after their files).
+
+    Returns:
+        ``name``.
+
+    Raises:
+        LandscapeError: ``name`` is empty, too long, or holds characters other than letters, digits and
+            ``._-`` (a path separator among them), or starts with ``.`` or ``-``.
+    """
+    if name is None:
+        return None
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}", name):
+        raise LandscapeError(
+            f"--name must be 1 to 100 letters, digits, '.', '_' or '-' (not starting with '.' or '-', "
+            f"no path separators), got {name!r}"
+        )
+    return name
 
 
 def color(i: int) -> str:

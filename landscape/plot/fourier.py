@@ -28,7 +28,7 @@ from landscape.plot.common import (
     Schema,
     check_arrays,
     color,
-    group_stem,
+    figure_name,
     labels,
     marker,
     model_name,
@@ -234,14 +234,13 @@ def maps_figure(result: Result) -> Figure:
     return fig
 
 
-def _figures(results: list[Result]) -> Iterator[tuple[str, Figure]]:
-    stem = group_stem(results)
+def _figures(results: list[Result], name: str | None = None) -> Iterator[tuple[str, Figure]]:
     for result in results:
         yield f"{result.path.stem}_delta_log_amplitude", profile_figure(result)
         if any(k.startswith("maps/") for k in result.arrays):
             yield f"{result.path.stem}_maps", maps_figure(result)
     yield (
-        f"{stem}_high_frequency",
+        figure_name("high_frequency", results, name),
         depth_figure(
             results, "high_frequency", "Δ log amplitude at the highest frequency", "high-frequency amplitude by depth"
         ),
@@ -249,26 +248,29 @@ def _figures(results: list[Result]) -> Iterator[tuple[str, Figure]]:
     variance = [r["variance"] for r in results]
     spread = max(np.nanmax(v) for v in variance) / max(min(np.nanmin(v) for v in variance), 1e-300)
     yield (
-        f"{stem}_variance",
+        figure_name("variance", results, name),
         depth_figure(results, "variance", "feature-map variance", "feature-map variance by depth", log=spread > 50),
     )
     noisy = [r for r in results if "noise/accuracy_drop" in r]
     if noisy:
-        yield f"{stem}_noise", noise_figure(noisy)
+        yield figure_name("noise", noisy, name), noise_figure(noisy)
 
 
 def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:
     """Write every Fourier figure of ``results`` to ``out_dir``; return the paths.
 
     Per file ``<stem>_delta_log_amplitude`` (and ``<stem>_maps`` when it holds maps); for all files together
-    ``<stem>_high_frequency``, ``<stem>_variance`` (log axis when the variances span more than 50x) and,
-    when a file holds noise results, ``<stem>_noise``.
+    a ``high_frequency`` figure, a ``variance`` figure (log axis when the variances span more than 50x) and,
+    when a file holds noise results, a ``noise`` figure, each named by
+    :func:`landscape.plot.common.figure_name` (``<stem>_variance`` for one file, ``variance_<a>_vs_<b>`` for
+    several, ``<name>_variance`` with the ``name`` option).
 
     Args:
         results: Fourier results checked by :func:`check` (at least one).
         out_dir: an existing folder.
         fmt: ``png``, ``pdf`` or ``svg``.
-        **options: drawing options; none apply to Fourier figures.
+        **options: drawing options; ``name`` (the name of the figures of all files together) is used, others
+            are ignored.
 
     Returns:
         The paths written, in order.
@@ -276,4 +278,4 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
     Raises:
         LandscapeError: ``out_dir`` cannot be written.
     """
-    return save_figures(_figures(results), out_dir, fmt)
+    return save_figures(_figures(results, options.get("name")), out_dir, fmt)

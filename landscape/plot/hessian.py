@@ -3,9 +3,11 @@
 - ``hessian`` files: the SLQ density on a log y axis (one curve per file, the computed top/bottom
   eigenvalues as ticks along the bottom), and the computed eigenvalues when a file has them.
 - ``spectrum`` files (Paper A Fig 1c/4): the pooled per-mini-batch eigenvalues as densities in two panels,
-  negative and positive eigenvalues, linear axes, one step curve per file labelled with its model name.
-  Both panels share one normalisation (the whole histogram of a file integrates to 1), so the panel areas
-  show the share of negative and positive eigenvalues.
+  negative and positive eigenvalues, linear axes, one curve per file labelled with its model name: a Gaussian
+  kernel density estimate (:class:`scipy.stats.gaussian_kde`, Scott's bandwidth) for a file of at least
+  :data:`~landscape.plot.KDE_MIN_VALUES` eigenvalues, a histogram (step curve) for fewer (``style``, the
+  ``--spectrum-style`` option, forces one). Both panels share one normalisation (the whole density of a file
+  integrates to 1), so the panel areas show the share of negative and positive eigenvalues.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from landscape.errors import LandscapeError
+from landscape.plot import KDE_MIN_VALUES, SPECTRUM_STYLES, one_of
 from landscape.plot.common import (
     Array,
     Schema,
     check_arrays,
     color,
-    group_stem,
+    figure_name,
     labels,
     save_figures,
     single_axes,
@@ -31,6 +34,8 @@ from landscape.plot.common import (
 )
 from landscape.store import Result
 
+#: points at which a kernel density estimate is drawn in each panel
+KDE_POINTS = 400
 #: the arrays of a ``hessian`` file; each part (eigenvalues, density, trace) is there when it was computed
 HESSIAN = Schema(
     kind="hessian",
@@ -139,16 +144,25 @@ def eigenvalue_figure(results: list[Result]) -> Figure:
     return fig
 
 
-def spectrum_figure(results: list[Result], bins: int = 40) -> Figure:
+def spectrum_figure(results: list[Result], bins: int = 40, *, style: str = "auto") -> Figure:
     """Paper A's max-eigenvalue spectra: pooled eigenvalues as densities, negative and positive panels.
 
     Args:
         results: ``spectrum`` results; the finite eigenvalues of the done mini-batches of each are pooled.
         bins: histogram bins per panel.
+        style: ``kde`` (a Gaussian kernel density estimate, :class:`scipy.stats.gaussian_kde`, drawn as a line
+            at :data:`KDE_POINTS` points per panel), ``hist`` (a histogram), or ``auto``: ``kde`` for a file of
+            at least :data:`~landscape.plot.KDE_MIN_VALUES` values, ``hist`` for fewer. A file whose values
+            are all equal is drawn as a histogram (a kernel density needs a spread).
 
     Returns:
-        The figure; each file's histogram integrates to 1 over both panels together.
+        The figure; each file's density integrates to 1 over both panels together (the KDE over the whole
+        line, of which the panels show the data's range).
+
+    Raises:
+        LandscapeError: ``style`` is not one of :data:`~landscape.plot.SPECTRUM_STYLES`.
     """
+    one_of(style, "spectrum style (--spectrum-style)", SPECTRUM_STYLES)
     fig = Figure(figsize=(8.0, 3.4), layout="constrained")
     neg_ax, pos_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 2]})
     pooled = [_pooled(r) for r in results]
@@ -156,11 +170,20 @@ def spectrum_figure(results: list[Result], bins: int = 40) -> Figure:
     lo = min(float(everything.min()), 0.0) if everything.size else -1.0
     hi = max(float(everything.max()), 0.0) if everything.size else 1.0
     for i, (label, values) in enumerate(zip(labels(results), pooled)):
+        kde = _kde(values) if style == "kde" or (style == "auto" and values.size >= KDE_MIN_VALUES) else None
         for ax, part, edges in (
             (neg_ax, values[values < 0], np.linspace(lo, 0, bins + 1)),
             (pos_ax, values[values >= 0], np.linspace(0, hi, bins + 1)),
         ):
-            if part.size == 0 or edges[-1] == edges[0]:
+            if edges[-1] == edges[0]:
+                continue
+            if kde is not None:
+                x = np.linspace(edges[0], edges[-1], KDE_POINTS)
+                y = kde(x)
+                ax.plot(x, y, color=color(i), lw=1.4, label=label)
+                ax.fill_between(x, y, color=color(i), alpha=0.15, lw=0, label="_nolegend_")
+                continue
+            if part.size == 0:
                 continue
             counts, _ = np.histogram(part, edges)
             dens = counts / (values.size * (edges[1] - edges[0]))
@@ -173,6 +196,18 @@ def spectrum_figure(results: list[Result], bins: int = 40) -> Figure:
     fig.suptitle(f"Max-eigenvalue spectra (top-{k} per mini-batch, pooled)")
     pos_ax.legend(fontsize=8)
     return fig
+
+
+def _kde(values: np.ndarray) -> Any:
+    """The Gaussian kernel density estimate of ``values``, or ``None`` when they have no spread."""
+    if values.size < 2 or float(np.ptp(values)) == 0.0:
+        return None
+    from scipy.stats import gaussian_kde
+
+    try:
+        return gaussian_kde(values)
+    except np.linalg.LinAlgError:
+        return None
 
 
 def _pooled(result: Result) -> np.ndarray:
@@ -195,30 +230,35 @@ def _panel(ax: Axes, title: str, limits: tuple[float, float], has_data: bool) ->
 def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:
     """Write the figures of ``hessian`` or ``spectrum`` results (one kind per call) to ``out_dir``.
 
-    ``hessian``: ``<stem>_density`` (files with a density) and ``<stem>_eigenvalues`` (files with
-    eigenvalues). ``spectrum``: ``<stem>_spectrum``; ``bins`` (option, default 40) per panel.
+    ``hessian``: a ``density`` figure (files with a density) and an ``eigenvalues`` figure (files with
+    eigenvalues). ``spectrum``: a ``spectrum`` figure; ``bins`` (option, default 40) per panel and
+    ``spectrum_style`` (option, default ``auto``, see :func:`spectrum_figure`). Each figure is named by
+    :func:`landscape.plot.common.figure_name`: ``<stem>_spectrum`` for one file, ``spectrum_<a>_vs_<b>``
+    for several, ``<name>_spectrum`` with the ``name`` option.
 
     Args:
         results: results of one kind, checked by :func:`check` (at least one; the first decides the kind).
         out_dir: an existing folder.
         fmt: ``png``, ``pdf`` or ``svg``.
-        **options: drawing options; ``bins`` is used for spectra, others are ignored.
+        **options: drawing options; ``bins``, ``spectrum_style`` and ``name`` are used, others are ignored.
 
     Returns:
         The paths written, in order.
 
     Raises:
-        LandscapeError: ``out_dir`` cannot be written.
+        LandscapeError: ``spectrum_style`` is unknown, or ``out_dir`` cannot be written.
     """
-    stem = group_stem(results)
+    name = options.get("name")
     figures: list[tuple[str, Figure]] = []
     if results[0].kind == "spectrum":
-        figures.append(("spectrum", spectrum_figure(results, int(options.get("bins", 40)))))
+        style = options.get("spectrum_style", "auto")
+        fig = spectrum_figure(results, int(options.get("bins", 40)), style=style)
+        figures.append((figure_name("spectrum", results, name), fig))
     else:
         with_density = [r for r in results if "density/values" in r]
         with_eigen = [r for r in results if "eigenvalues" in r]
         if with_density:
-            figures.append(("density", density_figure(with_density)))
+            figures.append((figure_name("density", with_density, name), density_figure(with_density)))
         if with_eigen:
-            figures.append(("eigenvalues", eigenvalue_figure(with_eigen)))
-    return save_figures(((f"{stem}_{name}", fig) for name, fig in figures), out_dir, fmt)
+            figures.append((figure_name("eigenvalues", with_eigen, name), eigenvalue_figure(with_eigen)))
+    return save_figures(figures, out_dir, fmt)

@@ -3,7 +3,13 @@
 A 2D surface gives ``<stem>_contour`` (labelled levels, trajectory overlaid when the file has one),
 ``<stem>_contourf`` (filled), ``<stem>_heatmap`` (loss and accuracy), ``<stem>_3d`` (surface; Paper A's
 style: plasma-coloured wireframe of ``z = loss - min``, clipped at ``zmax``) and ``<stem>.vtp``. 1D surfaces
-of all given files are overlaid in one figure of loss and accuracy. The grid's orientation follows the file:
+of all given files are overlaid in one figure of loss and accuracy (``<stem>_1d`` for one file,
+``1d_<a>_vs_<b>`` for several, see :func:`landscape.plot.common.figure_name`).
+
+Read at a glance: on a skewed surface (a narrow basin under high walls) the contour levels are spaced
+geometrically above the minimum, so several lines ring the basin; the colours are log-scaled when the loss
+spans more than two decades; the 3D view is clipped at a robust maximum. ``--levels``, ``--level-spacing``,
+``--log`` and ``--zmax`` override these defaults. The grid's orientation follows the file:
 ``loss[j, i]`` is drawn at ``(x_i, y_j)``; non-square grids keep their axes.
 """
 
@@ -19,8 +25,8 @@ from matplotlib.figure import Figure
 
 from landscape.errors import LandscapeError
 from landscape.files import atomic_write
-from landscape.plot import STYLES, one_of
-from landscape.plot.common import Array, Schema, check_arrays, color, save_figures, single_axes
+from landscape.plot import LEVEL_SPACINGS, STYLES, one_of
+from landscape.plot.common import Array, Schema, check_arrays, color, figure_name, save_figures, single_axes
 from landscape.store import Result
 
 #: the arrays of a surface file: ``loss[j, i]`` (and ``accuracy``, ``done``) at ``(x_i, y_j)``
@@ -136,14 +142,125 @@ def _title(result: Result) -> str:
     return "  ".join(p for p in parts if p)
 
 
-def _levels(loss: np.ma.MaskedArray, n: int, log: bool, zmax: float | None) -> np.ndarray:
+#: ``auto`` spacing: the surface is skewed when half its points lie within this share of the loss range
+SKEWED = 0.05
+#: decades that a log colour scale needs: the loss must span more (max / min > 10**LOG_DECADES)
+LOG_DECADES = 2.0
+#: ``above-min`` levels: the share of levels above the robust maximum, up the wall (the rest ring the basin)
+WALL_SHARE = 0.2
+#: the robust top of the 3D view: ``min + ROBUST_FACTOR * (75th percentile - min)`` (when below the maximum)
+ROBUST_FACTOR = 4.0
+
+
+def _finite(loss: np.ma.MaskedArray) -> np.ndarray:
+    values = np.ma.filled(loss.astype(float), np.nan)
+    return values[np.isfinite(values)]
+
+
+def is_skewed(loss: np.ma.MaskedArray) -> bool:
+    """Whether evenly spaced levels would leave the basin empty: half the points lie in the lowest 5% of the range.
+
+    Args:
+        loss: the surface's loss (masked where not done).
+
+    Returns:
+        ``median(loss) - min < SKEWED * (max - min)``.
+    """
+    v = _finite(loss)
+    lo, hi = float(v.min()), float(v.max())
+    return hi > lo and float(np.median(v)) - lo < SKEWED * (hi - lo)
+
+
+def spans_decades(loss: np.ma.MaskedArray) -> bool:
+    """Whether the loss is positive and spans more than :data:`LOG_DECADES` decades (a log colour scale fits).
+
+    Args:
+        loss: the surface's loss (masked where not done).
+
+    Returns:
+        ``min > 0`` and ``max / min > 10**LOG_DECADES``.
+    """
+    v = _finite(loss)
+    return float(v.min()) > 0 and float(v.max()) / float(v.min()) > 10**LOG_DECADES
+
+
+def robust_max(loss: np.ma.MaskedArray) -> float | None:
+    """The top of a 3D view that a corner spike does not dominate, or ``None`` when nothing needs clipping.
+
+    Args:
+        loss: the surface's loss (masked where not done).
+
+    Returns:
+        ``min + ROBUST_FACTOR * (q75 - min)`` (``q75``: the 75th percentile of the loss) when that is below the
+        highest loss, else ``None``.
+    """
+    v = _finite(loss)
+    lo = float(v.min())
+    top = lo + ROBUST_FACTOR * (float(np.quantile(v, 0.75)) - lo)
+    return top if lo < top < float(v.max()) else None
+
+
+def _basin_step(loss: np.ma.MaskedArray) -> float:
+    """Half the smallest rise from the lowest point to one of its (up to 8) done neighbours; 0 when flat."""
+    filled = np.ma.filled(loss.astype(float), np.nan)
+    j, i = np.unravel_index(np.nanargmin(filled), filled.shape)
+    around = filled[max(j - 1, 0) : j + 2, max(i - 1, 0) : i + 2] - filled[j, i]
+    rises = around[np.isfinite(around) & (around > 0)]
+    return float(rises.min()) / 2 if rises.size else 0.0
+
+
+def _levels(loss: np.ma.MaskedArray, n: int, log: bool, zmax: float | None, spacing: str = "auto") -> np.ndarray:
+    """The contour levels of ``loss``: ``n`` values from its minimum to its maximum (or ``zmax``).
+
+    ``linear``: evenly spaced. ``log`` (or ``log=True`` with ``auto``): geometric in the loss (when its minimum is
+    > 0, else linear). ``above-min``: ``min + geomspace(step, top - min, n)``, where ``step`` is half the
+    smallest rise from the lowest grid point to a neighbour (at least ``1e-6`` of the range), so that the
+    levels are dense where the loss changes near the minimum and sparse up the walls; when a spike rises above
+    the robust maximum (:func:`robust_max`), 80% of the levels go up to that maximum and the other 20% (at least
+    one) up the wall, geometrically again. ``auto``: ``above-min``
+    when the surface is skewed (:func:`is_skewed`), else ``linear``.
+
+    Args:
+        loss: the surface's loss (masked where not done).
+        n: the number of levels.
+        log: the ``--log`` flag (geometric levels under ``auto``).
+        zmax: the highest level; ``None``: the highest loss.
+        spacing: one of :data:`LEVEL_SPACINGS`.
+
+    Returns:
+        ``n`` increasing levels.
+    """
     lo = float(loss.min())
     hi = float(loss.max()) if zmax is None else min(float(zmax), float(loss.max()))
     if hi <= lo:
         hi = lo + 1e-12 + abs(lo) * 1e-6
-    if log and lo > 0:
+    if spacing == "auto":
+        spacing = "log" if log else "above-min" if is_skewed(loss) else "linear"
+    if spacing == "log" and lo > 0:
         return np.geomspace(lo, hi, n)
+    if spacing == "above-min":
+        span = hi - lo
+        step = min(max(_basin_step(loss), span * 1e-6), span / 2)
+        top = robust_max(loss)
+        wall = max(1, round(n * WALL_SHARE)) if top is not None and step < top - lo < span and n >= 4 else 0
+        if not wall:
+            return lo + np.geomspace(step, span, n)
+        basin = np.geomspace(step, top - lo, n - wall)
+        return lo + np.concatenate([basin, np.geomspace(top - lo, span, wall + 1)[1:]])
     return np.linspace(lo, hi, n)
+
+
+def _norm(loss: np.ma.MaskedArray, levels: np.ndarray | None = None) -> Any:
+    """The colour scale: log when the loss spans decades, one colour step per level for uneven levels, else linear."""
+    from matplotlib import colors
+
+    if spans_decades(loss):
+        lo = float(loss.min())
+        top = float(levels[-1]) if levels is not None else float(loss.max())
+        return colors.LogNorm(lo, max(top, lo * (1 + 1e-9)))
+    if levels is not None and len(levels) > 2 and not np.allclose(np.diff(levels), levels[1] - levels[0]):
+        return colors.BoundaryNorm(levels, 256)
+    return None
 
 
 def _labels(ax: Any, result: Result) -> None:
@@ -152,18 +269,28 @@ def _labels(ax: Any, result: Result) -> None:
 
 
 def contour_figure(
-    result: Result, *, levels: int = 20, log: bool = False, zmax: float | None = None, filled: bool = False
+    result: Result,
+    *,
+    levels: int = 20,
+    log: bool = False,
+    zmax: float | None = None,
+    filled: bool = False,
+    spacing: str = "auto",
 ) -> Figure:
     """Contour lines with labelled levels (or ``filled`` contours with a colour bar) of the loss.
 
-    ``loss[j, i]`` is drawn at ``(x_i, y_j)``; the trajectory (PCA files) and the centre are marked.
+    ``loss[j, i]`` is drawn at ``(x_i, y_j)``; the trajectory (PCA files) and the centre are marked. The levels
+    follow ``spacing`` (see :func:`_levels`: by default dense near the minimum of a skewed surface); the colour
+    scale is logarithmic when the loss spans more than two decades, else one colour step per level.
 
     Args:
         result: a 2D surface result.
         levels: the number of contour levels.
-        log: space the levels geometrically (when the lowest loss is > 0).
+        log: space the levels geometrically in the loss (when the lowest loss is > 0) unless ``spacing`` says
+            otherwise.
         zmax: the highest level (the loss is clipped there for ``filled``); ``None``: the highest loss.
         filled: draw filled contours with a colour bar instead of labelled lines.
+        spacing: one of :data:`LEVEL_SPACINGS`.
 
     Returns:
         The figure.
@@ -174,12 +301,14 @@ def contour_figure(
     xs, ys, loss, _ = grid_of(result)
     fig, ax = single_axes((6, 5))
     X, Y = np.meshgrid(xs, ys)
-    lv = _levels(loss, levels, log, zmax)
+    one_of(spacing, "contour level spacing (--level-spacing)", LEVEL_SPACINGS)
+    lv = _levels(loss, levels, log, zmax, spacing)
+    norm = _norm(loss, lv)
     if filled:
-        cs = ax.contourf(X, Y, np.ma.minimum(loss, lv[-1]), levels=lv, cmap="viridis", extend="max")
+        cs = ax.contourf(X, Y, np.ma.minimum(loss, lv[-1]), levels=lv, cmap="viridis", norm=norm, extend="both")
         fig.colorbar(cs, ax=ax, label="loss")
     else:
-        cs = ax.contour(X, Y, loss, levels=lv, cmap="viridis")
+        cs = ax.contour(X, Y, loss, levels=lv, cmap="viridis", norm=norm)
         ax.clabel(cs, inline=True, fontsize=7, fmt="%.3g")
     if "trajectory/coordinates" in result:
         t = result["trajectory/coordinates"]
@@ -201,6 +330,8 @@ def contour_figure(
 def heatmap_figure(result: Result) -> Figure:
     """Two heatmaps (loss, accuracy); cell ``[j, i]`` is centred at ``(x_i, y_j)`` (pcolormesh, nearest).
 
+    The loss is coloured on a log scale when it spans more than two decades.
+
     Args:
         result: a 2D surface result.
 
@@ -214,7 +345,8 @@ def heatmap_figure(result: Result) -> Figure:
     fig = Figure(figsize=(11, 4.5), layout="constrained")
     for k, (z, name, cmap) in enumerate(((loss, "loss", "viridis"), (acc, "accuracy", "magma"))):
         ax = fig.add_subplot(1, 2, k + 1)
-        mesh = ax.pcolormesh(xs, ys, z, shading="nearest", cmap=cmap)
+        norm = _norm(z) if name == "loss" else None
+        mesh = ax.pcolormesh(xs, ys, z, shading="nearest", cmap=cmap, norm=norm)
         fig.colorbar(mesh, ax=ax, label=name)
         _labels(ax, result)
         ax.set_title(name)
@@ -222,17 +354,23 @@ def heatmap_figure(result: Result) -> Figure:
     return fig
 
 
-def surface3d_figure(result: Result, *, style: str = "default", zmax: float | None = None, log: bool = False) -> Figure:
+def surface3d_figure(
+    result: Result, *, style: str = "default", zmax: float | None = None, log: bool = False, robust: bool = True
+) -> Figure:
     """A 3D surface of the loss.
 
     ``paper``: Paper A's plasma-coloured wireframe of ``z = loss - min(loss)`` clipped at ``zmax``;
-    ``default``: a shaded surface of the loss (log10 with ``log``), clipped at ``zmax``.
+    ``default``: a shaded surface of the loss (log10 with ``log``), clipped at ``zmax``. Without ``zmax`` (and
+    without ``log``) the view is clipped at the robust maximum (:func:`robust_max`), so that one corner spike
+    does not flatten the basin.
 
     Args:
         result: a 2D surface result.
         style: ``"default"`` or ``"paper"``.
-        zmax: clip ``z`` at this value; ``None``: no clipping.
-        log: draw ``log10(loss)`` (``default`` style only).
+        zmax: clip ``z`` at this value (in the units of ``z``: ``loss - min`` for ``paper``); ``None``: the
+            robust maximum when ``robust``, else no clipping.
+        log: draw ``log10(loss)`` (``default`` style only); no default clipping then.
+        robust: clip at the robust maximum when ``zmax`` is ``None``.
 
     Returns:
         The figure.
@@ -242,6 +380,9 @@ def surface3d_figure(result: Result, *, style: str = "default", zmax: float | No
     """
     one_of(style, "surface style (--style)", STYLES)
     xs, ys, loss, _ = grid_of(result)
+    if zmax is None and not log and robust:
+        top = robust_max(loss)
+        zmax = None if top is None else top - float(loss.min()) if style == "paper" else top
     X, Y = np.meshgrid(xs, ys)
     Z = loss - loss.min() if style == "paper" else np.ma.log10(loss) if log else loss
     if zmax is not None:
@@ -378,23 +519,29 @@ def plot(
     zmax: float | None = None,
     style: str = "default",
     levels: int = 20,
+    level_spacing: str = "auto",
     vtp: bool = True,
+    name: str | None = None,
     **_: Any,
 ) -> list[Path]:
     """Draw every surface figure of ``results`` into ``out_dir`` (see the module doc); return the paths.
 
     Options: ``log`` (log loss axis / levels), ``zmax`` (clip), ``style`` (``default`` or ``paper`` 3D),
-    ``levels`` (contour count), ``vtp`` (write the ParaView file of 2D surfaces). Other options are ignored.
+    ``levels`` (contour count), ``level_spacing`` (how the levels are spaced), ``vtp`` (write the ParaView
+    file of 2D surfaces), ``name`` (the name of the 1D overlay). Other options are ignored.
 
     Args:
         results: surface results; planes get four figures (and a ``.vtp``) each, lines share one figure.
         out_dir: an existing folder.
         fmt: ``png``, ``pdf`` or ``svg``.
         log: log loss axis / geometric contour levels / log10 3D surface and ``.vtp``.
-        zmax: clip the loss (contour levels, 3D surface, ``.vtp``) at this value.
+        zmax: clip the loss (contour levels, 3D surface, ``.vtp``) at this value; ``None``: contour levels up
+            to the highest loss and the 3D view clipped at the robust maximum (:func:`robust_max`).
         style: the 3D style, ``"default"`` or ``"paper"``.
         levels: the number of contour levels.
+        level_spacing: one of :data:`LEVEL_SPACINGS` (see :func:`_levels`).
         vtp: also write ``<stem>.vtp`` for each plane.
+        name: the 1D figure's name instead of its files' (see :func:`landscape.plot.common.figure_name`).
         **_: other drawing options, ignored.
 
     Returns:
@@ -408,12 +555,13 @@ def plot(
 
     def figures() -> Iterator[tuple[str, Figure]]:
         for r in planes:
-            yield f"{r.path.stem}_contour", contour_figure(r, levels=levels, log=log, zmax=zmax)
-            yield f"{r.path.stem}_contourf", contour_figure(r, levels=levels, log=log, zmax=zmax, filled=True)
+            contour = {"levels": levels, "log": log, "zmax": zmax, "spacing": level_spacing}
+            yield f"{r.path.stem}_contour", contour_figure(r, **contour)
+            yield f"{r.path.stem}_contourf", contour_figure(r, **contour, filled=True)
             yield f"{r.path.stem}_heatmap", heatmap_figure(r)
             yield f"{r.path.stem}_3d", surface3d_figure(r, style=style, zmax=zmax, log=log)
         if lines:
-            yield f"{lines[0].path.stem}_1d", lines_figure(lines, log=log)
+            yield figure_name("1d", lines, name), lines_figure(lines, log=log)
 
     written = save_figures(figures(), Path(out_dir), fmt)
     if vtp:

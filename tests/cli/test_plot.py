@@ -286,3 +286,15 @@ def test_a_failed_write_leaves_the_old_figure_and_no_temporary(tmp_path, monkeyp
     with pytest.raises(RuntimeError, match="renderer crashed"):
         plot_files([path], out, "png")
     assert snapshot(out) == before
+
+
+def test_overlays_are_named_by_models_or_by_name_and_spectra_take_a_style(tmp_path):
+    eig = np.abs(np.random.default_rng(0).normal(5, 1, (10, 3)))
+    paths = [
+        write_result(tmp_path / f"{m}_spectrum.h5", "spectrum", spectrum_arrays(eig), model=m)
+        for m in ("resnet_mini", "vit_mini")
+    ]
+    succeeds(plot(*paths, "--out", tmp_path / "figs"), "spectrum_resnet_mini_vs_vit_mini.png")
+    succeeds(plot(*paths, "--out", tmp_path / "n", "--name", "final", "--spectrum-style", "kde"), "final_spectrum.png")
+    one_line_failure(plot(*paths, "--out", tmp_path / "figs", "--name", "../up"), "--name", "'../up'")
+    succeeds(plot(surface(tmp_path), "--out", tmp_path / "s", "--level-spacing", "linear"), *SURFACE_FIGURES)
