@@ -54,7 +54,8 @@ if __name__ == "__main__":
     delay = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
 
     def on_round(done, total):
-        print("ROUND", done, flush=True)
+        if distributed.is_main():  # one writer: two ranks' unbuffered prints would interleave on the pipe
+            print("ROUND", done, flush=True)
         time.sleep(delay if done >= 3 else 0.0)
 
     compute_surface(objective, dirs, XS, YS, out=sys.argv[1], batch_points=1, progress=False, on_round=on_round)
