@@ -727,10 +727,13 @@ def fixed_batches(
     *,
     seed: int = 0,
     device: str | torch.device = "cpu",
+    first_samples: bool = False,
 ) -> list[tuple[Tensor, Tensor]]:
     """The first ``n_samples`` images of a ``seed``-ed permutation (all if None) as fixed batches on ``device``.
 
-    No augmentation; the order is fixed by ``seed``; the last batch may be smaller.
+    No augmentation; the order is fixed by ``seed``; the last batch may be smaller. With ``first_samples`` the
+    images are the first ``n_samples`` of the split in file order (no permutation; ``seed`` is unused), as
+    Paper A's released code takes its first, unshuffled test batch.
 
     Args:
         dataset: The split to draw from.
@@ -738,6 +741,7 @@ def fixed_batches(
         n_samples: Number of images to take, in ``1..len(dataset)``; None takes all.
         seed: Seeds the permutation.
         device: Device the batches are moved to.
+        first_samples: Take images ``0..n_samples-1`` in order instead of a seeded choice.
 
     Returns:
         A list of ``(x, y)`` batches: float32 ``(b, C, H, W)`` normalised images and int64 ``(b,)`` labels.
@@ -755,7 +759,10 @@ def fixed_batches(
             f"n_samples={n_samples!r} is out of range: use 1..{n_all} (the size of {dataset.spec} "
             f"{dataset.split}) or leave it unset for all"
         )
-    idx = torch.randperm(n_all, generator=torch.Generator().manual_seed(seed))[: int(n)]
+    if first_samples:
+        idx = torch.arange(int(n))
+    else:
+        idx = torch.randperm(n_all, generator=torch.Generator().manual_seed(seed))[: int(n)]
     x, y = dataset.images(idx), dataset.targets[idx]
     return [
         (x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)) for i in range(0, int(n), int(batch_size))

@@ -272,7 +272,7 @@ def load_inputs(
 
 
 def batches_for(
-    inputs: AnalysisInputs, *, batch_size: int, n_samples: int | None, seed: int = 0
+    inputs: AnalysisInputs, *, batch_size: int, n_samples: int | None, seed: int = 0, first_samples: bool = False
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Fixed batches (no augmentation, fixed seeded order) of the inputs' dataset, on the inputs' device.
 
@@ -281,6 +281,7 @@ def batches_for(
         batch_size: samples per batch (positive).
         n_samples: number of samples to take (positive); None takes the whole split.
         seed: seeds the order of the samples.
+        first_samples: take the first ``n_samples`` of the split in file order, unshuffled (``seed`` unused).
 
     Returns:
         A list of ``(x, y)`` batches: float32 ``(b, C, H, W)`` images and int64 ``(b,)`` labels.
@@ -296,7 +297,7 @@ def batches_for(
     if n_samples is not None and n_samples <= 0:
         raise LandscapeError(f"--samples must be positive, got {n_samples}")
     dataset = load_dataset(inputs.dataset_spec, inputs.split, preprocess=inputs.preprocess)
-    return fixed_batches(dataset, batch_size, n_samples, seed=seed, device=inputs.device)
+    return fixed_batches(dataset, batch_size, n_samples, seed=seed, device=inputs.device, first_samples=first_samples)
 
 
 def parse_patterns(patterns: Sequence[str] | str | None) -> list[str]:

@@ -344,6 +344,24 @@ def test_fixed_batches():
     one_line_error(fixed_batches, ds, 0)
 
 
+def test_fixed_batches_first_samples_are_the_first_images_in_file_order():
+    ds = load_dataset("digits", "test")
+    x_all, y_all = ds.tensors()
+    for seed in (0, 3):  # the seed does not matter
+        first = fixed_batches(ds, 64, 200, seed=seed, first_samples=True)
+        assert [len(y) for _, y in first] == [64, 64, 64, 8]
+        assert torch.equal(torch.cat([x for x, _ in first]), x_all[:200])
+        assert torch.equal(torch.cat([y for _, y in first]), y_all[:200])
+    whole = fixed_batches(ds, 100, first_samples=True)
+    assert torch.equal(torch.cat([y for _, y in whole]), y_all)
+    # without it the seeded choice is what it was
+    seeded = fixed_batches(ds, 64, 200, seed=1, first_samples=False)
+    perm = torch.randperm(360, generator=torch.Generator().manual_seed(1))[:200]
+    assert torch.equal(torch.cat([y for _, y in seeded]), ds.targets[perm])
+    assert not torch.equal(torch.cat([y for _, y in seeded]), y_all[:200])
+    one_line_error(fixed_batches, ds, 64, 361, first_samples=True)
+
+
 def test_transform_before_normalisation_and_not_in_tensors():
     seen = []
 

@@ -1,3 +1,4 @@
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -7,7 +8,17 @@ from torch import nn
 
 from landscape.errors import LandscapeError
 from landscape.fourier import band_mask, band_noise, noise_robustness
-from landscape.fourier.noise import BANDS, accuracy, check_labels, hits
+from landscape.fourier.noise import (
+    BAND_NOISE,
+    BANDS,
+    accuracy,
+    check_labels,
+    hits,
+    make_noise,
+    official_band_noise,
+    official_mask,
+)
+from landscape.options.fourier import NOISE_CONSTRUCTIONS
 
 
 def exact_mask(h, w, centre, width):
@@ -100,3 +111,103 @@ def test_labels_the_model_cannot_output_are_refused():
     check_labels(PixelClassifier(), [(x, torch.tensor([0, 1, 1, 0]))])
     with pytest.raises(LandscapeError, match="labels 0..5 but the model outputs 2 classes"):
         check_labels(PixelClassifier(), [(x, torch.tensor([0, 1, 5, 0]))])
+
+
+# ------------------------------------------------------------------------- the official construction
+def centred_square(h, w, half_h, half_w):
+    """Explicit 0/1 (h, w) square in centred order: frequency indices -half .. half-1 around (h // 2, w // 2)."""
+    m = np.zeros((h, w))
+    rows = range(h) if 2 * half_h >= h else range(h // 2 - max(half_h, 0), h // 2 + max(half_h, 0))
+    cols = range(w) if 2 * half_w >= w else range(w // 2 - max(half_w, 0), w // 2 + max(half_w, 0))
+    for r in rows:
+        for c in cols:
+            m[r, c] = 1.0
+    return m
+
+
+def reference_official(x, centre, width):
+    """Direct numpy FreqAttack: fftshift(fft2), times outer square minus inner square, ifftshift, ifft2, real."""
+    _, _, h, w = x.shape
+    f, s = centre * np.pi, width / 2 * np.pi  # our band (units of pi) in the released code's radians
+
+    def half(r, n):
+        return int((r * n) / (2 * np.pi))
+
+    mask = centred_square(h, w, half(f + s, h), half(f + s, w)) - centred_square(h, w, half(f - s, h), half(f - s, w))
+    spec = np.fft.fftshift(np.fft.fft2(x), axes=(-2, -1)) * mask
+    return np.fft.ifft2(np.fft.ifftshift(spec, axes=(-2, -1))).real, mask
+
+
+@pytest.mark.parametrize("size", [(32, 32), (31, 31), (15, 17), (8, 8)])
+def test_official_noise_equals_a_direct_numpy_freqattack(size):
+    h, w = size
+    eps = 0.03
+    for centre, width in [(c, 0.1) for c in BANDS] + [(0.5, 0.3), (0.05, 0.2)]:
+        signs = eps * torch.randn((2, 3, h, w), generator=torch.Generator().manual_seed(5), dtype=torch.float64).sign()
+        want, mask = reference_official(signs.numpy(), centre, width)
+        np.testing.assert_array_equal(official_mask(h, w, centre, width), mask.astype(bool))
+        gen = torch.Generator().manual_seed(5)
+        if not mask.any():
+            with pytest.raises(LandscapeError, match="keeps no frequency"):
+                official_band_noise((2, 3, h, w), centre, width, eps, gen, torch.float64)
+            continue
+        got = official_band_noise((2, 3, h, w), centre, width, eps, gen, torch.float64)
+        np.testing.assert_allclose(got.numpy(), want, atol=1e-6, rtol=0)
+        assert np.abs(want).max() > 1e-4  # not trivially zero
+
+
+def test_official_mask_is_the_released_padded_square_on_even_sizes():
+    """For even h the released _center_mask pads ones(m, m) by (h - m) / 2 on every side; clipped to [0, h]."""
+
+    def released(side, h):
+        side = min(max(side, 0), h)
+        return np.pad(np.ones((side, side)), (h - side) // 2)
+
+    for h in (8, 32, 224):
+        for centre in (*BANDS, 1.0):
+            f, s = centre * math.pi, 0.05 * math.pi
+            outer = released(int(((f + s) * h) / (2 * math.pi)) * 2, h)
+            inner = released(int(((f - s) * h) / (2 * math.pi)) * 2, h)
+            np.testing.assert_array_equal(official_mask(h, h, centre, 0.1), (outer - inner).astype(bool))
+
+
+def test_official_lowest_band_holds_the_zero_frequency_and_is_not_renormalised():
+    mask = official_mask(32, 32, 0.1, 0.1)  # int(0.05 * 16) = 0: no inner square
+    assert mask[16, 16] and mask.sum() == 16  # indices -2..1 on each axis
+    gen = torch.Generator().manual_seed(0)
+    lo = official_band_noise((4, 1, 32, 32), 0.1, 0.1, 1.0, gen, torch.float64)
+    hi = official_band_noise((4, 1, 32, 32), 0.9, 0.1, 1.0, torch.Generator().manual_seed(0), torch.float64)
+    # Parseval: the energy is eps^2 times the fraction of kept frequencies (about), so it depends on the band
+    assert lo.pow(2).mean() < 0.05 < hi.pow(2).mean()
+    np.testing.assert_allclose(
+        official_band_noise((4, 1, 32, 32), 0.9, 0.1, 2.0, torch.Generator().manual_seed(0), torch.float64), 2 * hi
+    )
+
+
+def test_constructions_are_chosen_by_name():
+    assert tuple(BAND_NOISE) == NOISE_CONSTRUCTIONS
+    shape = (2, 1, 16, 16)
+    noise = {"centre": 0.5, "width": 0.1, "strength": 0.7, "eps": 0.2}
+    annulus = make_noise(shape, noise, torch.Generator().manual_seed(1), torch.float64)
+    assert torch.equal(annulus, band_noise(shape, 0.5, 0.1, 0.7, torch.Generator().manual_seed(1), torch.float64))
+    official = make_noise(shape, {**noise, "construction": "official"}, torch.Generator().manual_seed(1), torch.float64)
+    want = official_band_noise(shape, 0.5, 0.1, 0.2, torch.Generator().manual_seed(1), torch.float64)
+    assert torch.equal(official, want)
+    with pytest.raises(LandscapeError, match="unknown noise construction"):
+        make_noise(shape, {**noise, "construction": "disk"})
+
+
+def test_official_noise_robustness_goes_through_the_same_loop():
+    gen = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 2, (64,), generator=gen)
+    x = (y.float() * 2 - 1)[:, None, None, None] * 0.3 * torch.ones(64, 1, 8, 8)
+    batches = [(x[:32], y[:32]), (x[32:], y[32:])]
+    low = noise_robustness(LowPassClassifier(), batches, bands=(0.25, 0.75), construction="official", eps=5.0)
+    assert low.clean_accuracy == 1.0 and low.construction == "official" and low.eps == 5.0
+    assert low.drop[0] > 0.05  # the lowest official band holds the zero frequency: the mean moves
+    assert low.drop[1] == 0.0  # a band without the zero frequency has zero mean
+    noise = {"centre": 0.75, "width": 0.1, "eps": 5.0, "seed": 0, "construction": "official"}
+    assert (
+        accuracy(PixelClassifier(), batches, noise)
+        == noise_robustness(PixelClassifier(), batches, bands=(0.75,), construction="official", eps=5.0).accuracy[0]
+    )

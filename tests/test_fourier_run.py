@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from landscape.checkpoint import save_checkpoint
+from landscape.data import load_dataset
 from landscape.errors import LandscapeError
 from landscape.fourier import FourierOptions, fourier_profile, run_fourier
 from landscape.fourier.noise import accuracy
@@ -101,3 +102,30 @@ def test_resnet_layers_have_their_own_grids(tmp_path):
         assert res["high_frequency"][i] == native[-1]
         row = res["delta_log_amplitude"][i]
         np.testing.assert_allclose(row[~np.isnan(row)][:: 32 // h], native, atol=1e-12)
+
+
+def test_official_noise_and_first_samples_reach_the_file(vit_ckpt, tmp_path):
+    opts = FourierOptions(
+        samples=10,
+        batch_size=4,
+        first_samples=True,
+        seed=3,
+        noise_bands=True,
+        bands=(0.25, 0.75),
+        noise_construction="official",
+        noise_eps=1.5,
+    )
+    res = run_fourier(vit_ckpt, opts, out=tmp_path / "o.h5", progress=False, device="cpu")
+    inputs = load_inputs(vit_ckpt, split="test", device="cpu")
+    first = batches_for(inputs, batch_size=4, n_samples=10, first_samples=True)
+    x_all, y_all = load_dataset(inputs.dataset_spec, "test", preprocess=inputs.preprocess).tensors()
+    assert torch.equal(torch.cat([x for x, _ in first]), x_all[:10]) and torch.equal(
+        torch.cat([y for _, y in first]), y_all[:10]
+    )
+    direct = fourier_profile(inputs.model, first)
+    np.testing.assert_allclose(res["variance"], direct.variance, rtol=1e-5)
+    noise = {"centre": 0.75, "width": 0.1, "eps": 1.5, "seed": 3, "construction": "official"}
+    assert res["noise/accuracy"][1] == accuracy(inputs.model, first, noise)
+    assert res.attrs["n_samples"] == 10 and res.attrs["noise_construction"] == "official"
+    seeded = batches_for(inputs, batch_size=4, n_samples=10, seed=3)
+    assert not torch.equal(torch.cat([y for _, y in seeded]), y_all[:10])

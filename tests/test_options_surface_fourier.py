@@ -88,6 +88,11 @@ def test_invalid_surface_options_are_one_line_errors(kwargs, match):
         ({"samples": -3}, "--samples"),
         ({"seed": 1.5}, "--seed"),
         ({"maps": 1}, "maps"),
+        ({"first_samples": "yes"}, "first_samples"),
+        ({"noise_construction": "disk"}, "unknown noise construction 'disk'"),
+        ({"noise_eps": 0.0}, "--noise-eps"),
+        ({"noise_eps": math.nan}, "--noise-eps"),
+        ({"noise_eps": -0.1}, "--noise-eps"),
     ],
 )
 def test_invalid_fourier_options_are_one_line_errors(kwargs, match):
@@ -120,6 +125,7 @@ def test_cli_rejects_invalid_options_before_loading_anything(tmp_path):
         (["fourier", "--noise-strength", "nan"], "--noise-strength"),
         (["fourier", "--bands", "0.5,1.5"], "noise band centre"),
         (["fourier", "--bands", "0.5,high"], "--bands"),
+        (["fourier", "--noise-eps", "inf"], "--noise-eps"),
     ]
     for args, match in cases:
         out = tmp_path / "r.h5"
@@ -198,11 +204,40 @@ def test_fourier_attrs_are_what_the_file_records(ckpts, tmp_path):
             data="digits",
             seed=2,
         ),
+        FourierOptions(
+            samples=8,
+            batch_size=4,
+            first_samples=True,
+            noise_bands=True,
+            bands=(0.25, 0.75),
+            noise_construction="official",
+            noise_eps=0.5,
+        ),
     ]
     for k, options in enumerate(cases):
         res = run_fourier(ckpts[0], options, out=tmp_path / f"f{k}.h5", device="cpu", progress=False)
         assert recorded(options, res) == {}, options
-    assert res["noise/frequencies"].tolist() == [0.25, 0.75]
+        assert k == 0 or res["noise/frequencies"].tolist() == [0.25, 0.75]
+    official = res.attrs
+    assert official["noise_construction"] == "official" and official["noise_eps"] == 0.5
+    assert official["noise_strength"] is None and official["first_samples"] is True
+    # the defaults write exactly the attributes they wrote before these options existed: old files resume
+    old = {"split", "seed", "profile", "frequency_axis", "maps", "batch_size", "noise_bands", "noise_width"}
+    old |= {"noise_strength", "taps"}
+    for options in (FourierOptions(), FourierOptions(noise_bands=True), FourierOptions(noise_eps=0.1)):
+        assert set(options.attrs()) == old
+    annulus = FourierOptions(noise_bands=True).attrs()
+    assert annulus["noise_strength"] == 0.5 and annulus == FourierOptions(noise_bands=True, noise_eps=0.1).attrs()
+    # an official file is not taken for an annulus one (nor the reverse)
+    one_line_error(
+        run_fourier,
+        ckpts[0],
+        dataclasses.replace(cases[2], noise_construction="annulus"),
+        out=tmp_path / "f2.h5",
+        device="cpu",
+        progress=False,
+        match="--force",
+    )
 
 
 # ------------------------------------------------------------------------------------------ CLI

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from landscape.pipeline import ModelSource
 
 from landscape.cli.options import checkpoint_options, output_options
-from landscape.options.fourier import FREQUENCY_AXES, PROFILES, FourierOptions
+from landscape.options.fourier import FREQUENCY_AXES, NOISE_CONSTRUCTIONS, PROFILES, FourierOptions
 
 DEFAULTS = FourierOptions.defaults()
 
@@ -35,6 +35,13 @@ def parse_bands(text: str) -> tuple[float, ...]:
 @checkpoint_options(split=DEFAULTS["split"])
 @output_options("fourier.h5")
 @click.option("--samples", default=DEFAULTS["samples"], show_default=True, type=int, help="Number of images analysed.")
+@click.option(
+    "--first-samples",
+    is_flag=True,
+    default=DEFAULTS["first_samples"],
+    help="Take the first --samples images of the split in file order (Paper A's first test batch), not a seeded "
+    "choice.",
+)
 @click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=int)
 @click.option(
     "--seed", default=DEFAULTS["seed"], show_default=True, type=int, help="Seed of the sample choice and the noise."
@@ -80,7 +87,23 @@ def parse_bands(text: str) -> tuple[float, ...]:
     default=DEFAULTS["noise_strength"],
     show_default=True,
     type=float,
-    help="Root-mean-square of the noise per image, in normalised input units.",
+    help="Root-mean-square of the noise per image, in normalised input units (annulus construction).",
+)
+@click.option(
+    "--noise-construction",
+    default=DEFAULTS["noise_construction"],
+    show_default=True,
+    type=click.Choice(NOISE_CONSTRUCTIONS),
+    help="Our symmetric square annulus renormalised to --noise-strength, or Paper A's released FreqAttack "
+    "(centred squares, signs of amplitude --noise-eps, no renormalisation).",
+)
+@click.option(
+    "--noise-eps",
+    default=DEFAULTS["noise_eps"],
+    show_default=True,
+    type=float,
+    help="Amplitude eps of the signs of the official construction, in normalised input units "
+    "(default: the released Random attack's).",
 )
 @click.option(
     "--taps",

@@ -1,18 +1,27 @@
 """Robustness to band-limited noise (Paper A, Fig 2b): accuracy drop per frequency band of additive noise.
 
-Band. Frequencies are in units of pi: along an axis of length ``n`` the DFT index ``k`` has frequency
+Two constructions of the noise, chosen by name (:data:`BAND_NOISE`): ``annulus`` (the default, below) and
+``official`` (Paper A's released ``FreqAttack`` over ``Random``, :func:`official_band_noise`).
+
+Band (``annulus``). Frequencies are in units of pi: along an axis of length ``n`` the DFT index ``k`` has frequency
 ``2 * fftfreq(n)[k]`` in [-1, 1). The band of centre ``f`` and width ``b`` is the *square annulus*
 ``f - b/2 <= max(|fy|, |fx|) < f + b/2`` (half-open; a 1e-9 tolerance makes grid points that sit exactly on a
 bound fall as exact arithmetic says). The default bands are centres 0.1, 0.2, ..., 0.9 with width 0.1.
 
-Noise. For every image and channel independently, random signs ``s`` in {-1, +1}^(h x w) are band-passed:
+Noise (``annulus``). For every image and channel independently, random signs ``s`` in {-1, +1}^(h x w) are band-passed:
 ``n = Re(ifft2(fft2(s) * mask))`` (the mask is symmetric under ``f -> -f``, so the imaginary part is rounding
 only), then each image's noise (all channels) is scaled to root-mean-square ``strength``, in the units of the
 model's (normalised) input. The accuracy drop of a band is ``accuracy(clean) - accuracy(x + n)``.
+
+Official. A band of centre ``c`` and width ``b`` (units of pi) is the released code's ``f = c * pi`` and
+``s = b/2 * pi`` (radians, ``s`` the half-width). Signs ``eps * sign(N(0, 1))`` per image and channel are
+transformed, centred (``fftshift``), multiplied by the difference of two centred squares (:func:`official_mask`),
+shifted back (``ifftshift``) and transformed back; the real part is the noise, not renormalised.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -22,7 +31,7 @@ from torch import Tensor, nn
 
 from landscape.errors import LandscapeError
 from landscape.fourier.features import eval_model
-from landscape.options.fourier import BANDS, STRENGTH, WIDTH  # the defaults, defined once with the options
+from landscape.options.fourier import BANDS, EPS, STRENGTH, WIDTH  # the defaults, defined once with the options
 
 _TOL = 1e-9
 
@@ -86,6 +95,128 @@ def band_noise(
     return (noise * (strength / rms)).to(dtype)
 
 
+def _centred_side(n: int, half: int) -> np.ndarray:
+    """Boolean ``(n,)`` indicator, in centred (fftshift) order, of a centred segment of ``2 * half`` indices.
+
+    The segment is the frequency indices ``-half .. half-1`` around the zero frequency (index ``n // 2`` after
+    ``fftshift``): for even ``n`` this is the released code's ``ones(2 half)`` padded by ``(n - 2 half) / 2`` on
+    each side. ``2 * half >= n`` keeps the whole axis and ``half <= 0`` none (the released clipping).
+
+    Args:
+        n: length of the axis.
+        half: half the side of the square (``int((f +- s) n / (2 pi))``).
+
+    Returns:
+        The indicator of the kept indices, centred order.
+    """
+    keep = np.zeros(n, bool)
+    if 2 * half >= n:
+        keep[:] = True
+    elif half > 0:
+        keep[n // 2 - half : n // 2 + half] = True
+    return keep
+
+
+def official_mask(h: int, w: int, centre: float, width: float = WIDTH) -> np.ndarray:
+    """Boolean (h, w) mask, in centred (fftshift) order, of the released ``FreqAttack`` band.
+
+    With ``f = centre * pi`` and ``s = width/2 * pi`` (radians), the mask keeps the centred square of half-side
+    ``int((f + s) n / (2 pi))`` minus the centred square of half-side ``int((f - s) n / (2 pi))`` (see
+    :func:`_centred_side`), with ``n = h`` along the rows and ``n = w`` along the columns (the released code,
+    square images only, uses ``h`` for both).
+
+    Args:
+        h: image height (pixels).
+        w: image width (pixels).
+        centre: band centre, in units of pi.
+        width: band width, in units of pi (the released ``s`` is half of it, times pi).
+
+    Returns:
+        A boolean ``(h, w)`` array in centred order (zero frequency at ``(h // 2, w // 2)``); True inside.
+    """
+    f, s = centre * math.pi, width / 2 * math.pi
+
+    def square(r: float) -> np.ndarray:
+        rows = _centred_side(h, int((r * h) / (2 * math.pi)))
+        cols = _centred_side(w, int((r * w) / (2 * math.pi)))
+        return rows[:, None] & cols[None, :]
+
+    return square(f + s) & ~square(f - s)
+
+
+def official_band_noise(
+    shape: Sequence[int],
+    centre: float,
+    width: float = WIDTH,
+    eps: float = EPS,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """Paper A's released band noise: ``eps * sign(N(0, 1))`` band-passed by :func:`official_mask`, per channel.
+
+    ``n = Re(ifft2(ifftshift(fftshift(fft2(eps * sign(g))) * mask)))`` for standard normal ``g`` of ``shape``
+    (drawn in float64); the noise is not renormalised, so its energy depends on the band.
+
+    Args:
+        shape: ``(B, C, H, W)`` of the noise (the images it is added to).
+        centre: band centre, in units of pi (``f = centre * pi``).
+        width: band width, in units of pi (``s = width/2 * pi``).
+        eps: amplitude of the signs, in input units.
+        generator: the random generator of ``g``; None uses torch's global one.
+        dtype: dtype of the returned noise (computed in float64).
+
+    Returns:
+        The noise, a ``(B, C, H, W)`` tensor of ``dtype`` on CPU.
+
+    Raises:
+        LandscapeError: the mask keeps no frequency of an ``H x W`` image.
+    """
+    b, c, h, w = shape
+    mask = official_mask(h, w, centre, width)
+    if not mask.any():
+        raise LandscapeError(
+            f"the official mask of the band {centre}pi +- {width / 2}pi keeps no frequency of a {h}x{w} image; "
+            "choose wider or other bands"
+        )
+    signs = eps * torch.randn((b, c, h, w), generator=generator, dtype=torch.float64).sign()
+    spec = torch.fft.fftshift(torch.fft.fft2(signs), dim=(-2, -1)) * torch.from_numpy(mask)
+    noise = torch.fft.ifft2(torch.fft.ifftshift(spec, dim=(-2, -1))).real
+    return noise.to(dtype)
+
+
+#: construction name -> (its band-noise function, the key of its amplitude in a ``noise`` dict of :func:`hits`);
+#: every function is called as ``fn(shape, centre, width, amplitude, generator, dtype)``
+BAND_NOISE: dict[str, tuple[Callable[..., Tensor], str]] = {
+    "annulus": (band_noise, "strength"),
+    "official": (official_band_noise, "eps"),
+}
+
+
+def make_noise(
+    shape: Sequence[int], noise: dict, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    """The band noise that a ``noise`` dict of :func:`hits` describes, from its construction's function.
+
+    Args:
+        shape: ``(B, C, H, W)`` of the noise.
+        noise: ``centre``, ``width``, ``construction`` (default ``annulus``) and that construction's amplitude:
+            ``strength`` (``annulus``) or ``eps`` (``official``).
+        generator: the random generator; None uses torch's global one.
+        dtype: dtype of the returned noise.
+
+    Returns:
+        The noise, a ``(B, C, H, W)`` tensor of ``dtype`` on CPU.
+
+    Raises:
+        LandscapeError: an unknown construction or an empty band.
+    """
+    construction = noise.get("construction", "annulus")
+    if construction not in BAND_NOISE:
+        raise LandscapeError(f"unknown noise construction {construction!r}; choose one of {', '.join(BAND_NOISE)}")
+    fn, amplitude = BAND_NOISE[construction]
+    return fn(shape, noise["centre"], noise["width"], noise[amplitude], generator, dtype)
+
+
 def hits(
     model: nn.Module,
     batches: Iterable[tuple[int, Sequence[Tensor]]],
@@ -94,22 +225,24 @@ def hits(
 ) -> tuple[int, int]:
     """``(correct, total)`` top-1 predictions of ``model`` over indexed ``(j, (x, y))`` batches.
 
-    With ``noise`` (``centre``, ``width``, ``strength``, ``seed``) batch ``j`` gets band noise from a generator
-    seeded with ``seed + j``: the counts depend on nothing but these options and the batch index, so batches
-    may be split among processes and the counts summed. ``output`` selects the logits of a model returning a
-    tuple or dict (:func:`~landscape.objective.select_logits`).
+    With ``noise`` (``centre``, ``width``, ``seed``, ``construction`` and its amplitude, see :func:`make_noise`)
+    batch ``j`` gets band noise from a generator seeded with ``seed + j``: the counts depend on nothing but
+    these options and the batch index, so batches may be split among processes and the counts summed.
+    ``output`` selects the logits of a model returning a tuple or dict (:func:`~landscape.objective.select_logits`).
 
     Args:
         model: the classifier (called under ``torch.no_grad``, not put in eval mode here).
         batches: ``(j, (x, y))`` pairs: global batch index, images ``(b, C, H, W)`` and labels ``(b,)``.
-        noise: band noise options (``centre``, ``width``, ``strength``, ``seed``); None for clean images.
+        noise: band noise options (``centre``, ``width``, ``seed``, optional ``construction`` (default
+            ``annulus``) and ``strength`` or ``eps``); None for clean images.
         output: where the logits are in the model's output.
 
     Returns:
         ``(correct, total)``: the number of correct top-1 predictions and of samples.
 
     Raises:
-        LandscapeError: an empty band (:func:`band_noise`), or no logits in the model's output.
+        LandscapeError: an empty band or unknown construction (:func:`make_noise`), or no logits in the
+            model's output.
     """
     from landscape.objective import select_logits
 
@@ -118,7 +251,7 @@ def hits(
         for j, (x, y) in batches:
             if noise is not None:
                 gen = torch.Generator().manual_seed(int(noise["seed"]) + j)
-                n = band_noise(x.shape, noise["centre"], noise["width"], noise["strength"], gen, x.dtype)
+                n = make_noise(x.shape, noise, gen, x.dtype)
                 x = x + n.to(x.device)
             pred = select_logits(model(x), output).argmax(dim=-1)
             correct += int((pred == y).sum())
@@ -190,6 +323,8 @@ def band_accuracies(
     strength: float = STRENGTH,
     seed: int = 0,
     output: str | int | None = None,
+    construction: str = "annulus",
+    eps: float = EPS,
     skip: Iterable[int] = (),
     combine: Callable[[tuple[int, int]], tuple[int, int]] | None = None,
 ) -> Iterator[tuple[int | None, float]]:
@@ -204,9 +339,11 @@ def band_accuracies(
         batches: this process's ``(j, (x, y))`` batches.
         bands: band centres, in units of pi.
         width: band width, in units of pi.
-        strength: RMS of each image's noise, in input units.
+        strength: RMS of each image's noise, in input units (``annulus``).
         seed: noise seed; batch ``j`` uses ``seed + j``.
         output: where the logits are in the model's output.
+        construction: the noise construction, a key of :data:`BAND_NOISE`.
+        eps: amplitude of the signs, in input units (``official``).
         skip: indices of bands not to evaluate (e.g. already stored).
         combine: maps this process's ``(correct, total)`` to the counts of all processes; None: identity.
 
@@ -214,7 +351,7 @@ def band_accuracies(
         ``(None, clean accuracy)``, then ``(i, accuracy under the noise of band i)`` for each band not skipped.
 
     Raises:
-        LandscapeError: no samples, an empty band, or no logits in the model's output.
+        LandscapeError: no samples, an empty band, an unknown construction, or no logits in the model's output.
     """
     combine = combine or (lambda counts: counts)
     yield None, _fraction(*combine(hits(model, batches, None, output)))
@@ -222,7 +359,14 @@ def band_accuracies(
     for i, centre in enumerate(bands):
         if i in skipped:
             continue
-        noise = {"centre": float(centre), "width": width, "strength": strength, "seed": seed}
+        noise = {
+            "centre": float(centre),
+            "width": width,
+            "strength": strength,
+            "eps": eps,
+            "seed": seed,
+            "construction": construction,
+        }
         yield i, _fraction(*combine(hits(model, batches, noise, output)))
 
 
@@ -235,7 +379,9 @@ class NoiseRobustness:
         accuracy: accuracy under each band's noise, shape ``(n_bands,)``.
         clean_accuracy: accuracy without noise.
         width: band width, in units of pi.
-        strength: RMS of each image's noise, in input units.
+        strength: RMS of each image's noise, in input units (``annulus``).
+        construction: the noise construction (:data:`BAND_NOISE`).
+        eps: amplitude of the signs, in input units (``official``).
     """
 
     frequencies: np.ndarray
@@ -243,6 +389,8 @@ class NoiseRobustness:
     clean_accuracy: float
     width: float
     strength: float
+    construction: str = "annulus"
+    eps: float = EPS
 
     @property
     def drop(self) -> np.ndarray:
@@ -258,6 +406,8 @@ def noise_robustness(
     width: float = WIDTH,
     strength: float = STRENGTH,
     seed: int = 0,
+    construction: str = "annulus",
+    eps: float = EPS,
 ) -> NoiseRobustness:
     """Accuracy of ``model`` on ``batches`` clean and with noise of every band (see the module doc).
 
@@ -268,16 +418,25 @@ def noise_robustness(
         batches: ``(x, y)`` batches of images ``(b, C, H, W)`` and labels ``(b,)``.
         bands: band centres, in units of pi.
         width: band width, in units of pi.
-        strength: RMS of each image's noise, in input units.
+        strength: RMS of each image's noise, in input units (``annulus``).
         seed: noise seed; batch ``j`` uses ``seed + j``.
+        construction: the noise construction, a key of :data:`BAND_NOISE`.
+        eps: amplitude of the signs, in input units (``official``).
 
     Returns:
-        The band centres, accuracies (``(n_bands,)``), clean accuracy, width and strength.
+        The band centres, accuracies (``(n_bands,)``), clean accuracy and the noise options.
 
     Raises:
         LandscapeError: no samples, an empty band, or no logits in the model's output.
     """
     net = eval_model(model)
-    results = dict(band_accuracies(net, list(enumerate(batches)), bands, width=width, strength=strength, seed=seed))
+    indexed = list(enumerate(batches))
+    results = dict(
+        band_accuracies(
+            net, indexed, bands, width=width, strength=strength, seed=seed, construction=construction, eps=eps
+        )
+    )
     accs = [results[i] for i in range(len(bands))]
-    return NoiseRobustness(np.asarray(bands, dtype=float), np.asarray(accs), results[None], width, strength)
+    return NoiseRobustness(
+        np.asarray(bands, dtype=float), np.asarray(accs), results[None], width, strength, construction, eps
+    )

@@ -12,7 +12,8 @@ File layout (kind ``fourier``; docs/schema.md, fourier):
   in units of pi (``2 k / h``); group attributes ``name``, ``kind``, ``height``, ``width``.
 - ``maps/NNN`` (h, w): centred mean log-amplitude map (only with ``maps=True``).
 - ``noise/{frequencies, accuracy, accuracy_drop, done}`` and attribute ``clean_accuracy`` (only with
-  ``noise_bands=True``); each band is written and flushed as it finishes, so a killed run resumes.
+  ``noise_bands=True``); each band is written and flushed as it finishes, so a killed run resumes. The noise
+  is built by ``options.noise_construction`` (``annulus`` or ``official``, :mod:`landscape.fourier.noise`).
 """
 
 from __future__ import annotations
@@ -82,13 +83,15 @@ def run_fourier(
     """Fourier analysis of a model's feature maps on ``options.samples`` images, written to ``out``; returns it read.
 
     Computes Paper A's Delta log amplitude profile (``options.profile``: ``diagonal`` as in the paper, or
-    ``radial``), the high-frequency value and the variance of every block's map (docs/analyses.md), optionally
-    the 2D mean log-amplitude maps (``options.maps``) and the accuracy drop under band-limited noise
-    (``options.noise_bands``). Root attributes are the provenance of :meth:`AnalysisInputs.provenance` plus
-    :meth:`FourierOptions.attrs`. A complete file of the same options is returned as is; an incomplete one is
-    resumed; one of other options needs ``force``. The block outputs of a model outside the zoo are found by
-    :class:`~landscape.taps.FeatureTaps` (its family rules, or ``options.taps``). Under torchrun the batches
-    are shared among the ranks (the sums behind every number are additive) and rank 0 writes the file.
+    ``radial``), the high-frequency value and the variance of every block's map (docs/analyses.md), optionally the
+    2D mean log-amplitude maps (``options.maps``) and the accuracy drop under band-limited noise
+    (``options.noise_bands``, of the construction ``options.noise_construction``). ``options.first_samples`` takes
+    the first ``options.samples`` images of the split in file order instead of a seeded choice. Root attributes are
+    the provenance of :meth:`AnalysisInputs.provenance` plus :meth:`FourierOptions.attrs`. A complete file of the
+    same options is returned as is; an incomplete one is resumed; one of other options needs ``force``. The block
+    outputs of a model outside the zoo are found by :class:`~landscape.taps.FeatureTaps` (its family rules, or
+    ``options.taps``). Under torchrun the batches are shared among the ranks (the sums behind every number are
+    additive) and rank 0 writes the file.
 
     Args:
         source: a checkpoint path or a :class:`~landscape.pipeline.ModelSource`.
@@ -115,7 +118,9 @@ def run_fourier(
     o = options
     dev = D.start(device)
     inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
-    batches = batches_for(inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
+    batches = batches_for(
+        inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed, first_samples=o.first_samples
+    )
     n_samples = sum(int(x.shape[0]) for x, _ in batches)
     attrs = inputs.provenance(n_samples, o.seed, **{k: v for k, v in o.attrs().items() if k != "seed"})
     net = eval_model(inputs.model)
@@ -153,18 +158,7 @@ def run_fourier(
                 if f is not None:
                     write_profile(f, result, o.frequency_axis, o.maps)
             if o.noise_bands:
-                _write_noise(
-                    f,
-                    net,
-                    mine,
-                    list(o.bands),
-                    o.noise_width,
-                    o.noise_strength,
-                    o.seed,
-                    show,
-                    inputs.source.output,
-                    state["bands"],
-                )
+                _write_noise(f, net, mine, o, show, inputs.source.output, state["bands"])
             if f is not None:
                 f.mark_complete()
     finally:
@@ -186,17 +180,25 @@ def _write_noise(
     f: store.ResultFile | None,
     net: nn.Module,
     mine: list,
-    bands: Sequence[float],
-    width: float,
-    strength: float,
-    seed: int,
+    o: FourierOptions,
     show: bool,
     output: str | int | None,
     done: Sequence[int],
 ) -> None:
-    """Clean accuracy, then the accuracy under noise of each band not yet done, written band by band."""
+    """Clean accuracy, then the accuracy under noise of each band not yet done, written band by band.
+
+    Args:
+        f: the open result file (None on ranks other than 0).
+        net: the classifier in eval mode.
+        mine: this rank's ``(j, (x, y))`` batches.
+        o: the options: bands, width, construction and its amplitude (``noise_strength`` or ``noise_eps``), seed.
+        show: show a progress bar.
+        output: where the logits are in the model's output.
+        done: indices of the bands already in the file.
+    """
     from tqdm.auto import tqdm
 
+    bands = list(o.bands)
     n = len(bands)
     if f is not None:
         if "noise/frequencies" not in f:
@@ -208,7 +210,17 @@ def _write_noise(
     clean = 0.0
     with bar:
         for i, acc in band_accuracies(
-            net, mine, bands, width=width, strength=strength, seed=seed, output=output, skip=done, combine=_summed
+            net,
+            mine,
+            bands,
+            width=o.noise_width,
+            strength=o.noise_strength,
+            seed=o.seed,
+            output=output,
+            construction=o.noise_construction,
+            eps=o.noise_eps,
+            skip=done,
+            combine=_summed,
         ):
             if i is None:
                 clean = acc

@@ -3,9 +3,9 @@
 :class:`FourierOptions` holds every option but the model source, the output file and the run-time choices
 (device, ``force``, progress bar) and validates them when it is built, so that a bad value (a NaN noise
 strength, a band centre outside [0, 1], an unknown profile) is a one-line error before any model, data or
-file is touched. The profiles (:data:`PROFILES`), frequency axes (:data:`FREQUENCY_AXES`) and the default
-noise bands (:data:`BANDS`, :data:`WIDTH`, :data:`STRENGTH`) are defined here, once: ``landscape.fourier``
-and the CLI import them.
+file is touched. The profiles (:data:`PROFILES`), frequency axes (:data:`FREQUENCY_AXES`), noise
+constructions (:data:`NOISE_CONSTRUCTIONS`) and the default noise bands (:data:`BANDS`, :data:`WIDTH`,
+:data:`STRENGTH`, :data:`EPS`) are defined here, once: ``landscape.fourier`` and the CLI import them.
 """
 
 from __future__ import annotations
@@ -26,6 +26,12 @@ BANDS = tuple(round(0.1 * i, 1) for i in range(1, 10))
 WIDTH = 0.1
 #: default noise root-mean-square per image, in normalised input units
 STRENGTH = 0.5
+#: how band noise is built: our symmetric square annulus renormalised to an RMS, or Paper A's released
+#: ``FreqAttack`` over ``Random`` (centred integer squares, signs scaled by ``eps``, no renormalisation)
+NOISE_CONSTRUCTIONS = ("annulus", "official")
+#: default ``eps`` of the official construction, in normalised input units: the default of the released
+#: ``ops/adversarial.py`` ``Random(eps=0.007)`` that ``FreqAttack`` wraps (the paper does not state Fig 2b's)
+EPS = 0.007
 
 
 def _flag(value: Any, name: str) -> bool:
@@ -46,6 +52,8 @@ class FourierOptions:
         data: dataset spec (None: the checkpoint's dataset, else ``digits``).
         split: :data:`~landscape.options.common.SPLITS`.
         samples: images analysed (fixed, seeded); None for the whole split.
+        first_samples: take the first :attr:`samples` images of the split in file order (Paper A's first test
+            batch) instead of a seeded choice; the seed then only seeds the noise.
         batch_size: images per batch.
         seed: seed of the sample choice and of the noise.
         profile: one of :data:`PROFILES`.
@@ -54,7 +62,10 @@ class FourierOptions:
         noise_bands: also measure the accuracy drop under band-limited noise.
         bands: noise band centres, in units of pi, each in [0, 1].
         noise_width: width of each band (> 0, units of pi).
-        noise_strength: root-mean-square of the noise per image (> 0, normalised input units).
+        noise_strength: root-mean-square of the noise per image (> 0, normalised input units; ``annulus``).
+        noise_construction: one of :data:`NOISE_CONSTRUCTIONS` (docs/analyses.md, band noise).
+        noise_eps: amplitude ``eps`` of the signs before the band-pass (> 0, normalised input units;
+            ``official``).
         taps: ``'PATTERN=KIND'`` items (or ``(pattern, kind)`` pairs) naming the modules whose outputs are the
             block maps, for models no rule knows; None: the model's rule.
 
@@ -66,6 +77,7 @@ class FourierOptions:
     data: str | None = None
     split: str = "test"
     samples: int | None = 256
+    first_samples: bool = False
     batch_size: int = 64
     seed: int = 0
     profile: str = "diagonal"
@@ -75,6 +87,8 @@ class FourierOptions:
     bands: tuple[float, ...] = BANDS
     noise_width: float = WIDTH
     noise_strength: float = STRENGTH
+    noise_construction: str = "annulus"
+    noise_eps: float = EPS
     taps: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -83,7 +97,7 @@ class FourierOptions:
             raise LandscapeError(f"--data must be a dataset spec string, got {self.data!r}")
         choice(self.profile, "profile", PROFILES)
         choice(self.frequency_axis, "frequency axis", FREQUENCY_AXES)
-        for name in ("maps", "noise_bands"):
+        for name in ("first_samples", "maps", "noise_bands"):
             _flag(getattr(self, name), name)
         bands = (self.bands,) if isinstance(self.bands, (int, float, str)) else self.bands
         bands = tuple(checks.in_range(b, "a noise band centre", 0.0, 1.0) for b in bands)
@@ -92,6 +106,8 @@ class FourierOptions:
         object.__setattr__(self, "bands", bands)
         object.__setattr__(self, "noise_width", checks.positive(self.noise_width, "--noise-width"))
         object.__setattr__(self, "noise_strength", checks.positive(self.noise_strength, "--noise-strength"))
+        choice(self.noise_construction, "noise construction", NOISE_CONSTRUCTIONS)
+        object.__setattr__(self, "noise_eps", checks.positive(self.noise_eps, "--noise-eps"))
         taps = self.taps
         if isinstance(taps, str):
             taps = (taps,)
@@ -102,12 +118,15 @@ class FourierOptions:
 
         ``split``, ``seed``, ``batch_size``, ``profile``, ``frequency_axis``, ``maps``, ``noise_bands`` (the band
         centres, or None without noise), ``noise_width`` and ``noise_strength`` (None without noise), ``taps``
-        (a list), and ``dataset`` when :attr:`data` is given. ``n_samples`` (the images actually used) is
-        measured by the run.
+        (a list), and ``dataset`` when :attr:`data` is given. Only away from the defaults, so that files of the
+        default options keep their attributes (and resume): ``first_samples`` (True) when set, and with noise
+        of the ``official`` construction ``noise_construction`` and ``noise_eps``, ``noise_strength`` then None
+        (unused). ``n_samples`` (the images actually used) is measured by the run.
 
         Returns:
             Attribute name -> value, as the file records it.
         """
+        official = self.noise_bands and self.noise_construction == "official"
         out: dict[str, Any] = {"split": self.split, "seed": int(self.seed)}
         if self.data is not None:
             out["dataset"] = self.data
@@ -118,9 +137,13 @@ class FourierOptions:
             batch_size=int(self.batch_size),
             noise_bands=list(self.bands) if self.noise_bands else None,
             noise_width=self.noise_width if self.noise_bands else None,
-            noise_strength=self.noise_strength if self.noise_bands else None,
+            noise_strength=self.noise_strength if self.noise_bands and not official else None,
             taps=list(self.taps or []),
         )
+        if official:
+            out.update(noise_construction=self.noise_construction, noise_eps=self.noise_eps)
+        if self.first_samples:
+            out["first_samples"] = True
         return out
 
     @classmethod

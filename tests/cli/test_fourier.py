@@ -79,7 +79,31 @@ def test_band_options_reach_the_file_and_bad_ones_are_one_line_errors(tmp_path):
     res = read_result(out)
     assert res.attrs["noise_bands"] == [0.3, 0.6] and res.attrs["noise_width"] == 0.2
     assert res.attrs["noise_strength"] == 1.0 and res["noise/frequencies"].tolist() == [0.3, 0.6]
-    for bad, match in (["--noise-width", "0"], "--noise-width"), (["--bands", "0.3,1.5"], "noise band centre"):
+    official = CliRunner().invoke(
+        cli,
+        [
+            *args,
+            "--noise-construction",
+            "official",
+            "--noise-eps",
+            "0.25",
+            "--first-samples",
+            "--out",
+            str(tmp_path / "o.h5"),
+        ],
+    )
+    assert official.exit_code == 0, official.output
+    attrs = read_result(tmp_path / "o.h5").attrs
+    assert attrs["noise_construction"] == "official" and attrs["noise_eps"] == 0.25 and attrs["first_samples"] is True
+    assert (
+        attrs["noise_strength"] is None and "noise_construction" not in res.attrs and "first_samples" not in res.attrs
+    )
+    bad_cases = (
+        (["--noise-width", "0"], "--noise-width"),
+        (["--bands", "0.3,1.5"], "noise band centre"),
+        (["--noise-eps", "-1"], "--noise-eps"),
+    )
+    for bad, match in bad_cases:
         r = CliRunner().invoke(cli, [*args, *bad, "--out", str(tmp_path / "x.h5")])
         assert r.exit_code == 2 and match in r.output and len(r.output.strip().splitlines()) == 1, r.output
         assert not (tmp_path / "x.h5").exists()
