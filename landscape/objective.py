@@ -32,7 +32,8 @@ Batch = tuple[Tensor, Tensor]
 Criterion = str | Callable[[Tensor, Tensor], Tensor]
 OutputSelector = str | int | Callable[[object], Tensor] | None
 
-CRITERIA = ("cross_entropy", "mse")
+#: string criteria: ``soft_cross_entropy`` takes soft targets (floating ``(B, C)`` label distributions)
+CRITERIA = ("cross_entropy", "mse", "soft_cross_entropy")
 REGULARIZERS = ("none", "l2", "norm-sum")
 
 
@@ -118,6 +119,31 @@ class Regularizer:
         return json.dumps({"kind": self.kind, "coef": self.coef})
 
 
+def soft_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
+    """The soft-target cross-entropy ``mean_i sum_c -t_ic log softmax(z_i)_c`` of one batch.
+
+    Computed by ``torch.nn.functional.cross_entropy`` with class-probability targets (a log-softmax through
+    logsumexp: finite wherever the logits are). Integer labels are taken as one-hot distributions.
+
+    Args:
+        logits: the model's output ``z``, shape ``(B, C)``.
+        targets: label distributions ``t``, floating ``(B, C)`` (e.g. Mixup/CutMix with label smoothing), or
+            integer labels ``(B,)``.
+
+    Returns:
+        The batch's mean loss, a 0-dim tensor.
+
+    Raises:
+        LandscapeError: floating targets whose shape is not that of the logits.
+    """
+    if targets.is_floating_point() and targets.shape != logits.shape:
+        raise LandscapeError(
+            f"soft targets of shape {tuple(targets.shape)} do not fit logits of shape {tuple(logits.shape)}: "
+            "give one label distribution over the model's outputs per sample"
+        )
+    return F.cross_entropy(logits, targets.to(logits.dtype) if targets.is_floating_point() else targets)
+
+
 def batch_loss(logits: Tensor, targets: Tensor, criterion: Criterion) -> Tensor:
     """Mean-reduced loss of one batch: cross-entropy, MSE between logits and one-hot targets, or a callable.
 
@@ -126,8 +152,10 @@ def batch_loss(logits: Tensor, targets: Tensor, criterion: Criterion) -> Tensor:
 
     Args:
         logits: the model's output, shape ``(B, C)``.
-        targets: class labels, shape ``(B,)`` (integer; ``mse`` compares with their one-hot encoding).
-        criterion: ``"cross_entropy"``, ``"mse"`` or a callable ``(logits, targets) -> mean loss``.
+        targets: class labels, shape ``(B,)`` (integer; ``mse`` compares with their one-hot encoding), or for
+            ``soft_cross_entropy`` label distributions, floating ``(B, C)``.
+        criterion: ``"cross_entropy"``, ``"mse"``, ``"soft_cross_entropy"`` (:func:`soft_cross_entropy`) or a
+            callable ``(logits, targets) -> mean loss``.
 
     Returns:
         The batch's mean loss L_b, a 0-dim tensor.
@@ -142,6 +170,8 @@ def batch_loss(logits: Tensor, targets: Tensor, criterion: Criterion) -> Tensor:
     if criterion == "mse":
         onehot = F.one_hot(targets, logits.shape[-1]).to(logits.dtype)
         return F.mse_loss(logits, onehot)
+    if criterion == "soft_cross_entropy":
+        return soft_cross_entropy(logits, targets)
     raise LandscapeError(f"unknown criterion {criterion!r}; choose one of {', '.join(CRITERIA)}")
 
 
@@ -552,19 +582,37 @@ class Objective:
             )
 
 
+def hit_count(logits: Tensor, targets: Tensor) -> Tensor:
+    """Number of rows whose arg-max logit is the target class, as a 0-dim tensor (vmap- and compile-friendly).
+
+    With soft targets (floating ``(B, C)`` label distributions) the target class is the arg-max of the
+    distribution: a prediction is right when ``argmax z_i == argmax t_i``.
+
+    Args:
+        logits: shape ``(B, C)``.
+        targets: class labels ``(B,)``, or label distributions ``(B, C)``.
+
+    Returns:
+        The count (an integer tensor).
+    """
+    if targets.is_floating_point() and targets.ndim == logits.ndim:
+        targets = targets.argmax(-1)
+    return (logits.argmax(-1) == targets).sum()
+
+
 def prediction_hits(logits: Tensor, targets: Tensor) -> int | float:
     """Number of rows whose arg-max equals the target; NaN when any logit is not finite (no prediction).
 
     Args:
         logits: shape ``(B, C)``.
-        targets: class labels, shape ``(B,)``.
+        targets: class labels, shape ``(B,)``, or label distributions ``(B, C)`` (see :func:`hit_count`).
 
     Returns:
         ``sum_i [argmax_c logits[i, c] == targets[i]]`` as an int, or ``math.nan``.
     """
     if not bool(torch.isfinite(logits).all()):
         return math.nan
-    return int((logits.argmax(-1) == targets).sum())
+    return int(hit_count(logits, targets))
 
 
 @contextmanager

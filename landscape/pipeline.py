@@ -300,6 +300,65 @@ def batches_for(
     return fixed_batches(dataset, batch_size, n_samples, seed=seed, device=inputs.device, first_samples=first_samples)
 
 
+def augmented_batches_for(
+    inputs: AnalysisInputs,
+    *,
+    batch_size: int,
+    n_samples: int | None,
+    seed: int = 0,
+    copies: int = 1,
+    first_samples: bool = False,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Paper A's augmented batches (``--augment paper-a``) of the inputs' dataset, drawn once, on its device.
+
+    The samples are those :func:`batches_for` takes; each is augmented ``copies`` times and every batch mixed
+    within itself, with targets over the model's outputs (see :mod:`landscape.augment`). The caller's random
+    state is untouched.
+
+    Args:
+        inputs: the analysis inputs (model, dataset spec, split, preprocessing, device, logits selector).
+        batch_size: images per batch (positive).
+        n_samples: number of distinct samples (positive); None takes the whole split.
+        seed: seeds the samples and the augmentation.
+        copies: augmented copies of each sample (positive).
+        first_samples: the first ``n_samples`` of the split in file order, as in :func:`batches_for`.
+
+    Returns:
+        A list of ``(x, t)`` batches: float32 ``(b, C, H, W)`` images and float32 ``(b, n_outputs)`` label
+        distributions.
+
+    Raises:
+        LandscapeError: a non-positive ``batch_size``, ``n_samples`` or ``copies``, more samples than the split
+            holds, a model with fewer outputs than the data's classes, or a dataset that cannot be loaded.
+    """
+    from landscape.augment import augmented_batches
+    from landscape.data import load_dataset
+    from landscape.objective import select_logits
+
+    if batch_size <= 0:
+        raise LandscapeError(f"--batch-size must be positive, got {batch_size}")
+    if n_samples is not None and n_samples <= 0:
+        raise LandscapeError(f"--samples must be positive, got {n_samples}")
+    dataset = load_dataset(inputs.dataset_spec, inputs.split, preprocess=inputs.preprocess)
+    one = dataset.images(torch.arange(1)).to(inputs.device)
+    try:  # the width of the targets is the model's: one un-augmented image through it
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            outputs = int(select_logits(inputs.model(one), inputs.source.output).shape[-1])
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LandscapeError(f"the model cannot run on {inputs.dataset_spec}: {first}") from exc
+    return augmented_batches(
+        dataset,
+        batch_size,
+        n_samples,
+        seed=seed,
+        copies=copies,
+        num_classes=outputs,
+        device=inputs.device,
+        first_samples=first_samples,
+    )
+
+
 def parse_patterns(patterns: Sequence[str] | str | None) -> list[str]:
     """Split comma-separated name patterns into a list (empty for None).
 

@@ -26,7 +26,7 @@ from landscape import checks, store
 from landscape import distributed as D
 from landscape.directions import Directions
 from landscape.errors import LandscapeError
-from landscape.objective import Objective, batch_loss
+from landscape.objective import Objective, batch_loss, hit_count
 from landscape.options.surface import BN_MODES, SurfaceOptions, parse_grid  # noqa: F401 (parse_grid re-exported)
 from landscape.params import ParamDict
 from landscape.pipeline import ModelSource
@@ -95,7 +95,7 @@ class PointEvaluator:
     def _batch_eval(self, params: ParamDict, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """Mean loss and number of correct predictions of one batch (the function that is compiled)."""
         out = self.obj.logits(params, x)
-        hits = (out.argmax(-1) == y).sum().to(out.dtype)
+        hits = hit_count(out, y).to(out.dtype)
         return batch_loss(out, y, self.obj.criterion), torch.where(torch.isfinite(out).all(), hits, torch.nan)
 
     def enable_compile(self) -> bool:
@@ -549,7 +549,10 @@ def run_surface(
     Directions: ``options.target`` (x = target - theta, alpha = 1 lands on it; y random for a plane), else
     ``options.trajectory`` snapshots (PCA plane of the trajectory around the centre), else seeded random
     directions normalised by ``options.norm``. ``options.samples`` images of ``options.data``
-    (``options.split``), picked and ordered by ``options.seed``, in fixed batches of ``options.batch_size``.
+    (``options.split``), picked and ordered by ``options.seed``, in fixed batches of ``options.batch_size``;
+    with ``options.augment == "paper-a"`` the batches are Paper A's augmented data instead
+    (``options.augment_copies`` copies of each sample, drawn once from the seed, see :mod:`landscape.augment`)
+    and the loss is the soft-target cross-entropy.
     Works in one process or under torchrun (only rank 0 writes).
 
     Args:
@@ -573,7 +576,7 @@ def run_surface(
     from landscape import directions as dirs
     from landscape.checkpoint import file_sha256, load_model
     from landscape.objective import Regularizer
-    from landscape.pipeline import batches_for, build_objective, load_inputs
+    from landscape.pipeline import augmented_batches_for, batches_for, build_objective, load_inputs
 
     if not isinstance(options, SurfaceOptions):
         raise LandscapeError(f"run_surface takes its options as a SurfaceOptions, got {type(options).__name__}")
@@ -583,8 +586,17 @@ def run_surface(
     reg = Regularizer.from_options(o.regularizer, o.reg_coef)
     dev = D.start(device)
     inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
-    batches = batches_for(inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
-    objective = build_objective(inputs, batches, regularizer=reg, allow_stochastic=o.allow_stochastic)
+    if o.augment == "none":
+        batches = batches_for(inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
+        criterion = "cross_entropy"
+    else:  # Paper A's augmented training data, drawn once from the seed and held fixed for every point
+        batches = augmented_batches_for(
+            inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed, copies=o.augment_copies
+        )
+        criterion = "soft_cross_entropy"
+    objective = build_objective(
+        inputs, batches, criterion=criterion, regularizer=reg, allow_stochastic=o.allow_stochastic
+    )
     patterns = o.patterns
     recorded = {k: v for k, v in o.attrs().items() if k != "seed"}
     recorded["fused_attention_off"] = objective.fused_attention_off

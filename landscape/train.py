@@ -233,25 +233,55 @@ def _check_head(outputs: int, config: TrainConfig, num_classes: int) -> None:
         )
 
 
-def _augmentation(config: TrainConfig) -> Callable[[Tensor], Tensor] | None:
-    if not config.randaugment:
-        return None
+def randaugment() -> Callable[[Tensor], Tensor]:
+    """The recipe's per-image RandAugment (torchvision's ``v2.RandAugment``: 2 operations of magnitude 9).
+
+    It takes a [0, 1] float CHW image of any channel count (1-channel digits included) and draws from torch's
+    global generator.
+
+    Returns:
+        The transform.
+    """
     from torchvision.transforms import v2
 
     return v2.RandAugment()
 
 
-def _batch_mixer(config: TrainConfig, num_classes: int) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None:
-    if config.mixup <= 0 and config.cutmix <= 0:
+def batch_mixer(
+    mixup: float, cutmix: float, num_classes: int
+) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None:
+    """The recipe's batch mixing: MixUp, CutMix, or one of the two chosen with equal probability per batch.
+
+    ``mixer(x, y)`` returns the mixed images and the mixed one-hot targets, floating ``(B, num_classes)``
+    (torchvision's ``v2.MixUp`` / ``v2.CutMix``: one mixing weight per batch, each image paired with its
+    neighbour, CutMix's weight corrected to the pasted area); it draws from torch's global generator.
+
+    Args:
+        mixup: MixUp alpha (0: off).
+        cutmix: CutMix alpha (0: off).
+        num_classes: the width of the one-hot targets.
+
+    Returns:
+        The mixer, or None when both are off.
+    """
+    if mixup <= 0 and cutmix <= 0:
         return None
     from torchvision.transforms import v2
 
     choices = []
-    if config.mixup > 0:
-        choices.append(v2.MixUp(alpha=config.mixup, num_classes=num_classes))
-    if config.cutmix > 0:
-        choices.append(v2.CutMix(alpha=config.cutmix, num_classes=num_classes))
+    if mixup > 0:
+        choices.append(v2.MixUp(alpha=mixup, num_classes=num_classes))
+    if cutmix > 0:
+        choices.append(v2.CutMix(alpha=cutmix, num_classes=num_classes))
     return choices[0] if len(choices) == 1 else v2.RandomChoice(choices)
+
+
+def _augmentation(config: TrainConfig) -> Callable[[Tensor], Tensor] | None:
+    return randaugment() if config.randaugment else None
+
+
+def _batch_mixer(config: TrainConfig, num_classes: int) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None:
+    return batch_mixer(config.mixup, config.cutmix, num_classes)
 
 
 def _batches(dataset: Any, batch_size: int, generator: torch.Generator) -> Iterator[tuple[Tensor, Tensor]]:

@@ -13,7 +13,7 @@ import click
 if TYPE_CHECKING:
     from landscape.pipeline import ModelSource
 
-from landscape.cli.options import checkpoint_options, output_options, regularizer_options
+from landscape.cli.options import augment_options, checkpoint_options, output_options, regularizer_options
 from landscape.options.common import DTYPES
 from landscape.options.hessian import HVP_MODES, TRACE_METHODS, WHICH, HessianOptions
 
@@ -24,6 +24,7 @@ D = HessianOptions
 @checkpoint_options(split=D.split)
 @regularizer_options
 @output_options("hessian.h5")
+@augment_options
 @click.option(
     "--samples", default=D.samples, show_default=True, type=int, help="Images in the loss (the Hessian's data)."
 )

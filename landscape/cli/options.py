@@ -197,6 +197,36 @@ def regularizer_options(func: F) -> F:
     )
 
 
+def augment_options(func: F) -> F:
+    """``--augment`` (one of :data:`~landscape.options.common.AUGMENTATIONS`) and ``--augment-copies``.
+
+    Both are validated by the command's options class (a one-line error naming the option), not by click.
+    """
+    from landscape.options.common import AUGMENTATIONS
+
+    return _apply(
+        func,
+        [
+            click.option(
+                "--augment",
+                default=AUGMENTATIONS[0],
+                show_default=True,
+                metavar="|".join(AUGMENTATIONS),
+                help="Data of the loss: the fixed images with hard labels (none), or Paper A's training "
+                "augmentation (crop, flip, RandAugment, MixUp/CutMix, label smoothing 0.1) drawn once from "
+                "--seed and held fixed, measured by the soft-target cross-entropy (paper-a).",
+            ),
+            click.option(
+                "--augment-copies",
+                default=1,
+                show_default=True,
+                type=int,
+                help="Augmented copies of each sample (--augment paper-a): the data are copies x samples images.",
+            ),
+        ],
+    )
+
+
 def output_options(default_out: str) -> Callable[[F], F]:
     """``--device``, ``--out``, ``--force``, ``--quiet``: where the analysis runs and what it writes."""
 

@@ -13,7 +13,7 @@ import click
 if TYPE_CHECKING:
     from landscape.pipeline import ModelSource
 
-from landscape.cli.options import checkpoint_options, output_options, regularizer_options
+from landscape.cli.options import augment_options, checkpoint_options, output_options, regularizer_options
 from landscape.options.common import DTYPES
 from landscape.options.hessian import HVP_MODES, SOLVERS, WHICH, SpectrumOptions
 
@@ -24,6 +24,7 @@ D = SpectrumOptions
 @checkpoint_options(split=D.split)
 @regularizer_options
 @output_options("spectrum.h5")
+@augment_options
 @click.option("--batch-size", default=D.batch_size, show_default=True, type=int, help="Mini-batch size (Paper A: 16).")
 @click.option(
     "--fraction", default=D.fraction, show_default=True, type=float, help="Share of the split used (Paper A: 10%)."

@@ -13,7 +13,7 @@ import click
 if TYPE_CHECKING:
     from landscape.pipeline import ModelSource
 
-from landscape.cli.options import checkpoint_options, output_options, regularizer_options
+from landscape.cli.options import augment_options, checkpoint_options, output_options, regularizer_options
 from landscape.options.surface import BN_MODES, NORMS, SurfaceOptions
 
 DEFAULTS = SurfaceOptions.defaults()
@@ -23,6 +23,7 @@ DEFAULTS = SurfaceOptions.defaults()
 @checkpoint_options(split=DEFAULTS["split"])
 @regularizer_options
 @output_options("surface.h5")
+@augment_options
 @click.option(
     "--samples", default=DEFAULTS["samples"], show_default=True, type=int, help="Number of samples (fixed, seeded)."
 )
@@ -108,6 +109,8 @@ def command(
     compile_: bool,
     allow_stochastic: bool,
     quiet: bool,
+    augment: str,
+    augment_copies: int,
 ) -> None:
     """Compute a 1D or 2D loss surface around a checkpoint (resumable; torchrun shares the points)."""
     from landscape import distributed
@@ -132,6 +135,8 @@ def command(
         allow_stochastic=allow_stochastic,
         batch_points=batch_points,
         compile=compile_,
+        augment=augment,
+        augment_copies=augment_copies,
     )
     result = run_surface(source, options, out=out, force=force, device=device, progress=False if quiet else None)
     if distributed.is_main():

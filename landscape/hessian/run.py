@@ -99,7 +99,7 @@ def run_hessian(
     from landscape.hessian.operator import HessianOperator
     from landscape.hessian.trace import trace as trace_estimate
     from landscape.objective import Regularizer
-    from landscape.pipeline import batches_for, build_objective, load_inputs
+    from landscape.pipeline import augmented_batches_for, batches_for, build_objective, load_inputs
 
     o = options
     if not isinstance(o, HessianOptions):
@@ -108,12 +108,17 @@ def run_hessian(
     patterns = o.patterns
     dev = distributed.start(device)
     inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
-    batches = batches_for(inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
+    if o.augment == "none":
+        batches = batches_for(inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
+    else:  # Paper A's augmented training data, drawn once from the seed and held fixed for every product
+        batches = augmented_batches_for(
+            inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed, copies=o.augment_copies
+        )
     attrs = inputs.provenance(sum(int(y.shape[0]) for _, y in batches), o.seed, **o.attrs())
     objective = build_objective(
         inputs,
         batches,
-        criterion=o.criterion,
+        criterion=o.loss_criterion,
         regularizer=reg,
         dtype=_dtype(o.dtype),
         allow_stochastic=o.allow_stochastic,
@@ -234,7 +239,7 @@ def run_spectrum(
     from landscape.data import fixed_batches, load_dataset
     from landscape.hessian.spectrum import max_eigenvalue_spectrum
     from landscape.objective import Regularizer, fused_attention_modules
-    from landscape.pipeline import load_inputs
+    from landscape.pipeline import augmented_batches_for, load_inputs
 
     o = options
     if not isinstance(o, SpectrumOptions):
@@ -247,9 +252,14 @@ def run_spectrum(
     if samples is None:
         assert o.fraction is not None  # SpectrumOptions refuses neither
         samples = max(1, round(o.fraction * len(dataset)))
-    batches = fixed_batches(dataset, o.batch_size, samples, seed=o.seed, device=inputs.device)
+    if o.augment == "none":
+        batches = fixed_batches(dataset, o.batch_size, samples, seed=o.seed, device=inputs.device)
+    else:  # Paper A's augmented training data, drawn once from the seed; each mini-batch mixed within itself
+        batches = augmented_batches_for(
+            inputs, batch_size=o.batch_size, n_samples=samples, seed=o.seed, copies=o.augment_copies
+        )
     top_k = o.top_k
-    attrs = inputs.provenance(samples, o.seed, **o.attrs())
+    attrs = inputs.provenance(sum(int(y.shape[0]) for _, y in batches), o.seed, **o.attrs())
     attrs["fused_attention_off"] = len(fused_attention_modules(inputs.model))
     f = _open(out, "spectrum", attrs, force)
     skip: list[int] = []
@@ -278,7 +288,7 @@ def run_spectrum(
                 k=top_k,
                 which=o.which,
                 solver=o.solver,
-                criterion=o.criterion,
+                criterion=o.loss_criterion,
                 regularizer=reg,
                 tol=o.tol,
                 ncv=o.ncv,

@@ -159,7 +159,8 @@ def max_eigenvalue_spectrum(
         k: eigenvalues per mini-batch, in ``[1, n_params - 1]``.
         which: kind of eigenvalues for ``lanczos``, one of :data:`~landscape.options.hessian.WHICH`.
         solver: ``lanczos`` or ``pyhessian`` (:data:`~landscape.options.hessian.SOLVERS`).
-        criterion: the data loss, ``cross_entropy`` or ``mse``.
+        criterion: the data loss, ``cross_entropy``, ``mse`` or ``soft_cross_entropy`` (soft targets: augmented
+            data, :mod:`landscape.augment`).
         regularizer: penalty added to each batch's loss; None: none.
         tol: relative accuracy (lanczos) or relative change between iterations (pyhessian).
         ncv: Lanczos basis size (None: the solver's default; lanczos only).

@@ -16,6 +16,11 @@ REGULARIZERS = ("none", "l2", "norm-sum")
 REG_COEF_DEFAULTS = {"none": 0.0, "l2": 5e-4, "norm-sum": 0.05}
 #: floating-point types of the Hessian computations
 DTYPES = ("float32", "float64")
+#: the data a surface or spectrum is measured on: fixed un-augmented images with hard labels (``none``), or
+#: Paper A's training augmentation drawn once and held fixed (``paper-a``, see :mod:`landscape.augment`)
+AUGMENTATIONS = ("none", "paper-a")
+#: the data loss of augmented data: the cross-entropy against the mixed, smoothed label distributions
+AUGMENTED_CRITERION = "soft_cross_entropy"
 
 
 def choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
@@ -70,3 +75,25 @@ def check_regularizer(kind: str, coef: float | None) -> None:
     choice(kind, "regulariser", REGULARIZERS)
     if coef is not None:
         checks.non_negative(coef, "--reg-coef")
+
+
+def check_augment(augment: Any, copies: Any, criterion: str = "cross_entropy") -> None:
+    """Validate the augmentation options: a known kind, a whole number of copies >= 1, a cross-entropy loss.
+
+    Args:
+        augment: one of :data:`AUGMENTATIONS`.
+        copies: augmented copies drawn of each sample (a whole number >= 1).
+        criterion: the data loss asked for; augmented data are measured with :data:`AUGMENTED_CRITERION`,
+            so only the default ``cross_entropy`` goes with ``paper-a``.
+
+    Raises:
+        LandscapeError: an unknown ``augment``, ``copies`` not a whole number >= 1, or ``paper-a`` with another
+            criterion.
+    """
+    choice(augment, "--augment", AUGMENTATIONS)
+    checks.positive_int(copies, "--augment-copies")
+    if augment != "none" and criterion != "cross_entropy":
+        raise LandscapeError(
+            f"--augment {augment} measures the soft-target cross-entropy of the mixed labels; "
+            f"leave the criterion at cross_entropy (got {criterion!r})"
+        )

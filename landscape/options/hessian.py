@@ -16,9 +16,11 @@ from typing import Any
 from landscape import checks
 from landscape.errors import LandscapeError
 from landscape.options.common import (
+    AUGMENTED_CRITERION,
     CRITERIA,
     DTYPES,
     REG_COEF_DEFAULTS,
+    check_augment,
     check_data_options,
     check_regularizer,
     choice,
@@ -99,6 +101,19 @@ def _common(o: HessianOptions | SpectrumOptions) -> None:
     choice(o.hvp, "--hvp", HVP_MODES)
     choice(o.dtype, "--dtype", DTYPES)
     _flag(o.allow_stochastic, "--allow-stochastic")
+    check_augment(o.augment, o.augment_copies, o.criterion)
+
+
+def _loss_name(o: HessianOptions | SpectrumOptions) -> str:
+    """The data loss the run measures: the soft-target cross-entropy on augmented data, else the criterion."""
+    return AUGMENTED_CRITERION if o.augment != "none" else o.criterion
+
+
+def _augment_attrs(o: HessianOptions | SpectrumOptions) -> dict[str, Any]:
+    """``augment`` and ``augment_copies``, only with an augmentation (files made before them still resume)."""
+    if o.augment == "none":
+        return {}
+    return {"augment": o.augment, "augment_copies": int(o.augment_copies)}
 
 
 @dataclass(frozen=True)
@@ -132,6 +147,9 @@ class HessianOptions:
         hvp: how products are made, one of :data:`HVP_MODES`.
         dtype: floating-point type of the computation, one of :data:`~landscape.options.common.DTYPES`.
         allow_stochastic: do not refuse a model whose two forward passes differ.
+        augment: the data, one of :data:`~landscape.options.common.AUGMENTATIONS` (``paper-a``: Paper A's training
+            augmentation drawn once from ``seed`` and held fixed for every product; soft-target cross-entropy).
+        augment_copies: augmented copies drawn of each sample (``paper-a``).
 
     Raises:
         LandscapeError: an invalid value (non-finite or out-of-range number, unknown choice), or nothing to
@@ -164,6 +182,8 @@ class HessianOptions:
     hvp: str = "auto"
     dtype: str = "float32"
     allow_stochastic: bool = False
+    augment: str = "none"
+    augment_copies: int = 1
 
     def __post_init__(self) -> None:
         _common(self)
@@ -195,6 +215,11 @@ class HessianOptions:
             raise LandscapeError("nothing to compute: give --top-k >= 1, --density or --trace")
 
     @property
+    def loss_criterion(self) -> str:
+        """The data loss the run measures: ``soft_cross_entropy`` with an augmentation, else :attr:`criterion`."""
+        return _loss_name(self)
+
+    @property
     def patterns(self) -> list[str]:
         """The parameter-name patterns of :attr:`params` as a list (empty: every parameter)."""
         return split_patterns(self.params)
@@ -222,12 +247,13 @@ class HessianOptions:
             "trace_samples": self.trace_samples,
             "trace_method": self.trace_method,
             "params": self.patterns,
-            "criterion": self.criterion,
+            "criterion": _loss_name(self),
             "regularizer": describe_regularizer(self.regularizer, self.reg_coef),
             "hvp": self.hvp,
             "dtype": self.dtype,
             "bn_mode": BN_MODE,
             "allow_stochastic": self.allow_stochastic,
+            **_augment_attrs(self),
         }
 
 
@@ -254,6 +280,9 @@ class SpectrumOptions:
         hvp: how products are made, one of :data:`HVP_MODES`.
         dtype: floating-point type of the computation, one of :data:`~landscape.options.common.DTYPES`.
         allow_stochastic: do not refuse a model whose two forward passes differ.
+        augment: the data, one of :data:`~landscape.options.common.AUGMENTATIONS` (``paper-a``: Paper A's training
+            augmentation drawn once from ``seed`` and held fixed; every mini-batch mixed within itself).
+        augment_copies: augmented copies drawn of each sample (``paper-a``).
 
     Raises:
         LandscapeError: an invalid value (non-finite or out-of-range number, unknown choice), or neither
@@ -278,6 +307,8 @@ class SpectrumOptions:
     hvp: str = "jvp"
     dtype: str = "float32"
     allow_stochastic: bool = False
+    augment: str = "none"
+    augment_copies: int = 1
 
     def __post_init__(self) -> None:
         _common(self)
@@ -287,6 +318,11 @@ class SpectrumOptions:
             raise LandscapeError("give --fraction (a share of the split) or --samples (a number of images)")
         checks.positive_int(self.top_k, "--top-k")
         choice(self.solver, "--solver", SOLVERS)
+
+    @property
+    def loss_criterion(self) -> str:
+        """The data loss the run measures: ``soft_cross_entropy`` with an augmentation, else :attr:`criterion`."""
+        return _loss_name(self)
 
     def attrs(self) -> dict[str, Any]:
         """The options a spectrum result file records as root attributes (besides split, seed and samples).
@@ -303,10 +339,11 @@ class SpectrumOptions:
             "tol": self.tol,
             "ncv": self.ncv,
             "maxiter": self.maxiter,
-            "criterion": self.criterion,
+            "criterion": _loss_name(self),
             "regularizer": describe_regularizer(self.regularizer, self.reg_coef),
             "hvp": self.hvp,
             "dtype": self.dtype,
             "bn_mode": BN_MODE,
             "allow_stochastic": self.allow_stochastic,
+            **_augment_attrs(self),
         }

@@ -20,7 +20,14 @@ import numpy as np
 
 from landscape import checks
 from landscape.errors import LandscapeError
-from landscape.options.common import REG_COEF_DEFAULTS, check_data_options, check_regularizer, choice
+from landscape.options.common import (
+    AUGMENTED_CRITERION,
+    REG_COEF_DEFAULTS,
+    check_augment,
+    check_data_options,
+    check_regularizer,
+    choice,
+)
 
 #: normalisations of a random direction against the centre (see :mod:`landscape.directions`)
 NORMS = ("filter", "dim0", "layer", "weight", "none")
@@ -130,6 +137,10 @@ class SurfaceOptions:
         batch_points: points per vectorised call (1: a loop) or ``"auto"`` (the faster, measured); a string of
             digits is read as the number.
         compile: ``torch.compile`` the per-point loss (eager if compiling fails).
+        augment: the data of every point, one of :data:`~landscape.options.common.AUGMENTATIONS`: ``none``
+            (the fixed images with hard labels) or ``paper-a`` (Paper A's training augmentation with Mixup/CutMix,
+            drawn once from ``seed`` and held fixed; the loss is then the soft-target cross-entropy).
+        augment_copies: augmented copies drawn of each sample (``paper-a``; the data are ``copies x samples``).
 
     Raises:
         LandscapeError: an invalid value (bad grid, unknown choice, non-finite or out-of-range number), naming
@@ -154,9 +165,12 @@ class SurfaceOptions:
     allow_stochastic: bool = False
     batch_points: int | str = "auto"
     compile: bool = False
+    augment: str = "none"
+    augment_copies: int = 1
 
     def __post_init__(self) -> None:
         check_data_options(self.split, self.samples, self.batch_size, self.seed)
+        check_augment(self.augment, self.augment_copies)
         if self.data is not None and not isinstance(self.data, str):
             raise LandscapeError(f"--data must be a dataset spec string, got {self.data!r}")
         parse_grid(self.x, "--x")
@@ -210,7 +224,9 @@ class SurfaceOptions:
         These are the options' part of the file's identity: ``split``, ``seed``/``direction_seed``,
         ``batch_size``, the direction attributes (``direction_type``, ``norm``, ``ignore_1d``/``zero_patterns``
         where they shape a random direction, ``target``, ``trajectory``/``n_snapshots``), ``surface_ndim``,
-        ``xgrid``/``ygrid``, ``bn``, ``regularizer`` and ``compile``; ``dataset`` when :attr:`data` is given.
+        ``xgrid``/``ygrid``, ``bn``, ``regularizer`` and ``compile``; ``dataset`` when :attr:`data` is given;
+        ``augment``, ``augment_copies`` and ``criterion`` only with an augmentation (so that files made before
+        these options existed still resume).
         What the run measures (``n_samples``, direction norms, ``batch_points``, ...) is not among them.
 
         Returns:
@@ -252,6 +268,8 @@ class SurfaceOptions:
             regularizer=json.dumps({"kind": self.regularizer, "coef": coef}),
             compile=self.compile,
         )
+        if self.augment != "none":
+            out.update(augment=self.augment, augment_copies=int(self.augment_copies), criterion=AUGMENTED_CRITERION)
         return out
 
     @classmethod
