@@ -204,3 +204,18 @@ def test_spectrum_and_hessian_run_on_augmented_batches(ckpt, tmp_path):
     assert r.exit_code == 0, r.output
     h = read_result(hess)
     assert h.attrs["n_samples"] == 8 and h.attrs["augment"] == "paper-a" and np.isfinite(h["eigenvalues"]).all()
+
+
+def test_vectorised_and_looped_points_agree_on_soft_targets():
+    from landscape.directions import random_directions
+    from landscape.surface import PointEvaluator
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 4)).double()
+    x = torch.randn(7, 3, dtype=torch.float64)
+    t = torch.softmax(torch.randn(7, 4, dtype=torch.float64), 1)
+    obj = Objective(model, [(x[:5], t[:5]), (x[5:], t[5:])], criterion="soft_cross_entropy")
+    dirs = random_directions(obj.params, ndim=2, seed=1, ignore_1d=False)
+    ev = PointEvaluator(obj, dirs.x, dirs.y)
+    points = [(0.0, 0.0), (0.5, -0.25), (-1.0, 1.0)]
+    np.testing.assert_allclose(np.array(ev.vectorised(points)), np.array(ev.loop(points)), rtol=1e-10)
