@@ -75,3 +75,12 @@ def test_plot_files_writes_every_figure(tmp_path):
         ]
     )
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_noise_figure_title_names_the_construction(tmp_path):
+    arrays = fourier_arrays(["embed", "msa", "mlp"], noise=True)
+    default = read_result(write_result(tmp_path / "a.h5", "fourier", arrays, **fourier_attrs("vit")))
+    assert noise_figure([default]).axes[0].get_title().endswith("(RMS 0.5)")
+    attrs = {**fourier_attrs("vit"), "noise_construction": "official", "noise_eps": 0.007}
+    official = read_result(write_result(tmp_path / "b.h5", "fourier", arrays, **attrs))
+    assert noise_figure([official]).axes[0].get_title().endswith("(official construction, eps 0.007)")

@@ -192,8 +192,12 @@ def noise_figure(results: Sequence[Result]) -> Figure:
     pi_ticks(ax, "noise frequency (centre of the band)")
     zero_line(ax)
     ax.set_ylabel("accuracy drop (percentage points)")
-    strength = results[0].attrs.get("noise_strength")
-    ax.set_title(f"robustness to band-limited noise (RMS {strength})")
+    attrs = results[0].attrs
+    if attrs.get("noise_construction") == "official":
+        scale = f"official construction, eps {attrs.get('noise_eps')}"
+    else:
+        scale = f"RMS {attrs.get('noise_strength')}"
+    ax.set_title(f"robustness to band-limited noise ({scale})")
     ax.legend(fontsize=8, frameon=False)
     return fig
 
