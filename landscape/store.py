@@ -25,7 +25,7 @@ from landscape import __version__
 from landscape.errors import LandscapeError
 from landscape.files import WriterLock, atomic_write, ensure_folder, last_writer, live_writer, os_error
 
-KINDS = ("surface", "hessian", "fourier", "spectrum")
+KINDS = ("surface", "hessian", "fourier", "spectrum", "similarity")
 #: :func:`describe` summarises a group of more than this many arrays (e.g. one per parameter) in one line
 GROUP_SUMMARY = 8
 #: attributes that describe how a run happened, not what it computes; they never block a resume
@@ -58,7 +58,11 @@ def _decode(value: Any) -> Any:
 
 
 #: path attributes that are provenance only when the file's content hash (the value) is recorded beside them
-CONTENT_HASHED = {"checkpoint": "checkpoint_sha256", "target": "target_sha256"}
+CONTENT_HASHED = {
+    "checkpoint": "checkpoint_sha256",
+    "target": "target_sha256",
+    "other_checkpoint": "other_checkpoint_sha256",
+}
 
 
 def identity_of(attrs: Mapping[str, Any]) -> str:

@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "surface": ("landscape.cli.surface", "Compute a 1D/2D loss surface around a checkpoint."),
     "hessian": ("landscape.cli.hessian", "Hessian eigenvalues (Lanczos), SLQ density and trace of the loss."),
     "spectrum": ("landscape.cli.spectrum", "Per-mini-batch top-k Hessian eigenvalues (Paper A's spectra)."),
+    "similarity": ("landscape.cli.similarity", "Linear CKA between the feature maps of every pair of blocks."),
 }
 
 

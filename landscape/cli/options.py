@@ -176,6 +176,58 @@ def checkpoint_options(*, split: str = "train") -> Callable[[F], F]:
     return wrap
 
 
+def other_model_options(func: F) -> F:
+    """A second model, each option of :func:`checkpoint_options` prefixed ``--other``; the command receives ``other``.
+
+    ``--other FILE`` (the checkpoint), ``--other-model``, ``--other-model-kw``, ``--other-num-classes``,
+    ``--other-pretrained``, ``--other-random-init``, ``--other-model-output``, ``--other-input-size``,
+    ``--other-mean``, ``--other-std`` and ``--other-seed`` (of its random initialisation; default: ``--seed``)
+    become one ``other`` argument: a :class:`~landscape.pipeline.ModelSource` built by :func:`model_source`, or
+    None when no source of weights is given (then no other model option may be given either).
+    """
+    from landscape.errors import LandscapeError
+
+    names = [f"other_{name}" for name in _MODEL_OPTIONS if name != "ckpt"]
+
+    @functools.wraps(func)
+    def command(**kwargs: Any) -> Any:
+        ckpt = kwargs.pop("other")
+        given = {name[len("other_") :]: kwargs.pop(name) for name in names}
+        seed = kwargs.pop("other_seed")
+        if ckpt is None and not given["pretrained"] and not given["random_init"]:
+            extra = [f"--other-{name.replace('_', '-')}" for name, value in given.items() if value]
+            if extra or seed is not None:
+                raise LandscapeError(
+                    f"{(extra or ['--other-seed'])[0]} describes a second model: give its weights with --other FILE, "
+                    "--other-pretrained or --other-random-init"
+                )
+            return func(other=None, **kwargs)
+        seed = int(kwargs.get("seed") or 0) if seed is None else seed
+        return func(other=model_source(ckpt=ckpt, **given, seed=seed), **kwargs)
+
+    return _apply(
+        command,  # type: ignore[arg-type]
+        [
+            click.option(
+                "--other",
+                default=None,
+                type=click.Path(dir_okay=False),
+                help="Weights of a second model to compare with (as --ckpt).",
+            ),
+            click.option("--other-model", default=None, help="The second model's name (as --model)."),
+            click.option("--other-model-kw", multiple=True, help="The second model's option key=value (repeatable)."),
+            click.option("--other-num-classes", default=None, type=click.IntRange(min=1), help="As --num-classes."),
+            click.option("--other-pretrained", is_flag=True, help="The second model with published weights."),
+            click.option("--other-random-init", is_flag=True, help="The second model at its seeded initialisation."),
+            click.option("--other-seed", default=None, type=int, help="Seed of --other-random-init [default: --seed]."),
+            click.option("--other-model-output", default=None, help="As --model-output, for the second model."),
+            click.option("--other-input-size", default=None, help="As --input-size, for the second model."),
+            click.option("--other-mean", default=None, help="As --mean, for the second model."),
+            click.option("--other-std", default=None, help="As --std, for the second model."),
+        ],
+    )
+
+
 def regularizer_options(func: F) -> F:
     """``--regularizer`` (one of :data:`~landscape.options.common.REGULARIZERS`) and ``--reg-coef``."""
     from landscape.options.common import REG_COEF_DEFAULTS, REGULARIZERS

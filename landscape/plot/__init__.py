@@ -26,6 +26,7 @@ PLOTTERS = {
     "hessian": "landscape.plot.hessian",
     "spectrum": "landscape.plot.hessian",
     "fourier": "landscape.plot.fourier",
+    "similarity": "landscape.plot.similarity",
 }
 FORMATS = ("png", "pdf", "svg")
 #: 3D surface styles: ``default`` (shaded loss) or ``paper`` (Paper A's plasma wireframe of loss - min)
