@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("landscape.cli.info", "Print the kind, provenance and options of a result file."),
     "report": ("landscape.cli.report", "Write one self-contained HTML page of every result file in a folder."),
     "fourier": ("landscape.cli.fourier", "Fourier spectra, high-frequency amplitude and variance of feature maps."),
+    "lesion": ("landscape.cli.lesion", "Accuracy and NLL with each residual block removed, one at a time."),
     "surface": ("landscape.cli.surface", "Compute a 1D/2D loss surface around a checkpoint."),
     "hessian": ("landscape.cli.hessian", "Hessian eigenvalues (Lanczos), SLQ density and trace of the loss."),
     "spectrum": ("landscape.cli.spectrum", "Per-mini-batch top-k Hessian eigenvalues (Paper A's spectra)."),

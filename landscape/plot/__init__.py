@@ -26,6 +26,7 @@ PLOTTERS = {
     "hessian": "landscape.plot.hessian",
     "spectrum": "landscape.plot.hessian",
     "fourier": "landscape.plot.fourier",
+    "lesion": "landscape.plot.lesion",
     "similarity": "landscape.plot.similarity",
 }
 FORMATS = ("png", "pdf", "svg")
