@@ -25,7 +25,7 @@ from landscape import __version__
 from landscape.errors import LandscapeError
 from landscape.files import WriterLock, atomic_write, ensure_folder, last_writer, live_writer, os_error
 
-KINDS = ("surface", "hessian", "fourier", "spectrum", "lesion", "similarity")
+KINDS = ("surface", "hessian", "fourier", "spectrum", "lesion", "trajectory", "similarity")
 #: :func:`describe` summarises a group of more than this many arrays (e.g. one per parameter) in one line
 GROUP_SUMMARY = 8
 #: attributes that describe how a run happened, not what it computes; they never block a resume

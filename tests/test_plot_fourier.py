@@ -84,3 +84,32 @@ def test_noise_figure_title_names_the_construction(tmp_path):
     attrs = {**fourier_attrs("vit"), "noise_construction": "official", "noise_eps": 0.007}
     official = read_result(write_result(tmp_path / "b.h5", "fourier", arrays, **attrs))
     assert noise_figure([official]).axes[0].get_title().endswith("(official construction, eps 0.007)")
+
+
+def test_profile_figure_paper_style_is_the_released_fig_2a(tmp_path):
+    import matplotlib
+
+    kinds = ["embed", "msa", "mlp", "msa", "mlp"]
+    res = fake_result(tmp_path / "a.h5", "vit_ti", kinds)
+    n = len(kinds)
+    fig = profile_figure(res, style="paper")
+    lines = fig.axes[0].get_lines()[:-1]  # the last line is the zero line
+    assert len(lines) == n - 1  # the last block is left out
+    cmap = matplotlib.colormaps["plasma_r"]
+    # drawn deepest first, the i-th curve plasma_r(i / n_layers): the deepest block drawn is yellow
+    assert to_rgba(lines[0].get_color()) == pytest.approx(cmap(0.0))
+    for i, (line, k) in enumerate(zip(lines, range(n - 2, -1, -1))):
+        assert to_rgba(line.get_color()) == pytest.approx(cmap(i / n))
+        keep = ~np.isnan(res["delta_log_amplitude"][k])
+        np.testing.assert_allclose(line.get_ydata(), res["delta_log_amplitude"][k][keep])
+    # the colour bar maps each drawn block's depth to its colour
+    mappable = fig.axes[1]._colorbar.mappable
+    assert fig.axes[1].get_ylabel() == "normalised depth"
+    for k in range(n - 1):
+        assert mappable.to_rgba(res["depth"][k]) == pytest.approx(cmap((n - 2 - k) / n), abs=2e-3)
+    # the default is unchanged: every block, plasma_r at its depth
+    default = [ln for ln in profile_figure(res).axes[0].get_lines() if len(ln.get_xdata()) > 2]
+    assert len(default) == n and to_rgba(default[0].get_color()) == pytest.approx(cmap(0.0))
+    assert to_rgba(default[-1].get_color()) == pytest.approx(cmap(1.0))
+    written = plot_files([tmp_path / "a.h5"], tmp_path / "figs", style="paper")
+    assert tmp_path / "figs" / "a_delta_log_amplitude.png" in written

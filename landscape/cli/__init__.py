@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("landscape.cli.demo", "The main job: train three mini models on digits and analyse them."),
     "models": ("landscape.cli.models", "List the model zoo with parameter counts."),
     "train": ("landscape.cli.train", "Train a zoo model and save a checkpoint."),
+    "trajectory": ("landscape.cli.trajectory", "Training snapshots in polar coordinates around the initial weights."),
     "convert": ("landscape.cli.convert", "Initialise a vit_rpe_* checkpoint from a trained convvit_* (Paper B)."),
     "plot": ("landscape.cli.plot", "Draw the figures of result files."),
     "info": ("landscape.cli.info", "Print the kind, provenance and options of a result file."),

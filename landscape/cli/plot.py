@@ -27,7 +27,8 @@ from landscape.plot import FORMATS, LEVEL_SPACINGS, SPECTRUM_STYLES, STYLES
     default="default",
     show_default=True,
     type=click.Choice(STYLES),
-    help="Surfaces: 3D style; paper = Paper A's plasma wireframe of loss - min.",
+    help="paper: surfaces in 3D as Paper A's plasma wireframe of loss - min; Fourier Fig 2a as released "
+    "(last block left out, deep blocks yellow).",
 )
 @click.option("--levels", default=20, show_default=True, type=int, help="Surfaces: number of contour levels (>= 2).")
 @click.option(

@@ -28,9 +28,11 @@ PLOTTERS = {
     "fourier": "landscape.plot.fourier",
     "lesion": "landscape.plot.lesion",
     "similarity": "landscape.plot.similarity",
+    "trajectory": "landscape.plot.trajectory",
 }
 FORMATS = ("png", "pdf", "svg")
-#: 3D surface styles: ``default`` (shaded loss) or ``paper`` (Paper A's plasma wireframe of loss - min)
+#: figure styles: ``default``, or ``paper`` (surfaces: Paper A's plasma wireframe of loss - min in 3D; Fourier:
+#: Fig 2a as released, the last block left out and deep blocks yellow)
 STYLES = ("default", "paper")
 #: contour level spacings (see :func:`landscape.plot.surface._levels`)
 LEVEL_SPACINGS = ("auto", "linear", "above-min", "log")

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.cm import ScalarMappable
-from matplotlib.colors import Normalize
+from matplotlib.colors import ListedColormap, Normalize
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -82,28 +83,58 @@ def check(result: Result) -> None:
             )
 
 
-def profile_figure(result: Result) -> Figure:
+def profile_figure(result: Result, style: str = "default") -> Figure:
     """Paper A Fig 2a: one Delta log amplitude curve per block, coloured by normalised depth (plasma_r).
+
+    ``default``: every block, in forward order, coloured ``plasma_r(depth)`` (the first block yellow, the last
+    dark). ``paper``: as the released figure (``fourier_analysis.ipynb``): the last block left out, the others
+    drawn deepest first, the ``i``-th drawn curve coloured ``plasma_r(i / n_layers)``, so that block ``k`` is
+    ``plasma_r((n_layers - 2 - k) / n_layers)`` (deep blocks yellow, shallow ones dark); the colour bar shows that
+    mapping over the depths drawn.
 
     Args:
         result: a Fourier result checked by :func:`check`.
+        style: ``"default"`` or ``"paper"`` (:data:`landscape.plot.STYLES`).
 
     Returns:
         The figure (NaN entries of a curve are left out).
+
+    Raises:
+        LandscapeError: ``style`` is not one of :data:`landscape.plot.STYLES`.
     """
+    from landscape.plot import STYLES, one_of
+
+    one_of(style, "figure style (--style)", STYLES)
     fig, ax = single_axes((5.2, 4.0))
     freq, delta, depth = result["frequencies"], result["delta_log_amplitude"], result["depth"]
-    cmap, norm = "plasma_r", Normalize(0.0, 1.0)
-    mappable = ScalarMappable(norm=norm, cmap=cmap)
-    for i in range(delta.shape[0]):
-        keep = ~np.isnan(delta[i])
-        ax.plot(freq[keep], delta[i, keep], color=mappable.to_rgba(depth[i]), lw=1.4)
+    n = delta.shape[0]
+    if style == "paper":
+        plasma_r = colormaps["plasma_r"]
+        for i, k in enumerate(range(n - 2, -1, -1)):
+            keep = ~np.isnan(delta[k])
+            ax.plot(freq[keep], delta[k, keep], color=plasma_r(i / n), lw=1.4)
+        # block k's colour plasma((k + 2) / n), linear in its depth k / (n - 1): a cut of plasma over the depths drawn
+        mappable = (
+            ScalarMappable(
+                norm=Normalize(float(depth[0]), float(depth[n - 2])),
+                cmap=ListedColormap(colormaps["plasma"](np.linspace(2.0 / n, 1.0, 256))),
+            )
+            if n > 2
+            else None
+        )
+    else:
+        mappable = ScalarMappable(norm=Normalize(0.0, 1.0), cmap="plasma_r")
+        for i in range(n):
+            keep = ~np.isnan(delta[i])
+            ax.plot(freq[keep], delta[i, keep], color=mappable.to_rgba(depth[i]), lw=1.4)
     normalised = result.attrs.get("frequency_axis", "normalised") == "normalised"
     pi_ticks(ax, "frequency (normalised to each layer's highest)" if normalised else "frequency")
     ax.set_ylabel("Δ log amplitude")
     zero_line(ax)
-    fig.colorbar(mappable, ax=ax, label="normalised depth")
-    ax.set_title(f"{model_name(result)}: {result.attrs.get('profile', 'diagonal')} profile")
+    if mappable is not None:
+        fig.colorbar(mappable, ax=ax, label="normalised depth")
+    last = " (last block left out)" if style == "paper" else ""
+    ax.set_title(f"{model_name(result)}: {result.attrs.get('profile', 'diagonal')} profile{last}")
     return fig
 
 
@@ -238,9 +269,9 @@ def maps_figure(result: Result) -> Figure:
     return fig
 
 
-def _figures(results: list[Result], name: str | None = None) -> Iterator[tuple[str, Figure]]:
+def _figures(results: list[Result], name: str | None = None, style: str = "default") -> Iterator[tuple[str, Figure]]:
     for result in results:
-        yield f"{result.path.stem}_delta_log_amplitude", profile_figure(result)
+        yield f"{result.path.stem}_delta_log_amplitude", profile_figure(result, style)
         if any(k.startswith("maps/") for k in result.arrays):
             yield f"{result.path.stem}_maps", maps_figure(result)
     yield (
@@ -273,8 +304,8 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
         results: Fourier results checked by :func:`check` (at least one).
         out_dir: an existing folder.
         fmt: ``png``, ``pdf`` or ``svg``.
-        **options: drawing options; ``name`` (the name of the figures of all files together) is used, others
-            are ignored.
+        **options: drawing options; ``name`` (the name of the figures of all files together) and ``style``
+            (``paper``: Fig 2a as released, see :func:`profile_figure`) are used, others are ignored.
 
     Returns:
         The paths written, in order.
@@ -282,4 +313,4 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
     Raises:
         LandscapeError: ``out_dir`` cannot be written.
     """
-    return save_figures(_figures(results, options.get("name")), out_dir, fmt)
+    return save_figures(_figures(results, options.get("name"), options.get("style", "default")), out_dir, fmt)

@@ -1,0 +1,99 @@
+"""Figures of trajectory results (Paper A Fig 1b): training snapshots in polar coordinates.
+
+Each snapshot is drawn at angle ``phi_t`` (its angle to the initial weights) and radius ``r_t = ||theta_t -
+theta_0||``; every file is one coloured line from the start (the origin, marked with a black star) to its last
+snapshot (a larger marker). All files overlay in one polar figure, so the trajectories of several models (one
+file each) can be compared as in Fig 1b. The angular axis spans ``[0, 1.15 max phi]``, as the angles are small.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from landscape.plot.common import Array, Schema, check_arrays, color, figure_name, labels, marker, save_figures
+from landscape.store import Result
+
+#: the arrays of a trajectory file: one entry per snapshot, the initial weights first
+SCHEMA = Schema(
+    kind="trajectory",
+    required={
+        "distance": Array(("snapshot",), finite=True),
+        "angle": Array(("snapshot",)),
+        "norm": Array(("snapshot",), finite=True),
+        "epoch": Array(("snapshot",)),
+        "snapshots": Array(("snapshot",), text=True),
+    },
+    optional={"step": Array(("snapshot",)), "paths": Array(("snapshot",), text=True)},
+)
+
+
+def check(result: Result) -> None:
+    """Check that ``result`` is a trajectory result whose arrays fit :data:`SCHEMA`.
+
+    Args:
+        result: a result file read by :func:`landscape.store.read_result`.
+
+    Raises:
+        LandscapeError: naming the array that is missing or does not fit, and what to do.
+    """
+    check_arrays(result, SCHEMA)
+
+
+def polar_figure(results: list[Result]) -> Figure:
+    """Paper A Fig 1b: every file's snapshots at (angle, distance) on one polar axes, the start marked.
+
+    Args:
+        results: trajectory results checked by :func:`check` (at least one).
+
+    Returns:
+        The figure; snapshots whose angle is NaN (all-zero weights) are left out.
+    """
+    fig = Figure(figsize=(5.6, 4.6), layout="constrained")
+    ax = fig.add_subplot(projection="polar")
+    largest = 0.0
+    for j, (result, label) in enumerate(zip(results, labels(results))):
+        angle, distance = result["angle"], result["distance"]
+        keep = ~np.isnan(angle)
+        ax.plot(angle[keep], distance[keep], color=color(j), marker=marker(j), ms=3.5, lw=1.4, label=label)
+        ax.plot(angle[keep][-1:], distance[keep][-1:], color=color(j), marker=marker(j), ms=8, ls="none")
+        if keep.any():
+            largest = max(largest, float(np.max(angle[keep])))
+    ax.plot([0.0], [0.0], marker="*", color="black", ms=12, ls="none", label="start (θ₀)", zorder=5)
+    ax.set_thetamin(0.0)
+    ax.set_thetamax(min(180.0, max(1.0, 1.15 * math.degrees(largest))))
+    ax.set_rlim(0.0, None)
+    ax.set_xlabel("‖θ_t − θ₀‖")
+    ax.set_title("training trajectories: angle to θ₀ and distance from it")
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return fig
+
+
+def _figures(results: list[Result], name: str | None) -> Iterator[tuple[str, Figure]]:
+    yield figure_name("trajectory", results, name), polar_figure(results)
+
+
+def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:
+    """Write the polar trajectory figure of ``results`` to ``out_dir``; return its path.
+
+    One figure for all files, named by :func:`landscape.plot.common.figure_name` (``<stem>_trajectory`` for one
+    file, ``trajectory_<a>_vs_<b>`` for several, ``<name>_trajectory`` with the ``name`` option).
+
+    Args:
+        results: trajectory results checked by :func:`check` (at least one).
+        out_dir: an existing folder.
+        fmt: ``png``, ``pdf`` or ``svg``.
+        **options: drawing options; ``name`` is used, others are ignored.
+
+    Returns:
+        The paths written.
+
+    Raises:
+        LandscapeError: ``out_dir`` cannot be written.
+    """
+    return save_figures(_figures(results, options.get("name")), out_dir, fmt)
