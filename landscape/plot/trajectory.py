@@ -54,22 +54,25 @@ def polar_figure(results: list[Result]) -> Figure:
     Returns:
         The figure; snapshots whose angle is NaN (all-zero weights) are left out.
     """
-    fig = Figure(figsize=(5.6, 4.6), layout="constrained")
-    ax = fig.add_subplot(projection="polar")
     largest = 0.0
+    for result in results:
+        angle = result["angle"][~np.isnan(result["angle"])]
+        largest = max([largest, *map(float, angle)])
+    thetamax = min(180.0, max(1.0, 1.15 * math.degrees(largest)))
+    fig = Figure(figsize=(7.5, 5.2), layout="constrained")  # the wedge is drawn in a square box: give it room
+    ax = fig.add_subplot(projection="polar")
     for j, (result, label) in enumerate(zip(results, labels(results))):
         angle, distance = result["angle"], result["distance"]
         keep = ~np.isnan(angle)
         ax.plot(angle[keep], distance[keep], color=color(j), marker=marker(j), ms=3.5, lw=1.4, label=label)
         ax.plot(angle[keep][-1:], distance[keep][-1:], color=color(j), marker=marker(j), ms=8, ls="none")
-        if keep.any():
-            largest = max(largest, float(np.max(angle[keep])))
     ax.plot([0.0], [0.0], marker="*", color="black", ms=12, ls="none", label="start (θ₀)", zorder=5)
     ax.set_thetamin(0.0)
-    ax.set_thetamax(min(180.0, max(1.0, 1.15 * math.degrees(largest))))
+    ax.set_thetamax(thetamax)
+    ticks = np.linspace(0.0, thetamax, 3)  # a narrow wedge has room for few angle labels
+    ax.set_thetagrids(ticks, labels=[f"{t:.3g}°" for t in ticks])
     ax.set_rlim(0.0, None)
-    ax.set_xlabel("‖θ_t − θ₀‖")
-    ax.set_title("training trajectories: angle to θ₀ and distance from it")
+    ax.set_title("training trajectories: angle φ to θ₀ (degrees), radius ‖θ − θ₀‖")
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig
 
