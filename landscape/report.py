@@ -270,31 +270,49 @@ def _inline(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
+def _tables(lines: Sequence[str]) -> list[tuple[int, int]]:
+    """``(header line, end)`` of every Markdown table in ``lines`` (a header row followed by a separator row)."""
+    out, i = [], 0
+    while i < len(lines) - 1:
+        if lines[i].lstrip().startswith("|") and _is_separator(_split_row(lines[i + 1])):
+            end = i + 2
+            while end < len(lines) and lines[end].lstrip().startswith("|"):
+                end += 1
+            out.append((i, end))
+            i = end
+        else:
+            i += 1
+    return out
+
+
 def _summary_from_markdown(path: Path) -> str | None:
-    """The description and the first table of ``summary.md`` as HTML, or None when it has no table."""
+    """The description and the first table of ``summary.md`` as HTML, then the later tables (None: no table).
+
+    Each later table (e.g. the demo's "Findings") comes under its ``##`` heading (an ``<h3>``) and its prose.
+    """
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    start = next(
-        (
-            i
-            for i in range(len(lines) - 1)
-            if lines[i].lstrip().startswith("|") and _is_separator(_split_row(lines[i + 1]))
-        ),
-        None,
-    )
-    if start is None:
+    tables = _tables(lines)
+    if not tables:
         return None
-    rows: list[list[str]] = []
-    for line in lines[start + 2 :]:
-        if not line.lstrip().startswith("|"):
-            break
-        rows.append(_split_row(line))
-    header = _split_row(lines[start])
+    start = tables[0][0]
     prose = [ln.strip() for ln in lines[:start] if ln.strip() and not ln.lstrip().startswith(("#", "!["))]
     parts = [f"<p>{_inline(' '.join(prose))}</p>"] if prose else []
-    parts.append(_table(header, rows, markdown=True))
+    previous_end = 0
+    for k, (first, end) in enumerate(tables):
+        if k:
+            before = lines[previous_end:first]
+            heading = next((ln[3:].strip() for ln in reversed(before) if ln.startswith("## ")), None)
+            text = [ln.strip() for ln in before if ln.strip() and not ln.lstrip().startswith(("#", "![", "|"))]
+            if heading:
+                parts.append(f"<h3>{_inline(heading)}</h3>")
+            if text:
+                parts.append(f"<p>{_inline(' '.join(text))}</p>")
+        rows = [_split_row(line) for line in lines[first + 2 : end]]
+        parts.append(_table(_split_row(lines[first]), rows, markdown=True))
+        previous_end = end
     parts.append(f"<p><small>From {html.escape(path.name)}.</small></p>")
     return "\n".join(parts)
 

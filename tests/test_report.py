@@ -233,6 +233,23 @@ def test_summary_md_table_is_rendered_escaped(tmp_path):
     assert page.scripts == [] and "figures/x.png" not in page.urls
 
 
+def test_later_summary_md_tables_come_under_their_heading(tmp_path):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    write_result(folder / "s.h5", "spectrum", spectrum_arrays(np.array([[1.0, 2.0]])), model="m")
+    (folder / "summary.md").write_text(
+        "# run\n\n| model | note |\n| --- | --- |\n| m | x |\n\n## Findings\n\nVerdicts.\n\n"
+        "| claim | verdict |\n| --- | --- |\n| a | reproduced |\n\n## m\n\n![fig](figures/x.png)\n"
+    )
+    write_report(folder, interactive=False)
+    text = (folder / "report.html").read_text()
+    summary = text.split('<h2 id="summary">Summary</h2>', 1)[1]
+    assert (
+        summary.index("<td>m</td><td>x</td>") < summary.index("<h3>Findings</h3>") < summary.index("<p>Verdicts.</p>")
+    )
+    assert summary.index("<p>Verdicts.</p>") < summary.index("<td>a</td><td>reproduced</td>")
+
+
 def test_svg_figures_are_inline(tmp_path):
     folder = tmp_path / "d"
     folder.mkdir()
