@@ -166,6 +166,150 @@ def spectrum_row(model, stage, result):
 '''
 
 
+SWEEP_SPECTRUM = """\
+# The sweeps' spectra: the SPECTRUM options, on a few more QUICK batches (3 of 16) so that each pool holds more
+# than one batch; full mode: 10% of the training set, as above.
+from dataclasses import replace
+
+from landscape.checkpoint import read_checkpoint
+
+SWEEP_SPECTRUM = replace(SPECTRUM, samples=3 * SIZES["spectrum_batch"] if QUICK else None)
+
+
+def sweep_spectrum(name, ckpt):
+    \"\"\"The max-eigenvalue spectrum of checkpoint `ckpt` (sweep options), RESULTS/<name>_spectrum_*.h5.\"\"\"
+    return run_spectrum(
+        ckpt, SWEEP_SPECTRUM, out=RESULTS / f"{name}_spectrum_sweep_{SPECTRUM_REGULARIZER}.h5", device=DEVICE,
+        progress=False,
+    )
+
+
+def spectrum_stats(result):
+    \"\"\"Top eigenvalue, most negative eigenvalue and share of negative eigenvalues of the done mini-batches.\"\"\"
+    ev = result["eigenvalues"][result["done"].astype(bool)].ravel()
+    return float(ev.max()), float(ev.min()), float((ev < 0).mean())
+
+
+def stored_accuracy(ckpt):
+    \"\"\"The test accuracy train_model stored in the checkpoint (None for a checkpoint without it).\"\"\"
+    return (read_checkpoint(ckpt).meta.get("metrics") or {}).get("test_accuracy")
+"""
+
+DATA_SWEEP_NOTE = """
+## Data size: more training data suppresses ViT's negative eigenvalues (Paper A, Fig 4)
+
+Paper A's claim: a ViT trained on less data has more (and larger) negative Hessian eigenvalues, a less convex
+loss; a larger training set suppresses them. Protocol: the same ViT (`vit_mini` in QUICK, `vit_ti` in full mode)
+trained on `DATA_FRACTIONS` (6%, 30% and 100%) of the training set (`TrainConfig(subset=...)`, the same recipe
+and number of epochs for each, so a smaller subset also means fewer steps), then the per-mini-batch top-k
+spectrum of each final checkpoint on the same training images (the sweep's spectrum options: 3 batches of 16 in
+QUICK, 10% of the training set in full mode), overlaid. Full mode trains the subsets with Paper A's recipe and
+uses the notebook's own `vit_ti` checkpoint (or `CHECKPOINTS["vit_ti"]`) for 100%.
+
+How to read it: the claim holds if the negative panel's mass and the share of negative eigenvalues in the table
+fall as the fraction grows. QUICK trains each model for one epoch on digits, a smoke run whose numbers say
+nothing about the claim.
+"""
+
+DATA_SWEEP = """\
+VIT = "vit_mini" if QUICK else "vit_ti"
+# QUICK: one epoch on digits per fraction (no warm-up); full: Paper A's recipe.
+QUICK_SWEEP_TRAIN = {"epochs": 1, "warmup_epochs": 0, "batch_size": 64, "lr": 2e-3}
+
+
+def data_sweep_checkpoint(fraction):
+    \"\"\"VIT trained on `fraction` of the training set (full mode, 100%: the notebook's own VIT checkpoint).\"\"\"
+    subset = None if fraction >= 1 else fraction
+    if QUICK:
+        config = TrainConfig(model=VIT, data=DATA, device=DEVICE, subset=subset, **QUICK_SWEEP_TRAIN)
+    elif subset is None:
+        return checkpoint(VIT)
+    else:
+        config = TrainConfig.paper_a(VIT, data=DATA, device=DEVICE, subset=subset)
+    return trained(f"{VIT}_data{fraction:g}", config)
+
+
+data_ckpts = {fraction: data_sweep_checkpoint(fraction) for fraction in DATA_FRACTIONS}
+data_spectra = {fraction: sweep_spectrum(f"{VIT}_data{fraction:g}", ckpt) for fraction, ckpt in data_ckpts.items()}
+"""
+
+DATA_SWEEP_REPORT = """\
+show_figure(spectrum_figure(list(data_spectra.values())), f"{VIT}_data_size_spectrum")
+rows = []
+for fraction, result in data_spectra.items():
+    top, low, share = spectrum_stats(result)
+    accuracy = stored_accuracy(data_ckpts[fraction])
+    rows.append([f"{fraction:g}", "–" if accuracy is None else f"{accuracy:.4f}", f"{top:.4g}", f"{low:.4g}",
+                 f"{share:.2f}"])
+table(["data fraction", "test accuracy", "top eigenvalue", "most negative", "share negative"], rows)
+"""
+
+WINDOW_SWEEP_NOTE = """
+## Window size: local attention against negative eigenvalues and accuracy (Paper A, local MSAs)
+
+Paper A's claim: constraining MSAs to local windows (a locality inductive bias) suppresses the negative Hessian
+eigenvalues and helps accuracy, compared with global attention. Protocol: the notebook's AlterNet
+(`alternet_mini` in QUICK, `alternet50` in full mode) with its MSAs attending in windows of each size in
+`WINDOWS` (`create_model(..., window=w)`, the window capped at each stage's map size; `"global"` is a window of
+the input size, so every MSA attends over its whole map). Each variant is trained with the notebook's recipe
+(QUICK: two epochs on a quarter of digits; full: Paper A's); window 4 is the zoo's default, so that variant is the
+notebook's AlterNet checkpoint itself. For each: the test accuracy stored by `train_model` and the per-mini-batch
+top-k spectrum of the final checkpoint (the sweep's spectrum options).
+
+How to read it: the claim holds if the share of negative eigenvalues rises with the window (global last) while
+the accuracy of the local windows is at least that of global attention. QUICK models are barely trained, a smoke
+run whose numbers say nothing about the claim.
+"""
+
+WINDOW_SWEEP = """\
+ALTERNET = "alternet_mini" if QUICK else "alternet50"
+DEFAULT_WINDOW = 4  # the zoo's AlterNet window: that variant is checkpoint(ALTERNET)
+IMG_SIZE = 32  # digits and CIFAR: a window this size covers every stage's map (global attention)
+if WINDOWS is None:
+    WINDOWS = [2, 4, "global"] if QUICK else [2, 4, 8, "global"]
+
+
+def window_checkpoint(window):
+    \"\"\"ALTERNET with its MSAs attending in `window` x `window` windows, trained (or reused) like checkpoint().\"\"\"
+    side = IMG_SIZE if window == "global" else window
+    if side == DEFAULT_WINDOW:
+        return checkpoint(ALTERNET)
+    if QUICK:
+        config = TrainConfig(model=ALTERNET, data=DATA, device=DEVICE, model_kwargs={"window": side}, **QUICK_TRAIN)
+    else:
+        config = TrainConfig.paper_a(ALTERNET, data=DATA, device=DEVICE, model_kwargs={"window": side})
+    return trained(f"{ALTERNET}_window{window}", config)
+
+
+window_ckpts = {window: window_checkpoint(window) for window in WINDOWS}
+window_spectra = {window: sweep_spectrum(f"{ALTERNET}_window{window}", ckpt) for window, ckpt in window_ckpts.items()}
+"""
+
+WINDOW_SWEEP_REPORT = """\
+from matplotlib.figure import Figure
+
+stats = {window: spectrum_stats(result) for window, result in window_spectra.items()}
+accuracies = {window: stored_accuracy(ckpt) for window, ckpt in window_ckpts.items()}
+table(["window", "test accuracy", "share negative", "top eigenvalue", "most negative"],
+      [[window, "–" if accuracies[window] is None else f"{accuracies[window]:.4f}", f"{stats[window][2]:.2f}",
+        f"{stats[window][0]:.4g}", f"{stats[window][1]:.4g}"] for window in WINDOWS])
+
+fig = Figure(figsize=(8.0, 3.2), layout="constrained")
+share_ax, acc_ax = fig.subplots(1, 2)
+ticks = range(len(WINDOWS))
+share_ax.plot(ticks, [stats[w][2] for w in WINDOWS], "o-")
+share_ax.set_ylabel("share of negative eigenvalues")
+acc_ax.plot(ticks, [float("nan") if accuracies[w] is None else accuracies[w] for w in WINDOWS], "s-", color="C1")
+acc_ax.set_ylabel("test accuracy")
+for ax in (share_ax, acc_ax):
+    ax.set_xticks(list(ticks), [str(w) for w in WINDOWS])
+    ax.set_xlabel("MSA window")
+fig.suptitle(f"{ALTERNET}: window size sweep")
+show_figure(fig, f"{ALTERNET}_window_sweep")
+show_figure(spectrum_figure(list(window_spectra.values())), f"{ALTERNET}_window_spectra")
+"""
+
+
 def md(text: str) -> nbformat.NotebookNode:
     """A markdown cell."""
     return new_markdown_cell(text.strip())
@@ -248,7 +392,8 @@ near c / ||theta_p|| at the top of the spectrum. `SPECTRUM_REGULARIZER = "none"`
         ),
         parameters(
             "WARMUP_CHECKPOINTS = {}  # QUICK = False with CHECKPOINTS: the matching warm-up checkpoints\n"
-            'SPECTRUM_REGULARIZER = "norm-sum"  # "norm-sum" (Paper A: NLL + 0.05 sum_p ||theta_p||) or "none"'
+            'SPECTRUM_REGULARIZER = "norm-sum"  # "norm-sum" (Paper A: NLL + 0.05 sum_p ||theta_p||) or "none"\n'
+            "DATA_FRACTIONS = [0.06, 0.3, 1.0]  # data size sweep: shares of the training set (Paper A, Fig 4)"
         ),
         setup("02_hessian_spectra"),
         code(SPECTRA),
@@ -271,6 +416,9 @@ table(["model", "checkpoint", "top eigenvalue", "most negative", "share negative
       [spectrum_row(model, stage, result) for (model, stage), result in spectra.items()])
 """,
         ),
+        md(DATA_SWEEP_NOTE),
+        code(SWEEP_SPECTRUM, DATA_SWEEP),
+        code(DATA_SWEEP_REPORT),
     ]
 
 
@@ -390,7 +538,8 @@ without the ViT's negative eigenvalues. Uses the same checkpoints and result fil
         parameters(
             'REGULARIZER = "norm-sum"  # the landscape\'s loss, as in notebook 1\nNORM = "filter"\n'
             "WARMUP_CHECKPOINTS = {}  # as in notebook 2\n"
-            'SPECTRUM_REGULARIZER = "norm-sum"  # as in notebook 2'
+            'SPECTRUM_REGULARIZER = "norm-sum"  # as in notebook 2\n'
+            'WINDOWS = None  # window sweep: sides and/or "global"; None: [2, 4, "global"] QUICK, [2, 4, 8, "global"]'
         ),
         setup("05_alternet"),
         code("""
@@ -426,6 +575,9 @@ table(["model", "checkpoint", "top eigenvalue", "most negative", "share negative
       [spectrum_row(model, "final", result) for model, result in finals.items()])
 """,
         ),
+        md(WINDOW_SWEEP_NOTE),
+        code(SWEEP_SPECTRUM, WINDOW_SWEEP),
+        code(WINDOW_SWEEP_REPORT),
     ]
 
 
