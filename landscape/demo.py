@@ -2,7 +2,10 @@
 
 For each of ``resnet_mini``, ``vit_mini`` and ``alternet_mini``: train (or reuse the checkpoint), compute a 2D
 filter-normalised loss surface, Paper A's per-mini-batch max-eigenvalue spectrum and the Fourier profile of the
-feature maps; draw every figure; write ``summary.md`` that puts the three models side by side, and ``report.html``
+feature maps; draw every figure; write ``summary.md`` that puts the three models side by side and gives a verdict
+on every claim of both papers with a bootstrap interval (:mod:`landscape.findings`; with
+``DemoSettings.data_fractions``, FULL only, ``vit_mini`` is also trained on shares of the data into ``data_size/``
+for the data-size claim), and ``report.html``
 (:func:`landscape.report.write_report`: the table and every figure in one self-contained page). Every stage writes
 its own file and is skipped when its file is complete, so a rerun resumes rather than recomputes.
 """
@@ -26,7 +29,13 @@ MODELS = ("resnet_mini", "vit_mini", "alternet_mini")
 
 @dataclass(frozen=True)
 class DemoSettings:
-    """The sizes of one demo run: training per model, surface grid, spectrum and Fourier samples."""
+    """The sizes of one demo run: training per model, surface grid, spectrum and Fourier samples.
+
+    ``data_fractions``: the shares of the training data on which ``vit_mini`` is trained again (same options
+    otherwise) for Paper A's data-size claim; each gets a checkpoint and a spectrum in ``data_size/`` (the main
+    models' files are not touched). ``resamples`` and ``fourier_unit``: the bootstrap of the findings table
+    (:func:`landscape.findings.findings`).
+    """
 
     train: dict[str, dict[str, Any]]
     grid: int
@@ -36,6 +45,9 @@ class DemoSettings:
     fourier_samples: int
     reg_coef: float = 0.05
     models: tuple[str, ...] = MODELS
+    data_fractions: tuple[float, ...] = ()
+    resamples: int = 1000
+    fourier_unit: int = 16
 
 
 FULL = DemoSettings(
@@ -49,6 +61,7 @@ FULL = DemoSettings(
     spectrum_fraction=0.1,
     spectrum_batch=16,
     fourier_samples=256,
+    data_fractions=(0.06, 0.3),
 )
 QUICK = DemoSettings(
     train={m: {"epochs": 1, "batch_size": 64, "lr": 2e-3, "subset": 0.25} for m in MODELS},
@@ -57,6 +70,8 @@ QUICK = DemoSettings(
     spectrum_fraction=0.02,
     spectrum_batch=16,
     fourier_samples=32,
+    resamples=200,
+    fourier_unit=4,
 )
 
 
@@ -74,18 +89,29 @@ class ModelReport:
     figures: list[Path]
 
 
-def _train_stage(model: str, settings: DemoSettings, out: Path, *, device: str, force: bool, quiet: bool) -> Path:
-    """Train ``model`` into ``out`` unless a checkpoint of the same model and options is already there."""
+def _train_stage(
+    model: str,
+    settings: DemoSettings,
+    out: Path,
+    *,
+    device: str,
+    force: bool,
+    quiet: bool,
+    subset: float | None = None,
+) -> Path:
+    """Train ``model`` into ``out`` unless a checkpoint of the same model and options is already there.
+
+    ``subset`` replaces the training share of the model's settings (the data-size runs).
+    """
     from landscape.checkpoint import read_checkpoint
     from landscape.train import TrainConfig, train_model
 
-    config = TrainConfig(model=model, data="digits", seed=0, device=device, **settings.train[model])
+    train = dict(settings.train[model]) if subset is None else {**settings.train[model], "subset": subset}
+    config = TrainConfig(model=model, data="digits", seed=0, device=device, **train)
     if out.exists() and not force:
         ckpt = read_checkpoint(out)
         options = ckpt.meta.get("train_options") or {}
-        same = ckpt.model_name == model and all(
-            options.get(k) == v for k, v in settings.train[model].items() if k != "device"
-        )
+        same = ckpt.model_name == model and all(options.get(k) == v for k, v in train.items() if k != "device")
         if not same:
             raise LandscapeError(f"{out} holds a checkpoint from other options; use --force or another --out")
         return out
@@ -147,6 +173,35 @@ def _model_stages(
     return ckpt, [surface, spectrum, fourier]
 
 
+def _data_size_stages(settings: DemoSettings, out_dir: Path, *, device: str, force: bool, quiet: bool) -> list[Path]:
+    """Train ``vit_mini`` on each of ``settings.data_fractions`` of the data and take its spectrum (``data_size/``)."""
+    from landscape.hessian.run import run_spectrum
+    from landscape.options.hessian import SpectrumOptions
+
+    model = "vit_mini"
+    folder = out_dir / "data_size"
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for fraction in settings.data_fractions:
+        stem = folder / f"{model}_data{fraction:g}"
+        ckpt = _train_stage(
+            model, settings, stem.with_suffix(".pt"), device=device, force=force, quiet=quiet, subset=fraction
+        )
+        spectrum = Path(f"{stem}_spectrum.h5")
+        run_spectrum(
+            ckpt,
+            SpectrumOptions(
+                batch_size=settings.spectrum_batch, fraction=settings.spectrum_fraction, top_k=5, which="LM"
+            ),
+            out=spectrum,
+            device=device,
+            force=force,
+            progress=False if quiet else None,
+        )
+        files.append(spectrum)
+    return files
+
+
 def _report(model: str, ckpt: Path, files: list[Path], figures: list[Path]) -> ModelReport:
     """Read the numbers the summary needs back from the files."""
     from landscape.checkpoint import read_checkpoint
@@ -175,8 +230,27 @@ def _fmt(value: float, spec: str) -> str:
     return "–" if math.isnan(value) else format(value, spec)
 
 
-def write_summary(reports: list[ModelReport], shared_figures: list[Path], out_dir: Path, *, quick: bool) -> Path:
-    """Write ``summary.md``: a table of the models side by side, then every figure embedded."""
+def write_summary(
+    reports: list[ModelReport],
+    shared_figures: list[Path],
+    out_dir: Path,
+    *,
+    quick: bool,
+    findings_table: str | None = None,
+) -> Path:
+    """Write ``summary.md``: a table of the models side by side, the findings table, then every figure embedded.
+
+    Args:
+        reports: the numbers of each model.
+        shared_figures: the figures that overlay the models.
+        out_dir: the demo folder.
+        quick: the quick demo (said in the title).
+        findings_table: the Markdown table of :func:`landscape.findings.findings_markdown` (a "Findings" section
+            after the main table), or None to leave it out.
+
+    Returns:
+        The path of ``summary.md``.
+    """
     lines = [
         "# landscape demo" + (" (quick)" if quick else ""),
         "",
@@ -196,6 +270,18 @@ def write_summary(reports: list[ModelReport], shared_figures: list[Path], out_di
             f"| {_fmt(r.negative_share, '.3f')} | {_fmt(r.hf_msa, '.3f')} | {_fmt(r.hf_conv, '.3f')} |"
         )
     lines.append("")
+    if findings_table:
+        lines += [
+            "## Findings",
+            "",
+            "A verdict for each claim of Paper A and Paper B (landscape.findings): the value on all units and its 95%",
+            "percentile bootstrap interval over the units (mini-batches, test images, batches of images or seeds);",
+            "reproduced when the interval lies on the claimed side of zero (or of the stated threshold),",
+            "contradicted when it lies on the other side, inconclusive when it contains it.",
+            "",
+            findings_table,
+            "",
+        ]
     for r in reports:
         lines += [f"## {r.model}", ""]
         lines += [f"![{p.stem}]({p.relative_to(out_dir).as_posix()})" for p in r.figures]
@@ -246,7 +332,16 @@ def run_demo(
         figures_dir / "overlay",
         "png",
     )
-    summary = write_summary(reports, [p for p in shared if p.suffix == ".png"], out, quick=quick)
+    if settings.data_fractions:
+        say(f"[demo] vit_mini on {', '.join(f'{f:g}' for f in settings.data_fractions)} of the data: train, spectrum")
+        _data_size_stages(settings, out, device=device, force=force, quiet=quiet)
+    from landscape.findings import findings, findings_markdown
+
+    say("[demo] findings: a verdict for every claim, bootstrap intervals")
+    table = findings_markdown(
+        findings(out, settings.models, seed=0, resamples=settings.resamples, fourier_unit=settings.fourier_unit)
+    )
+    summary = write_summary(reports, [p for p in shared if p.suffix == ".png"], out, quick=quick, findings_table=table)
     say(f"[demo] wrote {summary}")
     say(f"[demo] wrote {write_report(out)} (every figure embedded; open it in a browser)")
     return summary

@@ -65,6 +65,25 @@ def test_summary_puts_the_models_side_by_side(demo_dir):
         assert (demo_dir / link).is_file(), link
 
 
+def test_summary_has_a_findings_table_with_a_verdict_per_claim(demo_dir):
+    from landscape.findings import VERDICTS, findings
+
+    text = (demo_dir / "summary.md").read_text()
+    assert "## Findings" in text
+    section = text.split("## Findings", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    assert lines[0] == "| claim | paper | statistic | value [95% interval] | verdict |"
+    rows = lines[2:]
+    expected = findings(demo_dir, MODELS, resamples=QUICK.resamples, fourier_unit=QUICK.fourier_unit)
+    assert len(rows) == len(expected) == 16  # 5 high-frequency, 5 variance, 4 spectrum, accuracy, Paper B
+    for row, finding in zip(rows, expected):
+        verdict = row.split("|")[-2].strip()
+        assert any(verdict.startswith(word) for word in VERDICTS), row
+        assert verdict.startswith(finding.verdict) and row.split("|")[1].strip() == finding.claim
+    html = (demo_dir / "report.html").read_text(encoding="utf-8")
+    assert "<h3>Findings</h3>" in html and html.count("<table>") >= 2
+
+
 def test_report_embeds_every_figure_of_the_demo(demo_dir):
     import base64
 
