@@ -47,7 +47,8 @@ def test_every_file_is_written_and_complete(demo_dir):
 
 def test_summary_puts_the_models_side_by_side(demo_dir):
     text = (demo_dir / "summary.md").read_text()
-    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    main_table = text.split("## Findings", 1)[0]
+    rows = [line for line in main_table.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert [row.split("|")[1].strip() for row in rows] == list(MODELS)
     for model, row in zip(MODELS, rows):
         cells = [c.strip() for c in row.split("|")[2:-1]]
