@@ -167,13 +167,13 @@ def spectrum_row(model, stage, result):
 
 
 SWEEP_SPECTRUM = """\
-# The sweeps' spectra: the SPECTRUM options, on a few more QUICK batches (3 of 16) so that each pool holds more
-# than one batch; full mode: 10% of the training set, as above.
+# The sweeps' spectra: the SPECTRUM options on two QUICK batches of 16 (so that each pool holds more than one
+# batch); full mode: 10% of the training set, as above.
 from dataclasses import replace
 
 from landscape.checkpoint import read_checkpoint
 
-SWEEP_SPECTRUM = replace(SPECTRUM, samples=3 * SIZES["spectrum_batch"] if QUICK else None)
+SWEEP_SPECTRUM = replace(SPECTRUM, samples=2 * SIZES["spectrum_batch"] if QUICK else None)
 
 
 def sweep_spectrum(name, ckpt):
@@ -202,7 +202,7 @@ Paper A's claim: a ViT trained on less data has more (and larger) negative Hessi
 loss; a larger training set suppresses them. Protocol: the same ViT (`vit_mini` in QUICK, `vit_ti` in full mode)
 trained on `DATA_FRACTIONS` (6%, 30% and 100%) of the training set (`TrainConfig(subset=...)`, the same recipe
 and number of epochs for each, so a smaller subset also means fewer steps), then the per-mini-batch top-k
-spectrum of each final checkpoint on the same training images (the sweep's spectrum options: 3 batches of 16 in
+spectrum of each final checkpoint on the same training images (the sweep's spectrum options: 2 batches of 16 in
 QUICK, 10% of the training set in full mode), overlaid. Full mode trains the subsets with Paper A's recipe and
 uses the notebook's own `vit_ti` checkpoint (or `CHECKPOINTS["vit_ti"]`) for 100%.
 

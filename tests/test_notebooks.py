@@ -20,10 +20,10 @@ NOTEBOOKS = sorted(p.name for p in NOTEBOOK_DIR.glob("*.ipynb"))
 #: the least number of figures each notebook must display
 MIN_FIGURES = {
     "01_loss_landscapes.ipynb": 6,  # 3D + contour per model
-    "02_hessian_spectra.ipynb": 5,  # one per model, one per stage
+    "02_hessian_spectra.ipynb": 6,  # one per model, one per stage, the data size sweep
     "03_fourier.ipynb": 4,  # Fig 2a per timm model, Fig 8, Fig 2b
     "04_feature_variance.ipynb": 3,
-    "05_alternet.ipynb": 4,  # 3D per model, spectra
+    "05_alternet.ipynb": 6,  # 3D per model, spectra, window sweep (negative share / accuracy, spectra)
     "06_paper_b_conv_to_attention.ipynb": 2,
 }
 
