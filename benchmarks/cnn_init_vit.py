@@ -17,6 +17,7 @@ two-stage pipeline. Prints a markdown table of test accuracies, the seeds and th
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import shlex
 import statistics
@@ -166,6 +167,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--control-only", action="store_true", help="train only that control")
     p.add_argument("--workdir", type=Path, default=None, help="keep the checkpoints here (default: a temp dir)")
+    p.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="also write the per-run rows here, e.g. demo/paper_b.json (read by the demo's findings table)",
+    )
     return p.parse_args(argv)
 
 
@@ -188,8 +195,13 @@ def main(argv: list[str] | None = None) -> tuple[str, list[dict]]:
                     file=sys.stderr,
                     flush=True,
                 )
-    table = markdown_table(rows, args, command, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    table = markdown_table(rows, args, command, seconds)
     print(table)
+    if args.json is not None:
+        from landscape.files import write_text
+
+        write_text(args.json, json.dumps({"command": command, "seconds": seconds, "rows": rows}, indent=1))
     return table, rows
 
 

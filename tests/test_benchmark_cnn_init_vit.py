@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -38,8 +39,14 @@ def test_tiny_low_data_experiment(tmp_path: Path, capsys: pytest.CaptureFixture[
         "--control",
         "--workdir",
         str(tmp_path),
+        "--json",
+        str(tmp_path / "out" / "paper_b.json"),
     ]
     table, rows = bench.main(argv)
+    written = json.loads((tmp_path / "out" / "paper_b.json").read_text())
+    assert written["rows"] == rows and written["command"].endswith("paper_b.json")
+    (tmp_path / "out" / "paper_b.json").unlink()
+    (tmp_path / "out").rmdir()
     assert capsys.readouterr().out.strip() == table
     assert "| 0.1 | 144 |" in table and "--fractions 0.1" in table
     (row,) = rows
