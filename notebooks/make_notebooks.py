@@ -711,6 +711,49 @@ table(["fraction", "convvit (CNN)", "vit_rpe, random init", "converted, before f
     ]
 
 
+def nb_findings() -> list[nbformat.NotebookNode]:
+    """07: a verdict for every claim of both papers (the demo's findings table)."""
+    return [
+        md(
+            """
+# 7. A verdict for every claim
+
+`landscape demo` trains `resnet_mini`, `vit_mini` and `alternet_mini` on digits, computes their surfaces, spectra
+and Fourier profiles, and `landscape.findings` turns the files into one row per claim of Paper A and Paper B: the
+statistic measured, a 95% bootstrap interval over its natural unit (mini-batches, images, batches of images or
+seeds) and a verdict: reproduced (the interval lies on the claimed side), contradicted (on the other side),
+inconclusive (it contains the threshold) or not measured (the inputs are absent; the row names the command).
+
+`QUICK = True` runs the quick demo (smoke sizes: the verdicts mean little); `QUICK = False` runs the full demo on
+the CPU (about ten minutes). Paper B's row needs the rows of `benchmarks/cnn_init_vit.py --json FILE`
+(`PAPER_B_JSON`). The verdicts hold for these small models on digits, not for the papers' models.
+"""
+        ),
+        parameters("PAPER_B_JSON = None  # the rows file of `benchmarks/cnn_init_vit.py --json FILE` (Paper B)"),
+        setup("07_findings"),
+        code("""
+import shutil
+
+from landscape.demo import run_demo
+
+DEMO_DIR = ROOT / "demo"
+if PAPER_B_JSON:
+    DEMO_DIR.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PAPER_B_JSON, DEMO_DIR / "paper_b.json")
+summary = run_demo(DEMO_DIR, quick=QUICK, quiet=True)
+text = summary.read_text()
+display(Markdown(text[text.index("## Findings") :]))
+"""),
+        md("The per-mini-batch spectra behind the Hessian rows, overlaid:"),
+        code("""
+from landscape.plot.hessian import spectrum_figure
+from landscape.store import read_result
+
+show_figure(spectrum_figure([read_result(DEMO_DIR / f"{m}_spectrum.h5") for m in MODELS]), "spectra")
+"""),
+    ]
+
+
 NOTEBOOKS = {
     "01_loss_landscapes.ipynb": nb_loss_landscapes,
     "02_hessian_spectra.ipynb": nb_hessian_spectra,
@@ -718,6 +761,7 @@ NOTEBOOKS = {
     "04_feature_variance.ipynb": nb_feature_variance,
     "05_alternet.ipynb": nb_alternet,
     "06_paper_b_conv_to_attention.ipynb": nb_paper_b,
+    "07_findings.ipynb": nb_findings,
 }
 
 

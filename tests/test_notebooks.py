@@ -25,6 +25,7 @@ MIN_FIGURES = {
     "04_feature_variance.ipynb": 3,
     "05_alternet.ipynb": 6,  # 3D per model, spectra, window sweep (negative share / accuracy, spectra)
     "06_paper_b_conv_to_attention.ipynb": 2,
+    "07_findings.ipynb": 1,  # the spectra behind the Hessian rows (the findings table is markdown)
 }
 
 
