@@ -45,6 +45,7 @@ from torch import Tensor, nn
 from landscape import store
 from landscape.errors import LandscapeError
 from landscape.options.lesion import LesionOptions
+from landscape.results import analysis_file
 
 if TYPE_CHECKING:
     from landscape.pipeline import ModelSource
@@ -441,11 +442,8 @@ def run_lesion(
     n_samples = sum(int(x.shape[0]) for x, _ in batches)
     n = len(blocks)
     attrs = inputs.provenance(n_samples, o.seed, **{k: v for k, v in o.attrs().items() if k != "seed"})
-    opened: list[store.ResultFile] = []
 
-    def open_file() -> dict:
-        f = store.open_result(out, "lesion", attrs, force=force)
-        opened.append(f)
+    def resume(f: store.ResultFile) -> dict:
         state: dict[str, Any] = {"complete": f.complete, "intact": None, "done": []}
         if f.complete:
             return state
@@ -462,11 +460,10 @@ def run_lesion(
         f.allocate("done", (n,), bool, fill=False, axes=["block"])
         return state
 
-    state = D.on_main(open_file)
-    f = opened[0] if opened else None
     show = D.is_main() and (sys.stderr.isatty() if progress is None else bool(progress))
     mine = D.shard(batches)
-    try:
+    with analysis_file(out, "lesion", attrs, force=force, resume=resume) as (f, state):
+        assert state is not None
         if not state["complete"]:
             intact = state["intact"]
             bar = tqdm(total=n, initial=len(state["done"]), desc="lesions", unit="block", disable=not show, leave=False)
@@ -495,10 +492,4 @@ def run_lesion(
                     bar.update(1)
                     if on_block is not None:
                         on_block(i)
-            if f is not None:
-                f.mark_complete()
-    finally:
-        if f is not None:
-            f.close()
-    D.barrier()
     return store.read_result(out)

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from landscape import store
 from landscape.errors import LandscapeError
 from landscape.options.similarity import MIN_BATCH, SimilarityOptions
+from landscape.results import analysis_file
 from landscape.taps import FeatureTaps, as_grid
 
 if TYPE_CHECKING:
@@ -429,18 +430,9 @@ def run_similarity(
     n_samples = sum(int(x.shape[0]) for x, _ in batches)
     attrs = inputs.provenance(n_samples, o.seed, **{k: v for k, v in o.attrs().items() if k != "seed"})
     attrs.update(_other_attrs(inputs_b))
-    opened: list[store.ResultFile] = []
-
-    def open_file() -> dict:
-        f = store.open_result(out, "similarity", attrs, force=force)
-        opened.append(f)
-        return {"complete": f.complete}
-
-    state = D.on_main(open_file)
-    f = opened[0] if opened else None
     show = D.is_main() and (sys.stderr.isatty() if progress is None else bool(progress))
-    try:
-        if not state["complete"]:
+    with analysis_file(out, "similarity", attrs, force=force, resume=lambda f: f.complete) as (f, complete):
+        if not complete:
             order = list(range(len(batches)))
             mine = D.shard(order)
             part = (
@@ -462,9 +454,4 @@ def run_similarity(
                 total = total.add(p)
             if f is not None:
                 write_sums(f, total)
-                f.mark_complete()
-    finally:
-        if f is not None:
-            f.close()
-    D.barrier()
     return store.read_result(out)

@@ -30,6 +30,7 @@ from landscape.objective import Objective, batch_loss, hit_count
 from landscape.options.surface import BN_MODES, SurfaceOptions, parse_grid  # noqa: F401 (parse_grid re-exported)
 from landscape.params import ParamDict
 from landscape.pipeline import ModelSource
+from landscape.results import analysis_file
 
 #: points evaluated in one vectorised call when vmap is tried
 VMAP_POINTS = 8
@@ -327,35 +328,28 @@ def check_grid_size(objective: Objective, n_points: int, shape: tuple[int, int])
     )
 
 
-def _open_surface(
-    out: str | Path,
-    full: dict[str, Any],
-    force: bool,
+def _resume_surface(
+    f: store.ResultFile,
     directions: Directions,
     xs: np.ndarray,
     ys: np.ndarray,
     like: Mapping[str, Tensor],
-) -> tuple[store.ResultFile, dict[str, Any]]:
-    """Rank 0: create or resume the file; return it and the state every rank needs (directions, done mask)."""
-    f = store.open_result(out, "surface", full, force=force)
-    try:
-        if f.resumed and f.attr("directions_written", False):
-            return f, {
-                "dirs": _read_directions(f, like, directions.ndim),
-                "done": f.read("done"),
-                "bp": f.attr("batch_points"),
-                "complete": f.complete,
-            }
-        f.delete("directions")  # a new file, or one killed before its directions were complete: (re)write them
-        _create_arrays(f, xs, ys)
-        _write_directions(f, directions)
-        f.set_attrs({k: directions.meta[k] for k in ("x_norm", "y_norm", "cosine") if k in directions.meta})
-        f.set_attrs({"directions_written": True})
-        f.flush()
-        return f, {"dirs": None, "done": f.read("done"), "bp": None, "complete": False}
-    except BaseException:
-        f.close()
-        raise
+) -> dict[str, Any]:
+    """Rank 0: set up a new file or read a resumed one; return the state every rank needs (directions, done mask)."""
+    if f.resumed and f.attr("directions_written", False):
+        return {
+            "dirs": _read_directions(f, like, directions.ndim),
+            "done": f.read("done"),
+            "bp": f.attr("batch_points"),
+            "complete": f.complete,
+        }
+    f.delete("directions")  # a new file, or one killed before its directions were complete: (re)write them
+    _create_arrays(f, xs, ys)
+    _write_directions(f, directions)
+    f.set_attrs({k: directions.meta[k] for k in ("x_norm", "y_norm", "cosine") if k in directions.meta})
+    f.set_attrs({"directions_written": True})
+    f.flush()
+    return {"dirs": None, "done": f.read("done"), "bp": None, "complete": False}
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -434,19 +428,15 @@ def compute_surface(
         "compile": bool(compile),
     }
     check_grid_size(objective, int(xs.size * ys.size), (int(ys.size), int(xs.size)))
-    opened: list[store.ResultFile] = []
 
-    def open_file() -> dict[str, Any]:
-        f, state = _open_surface(out, full, force, directions, xs, ys, objective.params)
-        opened.append(f)
-        return _portable(state)
+    def resume(f: store.ResultFile) -> dict[str, Any]:
+        return _portable(_resume_surface(f, directions, xs, ys, objective.params))
 
-    state = D.on_main(open_file)
-    f = opened[0] if opened else None
-    dx, dy = state["dirs"] if state["dirs"] is not None else (directions.x, directions.y)
-    if state["dirs"] is not None:
-        dx, dy = (None if d is None else {n: t.to(objective.device) for n, t in d.items()} for d in (dx, dy))
-    try:
+    with analysis_file(out, "surface", full, force=force, resume=resume) as (f, state):
+        assert state is not None
+        dx, dy = state["dirs"] if state["dirs"] is not None else (directions.x, directions.y)
+        if state["dirs"] is not None:
+            dx, dy = (None if d is None else {n: t.to(objective.device) for n, t in d.items()} for d in (dx, dy))
         if not state["complete"]:
             evaluator = PointEvaluator(objective, dx, dy, bn)
             compiled = bool(compile) and evaluator.enable_compile()
@@ -458,12 +448,6 @@ def compute_surface(
                 f.set_attrs({"batch_points": bp, "batch_points_option": str(batch_points), "compiled": compiled})
                 f.flush()
             _run_points(evaluator, xs, ys, state["done"], int(bp), f, progress, on_round)
-            if f is not None:
-                f.mark_complete()
-    finally:
-        if f is not None:
-            f.close()
-    D.barrier()
     if not D.is_main() and not Path(out).exists():  # another node: the file lives with rank 0
         return store.Result(Path(out), {"kind": "surface", **full})
     result = store.read_result(out)

@@ -30,6 +30,7 @@ from landscape import store
 from landscape.fourier.features import FourierProfile, eval_model, fourier_profile, merge_profiles
 from landscape.fourier.noise import band_accuracies, check_labels
 from landscape.options.fourier import FourierOptions
+from landscape.results import analysis_file
 
 if TYPE_CHECKING:
     from landscape.pipeline import ModelSource
@@ -126,22 +127,18 @@ def run_fourier(
     net = eval_model(inputs.model)
     if o.noise_bands:
         check_labels(net, batches, inputs.source.output)
-    opened: list[store.ResultFile] = []
 
-    def open_file() -> dict:
-        f = store.open_result(out, "fourier", attrs, force=force)
-        opened.append(f)
+    def resume(f: store.ResultFile) -> dict:
         return {
             "complete": f.complete,
             "profile": "high_frequency" in f,
             "bands": [int(i) for i in np.flatnonzero(f.read("noise/done"))] if "noise/done" in f else [],
         }
 
-    state = D.on_main(open_file)
-    f = opened[0] if opened else None
     show = D.is_main() and (sys.stderr.isatty() if progress is None else bool(progress))
     mine = D.shard(list(enumerate(batches)))
-    try:
+    with analysis_file(out, "fourier", attrs, force=force, resume=resume) as (f, state):
+        assert state is not None
         if not state["complete"]:
             if not state["profile"]:
                 part = (
@@ -159,12 +156,6 @@ def run_fourier(
                     write_profile(f, result, o.frequency_axis, o.maps)
             if o.noise_bands:
                 _write_noise(f, net, mine, o, show, inputs.source.output, state["bands"])
-            if f is not None:
-                f.mark_complete()
-    finally:
-        if f is not None:
-            f.close()
-    D.barrier()
     return store.read_result(out)
 
 

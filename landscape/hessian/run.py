@@ -21,6 +21,7 @@ from landscape import distributed, store
 from landscape.errors import LandscapeError
 from landscape.options.common import DTYPES, choice
 from landscape.options.hessian import HessianOptions, SpectrumOptions
+from landscape.results import analysis_file
 
 if TYPE_CHECKING:
     from landscape.pipeline import ModelSource
@@ -130,8 +131,7 @@ def run_hessian(
             f"--top-k {o.top_k} asks for more eigenvalues than the {op.shape[0]} parameters of "
             "the Hessian have; give at most that many"
         )
-    f = _open(out, "hessian", attrs, force)
-    try:
+    with analysis_file(out, "hessian", attrs, force=force) as (f, _):
         if _todo(f, "eigenvalues", o.top_k > 0):
             bar = _Products("lanczos", _show(progress))
             try:
@@ -180,20 +180,7 @@ def run_hessian(
                 )
                 f.write("trace/samples", t.samples.numpy(), axes=["probe"])  # last: marks the section done
                 f.mark_done()
-        if f is not None:
-            f.mark_complete()
-    finally:
-        if f is not None:
-            f.close()
-    distributed.barrier()
     return store.read_result(out)
-
-
-def _open(out: str | Path, kind: str, attrs: dict[str, Any], force: bool) -> store.ResultFile | None:
-    """Rank 0 opens (or resumes) the file; other ranks get None. Errors reach every rank."""
-    opened: list[store.ResultFile] = []
-    distributed.on_main(lambda: opened.append(store.open_result(out, kind, attrs, force=force)))
-    return opened[0] if opened else None
 
 
 def _todo(f: store.ResultFile | None, name: str, wanted: bool) -> bool:
@@ -261,19 +248,20 @@ def run_spectrum(
     top_k = o.top_k
     attrs = inputs.provenance(sum(int(y.shape[0]) for _, y in batches), o.seed, **o.attrs())
     attrs["fused_attention_off"] = len(fused_attention_modules(inputs.model))
-    f = _open(out, "spectrum", attrs, force)
-    skip: list[int] = []
-    try:
-        if f is not None:
-            n = len(batches)
-            if not f.complete:
-                f.allocate("eigenvalues", (n, top_k), "f8", fill=np.nan, axes=["batch", "rank"])
-                f.allocate("done", (n,), bool, fill=False, axes=["batch"])
-                f.allocate("n_matvec", (n,), "i8", fill=0, axes=["batch"])
-                if "batch_sizes" not in f:
-                    f.write("batch_sizes", np.array([int(y.shape[0]) for _, y in batches]), axes=["batch"])
-            skip = [int(i) for i in np.flatnonzero(f.read("done"))]
-        skip = distributed.broadcast_object(skip)
+
+    def resume(f: store.ResultFile) -> list[int]:
+        """Rank 0: allocate the arrays of a new file; the batches already done."""
+        n = len(batches)
+        if not f.complete:
+            f.allocate("eigenvalues", (n, top_k), "f8", fill=np.nan, axes=["batch", "rank"])
+            f.allocate("done", (n,), bool, fill=False, axes=["batch"])
+            f.allocate("n_matvec", (n,), "i8", fill=0, axes=["batch"])
+            if "batch_sizes" not in f:
+                f.write("batch_sizes", np.array([int(y.shape[0]) for _, y in batches]), axes=["batch"])
+        return [int(i) for i in np.flatnonzero(f.read("done"))]
+
+    with analysis_file(out, "spectrum", attrs, force=force, resume=resume) as (f, skip):
+        assert skip is not None
 
         def write(item: Any) -> None:
             if f is not None:
@@ -303,10 +291,4 @@ def run_spectrum(
                 on_batch=write,
                 progress=_show(progress),
             )
-        if f is not None:
-            f.mark_complete()
-    finally:
-        if f is not None:
-            f.close()
-    distributed.barrier()
     return store.read_result(out)
