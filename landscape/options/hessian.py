@@ -104,20 +104,43 @@ def _common(o: HessianOptions | SpectrumOptions) -> None:
     check_augment(o.augment, o.augment_copies, o.criterion)
 
 
-def _loss_name(o: HessianOptions | SpectrumOptions) -> str:
-    """The data loss the run measures: the soft-target cross-entropy on augmented data, else the criterion."""
-    return AUGMENTED_CRITERION if o.augment != "none" else o.criterion
+class _LossOptions:
+    """What both option classes share beyond their checks (:func:`_common`): the loss measured and its attributes."""
 
+    criterion: str
+    regularizer: str
+    reg_coef: float | None
+    hvp: str
+    dtype: str
+    allow_stochastic: bool
+    augment: str
+    augment_copies: int
 
-def _augment_attrs(o: HessianOptions | SpectrumOptions) -> dict[str, Any]:
-    """``augment`` and ``augment_copies``, only with an augmentation (files made before them still resume)."""
-    if o.augment == "none":
-        return {}
-    return {"augment": o.augment, "augment_copies": int(o.augment_copies)}
+    @property
+    def loss_criterion(self) -> str:
+        """The data loss the run measures: ``soft_cross_entropy`` with an augmentation, else :attr:`criterion`."""
+        return AUGMENTED_CRITERION if self.augment != "none" else self.criterion
+
+    def _loss_attrs(self) -> dict[str, Any]:
+        """The root attributes of the loss and its products.
+
+        ``augment`` and ``augment_copies`` are there only with an augmentation (files made before them still resume).
+        """
+        attrs = {
+            "criterion": self.loss_criterion,
+            "regularizer": describe_regularizer(self.regularizer, self.reg_coef),
+            "hvp": self.hvp,
+            "dtype": self.dtype,
+            "bn_mode": BN_MODE,
+            "allow_stochastic": self.allow_stochastic,
+        }
+        if self.augment != "none":
+            attrs.update(augment=self.augment, augment_copies=int(self.augment_copies))
+        return attrs
 
 
 @dataclass(frozen=True)
-class HessianOptions:
+class HessianOptions(_LossOptions):
     """What ``landscape hessian`` computes: Lanczos eigenpairs, SLQ density and trace of the loss Hessian.
 
     Attributes:
@@ -215,11 +238,6 @@ class HessianOptions:
             raise LandscapeError("nothing to compute: give --top-k >= 1, --density or --trace")
 
     @property
-    def loss_criterion(self) -> str:
-        """The data loss the run measures: ``soft_cross_entropy`` with an augmentation, else :attr:`criterion`."""
-        return _loss_name(self)
-
-    @property
     def patterns(self) -> list[str]:
         """The parameter-name patterns of :attr:`params` as a list (empty: every parameter)."""
         return split_patterns(self.params)
@@ -247,18 +265,12 @@ class HessianOptions:
             "trace_samples": self.trace_samples,
             "trace_method": self.trace_method,
             "params": self.patterns,
-            "criterion": _loss_name(self),
-            "regularizer": describe_regularizer(self.regularizer, self.reg_coef),
-            "hvp": self.hvp,
-            "dtype": self.dtype,
-            "bn_mode": BN_MODE,
-            "allow_stochastic": self.allow_stochastic,
-            **_augment_attrs(self),
+            **self._loss_attrs(),
         }
 
 
 @dataclass(frozen=True)
-class SpectrumOptions:
+class SpectrumOptions(_LossOptions):
     """What ``landscape spectrum`` computes: Paper A's top-k Hessian eigenvalues of every mini-batch.
 
     Attributes:
@@ -319,11 +331,6 @@ class SpectrumOptions:
         checks.positive_int(self.top_k, "--top-k")
         choice(self.solver, "--solver", SOLVERS)
 
-    @property
-    def loss_criterion(self) -> str:
-        """The data loss the run measures: ``soft_cross_entropy`` with an augmentation, else :attr:`criterion`."""
-        return _loss_name(self)
-
     def attrs(self) -> dict[str, Any]:
         """The options a spectrum result file records as root attributes (besides split, seed and samples).
 
@@ -339,11 +346,5 @@ class SpectrumOptions:
             "tol": self.tol,
             "ncv": self.ncv,
             "maxiter": self.maxiter,
-            "criterion": _loss_name(self),
-            "regularizer": describe_regularizer(self.regularizer, self.reg_coef),
-            "hvp": self.hvp,
-            "dtype": self.dtype,
-            "bn_mode": BN_MODE,
-            "allow_stochastic": self.allow_stochastic,
-            **_augment_attrs(self),
+            **self._loss_attrs(),
         }
