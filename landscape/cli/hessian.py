@@ -13,9 +13,14 @@ import click
 if TYPE_CHECKING:
     from landscape.pipeline import ModelSource
 
-from landscape.cli.options import augment_options, checkpoint_options, output_options, regularizer_options
-from landscape.options.common import DTYPES
-from landscape.options.hessian import HVP_MODES, TRACE_METHODS, WHICH, HessianOptions
+from landscape.cli.options import (
+    augment_options,
+    checkpoint_options,
+    eigen_options,
+    output_options,
+    regularizer_options,
+)
+from landscape.options.hessian import TRACE_METHODS, HessianOptions
 
 D = HessianOptions
 
@@ -32,17 +37,14 @@ D = HessianOptions
 @click.option(
     "--seed", default=D.seed, show_default=True, type=int, help="Seed of the samples, start vector and probes."
 )
-@click.option("--top-k", default=D.top_k, show_default=True, type=int, help="Eigenpairs to compute (0: none).")
-@click.option(
-    "--which",
-    default=D.which,
-    show_default=True,
-    type=click.Choice(WHICH),
-    help="Largest / smallest algebraic, both ends, largest magnitude.",
+@eigen_options(
+    D,
+    top_k="Eigenpairs to compute (0: none).",
+    which="Largest / smallest algebraic, both ends, largest magnitude.",
+    ncv="Lanczos basis size [default: max(2k+1, 20)].",
+    maxiter="Maximum Lanczos restarts.",
+    hvp="Trace each batch's HVP once (linearize), never (jvp), or after a few products (auto).",
 )
-@click.option("--tol", default=D.tol, show_default=True, type=float, help="Relative accuracy of the eigenvalues.")
-@click.option("--ncv", default=D.ncv, type=int, help="Lanczos basis size [default: max(2k+1, 20)].")
-@click.option("--maxiter", default=D.maxiter, type=int, help="Maximum Lanczos restarts.")
 @click.option(
     "--eigenvectors", is_flag=True, default=D.eigenvectors, help="Also store the eigenvectors (n_params x k)."
 )
@@ -54,14 +56,6 @@ D = HessianOptions
 @click.option("--trace-samples", default=D.trace_samples, show_default=True, type=int, help="HVPs spent on the trace.")
 @click.option("--trace-method", default=D.trace_method, show_default=True, type=click.Choice(TRACE_METHODS))
 @click.option("--params", default=D.params, help="Comma-separated parameter-name globs: a per-layer Hessian block.")
-@click.option(
-    "--hvp",
-    default=D.hvp,
-    show_default=True,
-    type=click.Choice(HVP_MODES),
-    help="Trace each batch's HVP once (linearize), never (jvp), or after a few products (auto).",
-)
-@click.option("--dtype", default=D.dtype, show_default=True, type=click.Choice(DTYPES))
 def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
     """Hessian eigenvalues (Lanczos), spectral density (SLQ) and trace of a checkpoint's loss."""
     from landscape import distributed

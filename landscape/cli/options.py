@@ -294,3 +294,53 @@ def output_options(default_out: str) -> Callable[[F], F]:
         )
 
     return wrap
+
+
+def eigen_options(
+    defaults: Any, *, top_k: str, which: str, ncv: str, maxiter: str, hvp: str, solver: bool = False
+) -> Callable[[F], F]:
+    """The eigen solver's options and its products', as ``landscape hessian`` and ``landscape spectrum`` share them.
+
+    ``--top-k``, ``--which`` (``--solver`` too with ``solver``), ``--tol``, ``--ncv``, ``--maxiter``, ``--hvp`` and
+    ``--dtype``, their defaults from the command's options class.
+
+    Args:
+        defaults: the command's options class (:class:`~landscape.options.hessian.HessianOptions` or
+            :class:`~landscape.options.hessian.SpectrumOptions`), whose defaults the options show.
+        top_k: the help of ``--top-k``.
+        which: the help of ``--which``.
+        ncv: the help of ``--ncv``.
+        maxiter: the help of ``--maxiter``.
+        hvp: the help of ``--hvp``.
+        solver: also declare ``--solver`` (one of :data:`~landscape.options.hessian.SOLVERS`).
+
+    Returns:
+        The decorator.
+    """
+    from landscape.options.common import DTYPES
+    from landscape.options.hessian import HVP_MODES, SOLVERS, WHICH
+
+    D = defaults
+
+    def wrap(func: F) -> F:
+        return _apply(
+            func,
+            [
+                click.option("--top-k", default=D.top_k, show_default=True, type=int, help=top_k),
+                click.option("--which", default=D.which, show_default=True, type=click.Choice(WHICH), help=which),
+                *(
+                    [click.option("--solver", default=D.solver, show_default=True, type=click.Choice(SOLVERS))]
+                    if solver
+                    else []
+                ),
+                click.option(
+                    "--tol", default=D.tol, show_default=True, type=float, help="Relative accuracy of the eigenvalues."
+                ),
+                click.option("--ncv", default=D.ncv, type=int, help=ncv),
+                click.option("--maxiter", default=D.maxiter, type=int, help=maxiter),
+                click.option("--hvp", default=D.hvp, show_default=True, type=click.Choice(HVP_MODES), help=hvp),
+                click.option("--dtype", default=D.dtype, show_default=True, type=click.Choice(DTYPES)),
+            ],
+        )
+
+    return wrap

@@ -13,9 +13,14 @@ import click
 if TYPE_CHECKING:
     from landscape.pipeline import ModelSource
 
-from landscape.cli.options import augment_options, checkpoint_options, output_options, regularizer_options
-from landscape.options.common import DTYPES
-from landscape.options.hessian import HVP_MODES, SOLVERS, WHICH, SpectrumOptions
+from landscape.cli.options import (
+    augment_options,
+    checkpoint_options,
+    eigen_options,
+    output_options,
+    regularizer_options,
+)
+from landscape.options.hessian import SpectrumOptions
 
 D = SpectrumOptions
 
@@ -33,26 +38,15 @@ D = SpectrumOptions
 @click.option(
     "--seed", default=D.seed, show_default=True, type=int, help="Seed of the sample choice and start vectors."
 )
-@click.option("--top-k", default=D.top_k, show_default=True, type=int, help="Eigenvalues per mini-batch.")
-@click.option(
-    "--which",
-    default=D.which,
-    show_default=True,
-    type=click.Choice(WHICH),
-    help="LM = power iteration's largest magnitude (Paper A); lanczos solver only.",
+@eigen_options(
+    D,
+    top_k="Eigenvalues per mini-batch.",
+    which="LM = power iteration's largest magnitude (Paper A); lanczos solver only.",
+    ncv="Lanczos basis size.",
+    maxiter="Lanczos restarts / PyHessian iterations per eigenvalue.",
+    hvp="HVPs by jvp(grad) each time, or traced per batch with linearize (pays for large batches).",
+    solver=True,
 )
-@click.option("--solver", default=D.solver, show_default=True, type=click.Choice(SOLVERS))
-@click.option("--tol", default=D.tol, show_default=True, type=float, help="Relative accuracy of the eigenvalues.")
-@click.option("--ncv", default=D.ncv, type=int, help="Lanczos basis size.")
-@click.option("--maxiter", default=D.maxiter, type=int, help="Lanczos restarts / PyHessian iterations per eigenvalue.")
-@click.option(
-    "--hvp",
-    default=D.hvp,
-    show_default=True,
-    type=click.Choice(HVP_MODES),
-    help="HVPs by jvp(grad) each time, or traced per batch with linearize (pays for large batches).",
-)
-@click.option("--dtype", default=D.dtype, show_default=True, type=click.Choice(DTYPES))
 def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
     """Top-k Hessian eigenvalues of every mini-batch, pooled (Paper A, Fig 1c/4)."""
     from landscape import distributed
