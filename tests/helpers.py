@@ -1,5 +1,9 @@
 """Assertions shared by several test modules."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -36,3 +40,12 @@ def interrupt_after(n):
             raise KeyboardInterrupt
 
     return stop
+
+
+def torchrun(*args, timeout=300, env=None):
+    """Run ``torch.distributed.run --standalone --nproc_per_node 2 ARGS...`` (a script, or ``-m landscape ...``).
+
+    ``env``: variables set on top of this process's environment. Returns the CompletedProcess (text output).
+    """
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})

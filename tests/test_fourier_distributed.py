@@ -1,8 +1,6 @@
 """``landscape fourier`` under torchrun: the batches are shared among ranks and the file equals one process's."""
 
-import subprocess
-import sys
-
+import helpers
 import numpy as np
 import pytest
 import torch
@@ -30,18 +28,7 @@ def ckpt(tmp_path_factory):
 
 
 def torchrun(*args):
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "landscape",
-        *map(str, args),
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return helpers.torchrun("-m", "landscape", *args)
 
 
 @pytest.mark.slow

@@ -1,14 +1,12 @@
 """run_hessian / run_spectrum: HDF5 schema, provenance, exact values on a layer block, resume and --force."""
 
-import os
-import subprocess
-import sys
 from dataclasses import replace
 
 import h5py
 import numpy as np
 import pytest
 import torch
+from helpers import torchrun
 
 from landscape.checkpoint import load_model, save_checkpoint
 from landscape.data import load_dataset
@@ -147,23 +145,7 @@ def test_two_rank_torchrun_spectrum_equals_the_single_process_run(ckpt, tmp_path
     opts = ["--samples", "7", "--batch-size", "3", "--top-k", "2", "--device", "cpu"]
     single = run_spectrum(ckpt, SpectrumOptions(samples=7, batch_size=3, top_k=2), out=tmp_path / "one.h5", **RUN)
     out = tmp_path / "two.h5"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "landscape",
-        "spectrum",
-        "--ckpt",
-        str(ckpt),
-        *opts,
-        "--out",
-        str(out),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = torchrun("-m", "landscape", "spectrum", "--ckpt", ckpt, *opts, "--out", out, env={"OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("wrote") == 1  # only rank 0 reports (and writes)
     two = read_result(out)
@@ -177,25 +159,7 @@ def test_two_rank_torchrun_hessian_shares_the_batches_and_equals_the_single_proc
     single = run_hessian(ckpt, opts, out=tmp_path / "one.h5", **RUN)
     out = tmp_path / "two.h5"
     args = ["--samples", "7", "--batch-size", "3", "--top-k", "2", "--tol", "1e-8", "--trace", "--trace-samples", "6"]
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "landscape",
-        "hessian",
-        "--ckpt",
-        str(ckpt),
-        *args,
-        "--device",
-        "cpu",
-        "--out",
-        str(out),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = torchrun("-m", "landscape", "hessian", "--ckpt", ckpt, *args, "--device", "cpu", "--out", out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("wrote") == 1
     two = read_result(out)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import interrupt_after, reestimate_bn
+from helpers import interrupt_after, reestimate_bn, torchrun
 from torch import nn
 
 from landscape.directions import random_directions
@@ -341,18 +341,7 @@ def test_killed_process_leaves_a_valid_file_that_resumes(tmp_path, reference):
 
 def test_two_rank_torchrun_equals_the_single_process_run(tmp_path, reference):
     out = tmp_path / "tr.h5"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(job_file(tmp_path)),
-        str(out),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    proc = torchrun(job_file(tmp_path), out, timeout=120, env={"OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     rounds = [line for line in proc.stdout.splitlines() if line.startswith("ROUND")]
     assert rounds[0] == "ROUND 2"  # each round holds one point per rank
