@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from landscape import checks
@@ -97,3 +98,16 @@ def check_augment(augment: Any, copies: Any, criterion: str = "cross_entropy") -
             f"--augment {augment} measures the soft-target cross-entropy of the mixed labels; "
             f"leave the criterion at cross_entropy (got {criterion!r})"
         )
+
+
+class FieldDefaults:
+    """Mixin of the options dataclasses: :meth:`defaults` lists every field's declared default."""
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Field name -> default value (what the CLI's options default to).
+
+        Returns:
+            A dict of every field's name and its declared default.
+        """
+        return {f.name: f.default for f in fields(cls)}  # type: ignore[arg-type]

@@ -10,12 +10,12 @@ constructions (:data:`NOISE_CONSTRUCTIONS`) and the default noise bands (:data:`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from landscape import checks
 from landscape.errors import LandscapeError
-from landscape.options.common import check_data_options, choice
+from landscape.options.common import FieldDefaults, check_data_options, choice
 
 #: 1D profile of a spectrum: the half diagonal (Paper A) or the radial average
 PROFILES = ("diagonal", "radial")
@@ -41,7 +41,7 @@ def _flag(value: Any, name: str) -> bool:
 
 
 @dataclass(frozen=True)
-class FourierOptions:
+class FourierOptions(FieldDefaults):
     """Every option of a Fourier analysis but the model source, the output file and the run-time choices.
 
     Built, it is valid: ``__post_init__`` checks every value, raising a one-line
@@ -145,12 +145,3 @@ class FourierOptions:
         if self.first_samples:
             out["first_samples"] = True
         return out
-
-    @classmethod
-    def defaults(cls) -> dict[str, Any]:
-        """Field name -> default value (what the CLI's options default to).
-
-        Returns:
-            A dict of every field's name and its declared default.
-        """
-        return {f.name: f.default for f in fields(cls)}

@@ -7,15 +7,15 @@ model, data or file is touched. It imports no torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from landscape.errors import LandscapeError
-from landscape.options.common import check_data_options
+from landscape.options.common import FieldDefaults, check_data_options
 
 
 @dataclass(frozen=True)
-class LesionOptions:
+class LesionOptions(FieldDefaults):
     """Every option of a lesion study but the model source, the output file and the run-time choices.
 
     Built, it is valid: ``__post_init__`` checks every value, raising a one-line
@@ -57,12 +57,3 @@ class LesionOptions:
         if self.data is not None:
             out["dataset"] = self.data
         return out
-
-    @classmethod
-    def defaults(cls) -> dict[str, Any]:
-        """Field name -> default value (what the CLI's options default to).
-
-        Returns:
-            A dict of every field's name and its declared default.
-        """
-        return {f.name: f.default for f in fields(cls)}

@@ -8,11 +8,11 @@ any model, data or file is touched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from landscape.errors import LandscapeError
-from landscape.options.common import check_data_options
+from landscape.options.common import FieldDefaults, check_data_options
 
 #: the fewest samples of a minibatch: the unbiased HSIC divides by ``n (n - 3)``
 MIN_BATCH = 4
@@ -25,7 +25,7 @@ def _taps(value: Any) -> tuple[Any, ...] | None:
 
 
 @dataclass(frozen=True)
-class SimilarityOptions:
+class SimilarityOptions(FieldDefaults):
     """Every option of a feature-similarity (linear CKA) analysis but the model sources and the output file.
 
     Built, it is valid: ``__post_init__`` checks every value, raising a one-line
@@ -90,12 +90,3 @@ class SimilarityOptions:
             out["dataset"] = self.data
         out.update(batch_size=int(self.batch_size), taps=list(self.taps or []), other_taps=list(self.other_taps or []))
         return out
-
-    @classmethod
-    def defaults(cls) -> dict[str, Any]:
-        """Field name -> default value (what the CLI's options default to).
-
-        Returns:
-            A dict of every field's name and its declared default.
-        """
-        return {f.name: f.default for f in fields(cls)}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from landscape.errors import LandscapeError
 from landscape.options.common import (
     AUGMENTED_CRITERION,
     REG_COEF_DEFAULTS,
+    FieldDefaults,
     check_augment,
     check_data_options,
     check_regularizer,
@@ -110,7 +111,7 @@ def _flag(value: Any, name: str) -> bool:
 
 
 @dataclass(frozen=True)
-class SurfaceOptions:
+class SurfaceOptions(FieldDefaults):
     """Every option of a loss surface but the model source, the output file and the run-time choices.
 
     Built, it is valid: ``__post_init__`` checks every value and parses the grids, raising a one-line
@@ -271,15 +272,6 @@ class SurfaceOptions:
         if self.augment != "none":
             out.update(augment=self.augment, augment_copies=int(self.augment_copies), criterion=AUGMENTED_CRITERION)
         return out
-
-    @classmethod
-    def defaults(cls) -> dict[str, Any]:
-        """Field name -> default value (what the CLI's options default to).
-
-        Returns:
-            A dict of every field's name and its declared default.
-        """
-        return {f.name: f.default for f in fields(cls)}
 
 
 def _batch_points(value: Any) -> int | str:
