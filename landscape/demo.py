@@ -183,11 +183,11 @@ def _data_size_stages(settings: DemoSettings, out_dir: Path, *, device: str, for
     folder.mkdir(parents=True, exist_ok=True)
     files = []
     for fraction in settings.data_fractions:
-        stem = folder / f"{model}_data{fraction:g}"
+        stem = f"{model}_data{fraction:g}"  # e.g. vit_mini_data0.06: a name, not a path with a suffix
         ckpt = _train_stage(
-            model, settings, stem.with_suffix(".pt"), device=device, force=force, quiet=quiet, subset=fraction
+            model, settings, folder / f"{stem}.pt", device=device, force=force, quiet=quiet, subset=fraction
         )
-        spectrum = Path(f"{stem}_spectrum.h5")
+        spectrum = folder / f"{stem}_spectrum.h5"
         run_spectrum(
             ckpt,
             SpectrumOptions(

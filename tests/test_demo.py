@@ -127,3 +127,18 @@ def test_rerun_resumes_instead_of_recomputing(demo_dir):
     proc = subprocess.run([ENTRY, "demo", "--quick", "--out", str(demo_dir), "--quiet"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _snapshot(demo_dir) == before
+
+
+def test_data_size_stages_keep_one_checkpoint_and_spectrum_per_fraction(tmp_path):
+    import dataclasses
+
+    from landscape.demo import _data_size_stages
+
+    settings = dataclasses.replace(QUICK, data_fractions=(0.06, 0.3))
+    files = _data_size_stages(settings, tmp_path, device="cpu", force=False, quiet=True)
+    folder = tmp_path / "data_size"
+    assert [p.name for p in files] == ["vit_mini_data0.06_spectrum.h5", "vit_mini_data0.3_spectrum.h5"]
+    subsets = {p.name: read_checkpoint(p).meta["train_options"]["subset"] for p in folder.glob("*.pt")}
+    assert subsets == {"vit_mini_data0.06.pt": 0.06, "vit_mini_data0.3.pt": 0.3}
+    for path in files:
+        assert read_result(path).attrs["complete"]
