@@ -13,6 +13,7 @@ from landscape import store
 from landscape.checkpoint import save_checkpoint
 from landscape.cli import cli
 from landscape.cli.hessian import command as hessian_command
+from landscape.cli.options import _MODEL_OPTIONS
 from landscape.cli.spectrum import command as spectrum_command
 from landscape.errors import LandscapeError
 from landscape.hessian.run import run_hessian, run_spectrum
@@ -180,18 +181,7 @@ def test_the_file_records_exactly_the_options_attrs_and_progress_shows_when_aske
 
 
 RUN_TIME = {"out", "device", "force", "quiet"}
-MODEL_SOURCE = {
-    "ckpt",
-    "model",
-    "model_kw",
-    "num_classes",
-    "pretrained",
-    "random_init",
-    "model_output",
-    "input_size",
-    "mean",
-    "std",
-}
+MODEL_SOURCE = set(_MODEL_OPTIONS)  # the model-source options, declared once in landscape.cli.options
 
 
 @pytest.mark.parametrize(
