@@ -19,6 +19,8 @@ def _as_float(value: Any, name: str) -> float:
         raise LandscapeError(f"{name} must be a number, got {value!r}")
     try:
         number = float(value)
+    except OverflowError:  # an int too large for a float (e.g. 10**400)
+        raise LandscapeError(f"{name} must be a finite number, got {value!r}") from None
     except (TypeError, ValueError):
         raise LandscapeError(f"{name} must be a number, got {value!r}") from None
     if not math.isfinite(number):

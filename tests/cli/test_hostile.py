@@ -6,11 +6,14 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 import torch
 from click.testing import CliRunner
 
+from landscape import checks
 from landscape.checkpoint import save_checkpoint
 from landscape.cli import cli
+from landscape.errors import LandscapeError
 from landscape.models import create_model
 from landscape.store import read_result
 
@@ -146,3 +149,14 @@ def test_a_plain_state_dict_of_a_non_default_model_loads_with_model_kw_and_val_i
     code, output = run(*args, *kw, "--split", "test", "--out", tmp_path / "test.h5")
     assert code == 0, output
     assert read_result(tmp_path / "val.h5")["loss"][0, 0] == read_result(tmp_path / "test.h5")["loss"][0, 0]
+
+
+def test_every_check_refuses_nan_inf_and_a_number_too_large_for_a_float_in_one_line():
+    for value in (float("nan"), float("inf"), "nan", "1e999", 10**400):
+        for check in (checks.finite, checks.non_negative, checks.positive):
+            with pytest.raises(LandscapeError, match="--x must be a finite number"):
+                check(value, "--x")
+        with pytest.raises(LandscapeError, match="--x must be a finite number"):
+            checks.in_range(value, "--x", 0, 1)
+    with pytest.raises(LandscapeError, match=r"--w\[1\] must be a finite number"):
+        checks.finite_all([1, 10**400], "--w")
