@@ -29,13 +29,12 @@ every run, rank and device. The batches are then held fixed for every grid point
 from __future__ import annotations
 
 import copy
-import numbers
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from landscape.data import ImageDataset
+from landscape.data import ImageDataset, sample_count, sample_indices
 from landscape.errors import LandscapeError
 
 #: zero padding of the random crop, in pixels
@@ -66,24 +65,6 @@ def image_transform(hw: tuple[int, int]) -> Callable[[Tensor], Tensor]:
     from landscape.train import randaugment
 
     return v2.Compose([v2.RandomCrop(list(hw), padding=PADDING), v2.RandomHorizontalFlip(p=HFLIP), randaugment()])
-
-
-def sample_indices(n_all: int, n_samples: int | None, seed: int, *, first_samples: bool = False) -> Tensor:
-    """The samples of the fixed batches: the first ``n_samples`` of a permutation seeded by ``seed``.
-
-    Args:
-        n_all: the size of the split.
-        n_samples: how many to take, in ``1..n_all``; None takes all.
-        seed: seeds the permutation (a private generator).
-        first_samples: take ``0..n_samples-1`` in file order instead (``seed`` unused).
-
-    Returns:
-        The int64 indices, in batch order.
-    """
-    n = n_all if n_samples is None else int(n_samples)
-    if first_samples:
-        return torch.arange(n)
-    return torch.randperm(n_all, generator=torch.Generator().manual_seed(seed))[:n]
 
 
 def smooth(targets: Tensor, eps: float = LABEL_SMOOTHING) -> Tensor:
@@ -137,12 +118,7 @@ def augmented_batches(
     checks.positive_int(batch_size, "--batch-size")
     checks.positive_int(copies, "--augment-copies")
     n_all = len(dataset)
-    n = n_all if n_samples is None else n_samples
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= n_all:
-        raise LandscapeError(
-            f"n_samples={n_samples!r} is out of range: use 1..{n_all} (the size of {dataset.spec} "
-            f"{dataset.split}) or leave it unset for all"
-        )
+    n = sample_count(dataset, n_samples)
     classes = dataset.info.num_classes if num_classes is None else int(num_classes)
     top = int(dataset.targets.max()) if n_all else -1
     if classes <= top:
@@ -150,7 +126,7 @@ def augmented_batches(
             f"the data has labels 0..{top} but the model outputs {classes} classes: analyse it on data "
             "with at most that many classes (--data), or build the model with --num-classes"
         )
-    idx = sample_indices(n_all, int(n), seed, first_samples=first_samples)
+    idx = sample_indices(n_all, n, seed, first_samples=first_samples)
     source = copy.copy(dataset)  # the same images, with the training transform
     source.transform = image_transform(dataset.info.hw)
     mixer = batch_mixer(MIXUP_ALPHA, CUTMIX_ALPHA, classes)

@@ -720,6 +720,47 @@ def subset_indices(targets: Tensor, subset: float | int, *, seed: int = 0, num_c
 # ------------------------------------------------------------------------------------------ batching
 
 
+def sample_count(dataset: ImageDataset, n_samples: int | None) -> int:
+    """The number of samples to take from ``dataset``: ``n_samples``, or all of it if None.
+
+    Args:
+        dataset: The split to draw from.
+        n_samples: A whole number in ``1..len(dataset)``, or None.
+
+    Returns:
+        The count.
+
+    Raises:
+        LandscapeError: If ``n_samples`` is not a whole number in ``1..len(dataset)``.
+    """
+    n_all = len(dataset)
+    n = n_all if n_samples is None else n_samples
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= n_all:
+        raise LandscapeError(
+            f"n_samples={n_samples!r} is out of range: use 1..{n_all} (the size of {dataset.spec} "
+            f"{dataset.split}) or leave it unset for all"
+        )
+    return int(n)
+
+
+def sample_indices(n_all: int, n_samples: int | None, seed: int, *, first_samples: bool = False) -> Tensor:
+    """The samples of the fixed batches: the first ``n_samples`` of a permutation seeded by ``seed``.
+
+    Args:
+        n_all: the size of the split.
+        n_samples: how many to take, in ``1..n_all``; None takes all.
+        seed: seeds the permutation (a private generator).
+        first_samples: take ``0..n_samples-1`` in file order instead (``seed`` unused).
+
+    Returns:
+        The int64 indices, in batch order.
+    """
+    n = n_all if n_samples is None else int(n_samples)
+    if first_samples:
+        return torch.arange(n)
+    return torch.randperm(n_all, generator=torch.Generator().manual_seed(seed))[:n]
+
+
 def fixed_batches(
     dataset: ImageDataset,
     batch_size: int,
@@ -750,19 +791,10 @@ def fixed_batches(
         LandscapeError: If ``batch_size`` is not a positive integer, ``n_samples`` is out of range, or an
             image file cannot be read.
     """
-    n_all = len(dataset)
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
         raise LandscapeError(f"batch size must be a positive integer, got {batch_size!r}")
-    n = n_all if n_samples is None else n_samples
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= n_all:
-        raise LandscapeError(
-            f"n_samples={n_samples!r} is out of range: use 1..{n_all} (the size of {dataset.spec} "
-            f"{dataset.split}) or leave it unset for all"
-        )
-    if first_samples:
-        idx = torch.arange(int(n))
-    else:
-        idx = torch.randperm(n_all, generator=torch.Generator().manual_seed(seed))[: int(n)]
+    n = sample_count(dataset, n_samples)
+    idx = sample_indices(len(dataset), n, seed, first_samples=first_samples)
     x, y = dataset.images(idx), dataset.targets[idx]
     return [
         (x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)) for i in range(0, int(n), int(batch_size))
