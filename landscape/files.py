@@ -203,6 +203,11 @@ class WriterLock:
         try:
             self.fd = os.open(self.file, flags, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:  # O_NOFOLLOW: the sidecar is a symlink, which is never followed
+                raise LandscapeError(
+                    f"cannot write {self.path}: its lock file {self.file} is a symbolic link, which is never "
+                    "followed; remove it"
+                ) from None
             raise os_error(exc, self.path, "write") from exc
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

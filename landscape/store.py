@@ -92,7 +92,12 @@ def now() -> str:
 
 
 def _unreadable(path: Path) -> LandscapeError:
-    """The error for an existing file that h5py cannot open: not HDF5 at all, or a damaged HDF5 file."""
+    """The error for an existing file that h5py cannot open: a broken symlink, not HDF5 at all, or damaged."""
+    if path.is_symlink() and not path.exists():
+        return LandscapeError(
+            f"{path} is a symbolic link to a missing file (or a loop of links); remove it or fix it, "
+            "choose another --out, or pass --force to replace the link"
+        )
     if h5py.is_hdf5(str(path)):
         return LandscapeError(
             f"{path} is a damaged HDF5 file (truncated or half-written) and cannot be resumed or "

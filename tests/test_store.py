@@ -106,7 +106,7 @@ def test_planted_symlinks_are_never_followed(tmp_path):
     path = tmp_path / "r.h5"
     for name in ("r.h5.tmp", ".r.h5.tmp", ".r.h5.lock"):  # the old predictable temporary, and the lock sidecar
         (tmp_path / name).symlink_to(victim)
-    with pytest.raises(LandscapeError, match="cannot write"):  # a symlinked lock is refused (O_NOFOLLOW)
+    with pytest.raises(LandscapeError, match="lock file .* is a symbolic link"):  # refused (O_NOFOLLOW)
         open_result(path, "surface", _attrs())
     (tmp_path / ".r.h5.lock").unlink()
     _finished(path)
@@ -235,3 +235,15 @@ def test_a_checkpoint_is_identified_by_its_content_not_its_path():
     assert identity_of(_attrs(checkpoint="random-init (seed 1)", checkpoint_sha256="")) != identity_of(
         _attrs(checkpoint="random-init (seed 2)", checkpoint_sha256="")
     )
+
+
+def test_a_dangling_or_looping_symlink_as_the_output_is_named_as_such(tmp_path):
+    (tmp_path / "dangling.h5").symlink_to(tmp_path / "nowhere.h5")
+    (tmp_path / "a.h5").symlink_to(tmp_path / "b.h5")
+    (tmp_path / "b.h5").symlink_to(tmp_path / "a.h5")
+    for name in ("dangling.h5", "a.h5"):
+        with pytest.raises(LandscapeError, match="is a symbolic link to a missing file"):
+            open_result(tmp_path / name, "surface", _attrs())
+    f = open_result(tmp_path / "dangling.h5", "surface", _attrs(), force=True)  # --force replaces the link
+    f.close()
+    assert not (tmp_path / "dangling.h5").is_symlink() and not (tmp_path / "nowhere.h5").exists()
