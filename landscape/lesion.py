@@ -202,13 +202,13 @@ def hits_and_nll(
     Raises:
         LandscapeError: no logits in the model's output.
     """
-    from landscape.objective import select_logits
+    from landscape.objective import hit_count, select_logits
 
     correct, nll, total = 0, 0.0, 0
     with torch.no_grad():
         for x, y in batches:
             logits = select_logits(model(x), output)
-            correct += int((logits.argmax(dim=-1) == y).sum().item())
+            correct += int(hit_count(logits, y))
             nll += float(F.cross_entropy(logits.double(), y, reduction="sum").item())
             total += int(y.numel())
     return correct, nll, total
