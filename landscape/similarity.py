@@ -218,10 +218,6 @@ class SimilaritySums:
         )
 
 
-def _inputs(batch: Tensor | Sequence[Tensor]) -> Tensor:
-    return batch if isinstance(batch, Tensor) else batch[0]
-
-
 def _grams(reader: FeatureTaps, x: Tensor, names: list[str] | None) -> tuple[list[str], list[str], Tensor]:
     features = reader(x)
     if not features:
@@ -231,12 +227,6 @@ def _grams(reader: FeatureTaps, x: Tensor, names: list[str] | None) -> tuple[lis
         raise LandscapeError("the model gave different feature maps between batches; use images of equal size")
     grams = torch.stack([gram(as_grid(f.tensor)) for f in features])
     return got, [f.kind for f in features], grams
-
-
-def _eval(model: nn.Module) -> nn.Module:
-    from landscape.fourier.features import eval_model
-
-    return eval_model(model)
 
 
 def similarity_sums(
@@ -274,8 +264,10 @@ def similarity_sums(
             different sizes, or feature maps that cannot be tapped or change between batches.
     """
     within = model_b is None
-    net_a = _eval(model_a)
-    net_b = net_a if within else _eval(model_b)
+    from landscape.fourier.features import _inputs, eval_model
+
+    net_a = eval_model(model_a)
+    net_b = net_a if within else eval_model(model_b)
     reader_a = FeatureTaps(net_a, taps_a)
     reader_b = None if within else FeatureTaps(net_b, taps_b)
     pairs: Iterable[Any] = zip(batches_a, batches_b) if (not within and batches_b is not None) else batches_a
