@@ -170,6 +170,7 @@ class ResultFile:
         self.path, self.kind, self.resumed = path, kind, resumed
         self._h5 = handle
         self._lock = lock
+        self._has_results = bool(handle.attrs.get("has_results", False))  # mirrors the attribute, set once
 
     # ----------------------------------------------------------------------------------------- opening
     @classmethod
@@ -459,8 +460,10 @@ class ResultFile:
             h5.flush()
             if mask is not None:
                 h5[mask][index] = True
-            h5.attrs["has_results"] = True
+            if not self._has_results:  # an attribute write per point is not needed: once is enough
+                h5.attrs["has_results"] = True
             h5.flush()
+            self._has_results = True
 
         self._guard(put)
 

@@ -63,6 +63,8 @@ def test_a_file_without_finished_work_is_replaced_by_other_options(tmp_path):
     f.close()  # the run failed before any result (e.g. --top-k larger than the parameter count)
     with open_result(path, "hessian", _attrs(top_k=5)) as f:
         assert not f.resumed and f.attr("top_k") == 5
+    unfinished = _finished(tmp_path / "u.h5", complete=False)  # one point done: mark_done recorded results
+    one_line_error(open_result, unfinished, "surface", _attrs(grid=[0.0, 2.0, 3]), match="differs in: grid")
 
 
 def test_non_hdf5_file_never_overwritten(tmp_path):
