@@ -239,3 +239,18 @@ def test_cli_refuses_an_unsupported_model_in_one_line(tmp_path, monkeypatch):
     assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
     assert "supports the zoo's resnet*, alternet* and vit*" in result.output and "Sequential" in result.output
     assert not (tmp_path / "x.h5").exists()
+
+
+def test_cli_hostile_inputs_are_one_line_errors_that_leave_no_file(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "a.pt", "resnet_mini")
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(ckpt.read_bytes()[:500])
+    out = tmp_path / "x.h5"
+    for args, message in [
+        (["--ckpt", str(ckpt), "--samples", "100000"], "out of range: use 1..360"),
+        (["--ckpt", str(truncated)], "not a PyTorch checkpoint"),
+    ]:
+        result = CliRunner().invoke(cli, ["lesion", *args, "--device", "cpu", "--out", str(out)])
+        assert result.exit_code == 2, result.output
+        assert message in result.output and result.output.strip().count("\n") == 0
+        assert not out.exists()
