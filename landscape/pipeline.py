@@ -292,12 +292,17 @@ def batches_for(
     """
     from landscape.data import fixed_batches, load_dataset
 
+    _check_sizes(batch_size, n_samples)
+    dataset = load_dataset(inputs.dataset_spec, inputs.split, preprocess=inputs.preprocess)
+    return fixed_batches(dataset, batch_size, n_samples, seed=seed, device=inputs.device, first_samples=first_samples)
+
+
+def _check_sizes(batch_size: int, n_samples: int | None) -> None:
+    """An error unless ``batch_size`` and ``n_samples`` (when given) are positive."""
     if batch_size <= 0:
         raise LandscapeError(f"--batch-size must be positive, got {batch_size}")
     if n_samples is not None and n_samples <= 0:
         raise LandscapeError(f"--samples must be positive, got {n_samples}")
-    dataset = load_dataset(inputs.dataset_spec, inputs.split, preprocess=inputs.preprocess)
-    return fixed_batches(dataset, batch_size, n_samples, seed=seed, device=inputs.device, first_samples=first_samples)
 
 
 def augmented_batches_for(
@@ -335,10 +340,7 @@ def augmented_batches_for(
     from landscape.data import load_dataset
     from landscape.objective import select_logits
 
-    if batch_size <= 0:
-        raise LandscapeError(f"--batch-size must be positive, got {batch_size}")
-    if n_samples is not None and n_samples <= 0:
-        raise LandscapeError(f"--samples must be positive, got {n_samples}")
+    _check_sizes(batch_size, n_samples)
     dataset = load_dataset(inputs.dataset_spec, inputs.split, preprocess=inputs.preprocess)
     one = dataset.images(torch.arange(1)).to(inputs.device)
     try:  # the width of the targets is the model's: one un-augmented image through it
