@@ -305,6 +305,12 @@ def _check_sizes(batch_size: int, n_samples: int | None) -> None:
         raise LandscapeError(f"--samples must be positive, got {n_samples}")
 
 
+def _cannot_run(inputs: AnalysisInputs, exc: RuntimeError) -> LandscapeError:
+    """The error for a model that fails on the inputs' data: the first line of the original message kept."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return LandscapeError(f"the model cannot run on {inputs.dataset_spec}: {first}")
+
+
 def augmented_batches_for(
     inputs: AnalysisInputs,
     *,
@@ -347,8 +353,7 @@ def augmented_batches_for(
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             outputs = int(select_logits(inputs.model(one), inputs.source.output).shape[-1])
     except RuntimeError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LandscapeError(f"the model cannot run on {inputs.dataset_spec}: {first}") from exc
+        raise _cannot_run(inputs, exc) from exc
     return augmented_batches(
         dataset,
         batch_size,
@@ -407,5 +412,4 @@ def build_objective(
             f"out of memory on {inputs.device} with batches of {size} samples; lower --batch-size (or --samples)"
         ) from exc
     except RuntimeError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LandscapeError(f"the model cannot run on {inputs.dataset_spec}: {first}") from exc
+        raise _cannot_run(inputs, exc) from exc
