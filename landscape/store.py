@@ -206,7 +206,10 @@ class ResultFile:
         identity = identity_of(full)
         if not path.exists() and not path.is_symlink():
             ensure_folder(path.parent)
-            return cls._create(path, kind, full, identity, WriterLock(path, identity))
+            lock = WriterLock(path, identity)
+            if not path.exists() and not path.is_symlink():  # still none now that the lock is held
+                return cls._create(path, kind, full, identity, lock)
+            lock.release()  # another run made the file meanwhile (and has ended): judge it as any file
         _check_no_writer(path)
         info = _peek(path)
         writable = _writable(path)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from helpers import one_line_error
 
+from landscape import store
 from landscape.errors import LandscapeError
 from landscape.files import lock_path
 from landscape.store import describe, identity_of, open_result, read_result
@@ -249,3 +250,18 @@ def test_a_dangling_or_looping_symlink_as_the_output_is_named_as_such(tmp_path):
     f = open_result(tmp_path / "dangling.h5", "surface", _attrs(), force=True)  # --force replaces the link
     f.close()
     assert not (tmp_path / "dangling.h5").is_symlink() and not (tmp_path / "nowhere.h5").exists()
+
+
+def test_a_file_another_run_made_while_this_one_started_is_judged_not_replaced(tmp_path, monkeypatch):
+    path = tmp_path / "r.h5"
+    real, raced = store.WriterLock, []
+
+    def late_lock(file, identity):  # another run creates and finishes the file before this one gets its lock
+        if not raced:
+            raced.append(True)
+            _finished(path, grid=[0.0, 2.0, 3])
+        return real(file, identity)
+
+    monkeypatch.setattr(store, "WriterLock", late_lock)
+    one_line_error(open_result, path, "surface", _attrs(), match="differs in: grid")
+    assert read_result(path)["loss"][0, 1] == 4.5 and not lock_path(path).exists()
