@@ -109,13 +109,20 @@ def _unreadable(path: Path) -> LandscapeError:
     )
 
 
+def _real(path: Path) -> Path:
+    """``path`` with symlinks resolved (never raises): a file reached through a link has one writer lock."""
+    return Path(os.path.realpath(path))
+
+
 def _check_no_writer(path: Path) -> None:
-    pid = live_writer(path)
-    if pid is not None:
-        raise LandscapeError(
-            f"{path} is being written by a running analysis (pid {pid}); wait for that run to end, "
-            "or write elsewhere with --out"
-        )
+    """An error when a live process writes ``path`` or, if it is a symlink, the file it points to."""
+    for file in dict.fromkeys((path, _real(path))):
+        pid = live_writer(file)
+        if pid is not None:
+            raise LandscapeError(
+                f"{path} is being written by a running analysis (pid {pid}); wait for that run to end, "
+                "or write elsewhere with --out"
+            )
 
 
 def _writable(path: Path) -> bool:
@@ -221,7 +228,7 @@ class ResultFile:
                     f"{path} is an unfinished result but read-only; make it writable (chmod u+w) to "
                     "resume it, or write elsewhere with --out"
                 )
-            lock = WriterLock(path, identity)
+            lock = WriterLock(_real(path), identity)  # through a symlink: the lock of the file written
             try:
                 handle = h5py.File(path, "r+", locking=False)
             except OSError as exc:

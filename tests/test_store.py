@@ -265,3 +265,14 @@ def test_a_file_another_run_made_while_this_one_started_is_judged_not_replaced(t
     monkeypatch.setattr(store, "WriterLock", late_lock)
     one_line_error(open_result, path, "surface", _attrs(), match="differs in: grid")
     assert read_result(path)["loss"][0, 1] == 4.5 and not lock_path(path).exists()
+
+
+def test_a_file_resumed_through_a_symlink_has_one_writer(tmp_path):
+    path = _finished(tmp_path / "r.h5", complete=False)
+    (tmp_path / "link.h5").symlink_to(path)
+    for first, second in ((path, tmp_path / "link.h5"), (tmp_path / "link.h5", path)):
+        with open_result(first, "surface", _attrs()) as f:
+            assert f.writable
+            one_line_error(open_result, second, "surface", _attrs(), match="being written by a running analysis")
+            one_line_error(read_result, tmp_path / "link.h5", match="being written by a running analysis")
+    assert read_result(tmp_path / "link.h5")["loss"][0, 1] == 4.5 and not lock_path(path).exists()
