@@ -27,15 +27,13 @@ from landscape import distributed as D
 from landscape.directions import Directions
 from landscape.errors import LandscapeError
 from landscape.objective import Objective, batch_loss, hit_count
-from landscape.options.surface import BN_MODES, SurfaceOptions, parse_grid  # noqa: F401 (parse_grid re-exported)
+from landscape.options.surface import BN_MODES, MAX_POINTS, SurfaceOptions, parse_grid  # noqa: F401 (re-exported)
 from landscape.params import ParamDict
 from landscape.pipeline import ModelSource
 from landscape.results import analysis_file
 
 #: points evaluated in one vectorised call when vmap is tried
 VMAP_POINTS = 8
-#: the largest grid a surface may have (its arrays and its ``done`` mask are read into memory)
-MAX_POINTS = 1_000_000
 
 PointResult = tuple[int, int, float, float, float]  # (j, i, loss, data_loss, accuracy)
 

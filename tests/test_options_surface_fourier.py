@@ -121,6 +121,9 @@ def test_cli_rejects_invalid_options_before_loading_anything(tmp_path):
     cases = [
         (["surface", "--x", "0:1:0"], "bad grid --x"),
         (["surface", "--batch-points", "0"], "--batch-points"),
+        (["surface", "--batch-points", "100000000"], "more than the 21 points"),
+        (["surface", "--x", "0:1:100000000"], "100000000 x 1 grid has 100,000,000 points"),
+        (["surface", "--y", "0:1:100000"], "21 x 100000 grid"),
         (["surface", "--reg-coef", "nan"], "--reg-coef"),
         (["fourier", "--noise-strength", "nan"], "--noise-strength"),
         (["fourier", "--bands", "0.5,1.5"], "noise band centre"),

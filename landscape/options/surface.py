@@ -48,6 +48,8 @@ LEARNED_TOKEN_PATTERNS = ("*cls_token*", "*class_token*", "*reg_token*")
 DEFAULT_ZERO_PATTERNS = POSITION_PARAMETER_PATTERNS + LEARNED_TOKEN_PATTERNS
 #: the default x grid (MIN:MAX:NUM)
 GRID = "-1:1:21"
+#: the largest grid a surface may have (its arrays and its ``done`` mask are read into memory)
+MAX_POINTS = 1_000_000
 
 _GRID = re.compile(r"^\s*([-+]?[0-9.eE+-]+)\s*:\s*([-+]?[0-9.eE+-]+)\s*:\s*([0-9]+)\s*$")
 
@@ -80,6 +82,14 @@ def parse_grid(spec: str, option: str = "--x") -> np.ndarray:
     if num > 1 and not lo < hi:
         raise LandscapeError(f"bad grid {option} {spec!r}: MIN must be smaller than MAX")
     return np.linspace(lo, hi, num)
+
+
+def _grid_num(spec: str, option: str) -> int:
+    """The NUM of a valid grid ``MIN:MAX:NUM``, read without building the grid (:func:`parse_grid` checks the rest)."""
+    m = _GRID.match(str(spec))
+    if not m:
+        parse_grid(spec, option)  # raises the one-line message
+    return int(m.group(3)) if m else 0
 
 
 def split_patterns(patterns: Any) -> tuple[str, ...]:
@@ -174,6 +184,12 @@ class SurfaceOptions(FieldDefaults):
         check_augment(self.augment, self.augment_copies)
         if self.data is not None and not isinstance(self.data, str):
             raise LandscapeError(f"--data must be a dataset spec string, got {self.data!r}")
+        nx = _grid_num(self.x, "--x")
+        ny = 1 if self.y is None else _grid_num(self.y, "--y")
+        if nx * ny > MAX_POINTS:
+            raise LandscapeError(
+                f"a {nx} x {ny} grid has {nx * ny:,} points; use at most {MAX_POINTS:,} points (fewer NUM in --x/--y)"
+            )
         parse_grid(self.x, "--x")
         if self.y is not None:
             parse_grid(self.y, "--y")
@@ -198,6 +214,11 @@ class SurfaceOptions(FieldDefaults):
         for name in ("ignore_1d", "allow_stochastic", "compile"):
             object.__setattr__(self, name, _flag(getattr(self, name), name))
         object.__setattr__(self, "batch_points", _batch_points(self.batch_points))
+        if self.batch_points != "auto" and self.batch_points > nx * ny:
+            raise LandscapeError(
+                f"--batch-points {self.batch_points} is more than the {nx * ny} points of the grid; "
+                f"give at most {nx * ny} (or auto)"
+            )
 
     @property
     def xcoords(self) -> np.ndarray:
