@@ -96,7 +96,7 @@ def run_hessian(
             error of loading the model and data or of the solvers.
     """
     from landscape.hessian.density import spectral_density
-    from landscape.hessian.lanczos import lanczos
+    from landscape.hessian.lanczos import _validate, lanczos
     from landscape.hessian.operator import HessianOperator
     from landscape.hessian.trace import trace as trace_estimate
     from landscape.objective import Regularizer
@@ -131,6 +131,8 @@ def run_hessian(
             f"--top-k {o.top_k} asks for more eigenvalues than the {op.shape[0]} parameters of "
             "the Hessian have; give at most that many"
         )
+    if o.top_k > 0:
+        _validate(op.shape[0], o.top_k, o.which, o.ncv)  # a bad --ncv refused before the file is made
     with analysis_file(out, "hessian", attrs, force=force) as (f, _):
         if _todo(f, "eigenvalues", o.top_k > 0):
             bar = _Products("lanczos", _show(progress))
@@ -246,6 +248,9 @@ def run_spectrum(
             inputs, batch_size=o.batch_size, n_samples=samples, seed=o.seed, copies=o.augment_copies
         )
     top_k = o.top_k
+    n_params = sum(p.numel() for p in inputs.model.parameters())
+    if not 1 <= top_k < n_params:  # as max_eigenvalue_spectrum, but before the file is made
+        raise LandscapeError(f"--top-k must lie in [1, {n_params - 1}] for this model, got {top_k}")
     attrs = inputs.provenance(sum(int(y.shape[0]) for _, y in batches), o.seed, **o.attrs())
     attrs["fused_attention_off"] = len(fused_attention_modules(inputs.model))
 

@@ -141,3 +141,19 @@ def test_entry_point_runs_hessian(ckpt, tmp_path):
         [ENTRY, "hessian", "--ckpt", str(tmp_path / "missing.pt"), "--out", str(out)], capture_output=True, text=True
     )
     assert bad.returncode == 2 and bad.stderr.startswith("Error:") and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["hessian", "--samples", "6", "--ncv", "100000000"], ["ncv must satisfy", "got 100000000"]),
+        (["spectrum", "--samples", "6", "--top-k", "100000000"], ["--top-k must lie in", "got 100000000"]),
+    ],
+)
+def test_a_solver_option_too_large_for_the_model_is_one_line_and_leaves_no_file(ckpt, tmp_path, args, words):
+    out = tmp_path / "r.h5"
+    r = CliRunner().invoke(cli, [*args, "--ckpt", str(ckpt), "--out", str(out), "--device", "cpu", "--quiet"])
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("Error: "), r.output
+    assert all(w in lines[0] for w in words), lines[0]
+    assert not out.exists()
