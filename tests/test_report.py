@@ -352,3 +352,16 @@ def test_headless_browser_renders_the_images(report):
     dom = Page(proc.stdout)
     assert len(dom.images) == len(page.images) and all(src.startswith("data:image/png;base64,") for src in dom.images)
     assert len(dom.details) == len(RESULTS)
+
+
+def test_a_symlinked_page_is_replaced_never_followed(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    write_result(folder / "s.h5", "spectrum", spectrum_arrays(np.array([[1.0, 2.0]])), model="m")
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("keep")
+    (folder / "report.html").symlink_to(target)
+    page = write_report(folder, interactive=False)
+    assert not page.is_symlink()
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    assert target.read_text() == "keep"
