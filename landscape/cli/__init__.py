@@ -57,6 +57,8 @@ class LazyGroup(click.Group):
             if isinstance(exc, LandscapeError):
                 click.echo(f"Error: {exc}", err=True)
                 ctx.exit(2)
+            if isinstance(exc, BrokenPipeError):  # the reader went away (`landscape models | head`): nothing to say
+                ctx.exit(0)
             if isinstance(exc, OSError):  # an operating-system failure the library did not name: still one line
                 from landscape.files import os_error
 
