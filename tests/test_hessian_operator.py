@@ -7,6 +7,7 @@ from torch import nn
 
 from landscape.errors import LandscapeError
 from landscape.hessian.operator import HessianOperator, select_names
+from landscape.hessian.products import ProductCosts, cheapest
 from landscape.objective import Objective, Regularizer
 from landscape.params import flatten, unflatten
 
@@ -64,16 +65,108 @@ def test_operator_equals_the_dense_hessian(reg, mode):
     assert (equal - H).abs().max() > 1e-3
 
 
-def test_linearize_and_jvp_agree_and_auto_traces_after_a_few_products():
+def test_every_way_of_making_products_agrees_and_auto_keeps_a_graph_only_where_allowed():
     obj = Objective(tiny_model(), tiny_batches((7, 4)), dtype=torch.float64)
-    lin, plain = HessianOperator(obj, mode="linearize"), HessianOperator(obj, mode="jvp")
-    auto = HessianOperator(obj, mode="auto", linearize_after=2, max_linearized=1)
+    ops = {mode: HessianOperator(obj, mode=mode) for mode in ("linearize", "graph", "jvp")}
+    auto = HessianOperator(obj, mode="auto", max_linearized=1)
+    auto.plan_products(3)
     v = torch.randn(63, dtype=torch.float64)
     for _ in range(3):
-        a, b, c = lin.matvec(v), plain.matvec(v), auto.matvec(v)
-        torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-14)
-        torch.testing.assert_close(c, b, rtol=1e-13, atol=1e-14)
-    assert len(lin._linear) == 2 and len(plain._linear) == 0 and sorted(auto._linear) == [0]
+        ref = ops["jvp"].matvec(v)
+        for op in (*ops.values(), auto):
+            torch.testing.assert_close(op.matvec(v), ref, rtol=1e-13, atol=1e-14)
+    assert sorted(ops["linearize"]._linear) == [0, 1] and sorted(ops["graph"]._linear) == [0, 1]
+    assert ops["jvp"]._linear == {}
+    assert sorted(auto._linear) in ([], [0])  # only slot 0 may keep anything
+    choice = auto.hvp_choice()
+    assert choice["mode"] == "auto" and sum(choice["ways"].values()) == 2 and "jvp" in choice["seconds"]
+
+
+def _costs(**seconds):
+    for way in ("graph", "linearize"):  # a first product after the setup that costs what a later one does
+        if way in seconds:
+            seconds.setdefault(f"{way}_first", seconds[way])
+    costs = ProductCosts()
+    for name, value in seconds.items():
+        for _ in range(3):  # three measurements: auto measures no more, so the test is deterministic
+            costs.add(name, value)
+    return costs
+
+
+def test_cheapest_weighs_setup_against_the_products_left():
+    options = {"jvp": (0.0, 4.0), "graph": (1.0, 3.0), "linearize": (20.0, 2.0)}
+    assert cheapest(1, options) == "jvp"  # 4 < 1 + 3
+    assert cheapest(2, options) == "graph"  # 2 + 6 < 8
+    assert cheapest(19, options) == "graph"  # 1 + 57 = 58 = 20 + 38: the first listed of equals
+    assert cheapest(30, options) == "linearize"  # 80 < 91
+    assert cheapest(0, options) == "jvp"  # at least one product is assumed
+
+
+@pytest.mark.parametrize(
+    ("seconds", "planned", "ways"),
+    [
+        ({"jvp": 1.0, "graph_setup": 0.1, "graph": 0.5}, 10, {"graph": 2}),
+        ({"jvp": 1.0, "graph_setup": 0.1, "graph": 2.0}, 10, {"jvp": 2}),  # a graph product that is slower
+        (
+            {"jvp": 1.0, "graph_setup": 0.1, "graph": 0.5, "linearize_setup": 1.0, "linearize": 0.1},
+            10,
+            {"linearize": 2},
+        ),
+        ({"jvp": 1.0, "graph_setup": 0.1, "graph": 0.5, "linearize_setup": 9.0, "linearize": 0.1}, 10, {"graph": 2}),
+        (
+            {"jvp": 1.0, "graph_setup": 0.1, "graph": 0.5, "linearize_setup": 9.0, "linearize": 0.1},
+            100,
+            {"linearize": 2},
+        ),
+    ],
+    ids=["graph", "jvp", "trace-pays", "trace-too-dear", "trace-pays-later"],
+)
+def test_auto_takes_the_way_the_measurements_say_is_cheapest(seconds, planned, ways):
+    obj = Objective(tiny_model(), tiny_batches((7, 4)), dtype=torch.float64)
+    op = HessianOperator(obj, mode="auto", costs=_costs(**seconds))
+    op.plan_products(planned)
+    v = torch.randn(63, dtype=torch.float64)
+    torch.testing.assert_close(op.matvec(v), dense_hessian(obj) @ v, rtol=1e-12, atol=1e-13)
+    assert op.hvp_choice()["ways"] == ways
+    kept = [] if "jvp" in ways else [0, 1]
+    assert sorted(op._linear) == kept
+
+
+def test_a_first_product_dearer_than_later_ones_counts_as_setup():
+    costs = _costs(jvp=1.0, graph_setup=0.1, graph=0.5, linearize_setup=1.0, linearize_first=3.0, linearize=0.2)
+    options = costs.estimates(cached=True)
+    assert options["jvp"] == (0.0, 1.0) and options["graph"] == (0.1, 0.5)
+    assert options["linearize"] == pytest.approx((1.0 + 3.0 - 0.2, 0.2))
+    assert costs.estimates(cached=False) == {"jvp": (0.0, 1.0), "graph": (0.0, 0.6)}
+    guessed = _costs(jvp=1.0).estimates(cached=True)  # nothing but jvp measured: the stated guesses
+    assert guessed["graph"] == pytest.approx((0.3, 0.7)) and guessed["linearize"] == pytest.approx((7.5, 0.49))
+
+
+def test_auto_without_a_cache_rebuilds_a_graph_per_product_when_that_is_cheaper():
+    obj = Objective(tiny_model(), tiny_batches((7, 4)), dtype=torch.float64)
+    op = HessianOperator(obj, mode="auto", max_linearized=0, costs=_costs(jvp=1.0, graph_setup=0.2, graph=0.5))
+    v = torch.randn(63, dtype=torch.float64)
+    torch.testing.assert_close(op.matvec(v), dense_hessian(obj) @ v, rtol=1e-12, atol=1e-13)
+    assert op.hvp_choice()["ways"] == {"graph": 2} and op._linear == {}
+
+
+def test_graph_products_with_an_unused_parameter_are_zero_there():
+    class Partly(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used = nn.Linear(4, 3)
+            self.unused = nn.Parameter(torch.ones(2))
+
+        def forward(self, x):
+            return self.used(x)
+
+    torch.manual_seed(0)
+    obj = Objective(Partly(), tiny_batches((7, 4)), dtype=torch.float64)
+    op = HessianOperator(obj, mode="graph")
+    torch.testing.assert_close(op.dense(), dense_hessian(obj), rtol=1e-12, atol=1e-13)
+    cols = torch.stack([op.matvec(e) for e in torch.eye(op.shape[0], dtype=torch.float64)], dim=1)
+    torch.testing.assert_close(cols, dense_hessian(obj), rtol=1e-12, atol=1e-13)
+    assert op.names[0] == "unused" and cols[:2].abs().max() == 0 and cols[:, :2].abs().max() == 0
 
 
 def test_matmat_equals_repeated_matvec_looped_and_vectorized():

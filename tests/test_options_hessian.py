@@ -74,6 +74,10 @@ BAD_SPECTRUM = [
     ({"solver": "arpack"}, "--solver"),
     ({"tol": -1e-3}, "--tol"),
     ({"batch_size": 0}, "--batch-size"),
+    ({"group": 0}, "--group"),
+    ({"group": "many"}, "--group"),
+    ({"group": 2.5}, "--group"),
+    ({"group": True}, "--group"),
 ]
 
 
@@ -91,6 +95,7 @@ def test_valid_edge_values_pass():
     HessianOptions(top_k=0, trace=True, trace_method="hutchinson", trace_samples=2, sigma=1e-3, samples=None)
     SpectrumOptions(fraction=1.0)
     SpectrumOptions(fraction=None, samples=3)
+    assert SpectrumOptions(group="8").group == 8 and SpectrumOptions(group=" auto ").group == "auto"
 
 
 @pytest.mark.parametrize(
@@ -155,7 +160,7 @@ def test_the_defaults_record_todays_attributes():
         "maxiter": None,
         "criterion": "cross_entropy",
         "regularizer": '{"kind": "none", "coef": 0.0}',
-        "hvp": "jvp",
+        "hvp": "auto",
         "dtype": "float32",
         "bn_mode": "eval",
         "allow_stochastic": False,
@@ -176,6 +181,9 @@ def test_the_file_records_exactly_the_options_attrs_and_progress_shows_when_aske
     assert "spectrum" in capsys.readouterr().err
     for name, value in sopts.attrs().items():
         assert sres.attrs[name] == store._decode(store._encode(value)), name
+    assert sres.attrs["group"] >= 1 and sres.attrs["group_option"] == "auto"  # how it ran, beside what it computes
+    assert sres.attrs["group_choice"]["group"] == sres.attrs["group"] and "hvp_choice" in sres.attrs
+    assert res.attrs["hvp_choice"]["mode"] == "jvp" and res.attrs["hvp_choice"]["ways"] == {"jvp": 2}
     run_spectrum(ckpt, sopts, out=tmp_path / "s2.h5", device="cpu", progress=False)
     assert capsys.readouterr().err == ""
 

@@ -43,7 +43,7 @@ D = HessianOptions
     which="Largest / smallest algebraic, both ends, largest magnitude.",
     ncv="Lanczos basis size [default: max(2k+1, 20)].",
     maxiter="Maximum Lanczos restarts.",
-    hvp="Trace each batch's HVP once (linearize), never (jvp), or after a few products (auto).",
+    hvp="Products per batch: jvp(grad) each time, a kept gradient graph, a kept linearize trace, or measured (auto).",
 )
 @click.option(
     "--eigenvectors", is_flag=True, default=D.eigenvectors, help="Also store the eigenvectors (n_params x k)."

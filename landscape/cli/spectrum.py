@@ -44,8 +44,14 @@ D = SpectrumOptions
     which="LM = power iteration's largest magnitude (Paper A); lanczos solver only.",
     ncv="Lanczos basis size.",
     maxiter="Lanczos restarts / PyHessian iterations per eigenvalue.",
-    hvp="HVPs by jvp(grad) each time, or traced per batch with linearize (pays for large batches).",
+    hvp="Products of a batch: jvp(grad) each time, a kept gradient graph, a kept linearize trace, or measured (auto).",
     solver=True,
+)
+@click.option(
+    "--group",
+    default=str(D.group),
+    show_default=True,
+    help="Mini-batches computed together (one vmap call per product, Lanczos in lockstep), or auto (measured).",
 )
 def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
     """Top-k Hessian eigenvalues of every mini-batch, pooled (Paper A, Fig 1c/4)."""

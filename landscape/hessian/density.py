@@ -23,7 +23,7 @@ from torch import Tensor
 
 from landscape import checks
 from landscape.errors import LandscapeError
-from landscape.hessian.lanczos import Operator, lanczos_tridiagonal
+from landscape.hessian.lanczos import Operator, announce, lanczos_tridiagonal
 from landscape.hessian.probes import probe_vectors
 
 
@@ -158,6 +158,7 @@ def spectral_density(
     nodes = torch.zeros(probes, m, dtype=torch.float64)
     weights = torch.zeros(probes, m, dtype=torch.float64)
     products = 0
+    announce(op, probes * m)
     for p in range(probes):
         alpha, beta = lanczos_tridiagonal(op, Z[:, p], m)
         products += alpha.numel()

@@ -19,7 +19,7 @@ but no guarantee is made (use a block method when multiplicities matter).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -193,6 +193,18 @@ def require_finite(values: Tensor, products: int) -> Tensor:
     return values
 
 
+def announce(op: object, count: int) -> None:
+    """Tell an operator with a ``plan_products`` method that about ``count`` products are coming next.
+
+    Args:
+        op: the operator (one without the method is left alone).
+        count: the number of products the caller expects to make.
+    """
+    plan = getattr(op, "plan_products", None)
+    if plan is not None:
+        plan(count)
+
+
 def random_unit(n: int, dtype: torch.dtype, device: torch.device, generator: torch.Generator) -> Tensor:
     """A Gaussian vector normalised to unit length (drawn on CPU from ``generator``, so seeds are portable).
 
@@ -269,7 +281,9 @@ def lanczos(
 
     Runs on ``op.device`` in ``op.dtype``; the small projected eigenproblems run in float64 on the CPU.
     A pair ``(theta, y)`` with residual ``r = ||A y - theta y||`` and gap ``g`` is converged when
-    ``min(r, r^2 / g) <= tol * max(|theta|, eps^(2/3) ||A||)`` (the module's stopping rule).
+    ``min(r, r^2 / g) <= tol * max(|theta|, eps^(2/3) ||A||)`` (the module's stopping rule). An operator with
+    a ``plan_products(count)`` method is told how many more products the solver expects (the basis still to
+    fill): :class:`~landscape.hessian.operator.HessianOperator` uses it to choose how to make them.
 
     The arguments follow ``scipy.sparse.linalg.eigsh``.
 
@@ -292,9 +306,130 @@ def lanczos(
     Raises:
         LandscapeError: bad ``k``/``which``/``ncv``/``tol``/``v0``, or a product with NaN or Inf entries.
     """
-    n = op.shape[0]
+    steps = lanczos_steps(
+        op.shape[0],
+        op.dtype,
+        op.device,
+        k=k,
+        which=which,
+        ncv=ncv,
+        tol=tol,
+        maxiter=maxiter,
+        v0=v0,
+        seed=seed,
+        return_eigenvectors=return_eigenvectors,
+        callback=callback,
+        plan=getattr(op, "plan_products", None),
+    )
+    return drive(steps, op.matvec)
+
+
+#: a Lanczos run as a generator: it yields the vector it needs multiplied, is sent ``A v``, returns the result
+LanczosSteps = Generator[Tensor, Tensor, EigenResult]
+
+
+def drive(steps: LanczosSteps, matvec: Callable[[Tensor], Tensor]) -> EigenResult:
+    """Run a solver generator to its end, answering each vector it yields with ``matvec`` of it.
+
+    Args:
+        steps: a generator from :func:`lanczos_steps`.
+        matvec: the operator's product ``v -> A v``.
+
+    Returns:
+        The generator's result.
+    """
+    try:
+        vector = next(steps)
+        while True:
+            vector = steps.send(matvec(vector))
+    except StopIteration as stop:
+        return stop.value
+
+
+def drive_together(
+    runs: Mapping[Hashable, LanczosSteps], products: Callable[[list[Hashable], Tensor], Tensor]
+) -> dict[Hashable, EigenResult]:
+    """Run several solver generators in lockstep, answering all their pending vectors with one call per step.
+
+    Each step stacks the vectors the unfinished runs ask for into a ``(m, n)`` matrix and calls
+    ``products(keys, V)``, which returns the ``(m, n)`` products (row ``i`` for run ``keys[i]``); a run that
+    has finished leaves the group, so later calls carry fewer rows.
+
+    Args:
+        runs: the generators (from :func:`lanczos_steps`) by key.
+        products: ``(keys, V) -> A_key V_key`` row by row.
+
+    Returns:
+        Each run's result by key.
+    """
+    pending: dict[Hashable, Tensor] = {}
+    results: dict[Hashable, EigenResult] = {}
+
+    def advance(key: Hashable, answer: Tensor | None) -> None:
+        try:
+            pending[key] = next(runs[key]) if answer is None else runs[key].send(answer)
+        except StopIteration as stop:
+            pending.pop(key, None)
+            results[key] = stop.value
+
+    for key in runs:
+        advance(key, None)
+    while pending:
+        keys = list(pending)
+        out = products(keys, torch.stack([pending[key] for key in keys]))
+        for key, row in zip(keys, out):
+            advance(key, row)
+    return results
+
+
+def lanczos_steps(
+    n: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    *,
+    k: int = 6,
+    which: str = "LA",
+    ncv: int | None = None,
+    tol: float = 1e-6,
+    maxiter: int | None = None,
+    v0: Tensor | None = None,
+    seed: int | None = None,
+    return_eigenvectors: bool = True,
+    callback: Callable[[int, Tensor, Tensor], None] | None = None,
+    plan: Callable[[int], None] | None = None,
+) -> LanczosSteps:
+    """:func:`lanczos` as a generator of its products, so that many runs can share one vectorised product.
+
+    The generator yields each vector ``v`` (shape ``(n,)``, ``dtype`` on ``device``) whose product it needs and
+    must be sent ``A v``; it returns the :class:`EigenResult` (``StopIteration.value``; :func:`drive` runs it).
+    The arguments are validated here, before the first product; they mean what they mean in :func:`lanczos`.
+    Given the same products, the results are those of :func:`lanczos` bit for bit (it is this generator).
+
+    Args:
+        n: the operator's size.
+        dtype: the dtype of the vectors.
+        device: the device of the vectors.
+        k: how many eigenpairs.
+        which: LA, SA, BE or LM.
+        ncv: basis size (default ``min(n, max(2k+1, 20))``).
+        tol: relative accuracy of the eigenvalues (0: machine precision).
+        maxiter: maximum number of restarts (default ``max(100, 10 n / ncv)``).
+        v0: starting vector (default: Gaussian from ``seed``).
+        seed: seed of the start vector's private generator.
+        return_eigenvectors: whether to form the Ritz vectors.
+        callback: ``callback(n_matvec, wanted_ritz_values, wanted_errors)``, called after every product.
+        plan: called with the number of products the solver expects next (the basis to fill) before they
+            are asked for.
+
+    Returns:
+        The generator.
+
+    Raises:
+        LandscapeError: bad ``k``/``which``/``ncv``/``tol``/``v0`` (at once); a product with NaN or Inf entries
+            (when it is sent).
+    """
     m = _validate(n, k, which, ncv)
-    dtype, device = op.dtype, op.device
+    device = torch.device(device)
     eps = torch.finfo(dtype).eps
     tol = checks.non_negative(tol, "tol") or eps
     maxiter = max(100, 10 * n // m) if maxiter is None else int(maxiter)
@@ -307,6 +442,24 @@ def lanczos(
         if v.numel() != n or not torch.isfinite(norm) or norm == 0:
             raise LandscapeError(f"v0 must be a finite nonzero vector of length {n}")
         v = v / norm
+    return _lanczos_steps(n, v, m, k, which, tol, eps, maxiter, gen, return_eigenvectors, callback, plan)
+
+
+def _lanczos_steps(
+    n: int,
+    v: Tensor,
+    m: int,
+    k: int,
+    which: str,
+    tol: float,
+    eps: float,
+    maxiter: int,
+    gen: torch.Generator,
+    return_eigenvectors: bool,
+    callback: Callable[[int, Tensor, Tensor], None] | None,
+    plan: Callable[[int], None] | None,
+) -> LanczosSteps:
+    dtype, device = v.dtype, v.device
     V = torch.zeros(n, m + 1, dtype=dtype, device=device)
     W = torch.zeros(n, m, dtype=dtype, device=device)
     T = torch.zeros(m, m, dtype=torch.float64)
@@ -314,8 +467,10 @@ def lanczos(
     j, restarts, products, anorm = 0, 0, 0, 0.0
     state = None
     while True:
+        if plan is not None:
+            plan(m - j)
         while j < m:
-            w = op.matvec(V[:, j]).reshape(-1)
+            w = (yield V[:, j].clone()).reshape(-1)
             products += 1
             W[:, j] = w
             r, h = orthogonalize(w, V[:, : j + 1])

@@ -5,27 +5,28 @@ used), the operator is
 
     H = sum_b (N_b / N) * d^2 L_b / d theta^2  +  d^2 R / d theta^2
 
-restricted to the selected parameters ``theta`` (all others held at the evaluation point). Products are
-forward-over-reverse. Per batch the map ``v -> H_b v`` is traced once with ``torch.func.linearize`` of
-``torch.func.grad(L_b)`` and then called per vector (about 2x a gradient instead of 3-5x for a fresh
-``jvp(grad)`` each time, benchmarks/hessian.py); the traced function keeps the batch's primal intermediates in
-memory, so only the first ``max_linearized`` batches are cached and the rest use ``jvp(grad)``; the trace
-itself costs about ten gradients, so by default a batch is traced only once it has been used a few times.
+restricted to the selected parameters ``theta`` (all others held at the evaluation point). Each batch's
+products are made by ``jvp(grad)``, by backward passes through a kept gradient graph, or by a traced
+``linearize`` (:mod:`landscape.hessian.products`); ``auto`` times them and takes the cheapest for the products
+the solver still expects (it tells the operator through :meth:`HessianOperator.plan_products`). A kept graph
+or trace holds the batch's intermediates in memory, so only the first ``max_linearized`` batches keep one.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import warnings
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch.func import grad, jvp, linearize, vmap
+from torch.func import grad, jvp, vmap
 
 from landscape import distributed
 from landscape.errors import LandscapeError
+from landscape.hessian.products import BatchProducts, ProductCosts
 from landscape.objective import Objective
 from landscape.options.hessian import HVP_MODES
 from landscape.params import ParamDict, flatten, unflatten
@@ -78,13 +79,17 @@ class HessianOperator:
             parameters (a per-layer Hessian) with every other parameter held fixed. Default: all.
         batches: indices of the objective's batches to use (default all), re-weighted by ``N_b / N_used``;
             a single index gives that mini-batch's Hessian (plus the regulariser's).
-        mode: ``"linearize"`` (trace each batch's HVP at its first product and cache it), ``"jvp"``
-            (``jvp(grad)`` per product, no cache) or ``"auto"``: a batch is traced once it has been used for
-            ``linearize_after`` products (the trace costs roughly ten gradients, so an operator used for a
-            handful of products never pays it; a solver needing dozens does), and only the first
-            ``max_linearized`` batches are ever traced (memory); the rest always use ``jvp``.
-        max_linearized: how many batches ``"auto"`` may trace (each keeps one forward/backward of memory).
-        linearize_after: the number of plain ``jvp`` products per batch before ``"auto"`` traces it.
+        mode: how each batch's products are made (:mod:`landscape.hessian.products`): ``"jvp"``
+            (``jvp(grad)`` each time, nothing kept), ``"graph"`` (a gradient graph kept per batch, one backward
+            per product), ``"linearize"`` (a trace kept per batch) or ``"auto"``: the first product of a batch
+            is timed with ``jvp`` and each later one made the way with the least expected time for the products
+            still to come (``setup + left * per_product``; ``left`` from :meth:`plan_products`, else the
+            products made so far); only the first ``max_linearized`` batches keep a graph or trace (memory),
+            the others choose between ``jvp`` and a graph rebuilt per product.
+        max_linearized: how many batches ``"auto"`` lets keep a graph or trace (each holds one forward and
+            backward of memory).
+        costs: the measurements ``"auto"`` decides from, shared with other operators on batches of the same
+            shape (default: a new, empty record).
         shard: under torchrun, each rank multiplies by every ``world_size``-th batch and the products are summed
             with ``all_reduce``; every rank must then make the same sequence of products (same solver, seed).
 
@@ -116,7 +121,7 @@ class HessianOperator:
         batches: Sequence[int] | None = None,
         mode: str = "auto",
         max_linearized: int = 8,
-        linearize_after: int = 4,
+        costs: ProductCosts | None = None,
         shard: bool = False,
     ) -> None:
         if mode not in HVP_MODES:
@@ -133,43 +138,60 @@ class HessianOperator:
         sizes = [int(objective.batches[i][1].shape[0]) for i in used]
         self.weights = [s / sum(sizes) for s in sizes]
         self.mode = mode
-        self.max_linearized = len(used) if mode == "linearize" else 0 if mode == "jvp" else int(max_linearized)
+        keep = {"linearize": len(used), "graph": len(used), "jvp": 0}
+        self.max_linearized = keep.get(mode, int(max_linearized))
         n = sum(p.numel() for p in self.params.values())
         self.shape = (n, n)
         first = next(iter(self.params.values()))
         self.dtype = first.dtype
         self.device = first.device
-        self.linearize_after = 0 if mode == "linearize" else int(linearize_after)
         self.n_matvec = 0
-        self._uses = [0] * len(used)
-        self._linear: dict[int, Callable[[ParamDict], ParamDict]] = {}
+        self.costs = costs if costs is not None else ProductCosts()
+        self._planned: int | None = None
+        self._products = [
+            BatchProducts(self._batch_loss(i), self.params, mode, self.costs, cached=slot < self.max_linearized)
+            for slot, i in enumerate(used)
+        ]
         self.shard = shard and distributed.active()
 
     # -- building blocks ---------------------------------------------------------------------------
     def _full(self, sub: Mapping[str, Tensor]) -> ParamDict:
         return {**self._point, **sub}
 
-    def _batch_grad_fn(self, index: int) -> Callable[[ParamDict], ParamDict]:
+    def _batch_loss(self, index: int) -> Callable[[ParamDict], Tensor]:
         loss = self.objective.batch_loss_fn(self.objective.batches[index])
-        return grad(lambda sub: loss(self._full(sub)))
+        return lambda sub: loss(self._full(sub))
+
+    def plan_products(self, count: int) -> None:
+        """Tell ``auto`` that about ``count`` more products are coming (solvers call it; optional).
+
+        Args:
+            count: the number of products expected next.
+        """
+        self._planned = max(int(count), 0)
+
+    def _left(self) -> int:
+        if self._planned is None:  # nobody said: expect as many again as have been made
+            return self.n_matvec + 1
+        return max(self._planned, 1)
 
     def _batch_hvp(self, slot: int, v: ParamDict) -> ParamDict:
-        index = self.batch_indices[slot]
-        self._uses[slot] += 1
-        if self._traced(slot, self._uses[slot]):
-            return self._linear[slot](v)
-        return _quiet_jvp(self._batch_grad_fn(index), self.params, v)
+        return self._products[slot](v, self._left())
 
-    def _traced(self, slot: int, use: int) -> bool:
-        """Whether the ``use``-th product of batch ``slot`` runs traced; traces it when that starts."""
-        if slot >= self.max_linearized or use <= self.linearize_after:
-            return False
-        if slot not in self._linear:
-            with warnings.catch_warnings():  # fx const-folding chatter, harmless
-                warnings.simplefilter("ignore")
-                grad_fn = self._batch_grad_fn(self.batch_indices[slot])
-                self._linear[slot] = linearize(grad_fn, self.params)[1]
-        return True
+    @property
+    def _linear(self) -> dict[int, Callable[[ParamDict], ParamDict]]:
+        """The kept product functions (graphs or traces) by batch slot."""
+        return {slot: p.cache for slot, p in enumerate(self._products) if p.cache is not None}
+
+    def hvp_choice(self) -> dict[str, object]:
+        """How the products were made: the mode, the number of batches per way, and the seconds measured.
+
+        Returns:
+            ``{"mode", "ways": {way: n_batches}, "seconds": {...}, "failed": {...}}``, as result files record
+            it (docs/schema.md).
+        """
+        ways = Counter(p.way for p in self._products if p.way is not None)
+        return {"mode": self.mode, "ways": dict(sorted(ways.items())), **self.costs.summary()}
 
     def _reg_hvp(self, v: ParamDict) -> ParamDict | None:
         reg = self.objective.regularizer
@@ -203,6 +225,8 @@ class HessianOperator:
         if total is None:
             total = {n: torch.zeros_like(t) for n, t in v.items()}
         self.n_matvec += 1
+        if self._planned is not None:
+            self._planned -= 1
         return total
 
     # -- the operator ------------------------------------------------------------------------------
@@ -255,12 +279,19 @@ class HessianOperator:
         if not vectorize:
             cols = [self.matvec(V[:, j]) for j in range(V.shape[1])]
             return torch.stack(cols, dim=1) if cols else V.new_zeros(V.shape)
-        count = self.n_matvec
-        for slot in range(len(self.weights)):  # trace outside vmap
-            self._traced(slot, self._uses[slot] + 1)
-        out = vmap(lambda col: flatten(self.hvp_dict(unflatten(col, self.params))), in_dims=1, out_dims=1)(V)
-        self.n_matvec = count + V.shape[1]
+        count, planned = self.n_matvec, self._planned
+        out = vmap(lambda col: flatten(self._vectorized_hvp(unflatten(col, self.params))), in_dims=1, out_dims=1)(V)
+        self.n_matvec, self._planned = count + V.shape[1], planned
         return out
+
+    def _vectorized_hvp(self, v: ParamDict) -> ParamDict:
+        """``H v`` by ``jvp(grad)`` for every batch (the one way that runs inside ``vmap``), plus the regulariser."""
+        total = self._reg_hvp(v)
+        for slot, w in enumerate(self.weights):
+            hv = _quiet_jvp(grad(self._products[slot].loss), self.params, v)
+            total = {n: w * t for n, t in hv.items()} if total is None else {n: total[n] + w * hv[n] for n in hv}
+        assert total is not None
+        return total
 
     def dense(self) -> Tensor:
         """The full n x n matrix by n products with the unit vectors, vectorised (tiny problems and tests).
@@ -305,5 +336,6 @@ class HessianOperator:
         return LinearOperator(self.shape, matvec=mv, rmatvec=mv, matmat=mm, dtype=np.float64)
 
     def clear_cache(self) -> None:
-        """Drop the traced per-batch products (and the memory they hold)."""
-        self._linear.clear()
+        """Drop the kept per-batch graphs and traces (and the memory they hold); measurements are kept."""
+        for p in self._products:
+            p.drop()

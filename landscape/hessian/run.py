@@ -161,6 +161,7 @@ def run_hessian(
                         "parameter_names": op.names,
                         "eigen_n_matvec": res.n_matvec,
                         "eigen_restarts": res.n_restarts,
+                        "hvp_choice": op.hvp_choice(),
                     }
                 )
                 f.write("eigenvalues", res.eigenvalues.numpy(), axes=["pair"])
@@ -171,14 +172,21 @@ def run_hessian(
                 f.write("density/nodes", d.nodes.numpy(), axes=["probe", "node"])
                 f.write("density/weights", d.weights.numpy(), axes=["probe", "node"])
                 f.write("density/grid", d.grid.numpy(), axes=["eigenvalue"])
-                f.set_attrs({"sigma": d.sigma, "n_matvec": d.n_matvec}, at="density")
+                f.set_attrs({"sigma": d.sigma, "n_matvec": d.n_matvec, "hvp_choice": op.hvp_choice()}, at="density")
                 f.write("density/values", d.values.numpy(), axes=["eigenvalue"])
                 f.mark_done()
         if _todo(f, "trace/samples", o.trace):
             t = trace_estimate(op, o.trace_samples, o.trace_method, seed=o.seed)
             if f is not None:
                 f.set_attrs(
-                    {"estimate": t.estimate, "stderr": t.stderr, "method": t.method, "n_matvec": t.n_matvec}, at="trace"
+                    {
+                        "estimate": t.estimate,
+                        "stderr": t.stderr,
+                        "method": t.method,
+                        "n_matvec": t.n_matvec,
+                        "hvp_choice": op.hvp_choice(),
+                    },
+                    at="trace",
                 )
                 f.write("trace/samples", t.samples.numpy(), axes=["probe"])  # last: marks the section done
                 f.mark_done()
@@ -275,7 +283,7 @@ def run_spectrum(
                 f.mark_done("done", item.index)
 
         if len(skip) < len(batches):
-            max_eigenvalue_spectrum(
+            spectrum = max_eigenvalue_spectrum(
                 inputs.model,
                 batches,
                 k=top_k,
@@ -288,6 +296,7 @@ def run_spectrum(
                 maxiter=o.maxiter,
                 seed=o.seed,
                 hvp=o.hvp,
+                group=o.group,
                 device=inputs.device,
                 dtype=_dtype(o.dtype),
                 allow_stochastic=o.allow_stochastic,
@@ -296,4 +305,13 @@ def run_spectrum(
                 on_batch=write,
                 progress=_show(progress),
             )
+            if f is not None:  # how this (last) run made its products; not part of the file's identity
+                f.set_attrs(
+                    {
+                        "group": spectrum.group,
+                        "group_option": str(o.group),
+                        "group_choice": spectrum.group_choice,
+                        "hvp_choice": spectrum.hvp_choice,
+                    }
+                )
     return store.read_result(out)

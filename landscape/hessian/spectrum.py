@@ -23,8 +23,10 @@ from torch import nn
 
 from landscape import distributed
 from landscape.errors import LandscapeError
-from landscape.hessian.lanczos import lanczos
+from landscape.hessian.grouped import GroupChoice, GroupedProducts, choose_group, shared_costs
+from landscape.hessian.lanczos import drive_together, lanczos, lanczos_steps
 from landscape.hessian.operator import HessianOperator
+from landscape.hessian.products import ProductCosts
 from landscape.objective import Batch, Objective, OutputSelector, Regularizer, batch_loss
 from landscape.options.hessian import SOLVERS
 
@@ -58,12 +60,18 @@ class MaxEigenvalueSpectrum:
         batch_sizes: samples per batch, ``(n_batches,)``.
         n_matvec: Hessian-vector products per batch, ``(n_batches,)``.
         converged: convergence flag per eigenvalue, ``(n_batches, k)``.
+        group: the most batches computed together (1: one after another).
+        group_choice: how the group size was chosen (:meth:`~landscape.hessian.grouped.GroupChoice.as_dict`).
+        hvp_choice: how the serial products were made, by batch shape (the operators' ``hvp_choice``).
     """
 
     eigenvalues: np.ndarray
     batch_sizes: np.ndarray
     n_matvec: np.ndarray
     converged: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), bool))
+    group: int = 1
+    group_choice: dict = field(default_factory=dict)
+    hvp_choice: dict = field(default_factory=dict)
 
 
 def pyhessian_top_eigenvalues(
@@ -131,7 +139,8 @@ def max_eigenvalue_spectrum(
     ncv: int | None = None,
     maxiter: int | None = None,
     seed: int = 0,
-    hvp: str = "jvp",
+    hvp: str = "auto",
+    group: int | str = "auto",
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
     allow_stochastic: bool = False,
@@ -143,9 +152,12 @@ def max_eigenvalue_spectrum(
     """Top-k Hessian eigenvalues of every mini-batch's loss (+ regulariser), Paper A's protocol.
 
     ``solver="lanczos"`` uses :func:`~landscape.hessian.lanczos.lanczos` with ``which``/``tol``/``ncv``/
-    ``maxiter`` on :class:`HessianOperator` of the single batch (seed ``seed + index``, products by ``hvp``:
-    default ``"jvp"``, because tracing a batch with ``linearize`` costs about as much as the few dozen
-    products a small batch needs); ``"pyhessian"``
+    ``maxiter`` on :class:`HessianOperator` of the single batch (seed ``seed + index``, products by ``hvp``,
+    default ``"auto"``: measured, with the measurements shared by batches of one shape); with ``group`` G > 1,
+    G equal-sized batches at a time run their Lanczos recurrences in lockstep on one vectorised product per
+    step (:mod:`landscape.hessian.grouped`: same start vectors, same eigenvalues to rounding); ``"auto"``
+    measures whether grouping is faster and how many fit (:func:`~landscape.hessian.grouped.choose_group`).
+    ``"pyhessian"``
     uses :func:`pyhessian_top_eigenvalues` (always largest magnitude; ``tol`` is its relative change
     between iterations, ``maxiter`` its iterations per eigenvalue, default 100). Batches listed in ``skip``
     are not computed (their rows stay NaN: resuming). ``on_batch`` is called on every rank with each
@@ -166,7 +178,9 @@ def max_eigenvalue_spectrum(
         ncv: Lanczos basis size (None: the solver's default; lanczos only).
         maxiter: Lanczos restarts, or PyHessian iterations per eigenvalue (None: the solver's default).
         seed: batch ``index`` uses seed ``seed + index`` for its start vector(s).
-        hvp: how products are made (lanczos), one of :data:`~landscape.options.hessian.HVP_MODES`.
+        hvp: how products are made (lanczos, one batch at a time), one of
+            :data:`~landscape.options.hessian.HVP_MODES`.
+        group: batches computed together (lanczos), or ``"auto"``.
         device: where the computation runs (None: the model's parameters' device).
         dtype: floating-point type of the computation (None: the model's own).
         allow_stochastic: do not refuse a model whose two forward passes differ.
@@ -177,7 +191,7 @@ def max_eigenvalue_spectrum(
 
     Returns:
         The eigenvalues ``(n_batches, k)`` (rows ascending; NaN for skipped batches), batch sizes, products and
-        convergence flags per batch.
+        convergence flags per batch, and how the group size and the products were chosen.
 
     Raises:
         LandscapeError: an unknown ``solver``, ``k`` out of range, an Objective that cannot be built (see
@@ -205,24 +219,86 @@ def max_eigenvalue_spectrum(
     )
     todo = [i for i in range(len(sizes)) if i not in set(skip)]
     world = distributed.world_size()
+    costs: dict[tuple[int, ...], ProductCosts] = {}
+    choice = GroupChoice(group, 1, "pyhessian solver") if solver == "pyhessian" else None
+    if choice is None and todo:
+        same = [i for i in todo if objective.batches[i][0].shape == objective.batches[todo[0]][0].shape]
+        serial = _serial_operator(objective, same[0], hvp, costs)
+        serial.plan_products(ncv or 20)
+        choice = distributed.on_main(lambda: choose_group(objective, same, serial.matvec, group))
+    choice = choice or GroupChoice(group, 1, "nothing to do")
+    out.group, out.group_choice = choice.group, choice.as_dict()
     bar = _progress(len(todo), progress and distributed.is_main())
-    for start in range(0, len(todo), world):
-        share = distributed.shard(todo[start : start + world])  # one batch per rank and round, or none
-        mine = share[0] if share else None
-        result = None if mine is None else _one_batch(objective, mine, k, which, solver, tol, ncv, maxiter, seed, hvp)
-        for item in distributed.all_gather_objects(result):
-            if item is None:
-                continue
-            out.eigenvalues[item.index] = item.eigenvalues
-            out.n_matvec[item.index] = item.n_matvec
-            out.converged[item.index] = item.converged
-            if on_batch is not None:
-                on_batch(item)
-            if bar is not None:
-                bar.update(1)
+    per_round = world * choice.group
+    for start in range(0, len(todo), per_round):
+        mine = distributed.shard(todo[start : start + per_round])  # up to `group` batches per rank and round
+        results = _batches(objective, mine, k, which, solver, tol, ncv, maxiter, seed, hvp, costs)
+        for part in distributed.all_gather_objects(results):
+            for item in part:
+                out.eigenvalues[item.index] = item.eigenvalues
+                out.n_matvec[item.index] = item.n_matvec
+                out.converged[item.index] = item.converged
+                if on_batch is not None:
+                    on_batch(item)
+                if bar is not None:
+                    bar.update(1)
     if bar is not None:
         bar.close()
+    out.hvp_choice = {"x".join(map(str, shape)): c.summary() for shape, c in costs.items()}
     return out
+
+
+def _serial_operator(
+    objective: Objective, index: int, hvp: str, costs: dict[tuple[int, ...], ProductCosts]
+) -> HessianOperator:
+    shape = tuple(objective.batches[index][0].shape)
+    return HessianOperator(objective, batches=[index], mode=hvp, costs=shared_costs(costs, shape))
+
+
+def _batches(
+    objective: Objective,
+    indices: Sequence[int],
+    k: int,
+    which: str,
+    solver: str,
+    tol: float,
+    ncv: int | None,
+    maxiter: int | None,
+    seed: int,
+    hvp: str,
+    costs: dict[tuple[int, ...], ProductCosts],
+) -> list[BatchSpectrum]:
+    """The spectra of ``indices``: one at a time, or equal-sized ones together in lockstep."""
+    by_shape: dict[tuple[int, ...], list[int]] = {}
+    for i in indices:
+        by_shape.setdefault(tuple(objective.batches[i][0].shape), []).append(i)
+    done: dict[int, BatchSpectrum] = {}
+    for same in by_shape.values():
+        if solver == "pyhessian" or len(same) == 1:
+            for i in same:
+                done[i] = _one_batch(objective, i, k, which, solver, tol, ncv, maxiter, seed, hvp, costs)
+            continue
+        products = GroupedProducts(objective, same)
+        n, p0 = products.n, next(iter(objective.params.values()))
+        runs = {
+            slot: lanczos_steps(
+                n,
+                p0.dtype,
+                p0.device,
+                k=k,
+                which=which,
+                ncv=ncv,
+                tol=tol,
+                maxiter=maxiter,
+                seed=seed + i,
+                return_eigenvectors=False,
+            )
+            for slot, i in enumerate(same)
+        }
+        for slot, res in drive_together(runs, products).items():
+            i = same[slot]
+            done[i] = BatchSpectrum(i, res.eigenvalues.numpy(), res.n_matvec, res.converged.numpy())
+    return [done[i] for i in indices]
 
 
 def _one_batch(
@@ -236,11 +312,12 @@ def _one_batch(
     maxiter: int | None,
     seed: int,
     hvp: str,
+    costs: dict[tuple[int, ...], ProductCosts],
 ) -> BatchSpectrum:
     if solver == "pyhessian":
         values = pyhessian_top_eigenvalues(objective, index, k, tol=tol, maxiter=maxiter or 100, seed=seed + index)
         return BatchSpectrum(index, values, -1, np.ones(k, bool))
-    op = HessianOperator(objective, batches=[index], mode=hvp)
+    op = _serial_operator(objective, index, hvp, costs)
     res = lanczos(op, k=k, which=which, ncv=ncv, tol=tol, maxiter=maxiter, seed=seed + index, return_eigenvectors=False)
     return BatchSpectrum(index, res.eigenvalues.numpy(), res.n_matvec, res.converged.numpy())
 

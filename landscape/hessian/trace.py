@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from landscape.errors import LandscapeError
-from landscape.hessian.lanczos import Operator, require_finite
+from landscape.hessian.lanczos import Operator, announce, require_finite
 from landscape.hessian.probes import probe_vectors
 from landscape.options.hessian import TRACE_METHODS
 
@@ -89,6 +89,7 @@ def trace(
     n = op.shape[0]
     kw = {"distribution": distribution, "dtype": op.dtype, "device": op.device}
     counter = [0]
+    announce(op, samples)
     if method == "hutchinson":
         if samples < 2:
             raise LandscapeError(f"Hutchinson needs at least 2 samples for a standard error, got {samples}")

@@ -43,6 +43,31 @@ def choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
+def auto_or_count(value: Any, name: str) -> int | str:
+    """``"auto"``, or a whole number >= 1 (a string of digits is read as one).
+
+    Args:
+        value: the option's value.
+        name: the CLI option, for the message.
+
+    Returns:
+        ``"auto"`` or the number as an ``int``.
+
+    Raises:
+        LandscapeError: anything else.
+    """
+    if isinstance(value, str):
+        if value.strip() == "auto":
+            return "auto"
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise LandscapeError(f"{name} must be a positive integer or auto, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LandscapeError(f"{name} must be a positive integer or auto, got {value!r}")
+    return int(value)
+
+
 def check_data_options(split: str, samples: int | None, batch_size: int, seed: int) -> None:
     """Validate the options every analysis has: a known split, positive sample and batch counts, an int seed.
 

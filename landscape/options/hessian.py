@@ -20,6 +20,7 @@ from landscape.options.common import (
     CRITERIA,
     DTYPES,
     REG_COEF_DEFAULTS,
+    auto_or_count,
     check_augment,
     check_data_options,
     check_regularizer,
@@ -28,8 +29,8 @@ from landscape.options.common import (
 
 #: kinds of eigenvalues: largest / smallest algebraic, both ends, largest magnitude (scipy's names)
 WHICH = ("LA", "SA", "BE", "LM")
-#: how Hessian-vector products are made: traced once per batch (linearize), never (jvp), or after a few (auto)
-HVP_MODES = ("auto", "linearize", "jvp")
+#: how Hessian-vector products are made: a kept gradient graph, a kept trace, jvp(grad) each time, or measured (auto)
+HVP_MODES = ("auto", "graph", "linearize", "jvp")
 #: stochastic trace estimators
 TRACE_METHODS = ("hutchinson", "hutch++")
 #: the fewest products each trace estimator needs (a standard error; Hutch++'s sketch, exact part and probes)
@@ -295,6 +296,8 @@ class SpectrumOptions(_LossOptions):
         augment: the data, one of :data:`~landscape.options.common.AUGMENTATIONS` (``paper-a``: Paper A's training
             augmentation drawn once from ``seed`` and held fixed; every mini-batch mixed within itself).
         augment_copies: augmented copies drawn of each sample (``paper-a``).
+        group: mini-batches computed together (one ``vmap`` call per product, Lanczos runs in lockstep), or
+            ``"auto"``: measured (1 where ``vmap`` is slower; on a GPU the most that fit in memory).
 
     Raises:
         LandscapeError: an invalid value (non-finite or out-of-range number, unknown choice), or neither
@@ -316,14 +319,16 @@ class SpectrumOptions(_LossOptions):
     criterion: str = "cross_entropy"
     regularizer: str = "none"
     reg_coef: float | None = None
-    hvp: str = "jvp"
+    hvp: str = "auto"
     dtype: str = "float32"
     allow_stochastic: bool = False
     augment: str = "none"
     augment_copies: int = 1
+    group: int | str = "auto"
 
     def __post_init__(self) -> None:
         _common(self)
+        object.__setattr__(self, "group", auto_or_count(self.group, "--group"))
         if self.fraction is not None:
             checks.in_range(self.fraction, "--fraction", 0.0, 1.0, low_open=True)
         elif self.samples is None:
