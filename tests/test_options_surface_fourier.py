@@ -25,6 +25,15 @@ from landscape.store import read_result
 from landscape.surface import run_surface
 
 
+@pytest.fixture(autouse=True, scope="module")
+def compile_cache(tmp_path_factory):
+    """The compile records of these tests in a fresh folder; inductor's kernels in one kept across sessions."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LANDSCAPE_CACHE_DIR", str(tmp_path_factory.mktemp("landscape-cache")))
+        mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp().parent / "inductor-cache"))
+        yield
+
+
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory):
     """Four resnet_mini checkpoints of different seeds (a centre, a target, snapshots)."""
@@ -58,6 +67,8 @@ def ckpts(tmp_path_factory):
         ({"batch_points": 0}, "--batch-points"),
         ({"batch_points": "many"}, "--batch-points"),
         ({"batch_points": True}, "--batch-points"),
+        ({"compile": "sometimes"}, "--compile must be one of auto, on, off"),
+        ({"compile": 1}, "--compile must be one of"),
         ({"samples": 0}, "--samples"),
         ({"batch_size": 2.5}, "--batch-size"),
         ({"split": "dev"}, "unknown split"),
@@ -267,6 +278,31 @@ def test_surface_cli_defaults_and_choices_are_the_options():
     assert tuple(params["bn"].type.choices) == surface_options.BN_MODES
     assert tuple(params["regularizer"].type.choices) == REGULARIZERS
     assert tuple(params["split"].type.choices) == SPLITS
+
+
+def test_surface_cli_compile_is_a_choice_and_alone_means_on():
+    params = {p.name: p for p in surface_command.params}
+    assert tuple(params["compile_"].type.choices) == surface_options.COMPILE_MODES
+    assert SurfaceOptions.defaults()["compile"] == "auto" == cli_defaults(surface_command)["compile_"]
+    for argv, want in (
+        (["--compile"], "on"),
+        (["--compile", "off"], "off"),
+        (["--compile", "auto"], "auto"),
+        ([], "auto"),
+    ):
+        ctx = surface_command.make_context("surface", [*argv, "--x", "-1:1:3"], resilient_parsing=True)
+        assert ctx.params["compile_"] == want, argv
+    with pytest.raises(click.BadParameter):
+        surface_command.make_context("surface", ["--compile", "sometimes"])
+
+
+@pytest.mark.parametrize(
+    "value, mode, attr",
+    [("auto", "auto", "auto"), ("on", "on", True), (True, "on", True), (" OFF ", "off", False), (False, "off", False)],
+)
+def test_surface_compile_option_values_and_the_attribute_they_record(value, mode, attr):
+    options = SurfaceOptions(compile=value)
+    assert options.compile == mode and options.attrs()["compile"] == attr
 
 
 def test_fourier_cli_defaults_and_choices_are_the_options():

@@ -13,10 +13,21 @@ import torch.nn.functional as F
 from helpers import interrupt_after, reestimate_bn, torchrun
 from torch import nn
 
+from landscape import compile_cache as compile_cache_module
 from landscape.directions import random_directions
 from landscape.errors import LandscapeError
 from landscape.objective import Objective, Regularizer
 from landscape.surface import PointEvaluator, compute_surface, parse_grid
+
+
+@pytest.fixture(autouse=True, scope="module")
+def compile_cache(tmp_path_factory):
+    """The compile records of these tests in a fresh folder; inductor's kernels in one kept across sessions."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LANDSCAPE_CACHE_DIR", str(tmp_path_factory.mktemp("landscape-cache")))
+        mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp().parent / "inductor-cache"))
+        yield
+
 
 # A tiny float64 BatchNorm CNN with unequal batches, shared by the in-process tests and the subprocess jobs
 # (torchrun, kill-and-resume): `python job.py OUT [DELAY]` computes the same surface as `build()` here.
@@ -362,6 +373,46 @@ def test_compiled_evaluation_agrees_with_eager(tmp_path, reference):
     assert res.attrs["compiled"] and res.attrs["compile"] and res.attrs["batch_points"] == 1
     np.testing.assert_allclose(res["loss"], reference["loss"], rtol=1e-12)
     np.testing.assert_array_equal(res["accuracy"], reference["accuracy"])
+
+
+def test_compile_auto_stays_eager_without_a_record_and_resumes_as_the_same_run(tmp_path, reference, monkeypatch):
+    monkeypatch.setenv("LANDSCAPE_CACHE_DIR", str(tmp_path / "cache"))  # no record
+    _, _, objective, dirs = build()
+    out = tmp_path / "auto.h5"
+
+    def stop(done, total):
+        if done >= 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False, on_round=stop)
+    res = compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False)  # auto: resumes
+    assert res.attrs["compile"] == "auto" and res.attrs["compile_option"] == "auto" and not res.attrs["compiled"]
+    decision = res.attrs["compile_decision"]
+    assert decision["reason"] == "does not pay back" and decision["estimate_source"] == "defaults"
+    assert decision["points_left"] == XS.size * YS.size - 6 and decision["eager_point_s"] > 0
+    assert decision["compile_s_estimate"] == compile_cache_module.DEFAULT_COMPILE_SECONDS
+    np.testing.assert_allclose(res["loss"], reference["loss"], rtol=1e-12)
+    with pytest.raises(LandscapeError, match="--compile must be one of auto, on, off"):
+        compute_surface(objective, dirs, XS, YS, out=tmp_path / "bad.h5", compile="sometimes")
+
+
+def test_compile_auto_compiles_when_a_record_says_it_pays_back(tmp_path, reference):
+    _, _, objective, dirs = build()
+    evaluator = PointEvaluator(objective, dirs.x, dirs.y)
+    evaluator.enable_fold()
+    key = evaluator.compile_key()
+    ind = compile_cache_module.use_inductor_cache()
+    fast = compile_cache_module.CompileRecord(0.0, 0.0, 2, 1e-9, 1.0, ind)  # free to compile, compiled ~free
+    assert compile_cache_module.write_record(key, fast)
+    res = compute_surface(objective, dirs, XS, YS, out=tmp_path / "a.h5", progress=False)
+    d = res.attrs["compile_decision"]
+    assert d["estimate_source"] == "record-warm" and d["compile_s"] > 0 and d["compiled_point_s"] > 0
+    # compiled unless it measured slower than eager (then dropped again, and said so)
+    assert res.attrs["compiled"] == (d["reason"] == "pays back"), d
+    np.testing.assert_allclose(res["loss"], reference["loss"], rtol=1e-12)
+    after = compile_cache_module.read_record(key)
+    assert after.n_compiles == 3 and after.last_compile_s == pytest.approx(d["compile_s"])
 
 
 def test_compile_failure_falls_back_to_eager(tmp_path, reference, monkeypatch):

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from landscape.pipeline import ModelSource
 
 from landscape.cli.options import augment_options, checkpoint_options, output_options, regularizer_options
-from landscape.options.surface import BN_MODES, NORMS, SurfaceOptions
+from landscape.options.surface import BN_MODES, COMPILE_MODES, NORMS, SurfaceOptions
 
 DEFAULTS = SurfaceOptions.defaults()
 
@@ -81,9 +81,13 @@ DEFAULTS = SurfaceOptions.defaults()
 @click.option(
     "--compile",
     "compile_",
-    is_flag=True,
+    type=click.Choice(COMPILE_MODES),
     default=DEFAULTS["compile"],
-    help="torch.compile the per-point loss (eager fallback); pays off on long runs.",
+    show_default=True,
+    is_flag=False,
+    flag_value="on",
+    help="torch.compile the per-point loss: auto (when the compile time pays back over the points left, "
+    "measured and recorded), on (eager fallback; --compile alone) or off.",
 )
 def command(
     source: ModelSource,
@@ -106,7 +110,7 @@ def command(
     out: str,
     force: bool,
     device: str,
-    compile_: bool,
+    compile_: str,
     allow_stochastic: bool,
     quiet: bool,
     augment: str,

@@ -46,6 +46,9 @@ POSITION_PARAMETER_PATTERNS = ("*pos_embed*", "*pos_embedding*", "*rel_pos*", "*
 LEARNED_TOKEN_PATTERNS = ("*cls_token*", "*class_token*", "*reg_token*")
 #: name patterns whose tensors get a zero direction by default: position parameters and learned tokens
 DEFAULT_ZERO_PATTERNS = POSITION_PARAMETER_PATTERNS + LEARNED_TOKEN_PATTERNS
+#: ``--compile``: ``auto`` (compile when the measured / recorded compile time pays back over the points left),
+#: ``on`` (compile; eager if compiling fails) or ``off`` (eager)
+COMPILE_MODES = ("auto", "on", "off")
 #: the default x grid (MIN:MAX:NUM)
 GRID = "-1:1:21"
 #: the largest grid a surface may have (its arrays and its ``done`` mask are read into memory)
@@ -114,6 +117,25 @@ def split_patterns(patterns: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
+def compile_mode(value: Any) -> str:
+    """The ``--compile`` mode of ``value``: one of :data:`COMPILE_MODES`; True is ``on`` and False ``off``.
+
+    Args:
+        value: ``"auto"``, ``"on"``, ``"off"`` (any case, spaces ignored) or a bool.
+
+    Returns:
+        ``"auto"``, ``"on"`` or ``"off"``.
+
+    Raises:
+        LandscapeError: any other value.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return "on" if value else "off"
+    if isinstance(value, str) and value.strip().lower() in COMPILE_MODES:
+        return value.strip().lower()
+    raise LandscapeError(f"--compile must be one of {', '.join(COMPILE_MODES)}, got {value!r}")
+
+
 def _flag(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise LandscapeError(f"{name} must be True or False, got {value!r}")
@@ -147,7 +169,9 @@ class SurfaceOptions(FieldDefaults):
         allow_stochastic: do not refuse a model whose two forward passes differ.
         batch_points: points per vectorised call (1: a loop) or ``"auto"`` (the faster, measured); a string of
             digits is read as the number.
-        compile: ``torch.compile`` the per-point loss (eager if compiling fails).
+        compile: ``torch.compile`` the per-point loss: one of :data:`COMPILE_MODES` (``auto``: only when the
+            compile time pays back over the points left; ``on``: always, eager if compiling fails; ``off``);
+            True and False are read as ``on`` and ``off``.
         augment: the data of every point, one of :data:`~landscape.options.common.AUGMENTATIONS`: ``none``
             (the fixed images with hard labels) or ``paper-a`` (Paper A's training augmentation with Mixup/CutMix,
             drawn once from ``seed`` and held fixed; the loss is then the soft-target cross-entropy).
@@ -175,7 +199,7 @@ class SurfaceOptions(FieldDefaults):
     zero_patterns: tuple[str, ...] | None = None
     allow_stochastic: bool = False
     batch_points: int | str = "auto"
-    compile: bool = False
+    compile: str = "auto"
     augment: str = "none"
     augment_copies: int = 1
 
@@ -211,8 +235,9 @@ class SurfaceOptions(FieldDefaults):
             )
         if self.zero_patterns is not None:
             object.__setattr__(self, "zero_patterns", split_patterns(self.zero_patterns))
-        for name in ("ignore_1d", "allow_stochastic", "compile"):
+        for name in ("ignore_1d", "allow_stochastic"):
             object.__setattr__(self, name, _flag(getattr(self, name), name))
+        object.__setattr__(self, "compile", compile_mode(self.compile))
         object.__setattr__(self, "batch_points", _batch_points(self.batch_points))
         if self.batch_points != "auto" and self.batch_points > nx * ny:
             raise LandscapeError(
@@ -246,7 +271,8 @@ class SurfaceOptions(FieldDefaults):
         These are the options' part of the file's identity: ``split``, ``seed``/``direction_seed``,
         ``batch_size``, the direction attributes (``direction_type``, ``norm``, ``ignore_1d``/``zero_patterns``
         where they shape a random direction, ``target``, ``trajectory``/``n_snapshots``), ``surface_ndim``,
-        ``xgrid``/``ygrid``, ``bn``, ``regularizer`` and ``compile``; ``dataset`` when :attr:`data` is given;
+        ``xgrid``/``ygrid``, ``bn``, ``regularizer`` and ``compile`` (``auto``, or True/False for ``on``/``off``,
+        as files made before ``auto`` existed recorded them); ``dataset`` when :attr:`data` is given;
         ``augment``, ``augment_copies`` and ``criterion`` only with an augmentation (so that files made before
         these options existed still resume).
         What the run measures (``n_samples``, direction norms, ``batch_points``, ...) is not among them.
@@ -288,11 +314,23 @@ class SurfaceOptions(FieldDefaults):
             ygrid=None if ys is None else [float(ys[0]), float(ys[-1]), int(ys.size)],
             bn=self.bn,
             regularizer=json.dumps({"kind": self.regularizer, "coef": coef}),
-            compile=self.compile,
+            compile=compile_attr(self.compile),
         )
         if self.augment != "none":
             out.update(augment=self.augment, augment_copies=int(self.augment_copies), criterion=AUGMENTED_CRITERION)
         return out
+
+
+def compile_attr(mode: str) -> bool | str:
+    """The ``compile`` attribute (part of a surface file's identity) of a mode of :data:`COMPILE_MODES`.
+
+    Args:
+        mode: ``auto``, ``on`` or ``off``.
+
+    Returns:
+        True for ``on``, False for ``off`` (as files made before ``auto`` existed recorded them), else ``mode``.
+    """
+    return {"on": True, "off": False}.get(mode, mode)
 
 
 def _batch_points(value: Any) -> int | str:
