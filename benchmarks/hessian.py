@@ -3,18 +3,25 @@
 One run, one model, one batch (a CIFAR-style ResNet from the zoo's ResNet class, ~78k parameters, widths
 16/32/64 with one basic block per stage; 128 synthetic 3x32x32 images; eval mode; CPU by default):
 
-(a) time of one HVP / time of one gradient, for our operator traced with ``torch.func.linearize`` (the trace
-    time reported apart), our ``jvp(grad)`` and PyHessian's double backward;
-(b) wall time of the top-5 (largest-magnitude) eigenvalues at tolerance 1e-3 (ours, including the trace)
-    against PyHessian's ``eigenvalues(top_n=5)``, curvlinops' ``HessianLinearOperator`` + scipy ``eigsh``
-    and hessian-eigenthings' ``lanczos`` with its defaults; every method's relative error against a tight
-    reference (our Lanczos at tol 1e-7, ncv 40).
+(a) time of one HVP / time of one gradient, for each way our operator makes products (a traced
+    ``torch.func.linearize``, a kept gradient graph, ``jvp(grad)``; setups reported apart) and PyHessian's
+    double backward;
+(b) wall time of the top-5 (largest-magnitude) eigenvalues at tolerance 1e-3 (ours with ``--hvp auto``, its
+    measurements and choice included) against PyHessian's ``eigenvalues(top_n=5)``, curvlinops'
+    ``HessianLinearOperator`` + scipy ``eigsh`` and hessian-eigenthings' ``lanczos`` with its defaults; every
+    method's relative error against a tight reference (our Lanczos at tol 1e-7, ncv 40);
+(c) Paper A's per-mini-batch spectrum: top-5 of each of ``--spectrum-batches`` (90) mini-batches of 16 of the
+    zoo's ``resnet_mini`` (synthetic 3x32x32 inputs): ours (``group`` and ``hvp`` auto) against the serial loop
+    of the previous release (one Lanczos per batch, ``jvp(grad)`` products) on all of them, and PyHessian's
+    per-batch ``eigenvalues(top_n=5)`` on the first ``--pyhessian-batches`` (its time per batch scaled to all);
+    PyHessian's eigenvalues that differ from a tight reference (ours at tol 1e-6) by more than 1e-3 relative
+    are counted.
 
 ``--device cuda --model resnet50 --samples 4096`` times top-5 of the zoo's resnet50 on 4,096 CIFAR-sized
 inputs (batches of 256) and an SLQ density instead (peers skipped): it needs a GPU.
 
-    python benchmarks/hessian.py            # CPU, ~10 min on 2 idle cores
-    python benchmarks/hessian.py --skip-peers
+    python benchmarks/hessian.py            # CPU, ~15 min on 2 idle cores
+    python benchmarks/hessian.py --skip-peers --skip-spectrum
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ import torch
 import torch.nn.functional as F
 
 from landscape.hessian import HessianOperator, lanczos, spectral_density
+from landscape.hessian.spectrum import max_eigenvalue_spectrum
+from landscape.models import create_model
 from landscape.models.resnet import ResNet
 from landscape.objective import Objective
 
@@ -51,8 +60,6 @@ def make_problem(args):
     if args.model == "resnet_cifar_78k":
         model = ResNet(layers=(1, 1, 1), widths=(16, 32, 64), num_classes=10)
     else:
-        from landscape.models import create_model
-
         model = create_model(args.model, num_classes=10)
     model = model.to(args.device).eval()
     g = torch.Generator().manual_seed(1)
@@ -76,7 +83,21 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--tol", type=float, default=1e-3)
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--skip-topk", action="store_true", help="skip (a) and (b)")
+    parser.add_argument("--skip-spectrum", action="store_true", help="skip (c)")
+    parser.add_argument("--spectrum-batches", type=int, default=90)
+    parser.add_argument("--pyhessian-batches", type=int, default=9)
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if not args.skip_topk:
+        topk_main(args)
+    if not args.skip_spectrum:
+        spectrum_main(args)
+
+
+def topk_main(args) -> None:
     gpu = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     model, batches = make_problem(args)
@@ -99,11 +120,17 @@ def main() -> None:
     lin = HessianOperator(obj, mode="linearize")
     t_trace, _ = timed(lambda: (lin.matvec(v), sync()))
     t_lin, _ = timed(lambda: (lin.matvec(v), sync()), 3)
+    lin.clear_cache()
+    graph = HessianOperator(obj, mode="graph")
+    t_build, _ = timed(lambda: (graph.matvec(v), sync()))
+    t_graph, _ = timed(lambda: (graph.matvec(v), sync()), 3)
+    graph.clear_cache()
     plain = HessianOperator(obj, mode="jvp")
     t_jvp, _ = timed(lambda: (plain.matvec(v), sync()), 3)
     print(
-        f"(a) gradient {t_grad:.3f} s; HVP/gradient: linearize {t_lin / t_grad:.2f} (trace {t_trace:.1f} s "
-        f"= {t_trace / t_grad:.1f} gradients, once per point and batch), jvp(grad) {t_jvp / t_grad:.2f}"
+        f"(a) gradient {t_grad:.3f} s; HVP/gradient: linearize {t_lin / t_grad:.2f} (trace and first product "
+        f"{t_trace:.1f} s = {t_trace / t_grad:.1f} gradients), kept graph {t_graph / t_grad:.2f} (build and first "
+        f"product {t_build / t_grad:.1f} gradients), jvp(grad) {t_jvp / t_grad:.2f}"
     )
     if not gpu and len(batches) == 1:
         from pyhessian import hessian as PyHessian
@@ -118,9 +145,10 @@ def main() -> None:
     # (b) top-k
     op = HessianOperator(obj, mode="auto")
     t_ours, res = timed(lambda: (lanczos(op, k=args.k, which="LM", tol=args.tol, seed=0), sync())[0])
+    choice = op.hvp_choice()
     print(
         f"(b) ours: top-{args.k} at tol {args.tol} in {t_ours:.1f} s, {res.n_matvec} HVPs, "
-        f"converged {bool(res.all_converged)}"
+        f"converged {bool(res.all_converged)}; auto made them by {choice['ways']} (measured {choice['seconds']})"
     )
     if gpu:
         t_slq, d = timed(lambda: (spectral_density(op, probes=4, steps=64, seed=0), sync())[0])
@@ -134,7 +162,7 @@ def main() -> None:
     print(f"    ours: max relative error {err.max():.1e} (all within 1e-3: {bool((err <= 1e-3).all())})")
     if args.skip_peers:
         return
-    rows = [("ours (lanczos, linearize)", t_ours, res.n_matvec, err)]
+    rows = [(f"ours (lanczos, hvp auto: {', '.join(choice['ways'])})", t_ours, res.n_matvec, err)]
 
     from pyhessian import hessian as PyHessian
 
@@ -184,6 +212,52 @@ def main() -> None:
             f"| {name} | {t:.1f} | {t / t_ours:.1f}x | {hvps if hvps is not None else '-'} | {e.max():.1e} | "
             f"{int((e > 1e-3).sum())}/{len(e)} |"
         )
+
+
+def spectrum_main(args) -> None:
+    """(c) the per-mini-batch spectrum of resnet_mini: ours, the previous serial loop and PyHessian."""
+    torch.manual_seed(0)
+    model = create_model("resnet_mini", num_classes=10).eval()
+    g = torch.Generator().manual_seed(3)
+    n_batches, size, k = args.spectrum_batches, 16, args.k
+    batches = [
+        (torch.randn(size, 3, 32, 32, generator=g), torch.randint(0, 10, (size,), generator=g))
+        for _ in range(n_batches)
+    ]
+    n = sum(p.numel() for p in model.parameters())
+    print(
+        f"\n(c) per-mini-batch spectrum: resnet_mini ({n:,} parameters), {n_batches} batches of {size}, "
+        f"top-{k}, tol {args.tol}"
+    )
+    t_new, new = timed(lambda: max_eigenvalue_spectrum(model, batches, k=k, tol=args.tol))
+    t_old, old = timed(lambda: max_eigenvalue_spectrum(model, batches, k=k, tol=args.tol, group=1, hvp="jvp"))
+    agree = np.abs(new.eigenvalues - old.eigenvalues).max() / np.abs(old.eigenvalues).max()
+    print(
+        f"    ours (group auto = {new.group}: {new.group_choice['reason']}; hvp auto: {new.hvp_choice}): "
+        f"{t_new:.1f} s, {int(new.n_matvec.sum())} HVPs"
+    )
+    print(
+        f"    previous serial loop (group 1, jvp): {t_old:.1f} s, {int(old.n_matvec.sum())} HVPs; "
+        f"same eigenvalues to {agree:.1e} relative"
+    )
+    print(
+        f"    speed-up over the serial loop: {t_old / t_new:.2f}x "
+        f"(goal 3x: {'met' if t_old / t_new >= 3 else 'NOT met'})"
+    )
+    if args.skip_peers:
+        return
+    sub = batches[: args.pyhessian_batches]
+    t_py, py = timed(lambda: max_eigenvalue_spectrum(model, sub, k=k, tol=args.tol, solver="pyhessian"))
+    ref = max_eigenvalue_spectrum(model, sub, k=k, tol=1e-6, group=1)
+    wrong = np.abs(py.eigenvalues - ref.eigenvalues) > 1e-3 * np.abs(ref.eigenvalues)
+    ours_wrong = np.abs(new.eigenvalues[: len(sub)] - ref.eigenvalues) > 1e-3 * np.abs(ref.eigenvalues)
+    per_py, per_new = t_py / len(sub), t_new / n_batches
+    print(
+        f"    PyHessian eigenvalues(top_n={k}) on the first {len(sub)} batches: {t_py:.1f} s = {per_py:.2f} s/batch "
+        f"(ours {per_new:.2f} s/batch): ours {per_py / per_new:.1f}x faster (goal 10x: "
+        f"{'met' if per_py / per_new >= 10 else 'NOT met'}); PyHessian eigenvalues off by more than 1e-3 from the "
+        f"reference: {int(wrong.sum())}/{wrong.size}, ours: {int(ours_wrong.sum())}/{ours_wrong.size}"
+    )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import torch
 from test_hessian_operator import dense_hessian, tiny_batches, tiny_model
 from torch import nn
 
-from landscape.hessian.grouped import GroupedProducts, choose_group
+from landscape.hessian.grouped import GAIN, GroupChoice, GroupedProducts, WorkerPool, choose_group
 from landscape.hessian.lanczos import DenseOperator, drive_together, lanczos, lanczos_steps
 from landscape.hessian.spectrum import max_eigenvalue_spectrum
 from landscape.objective import Objective, Regularizer
@@ -87,17 +87,71 @@ class ItemBranch(nn.Module):
         return self.fc(x) * (2.0 if float(x.sum()) > 1e9 else 1.0)
 
 
-def test_auto_group_is_measured_and_falls_back_to_one_where_vmap_cannot_run():
+def dense_serial(obj, index):
+    H = dense_hessian(obj, batches=[index])
+    return lambda v: H @ v
+
+
+def dense_threaded(obj):
+    """A serial way that threads can run: the dense Hessians computed beforehand (torch.func is not thread-safe)."""
+    Hs = {i: dense_hessian(obj, batches=[i]) for i in range(len(obj.batches))}
+    return lambda o, index: lambda v: Hs[index] @ v
+
+
+def test_a_given_group_is_vmap_capped_at_the_batches_there_are():
     obj = Objective(tiny_model(), tiny_batches(SIZES), dtype=torch.float64)
-    serial = lambda v: dense_hessian(obj, batches=[0]) @ v  # noqa: E731
-    assert choose_group(obj, [0, 1, 2], serial, 7).group == 3  # a number is capped at the batches there are
-    assert choose_group(obj, [0], serial, "auto").group == 1
-    auto = choose_group(obj, [0, 1, 2, 3], serial, "auto")
-    assert auto.group in (1, 4) and set(auto.seconds) == {"serial", "vmap"}
-    assert (auto.group == 4) == (auto.seconds["vmap"] < auto.seconds["serial"])
+    given = choose_group(obj, [0, 1, 2], dense_serial, 7)
+    assert (given.group, given.way, given.reason) == (3, "vmap", "given")
+    assert choose_group(obj, [0, 1, 2], dense_serial, 1).way == "serial"
+    assert choose_group(obj, [0], dense_serial, "auto").group == 1
+
+
+def test_auto_takes_the_way_measured_fastest_per_batch():
+    obj = Objective(tiny_model(), tiny_batches(SIZES), dtype=torch.float64)
+    auto = choose_group(obj, [0, 1, 2, 3], dense_serial, "auto")
+    assert set(auto.seconds) == {"serial", "vmap"} and auto.way in ("serial", "vmap")
+    assert (auto.way == "vmap") == (auto.seconds["vmap"] < GAIN * auto.seconds["serial"])
+    threaded = choose_group(obj, [0, 1, 2, 3], dense_serial, "auto", WorkerPool(obj, 2), dense_threaded(obj))
+    assert set(threaded.seconds) == {"serial", "vmap", "threads"}
+    best = min(threaded.seconds, key=lambda w: threaded.seconds[w] / (1 if w == "serial" else GAIN))
+    assert threaded.way == best and threaded.group == {"serial": 1, "vmap": 4, "threads": 2}[best]
+
+
+def test_a_model_that_cannot_run_under_vmap_is_never_vmapped():
     torch.manual_seed(0)
     bad = Objective(ItemBranch(), tiny_batches(SIZES), dtype=torch.float64)
-    choice = choose_group(bad, [0, 1, 2], serial, "auto")
-    assert choice.group == 1 and choice.reason.startswith("vmap failed")
+    choice = choose_group(bad, [0, 1, 2], dense_serial, "auto")
+    assert choice.way == "serial" and "vmap failed on a trial group: RuntimeError" in choice.reason
+    assert "vmap" not in choice.seconds
     out = max_eigenvalue_spectrum(ItemBranch(), tiny_batches((6, 6)), k=2, dtype=torch.float64, tol=1e-8)
-    assert out.group == 1 and np.isfinite(out.eigenvalues).all()
+    assert out.group_choice["way"] != "vmap" and np.isfinite(out.eigenvalues).all()
+
+
+def test_worker_threads_give_the_serial_loops_eigenvalues_and_restore_the_thread_count(monkeypatch):
+    from landscape.hessian import spectrum
+
+    model, batches = tiny_model(), tiny_batches(SIZES)
+    kw = {"k": 3, "tol": 1e-8, "dtype": torch.float64, "seed": 2}
+    serial = max_eigenvalue_spectrum(model, batches, group=1, **kw)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # a pool is made only with 2+ threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(n))
+    calls = []
+    monkeypatch.setattr(spectrum, "choose_group", lambda *a: GroupChoice("auto", 2, "threads", "test"))
+    seen = []
+    threaded = max_eigenvalue_spectrum(model, batches, on_batch=lambda item: seen.append(item.index), **kw)
+    np.testing.assert_allclose(threaded.eigenvalues, serial.eigenvalues, rtol=1e-10)
+    assert threaded.group_choice["way"] == "threads" and sorted(seen) == list(range(6))
+    assert calls and calls[0] == 1 and calls[-1] == 2  # one intra-op thread inside, the old count after
+
+
+def test_worker_pool_models_are_copies_and_errors_reach_the_caller():
+    obj = Objective(tiny_model(), tiny_batches(SIZES), dtype=torch.float64)
+    pool = WorkerPool(obj, 3)
+    assert pool.objectives[0] is obj and len({id(o.module) for o in pool.objectives}) == 3
+    assert pool.map(lambda o, i: i * 2, [3, 1, 2]) == [6, 2, 4]
+
+    def fail(o, i):
+        raise ValueError(f"batch {i}")
+
+    with pytest.raises(ValueError, match="batch"):
+        pool.map(fail, [0, 1])

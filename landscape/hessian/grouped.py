@@ -13,25 +13,35 @@ batch leaves the group.
 
 from __future__ import annotations
 
+import copy
 import math
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 from torch import Tensor
 from torch.func import grad, jvp, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from landscape.hessian.products import ProductCosts
 from landscape.objective import Objective, batch_loss
 from landscape.params import ParamDict, flatten, unflatten
 
+T = TypeVar("T")
+
 #: the most batches ``auto`` puts in one group
 MAX_GROUP = 64
 #: the groups ``auto`` times on the CPU (a GPU's is bounded by memory instead)
-CPU_TRIAL_GROUP = 8
+CPU_TRIAL_GROUP = 4
 #: the share of the free GPU memory ``auto`` lets a group's products use
 MEMORY_SHARE = 0.5
+#: ``auto`` groups only when a grouped product per batch takes less than this share of a serial one
+GAIN = 0.9
 
 
 class GroupedProducts:
@@ -96,18 +106,22 @@ class GroupedProducts:
 
 @dataclass
 class GroupChoice:
-    """The group size a spectrum run used and why.
+    """How a spectrum run computes its batches: how many at once, which way, and why.
 
     Attributes:
         option: what was asked for (``"auto"`` or a number).
-        group: the group size used.
+        group: the most batches computed at once (1: one after another).
+        way: ``"serial"`` (one batch at a time), ``"vmap"`` (one vectorised product per step for the group,
+            Lanczos runs in lockstep) or ``"threads"`` (CPU: each of ``group`` threads runs its batches' Lanczos
+            the serial way on its own copy of the model, with one intra-op thread).
         reason: how ``auto`` decided (or ``"given"``).
-        seconds: per-batch product times measured by ``auto`` (``serial``, ``vmap``), if any.
+        seconds: per-batch product times measured by ``auto`` (``serial``, ``vmap``, ``threads``), if any.
         memory_per_batch: bytes one batch's vectorised product needed on the GPU (``auto`` on CUDA), or 0.
     """
 
     option: int | str
     group: int
+    way: str
     reason: str
     seconds: dict[str, float] = field(default_factory=dict)
     memory_per_batch: int = 0
@@ -117,6 +131,7 @@ class GroupChoice:
         return {
             "option": self.option,
             "group": self.group,
+            "way": self.way,
             "reason": self.reason,
             "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
             "memory_per_batch": self.memory_per_batch,
@@ -128,80 +143,202 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _timed(fn: Callable[[], object], device: torch.device) -> float:
-    _sync(device)
-    t0 = time.perf_counter()
-    fn()
-    _sync(device)
-    return time.perf_counter() - t0
+def _timed(fn: Callable[[], object], device: torch.device, repeats: int = 2) -> float:
+    """The least of ``repeats`` timed calls (load spikes only add)."""
+    best = math.inf
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+@contextmanager
+def one_intra_op_thread() -> Iterator[None]:
+    """Run the block with torch's intra-op thread count at 1, restored afterwards (threads share the cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class WorkerPool:
+    """``workers`` threads, each with its own copy of the objective's model.
+
+    ``functional_call`` swaps a module's tensors while it runs, so two threads must never share one module.
+
+    Args:
+        objective: the objective; worker 0 uses it, the others shallow copies with a deep-copied module.
+        workers: the number of threads (>= 1).
+
+    Attributes:
+        objectives: one objective per worker.
+    """
+
+    def __init__(self, objective: Objective, workers: int) -> None:
+        self.objectives = [objective]
+        for _ in range(max(1, int(workers)) - 1):
+            twin = copy.copy(objective)
+            twin.module = copy.deepcopy(objective.module)
+            self.objectives.append(twin)
+
+    def map(self, fn: Callable[[Objective, int], T], items: Sequence[int]) -> list[T]:
+        """``[fn(objective_w, item) for item in items]``, each item taken by the next free worker ``w``.
+
+        Runs with one intra-op thread (:func:`one_intra_op_thread`) and PyTorch's math attention backend (as
+        every :class:`~landscape.objective.Objective` evaluation); an exception in a worker is raised here.
+        ``fn`` must not use ``torch.func`` transforms (their state is process-wide).
+
+        Args:
+            fn: the work on one item, given the worker's objective.
+            items: the items (batch indices).
+
+        Returns:
+            The results in the order of ``items``.
+        """
+        queue = list(enumerate(items))
+        lock = threading.Lock()
+        out: dict[int, T] = {}
+
+        def work(objective: Objective) -> None:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    slot, item = queue.pop(0)
+                out[slot] = fn(objective, item)
+
+        workers = self.objectives[: max(1, min(len(self.objectives), len(items)))]
+        # the attention backend is process-wide: set once here, so no thread's exit can restore another one
+        with one_intra_op_thread(), sdpa_kernel(SDPBackend.MATH), ThreadPoolExecutor(len(workers)) as pool:
+            for future in [pool.submit(work, o) for o in workers]:
+                future.result()
+        return [out[slot] for slot in range(len(items))]
 
 
 def choose_group(
     objective: Objective,
     indices: Sequence[int],
-    serial: Callable[[Tensor], Tensor],
+    serial: Callable[[Objective, int], Callable[[Tensor], Tensor]],
     option: int | str = "auto",
+    pool: WorkerPool | None = None,
+    threaded: Callable[[Objective, int], Callable[[Tensor], Tensor]] | None = None,
 ) -> GroupChoice:
-    """How many of the equal-sized batches ``indices`` to compute together.
+    """How to compute the equal-sized batches ``indices``: one at a time, vectorised in groups, or in threads.
 
-    A number is used as given (capped at ``len(indices)``). ``"auto"``: on a GPU, the most batches whose
-    vectorised products fit in :data:`MEMORY_SHARE` of the free memory (measured on a trial group), at most
-    :data:`MAX_GROUP`; on a CPU a trial group of :data:`CPU_TRIAL_GROUP`. The trial group's per-batch product
-    time (second of two calls) is compared with ``serial``'s (the serial way's product of one vector on
-    ``indices[0]``, the third of three calls): the group is used when it is faster per batch, else 1. A
-    model whose forward cannot run under ``vmap`` (``RuntimeError``/``NotImplementedError`` on the trial)
-    gets 1.
+    A number G uses ``vmap`` groups of G (capped at ``len(indices)``; 1 is serial). ``"auto"`` measures the
+    per-batch time of one product three ways and takes the least, a grouped way only when it takes less than
+    :data:`GAIN` of the serial time:
+
+    - serial: ``serial(objective, indices[0])``'s product (the least of two calls after two more);
+    - vmap: a trial group's vectorised product (the least of two calls after a warm-up), per batch; the
+      trial group is :data:`CPU_TRIAL_GROUP` batches on a CPU and, on a GPU, the most batches whose products
+      fit in :data:`MEMORY_SHARE` of the free memory (measured on 4), at most :data:`MAX_GROUP`; a model
+      whose forward cannot run under ``vmap`` (``RuntimeError``/``NotImplementedError``) is not grouped;
+    - threads (CPU, with a ``pool`` of at least 2 workers and ``threaded``): each worker makes ``threaded``
+      products on its own batch at once (two after three), the wall time per product made.
 
     Args:
         objective: the objective of the batches.
         indices: equal-sized batches of the objective.
-        serial: ``v -> H_{b_0} v`` made the serial way.
+        serial: ``(objective, index) -> (v -> H_index v)`` made the serial way (a new operator).
         option: ``"auto"`` or a group size.
+        pool: the worker threads ``"threads"`` would use (CPU).
+        threaded: like ``serial``, made the way a worker thread makes them (plain autograd: ``torch.func``'s
+            transforms keep process-wide state and cannot run in two threads at once).
 
     Returns:
         The :class:`GroupChoice`.
     """
     count = len(indices)
     if option != "auto":
-        return GroupChoice(option, max(1, min(int(option), count)), "given")
+        group = max(1, min(int(option), count))
+        return GroupChoice(option, group, "vmap" if group > 1 else "serial", "given")
     if count < 2:
-        return GroupChoice(option, 1, "one batch")
+        return GroupChoice(option, 1, "serial", "one batch")
     device = objective.device
     n = sum(p.numel() for p in objective.params.values())
     gen = torch.Generator().manual_seed(0)
     dtype = next(iter(objective.params.values())).dtype
-    trial = min(count, CPU_TRIAL_GROUP if device.type != "cuda" else 4)
-    V = torch.randn(trial, n, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
-    products = GroupedProducts(objective, indices[:trial])
-    slots = list(range(trial))
+    V = torch.randn(n, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
+    product = serial(objective, indices[0])
+    product(V)  # the serial way settles in (auto: a timed jvp, then its choice)
+    product(V)
+    seconds = {"serial": _timed(lambda: product(V), device)}
+    groups = {"serial": 1}
+    vmap_group, memory, failed = _time_vmap(objective, indices, V, seconds)
+    if vmap_group:
+        groups["vmap"] = vmap_group
+    if device.type != "cuda" and pool is not None and threaded is not None and len(pool.objectives) > 1:
+        workers = pool.objectives[: min(len(pool.objectives), count)]
+        groups["threads"] = len(workers)
+        seconds["threads"] = _time_threads(pool, indices[: len(workers)], threaded, V)
+    best = min(seconds, key=lambda way: seconds[way] / (1.0 if way == "serial" else GAIN))
+    note = f"; vmap failed on a trial group: {failed}" if failed else ""
+    if best == "serial":
+        return GroupChoice(option, 1, "serial", f"no grouped way is faster per batch{note}", seconds, memory)
+    reason = f"{best} over {groups[best]} batches is the fastest per batch{note}"
+    return GroupChoice(option, groups[best], best, reason, seconds, memory)
+
+
+def _time_vmap(
+    objective: Objective, indices: Sequence[int], v: Tensor, seconds: dict[str, float]
+) -> tuple[int, int, str]:
+    """Time a trial vmap group (into ``seconds["vmap"]``); ``(group, memory per batch, failure type or "")``."""
+    device = objective.device
+    trial = min(len(indices), CPU_TRIAL_GROUP if device.type != "cuda" else 4)
     memory = 0
     try:
+        products = GroupedProducts(objective, indices[:trial])
+        V = v.expand(trial, -1).contiguous()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
             base = torch.cuda.memory_allocated(device)
-            products(slots, V)
+            products(list(range(trial)), V)
             memory = max(1, math.ceil((torch.cuda.max_memory_allocated(device) - base) / trial))
             free, _ = torch.cuda.mem_get_info(device)
             fits = int(MEMORY_SHARE * free // memory)
             if fits > trial:
-                trial = min(count, fits, MAX_GROUP)
-                V = torch.randn(trial, n, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
+                trial = min(len(indices), fits, MAX_GROUP)
                 products = GroupedProducts(objective, indices[:trial])
-                slots = list(range(trial))
+                V = v.expand(trial, -1).contiguous()
+        slots = list(range(trial))
         products(slots, V)  # warm-up
-        t_group = _timed(lambda: products(slots, V), device) / trial
+        seconds["vmap"] = _timed(lambda: products(slots, V), device) / trial
     except (RuntimeError, NotImplementedError) as exc:  # vmap cannot batch an op of this model, or no memory
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        return GroupChoice(option, 1, f"vmap failed on a trial group: {type(exc).__name__}", memory_per_batch=memory)
-    serial(V[0])  # the serial way settles in (auto: a timed jvp, then its choice)
-    serial(V[0])
-    t_serial = _timed(lambda: serial(V[0]), device)
-    seconds = {"serial": t_serial, "vmap": t_group}
-    if t_group < t_serial:
-        return GroupChoice(option, trial, f"vmap over {trial} batches is faster per batch", seconds, memory)
-    return GroupChoice(option, 1, f"vmap over {trial} batches is not faster per batch", seconds, memory)
+        return 0, memory, type(exc).__name__
+    return trial, memory, ""
+
+
+def _time_threads(
+    pool: WorkerPool,
+    indices: Sequence[int],
+    serial: Callable[[Objective, int], Callable[[Tensor], Tensor]],
+    v: Tensor,
+) -> float:
+    """Wall seconds per product when each worker makes serial products on its own batch at the same time."""
+    products: dict[int, Callable[[Tensor], Tensor]] = {}
+
+    def warm(objective: Objective, index: int) -> None:
+        products[index] = serial(objective, index)
+        for _ in range(3):
+            products[index](v)
+
+    def two(objective: Objective, index: int) -> None:
+        products[index](v)
+        products[index](v)
+
+    pool.map(warm, indices)
+    t0 = time.perf_counter()
+    pool.map(two, indices)
+    return (time.perf_counter() - t0) / (2 * len(indices))
 
 
 def shared_costs(costs: dict[tuple[int, ...], ProductCosts], shape: tuple[int, ...]) -> ProductCosts:

@@ -19,7 +19,6 @@ a way that is taken is timed, so the estimate is replaced by a measurement. Batc
 
 from __future__ import annotations
 
-import statistics
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -73,10 +72,10 @@ class ProductCosts:
         """Record one measurement of ``name``."""
         self.seconds.setdefault(name, []).append(float(value))
 
-    def median(self, name: str) -> float | None:
-        """The median of ``name``'s measurements, or None when there is none."""
+    def fastest(self, name: str) -> float | None:
+        """The least of ``name``'s measurements (a load spike or a first call's warm-up only adds), or None."""
         values = self.seconds.get(name)
-        return statistics.median(values) if values else None
+        return min(values) if values else None
 
     def estimates(self, *, cached: bool) -> dict[str, tuple[float, float]]:
         """``way -> (setup, per product)`` in seconds: measured where measured, else estimated from what is.
@@ -91,7 +90,7 @@ class ProductCosts:
         Returns:
             The options for :func:`cheapest`, ``jvp`` first.
         """
-        t_jvp = self.median("jvp")
+        t_jvp = self.fastest("jvp")
         assert t_jvp is not None, "measure a jvp product first"
         out = {"jvp": (0.0, t_jvp)}
         if "graph" not in self.failed:
@@ -105,8 +104,8 @@ class ProductCosts:
 
     def _measured(self, way: str, setup_guess: float, product_guess: float) -> tuple[float, float]:
         """``(setup, per product)`` of ``way``: the setup includes what its first product costs beyond a later one."""
-        product = self.median(way)
-        setup, first = self.median(f"{way}_setup"), self.median(f"{way}_first")
+        product = self.fastest(way)
+        setup, first = self.fastest(f"{way}_setup"), self.fastest(f"{way}_first")
         if setup is None or first is None:
             return setup_guess, product_guess if product is None else product
         if product is None:  # only the first product is known: it is also the best guess of a later one
@@ -114,9 +113,9 @@ class ProductCosts:
         return setup + max(first - product, 0.0), product
 
     def summary(self) -> dict[str, object]:
-        """The medians measured and the ways that failed, for a result file."""
+        """The fastest times measured and the ways that failed, for a result file."""
         return {
-            "seconds": {name: round(float(self.median(name) or 0.0), 6) for name in sorted(self.seconds)},
+            "seconds": {name: round(float(self.fastest(name) or 0.0), 6) for name in sorted(self.seconds)},
             "failed": dict(self.failed),
         }
 
@@ -195,7 +194,7 @@ class BatchProducts:
         return out
 
     def _choose(self, left: float) -> str:
-        if self.costs.median("jvp") is None:
+        if self.costs.fastest("jvp") is None:
             return "jvp"
         options = self.costs.estimates(cached=self.cached)
         if self._cache_way in options and self.cache is not None:

@@ -16,6 +16,7 @@ import copy
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ from torch import nn
 
 from landscape import distributed
 from landscape.errors import LandscapeError
-from landscape.hessian.grouped import GroupChoice, GroupedProducts, choose_group, shared_costs
+from landscape.hessian.grouped import GroupChoice, GroupedProducts, WorkerPool, choose_group, shared_costs
 from landscape.hessian.lanczos import drive_together, lanczos, lanczos_steps
 from landscape.hessian.operator import HessianOperator
 from landscape.hessian.products import ProductCosts
@@ -220,19 +221,34 @@ def max_eigenvalue_spectrum(
     todo = [i for i in range(len(sizes)) if i not in set(skip)]
     world = distributed.world_size()
     costs: dict[tuple[int, ...], ProductCosts] = {}
-    choice = GroupChoice(group, 1, "pyhessian solver") if solver == "pyhessian" else None
-    if choice is None and todo:
+    pool = None
+    threads = torch.get_num_threads()
+    if solver == "lanczos" and group == "auto" and hvp in ("auto", "graph") and objective.device.type != "cuda":
+        pool = WorkerPool(objective, min(threads, len(todo))) if threads > 1 and len(todo) > 1 else None
+
+    def serial(obj: Objective, index: int, mode: str = hvp) -> Callable[[torch.Tensor], torch.Tensor]:
+        op = _serial_operator(obj, index, mode, costs)
+        op.plan_products(ncv or 20)
+        return op.matvec
+
+    if solver == "pyhessian":
+        choice = GroupChoice(group, 1, "serial", "pyhessian solver")
+    elif not todo:
+        choice = GroupChoice(group, 1, "serial", "nothing to do")
+    else:
         same = [i for i in todo if objective.batches[i][0].shape == objective.batches[todo[0]][0].shape]
-        serial = _serial_operator(objective, same[0], hvp, costs)
-        serial.plan_products(ncv or 20)
-        choice = distributed.on_main(lambda: choose_group(objective, same, serial.matvec, group))
-    choice = choice or GroupChoice(group, 1, "nothing to do")
+        threaded = partial(serial, mode="graph")  # worker threads use plain autograd only
+        choice = distributed.on_main(lambda: choose_group(objective, same, serial, group, pool, threaded))
     out.group, out.group_choice = choice.group, choice.as_dict()
     bar = _progress(len(todo), progress and distributed.is_main())
-    per_round = world * choice.group
+    per_round = world * choice.group * (4 if choice.way == "threads" else 1)  # threads take batches as they free
+    solve = partial(_one_batch, k=k, which=which, solver=solver, tol=tol, ncv=ncv, maxiter=maxiter, seed=seed, hvp=hvp)
     for start in range(0, len(todo), per_round):
-        mine = distributed.shard(todo[start : start + per_round])  # up to `group` batches per rank and round
-        results = _batches(objective, mine, k, which, solver, tol, ncv, maxiter, seed, hvp, costs)
+        mine = distributed.shard(todo[start : start + per_round])  # this rank's share of the round
+        if choice.way == "threads" and pool is not None:
+            results = pool.map(lambda obj, i: solve(obj, i, costs=costs, hvp="graph"), mine)
+        else:
+            results = _batches(objective, mine, choice.way, solve, costs)
         for part in distributed.all_gather_objects(results):
             for item in part:
                 out.eigenvalues[item.index] = item.eigenvalues
@@ -258,39 +274,34 @@ def _serial_operator(
 def _batches(
     objective: Objective,
     indices: Sequence[int],
-    k: int,
-    which: str,
-    solver: str,
-    tol: float,
-    ncv: int | None,
-    maxiter: int | None,
-    seed: int,
-    hvp: str,
+    way: str,
+    solve: Callable[..., BatchSpectrum],
     costs: dict[tuple[int, ...], ProductCosts],
 ) -> list[BatchSpectrum]:
-    """The spectra of ``indices``: one at a time, or equal-sized ones together in lockstep."""
+    """The spectra of ``indices``: one at a time, or (``way="vmap"``) equal-sized ones together in lockstep."""
     by_shape: dict[tuple[int, ...], list[int]] = {}
     for i in indices:
         by_shape.setdefault(tuple(objective.batches[i][0].shape), []).append(i)
     done: dict[int, BatchSpectrum] = {}
     for same in by_shape.values():
-        if solver == "pyhessian" or len(same) == 1:
+        if way != "vmap" or len(same) == 1:
             for i in same:
-                done[i] = _one_batch(objective, i, k, which, solver, tol, ncv, maxiter, seed, hvp, costs)
+                done[i] = solve(objective, i, costs=costs)
             continue
         products = GroupedProducts(objective, same)
-        n, p0 = products.n, next(iter(objective.params.values()))
+        p0 = next(iter(objective.params.values()))
+        kw = solve.keywords
         runs = {
             slot: lanczos_steps(
-                n,
+                products.n,
                 p0.dtype,
                 p0.device,
-                k=k,
-                which=which,
-                ncv=ncv,
-                tol=tol,
-                maxiter=maxiter,
-                seed=seed + i,
+                k=kw["k"],
+                which=kw["which"],
+                ncv=kw["ncv"],
+                tol=kw["tol"],
+                maxiter=kw["maxiter"],
+                seed=kw["seed"] + i,
                 return_eigenvectors=False,
             )
             for slot, i in enumerate(same)
@@ -304,6 +315,7 @@ def _batches(
 def _one_batch(
     objective: Objective,
     index: int,
+    *,
     k: int,
     which: str,
     solver: str,
