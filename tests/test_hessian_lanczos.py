@@ -178,3 +178,18 @@ def test_tol_must_be_finite_and_non_negative():
         one_line_error(lanczos, DenseOperator(A), k=2, tol=tol, match="tol")
     exact = lanczos(DenseOperator(A), k=2, tol=0, seed=0)  # 0 still means machine precision
     assert exact.tol == torch.finfo(torch.float64).eps and exact.all_converged
+
+
+@pytest.mark.parametrize("ncv", [8, 30], ids=["restarts", "one-basis"])
+def test_the_residuals_judged_while_iterating_are_the_explicit_ones(ncv):
+    """The stopping rule's residuals come from the Lanczos relation; the reported ones from ||A y - theta y||."""
+    A, _ = synthetic()
+    seen = []
+    res = lanczos(DenseOperator(A), k=3, which="LA", ncv=ncv, tol=1e-4, seed=0, callback=lambda n, v, e: seen.append(e))
+    assert (res.n_restarts > 0) == (ncv == 8)
+    Y = res.eigenvectors
+    explicit = torch.linalg.vector_norm(A @ Y - Y * res.eigenvalues, dim=0)
+    torch.testing.assert_close(res.residuals, explicit, rtol=1e-9, atol=0)
+    judged = torch.sort(seen[-1]).values  # the errors min(r, r^2/gap) the last step was judged by
+    assert judged.min() > 1e-9  # not yet at rounding level: the comparison means something
+    torch.testing.assert_close(judged, torch.sort(res.errors).values, rtol=1e-6, atol=0)

@@ -3,7 +3,11 @@
 The basis ``V`` is kept orthonormal by full reorthogonalisation (classical Gram-Schmidt applied twice), so
 converged eigenvalues are never found twice (no "ghost" copies). Alongside ``V`` the products ``W = A V``
 are stored (twice the memory of plain Lanczos): the projected matrix is ``T = V^T A V`` exactly and the
-Ritz residuals ``||A y - theta y||`` are computed from ``W`` without extra products. When the basis holds
+reported Ritz residuals ``||A y - theta y||`` are computed from ``W`` without extra products. While iterating,
+the residual of ``y = V s`` is taken from the Lanczos relation ``A V = V T + r e_j^T`` (which holds to
+rounding under full reorthogonalisation, across thick restarts too): ``||A y - theta y|| = ||r|| |s_j|``, with
+``r`` the newest vector's component outside the basis, so a step costs no work of size ``n x j`` beyond the
+reorthogonalisation. When the basis holds
 ``ncv`` vectors it is restarted (Wu & Simon's thick restart): the most wanted Ritz vectors are kept together
 with the last Lanczos vector and the iteration continues from there.
 
@@ -460,8 +464,9 @@ def _lanczos_steps(
     plan: Callable[[int], None] | None,
 ) -> LanczosSteps:
     dtype, device = v.dtype, v.device
-    V = torch.zeros(n, m + 1, dtype=dtype, device=device)
-    W = torch.zeros(n, m, dtype=dtype, device=device)
+    # stored column by column (each basis vector contiguous): the (n, j) views below are transposed matrices
+    V = torch.zeros(m + 1, n, dtype=dtype, device=device).T
+    W = torch.zeros(m, n, dtype=dtype, device=device).T
     T = torch.zeros(m, m, dtype=torch.float64)
     V[:, 0] = v
     j, restarts, products, anorm = 0, 0, 0, 0.0
@@ -477,15 +482,15 @@ def _lanczos_steps(
             hc = require_finite(h.to("cpu", torch.float64), products)  # non-finite whenever w is; already on the CPU
             T[: j + 1, j] = hc
             T[j, : j + 1] = hc
+            beta = torch.linalg.vector_norm(r)
             j += 1
-            state = _ritz(T[:j, :j], V[:, :j], W[:, :j], k, which)
+            state = _ritz(T[:j, :j], float(beta), k, which)
             anorm = max(anorm, float(state.theta.abs().max()))
             state.judge(tol, eps, anorm, exact=(j == n))
             if callback is not None:
                 callback(products, state.values, state.errors)
             if state.done:
                 break
-            beta = torch.linalg.vector_norm(r)
             if float(beta) <= eps * max(anorm, 1e-300) * math.sqrt(n):  # invariant subspace: new direction
                 fresh = _new_direction(V[:, :j], gen)
                 if fresh is None:
@@ -507,7 +512,7 @@ def _lanczos_steps(
         j = keep
         restarts += 1
     assert state is not None
-    return state.result(V[:, : state.size], which, tol, products, restarts, return_eigenvectors)
+    return state.result(V[:, : state.size], W[:, : state.size], which, tol, products, restarts, return_eigenvectors)
 
 
 class _RitzState:
@@ -519,13 +524,17 @@ class _RitzState:
         self.size = S.shape[0]
         # gap: distance to the nearest other Ritz value (a cluster of Ritz values keeps the gap small and the
         # bound close to the residual: safe, if slow, for multiple eigenvalues)
-        dist = (theta.unsqueeze(0) - theta[wanted].unsqueeze(1)).abs()
-        dist[torch.arange(len(wanted)), wanted] = math.inf
-        gap = dist.min(dim=1).values
+        gap = self._gaps()
         # without a second Ritz value there is no gap estimate: the bound is the residual itself
         self.errors = torch.where(torch.isfinite(gap), torch.minimum(residuals, residuals**2 / gap), residuals)
         self.converged = torch.zeros(len(wanted), dtype=torch.bool)
         self.done = False
+
+    def _gaps(self) -> Tensor:
+        """Each wanted Ritz value's distance to the nearest other Ritz value (inf when there is none)."""
+        dist = (self.theta.unsqueeze(0) - self.theta[self.wanted].unsqueeze(1)).abs()
+        dist[torch.arange(len(self.wanted)), self.wanted] = math.inf
+        return dist.min(dim=1).values
 
     @property
     def values(self) -> Tensor:
@@ -541,16 +550,23 @@ class _RitzState:
         if exact and full:
             self.converged = self.converged | (self.residuals <= math.sqrt(eps) * max(anorm, 1e-300))
 
-    def result(self, V: Tensor, which: str, tol: float, products: int, restarts: int, vectors: bool) -> EigenResult:
-        """Package the wanted pairs in ascending algebraic order."""
+    def result(
+        self, V: Tensor, W: Tensor, which: str, tol: float, products: int, restarts: int, vectors: bool
+    ) -> EigenResult:
+        """Package the wanted pairs in ascending algebraic order, with residuals ``||W s - theta V s||``."""
         order = torch.argsort(self.values)
         wanted = self.wanted[order]
-        Y = V @ self.S[:, wanted].to(device=V.device, dtype=V.dtype) if vectors else None
+        Sw = self.S[:, wanted].to(device=V.device, dtype=V.dtype)
+        Y = V @ Sw
+        R = W @ Sw - Y * self.theta[wanted].to(device=V.device, dtype=V.dtype)
+        residuals = torch.linalg.vector_norm(R, dim=0).to("cpu", torch.float64)
+        gap = self._gaps()[order]
+        errors = torch.where(torch.isfinite(gap), torch.minimum(residuals, residuals**2 / gap), residuals)
         return EigenResult(
             eigenvalues=self.theta[wanted].clone(),
-            eigenvectors=Y,
-            residuals=self.residuals[order].clone(),
-            errors=self.errors[order].clone(),
+            eigenvectors=Y if vectors else None,
+            residuals=residuals,
+            errors=errors,
             converged=self.converged[order].clone(),
             n_matvec=products,
             n_restarts=restarts,
@@ -559,13 +575,14 @@ class _RitzState:
         )
 
 
-def _ritz(T: Tensor, V: Tensor, W: Tensor, k: int, which: str) -> _RitzState:
-    """Rayleigh-Ritz on the basis ``V`` (with ``W = A V``): wanted Ritz values, residuals ||W s - theta V s||."""
+def _ritz(T: Tensor, beta: float, k: int, which: str) -> _RitzState:
+    """Rayleigh-Ritz on the projected matrix ``T``: wanted Ritz values, residuals ``beta |s_last|``.
+
+    ``beta`` is the norm of the newest product's component outside the basis (the Lanczos relation).
+    """
     theta, S = torch.linalg.eigh(T)
     wanted = rank_ritz(theta, which)[: min(k, theta.numel())]
-    Sw = S[:, wanted].to(device=V.device, dtype=V.dtype)
-    R = W @ Sw - (V @ Sw) * theta[wanted].to(device=V.device, dtype=V.dtype)
-    residuals = torch.linalg.vector_norm(R, dim=0).to("cpu", torch.float64)
+    residuals = beta * S[-1, wanted].abs()
     return _RitzState(theta, S, wanted, residuals, k)
 
 
