@@ -226,6 +226,8 @@ def cpu_main(args):
         )
         centre = objective.evaluate().loss
         ev = PointEvaluator(objective, dirs.x, dirs.y)
+        ev.enable_fold()  # as compute_surface evaluates a point (BatchNorm folded, channels-last when faster)
+        ev.choose_memory_format()
         ratios = []
         for k in range(args.pairs):  # adjacent pairs see the same machine load (this machine is shared)
             t_b = timed(lambda: bare_forward_once(model, batches), device, 1)
