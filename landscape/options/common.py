@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import fields
 from typing import Any
 
@@ -63,7 +64,7 @@ def auto_or_count(value: Any, name: str) -> int | str:
             value = int(value.strip())
         except ValueError:
             raise LandscapeError(f"{name} must be a positive integer or auto, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
         raise LandscapeError(f"{name} must be a positive integer or auto, got {value!r}")
     return int(value)
 

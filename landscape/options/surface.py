@@ -24,6 +24,7 @@ from landscape.options.common import (
     AUGMENTED_CRITERION,
     REG_COEF_DEFAULTS,
     FieldDefaults,
+    auto_or_count,
     check_augment,
     check_data_options,
     check_regularizer,
@@ -238,7 +239,7 @@ class SurfaceOptions(FieldDefaults):
         for name in ("ignore_1d", "allow_stochastic"):
             object.__setattr__(self, name, _flag(getattr(self, name), name))
         object.__setattr__(self, "compile", compile_mode(self.compile))
-        object.__setattr__(self, "batch_points", _batch_points(self.batch_points))
+        object.__setattr__(self, "batch_points", auto_or_count(self.batch_points, "--batch-points"))
         if self.batch_points != "auto" and self.batch_points > nx * ny:
             raise LandscapeError(
                 f"--batch-points {self.batch_points} is more than the {nx * ny} points of the grid; "
@@ -331,17 +332,3 @@ def compile_attr(mode: str) -> bool | str:
         True for ``on``, False for ``off`` (as files made before ``auto`` existed recorded them), else ``mode``.
     """
     return {"on": True, "off": False}.get(mode, mode)
-
-
-def _batch_points(value: Any) -> int | str:
-    """``"auto"`` or a whole number >= 1 (a string of digits is read as one)."""
-    if isinstance(value, str):
-        if value.strip() == "auto":
-            return "auto"
-        try:
-            value = int(value.strip())
-        except ValueError:
-            raise LandscapeError(f"--batch-points must be a positive integer or auto, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
-        raise LandscapeError(f"--batch-points must be a positive integer or auto, got {value!r}")
-    return int(value)
