@@ -48,11 +48,16 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
 
     def invoke(self, ctx: click.Context) -> object:
-        """Run the subcommand; a :class:`LandscapeError` becomes a one-line message and exit status 2."""
+        """Run the subcommand; a :class:`LandscapeError` or a bad option value becomes one line and exit status 2."""
         try:
             return super().invoke(ctx)
         except Exception as exc:
             from landscape.errors import LandscapeError
+
+            if isinstance(exc, click.UsageError) and exc.ctx is not None and exc.ctx is not ctx:
+                where = exc.ctx.command_path
+                click.echo(f"Error: {exc.format_message()} ('{where} --help' lists the options)", err=True)
+                ctx.exit(2)
 
             if isinstance(exc, LandscapeError):
                 click.echo(f"Error: {exc}", err=True)

@@ -37,3 +37,16 @@ def test_entry_point_user_error_is_one_line_without_traceback(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_bad_option_value_is_one_line_naming_the_option_and_the_help():
+    for args, option in [
+        (["spectrum", "--top-k", "abc"], "'--top-k'"),
+        (["hessian", "--which", "XX"], "'--which'"),
+        (["surface", "--no-such-option"], "'--no-such-option'"),
+    ]:
+        result = CliRunner().invoke(cli, args, prog_name="landscape")
+        assert result.exit_code == 2, args
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: ") and option in lines[0], result.output
+        assert f"'landscape {args[0]} --help'" in lines[0] and "Usage" not in result.output
