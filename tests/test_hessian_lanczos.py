@@ -193,3 +193,12 @@ def test_the_residuals_judged_while_iterating_are_the_explicit_ones(ncv):
     judged = torch.sort(seen[-1]).values  # the errors min(r, r^2/gap) the last step was judged by
     assert judged.min() > 1e-9  # not yet at rounding level: the comparison means something
     torch.testing.assert_close(judged, torch.sort(res.errors).values, rtol=1e-6, atol=0)
+
+
+def test_a_basis_larger_than_the_memory_is_refused_before_it_is_allocated():
+    huge = DenseOperator(fn=lambda v: v, n=10**12, dtype=torch.float32)  # 4 TB per vector
+    with pytest.raises(LandscapeError, match=r"needs .* GB .* more than the .* GB of memory of cpu; lower --ncv"):
+        lanczos(huge, k=2, which="LA")
+    with pytest.raises(LandscapeError, match="lower --steps"):
+        lanczos_tridiagonal(huge, torch.ones(4), 64)
+    assert huge.n_matvec == 0

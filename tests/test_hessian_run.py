@@ -1,5 +1,6 @@
 """run_hessian / run_spectrum: HDF5 schema, provenance, exact values on a layer block, resume and --force."""
 
+import importlib
 from dataclasses import replace
 
 import h5py
@@ -169,3 +170,12 @@ def test_two_rank_torchrun_hessian_shares_the_batches_and_equals_the_single_proc
     two = read_result(out)
     np.testing.assert_allclose(two["eigenvalues"], single["eigenvalues"], rtol=1e-5)
     np.testing.assert_allclose(two["trace/samples"], single["trace/samples"], rtol=1e-4, atol=1e-6)
+
+
+def test_a_density_basis_larger_than_the_memory_is_refused_before_the_file_is_made(ckpt, tmp_path, monkeypatch):
+    lanczos_module = importlib.import_module("landscape.hessian.lanczos")  # the package exports a function of that name
+    monkeypatch.setattr(lanczos_module, "device_memory", lambda device: 100_000)  # a machine with 100 kB
+    opts = HessianOptions(top_k=0, density=True, steps=64, samples=4, batch_size=4)
+    with pytest.raises(LandscapeError, match="lower --steps"):
+        run_hessian(ckpt, opts, out=tmp_path / "h.h5", **RUN)
+    assert not (tmp_path / "h.h5").exists()

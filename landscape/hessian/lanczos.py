@@ -23,6 +23,7 @@ but no guarantee is made (use a block method when multiplicities matter).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Generator, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -207,6 +208,46 @@ def announce(op: object, count: int) -> None:
     plan = getattr(op, "plan_products", None)
     if plan is not None:
         plan(count)
+
+
+def device_memory(device: torch.device) -> int:
+    """Bytes of memory of ``device``: the GPU's total, or the machine's physical memory for the CPU.
+
+    Args:
+        device: the device.
+
+    Returns:
+        The number of bytes (0 when it cannot be found out).
+    """
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[1])
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # a platform without these names
+        return 0
+
+
+def require_memory(vectors: int, n: int, dtype: torch.dtype, device: torch.device, what: str, fix: str) -> None:
+    """Refuse, before allocating, ``vectors`` vectors of length ``n`` that need more than the device has.
+
+    Args:
+        vectors: how many vectors of ``n`` entries are kept.
+        n: their length.
+        dtype: their dtype.
+        device: where they are kept.
+        what: what they are, for the message.
+        fix: what to lower, for the message.
+
+    Raises:
+        LandscapeError: ``vectors * n * itemsize`` exceeds the device's memory.
+    """
+    need = vectors * n * torch.empty(0, dtype=dtype).element_size()
+    have = device_memory(torch.device(device))
+    if have and need > have:
+        raise LandscapeError(
+            f"{what} needs {need / 1e9:.1f} GB ({vectors} vectors of {n:,} entries), more than the "
+            f"{have / 1e9:.1f} GB of memory of {device}; {fix}"
+        )
 
 
 def random_unit(n: int, dtype: torch.dtype, device: torch.device, generator: torch.Generator) -> Tensor:
@@ -434,6 +475,7 @@ def lanczos_steps(
     """
     m = _validate(n, k, which, ncv)
     device = torch.device(device)
+    require_memory(2 * m + 1, n, dtype, device, f"the Lanczos basis (ncv={m}) and its products", "lower --ncv")
     eps = torch.finfo(dtype).eps
     tol = checks.non_negative(tol, "tol") or eps
     maxiter = max(100, 10 * n // m) if maxiter is None else int(maxiter)
@@ -606,6 +648,7 @@ def lanczos_tridiagonal(op: Operator, v0: Tensor, steps: int) -> tuple[Tensor, T
     """
     n = op.shape[0]
     steps = min(int(steps), n)
+    require_memory(steps, n, op.dtype, op.device, f"a Lanczos quadrature of {steps} steps", "lower --steps")
     Q = torch.zeros(n, steps, dtype=op.dtype, device=op.device)
     q = v0.to(device=op.device, dtype=op.dtype).reshape(-1)
     Q[:, 0] = q / torch.linalg.vector_norm(q)

@@ -96,7 +96,7 @@ def run_hessian(
             error of loading the model and data or of the solvers.
     """
     from landscape.hessian.density import spectral_density
-    from landscape.hessian.lanczos import _validate, lanczos
+    from landscape.hessian.lanczos import _validate, lanczos, require_memory
     from landscape.hessian.operator import HessianOperator
     from landscape.hessian.trace import trace as trace_estimate
     from landscape.objective import Regularizer
@@ -133,6 +133,11 @@ def run_hessian(
         )
     if o.top_k > 0:
         _validate(op.shape[0], o.top_k, o.which, o.ncv)  # a bad --ncv refused before the file is made
+    if o.density:  # and a quadrature basis that cannot fit
+        steps = min(o.steps, op.shape[0])
+        require_memory(
+            steps, op.shape[0], op.dtype, op.device, f"a Lanczos quadrature of {steps} steps", "lower --steps"
+        )
     with analysis_file(out, "hessian", attrs, force=force) as (f, _):
         if _todo(f, "eigenvalues", o.top_k > 0):
             bar = _Products("lanczos", _show(progress))
