@@ -1,6 +1,8 @@
 """Grouped per-mini-batch spectra: vectorised products against dense per-batch Hessians, lockstep Lanczos
 against the serial loop, and the choice of the group size."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -150,8 +152,14 @@ def test_worker_pool_models_are_copies_and_errors_reach_the_caller():
     assert pool.objectives[0] is obj and len({id(o.module) for o in pool.objectives}) == 3
     assert pool.map(lambda o, i: i * 2, [3, 1, 2]) == [6, 2, 4]
 
-    def fail(o, i):
-        raise ValueError(f"batch {i}")
+    started = []
 
-    with pytest.raises(ValueError, match="batch"):
-        pool.map(fail, [0, 1])
+    def fail(o, i):
+        started.append(i)
+        if i == 0:
+            raise ValueError(f"batch {i}")
+        time.sleep(0.05)  # the other worker is busy while batch 0 fails
+
+    with pytest.raises(ValueError, match="batch 0"):
+        pool.map(fail, list(range(20)))
+    assert len(started) < 20  # the queue was dropped: not every item ran

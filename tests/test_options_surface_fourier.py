@@ -25,15 +25,6 @@ from landscape.store import read_result
 from landscape.surface import run_surface
 
 
-@pytest.fixture(autouse=True, scope="module")
-def compile_cache(tmp_path_factory):
-    """The compile records of these tests in a fresh folder; inductor's kernels in one kept across sessions."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LANDSCAPE_CACHE_DIR", str(tmp_path_factory.mktemp("landscape-cache")))
-        mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp().parent / "inductor-cache"))
-        yield
-
-
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory):
     """Four resnet_mini checkpoints of different seeds (a centre, a target, snapshots)."""

@@ -19,16 +19,6 @@ from landscape.errors import LandscapeError
 from landscape.objective import Objective, Regularizer
 from landscape.surface import PointEvaluator, compute_surface, parse_grid
 
-
-@pytest.fixture(autouse=True, scope="module")
-def compile_cache(tmp_path_factory):
-    """The compile records of these tests in a fresh folder; inductor's kernels in one kept across sessions."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LANDSCAPE_CACHE_DIR", str(tmp_path_factory.mktemp("landscape-cache")))
-        mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp().parent / "inductor-cache"))
-        yield
-
-
 # A tiny float64 BatchNorm CNN with unequal batches, shared by the in-process tests and the subprocess jobs
 # (torchrun, kill-and-resume): `python job.py OUT [DELAY]` computes the same surface as `build()` here.
 JOB = """

@@ -190,7 +190,8 @@ class WorkerPool:
         """``[fn(objective_w, item) for item in items]``, each item taken by the next free worker ``w``.
 
         Runs with one intra-op thread (:func:`one_intra_op_thread`) and PyTorch's math attention backend (as
-        every :class:`~landscape.objective.Objective` evaluation); an exception in a worker is raised here.
+        every :class:`~landscape.objective.Objective` evaluation); an exception in a worker stops the others after
+        their current item and is raised here.
         ``fn`` must not use ``torch.func`` transforms (their state is process-wide).
 
         Args:
@@ -210,7 +211,12 @@ class WorkerPool:
                     if not queue:
                         return
                     slot, item = queue.pop(0)
-                out[slot] = fn(objective, item)
+                try:
+                    out[slot] = fn(objective, item)
+                except BaseException:
+                    with lock:  # the other workers stop after their current item
+                        queue.clear()
+                    raise
 
         workers = self.objectives[: max(1, min(len(self.objectives), len(items)))]
         # the attention backend is process-wide: set once here, so no thread's exit can restore another one

@@ -241,7 +241,7 @@ def max_eigenvalue_spectrum(
         choice = distributed.on_main(lambda: choose_group(objective, same, serial, group, pool, threaded))
     out.group, out.group_choice = choice.group, choice.as_dict()
     bar = _progress(len(todo), progress and distributed.is_main())
-    per_round = world * choice.group * (4 if choice.way == "threads" else 1)  # threads take batches as they free
+    per_round = world * choice.group * (8 if choice.way == "threads" else 1)  # threads take batches as they free
     solve = partial(_one_batch, k=k, which=which, solver=solver, tol=tol, ncv=ncv, maxiter=maxiter, seed=seed, hvp=hvp)
     for start in range(0, len(todo), per_round):
         mine = distributed.shard(todo[start : start + per_round])  # this rank's share of the round

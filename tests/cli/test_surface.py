@@ -19,15 +19,6 @@ ENTRY = str(Path(sys.executable).parent / "landscape")
 COMMON = ["--samples", "48", "--batch-size", "20", "--device", "cpu", "--quiet"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def compile_cache(tmp_path_factory):
-    """The compile records of these tests in a fresh folder; inductor's kernels in one kept across sessions."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LANDSCAPE_CACHE_DIR", str(tmp_path_factory.mktemp("landscape-cache")))
-        mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp().parent / "inductor-cache"))
-        yield
-
-
 def make_checkpoint(path, seed=0, num_classes=10):
     torch.manual_seed(seed)
     model = create_model("resnet_mini", num_classes=num_classes, in_chans=1)
