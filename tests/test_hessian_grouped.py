@@ -9,6 +9,7 @@ import torch
 from test_hessian_operator import dense_hessian, tiny_batches, tiny_model
 from torch import nn
 
+from landscape.errors import LandscapeError
 from landscape.hessian.grouped import GAIN, GroupChoice, GroupedProducts, WorkerPool, choose_group
 from landscape.hessian.lanczos import DenseOperator, drive_together, lanczos, lanczos_steps
 from landscape.hessian.spectrum import max_eigenvalue_spectrum
@@ -127,6 +128,8 @@ def test_a_model_that_cannot_run_under_vmap_is_never_vmapped():
     assert "vmap" not in choice.seconds
     out = max_eigenvalue_spectrum(ItemBranch(), tiny_batches((6, 6)), k=2, dtype=torch.float64, tol=1e-8)
     assert out.group_choice["way"] != "vmap" and np.isfinite(out.eigenvalues).all()
+    with pytest.raises(LandscapeError, match=r"--group 2: this model's forward cannot run under torch.func.vmap"):
+        max_eigenvalue_spectrum(ItemBranch(), tiny_batches((6, 6)), k=2, dtype=torch.float64, group=2)
 
 
 def test_worker_threads_give_the_serial_loops_eigenvalues_and_restore_the_thread_count(monkeypatch):

@@ -306,10 +306,28 @@ def _batches(
             )
             for slot, i in enumerate(same)
         }
-        for slot, res in drive_together(runs, products).items():
+        for slot, res in _lockstep(runs, products).items():
             i = same[slot]
             done[i] = BatchSpectrum(i, res.eigenvalues.numpy(), res.n_matvec, res.converged.numpy())
     return [done[i] for i in indices]
+
+
+def _lockstep(runs: dict, products: GroupedProducts) -> dict:
+    """:func:`drive_together` on vectorised products; a model ``vmap`` cannot batch is a one-line error."""
+    group = len(products.indices)
+    try:
+        return drive_together(runs, products)
+    except torch.OutOfMemoryError:
+        raise LandscapeError(
+            f"--group {group}: the vectorised products of {group} batches ran out of device memory; "
+            "use a smaller --group, or --group auto (it measures what fits)"
+        ) from None
+    except (RuntimeError, NotImplementedError) as exc:  # an op of the model that vmap cannot batch
+        detail = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise LandscapeError(
+            f"--group {group}: this model's forward cannot run under torch.func.vmap ({type(exc).__name__}: "
+            f"{detail}); use --group auto (it falls back to one batch at a time) or --group 1"
+        ) from None
 
 
 def _one_batch(
