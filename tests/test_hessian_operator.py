@@ -6,6 +6,8 @@ import torch
 from torch import nn
 
 from landscape.errors import LandscapeError
+from landscape.hessian.density import spectral_density
+from landscape.hessian.lanczos import DenseOperator, lanczos
 from landscape.hessian.operator import HessianOperator, select_names
 from landscape.hessian.products import ProductCosts, cheapest
 from landscape.objective import Objective, Regularizer
@@ -284,3 +286,63 @@ def test_agrees_with_curvlinops_hessian_linear_operator(names):
         torch.testing.assert_close(ours.matvec(v), want, rtol=1e-10, atol=1e-10 * float(want.abs().max()))
         equal = (per_batch[0].matvec(v) + per_batch[1].matvec(v)) / 2  # what an unweighted average would give
         assert float((equal - want).abs().max()) > 1e-3 * float(want.abs().max())
+
+
+class TanhNoJvp(torch.autograd.Function):
+    """tanh with a differentiable backward but no forward-mode rule: jvp(grad) cannot run, a graph can."""
+
+    @staticmethod
+    def forward(x):
+        return torch.tanh(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx, g):
+        (t,) = ctx.saved_tensors
+        return g * (1 - t * t)
+
+
+class TanhOnce(TanhNoJvp):
+    """tanh whose backward cannot be differentiated: no way of making Hessian-vector products works."""
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        (t,) = ctx.saved_tensors
+        return g * (1 - t * t)
+
+
+class WithFunction(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.a, self.b, self.fn = nn.Linear(4, 5), nn.Linear(5, 3), fn
+
+    def forward(self, x):
+        return self.b(self.fn.apply(self.a(x)))
+
+
+def test_auto_falls_back_to_a_way_the_model_allows_and_explicit_modes_fail_in_one_line():
+    torch.manual_seed(0)
+    obj = Objective(WithFunction(TanhNoJvp), tiny_batches((7, 4)), dtype=torch.float64)
+    v = torch.randn(sum(p.numel() for p in obj.params.values()), dtype=torch.float64)
+    auto = HessianOperator(obj, mode="auto")
+    auto.plan_products(5)
+    graph = HessianOperator(obj, mode="graph").matvec(v)
+    torch.testing.assert_close(auto.matvec(v), graph, rtol=1e-13, atol=1e-14)
+    choice = auto.hvp_choice()
+    assert choice["failed"].get("jvp") == "NotImplementedError" and choice["ways"] == {"graph": 2}
+    with pytest.raises(LandscapeError, match=r"--hvp jvp: this model's Hessian-vector products cannot be made"):
+        HessianOperator(obj, mode="jvp").matvec(v)
+    once = Objective(WithFunction(TanhOnce), tiny_batches((7, 4)), dtype=torch.float64)
+    for mode in ("graph", "auto"):  # the products drop the backward's own derivative: not symmetric, refused
+        with pytest.raises(LandscapeError, match=r"the operator is not symmetric .*once_differentiable"):
+            lanczos(HessianOperator(once, mode=mode), k=2, which="LM", tol=1e-8, seed=0)
+        with pytest.raises(LandscapeError, match=r"not symmetric"):
+            spectral_density(HessianOperator(once, mode=mode), probes=1, steps=8, seed=0)
+    A = torch.randn(30, 30, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(LandscapeError, match="not symmetric"):  # any operator: a plain non-symmetric matrix
+        lanczos(DenseOperator(A), k=2, seed=0)
+    lanczos(DenseOperator(A + A.T), k=2, seed=0)  # and a symmetric one passes

@@ -250,6 +250,21 @@ def require_memory(vectors: int, n: int, dtype: torch.dtype, device: torch.devic
         )
 
 
+def _require_symmetric(upper: float, lower: float, scale: float, eps: float, products: int) -> None:
+    """Refuse an operator whose products are not symmetric: ``v_{j-1} . A v_j`` must equal ``v_j . A v_{j-1}``.
+
+    A Hessian is symmetric; products that lose a second-derivative term (a custom autograd function whose
+    backward is not differentiable, marked ``once_differentiable``) are not, and would give wrong eigenvalues.
+    The two couplings may differ by rounding, ``10 sqrt(eps)`` of the operator's scale.
+    """
+    if abs(upper - lower) > 10 * math.sqrt(eps) * max(scale, 1e-300):
+        raise LandscapeError(
+            f"the operator is not symmetric (v_i . A v_j = {upper:.6g} but v_j . A v_i = {lower:.6g} at product "
+            f"{products}): its products are not a Hessian's. A custom autograd function whose backward cannot be "
+            "differentiated (once_differentiable) makes double-backward products drop terms; try --hvp jvp"
+        )
+
+
 def random_unit(n: int, dtype: torch.dtype, device: torch.device, generator: torch.Generator) -> Tensor:
     """A Gaussian vector normalised to unit length (drawn on CPU from ``generator``, so seeds are portable).
 
@@ -513,6 +528,7 @@ def _lanczos_steps(
     V[:, 0] = v
     j, restarts, products, anorm = 0, 0, 0, 0.0
     state = None
+    coupling: float | None = None  # v_j . A v_{j-1} from the previous step (None right after a restart)
     while True:
         if plan is not None:
             plan(m - j)
@@ -522,6 +538,8 @@ def _lanczos_steps(
             W[:, j] = w
             r, h = orthogonalize(w, V[:, : j + 1])
             hc = require_finite(h.to("cpu", torch.float64), products)  # non-finite whenever w is; already on the CPU
+            if coupling is not None:
+                _require_symmetric(float(hc[j - 1]), coupling, max(anorm, float(hc.abs().max())), eps, products)
             T[: j + 1, j] = hc
             T[j, : j + 1] = hc
             beta = torch.linalg.vector_norm(r)
@@ -538,8 +556,10 @@ def _lanczos_steps(
                 if fresh is None:
                     break
                 V[:, j] = fresh
+                coupling = float(fresh @ r)  # about 0: r is negligible
             else:
                 V[:, j] = r / beta
+                coupling = float(beta)  # v_j . A v_{j-1} = ||r||: the next column must show it back
         if state is not None and (state.done or j == n or restarts >= maxiter):
             break
         # thick restart: keep the most wanted Ritz vectors and the last Lanczos vector
@@ -553,6 +573,7 @@ def _lanczos_steps(
         T[:keep, :keep] = torch.diag(theta[idx])
         j = keep
         restarts += 1
+        coupling = None  # the new column couples to every kept Ritz vector, not to one predecessor
     assert state is not None
     return state.result(V[:, : state.size], W[:, : state.size], which, tol, products, restarts, return_eigenvectors)
 
@@ -662,6 +683,8 @@ def lanczos_tridiagonal(op: Operator, v0: Tensor, steps: int) -> tuple[Tensor, T
         alpha.append(float(h[j]))
         b = float(torch.linalg.vector_norm(r))
         require_finite(torch.tensor([alpha[-1], b]), j + 1)  # NaN/Inf anywhere in w reaches both
+        if j > 0:
+            _require_symmetric(float(h[j - 1]), beta[-1], max(anorm, abs(alpha[-1]) + b), eps, j + 1)
         anorm = max(anorm, abs(alpha[-1]) + b)
         if j + 1 == steps or b <= eps * max(anorm, 1e-300) * math.sqrt(n):
             break

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 from torch.func import grad, jvp, linearize
 
+from landscape.errors import LandscapeError
 from landscape.params import ParamDict
 
 #: the ways a product can be made (``auto`` chooses among them)
@@ -170,30 +171,38 @@ class BatchProducts:
             ``H_b v`` by parameter name.
         """
         way = self.mode if self.mode != "auto" else self._choose(left)
+        try:
+            return self._product(way, v)
+        except (RuntimeError, NotImplementedError) as exc:  # the model's ops lack this derivative, or no memory
+            if self.mode != "auto":
+                raise _unusable(way, exc) from None
+            self.costs.failed[way] = type(exc).__name__
+            self.drop()
+            if all(w in self.costs.failed for w in WAYS):  # every way failed: the last failure says why
+                raise _unusable(way, exc) from None
+        return self(v, left)  # auto: the next way that has not failed
+
+    def _product(self, way: str, v: ParamDict) -> ParamDict:
         if way == "jvp":
             self.drop()
+            out = self._timed("jvp", lambda: self._jvp(v))
             self.way = way
-            return self._timed("jvp", lambda: self._jvp(v))
+            return out
         if way == self._cache_way and self.cache is not None:
             self.way = way
             fn = self.cache
             return self._timed(way, lambda: fn(v)) if self.mode == "auto" else fn(v)
-        try:
-            fn = self._timed(f"{way}_setup", lambda: self._setup(way))
-            out = self._timed(f"{way}_first", lambda: fn(v))  # a trace's first call does one-time work
-        except (RuntimeError, NotImplementedError) as exc:  # the model's ops lack this derivative, or no memory
-            if self.mode != "auto":
-                raise
-            self.costs.failed[way] = type(exc).__name__
-            self.drop()
-            self.way = "jvp"
-            return self._jvp(v)
+        fn = self._timed(f"{way}_setup", lambda: self._setup(way))
+        out = self._timed(f"{way}_first", lambda: fn(v))  # a trace's first call does one-time work
         self.way = way
         if self.cached or self.mode != "auto":
             self.cache, self._cache_way = fn, way
         return out
 
     def _choose(self, left: float) -> str:
+        usable = [w for w in WAYS if w not in self.costs.failed]
+        if "jvp" not in usable:  # nothing to compare with: the first way that works
+            return usable[0]
         if self.costs.fastest("jvp") is None:
             return "jvp"
         options = self.costs.estimates(cached=self.cached)
@@ -226,6 +235,20 @@ class BatchProducts:
                 warnings.simplefilter("ignore")
                 return linearize(grad(self.loss), self.params)[1]
         return _graph_products(self.loss, self.params)
+
+
+def _unusable(way: str, exc: BaseException) -> LandscapeError:
+    """The one-line error for a way of making products that this model (or this device's memory) does not allow."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return LandscapeError(
+            f"--hvp {way}: out of memory keeping each batch's {'graph' if way == 'graph' else 'trace'}; "
+            "use --hvp auto or jvp, or fewer samples per batch"
+        )
+    detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return LandscapeError(
+        f"--hvp {way}: this model's Hessian-vector products cannot be made this way ({type(exc).__name__}: "
+        f"{detail}); use --hvp auto (it tries the others)"
+    )
 
 
 def _graph_products(loss: Callable[[ParamDict], Tensor], params: ParamDict) -> Callable[[ParamDict], ParamDict]:
