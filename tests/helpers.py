@@ -1,4 +1,4 @@
-"""Assertions shared by several test modules."""
+"""Assertions and fixtures' building blocks shared by several test modules."""
 
 import os
 import subprocess
@@ -49,3 +49,25 @@ def torchrun(*args, timeout=300, env=None):
     """
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def tiny_resnet_checkpoint(folder):
+    """A random-init 1-channel ``resnet_mini`` (widths 4, 8; one block each) saved as a digits checkpoint.
+
+    Returns:
+        ``(path, model)``: the checkpoint's path in ``folder`` and the model it holds (eval mode).
+    """
+    from landscape.checkpoint import save_checkpoint
+    from landscape.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model("resnet_mini", num_classes=10, in_chans=1, widths=(4, 8), layers=(1, 1))
+    path = save_checkpoint(
+        folder / "tiny.pt",
+        model,
+        model_name="resnet_mini",
+        model_kwargs=model.model_kwargs,
+        num_classes=10,
+        dataset="digits",
+    )
+    return path, model.eval()

@@ -7,13 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
-from helpers import one_line_error
+from helpers import one_line_error, tiny_resnet_checkpoint
 
 from landscape.augment import LABEL_SMOOTHING, augmented_batches, sample_indices
-from landscape.checkpoint import save_checkpoint
 from landscape.cli import cli
 from landscape.data import fixed_batches, load_dataset
-from landscape.models import create_model
 from landscape.objective import Objective, batch_loss, hit_count, prediction_hits, soft_cross_entropy
 from landscape.options.hessian import HessianOptions, SpectrumOptions
 from landscape.options.surface import SurfaceOptions
@@ -129,17 +127,7 @@ def test_options_validate_and_record_the_augmentation():
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
-    torch.manual_seed(0)
-    model = create_model("resnet_mini", num_classes=10, in_chans=1, widths=(4, 8), layers=(1, 1))
-    path = save_checkpoint(
-        tmp_path_factory.mktemp("ckpt") / "tiny.pt",
-        model,
-        model_name="resnet_mini",
-        model_kwargs=model.model_kwargs,
-        num_classes=10,
-        dataset="digits",
-    )
-    return path, model.eval()
+    return tiny_resnet_checkpoint(tmp_path_factory.mktemp("ckpt"))
 
 
 def test_surface_centre_is_the_soft_target_loss_on_the_same_augmented_batches(ckpt, tmp_path, digits):

@@ -6,18 +6,16 @@ import math
 
 import click
 import pytest
-import torch
 from click.testing import CliRunner
+from helpers import tiny_resnet_checkpoint
 
 from landscape import store
-from landscape.checkpoint import save_checkpoint
 from landscape.cli import cli
 from landscape.cli.hessian import command as hessian_command
 from landscape.cli.options import _MODEL_OPTIONS
 from landscape.cli.spectrum import command as spectrum_command
 from landscape.errors import LandscapeError
 from landscape.hessian.run import run_hessian, run_spectrum
-from landscape.models import create_model
 from landscape.options import common, hessian
 from landscape.options.hessian import HessianOptions, SpectrumOptions
 from tests.helpers import one_line_error
@@ -25,16 +23,7 @@ from tests.helpers import one_line_error
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
-    torch.manual_seed(0)
-    model = create_model("resnet_mini", num_classes=10, in_chans=1, widths=(4, 8), layers=(1, 1))
-    return save_checkpoint(
-        tmp_path_factory.mktemp("ckpt") / "tiny.pt",
-        model,
-        model_name="resnet_mini",
-        model_kwargs=model.model_kwargs,
-        num_classes=10,
-        dataset="digits",
-    )
+    return tiny_resnet_checkpoint(tmp_path_factory.mktemp("ckpt"))[0]
 
 
 BAD_HESSIAN = [

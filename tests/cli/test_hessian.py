@@ -7,12 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner
+from helpers import tiny_resnet_checkpoint
 
-from landscape.checkpoint import save_checkpoint
 from landscape.cli import cli
-from landscape.models import create_model
 from landscape.store import read_result
 
 ENTRY = str(Path(sys.executable).parent / "landscape")
@@ -20,16 +18,7 @@ ENTRY = str(Path(sys.executable).parent / "landscape")
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
-    torch.manual_seed(0)
-    model = create_model("resnet_mini", num_classes=10, in_chans=1, widths=(4, 8), layers=(1, 1))
-    return save_checkpoint(
-        tmp_path_factory.mktemp("ckpt") / "tiny.pt",
-        model,
-        model_name="resnet_mini",
-        model_kwargs=model.model_kwargs,
-        num_classes=10,
-        dataset="digits",
-    )
+    return tiny_resnet_checkpoint(tmp_path_factory.mktemp("ckpt"))[0]
 
 
 def test_hessian_command_and_plot(ckpt, tmp_path):
