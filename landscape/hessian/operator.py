@@ -15,18 +15,17 @@ or trace holds the batch's intermediates in memory, so only the first ``max_line
 from __future__ import annotations
 
 import fnmatch
-import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch.func import grad, jvp, vmap
+from torch.func import grad, vmap
 
 from landscape import distributed
 from landscape.errors import LandscapeError
-from landscape.hessian.products import BatchProducts, ProductCosts
+from landscape.hessian.products import BatchProducts, ProductCosts, quiet_jvp
 from landscape.objective import Objective
 from landscape.options.hessian import HVP_MODES
 from landscape.params import ParamDict, flatten, unflatten
@@ -60,13 +59,6 @@ def select_names(names: Sequence[str], patterns: Sequence[str] | str | None) -> 
             f"no parameter matches {', '.join(pats)}; use names or globs of model.named_parameters(), e.g. 'fc.*'"
         )
     return chosen
-
-
-def _quiet_jvp(fn: Callable[[ParamDict], ParamDict], params: ParamDict, v: ParamDict) -> ParamDict:
-    """``jvp(fn, params, v)``'s tangent, without torch's one-time "torch.jit.script is deprecated" warning."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
-        return jvp(fn, (params,), (v,))[1]
 
 
 class HessianOperator:
@@ -197,7 +189,7 @@ class HessianOperator:
         reg = self.objective.regularizer
         if not reg.active:
             return None
-        return _quiet_jvp(grad(lambda sub: reg(self._full(sub))), self.params, v)
+        return quiet_jvp(grad(lambda sub: reg(self._full(sub))), self.params, v)
 
     def hvp_dict(self, v: Mapping[str, Tensor], *, part: int = 0, parts: int = 1) -> ParamDict:
         """``H v`` for a dict ``v`` with the selected parameters' names and shapes.
@@ -216,14 +208,7 @@ class HessianOperator:
             ``H v`` (or this part's share) by selected parameter name, each tensor of its parameter's shape.
         """
         v = {n: v[n] for n in self.names}
-        total = self._reg_hvp(v) if part == 0 else None
-        for slot, w in enumerate(self.weights):
-            if slot % parts != part:
-                continue
-            hv = self._batch_hvp(slot, v)
-            total = {n: w * t for n, t in hv.items()} if total is None else {n: total[n] + w * hv[n] for n in hv}
-        if total is None:
-            total = {n: torch.zeros_like(t) for n, t in v.items()}
+        total = self._weighted_sum(v, self._batch_hvp, part, parts)
         self.n_matvec += 1
         if self._planned is not None:
             self._planned -= 1
@@ -286,11 +271,20 @@ class HessianOperator:
 
     def _vectorized_hvp(self, v: ParamDict) -> ParamDict:
         """``H v`` by ``jvp(grad)`` for every batch (the one way that runs inside ``vmap``), plus the regulariser."""
-        total = self._reg_hvp(v)
+        return self._weighted_sum(v, lambda slot, vec: quiet_jvp(grad(self._products[slot].loss), self.params, vec))
+
+    def _weighted_sum(
+        self, v: ParamDict, product: Callable[[int, ParamDict], ParamDict], part: int = 0, parts: int = 1
+    ) -> ParamDict:
+        """``sum_b w_b product(b, v)`` over this part's share of the batches, plus ``H_R v`` in part 0."""
+        total = self._reg_hvp(v) if part == 0 else None
         for slot, w in enumerate(self.weights):
-            hv = _quiet_jvp(grad(self._products[slot].loss), self.params, v)
+            if slot % parts != part:
+                continue
+            hv = product(slot, v)
             total = {n: w * t for n, t in hv.items()} if total is None else {n: total[n] + w * hv[n] for n in hv}
-        assert total is not None
+        if total is None:
+            total = {n: torch.zeros_like(t) for n, t in v.items()}
         return total
 
     def dense(self) -> Tensor:

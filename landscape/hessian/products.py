@@ -41,6 +41,22 @@ GRAPH_SETUP_GUESS, GRAPH_PRODUCT_GUESS = 0.3, 0.7
 TRACE_SETUP_GUESS, TRACE_PRODUCT_GUESS = 25.0, 0.7
 
 
+def quiet_jvp(fn: Callable[[ParamDict], ParamDict], params: ParamDict, v: ParamDict) -> ParamDict:
+    """``jvp(fn, params, v)``'s tangent (for ``fn = grad(L)``: ``H v``), without torch's jit deprecation warning.
+
+    Args:
+        fn: the function of a params dict.
+        params: the point.
+        v: the tangent, by parameter name.
+
+    Returns:
+        The tangent of ``fn``'s output.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
+        return jvp(fn, (params,), (v,))[1]
+
+
 def cheapest(left: float, options: Mapping[str, tuple[float, float]]) -> str:
     """The way with the least expected time ``setup + left * per_product`` for ``left`` more products.
 
@@ -225,9 +241,7 @@ class BatchProducts:
         self.cache, self._cache_way = None, None
 
     def _jvp(self, v: ParamDict) -> ParamDict:
-        with warnings.catch_warnings():  # torch's one-time "torch.jit.script is deprecated"
-            warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
-            return jvp(grad(self.loss), (self.params,), (v,))[1]
+        return quiet_jvp(grad(self.loss), self.params, v)
 
     def _setup(self, way: str) -> Callable[[ParamDict], ParamDict]:
         if way == "linearize":
