@@ -109,6 +109,94 @@ def _unreadable(path: Path) -> LandscapeError:
     )
 
 
+#: the filters HDF5 and h5py carry built in; any other filter would be loaded from a plugin library
+BUILTIN_FILTERS = frozenset(
+    {
+        h5py.h5z.FILTER_DEFLATE,
+        h5py.h5z.FILTER_SHUFFLE,
+        h5py.h5z.FILTER_FLETCHER32,
+        h5py.h5z.FILTER_SZIP,
+        h5py.h5z.FILTER_NBIT,
+        h5py.h5z.FILTER_SCALEOFFSET,
+        h5py.h5z.FILTER_LZF,
+    }
+)
+_LINK_NAMES = {h5py.SoftLink: "a soft link", h5py.ExternalLink: "an external link (to another file)"}
+
+
+def foreign_storage(f: h5py.File) -> str | None:
+    """Why an open HDF5 file does not hold all of its own data, or None when it does.
+
+    A result file is input from a stranger: HDF5 lets a dataset keep its bytes in another file (external
+    storage), be assembled from other files (a virtual dataset), be decoded by a filter loaded from a plugin
+    library, or be a soft, external or user-defined link. Reading (or resuming) such a file would read (or
+    write) other files on the machine, so every one of them is refused. Only links are inspected, never
+    followed: the datasets are reached through hard links alone.
+
+    Args:
+        f: the open file.
+
+    Returns:
+        One clause naming the first object that is not self-contained, e.g. ``"dataset loss keeps its data in
+        another file (external storage)"``; None when every object is a hard-linked group or dataset whose
+        bytes are in this file.
+    """
+    links: list[str] = []
+
+    def link(name: str, info: Any) -> Any:
+        if not isinstance(info, h5py.HardLink):
+            kind = _LINK_NAMES.get(type(info), "a user-defined link")
+            links.append(f"{name} is {kind}")
+            return True  # stop at the first one
+        return None
+
+    f.visititems_links(link)
+    if links:
+        return links[0]
+    found: list[str] = []
+
+    def dataset(name: str, obj: Any) -> Any:
+        if not isinstance(obj, h5py.Dataset):
+            return None
+        plist = obj.id.get_create_plist()
+        if plist.get_layout() == h5py.h5d.VIRTUAL:
+            found.append(f"dataset {name} is a virtual dataset (assembled from other files)")
+        elif plist.get_external_count() > 0:
+            found.append(f"dataset {name} keeps its data in another file (external storage)")
+        else:
+            codes = {plist.get_filter(i)[0] for i in range(plist.get_nfilters())}
+            if codes - BUILTIN_FILTERS:
+                found.append(f"dataset {name} needs a filter plugin ({sorted(codes - BUILTIN_FILTERS)[0]})")
+        return True if found else None
+
+    f.visititems(dataset)
+    return found[0] if found else None
+
+
+def _refuse_foreign(path: Path, why: str) -> LandscapeError:
+    """The error for a file that does not hold all of its own data (see :func:`foreign_storage`)."""
+    return LandscapeError(f"{path} is refused: {why}; a landscape result holds all of its own data")
+
+
+def _open_h5(path: Path, mode: str = "r") -> h5py.File:
+    """Open ``path`` with h5py (no HDF5 file locking) and refuse it unless it holds all of its own data.
+
+    Raises:
+        LandscapeError: the file keeps data in other files or holds links (:func:`foreign_storage`).
+        OSError: h5py cannot open it (not HDF5, damaged, permissions): the caller names the cause.
+    """
+    f = h5py.File(path, mode, locking=False)
+    try:
+        why = foreign_storage(f)
+    except BaseException:
+        f.close()
+        raise
+    if why is not None:
+        f.close()
+        raise _refuse_foreign(path, why)
+    return f
+
+
 def _real(path: Path) -> Path:
     """``path`` with symlinks resolved (never raises): a file reached through a link has one writer lock."""
     return Path(os.path.realpath(path))
@@ -135,7 +223,10 @@ def _writable(path: Path) -> bool:
 
 
 def _peek(path: Path) -> dict[str, Any] | None:
-    """``kind``, ``identity``, ``complete`` and ``has_results`` of an existing file; None when h5py cannot open it."""
+    """``kind``, ``identity``, ``complete``, ``has_results`` and ``foreign`` of a file; None if h5py cannot open it.
+
+    ``foreign`` is why the file does not hold all of its own data (:func:`foreign_storage`; None when it does).
+    """
     try:
         with h5py.File(path, "r", locking=False) as f:
             return {
@@ -143,6 +234,7 @@ def _peek(path: Path) -> dict[str, Any] | None:
                 "identity": _as_str(f.attrs.get("identity", "{}")),
                 "complete": bool(f.attrs.get("complete", False)),
                 "has_results": bool(f.attrs.get("has_results", False)),
+                "foreign": foreign_storage(f),
             }
     except PermissionError as exc:
         raise os_error(exc, path, "read") from exc
@@ -220,9 +312,11 @@ class ResultFile:
         _check_no_writer(path)
         info = _peek(path)
         writable = _writable(path)
-        if info is not None and info["kind"] == kind and info["identity"] == identity:
+        if info is not None and info["foreign"] is not None and not force:
+            raise _refuse_foreign(path, info["foreign"])
+        if info is not None and info["foreign"] is None and info["kind"] == kind and info["identity"] == identity:
             if info["complete"]:
-                return cls(path, kind, h5py.File(path, "r", locking=False), None, resumed=True)
+                return cls(path, kind, _open_h5(path), None, resumed=True)
             if not writable:
                 raise LandscapeError(
                     f"{path} is an unfinished result but read-only; make it writable (chmod u+w) to "
@@ -230,10 +324,13 @@ class ResultFile:
                 )
             lock = WriterLock(_real(path), identity)  # through a symlink: the lock of the file written
             try:
-                handle = h5py.File(path, "r+", locking=False)
+                handle = _open_h5(path, "r+")
             except OSError as exc:
                 lock.release()
                 raise os_error(exc, path, "write") from exc
+            except BaseException:
+                lock.release()
+                raise
             return cls(path, kind, handle, lock, resumed=True)
         replaceable = info is not None and not info["complete"] and not info["has_results"]
         damaged_by_us = info is None and last_writer(path).get("identity") == identity
@@ -582,7 +679,7 @@ def read_result(path: str | Path) -> Result:
         raise LandscapeError(f"{path} does not exist; give the path of a result file written by landscape")
     _check_no_writer(path)
     try:
-        f = h5py.File(path, "r", locking=False)
+        f = _open_h5(path)
     except PermissionError as exc:
         raise os_error(exc, path, "read") from exc
     except OSError:

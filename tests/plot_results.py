@@ -103,3 +103,39 @@ def hessian_arrays():
 def spectrum_arrays(eig):
     """A spectrum result of the per-batch eigenvalues ``eig`` (batch x rank), every batch done."""
     return {"eigenvalues": eig, "batch_sizes": np.full(len(eig), 16), "done": np.ones(len(eig), bool)}
+
+
+#: the ways a crafted HDF5 file keeps a dataset's bytes elsewhere (see :func:`foreign_surface`)
+FOREIGN = ("external", "virtual", "soft-link", "external-link")
+
+
+def foreign_surface(path, how, secret):
+    """A surface file whose ``loss`` is read from (or written to) the file ``secret`` in one of :data:`FOREIGN` ways.
+
+    ``secret`` is a plain file (``external``) or an HDF5 file with a dataset ``data`` of the loss's shape.
+    """
+    arrays = surface_arrays()
+    shape = arrays["loss"].shape
+    if how != "external":
+        with h5py.File(secret, "w") as f:
+            f["data"] = np.full(shape, 7.0)
+    with h5py.File(path, "w") as f:
+        f.attrs["kind"] = "surface"
+        f.attrs["complete"] = True
+        for key, value in SURFACE_ATTRS.items():
+            f.attrs[key] = value
+        for name, data in arrays.items():
+            if name != "loss":
+                f.create_dataset(name, data=data)
+        if how == "external":
+            f.create_dataset("loss", shape=shape, dtype="f8", external=[(str(secret), 0, 8 * int(np.prod(shape)))])
+        elif how == "virtual":
+            layout = h5py.VirtualLayout(shape=shape, dtype="f8")
+            layout[:] = h5py.VirtualSource(str(secret), "data", shape=shape)
+            f.create_virtual_dataset("loss", layout)
+        elif how == "soft-link":
+            f["elsewhere"] = arrays["loss"]
+            f["loss"] = h5py.SoftLink("/elsewhere")
+        else:
+            f["loss"] = h5py.ExternalLink(str(secret), "/data")
+    return path

@@ -13,7 +13,9 @@ import pytest
 from click.testing import CliRunner
 from helpers import one_line_error
 from plot_results import (
+    FOREIGN,
     SURFACE_ATTRS,
+    foreign_surface,
     fourier_arrays,
     fourier_attrs,
     hessian_arrays,
@@ -365,3 +367,17 @@ def test_a_symlinked_page_is_replaced_never_followed(tmp_path):
     assert not page.is_symlink()
     assert page.read_text().startswith("<!DOCTYPE html>")
     assert target.read_text() == "keep"
+
+
+@pytest.mark.parametrize("how", FOREIGN)
+def test_a_file_that_keeps_data_elsewhere_is_skipped_with_a_note(tmp_path, how):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    write_result(folder / "s.h5", "spectrum", spectrum_arrays(np.array([[1.0, 2.0]])), model="m")
+    secret = tmp_path / "secret.bin"
+    if how == "external":
+        secret.write_bytes(b"SECRET!!" * 28)
+    foreign_surface(folder / "crafted.h5", how, secret)
+    text = write_report(folder, interactive=False).read_text()
+    assert "crafted.h5: is refused" in text and "SECRET" not in text
+    assert not list((folder / FIGURES_FOLDER).rglob("crafted*"))

@@ -7,6 +7,7 @@ import h5py
 import numpy as np
 import pytest
 from helpers import one_line_error
+from plot_results import FOREIGN, foreign_surface
 
 from landscape import store
 from landscape.errors import LandscapeError
@@ -276,3 +277,25 @@ def test_a_file_resumed_through_a_symlink_has_one_writer(tmp_path):
             one_line_error(open_result, second, "surface", _attrs(), match="being written by a running analysis")
             one_line_error(read_result, tmp_path / "link.h5", match="being written by a running analysis")
     assert read_result(tmp_path / "link.h5")["loss"][0, 1] == 4.5 and not lock_path(path).exists()
+
+
+@pytest.mark.parametrize("how", FOREIGN)
+def test_a_file_that_keeps_data_elsewhere_is_refused_on_read_and_resume(tmp_path, how):
+    secret = tmp_path / "secret.bin"
+    if how == "external":
+        secret.write_bytes(np.full(28, 3.0).tobytes())
+    before = None
+    path = foreign_surface(tmp_path / "r.h5", how, secret)
+    before = secret.read_bytes()
+    words = {"external": "external storage", "virtual": "virtual dataset", "soft-link": "soft link"}
+    match = f"{path} is refused: .*loss.*{words.get(how, 'external link')}"
+    one_line_error(read_result, path, match=match)
+    one_line_error(describe, path, match=match)
+    with h5py.File(path, "r+") as f:  # the same run's attributes: a resume would write the points into `secret`
+        f.attrs["complete"] = False
+        f.attrs["identity"] = identity_of({"kind": "surface", **_attrs()})
+    one_line_error(open_result, path, "surface", _attrs(), match=match)
+    assert secret.read_bytes() == before and not lock_path(path).exists()
+    with open_result(path, "surface", _attrs(), force=True) as f:  # --force replaces the file, never the other
+        assert not f.resumed and "loss" not in f
+    assert secret.read_bytes() == before

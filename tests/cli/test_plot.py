@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from plot_results import (
+    FOREIGN,
     SURFACE_ATTRS,
     XS,
     YS,
+    foreign_surface,
     fourier_arrays,
     fourier_attrs,
     hessian_arrays,
@@ -298,3 +300,13 @@ def test_overlays_are_named_by_models_or_by_name_and_spectra_take_a_style(tmp_pa
     succeeds(plot(*paths, "--out", tmp_path / "n", "--name", "final", "--spectrum-style", "kde"), "final_spectrum.png")
     one_line_failure(plot(*paths, "--out", tmp_path / "figs", "--name", "../up"), "--name", "'../up'")
     succeeds(plot(surface(tmp_path), "--out", tmp_path / "s", "--level-spacing", "linear"), *SURFACE_FIGURES)
+
+
+@pytest.mark.parametrize("how", FOREIGN)
+def test_a_file_that_keeps_data_elsewhere_is_refused_before_any_figure(tmp_path, how):
+    secret = tmp_path / "secret.bin"
+    if how == "external":
+        secret.write_bytes(np.full(28, 3.0).tobytes())
+    path = foreign_surface(tmp_path / "s.h5", how, secret)
+    one_line_failure(plot(path, "--out", tmp_path / "figs"), str(path), "is refused", "loss")
+    assert not (tmp_path / "figs").exists() or not list((tmp_path / "figs").iterdir())
