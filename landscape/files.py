@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -169,6 +170,62 @@ def _remove_quietly(path: str | Path) -> None:
         os.unlink(path)
 
 
+_FILE_TYPES = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def file_type(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words: ``"a regular file"``, ``"a named pipe (FIFO)"``, ...
+
+    Args:
+        mode: the ``st_mode`` of an ``os.stat`` / ``os.lstat`` result.
+
+    Returns:
+        The file type with its article, e.g. ``"a character device"``.
+    """
+    return next((name for test, name in _FILE_TYPES if test(mode)), "a regular file")
+
+
+#: open flags for a sidecar: never through a symlink, never blocking on a FIFO, never inherited by children
+_SIDECAR_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def _open_sidecar(file: Path, flags: int) -> int:
+    """Open the sidecar ``file`` without following a link, and only when it is a regular file with one name.
+
+    Returns:
+        The open descriptor (the caller closes it).
+
+    Raises:
+        OSError: it cannot be opened (``ELOOP`` for a symbolic link, ``ENOENT`` when absent, ...).
+        LandscapeError: it is not a regular file (a FIFO, a device, a folder, ...) or has other hard links,
+            so that writing it would write another file.
+    """
+    try:
+        fd = os.open(file, flags | _SIDECAR_FLAGS, 0o644)
+    except IsADirectoryError:
+        raise LandscapeError(f"the lock file {file} is a folder, not a regular file; remove it") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise LandscapeError(f"the lock file {file} is {file_type(info.st_mode)}, not a regular file; remove it")
+        if info.st_nlink != 1:
+            raise LandscapeError(
+                f"the lock file {file} has {info.st_nlink} hard links (other names of one file), so writing it "
+                "would write another file; remove it"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def lock_path(path: str | Path) -> Path:
     """The sidecar lock file of result file ``path``: ``.NAME.lock`` in the same folder.
 
@@ -199,9 +256,11 @@ class WriterLock:
         self.path = Path(path)
         self.file = lock_path(path)
         self.failed = False
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        self.fd = -1
         try:
-            self.fd = os.open(self.file, flags, 0o644)
+            self.fd = _open_sidecar(self.file, os.O_RDWR | os.O_CREAT)
+        except LandscapeError as exc:
+            raise LandscapeError(f"cannot write {self.path}: {exc}") from None
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # O_NOFOLLOW: the sidecar is a symlink, which is never followed
                 raise LandscapeError(
@@ -259,8 +318,8 @@ def live_writer(path: str | Path) -> int | None:
 
     file = lock_path(path)
     try:
-        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+        fd = _open_sidecar(file, os.O_RDONLY)
+    except (OSError, LandscapeError):  # none, or no lock of ours: a writer would have been refused its lock
         return None
     try:
         try:
@@ -284,8 +343,8 @@ def last_writer(path: str | Path) -> dict[str, Any]:
         cannot be read.
     """
     try:
-        fd = os.open(lock_path(path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
+        fd = _open_sidecar(lock_path(path), os.O_RDONLY)
+    except (OSError, LandscapeError):
         return {}
     try:
         return _read_record(fd)

@@ -299,3 +299,25 @@ def test_a_file_that_keeps_data_elsewhere_is_refused_on_read_and_resume(tmp_path
     with open_result(path, "surface", _attrs(), force=True) as f:  # --force replaces the file, never the other
         assert not f.resumed and "loss" not in f
     assert secret.read_bytes() == before
+
+
+def test_a_hard_link_planted_at_the_lock_name_is_never_written_through(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    path = tmp_path / "r.h5"
+    os.link(victim, lock_path(path))
+    one_line_error(open_result, path, "surface", _attrs(), match=r"lock file .*\.r\.h5\.lock has 2 hard links")
+    assert victim.read_text() == "precious"
+    lock_path(path).unlink()
+    _finished(path)
+    os.link(victim, lock_path(path))
+    assert read_result(path)["loss"][0, 1] == 4.5 and victim.read_text() == "precious"
+
+
+@pytest.mark.parametrize("make", [os.mkfifo, os.mkdir], ids=["fifo", "folder"])
+def test_a_fifo_or_folder_at_the_lock_name_is_named_and_never_blocks(tmp_path, make):
+    path = _finished(tmp_path / "r.h5", complete=False)
+    make(lock_path(path))
+    assert read_result(path)["loss"][0, 1] == 4.5  # reading does not wait on the pipe
+    what = "a named pipe \\(FIFO\\)" if make is os.mkfifo else "a folder"
+    one_line_error(open_result, path, "surface", _attrs(), match=f"lock file .* is {what}, not a regular file")
