@@ -199,9 +199,10 @@ def main(argv: list[str] | None = None) -> tuple[str, list[dict]]:
     table = markdown_table(rows, args, command, seconds)
     print(table)
     if args.json is not None:
-        from landscape.files import write_text
+        from landscape.files import WRITTEN_BY, write_text
 
-        write_text(args.json, json.dumps({"command": command, "seconds": seconds, "rows": rows}, indent=1))
+        payload = {"command": command, "seconds": seconds, "rows": rows, "written_by": WRITTEN_BY}
+        write_text(args.json, json.dumps(payload, indent=1))
     return table, rows
 
 

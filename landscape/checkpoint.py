@@ -5,7 +5,7 @@ A landscape checkpoint is a ``torch.save``-d dict::
     {"format_version": 1, "model": str, "model_kwargs": dict, "num_classes": int,
      "state_dict": {name: Tensor}, "dataset": str | None, "epoch": int | None, "metrics": dict,
      "train_options": dict, "extra": dict, "landscape_version": str, "torch_version": str,
-     "created": ISO-8601 UTC str}
+     "created": ISO-8601 UTC str, "written_by": "written by landscape"}
 
 holding only tensors, str, int, float, bool, None, lists, tuples and dicts, so that
 ``torch.load(weights_only=True)`` reads it. Every file is read that way: a file that needs other pickled
@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from landscape import __version__
 from landscape.errors import LandscapeError
-from landscape.files import atomic_write
+from landscape.files import WRITTEN_BY, atomic_write
 
 FORMAT_VERSION = 1
 #: constructor options a checkpoint file may not set: they make a library load or download other files
@@ -114,10 +114,12 @@ def save_checkpoint(
     metrics: dict | None = None,
     train_options: dict | None = None,
     extra: dict | None = None,
+    force: bool = False,
 ) -> Path:
     """Write ``model``'s weights and metadata to ``path`` atomically (temporary file + os.replace).
 
-    Parent folders are created; an existing file is replaced. Returns the path.
+    Parent folders are created. An existing checkpoint that landscape wrote is replaced; any other file only with
+    ``force`` (see :func:`landscape.files.check_replaceable`). Returns the path.
 
     Args:
         path: Destination file.
@@ -130,6 +132,7 @@ def save_checkpoint(
         metrics: Plain-data metrics (accuracy, loss, ...).
         train_options: Plain-data training options.
         extra: Any other plain-data metadata.
+        force: replace a file at ``path`` that landscape did not write (never what is not a regular file).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -153,8 +156,9 @@ def save_checkpoint(
         "landscape_version": __version__,
         "torch_version": str(torch.__version__),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "written_by": WRITTEN_BY,
     }
-    with atomic_write(path) as f:
+    with atomic_write(path, force=force) as f:
         torch.save(obj, f)
     return path
 

@@ -209,7 +209,7 @@ def write_record(key: str, record: CompileRecord) -> bool:
         return False
     try:
         files.ensure_folder(path.parent)
-        files.write_text(path, json.dumps(asdict(record), sort_keys=True))
+        files.write_text(path, json.dumps(asdict(record), sort_keys=True), force=True)  # the cache is ours
     except LandscapeError:
         return False
     return True

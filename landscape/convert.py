@@ -275,6 +275,7 @@ def convert_checkpoint(
                 "n_samples": n,
             }
         },
+        force=force,
     )
     return ConvertResult(
         out, vit.model_name, str(meta.model_name), float(sharpness), float(k_std), float(q_std), diff, n, spec

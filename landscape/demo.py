@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from landscape import __version__
 from landscape.errors import LandscapeError
-from landscape.files import write_text
+from landscape.files import WRITTEN_BY, ensure_folder, ensure_subfolder, write_text
 
 MODELS = ("resnet_mini", "vit_mini", "alternet_mini")
 
@@ -237,6 +238,7 @@ def write_summary(
     *,
     quick: bool,
     findings_table: str | None = None,
+    force: bool = False,
 ) -> Path:
     """Write ``summary.md``: a table of the models side by side, the findings table, then every figure embedded.
 
@@ -247,6 +249,8 @@ def write_summary(
         quick: the quick demo (said in the title).
         findings_table: the Markdown table of :func:`landscape.findings.findings_markdown` (a "Findings" section
             after the main table), or None to leave it out.
+        force: replace a ``summary.md`` that landscape did not write (see
+            :func:`landscape.files.check_replaceable`).
 
     Returns:
         The path of ``summary.md``.
@@ -290,8 +294,9 @@ def write_summary(
         lines += ["## All models", ""]
         lines += [f"![{p.stem}]({p.relative_to(out_dir).as_posix()})" for p in shared_figures]
         lines.append("")
+    lines.append(f"<!-- landscape {__version__} ({WRITTEN_BY}) -->")
     path = out_dir / "summary.md"
-    write_text(path, "\n".join(lines))
+    write_text(path, "\n".join(lines) + "\n", force=force)
     return path
 
 
@@ -312,9 +317,7 @@ def run_demo(
     from landscape.report import write_report
 
     settings = settings or (QUICK if quick else FULL)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    figures_dir = out / "figures"
+    out = ensure_folder(out_dir)
     say = log or (lambda msg: None if quiet else print(msg, file=sys.stderr))
     reports: list[ModelReport] = []
     all_files: dict[str, list[Path]] = {}
@@ -323,14 +326,15 @@ def run_demo(
         bar.set_postfix(model=model)
         say(f"[demo] {model}: train, surface, spectrum, fourier")
         ckpt, files = _model_stages(model, settings, out, device=device, force=force, quiet=quiet)
-        figures = plot_files([files[0]], figures_dir / model, "png")
+        figures = plot_files([files[0]], ensure_subfolder(out, "figures", model), "png", force=force)
         all_files[model] = files
         reports.append(_report(model, ckpt, files, [p for p in figures if p.suffix == ".png"]))
     say("[demo] figures of all models overlaid")
     shared = plot_files(
         [files[1] for files in all_files.values()] + [files[2] for files in all_files.values()],
-        figures_dir / "overlay",
+        ensure_subfolder(out, "figures", "overlay"),
         "png",
+        force=force,
     )
     if settings.data_fractions:
         say(f"[demo] vit_mini on {', '.join(f'{f:g}' for f in settings.data_fractions)} of the data: train, spectrum")
@@ -341,7 +345,8 @@ def run_demo(
     table = findings_markdown(
         findings(out, settings.models, seed=0, resamples=settings.resamples, fourier_unit=settings.fourier_unit)
     )
-    summary = write_summary(reports, [p for p in shared if p.suffix == ".png"], out, quick=quick, findings_table=table)
+    shared_png = [p for p in shared if p.suffix == ".png"]
+    summary = write_summary(reports, shared_png, out, quick=quick, findings_table=table, force=force)
     say(f"[demo] wrote {summary}")
-    say(f"[demo] wrote {write_report(out)} (every figure embedded; open it in a browser)")
+    say(f"[demo] wrote {write_report(out, force=force)} (every figure embedded; open it in a browser)")
     return summary

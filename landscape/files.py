@@ -8,6 +8,9 @@
   The sidecar records the writer's pid and the identity of its run.
 - :func:`os_error` turns an ``OSError`` into a one-line :class:`~landscape.errors.LandscapeError` chosen by
   the exception's type and ``errno`` (never by the words of its message).
+- :func:`check_replaceable` is the one rule for replacing what is at a path: nothing that is not a regular
+  file, ever; a symbolic link (the link itself, never followed) or a file landscape did not write
+  (:func:`written_by_landscape`) only with ``--force``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ _ERRNO_CAUSES = {
     errno.EISDIR: "it is a folder; give a file name",
     errno.ENAMETOOLONG: "the name is too long; choose a shorter --out",
 }
+#: open flags that never follow a symlink, never block on a FIFO and are never inherited by child processes
+_SAFE_OPEN = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
 def os_error(exc: OSError, path: str | Path, action: str = "write") -> LandscapeError:
@@ -58,6 +63,90 @@ def os_error(exc: OSError, path: str | Path, action: str = "write") -> Landscape
     return LandscapeError(f"cannot {action} {path}: {cause}")
 
 
+#: the phrase that marks a file as written by landscape (a PNG text chunk, SVG / PDF metadata, an HTML ``meta``
+#: tag, an XML or Markdown comment, an entry of a checkpoint's dict); see :func:`written_by_landscape`
+WRITTEN_BY = "written by landscape"
+#: how much of a file's start and of its end :func:`written_by_landscape` reads for the mark
+MARK_SPAN = 1 << 16
+#: how a report page or a demo summary of an earlier release (written without the mark) begins: its opening,
+#: then a phrase within its first :data:`MARK_SPAN` bytes
+LEGACY_OPENINGS = (
+    (b"<!DOCTYPE html>", b"<title>landscape report: "),
+    (b"# landscape demo", b"Digits data (scikit-learn"),
+)
+
+
+def written_by_landscape(path: str | Path) -> bool:
+    """Whether the regular file ``path`` carries the mark of a file landscape wrote (:data:`WRITTEN_BY`).
+
+    The mark is looked for in the first and the last :data:`MARK_SPAN` bytes; a report page or demo summary
+    of an earlier release is recognised by its opening. A link is never followed.
+
+    Args:
+        path: the file.
+
+    Returns:
+        True when the file is a regular file with the mark; False otherwise (also when it cannot be read).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _SAFE_OPEN)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return False
+        head = os.pread(fd, MARK_SPAN, 0)
+        tail = os.pread(fd, MARK_SPAN, max(0, info.st_size - MARK_SPAN))
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    mark = WRITTEN_BY.encode()
+    legacy = any(head.startswith(opening) and phrase in head for opening, phrase in LEGACY_OPENINGS)
+    return mark in head or mark in tail or legacy
+
+
+def check_replaceable(path: str | Path, *, force: bool = False) -> None:
+    """Refuse to write ``path`` unless what is there may be replaced: the one rule for every output.
+
+    - Nothing there: fine.
+    - Not a regular file (a folder, a FIFO, a device, a socket): never replaced, not even with ``force``.
+    - A symbolic link: never followed; the link itself is replaced only with ``force``.
+    - A regular file: replaced when landscape wrote it (:func:`written_by_landscape`) or with ``force``.
+
+    Args:
+        path: the output about to be written.
+        force: the user's ``--force``.
+
+    Raises:
+        LandscapeError: what is at ``path`` may not be replaced, with what to do.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise os_error(exc, path, "write") from exc
+    if stat.S_ISLNK(info.st_mode):
+        if not force:
+            raise LandscapeError(
+                f"{path} is a symbolic link, which is never followed; remove it, choose another --out, or pass "
+                "--force to replace the link itself"
+            )
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise LandscapeError(
+            f"{path} is {file_type(info.st_mode)}, not a regular file; it is never replaced, not even with "
+            "--force: choose another --out"
+        )
+    if not force and not written_by_landscape(path):
+        raise LandscapeError(
+            f"{path} exists and landscape did not write it (it lacks landscape's mark); pass --force to replace it, "
+            "or choose another --out"
+        )
+
+
 def ensure_folder(path: str | Path) -> Path:
     """Create folder ``path`` (and its parents) if needed; any OS failure is a one-line error.
 
@@ -81,25 +170,83 @@ def ensure_folder(path: str | Path) -> Path:
     return path
 
 
+def leads_outside(path: str | Path, folder: str | Path) -> bool:
+    """Whether ``path`` is a symbolic link (or passes through one) to something outside ``folder``.
+
+    Args:
+        path: a path inside ``folder``.
+        folder: the folder that must contain what ``path`` names.
+
+    Returns:
+        True when the fully resolved ``path`` does not lie inside the fully resolved ``folder``.
+    """
+    real, base = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([real, base]) != base
+
+
+def ensure_subfolder(base: str | Path, *parts: str) -> Path:
+    """Create folder ``base/parts...`` without following a link below ``base``: writing stays inside ``base``.
+
+    Args:
+        base: an existing folder (or one :func:`ensure_folder` creates), e.g. the folder a report is made of.
+        *parts: the names of the folders below it, e.g. ``"report_figures", "model-resnet"``.
+
+    Returns:
+        The path of the innermost folder.
+
+    Raises:
+        LandscapeError: a part is a symbolic link (never followed: it could lead out of ``base``) or something
+            other than a folder, or a folder cannot be created.
+    """
+    folder = ensure_folder(base)
+    for part in parts:
+        folder = folder / part
+        try:
+            info = os.lstat(folder)
+        except FileNotFoundError:
+            try:
+                folder.mkdir()
+            except FileExistsError:  # made meanwhile: judged as any existing path
+                info = os.lstat(folder)
+            except OSError as exc:
+                raise os_error(exc, folder, "create folder") from exc
+            else:
+                continue
+        if stat.S_ISLNK(info.st_mode):
+            raise LandscapeError(
+                f"{folder} is a symbolic link, which is never followed: files are written only inside {base}; "
+                "remove the link"
+            )
+        if not stat.S_ISDIR(info.st_mode):
+            raise LandscapeError(
+                f"cannot create folder {folder}: {file_type(info.st_mode)} of that name exists; remove it or move it"
+            )
+    return folder
+
+
 @contextmanager
-def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
+def atomic_write(path: str | Path, mode: str = "wb", *, force: bool = False) -> Iterator[IO[Any]]:
     """Write ``path`` all at once: yield a file object on an exclusive temporary, move it into place on success.
 
-    The temporary ``.NAME.XXXXXXXX.tmp`` is created in ``path``'s folder with a random name and ``O_EXCL``
+    What is at ``path`` is first judged by :func:`check_replaceable` (before anything is written). The
+    temporary ``.NAME.XXXXXXXX.tmp`` is created in ``path``'s folder with a random name and ``O_EXCL``
     (never through a symlink); on any error it is removed and ``path`` is left as it was.
 
     Args:
         path: the final file.
         mode: ``"wb"`` (binary) or ``"w"`` (text, UTF-8).
+        force: replace a symbolic link or a file landscape did not write (see :func:`check_replaceable`).
 
     Yields:
         The open file object on the temporary; it is flushed, fsynced and moved onto ``path`` when the block
         ends without an error.
 
     Raises:
-        LandscapeError: the folder cannot be created or written, the disk is full, ...
+        LandscapeError: what is at ``path`` may not be replaced, the folder cannot be created or written, the
+            disk is full, ...
     """
     path = Path(path)
+    check_replaceable(path, force=force)
     fd, tmp = _exclusive_temporary(path)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; a result gets the permissions of any new file
@@ -116,17 +263,19 @@ def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
         raise
 
 
-def write_text(path: str | Path, text: str) -> None:
+def write_text(path: str | Path, text: str, *, force: bool = False) -> None:
     """Write ``text`` to ``path`` atomically (see :func:`atomic_write`).
 
     Args:
         path: the final file.
         text: the contents, written as UTF-8.
+        force: replace a symbolic link or a file landscape did not write (see :func:`check_replaceable`).
 
     Raises:
-        LandscapeError: the folder cannot be created or written, the disk is full, ...
+        LandscapeError: what is at ``path`` may not be replaced, the folder cannot be created or written, the
+            disk is full, ...
     """
-    with atomic_write(path, "w") as handle:
+    with atomic_write(path, "w", force=force) as handle:
         handle.write(text)
 
 
@@ -192,10 +341,6 @@ def file_type(mode: int) -> str:
     return next((name for test, name in _FILE_TYPES if test(mode)), "a regular file")
 
 
-#: open flags for a sidecar: never through a symlink, never blocking on a FIFO, never inherited by children
-_SIDECAR_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-
-
 def _open_sidecar(file: Path, flags: int) -> int:
     """Open the sidecar ``file`` without following a link, and only when it is a regular file with one name.
 
@@ -208,7 +353,7 @@ def _open_sidecar(file: Path, flags: int) -> int:
             so that writing it would write another file.
     """
     try:
-        fd = os.open(file, flags | _SIDECAR_FLAGS, 0o644)
+        fd = os.open(file, flags | _SAFE_OPEN, 0o644)
     except IsADirectoryError:
         raise LandscapeError(f"the lock file {file} is a folder, not a regular file; remove it") from None
     try:

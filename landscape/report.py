@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from landscape import __version__
 from landscape.errors import LandscapeError
-from landscape.files import write_text
+from landscape.files import WRITTEN_BY, check_replaceable, ensure_subfolder, leads_outside, write_text
 
 #: the figure formats a page can embed
 REPORT_FORMATS = ("png", "svg")
@@ -77,11 +78,15 @@ def write_report(
     out: str | Path | None = None,
     fmt: str = "png",
     interactive: bool | None = None,
+    force: bool = False,
 ) -> Path:
     """Write one self-contained HTML page of every landscape result file in ``folder``.
 
-    Figures are drawn into ``folder/report_figures/`` (existing figures of the same names are replaced) and
-    embedded in the page; the page is written atomically and needs no network to be viewed.
+    Figures are drawn into ``folder/report_figures/`` (the report's own folder: existing figures of the same
+    names are replaced) and embedded in the page; the page is written atomically and needs no network to be
+    viewed. Nothing is read or written outside ``folder`` (and ``out``): a result file or ``summary.md`` that is
+    a symbolic link to a file outside it is skipped with a note, and a ``report_figures`` that is a link is
+    refused.
 
     Args:
         folder: the folder holding the result files (``*.h5``; sub-folders are not searched) and, optionally,
@@ -90,13 +95,15 @@ def write_report(
         fmt: the figure format, ``"png"`` (embedded as base64) or ``"svg"`` (embedded inline).
         interactive: add a rotatable 3D view (plotly) of each 2D surface: ``None`` when plotly is installed,
             ``True`` always (plotly required), ``False`` never.
+        force: replace an ``out`` that landscape did not write, or a symbolic link there (never followed).
 
     Returns:
         The path of the page written.
 
     Raises:
         LandscapeError: ``folder`` does not exist or is not a folder, it holds no landscape result files,
-            ``fmt`` is not one of :data:`REPORT_FORMATS`, ``interactive=True`` without plotly installed, or the
+            ``fmt`` is not one of :data:`REPORT_FORMATS`, ``interactive=True`` without plotly installed, the page
+            may not be replaced (:func:`landscape.files.check_replaceable`), ``report_figures`` is a link, or the
             figures or the page cannot be written.
     """
     from landscape.plot import one_of
@@ -109,6 +116,7 @@ def write_report(
         raise LandscapeError(f"{folder} is not a folder; give the folder that holds the result files (*.h5)")
     plotly = _plotly(interactive)
     page = Path(out) if out is not None else folder / "report.html"
+    check_replaceable(page, force=force)
     files, skipped = _read_files(folder)
     if not files:
         reason = f" ({len(skipped)} .h5 file(s) skipped; first: {skipped[0][1]})" if skipped else ""
@@ -116,14 +124,16 @@ def write_report(
             f"no landscape result files (*.h5) in {folder}{reason}; run an analysis (e.g. `landscape surface`) "
             "or `landscape demo` first"
         )
-    figures_dir = folder / FIGURES_FOLDER
     models = _models_in_order(files)
     slugs = _slugs(models)
     for entry in files:
-        _draw(entry, figures_dir / f"model-{slugs[entry.model]}", fmt)
-    shared = _draw_overlays(files, figures_dir / "all-models", fmt)
+        _draw(entry, ensure_subfolder(folder, FIGURES_FOLDER, f"model-{slugs[entry.model]}"), fmt)
+    shared = _draw_overlays(files, ensure_subfolder(folder, FIGURES_FOLDER, "all-models"), fmt)
+    summary = folder / "summary.md"
+    if summary.is_symlink() and leads_outside(summary, folder):
+        skipped.append((summary, f"is a symbolic link to a file outside {folder}; not read"))
     text = _page(folder, page, files, skipped, models, slugs, shared, plotly)
-    write_text(page, text)
+    write_text(page, text, force=force)
     return page
 
 
@@ -149,6 +159,9 @@ def _read_files(folder: Path) -> tuple[list[_File], list[tuple[Path, str]]]:
     files: list[_File] = []
     skipped: list[tuple[Path, str]] = []
     for path in sorted(p for p in folder.glob("*.h5") if not p.name.startswith(".")):
+        if leads_outside(path, folder):
+            skipped.append((path, f"is a symbolic link to a file outside {folder}; not read"))
+            continue
         if not path.is_file():
             skipped.append((path, f"{path.name} is not a file"))
             continue
@@ -216,7 +229,7 @@ def _draw(entry: _File, out_dir: Path, fmt: str) -> None:
     except LandscapeError as exc:
         entry.notes.append(f"no figures: {_one_line(exc)}")
         return
-    written = plot_files([entry.path], out_dir, fmt, vtp=False)
+    written = plot_files([entry.path], out_dir, fmt, vtp=False, force=True)
     entry.figures = [p for p in written if _is_figure(p, fmt)]
 
 
@@ -241,7 +254,7 @@ def _draw_overlays(files: Sequence[_File], out_dir: Path, fmt: str) -> list[Path
         if len({f.model for f in group}) < 2:
             continue
         own = {p.name for f in group for p in f.figures}
-        written = plot_files([f.path for f in group], out_dir, fmt, vtp=False)
+        written = plot_files([f.path for f in group], out_dir, fmt, vtp=False, force=True)
         for path in written:
             if not _is_figure(path, fmt):
                 continue
@@ -463,7 +476,8 @@ def _page(
 ) -> str:
     plotly = _Plotly(go) if go is not None else None
     title = f"landscape report: {folder.resolve().name or folder}"
-    summary = _summary_from_markdown(folder / "summary.md") if (folder / "summary.md").is_file() else None
+    md = folder / "summary.md"
+    summary = _summary_from_markdown(md) if md.is_file() and not leads_outside(md, folder) else None
     body = [f"<h1>{html.escape(title)}</h1>", "<nav><ul>"]
     body += [f'<li><a href="#model-{slugs[m]}">{html.escape(m)}</a></li>' for m in models]
     if shared:
@@ -492,6 +506,7 @@ def _page(
             "<head>",
             '<meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f'<meta name="generator" content="landscape {__version__} ({WRITTEN_BY})">',
             f"<title>{html.escape(title)}</title>",
             f"<style>{_STYLE}</style>",
             "</head>",

@@ -23,7 +23,16 @@ import numpy as np
 
 from landscape import __version__
 from landscape.errors import LandscapeError
-from landscape.files import WriterLock, atomic_write, ensure_folder, last_writer, live_writer, os_error
+from landscape.files import (
+    WriterLock,
+    atomic_write,
+    check_replaceable,
+    ensure_folder,
+    file_type,
+    last_writer,
+    live_writer,
+    os_error,
+)
 
 KINDS = ("surface", "hessian", "fourier", "spectrum", "lesion", "trajectory", "similarity")
 #: :func:`describe` summarises a group of more than this many arrays (e.g. one per parameter) in one line
@@ -94,10 +103,7 @@ def now() -> str:
 def _unreadable(path: Path) -> LandscapeError:
     """The error for an existing file that h5py cannot open: a broken symlink, not HDF5 at all, or damaged."""
     if path.is_symlink() and not path.exists():
-        return LandscapeError(
-            f"{path} is a symbolic link to a missing file (or a loop of links); remove it or fix it, "
-            "choose another --out, or pass --force to replace the link"
-        )
+        return LandscapeError(f"{path} is a symbolic link to a missing file (or a loop of links); remove it or fix it")
     if h5py.is_hdf5(str(path)):
         return LandscapeError(
             f"{path} is a damaged HDF5 file (truncated or half-written) and cannot be resumed or "
@@ -182,12 +188,16 @@ def _open_h5(path: Path, mode: str = "r") -> h5py.File:
     """Open ``path`` with h5py (no HDF5 file locking) and refuse it unless it holds all of its own data.
 
     Raises:
-        LandscapeError: the file keeps data in other files or holds links (:func:`foreign_storage`).
+        LandscapeError: the file keeps data in other files or holds links (:func:`foreign_storage`), or its
+            structure is damaged.
         OSError: h5py cannot open it (not HDF5, damaged, permissions): the caller names the cause.
     """
     f = h5py.File(path, mode, locking=False)
     try:
         why = foreign_storage(f)
+    except RuntimeError:  # h5py could not walk the file's own structure: it is damaged
+        f.close()
+        raise _unreadable(path) from None
     except BaseException:
         f.close()
         raise
@@ -200,6 +210,26 @@ def _open_h5(path: Path, mode: str = "r") -> h5py.File:
 def _real(path: Path) -> Path:
     """``path`` with symlinks resolved (never raises): a file reached through a link has one writer lock."""
     return Path(os.path.realpath(path))
+
+
+def _links(path: Path, force: bool) -> int | None:
+    """How many names the regular file at ``path`` has; None for a symbolic link that ``force`` may replace.
+
+    Raises:
+        LandscapeError: ``path`` is a symbolic link (without ``force``: a result is never written through a
+            link) or not a regular file (a folder, a FIFO, a device: never replaced); see
+            :func:`landscape.files.check_replaceable`.
+    """
+    check_replaceable(path, force=True)  # a link is judged below; what is not a regular file is refused here
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        if not force:
+            raise LandscapeError(
+                f"{path} is a symbolic link, which is never followed when writing; remove it, give the file it "
+                "points to as --out, or pass --force to replace the link itself"
+            )
+        return None
+    return info.st_nlink
 
 
 def _check_no_writer(path: Path) -> None:
@@ -238,7 +268,7 @@ def _peek(path: Path) -> dict[str, Any] | None:
             }
     except PermissionError as exc:
         raise os_error(exc, path, "read") from exc
-    except OSError:
+    except (OSError, RuntimeError):  # not HDF5, or damaged (h5py raises RuntimeError walking a broken file)
         return None
 
 
@@ -284,12 +314,17 @@ class ResultFile:
         - A damaged HDF5 file or a non-HDF5 file: refused unless ``force``; a file damaged by a failed write
           of this same run (recorded in its lock sidecar) is started again without ``force``.
         - A read-only file is never written or replaced: resuming or forcing it is an error.
+        - A file that does not hold all of its own data (:func:`foreign_storage`): refused unless ``force``.
+        - A symbolic link is never written through: refused unless ``force``, which replaces the link itself.
+          A file of several hard links is never resumed (that would write its other names): refused unless
+          ``force``, which replaces this name. What is not a regular file (a folder, a FIFO, a device) is
+          never replaced (:func:`landscape.files.check_replaceable`).
 
         Args:
             path: the result file.
             kind: the result kind, one of :data:`KINDS`.
             attrs: the root attributes of the run (options and provenance; ``kind`` is added).
-            force: replace a file of other options, or a damaged/non-HDF5 file.
+            force: replace a file of other options, a damaged/non-HDF5 file, a link or a file of several names.
 
         Returns:
             The open :class:`ResultFile` (read-only when a complete file of the same run was found).
@@ -310,7 +345,8 @@ class ResultFile:
                 return cls._create(path, kind, full, identity, lock)
             lock.release()  # another run made the file meanwhile (and has ended): judge it as any file
         _check_no_writer(path)
-        info = _peek(path)
+        links = _links(path, force)  # a link, or no regular file: refused before anything reads it
+        info = _peek(path) if links is not None else None
         writable = _writable(path)
         if info is not None and info["foreign"] is not None and not force:
             raise _refuse_foreign(path, info["foreign"])
@@ -322,18 +358,24 @@ class ResultFile:
                     f"{path} is an unfinished result but read-only; make it writable (chmod u+w) to "
                     "resume it, or write elsewhere with --out"
                 )
-            lock = WriterLock(_real(path), identity)  # through a symlink: the lock of the file written
-            try:
-                handle = _open_h5(path, "r+")
-            except OSError as exc:
-                lock.release()
-                raise os_error(exc, path, "write") from exc
-            except BaseException:
-                lock.release()
-                raise
-            return cls(path, kind, handle, lock, resumed=True)
+            if links > 1 and not force:
+                raise LandscapeError(
+                    f"{path} has {links} hard links (other names of one file), so resuming it would write them "
+                    "all; copy it to a file of its own (cp), or pass --force to start it again"
+                )
+            if links == 1:
+                lock = WriterLock(path, identity)
+                try:
+                    handle = _open_h5(path, "r+")
+                except OSError as exc:
+                    lock.release()
+                    raise os_error(exc, path, "write") from exc
+                except BaseException:
+                    lock.release()
+                    raise
+                return cls(path, kind, handle, lock, resumed=True)
         replaceable = info is not None and not info["complete"] and not info["has_results"]
-        damaged_by_us = info is None and last_writer(path).get("identity") == identity
+        damaged_by_us = links is not None and info is None and last_writer(path).get("identity") == identity
         if not (force or replaceable or damaged_by_us):
             if info is None:
                 raise _unreadable(path)
@@ -344,7 +386,7 @@ class ResultFile:
                 f"{path} holds a {info['kind'] or 'different'} result from other options{detail}; "
                 "use --force to overwrite it or --out to write elsewhere"
             )
-        if not writable and not path.is_symlink():
+        if links is not None and not writable:
             raise LandscapeError(
                 f"{path} is read-only; it is never replaced, not even with --force: make it "
                 "writable (chmod u+w) or write elsewhere with --out"
@@ -355,7 +397,7 @@ class ResultFile:
     def _create(cls, path: Path, kind: str, full: Mapping[str, Any], identity: str, lock: WriterLock) -> ResultFile:
         """Write the attributes into an exclusive temporary, move it over ``path`` and reopen it (lock held)."""
         try:
-            with atomic_write(path) as handle, h5py.File(handle, "w") as f:
+            with atomic_write(path, force=True) as handle, h5py.File(handle, "w") as f:
                 for key, value in full.items():
                     f.attrs[key] = _encode(value)
                 f.attrs["identity"] = identity
@@ -363,7 +405,7 @@ class ResultFile:
                 f.attrs["landscape_version"] = __version__
                 f.attrs["complete"] = False
                 f.attrs["has_results"] = False
-            h5 = h5py.File(path, "r+", locking=False)
+            h5 = _open_h5(path, "r+")
         except BaseException:
             lock.release()
             raise
@@ -677,6 +719,9 @@ def read_result(path: str | Path) -> Result:
     path = Path(path)
     if not path.exists():
         raise LandscapeError(f"{path} does not exist; give the path of a result file written by landscape")
+    kind = path.stat().st_mode
+    if not stat.S_ISREG(kind):
+        raise LandscapeError(f"{path} is {file_type(kind)}, not a result file; give the path of an .h5 file")
     _check_no_writer(path)
     try:
         f = _open_h5(path)

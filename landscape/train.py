@@ -362,10 +362,10 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
         if device.type == "cuda":
             with torch.cuda.device(device):
                 torch.cuda.manual_seed(config.seed)  # this device only: the others are not forked
-        return _train(config, out, device, quiet)
+        return _train(config, out, device, quiet, force)
 
 
-def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool) -> TrainResult:
+def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, force: bool) -> TrainResult:
     """The body of :func:`train_model`, run with the global generators already seeded (and forked)."""
     from tqdm.auto import tqdm
 
@@ -427,6 +427,7 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool) ->
             epoch=epoch,
             metrics=metrics,
             train_options=options,
+            force=force,
         )
 
     snapshots: list[Path] = []

@@ -108,6 +108,7 @@ def test_round_trip_and_metadata(tmp_path):
         "landscape_version",
         "torch_version",
         "created",
+        "written_by",
     }
 
 

@@ -1,6 +1,7 @@
 """`landscape report DIR`: one self-contained page, every figure embedded, provenance folded, nothing from the net."""
 
 import base64
+import os
 import shutil
 import subprocess
 import sys
@@ -299,7 +300,7 @@ def test_unwritable_page_is_one_line_and_leaves_no_page(tmp_path):
     write_result(folder / "s.h5", "spectrum", spectrum_arrays(np.array([[1.0, 2.0]])), model="m")
     (tmp_path / "file").write_text("")
     one_line_error(write_report, folder, out=tmp_path / "file" / "r.html", interactive=False, match="cannot")
-    shutil.rmtree(folder / FIGURES_FOLDER)
+    shutil.rmtree(folder / FIGURES_FOLDER, ignore_errors=True)  # the page's folder is checked before any figure
     (folder / FIGURES_FOLDER).write_text("")  # the figures folder's name taken by a file
     one_line_error(write_report, folder, interactive=False, match="cannot create folder")
     assert not (folder / "report.html").exists()
@@ -356,17 +357,59 @@ def test_headless_browser_renders_the_images(report):
     assert len(dom.details) == len(RESULTS)
 
 
-def test_a_symlinked_page_is_replaced_never_followed(tmp_path):
+def test_a_symlinked_page_is_replaced_with_force_never_followed(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
     write_result(folder / "s.h5", "spectrum", spectrum_arrays(np.array([[1.0, 2.0]])), model="m")
     target = tmp_path / "elsewhere.txt"
     target.write_text("keep")
     (folder / "report.html").symlink_to(target)
-    page = write_report(folder, interactive=False)
+    one_line_error(write_report, folder, interactive=False, match="report.html is a symbolic link.*--force")
+    page = write_report(folder, interactive=False, force=True)
     assert not page.is_symlink()
     assert page.read_text().startswith("<!DOCTYPE html>")
     assert target.read_text() == "keep"
+
+
+def test_an_out_page_landscape_did_not_write_needs_force_and_its_own_is_replaced(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    write_result(folder / "s.h5", "spectrum", spectrum_arrays(np.array([[1.0, 2.0]])), model="m")
+    mine = tmp_path / "notes.html"
+    mine.write_text("<html>my notes</html>")
+    one_line_error(write_report, folder, out=mine, interactive=False, match="notes.html exists and landscape did not")
+    assert mine.read_text() == "<html>my notes</html>"
+    result = CliRunner().invoke(cli, ["report", str(folder), "--out", str(mine), "--no-interactive", "--force"])
+    assert result.exit_code == 0 and "landscape report" in mine.read_text()
+    write_report(folder, out=mine, interactive=False)  # a page it wrote is replaced without --force
+    os.mkfifo(folder / "fifo.html")
+    one_line_error(write_report, folder, out=folder / "fifo.html", force=True, match="named pipe.*never replaced")
+
+
+def test_nothing_is_read_or_written_outside_the_folder(tmp_path):
+    folder, outside = tmp_path / "run", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    write_result(folder / "s.h5", "spectrum", spectrum_arrays(np.array([[1.0, 2.0]])), model="m")
+    write_result(outside / "theirs.h5", "spectrum", spectrum_arrays(np.array([[3.0, 4.0]])), model="theirs")
+    (outside / "summary.md").write_text("| secret |\n| --- |\n| SECRET-TABLE |\n")
+    (folder / "linked.h5").symlink_to(outside / "theirs.h5")
+    (folder / "summary.md").symlink_to(outside / "summary.md")
+    (folder / FIGURES_FOLDER).symlink_to(outside)
+    before = sorted(p.name for p in outside.iterdir())
+    one_line_error(write_report, folder, interactive=False, match="report_figures is a symbolic link.*only inside")
+    assert sorted(p.name for p in outside.iterdir()) == before
+    (folder / FIGURES_FOLDER).unlink()
+    (folder / FIGURES_FOLDER).mkdir()
+    (folder / FIGURES_FOLDER / "model-m").symlink_to(outside)
+    one_line_error(write_report, folder, interactive=False, match="model-m is a symbolic link")
+    (folder / FIGURES_FOLDER / "model-m").unlink()
+    page = Page(write_report(folder, interactive=False).read_text())
+    notes = {line.split(":", 1)[0]: line for line in page.skipped}
+    assert "symbolic link to a file outside" in notes["linked.h5"] and "not read" in notes["summary.md"]
+    assert "SECRET-TABLE" not in (folder / "report.html").read_text()
+    assert all("theirs" not in text for _, text in page.headings)
+    assert sorted(p.name for p in outside.iterdir()) == before
 
 
 @pytest.mark.parametrize("how", FOREIGN)

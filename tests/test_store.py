@@ -241,16 +241,19 @@ def test_a_checkpoint_is_identified_by_its_content_not_its_path():
     )
 
 
-def test_a_dangling_or_looping_symlink_as_the_output_is_named_as_such(tmp_path):
+def test_a_symlink_as_the_output_is_never_written_through(tmp_path):
     (tmp_path / "dangling.h5").symlink_to(tmp_path / "nowhere.h5")
     (tmp_path / "a.h5").symlink_to(tmp_path / "b.h5")
     (tmp_path / "b.h5").symlink_to(tmp_path / "a.h5")
-    for name in ("dangling.h5", "a.h5"):
-        with pytest.raises(LandscapeError, match="is a symbolic link to a missing file"):
-            open_result(tmp_path / name, "surface", _attrs())
+    (tmp_path / "live.h5").symlink_to(_finished(tmp_path / "r.h5", complete=False))
+    for name in ("dangling.h5", "a.h5", "live.h5"):
+        one_line_error(open_result, tmp_path / name, "surface", _attrs(), match="is a symbolic link, which is never")
     f = open_result(tmp_path / "dangling.h5", "surface", _attrs(), force=True)  # --force replaces the link
     f.close()
     assert not (tmp_path / "dangling.h5").is_symlink() and not (tmp_path / "nowhere.h5").exists()
+    with open_result(tmp_path / "live.h5", "surface", _attrs(), force=True) as f:
+        assert not f.resumed
+    assert read_result(tmp_path / "r.h5")["loss"][0, 1] == 4.5 and not (tmp_path / "live.h5").is_symlink()
 
 
 def test_a_file_another_run_made_while_this_one_started_is_judged_not_replaced(tmp_path, monkeypatch):
@@ -268,15 +271,35 @@ def test_a_file_another_run_made_while_this_one_started_is_judged_not_replaced(t
     assert read_result(path)["loss"][0, 1] == 4.5 and not lock_path(path).exists()
 
 
-def test_a_file_resumed_through_a_symlink_has_one_writer(tmp_path):
+def test_a_file_being_written_is_not_read_through_a_symlink(tmp_path):
     path = _finished(tmp_path / "r.h5", complete=False)
     (tmp_path / "link.h5").symlink_to(path)
-    for first, second in ((path, tmp_path / "link.h5"), (tmp_path / "link.h5", path)):
-        with open_result(first, "surface", _attrs()) as f:
-            assert f.writable
-            one_line_error(open_result, second, "surface", _attrs(), match="being written by a running analysis")
-            one_line_error(read_result, tmp_path / "link.h5", match="being written by a running analysis")
+    with open_result(path, "surface", _attrs()) as f:
+        assert f.writable
+        one_line_error(open_result, tmp_path / "link.h5", "surface", _attrs(), match="being written by a running")
+        one_line_error(read_result, tmp_path / "link.h5", match="being written by a running analysis")
     assert read_result(tmp_path / "link.h5")["loss"][0, 1] == 4.5 and not lock_path(path).exists()
+
+
+def test_a_file_of_several_hard_links_is_never_resumed(tmp_path):
+    path = _finished(tmp_path / "r.h5", complete=False)
+    os.link(path, tmp_path / "other.h5")
+    before = (tmp_path / "other.h5").read_bytes()
+    one_line_error(open_result, path, "surface", _attrs(), match="has 2 hard links .*--force")
+    with open_result(path, "surface", _attrs(), force=True) as f:  # --force replaces this name only
+        assert not f.resumed
+    assert (tmp_path / "other.h5").read_bytes() == before and os.stat(path).st_nlink == 1
+
+
+@pytest.mark.parametrize("make", [os.mkfifo, os.mkdir], ids=["fifo", "folder"])
+def test_what_is_not_a_regular_file_is_never_replaced_or_read(tmp_path, make):
+    path = tmp_path / "r.h5"
+    make(path)
+    what = "a named pipe \\(FIFO\\)" if make is os.mkfifo else "a folder"
+    one_line_error(read_result, path, match=f"is {what}, not a result file")
+    for force in (False, True):
+        one_line_error(open_result, path, "surface", _attrs(), force=force, match=f"is {what}, not a regular file")
+    assert path.exists() and not path.is_file()
 
 
 @pytest.mark.parametrize("how", FOREIGN)

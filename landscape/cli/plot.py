@@ -51,6 +51,7 @@ from landscape.plot import FORMATS, LEVEL_SPACINGS, SPECTRUM_STYLES, STYLES
     default=None,
     help="Name the figures that draw all files together NAME_<kind> [default: <kind>_<model>_vs_<model>...].",
 )
+@click.option("--force", is_flag=True, help="Replace files of the figures' names that landscape did not write.")
 def command(
     paths: tuple[str, ...],
     out_dir: str | None,
@@ -63,6 +64,7 @@ def command(
     no_vtp: bool,
     spectrum_style: str,
     name: str | None,
+    force: bool,
 ) -> None:
     """Draw every figure of the given result files (files of one kind are overlaid)."""
     from landscape.plot import plot_files
@@ -76,6 +78,7 @@ def command(
         "vtp": not no_vtp,
         "spectrum_style": spectrum_style,
         "name": name,
+        "force": force,
     }
     for path in plot_files(list(paths), out_dir, fmt, **options):
         click.echo(str(path))

@@ -18,8 +18,9 @@ from landscape.report import REPORT_FORMATS
     default=None,
     help="Rotatable 3D views of 2D surfaces (plotly) [default: when plotly is installed].",
 )
-def command(folder: str, out: str | None, fmt: str, interactive: bool | None) -> None:
+@click.option("--force", is_flag=True, help="Replace an --out page that landscape did not write (or a link there).")
+def command(folder: str, out: str | None, fmt: str, interactive: bool | None, force: bool) -> None:
     """Write DIR/report.html: the summary table, every figure embedded, provenance; no network needed."""
     from landscape.report import write_report
 
-    click.echo(str(write_report(folder, out=out, fmt=fmt, interactive=interactive)))
+    click.echo(str(write_report(folder, out=out, fmt=fmt, interactive=interactive, force=force)))

@@ -18,8 +18,9 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from landscape import __version__
 from landscape.errors import LandscapeError
-from landscape.files import atomic_write
+from landscape.files import WRITTEN_BY, atomic_write
 from landscape.store import Result
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -269,24 +270,41 @@ def pi_ticks(ax: Axes, xlabel: str) -> None:
     ax.set_xlabel(xlabel)
 
 
-def save_figures(figures: Iterable[tuple[str, Figure]], out_dir: Path, fmt: str) -> list[Path]:
+def figure_metadata(fmt: str) -> dict[str, str]:
+    """The metadata every figure carries: who wrote it, with the mark of :func:`landscape.files.written_by_landscape`.
+
+    Args:
+        fmt: ``png``, ``pdf`` or ``svg``.
+
+    Returns:
+        The ``metadata`` argument of ``Figure.savefig`` (PNG: ``Software``; PDF and SVG: ``Creator``).
+    """
+    return {"Software" if fmt == "png" else "Creator": f"landscape {__version__} ({WRITTEN_BY})"}
+
+
+def save_figures(figures: Iterable[tuple[str, Figure]], out_dir: Path, fmt: str, *, force: bool = False) -> list[Path]:
     """Write each ``(name, figure)`` to ``out_dir/name.fmt`` atomically (never through a symlink, never half-written).
+
+    A figure replaces a file of its name only when landscape wrote that file, or with ``force``; never what is
+    not a regular file (:func:`landscape.files.check_replaceable`).
 
     Args:
         figures: file names without their extension, with their figures (a generator draws each when it is due).
         out_dir: an existing folder.
         fmt: ``png``, ``pdf`` or ``svg``.
+        force: replace files of those names that landscape did not write, and symbolic links (never followed).
 
     Returns:
         The paths written, in order.
 
     Raises:
-        LandscapeError: the folder cannot be written (permission denied, disk full, ...).
+        LandscapeError: a file of a figure's name may not be replaced, or the folder cannot be written
+            (permission denied, disk full, ...).
     """
     written = []
     for name, fig in figures:
         path = Path(out_dir) / f"{name}.{fmt}"
-        with atomic_write(path) as handle:
-            fig.savefig(handle, format=fmt, dpi=DPI, bbox_inches="tight")
+        with atomic_write(path, force=force) as handle:
+            fig.savefig(handle, format=fmt, dpi=DPI, bbox_inches="tight", metadata=figure_metadata(fmt))
         written.append(path)
     return written

@@ -313,4 +313,9 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
     Raises:
         LandscapeError: ``out_dir`` cannot be written.
     """
-    return save_figures(_figures(results, options.get("name"), options.get("style", "default")), out_dir, fmt)
+    return save_figures(
+        _figures(results, options.get("name"), options.get("style", "default")),
+        out_dir,
+        fmt,
+        force=options.get("force", False),
+    )

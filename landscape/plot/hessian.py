@@ -261,4 +261,4 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
             figures.append((figure_name("density", with_density, name), density_figure(with_density)))
         if with_eigen:
             figures.append((figure_name("eigenvalues", with_eigen, name), eigenvalue_figure(with_eigen)))
-    return save_figures(figures, out_dir, fmt)
+    return save_figures(figures, out_dir, fmt, force=options.get("force", False))

@@ -161,4 +161,4 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
     Raises:
         LandscapeError: ``out_dir`` cannot be written.
     """
-    return save_figures(_figures(results, options.get("name")), out_dir, fmt)
+    return save_figures(_figures(results, options.get("name")), out_dir, fmt, force=options.get("force", False))

@@ -144,4 +144,4 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
                 stem = figure_name("similarity", [result], name if len(results) == 1 else f"{name}_{result.path.stem}")
             yield stem, heatmap_figure(result)
 
-    return save_figures(figures(), out_dir, fmt)
+    return save_figures(figures(), out_dir, fmt, force=options.get("force", False))

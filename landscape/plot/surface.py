@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from landscape import __version__
 from landscape.errors import LandscapeError
-from landscape.files import atomic_write
+from landscape.files import WRITTEN_BY, atomic_write
 from landscape.plot import LEVEL_SPACINGS, STYLES, one_of
 from landscape.plot.common import Array, Schema, check_arrays, color, figure_name, save_figures, single_axes
 from landscape.store import Result
@@ -442,7 +443,9 @@ def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
     return fig
 
 
-def write_vtp(result: Result, path: str | Path, *, zmax: float | None = None, log: bool = False) -> Path:
+def write_vtp(
+    result: Result, path: str | Path, *, zmax: float | None = None, log: bool = False, force: bool = False
+) -> Path:
     """ParaView export of a 2D surface as ASCII XML PolyData (``.vtp``).
 
     One point ``(x_i, y_j, z)`` per grid point (index ``j*nx + i``) with ``z = loss`` (log10 with ``log``,
@@ -454,6 +457,7 @@ def write_vtp(result: Result, path: str | Path, *, zmax: float | None = None, lo
         path: the ``.vtp`` file to write.
         zmax: clip ``z`` at this value; ``None``: no clipping.
         log: ``z = log10(loss)``.
+        force: replace a file landscape did not write (see :func:`landscape.files.check_replaceable`).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -504,8 +508,9 @@ def write_vtp(result: Result, path: str | Path, *, zmax: float | None = None, lo
     ET.SubElement(polys, "DataArray", type="Int64", Name="offsets", format="ascii").text = text(
         4 * np.arange(1, len(quads) + 1), "%d"
     )
+    root.insert(0, ET.Comment(f" landscape {__version__} ({WRITTEN_BY}) "))
     path = Path(path)
-    with atomic_write(path) as handle:
+    with atomic_write(path, force=force) as handle:
         ET.ElementTree(root).write(handle, xml_declaration=True, encoding="utf-8")
     return path
 
@@ -522,6 +527,7 @@ def plot(
     level_spacing: str = "auto",
     vtp: bool = True,
     name: str | None = None,
+    force: bool = False,
     **_: Any,
 ) -> list[Path]:
     """Draw every surface figure of ``results`` into ``out_dir`` (see the module doc); return the paths.
@@ -542,6 +548,7 @@ def plot(
         level_spacing: one of :data:`LEVEL_SPACINGS` (see :func:`_levels`).
         vtp: also write ``<stem>.vtp`` for each plane.
         name: the 1D figure's name instead of its files' (see :func:`landscape.plot.common.figure_name`).
+        force: replace files of the figures' names that landscape did not write.
         **_: other drawing options, ignored.
 
     Returns:
@@ -563,7 +570,8 @@ def plot(
         if lines:
             yield figure_name("1d", lines, name), lines_figure(lines, log=log)
 
-    written = save_figures(figures(), Path(out_dir), fmt)
+    written = save_figures(figures(), Path(out_dir), fmt, force=force)
     if vtp:
-        written += [write_vtp(r, Path(out_dir) / f"{r.path.stem}.vtp", zmax=zmax, log=log) for r in planes]
+        vtps = [Path(out_dir) / f"{r.path.stem}.vtp" for r in planes]
+        written += [write_vtp(r, p, zmax=zmax, log=log, force=force) for r, p in zip(planes, vtps)]
     return written

@@ -248,18 +248,43 @@ def test_a_read_only_out_folder_is_an_error(tmp_path):
 
 
 # -------------------------------------------------------------------------------- links and half-written
-def test_planted_symlinks_are_replaced_not_followed(tmp_path):
+def test_planted_symlinks_are_refused_then_replaced_with_force_never_followed(tmp_path):
     path, out = surface(tmp_path), tmp_path / "figs"
     out.mkdir()
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"precious")
     for name in ("s_contour.png", "s.vtp"):
         (out / name).symlink_to(victim)
-    succeeds(plot(path, "--out", out), *SURFACE_FIGURES)
+    one_line_failure(plot(path, "--out", out), "s_contour.png is a symbolic link", "--force")
+    succeeds(plot(path, "--out", out, "--force"), *SURFACE_FIGURES)
     assert victim.read_bytes() == b"precious"
     assert not (out / "s_contour.png").is_symlink() and (out / "s_contour.png").read_bytes()[:4] == b"\x89PNG"
     assert not (out / "s.vtp").is_symlink() and (out / "s.vtp").read_bytes().startswith(b"<?xml")
     assert sorted(p.name for p in out.iterdir()) == sorted(SURFACE_FIGURES)  # no temporary left behind
+
+
+@pytest.mark.parametrize("fmt", ["png", "svg", "pdf"])
+def test_a_file_landscape_did_not_write_is_replaced_only_with_force(tmp_path, fmt):
+    path, out = surface(tmp_path), tmp_path / "figs"
+    out.mkdir()
+    mine = out / f"s_contour.{fmt}"
+    mine.write_bytes(b"my own figure")
+    one_line_failure(plot(path, "--out", out, "--format", fmt), f"{mine} exists and landscape did not write it")
+    assert mine.read_bytes() == b"my own figure"
+    succeeds(plot(path, "--out", out, "--format", fmt, "--force"), mine.name)
+    before = snapshot(out)
+    succeeds(plot(path, "--out", out, "--format", fmt), mine.name)  # its own figures are replaced without --force
+    assert snapshot(out).keys() == before.keys()
+
+
+@pytest.mark.parametrize("make", [os.mkfifo, os.mkdir], ids=["fifo", "folder"])
+def test_what_is_not_a_regular_file_is_never_replaced_by_a_figure(tmp_path, make):
+    path, out = surface(tmp_path), tmp_path / "figs"
+    out.mkdir()
+    make(out / "s_contour.png")
+    for force in ((), ("--force",)):
+        one_line_failure(plot(path, "--out", out, *force), "s_contour.png is a", "not a regular file", "never replaced")
+    assert not (out / "s_contour.png").is_file()
 
 
 def test_a_failed_write_leaves_the_old_figure_and_no_temporary(tmp_path, monkeypatch):
