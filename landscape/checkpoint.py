@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import io
 import os
 import pickle
 from dataclasses import dataclass, field
@@ -158,8 +159,10 @@ def save_checkpoint(
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "written_by": WRITTEN_BY,
     }
+    buffer = io.BytesIO()  # serialised first: a failed write of the file is then an OSError of our own write
+    torch.save(obj, buffer)
     with atomic_write(path, force=force) as f:
-        torch.save(obj, f)
+        f.write(buffer.getbuffer())
     return path
 
 

@@ -147,6 +147,53 @@ def check_replaceable(path: str | Path, *, force: bool = False) -> None:
         )
 
 
+#: free bytes under which a failed write is put down to a full disk (see :func:`write_failure`)
+NEARLY_FULL = 1 << 20
+
+
+def _failed_write_errno(path: Path) -> int | None:
+    """The cause of a failed write that came without an ``errno``, read from the state of the machine.
+
+    The file size limit (``RLIMIT_FSIZE``) reached by ``path``, or a file system with less than
+    :data:`NEARLY_FULL` bytes free; None when neither holds.
+    """
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = 0
+    if soft != resource.RLIM_INFINITY and size >= soft - NEARLY_FULL:
+        return errno.EFBIG
+    try:
+        fs = os.statvfs(path if os.path.exists(path) else os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return None
+    return errno.ENOSPC if fs.f_bavail * fs.f_frsize < NEARLY_FULL else None
+
+
+def write_failure(exc: BaseException, path: str | Path) -> LandscapeError:
+    """A one-line error for a write to ``path`` that a library reported as ``exc``, classified by its cause.
+
+    An ``OSError`` with an ``errno`` is named by :func:`os_error`. A library that reports a failed write without
+    one (h5py raises ``RuntimeError`` when HDF5 cannot write its metadata, e.g. on closing) is classified by the
+    state of the machine: the file size limit reached, or a full disk; otherwise its type and first line are kept.
+
+    Args:
+        exc: the exception the write raised.
+        path: the file being written.
+
+    Returns:
+        The :class:`LandscapeError` to raise (``raise write_failure(exc, path) from exc``).
+    """
+    code = getattr(exc, "errno", None) or _failed_write_errno(Path(path))
+    if code is not None:
+        return os_error(OSError(code, os.strerror(code)), path, "write")
+    detail = (str(exc).strip().splitlines() or [""])[0]
+    return LandscapeError(f"cannot write {path}: {type(exc).__name__}: {detail}".rstrip(": "))
+
+
 def ensure_folder(path: str | Path) -> Path:
     """Create folder ``path`` (and its parents) if needed; any OS failure is a one-line error.
 

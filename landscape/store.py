@@ -13,7 +13,10 @@ import datetime as _dt
 import json
 import os
 import stat
-from collections.abc import Mapping, Sequence
+import sys
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,7 @@ from landscape.files import (
     last_writer,
     live_writer,
     os_error,
+    write_failure,
 )
 
 KINDS = ("surface", "hessian", "fourier", "spectrum", "lesion", "trajectory", "similarity")
@@ -192,7 +196,13 @@ def _open_h5(path: Path, mode: str = "r") -> h5py.File:
             structure is damaged.
         OSError: h5py cannot open it (not HDF5, damaged, permissions): the caller names the cause.
     """
-    f = h5py.File(path, mode, locking=False)
+    if mode == "r":
+        f = h5py.File(path, mode, locking=False)
+    else:  # written without a sieve buffer: a failed data write fails in the write, never when h5py frees it
+        access = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+        access.set_sieve_buf_size(0)
+        access.set_file_locking(False, True)
+        f = h5py.File(h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDWR, fapl=access))
     try:
         why = foreign_storage(f)
     except RuntimeError:  # h5py could not walk the file's own structure: it is damaged
@@ -272,6 +282,65 @@ def _peek(path: Path) -> dict[str, Any] | None:
         return None
 
 
+@contextmanager
+def _h5py_failures() -> Iterator[list[BaseException]]:
+    """Collect the exceptions h5py raises, but cannot propagate, while it frees objects inside the block.
+
+    h5py frees an object in a Cython ``__dealloc__``; when HDF5 fails to write what it cached for the object
+    then, the exception is printed through :data:`sys.excepthook` and again through :data:`sys.unraisablehook`
+    (two tracebacks on stderr). Inside the block those that come from h5py (their traceback or object is
+    h5py's) are collected instead, any other goes to the hooks as before, and both hooks are restored after it.
+
+    Yields:
+        The list the exceptions are appended to.
+    """
+    caught: list[BaseException] = []
+    previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
+
+    def from_h5py(where: Any, tb: Any) -> bool:
+        origin = where if isinstance(where, str) else getattr(where, "__module__", "")
+        frames = traceback.extract_tb(tb) if tb is not None else []
+        return str(origin).startswith("h5py") or bool(frames) and all("h5py" in f.filename for f in frames)
+
+    def unraisable(info: Any) -> None:
+        if info.exc_value is not None and from_h5py(info.object, info.exc_traceback):
+            caught.append(info.exc_value)
+        else:
+            previous_unraisable(info)
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if from_h5py(None, tb):
+            caught.append(value)
+        else:
+            previous_except(kind, value, tb)
+
+    sys.unraisablehook, sys.excepthook = unraisable, excepthook
+    try:
+        yield caught
+    finally:
+        sys.unraisablehook, sys.excepthook = previous_unraisable, previous_except
+
+
+def _abandon(h5: h5py.File) -> None:
+    """Close a file whose writes failed, without HDF5 writing to it again.
+
+    After a failed write HDF5 still caches data and metadata it cannot write; ``h5py.File.close`` then fails
+    part-way and leaves datasets open, which HDF5 closes again when the process exits, on a file it has freed
+    (a crash). So the file's descriptor is first pointed at ``/dev/null``: what HDF5 still writes goes nowhere,
+    every object closes, and the file on disk stays as the failed write left it, as after a kill, for the same
+    command to resume or start again.
+    """
+    with _h5py_failures(), suppress(OSError, RuntimeError, ValueError):
+        fd = h5.id.get_vfd_handle()
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+    with _h5py_failures(), suppress(OSError, RuntimeError):
+        h5.close()
+
+
 class ResultFile:
     """One result file, open for a run: created or resumed by :meth:`open`, written only through its methods.
 
@@ -300,6 +369,7 @@ class ResultFile:
         self._h5 = handle
         self._lock = lock
         self._has_results = bool(handle.attrs.get("has_results", False))  # mirrors the attribute, set once
+        self._failed: LandscapeError | None = None  # the first failed write; the file is not written again
 
     # ----------------------------------------------------------------------------------------- opening
     @classmethod
@@ -468,12 +538,27 @@ class ResultFile:
         return self._h5
 
     def _guard(self, action: Any) -> Any:
+        """Run the h5py call ``action``; a failed write is recorded and becomes one line (:func:`write_failure`).
+
+        h5py reports a failed data write as ``OSError``, a failed metadata write (on a flush or the close) as
+        ``RuntimeError``, and a failure while it frees an object (HDF5 writes what it cached then) as an
+        exception it cannot raise, which :func:`_h5py_failures` catches: all three come from this file's
+        writes, so all three are write failures. After the first one the file is not written again.
+        """
+        if self._failed is not None:
+            raise self._failed
         try:
-            return action()
-        except OSError as exc:
+            with _h5py_failures() as freed:
+                value = action()
+            if freed:
+                raise freed[0]
+            return value
+        except (OSError, RuntimeError) as exc:
             if self._lock is not None:
                 self._lock.failed = True
-            raise os_error(exc, self.path, "write") from exc
+            self._failed = write_failure(exc, self.path)
+            _abandon(self._h5)
+            raise self._failed from exc
 
     def allocate(
         self, name: str, shape: Sequence[int], dtype: Any, *, fill: Any = 0, axes: Sequence[str] | None = None
@@ -636,11 +721,14 @@ class ResultFile:
     def close(self) -> None:
         """Close the file and release its writer lock.
 
+        After a failed write (already raised as one line) the close is quiet: HDF5 cannot write its last
+        metadata either, and the same command started again resumes or restarts the file.
+
         Raises:
             LandscapeError: the final flush on closing fails (the lock is released all the same).
         """
         try:
-            if self._h5.id.valid:
+            if self._failed is None and self._h5.id.valid:
                 self._guard(self._h5.close)
         finally:
             if self._lock is not None:

@@ -130,11 +130,10 @@ def test_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):
     path = save_checkpoint(tmp_path / "ck.pt", TinyNet(), model_name="tiny", model_kwargs={}, num_classes=10)
     before = path.read_bytes()
 
-    def broken_save(obj, f):
-        f.write(b"half a checkpoint")
+    def full_disk(fd):  # the checkpoint's bytes are written, then the disk turns out full
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(torch, "save", broken_save)
+    monkeypatch.setattr(os, "fsync", full_disk)
     with pytest.raises(LandscapeError, match="no space left on the device") as e:
         save_checkpoint(path, trained_tiny(width=8), model_name="tiny", model_kwargs={"width": 8}, num_classes=10)
     assert "\n" not in str(e.value)

@@ -160,3 +160,42 @@ def test_every_check_refuses_nan_inf_and_a_number_too_large_for_a_float_in_one_l
             checks.in_range(value, "--x", 0, 1)
     with pytest.raises(LandscapeError, match=r"--w\[1\] must be a finite number"):
         checks.finite_all([1, 10**400], "--w")
+
+
+def _limited(limit_bytes):
+    """A ``preexec_fn`` that sets the file size limit of the child (``ulimit -f``)."""
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+
+TINY = ["--model-kw", "widths=[4,8]", "--model-kw", "layers=[1,1]"]
+
+
+@pytest.mark.parametrize(
+    ("command", "limit"),
+    [
+        (["surface", "--x", "-1:1:41", "--y", "-1:1:41", "--samples", "32", "--out", "s.h5"], 20_000),
+        (["surface", "--x", "-1:1:41", "--y", "-1:1:41", "--samples", "32", "--out", "s.h5"], 31_000),
+        (["train", "--model", "resnet_mini", *TINY, "--epochs", "1", "--subset", "100", "--out", "t.pt"], 10_000),
+    ],
+    ids=["surface-early", "surface-late", "train-checkpoint"],
+)
+def test_a_file_size_limit_is_one_line_wherever_it_strikes_and_the_same_command_recovers(tmp_path, command, limit):
+    if command[0] == "surface":
+        from helpers import tiny_resnet_checkpoint
+
+        tiny_resnet_checkpoint(tmp_path)
+        command = [*command, "--ckpt", "tiny.pt"]
+    cmd = [sys.executable, "-m", "landscape", *command, "--quiet"]
+    limited = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, preexec_fn=_limited(limit))
+    output = (limited.stdout + limited.stderr).strip()
+    assert limited.returncode == 2, output
+    assert output.splitlines() == [output] and "Traceback" not in output and "Exception ignored" not in output, output
+    assert output.startswith("Error: cannot write") and "file size limit" in output, output
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    if command[0] == "surface":
+        assert read_result(tmp_path / "s.h5")["done"].all()
+    else:
+        assert torch.load(tmp_path / "t.pt", weights_only=True)["epoch"] == 1
