@@ -190,3 +190,33 @@ def test_3d_view_is_clipped_at_a_robust_maximum_unless_zmax_is_given(tmp_path):
     bowl = write_surface(tmp_path / "s.h5")
     _, _, bowl_loss, _ = S.grid_of(bowl)
     assert S.robust_max(bowl_loss) is None and not S.is_skewed(bowl_loss)
+
+
+def colorbar_labels(fig, index=1):
+    """The tick labels of the colour bar drawn in ``fig.axes[index]``."""
+    return [t.get_text() for t in fig.axes[index].get_yticklabels()]
+
+
+def test_log_colour_bars_have_readable_ticks_and_the_axes_are_square(tmp_path):
+    wide = write_wide(tmp_path / "w.h5")  # 0.003 .. 900: a log colour scale
+    assert colorbar_labels(S.contour_figure(wide, filled=True, log=True)) == ["0.01", "0.1", "1", "10", "100"]
+    assert colorbar_labels(S.contour_figure(wide, filled=True)) == ["0.1", "1", "10", "100"]  # levels from 0.02
+    assert colorbar_labels(S.heatmap_figure(wide)) == ["0.01", "0.1", "1", "10", "100"]
+    bowl = write_surface(tmp_path / "s.h5")  # 1.07 .. 6.68: geometric levels under a linear colour scale
+    assert colorbar_labels(S.contour_figure(bowl, filled=True, log=True)) == ["2", "3", "4", "5", "6"]
+    assert colorbar_labels(S.contour_figure(bowl, filled=True, spacing="linear")) == ["2", "3", "4", "5", "6"]
+    uneven = colorbar_labels(S.contour_figure(bowl, filled=True, spacing="above-min"))
+    assert 3 <= len(uneven) <= S.MAX_TICKS and all(len(t) <= 4 and float(t) > 0 for t in uneven)
+    for fig in (S.contour_figure(wide), S.contour_figure(wide, filled=True), S.heatmap_figure(wide)):
+        assert [ax.get_box_aspect() for ax in fig.axes if ax.get_label() != "<colorbar>"] in ([1.0], [1.0, 1.0])
+    x, y, _ = S.surface3d_figure(wide).axes[0].get_box_aspect()
+    assert x == pytest.approx(y)
+
+
+def test_log_ticks_are_decades_or_one_two_five_and_at_least_three():
+    np.testing.assert_allclose(S.log_ticks(0.003, 900), [0.01, 0.1, 1, 10, 100])
+    np.testing.assert_allclose(S.log_ticks(0.5, 30), [0.5, 1, 2, 5, 10, 20])
+    np.testing.assert_allclose(S.log_ticks(1.07, 6.7), [2, 3, 4, 5, 6])
+    np.testing.assert_allclose(S.log_ticks(1.0, 1.2), [1.0, 1.05, 1.1, 1.15, 1.2])  # too narrow: linear
+    many = S.log_ticks(1e-3, 1e12)
+    assert len(many) <= S.MAX_TICKS and [S.short(t) for t in many[:4]] == ["0.001", "0.1", "10", "1e+03"]

@@ -8,19 +8,22 @@ of all given files are overlaid in one figure of loss and accuracy (``<stem>_1d`
 
 Read at a glance: on a skewed surface (a narrow basin under high walls) the contour levels are spaced
 geometrically above the minimum, so several lines ring the basin; the colours are log-scaled when the loss
-spans more than two decades; the 3D view is clipped at a robust maximum. ``--levels``, ``--level-spacing``,
-``--log`` and ``--zmax`` override these defaults. The grid's orientation follows the file:
-``loss[j, i]`` is drawn at ``(x_i, y_j)``; non-square grids keep their axes.
+spans more than two decades (colour bars ticked at decades or 1-2-5 steps, :func:`log_ticks`); the 3D view
+is clipped at a robust maximum. ``--levels``, ``--level-spacing``, ``--log`` and ``--zmax`` override these
+defaults. The grid's orientation follows the file: ``loss[j, i]`` is drawn at ``(x_i, y_j)``; the plane is
+drawn in a square box whatever the ranges of its coordinates.
 """
 
 from __future__ import annotations
 
+import math
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib import colors
 from matplotlib.figure import Figure
 
 from landscape.errors import LandscapeError
@@ -150,6 +153,13 @@ LOG_DECADES = 2.0
 WALL_SHARE = 0.2
 #: the robust top of the 3D view: ``min + ROBUST_FACTOR * (75th percentile - min)`` (when below the maximum)
 ROBUST_FACTOR = 4.0
+#: the fewest and the most labelled ticks of a colour bar
+MIN_TICKS = 3
+MAX_TICKS = 8
+#: multiples of a power of ten that log ticks try in turn: decades, then 1-2-5, then every digit
+LOG_SUBS = ((1,), (1, 2, 5), tuple(range(1, 10)))
+#: the box of the 3D view (x, y, z): square in the plane of the directions
+BOX_3D = (1.0, 1.0, 0.8)
 
 
 def _finite(loss: np.ma.MaskedArray) -> np.ndarray:
@@ -252,8 +262,6 @@ def _levels(loss: np.ma.MaskedArray, n: int, log: bool, zmax: float | None, spac
 
 def _norm(loss: np.ma.MaskedArray, levels: np.ndarray | None = None) -> Any:
     """The colour scale: log when the loss spans decades, one colour step per level for uneven levels, else linear."""
-    from matplotlib import colors
-
     if spans_decades(loss):
         lo = float(loss.min())
         top = float(levels[-1]) if levels is not None else float(loss.max())
@@ -261,6 +269,77 @@ def _norm(loss: np.ma.MaskedArray, levels: np.ndarray | None = None) -> Any:
     if levels is not None and len(levels) > 2 and not np.allclose(np.diff(levels), levels[1] - levels[0]):
         return colors.BoundaryNorm(levels, 256)
     return None
+
+
+def log_ticks(lo: float, hi: float) -> np.ndarray:
+    """Readable ticks of a log scale over ``[lo, hi]``: decades, else 1-2-5 or every digit times a power of ten.
+
+    The first of :data:`LOG_SUBS` that gives at least :data:`MIN_TICKS` ticks in the range is taken, thinned to
+    at most :data:`MAX_TICKS` (every k-th); a range too narrow for any gets :func:`linear_ticks`.
+
+    Args:
+        lo: the lowest value (> 0).
+        hi: the highest value (> ``lo``).
+
+    Returns:
+        The ticks, increasing, within ``[lo, hi]``.
+    """
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    for subs in LOG_SUBS:
+        ticks = np.array([m * 10.0**e for e in range(first, last + 1) for m in subs])
+        ticks = ticks[(ticks >= lo * (1 - 1e-9)) & (ticks <= hi * (1 + 1e-9))]
+        if len(ticks) >= MIN_TICKS:
+            return ticks[:: math.ceil(len(ticks) / MAX_TICKS)]
+    return linear_ticks(lo, hi)
+
+
+def linear_ticks(lo: float, hi: float) -> np.ndarray:
+    """Round ticks over ``[lo, hi]`` (steps of 1, 2, 2.5 or 5 times a power of ten), at least :data:`MIN_TICKS`.
+
+    Args:
+        lo: the lowest value.
+        hi: the highest value (> ``lo``).
+
+    Returns:
+        The ticks, increasing, within ``[lo, hi]``.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    span = hi - lo
+    for bins in range(MAX_TICKS - 2, 4 * MAX_TICKS):
+        ticks = MaxNLocator(bins, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+        ticks = ticks[(ticks >= lo - 1e-9 * span) & (ticks <= hi + 1e-9 * span)]
+        if len(ticks) >= MIN_TICKS:
+            return ticks
+    return np.linspace(lo, hi, MIN_TICKS)
+
+
+def short(value: float) -> str:
+    """A tick label: ``value`` in at most 3 significant digits (``0.01``, ``2.5``, ``1e+04``)."""
+    return f"{float(value):.3g}"
+
+
+def _colorbar_ticks(cbar: Any, levels: np.ndarray | None, norm: Any) -> None:
+    """Label the colour bar with readable values.
+
+    A log colour scale (or geometric levels) gets :func:`log_ticks`, evenly spaced levels (or none)
+    :func:`linear_ticks`, other uneven levels (``above-min``, drawn one colour step each) at most
+    :data:`MAX_TICKS` of the levels themselves.
+    """
+    lo, hi = (levels[0], levels[-1]) if levels is not None else (cbar.norm.vmin, cbar.norm.vmax)
+    lo, hi = float(lo), float(hi)
+    if hi <= lo:
+        return
+    even = levels is None or np.allclose(np.diff(levels), levels[1] - levels[0])
+    geometric = levels is not None and lo > 0 and np.allclose(levels[1:] / levels[:-1], levels[1] / levels[0])
+    if isinstance(norm, colors.LogNorm) or (geometric and not even):
+        ticks = log_ticks(lo, hi)
+    elif even:
+        ticks = linear_ticks(lo, hi)
+    else:
+        ticks = levels[np.unique(np.linspace(0, len(levels) - 1, min(len(levels), MAX_TICKS)).round().astype(int))]
+    cbar.minorticks_off()
+    cbar.set_ticks(ticks, labels=[short(t) for t in ticks])
 
 
 def _labels(ax: Any, result: Result) -> None:
@@ -306,7 +385,8 @@ def contour_figure(
     norm = _norm(loss, lv)
     if filled:
         cs = ax.contourf(X, Y, np.ma.minimum(loss, lv[-1]), levels=lv, cmap="viridis", norm=norm, extend="both")
-        fig.colorbar(cs, ax=ax, label="loss")
+        spacing = "proportional" if isinstance(norm, colors.LogNorm) else "uniform"
+        _colorbar_ticks(fig.colorbar(cs, ax=ax, label="loss", spacing=spacing), lv, norm)
     else:
         cs = ax.contour(X, Y, loss, levels=lv, cmap="viridis", norm=norm)
         ax.clabel(cs, inline=True, fontsize=7, fmt="%.3g")
@@ -323,7 +403,7 @@ def contour_figure(
     if "trajectory/coordinates" not in result:
         _labels(ax, result)
     ax.set_title(_title(result), fontsize=8)
-    ax.set_aspect("auto")
+    ax.set_box_aspect(1)
     return fig
 
 
@@ -347,8 +427,11 @@ def heatmap_figure(result: Result) -> Figure:
         ax = fig.add_subplot(1, 2, k + 1)
         norm = _norm(z) if name == "loss" else None
         mesh = ax.pcolormesh(xs, ys, z, shading="nearest", cmap=cmap, norm=norm)
-        fig.colorbar(mesh, ax=ax, label=name)
+        cbar = fig.colorbar(mesh, ax=ax, label=name)
+        if name == "loss":
+            _colorbar_ticks(cbar, None, norm)
         _labels(ax, result)
+        ax.set_box_aspect(1)
         ax.set_title(name)
     fig.suptitle(_title(result), fontsize=8)
     return fig
@@ -390,8 +473,9 @@ def surface3d_figure(
     Zf = np.ma.filled(Z.astype(float), np.nan)
     fig = Figure(figsize=(7, 6), layout="constrained")
     ax = fig.add_subplot(projection="3d")
+    ax.set_box_aspect(BOX_3D)
     if style == "paper":
-        from matplotlib import cm, colors
+        from matplotlib import cm
 
         finite = Zf[np.isfinite(Zf)]
         norm = colors.Normalize(finite.min(), finite.max() if finite.max() > finite.min() else finite.min() + 1)
