@@ -220,3 +220,59 @@ def test_log_ticks_are_decades_or_one_two_five_and_at_least_three():
     np.testing.assert_allclose(S.log_ticks(1.0, 1.2), [1.0, 1.05, 1.1, 1.15, 1.2])  # too narrow: linear
     many = S.log_ticks(1e-3, 1e12)
     assert len(many) <= S.MAX_TICKS and [S.short(t) for t in many[:4]] == ["0.001", "0.1", "10", "1e+03"]
+
+
+def texts(ax):
+    return [t.get_text() for t in ax.texts]
+
+
+def test_the_3d_view_says_where_it_is_clipped(tmp_path):
+    wide = write_wide(tmp_path / "w.h5")
+    _, _, loss, _ = S.grid_of(wide)
+    lo, top, hi = float(loss.min()), S.robust_max(loss), float(loss.max())
+    assert texts(S.surface3d_figure(wide).axes[0]) == [
+        f"clipped at loss = {S.short(top)}, max {S.short(hi)} (robust maximum; --zmax to change)"
+    ]
+    assert texts(S.surface3d_figure(wide, style="paper").axes[0]) == [
+        f"clipped at loss - min = {S.short(top - lo)}, max {S.short(hi - lo)} (robust maximum; --zmax to change)"
+    ]
+    assert texts(S.surface3d_figure(wide, zmax=50.0).axes[0]) == [f"clipped at loss = 50, max {S.short(hi)} (--zmax)"]
+    assert texts(S.surface3d_figure(wide, log=True, zmax=1.0).axes[0]) == [
+        f"clipped at log10 loss = 1, max {S.short(np.log10(hi))} (--zmax)"
+    ]
+    assert not S.surface3d_figure(wide, zmax=2 * hi).axes[0].texts  # nothing above zmax: nothing said
+    assert not S.surface3d_figure(write_surface(tmp_path / "s.h5")).axes[0].texts  # a bowl is not clipped
+
+
+def test_a_heatmap_over_decades_is_log_coloured_from_the_minimum_to_the_maximum(tmp_path):
+    from matplotlib.colors import LogNorm
+
+    _, _, loss, _ = S.grid_of(write_wide(tmp_path / "w.h5"))
+    norm = S.heatmap_figure(write_wide(tmp_path / "w.h5")).axes[0].collections[0].norm
+    assert isinstance(norm, LogNorm) and (norm.vmin, norm.vmax) == (float(loss.min()), float(loss.max()))
+    assert norm(float(np.ma.median(loss))) > 0.4  # the basin's points are told apart, not all dark
+    bowl = S.heatmap_figure(write_surface(tmp_path / "s.h5")).axes[0].collections[0].norm
+    assert not isinstance(bowl, LogNorm)
+
+
+def write_line(path, loss, **attrs):
+    xs = np.linspace(-1, 1, len(loss))
+    arrays = {**surface_arrays(xs, np.zeros(1)), "loss": np.asarray(loss, float)[None]}
+    return read_result(write_result(path, "surface", arrays, **{**SURFACE_ATTRS, "surface_ndim": 1, **attrs}))
+
+
+def test_a_line_over_decades_gets_a_log_axis_unless_the_loss_is_not_positive(tmp_path):
+    decades = write_line(tmp_path / "d.h5", 0.003 + 900 * np.linspace(-1, 1, 21) ** 8)
+    narrow = write_line(tmp_path / "n.h5", 1 + np.linspace(-1, 1, 21) ** 2)
+    signed = write_line(tmp_path / "s.h5", np.linspace(-1, 1, 21) ** 3 * 900 + 0.01)
+    assert S.lines_figure([decades]).axes[0].get_yscale() == "log"
+    assert S.lines_figure([narrow, decades]).axes[0].get_yscale() == "log"  # the files together span decades
+    assert S.lines_figure([narrow]).axes[0].get_yscale() == "linear" and not S.lines_figure([narrow]).axes[0].texts
+    assert S.lines_figure([narrow], log=True).axes[0].get_yscale() == "log"
+    for log in (False, True):
+        ax = S.lines_figure([signed], log=log).axes[0]
+        assert ax.get_yscale() == "linear"
+        assert texts(ax) == ["linear loss axis: the loss is negative at some points"]
+    target = write_line(tmp_path / "t.h5", 1 + np.linspace(-1, 1, 21) ** 2, direction_type="target")
+    legend = [t.get_text() for t in S.lines_figure([target]).axes[0].get_legend().get_texts()]
+    assert legend == ["t loss", "t accuracy"]  # the marks at alpha = 0 and 1 are not in the legend

@@ -8,8 +8,9 @@ of all given files are overlaid in one figure of loss and accuracy (``<stem>_1d`
 
 Read at a glance: on a skewed surface (a narrow basin under high walls) the contour levels are spaced
 geometrically above the minimum, so several lines ring the basin; the colours are log-scaled when the loss
-spans more than two decades (colour bars ticked at decades or 1-2-5 steps, :func:`log_ticks`); the 3D view
-is clipped at a robust maximum. ``--levels``, ``--level-spacing``, ``--log`` and ``--zmax`` override these
+spans more than two decades (colour bars ticked at decades or 1-2-5 steps, :func:`log_ticks`), and so is the
+heatmap, and the 1D loss axis by the same rule; the 3D view is clipped at a robust maximum, and says where
+(as it does for ``--zmax``). ``--levels``, ``--level-spacing``, ``--log`` and ``--zmax`` override these
 defaults. The grid's orientation follows the file: ``loss[j, i]`` is drawn at ``(x_i, y_j)``; the plane is
 drawn in a square box whatever the ranges of its coordinates.
 """
@@ -445,7 +446,8 @@ def surface3d_figure(
     ``paper``: Paper A's plasma-coloured wireframe of ``z = loss - min(loss)`` clipped at ``zmax``;
     ``default``: a shaded surface of the loss (log10 with ``log``), clipped at ``zmax``. Without ``zmax`` (and
     without ``log``) the view is clipped at the robust maximum (:func:`robust_max`), so that one corner spike
-    does not flatten the basin.
+    does not flatten the basin. When the clip cuts the surface the figure says so (``clipped at loss - min =
+    3.2, max 41 (--zmax)``).
 
     Args:
         result: a 2D surface result.
@@ -463,11 +465,15 @@ def surface3d_figure(
     """
     one_of(style, "surface style (--style)", STYLES)
     xs, ys, loss, _ = grid_of(result)
+    why = "--zmax"
     if zmax is None and not log and robust:
         top = robust_max(loss)
         zmax = None if top is None else top - float(loss.min()) if style == "paper" else top
+        why = "robust maximum; --zmax to change"
     X, Y = np.meshgrid(xs, ys)
     Z = loss - loss.min() if style == "paper" else np.ma.log10(loss) if log else loss
+    zlabel = "loss - min" if style == "paper" else "log10 loss" if log else "loss"
+    highest = float(Z.max())
     if zmax is not None:
         Z = np.ma.minimum(Z, zmax)
     Zf = np.ma.filled(Z.astype(float), np.nan)
@@ -482,21 +488,27 @@ def surface3d_figure(
         facecolors = cm.plasma(norm(np.nan_to_num(Zf, nan=finite.min())))
         surf = ax.plot_surface(X, Y, Zf, rcount=Zf.shape[0], ccount=Zf.shape[1], facecolors=facecolors, shade=False)
         surf.set_facecolor((0, 0, 0, 0))
-        ax.set_zlabel("loss - min")
     else:
         ax.plot_surface(X, Y, Zf, cmap="viridis", linewidth=0, antialiased=True)
-        ax.set_zlabel("log10 loss" if log else "loss")
+    ax.set_zlabel(zlabel)
     _labels(ax, result)
     ax.set_title(_title(result), fontsize=8)
+    if zmax is not None and highest > zmax:
+        note = f"clipped at {zlabel} = {short(zmax)}, max {short(highest)} ({why})"
+        ax.text2D(0.5, 0.97, note, transform=ax.transAxes, ha="center")
     return fig
 
 
 def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
-    """Loss (left axis, log scale with ``log``) and accuracy (right axis, dashed) along x, one colour per file.
+    """Loss (left axis) and accuracy (right axis, dashed) along x, one colour per file.
+
+    The loss axis is logarithmic with ``log`` or when the loss of the files together spans more than
+    :data:`LOG_DECADES` decades (:func:`spans_decades`); a loss that is zero or negative somewhere keeps a linear
+    axis, and the figure says so when a log axis was asked for or the positive losses span decades.
 
     Args:
         results: 1D surface results (at least one); the first gives the title and the x label.
-        log: a log-scale loss axis.
+        log: a log-scale loss axis (when the loss is positive).
 
     Returns:
         The figure (the centre and the target are marked at alpha = 0 and 1 for target directions).
@@ -506,21 +518,29 @@ def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
     """
     fig, ax = single_axes((7, 4.5))
     ax2 = ax.twinx()
+    losses = []
     for k, result in enumerate(results):
         xs, _, loss, acc = grid_of(result)
         label = result.path.stem
         ax.plot(xs, loss[0], "-", color=color(k), label=f"{label} loss")
         ax2.plot(xs, acc[0], "--", color=color(k), label=f"{label} accuracy")
-    if log:
+        losses.append(_finite(loss))
+    values = np.concatenate(losses)
+    positive = values[values > 0]
+    wide = positive.size > 0 and float(positive.max()) / float(positive.min()) > 10**LOG_DECADES
+    if values.min() > 0 and (log or wide):
         ax.set_yscale("log")
+    elif log or wide:
+        note = f"linear loss axis: the loss is {'zero' if values.min() == 0 else 'negative'} at some points"
+        ax.text(0.02, 0.02, note, transform=ax.transAxes, fontsize=8, color="0.3")
     if results[0].attrs.get("direction_type") == "target":
         for alpha in (0.0, 1.0):  # the centre and the target model
-            ax.axvline(alpha, color="0.6", lw=0.8, ls=":")
+            ax.axvline(alpha, color="0.6", lw=0.8, ls=":", label="_nolegend_")
     ax.set_xlabel("alpha" if results[0].attrs.get("direction_type") == "target" else "x")
     ax.set_ylabel("loss")
     ax2.set_ylabel("accuracy")
     ax2.set_ylim(0, 1)
-    lines = ax.get_lines() + ax2.get_lines()
+    lines = [ln for ln in ax.get_lines() + ax2.get_lines() if not ln.get_label().startswith("_")]
     ax.legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="upper center")
     ax.set_title(_title(results[0]), fontsize=8)
     return fig
