@@ -276,3 +276,18 @@ def test_a_line_over_decades_gets_a_log_axis_unless_the_loss_is_not_positive(tmp
     target = write_line(tmp_path / "t.h5", 1 + np.linspace(-1, 1, 21) ** 2, direction_type="target")
     legend = [t.get_text() for t in S.lines_figure([target]).axes[0].get_legend().get_texts()]
     assert legend == ["t loss", "t accuracy"]  # the marks at alpha = 0 and 1 are not in the legend
+
+
+def test_a_zmax_not_above_the_lowest_loss_is_a_one_line_error_before_any_figure(tmp_path):
+    write_surface(tmp_path / "s.h5")
+    lowest = float(np.min(f(*np.meshgrid(XS, YS))))
+    for zmax in (0.5, lowest):
+        msg = one_line_error(plot_files, [tmp_path / "s.h5"], tmp_path / "figs", "png", zmax=zmax)
+        assert f"--zmax {zmax:g} is not above the lowest loss of the surface, {lowest:.6g}" in msg
+        assert not list((tmp_path / "figs").iterdir())
+    res = read_result(tmp_path / "s.h5")
+    one_line_error(S.contour_figure, res, zmax=0.5, match="not above the lowest loss")
+    one_line_error(S.surface3d_figure, res, zmax=0.5, match="not above the lowest loss")
+    one_line_error(S.surface3d_figure, res, style="paper", zmax=-0.1, match="lowest loss - min of the surface, 0")
+    assert S.surface3d_figure(res, style="paper", zmax=0.5).axes[0].texts  # 0.5 above the minimum: drawn, clipped
+    assert len(plot_files([tmp_path / "s.h5"], tmp_path / "figs", "png", zmax=lowest + 0.5)) == 5

@@ -124,6 +124,54 @@ def grid_of(result: Result) -> tuple[np.ndarray, np.ndarray, np.ma.MaskedArray, 
     return np.asarray(result["xcoordinates"], float), np.asarray(result["ycoordinates"], float), loss, acc
 
 
+def check_zmax(result: Result, zmax: float | None, style: str = "default", log: bool = False) -> None:
+    """Check that ``zmax`` leaves something of the surface to draw: it must lie above the lowest value it clips.
+
+    The contours clip the loss at ``zmax``; the 3D view clips its ``z`` (:func:`z_of`: ``loss - min`` in the
+    ``paper`` style, ``log10 loss`` with ``log``).
+
+    Args:
+        result: a 2D surface result.
+        zmax: the ``--zmax`` option, or ``None`` (nothing to check).
+        style: the 3D style, ``"default"`` or ``"paper"``.
+        log: the ``--log`` flag.
+
+    Raises:
+        LandscapeError: the surface cannot be drawn (see :func:`check`), or ``zmax`` is at or below the lowest
+            loss or the lowest ``z`` of the 3D view.
+    """
+    if zmax is None:
+        return
+    loss = grid_of(result)[2]
+    _above_lowest(result, zmax, loss, "loss")
+    _above_lowest(result, zmax, *z_of(loss, style, log))
+
+
+def _above_lowest(result: Result, zmax: float, values: np.ma.MaskedArray, what: str) -> None:
+    lowest = float(_finite(values).min())
+    if zmax <= lowest:
+        raise LandscapeError(
+            f"{result.path}: --zmax {zmax:g} is not above the lowest {what} of the surface, {lowest:.6g}, so its "
+            f"figures would be empty; give a --zmax above {lowest:.6g}, or leave it out"
+        )
+
+
+def z_of(loss: np.ma.MaskedArray, style: str = "default", log: bool = False) -> tuple[np.ma.MaskedArray, str]:
+    """The height of the 3D view and its name.
+
+    Args:
+        loss: the surface's loss (masked where not done).
+        style: ``"paper"``: ``loss - min``; ``"default"``: the loss (``log10`` of it with ``log``).
+        log: draw ``log10(loss)`` in the default style.
+
+    Returns:
+        ``(z, label)``, e.g. ``(loss - loss.min(), "loss - min")``.
+    """
+    if style == "paper":
+        return loss - loss.min(), "loss - min"
+    return (np.ma.log10(loss), "log10 loss") if log else (loss, "loss")
+
+
 def is_2d(result: Result) -> bool:
     """Whether the surface is a plane (two directions) rather than a line.
 
@@ -376,9 +424,11 @@ def contour_figure(
         The figure.
 
     Raises:
-        LandscapeError: the surface cannot be drawn (see :func:`check`).
+        LandscapeError: the surface cannot be drawn (see :func:`check`), or ``zmax`` is not above the lowest loss.
     """
     xs, ys, loss, _ = grid_of(result)
+    if zmax is not None:
+        _above_lowest(result, zmax, loss, "loss")
     fig, ax = single_axes((6, 5))
     X, Y = np.meshgrid(xs, ys)
     one_of(spacing, "contour level spacing (--level-spacing)", LEVEL_SPACINGS)
@@ -461,7 +511,8 @@ def surface3d_figure(
         The figure.
 
     Raises:
-        LandscapeError: ``style`` is unknown, or the surface cannot be drawn (see :func:`check`).
+        LandscapeError: ``style`` is unknown, the surface cannot be drawn (see :func:`check`), or ``zmax`` is not
+            above the lowest ``z``.
     """
     one_of(style, "surface style (--style)", STYLES)
     xs, ys, loss, _ = grid_of(result)
@@ -471,8 +522,9 @@ def surface3d_figure(
         zmax = None if top is None else top - float(loss.min()) if style == "paper" else top
         why = "robust maximum; --zmax to change"
     X, Y = np.meshgrid(xs, ys)
-    Z = loss - loss.min() if style == "paper" else np.ma.log10(loss) if log else loss
-    zlabel = "loss - min" if style == "paper" else "log10 loss" if log else "loss"
+    Z, zlabel = z_of(loss, style, log)
+    if zmax is not None:
+        _above_lowest(result, zmax, Z, zlabel)
     highest = float(Z.max())
     if zmax is not None:
         Z = np.ma.minimum(Z, zmax)
@@ -652,10 +704,13 @@ def plot(
         The paths written, in order.
 
     Raises:
-        LandscapeError: a surface cannot be drawn, ``style`` is unknown, or ``out_dir`` cannot be written.
+        LandscapeError: a surface cannot be drawn, ``style`` is unknown, ``zmax`` leaves nothing of a plane
+            to draw (:func:`check_zmax`, before any figure is drawn), or ``out_dir`` cannot be written.
     """
     planes = [r for r in results if is_2d(r)]
     lines = [r for r in results if not is_2d(r)]
+    for r in planes:
+        check_zmax(r, zmax, style, log)
 
     def figures() -> Iterator[tuple[str, Figure]]:
         for r in planes:
