@@ -51,7 +51,7 @@ def test_trajectory_is_drawn_over_the_contour(tmp_path):
     ax = S.contour_figure(res).axes[0]
     line = [ln for ln in ax.get_lines() if ln.get_label() == "trajectory"][0]
     np.testing.assert_array_equal(np.asarray(line.get_xydata()), traj)
-    assert ax.get_xlabel() == "PC1 (70.0%)"
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("PC 1 (70.0% of variance)", "PC 2 (20.0% of variance)")
 
 
 def test_paper_style_3d_is_loss_minus_min_clipped(tmp_path):
@@ -291,3 +291,54 @@ def test_a_zmax_not_above_the_lowest_loss_is_a_one_line_error_before_any_figure(
     one_line_error(S.surface3d_figure, res, style="paper", zmax=-0.1, match="lowest loss - min of the surface, 0")
     assert S.surface3d_figure(res, style="paper", zmax=0.5).axes[0].texts  # 0.5 above the minimum: drawn, clipped
     assert len(plot_files([tmp_path / "s.h5"], tmp_path / "figs", "png", zmax=lowest + 0.5)) == 5
+
+
+def test_the_paper_style_ignores_log_and_keeps_its_robust_clip(tmp_path):
+    wide = write_wide(tmp_path / "w.h5")
+    _, _, loss, _ = S.grid_of(wide)
+    clip = S.robust_max(loss) - float(loss.min())
+    ax = S.surface3d_figure(wide, style="paper", log=True).axes[0]
+    assert ax.get_zlabel() == "loss - min" and ax.get_zlim()[1] <= clip * 1.1
+    assert texts(ax)[0].startswith(f"clipped at loss - min = {S.short(clip)}")
+
+
+@pytest.mark.parametrize(
+    "attrs, labels",
+    [
+        ({}, ("direction 1 (filter-normalised)", "direction 2 (filter-normalised)")),
+        ({"norm": "none"}, ("direction 1 (not normalised)", "direction 2 (not normalised)")),
+        ({"direction_type": "target", "norm": "x:none,y:layer"}, ("towards target", "direction 2 (layer-normalised)")),
+        ({"direction_type": "pca", "norm": "none"}, ("PC 1", "PC 2")),
+        (
+            {"direction_type": "pca", "norm": "none", "explained_variance_ratio": [0.614, 0.0252]},
+            ("PC 1 (61.4% of variance)", "PC 2 (2.5% of variance)"),
+        ),
+        ({"direction_eigenvalues": [12.34, 0.5]}, ("eigenvector 1 (λ = 12.3)", "eigenvector 2 (λ = 0.5)")),
+        ({"norm": "drop"}, ("direction 1", "direction 2")),  # a file that does not record the normalisation
+    ],
+)
+def test_axes_name_the_directions_from_the_file(tmp_path, attrs, labels):
+    attrs = {k: v for k, v in {**SURFACE_ATTRS, **attrs}.items() if v != "drop"}
+    res = read_result(write_result(tmp_path / "s.h5", "surface", surface_arrays(), **attrs))
+    assert S.direction_labels(res) == labels
+    for fig in (S.contour_figure(res), S.contour_figure(res, filled=True), S.heatmap_figure(res)):
+        assert (fig.axes[0].get_xlabel(), fig.axes[0].get_ylabel()) == labels
+    ax3 = S.surface3d_figure(res).axes[0]
+    assert (ax3.get_xlabel(), ax3.get_ylabel()) == labels
+
+
+def test_a_target_line_is_labelled_towards_the_target(tmp_path):
+    line = write_line(tmp_path / "t.h5", 1 + np.linspace(-1, 1, 21) ** 2, direction_type="target", norm="none")
+    assert S.lines_figure([line]).axes[0].get_xlabel() == "towards target"
+
+
+def test_titles_are_short_wrapped_and_not_tiny(tmp_path):
+    res = write_surface(tmp_path / "s.h5")
+    title = S.contour_figure(res).axes[0].title
+    assert title.get_text() == "toy (BN\u00a0eval)" and title.get_fontsize() >= 10
+    attrs = {**SURFACE_ATTRS, "model": "vit_mini_patch4_window8_depth12", "regularizer": {"kind": "l2", "coef": 5e-4}}
+    long = read_result(write_result(tmp_path / "l.h5", "surface", surface_arrays(), **attrs))
+    assert S.title_of(long) == "vit_mini_patch4_window8_depth12 (BN\u00a0eval,\nl2\u00a00.0005)"
+    for fig in (S.contour_figure(long), S.surface3d_figure(long), S.heatmap_figure(long)):
+        text = (fig._suptitle or fig.axes[0].title).get_text()
+        assert text == S.title_of(long) and max(map(len, text.splitlines())) <= 48

@@ -26,11 +26,21 @@ from typing import Any
 import numpy as np
 from matplotlib import colors
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from landscape.errors import LandscapeError
 from landscape.files import atomic_write
 from landscape.plot import LEVEL_SPACINGS, STYLES, one_of
-from landscape.plot.common import Array, Schema, check_arrays, color, figure_name, save_figures, single_axes
+from landscape.plot.common import (
+    Array,
+    Schema,
+    check_arrays,
+    color,
+    figure_name,
+    save_figures,
+    single_axes,
+    wrapped,
+)
 from landscape.store import Result
 
 #: the arrays of a surface file: ``loss[j, i]`` (and ``accuracy``, ``done``) at ``(x_i, y_j)``
@@ -48,6 +58,11 @@ SCHEMA = Schema(
         "trajectory/coordinates": Array(("snapshot", 2), finite=True),
     },
 )
+
+#: the size of figure titles (points): readable where the report shows a figure 540 pixels wide
+TITLE_SIZE = 11
+#: a space that a wrapped title does not break at
+NBSP = "\u00a0"
 
 
 def check(result: Result) -> None:
@@ -185,13 +200,61 @@ def is_2d(result: Result) -> bool:
     return int(ndim) == 2 if ndim is not None else result["loss"].shape[0] > 1
 
 
-def _title(result: Result) -> str:
+def title_of(result: Result) -> str:
+    """A short title of a surface: the model and what its loss was computed with, wrapped to fit the figure.
+
+    Args:
+        result: a surface result.
+
+    Returns:
+        E.g. ``resnet_mini (BN eval, l2 0.0005)``; the directions are named on the axes (:func:`direction_labels`).
+    """
     a = result.attrs
-    parts = [str(a.get("model", "")), f"norm={a.get('norm', '?')}", f"bn={a.get('bn', '?')}"]
+    details = [f"BN{NBSP}{a['bn']}"] if a.get("bn") else []
     reg = a.get("regularizer")
     if isinstance(reg, dict) and reg.get("kind", "none") != "none":
-        parts.append(f"reg={reg['kind']}({reg.get('coef')})")
-    return "  ".join(p for p in parts if p)
+        details.append(f"{reg['kind']}{NBSP}{reg.get('coef')}")
+    model = str(a.get("model", result.path.stem))
+    return wrapped(f"{model} ({', '.join(details)})" if details else model)
+
+
+def _normalised(norm: str | None) -> str:
+    """How a direction was normalised, as a label's tail: `` (filter-normalised)``, `` (not normalised)``."""
+    if norm is None:
+        return ""
+    return " (not normalised)" if norm == "none" else f" ({norm}-normalised)"
+
+
+def direction_labels(result: Result) -> tuple[str, str]:
+    """What the x and y axes of a surface are, from the file's attributes.
+
+    ``direction_eigenvalues`` (Hessian eigenvector directions): ``eigenvector 1 (λ = 12.3)``; PCA directions:
+    ``PC 1 (70.0% of variance)`` (the share when ``explained_variance_ratio`` is recorded); target directions:
+    ``towards target`` along x; random directions: ``direction 1 (filter-normalised)``, the normalisation
+    taken from ``norm`` (``filter``, or ``x:none,y:filter`` for a target plane).
+
+    Args:
+        result: a surface result.
+
+    Returns:
+        The labels of the x and the y axis.
+    """
+    a = result.attrs
+    eigenvalues = a.get("direction_eigenvalues")
+    if isinstance(eigenvalues, list) and len(eigenvalues) >= 1:
+        named = [f"eigenvector {i + 1} (λ = {float(v):.3g})" for i, v in enumerate(eigenvalues[:2])]
+        return named[0], named[1] if len(named) > 1 else "eigenvector 2"
+    kind = a.get("direction_type")
+    if kind == "pca":
+        ratio = a.get("explained_variance_ratio")
+        shares = [f" ({100 * float(r):.1f}% of variance)" for r in ratio[:2]] if isinstance(ratio, list) else []
+        shares += [""] * (2 - len(shares))
+        return f"PC 1{shares[0]}", f"PC 2{shares[1]}"
+    norm = a.get("norm")
+    per_axis = dict(part.split(":", 1) for part in norm.split(",")) if isinstance(norm, str) and ":" in norm else {}
+    x_norm, y_norm = (per_axis.get("x"), per_axis.get("y")) if per_axis else (norm, norm)
+    x = "towards target" if kind == "target" else f"direction 1{_normalised(x_norm)}"
+    return x, f"direction 2{_normalised(y_norm)}"
 
 
 #: ``auto`` spacing: the surface is skewed when half its points lie within this share of the loss range
@@ -207,8 +270,9 @@ MIN_TICKS = 3
 MAX_TICKS = 8
 #: multiples of a power of ten that log ticks try in turn: decades, then 1-2-5, then every digit
 LOG_SUBS = ((1,), (1, 2, 5), tuple(range(1, 10)))
-#: the box of the 3D view (x, y, z): square in the plane of the directions
+#: the box of the 3D view (x, y, z): square in the plane of the directions; at most this many ticks along x and y
 BOX_3D = (1.0, 1.0, 0.8)
+TICKS_3D = 5
 
 
 def _finite(loss: np.ma.MaskedArray) -> np.ndarray:
@@ -352,8 +416,6 @@ def linear_ticks(lo: float, hi: float) -> np.ndarray:
     Returns:
         The ticks, increasing, within ``[lo, hi]``.
     """
-    from matplotlib.ticker import MaxNLocator
-
     span = hi - lo
     for bins in range(MAX_TICKS - 2, 4 * MAX_TICKS):
         ticks = MaxNLocator(bins, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
@@ -392,8 +454,9 @@ def _colorbar_ticks(cbar: Any, levels: np.ndarray | None, norm: Any) -> None:
 
 
 def _labels(ax: Any, result: Result) -> None:
-    ax.set_xlabel("x" if result.attrs.get("direction_type") != "pca" else "PC1")
-    ax.set_ylabel("y" if result.attrs.get("direction_type") != "pca" else "PC2")
+    xlabel, ylabel = direction_labels(result)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
 
 
 def contour_figure(
@@ -429,7 +492,7 @@ def contour_figure(
     xs, ys, loss, _ = grid_of(result)
     if zmax is not None:
         _above_lowest(result, zmax, loss, "loss")
-    fig, ax = single_axes((6, 5))
+    fig, ax = single_axes((5.6, 5))
     X, Y = np.meshgrid(xs, ys)
     one_of(spacing, "contour level spacing (--level-spacing)", LEVEL_SPACINGS)
     lv = _levels(loss, levels, log, zmax, spacing)
@@ -440,20 +503,15 @@ def contour_figure(
         _colorbar_ticks(fig.colorbar(cs, ax=ax, label="loss", spacing=spacing), lv, norm)
     else:
         cs = ax.contour(X, Y, loss, levels=lv, cmap="viridis", norm=norm)
-        ax.clabel(cs, inline=True, fontsize=7, fmt="%.3g")
+        ax.clabel(cs, inline=True, fontsize=8, fmt="%.3g")
     if "trajectory/coordinates" in result:
         t = result["trajectory/coordinates"]
         ax.plot(t[:, 0], t[:, 1], "o-", color="crimson", ms=3, lw=1, label="trajectory")
-        ratio = result.attrs.get("explained_variance_ratio")
-        if isinstance(ratio, list) and len(ratio) >= 2:
-            ax.set_xlabel(f"PC1 ({100 * ratio[0]:.1f}%)")
-            ax.set_ylabel(f"PC2 ({100 * ratio[1]:.1f}%)")
-        ax.legend(loc="upper right", fontsize=7)
+        ax.legend(loc="upper right", fontsize=9)
     if xs.min() <= 0 <= xs.max() and ys.min() <= 0 <= ys.max():
         ax.plot([0], [0], "k+", ms=8)
-    if "trajectory/coordinates" not in result:
-        _labels(ax, result)
-    ax.set_title(_title(result), fontsize=8)
+    _labels(ax, result)
+    ax.set_title(title_of(result), fontsize=TITLE_SIZE)
     ax.set_box_aspect(1)
     return fig
 
@@ -473,7 +531,7 @@ def heatmap_figure(result: Result) -> Figure:
         LandscapeError: the surface cannot be drawn (see :func:`check`).
     """
     xs, ys, loss, acc = grid_of(result)
-    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    fig = Figure(figsize=(8.4, 4.2), layout="constrained")
     for k, (z, name, cmap) in enumerate(((loss, "loss", "viridis"), (acc, "accuracy", "magma"))):
         ax = fig.add_subplot(1, 2, k + 1)
         norm = _norm(z) if name == "loss" else None
@@ -484,7 +542,7 @@ def heatmap_figure(result: Result) -> Figure:
         _labels(ax, result)
         ax.set_box_aspect(1)
         ax.set_title(name)
-    fig.suptitle(_title(result), fontsize=8)
+    fig.suptitle(title_of(result), fontsize=TITLE_SIZE)
     return fig
 
 
@@ -495,7 +553,7 @@ def surface3d_figure(
 
     ``paper``: Paper A's plasma-coloured wireframe of ``z = loss - min(loss)`` clipped at ``zmax``;
     ``default``: a shaded surface of the loss (log10 with ``log``), clipped at ``zmax``. Without ``zmax`` (and
-    without ``log``) the view is clipped at the robust maximum (:func:`robust_max`), so that one corner spike
+    without a log10 ``z``) the view is clipped at the robust maximum (:func:`robust_max`), so that one corner spike
     does not flatten the basin. When the clip cuts the surface the figure says so (``clipped at loss - min =
     3.2, max 41 (--zmax)``).
 
@@ -504,7 +562,7 @@ def surface3d_figure(
         style: ``"default"`` or ``"paper"``.
         zmax: clip ``z`` at this value (in the units of ``z``: ``loss - min`` for ``paper``); ``None``: the
             robust maximum when ``robust``, else no clipping.
-        log: draw ``log10(loss)`` (``default`` style only); no default clipping then.
+        log: draw ``log10(loss)`` (``default`` style only; ``paper`` ignores it); no default clipping then.
         robust: clip at the robust maximum when ``zmax`` is ``None``.
 
     Returns:
@@ -517,7 +575,7 @@ def surface3d_figure(
     one_of(style, "surface style (--style)", STYLES)
     xs, ys, loss, _ = grid_of(result)
     why = "--zmax"
-    if zmax is None and not log and robust:
+    if zmax is None and robust and (style == "paper" or not log):
         top = robust_max(loss)
         zmax = None if top is None else top - float(loss.min()) if style == "paper" else top
         why = "robust maximum; --zmax to change"
@@ -544,7 +602,9 @@ def surface3d_figure(
         ax.plot_surface(X, Y, Zf, cmap="viridis", linewidth=0, antialiased=True)
     ax.set_zlabel(zlabel)
     _labels(ax, result)
-    ax.set_title(_title(result), fontsize=8)
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(MaxNLocator(TICKS_3D))
+    ax.set_title(title_of(result), fontsize=TITLE_SIZE)
     if zmax is not None and highest > zmax:
         note = f"clipped at {zlabel} = {short(zmax)}, max {short(highest)} ({why})"
         ax.text2D(0.5, 0.97, note, transform=ax.transAxes, ha="center")
@@ -588,13 +648,13 @@ def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
     if results[0].attrs.get("direction_type") == "target":
         for alpha in (0.0, 1.0):  # the centre and the target model
             ax.axvline(alpha, color="0.6", lw=0.8, ls=":", label="_nolegend_")
-    ax.set_xlabel("alpha" if results[0].attrs.get("direction_type") == "target" else "x")
+    ax.set_xlabel(direction_labels(results[0])[0])
     ax.set_ylabel("loss")
     ax2.set_ylabel("accuracy")
     ax2.set_ylim(0, 1)
     lines = [ln for ln in ax.get_lines() + ax2.get_lines() if not ln.get_label().startswith("_")]
-    ax.legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="upper center")
-    ax.set_title(_title(results[0]), fontsize=8)
+    ax.legend(lines, [ln.get_label() for ln in lines], fontsize=9, loc="upper center")
+    ax.set_title(title_of(results[0]), fontsize=TITLE_SIZE)
     return fig
 
 
