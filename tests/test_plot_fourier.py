@@ -155,3 +155,12 @@ def test_architectures_in_one_figure_keep_their_own_block_names(tmp_path):
     top, bottom = depth_figure([a, b], "variance", "y", "t").axes
     assert tick_names(top) == ["l0", "l1", "l2", "l3"] and tick_names(bottom) == ["l0", "l1", "l2"]
     np.testing.assert_allclose(bottom.get_xticks(), [0.0, 0.5, 1.0])
+
+
+def test_long_titles_are_wrapped(tmp_path):
+    from landscape.plot.fourier import maps_figure
+
+    res = fake_result(tmp_path / "a.h5", "vit_tiny_patch16_224_in21k_finetuned", ["embed", "msa", "mlp"])
+    title = profile_figure(res, style="paper").axes[0].get_title()
+    assert title == "vit_tiny_patch16_224_in21k_finetuned:\ndiagonal profile (last block left out)"
+    assert all(len(line) <= 60 for line in maps_figure(res)._suptitle.get_text().splitlines())

@@ -37,6 +37,7 @@ from landscape.plot.common import (
     pi_ticks,
     save_figures,
     single_axes,
+    wrapped,
     zero_line,
 )
 from landscape.store import Result
@@ -46,6 +47,8 @@ SHADES = {"msa": ("0.6", 0.35, "MSA block"), "downsample": ("tab:blue", 0.2, "do
 BAND = 0.8
 #: the most blocks named on a depth axis (every k-th block beyond)
 MAX_NAMED = 16
+#: the most maps in a row of the maps figure
+MAPS_PER_ROW = 4
 #: the x label of the figures against depth
 DEPTH_LABEL = "block, at its normalised depth"
 #: the arrays of a Fourier file: one row (or entry) per layer; ``maps/NNN`` is the map of layer NNN
@@ -141,7 +144,7 @@ def profile_figure(result: Result, style: str = "default") -> Figure:
     if mappable is not None:
         fig.colorbar(mappable, ax=ax, label="normalised depth")
     last = " (last block left out)" if style == "paper" else ""
-    ax.set_title(f"{model_name(result)}: {result.attrs.get('profile', 'diagonal')} profile{last}")
+    ax.set_title(wrapped(f"{model_name(result)}: {result.attrs.get('profile', 'diagonal')} profile{last}", 44))
     return fig
 
 
@@ -269,10 +272,10 @@ def maps_figure(result: Result) -> Figure:
         result: a Fourier result holding at least one ``maps/NNN`` array.
 
     Returns:
-        The figure, one panel per map (up to six per row) on one shared colour scale.
+        The figure, one panel per map (up to :data:`MAPS_PER_ROW` per row) on one shared colour scale.
     """
     names = sorted(k for k in result.arrays if k.startswith("maps/"))
-    cols = min(6, len(names))
+    cols = min(MAPS_PER_ROW, len(names))
     rows = math.ceil(len(names) / cols)
     fig = Figure(figsize=(1.9 * cols, 2.0 * rows + 0.4), layout="constrained")
     layer_names = [str(n) for n in result["layer_names"]]
@@ -289,12 +292,12 @@ def maps_figure(result: Result) -> Figure:
         ax.imshow(
             rel[name], cmap="viridis", norm=norm, origin="lower", extent=(-1 - 1 / w, 1 - 1 / w, -1 - 1 / h, 1 - 1 / h)
         )
-        ax.set_title(layer_names[int(name.split("/")[1])], fontsize=8)
+        ax.set_title(layer_names[int(name.split("/")[1])], fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
         axes.append(ax)
     fig.colorbar(ScalarMappable(norm=norm, cmap="viridis"), ax=axes, label="Δ log amplitude", shrink=0.8)
-    fig.suptitle(f"{model_name(result)}: mean log amplitude - log A(0), (-π, π)²")
+    fig.suptitle(wrapped(f"{model_name(result)}: mean log amplitude - log A(0), (-π, π)²", 60))
     return fig
 
 

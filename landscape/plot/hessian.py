@@ -173,7 +173,7 @@ def spectrum_figure(results: list[Result], bins: int = 40, *, style: str = "auto
         LandscapeError: ``style`` is not one of :data:`~landscape.plot.SPECTRUM_STYLES`.
     """
     one_of(style, "spectrum style (--spectrum-style)", SPECTRUM_STYLES)
-    fig = Figure(figsize=(8.0, 3.4), layout="constrained")
+    fig = Figure(figsize=(7.0, 3.4), layout="constrained")
     neg_ax, pos_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 2]})
     pooled = [_pooled(r) for r in results]
     everything = np.concatenate(pooled) if pooled else np.zeros(0)
@@ -192,7 +192,7 @@ def spectrum_figure(results: list[Result], bins: int = 40, *, style: str = "auto
     fig.suptitle(f"Max-eigenvalue spectra (top-{k} per mini-batch, pooled)")
     handles = {h.get_label(): h for ax in (neg_ax, pos_ax) for h in ax.get_legend_handles_labels()[0]}
     if handles:
-        pos_ax.legend([handles[n] for n in names if n in handles], [n for n in names if n in handles], fontsize=8)
+        pos_ax.legend([handles[n] for n in names if n in handles], [n for n in names if n in handles], fontsize=9)
     return fig
 
 

@@ -19,7 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from landscape.plot.common import Array, Schema, check_arrays, figure_name, labels, save_figures, zero_line
+from landscape.plot.common import Array, Schema, check_arrays, figure_name, labels, save_figures, wrapped, zero_line
 from landscape.plot.fourier import DEPTH_LABEL, name_blocks, shade_layers
 from landscape.store import Result
 
@@ -127,9 +127,9 @@ def lesion_figure(results: Sequence[Result], key: str, ylabel: str, title: str) 
             ]
         else:
             ax.set_title(names[members[0]], fontsize=9)
-        ax.legend(handles=handles + patches, fontsize=7, frameon=False, loc="best")
+        ax.legend(handles=handles + patches, fontsize=8, frameon=False, loc="best")
     axes[-1].set_xlabel(f"{DEPTH_LABEL} (dashed: stage boundaries)")
-    fig.suptitle(title)
+    fig.suptitle(wrapped(title))
     return fig
 
 

@@ -644,7 +644,7 @@ def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
         ax.set_yscale("log")
     elif log or wide:
         note = f"linear loss axis: the loss is {'zero' if values.min() == 0 else 'negative'} at some points"
-        ax.text(0.02, 0.02, note, transform=ax.transAxes, fontsize=8, color="0.3")
+        ax.text(0.02, 0.02, note, transform=ax.transAxes, fontsize=9, color="0.3")
     if results[0].attrs.get("direction_type") == "target":
         for alpha in (0.0, 1.0):  # the centre and the target model
             ax.axvline(alpha, color="0.6", lw=0.8, ls=":", label="_nolegend_")
