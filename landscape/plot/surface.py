@@ -7,12 +7,13 @@ of all given files are overlaid in one figure of loss and accuracy (``<stem>_1d`
 ``1d_<a>_vs_<b>`` for several, see :func:`landscape.plot.common.figure_name`).
 
 Read at a glance: on a skewed surface (a narrow basin under high walls) the contour levels are spaced
-geometrically above the minimum, so several lines ring the basin; the colours are log-scaled when the loss
-spans more than two decades (colour bars ticked at decades or 1-2-5 steps, :func:`log_ticks`), and so is the
-heatmap, and the 1D loss axis by the same rule; the 3D view is clipped at a robust maximum, and says where
-(as it does for ``--zmax``). ``--levels``, ``--level-spacing``, ``--log`` and ``--zmax`` override these
-defaults. The grid's orientation follows the file: ``loss[j, i]`` is drawn at ``(x_i, y_j)``; the plane is
-drawn in a square box whatever the ranges of its coordinates.
+geometrically above the minimum, so several lines ring the basin; the colours of contours and heatmaps, and
+the loss axis of 1D curves, are log-scaled when the loss spans more than two decades (colour bars ticked at
+decades or 1-2-5 steps, :func:`log_ticks`); the 3D view is clipped at a robust maximum and says where (as it
+does for ``--zmax``); the axes name the directions (:func:`direction_labels`). ``--levels``,
+``--level-spacing``, ``--log`` and ``--zmax`` override these defaults. The grid's orientation follows the
+file: ``loss[j, i]`` is drawn at ``(x_i, y_j)``; the plane is drawn in a square box whatever the ranges of its
+coordinates.
 """
 
 from __future__ import annotations
@@ -163,7 +164,8 @@ def check_zmax(result: Result, zmax: float | None, style: str = "default", log: 
 
 
 def _above_lowest(result: Result, zmax: float, values: np.ma.MaskedArray, what: str) -> None:
-    lowest = float(_finite(values).min())
+    finite = _finite(values)
+    lowest = float(finite.min()) if finite.size else -np.inf
     if zmax <= lowest:
         raise LandscapeError(
             f"{result.path}: --zmax {zmax:g} is not above the lowest {what} of the surface, {lowest:.6g}, so its "
@@ -583,7 +585,8 @@ def surface3d_figure(
     Z, zlabel = z_of(loss, style, log)
     if zmax is not None:
         _above_lowest(result, zmax, Z, zlabel)
-    highest = float(Z.max())
+    drawn = _finite(Z)
+    highest = float(drawn.max()) if drawn.size else -np.inf
     if zmax is not None:
         Z = np.ma.minimum(Z, zmax)
     Zf = np.ma.filled(Z.astype(float), np.nan)
