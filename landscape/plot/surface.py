@@ -494,7 +494,7 @@ def contour_figure(
     xs, ys, loss, _ = grid_of(result)
     if zmax is not None:
         _above_lowest(result, zmax, loss, "loss")
-    fig, ax = single_axes((5.6, 5))
+    fig, ax = single_axes((5.8, 4.9))
     X, Y = np.meshgrid(xs, ys)
     one_of(spacing, "contour level spacing (--level-spacing)", LEVEL_SPACINGS)
     lv = _levels(loss, levels, log, zmax, spacing)
