@@ -4,7 +4,7 @@ from matplotlib.colors import to_rgba
 from plot_results import fourier_arrays, fourier_attrs, write_result
 
 from landscape.plot import plot_files
-from landscape.plot.fourier import depth_figure, noise_figure, profile_figure
+from landscape.plot.fourier import MAX_NAMED, depth_figure, noise_figure, profile_figure
 from landscape.store import read_result
 
 
@@ -42,7 +42,7 @@ def test_depth_figure_groups_architectures_and_shades(tmp_path):
     spans = [p for p in top.patches]
     assert len(spans) == 2  # one downsampling, one MSA block
     xs = sorted(p.get_x() for p in spans)
-    np.testing.assert_allclose(xs, [0.5 - 0.125, 0.75 - 0.125])
+    np.testing.assert_allclose(xs, [0.5 - 0.1, 0.75 - 0.1])  # 80% of the depth cell of 0.25
     assert not bottom.patches
     legend = [t.get_text() for t in top.get_legend().get_texts()]
     assert "alternet (a)" in legend and "MSA block" in legend and "downsampling block" in legend
@@ -113,3 +113,54 @@ def test_profile_figure_paper_style_is_the_released_fig_2a(tmp_path):
     assert to_rgba(default[-1].get_color()) == pytest.approx(cmap(1.0))
     written = plot_files([tmp_path / "a.h5"], tmp_path / "figs", style="paper")
     assert tmp_path / "figs" / "a_delta_log_amplitude.png" in written
+
+
+def bands(ax):
+    """The shaded bands of ``ax`` as sorted ``(start, end)`` pairs along x (in data units)."""
+    return sorted((p.get_x(), p.get_x() + p.get_width()) for p in ax.patches)
+
+
+def tick_names(ax):
+    return [t.get_text() for t in ax.get_xticklabels()]
+
+
+def test_consecutive_msa_blocks_are_separate_bands_and_every_block_is_named(tmp_path):
+    kinds = ["stem", "conv", "msa", "msa", "msa", "downsample", "conv"]
+    res = fake_result(tmp_path / "a.h5", "alternet", kinds)
+    for key in ("high_frequency", "variance"):
+        (ax,) = depth_figure([res], key, "y", "t").axes
+        spans = bands(ax)
+        assert len(spans) == 4  # three MSA blocks and one downsampling block, each its own band
+        step = 1 / (len(kinds) - 1)
+        np.testing.assert_allclose([a for a, _ in spans], np.array([2, 3, 4, 5]) * step - 0.4 * step)
+        assert all(end < start for (_, end), (start, _) in zip(spans, spans[1:]))  # a gap between neighbours
+        assert tick_names(ax) == [f"l{i}" for i in range(len(kinds))]
+        np.testing.assert_allclose(ax.get_xticks(), res["depth"])
+
+
+def test_many_blocks_are_named_every_k_th(tmp_path):
+    kinds = ["conv"] * 20 + ["msa"] * 20
+    res = fake_result(tmp_path / "a.h5", "vit", kinds)
+    (ax,) = depth_figure([res], "high_frequency", "y", "t").axes
+    assert tick_names(ax) == [f"l{i}" for i in range(0, 40, 3)] and len(tick_names(ax)) <= MAX_NAMED
+    assert all(t.get_rotation() == 45 for t in ax.get_xticklabels())
+    ticked = np.sort(np.concatenate([ax.get_xticks(), ax.get_xticks(minor=True)]))
+    np.testing.assert_allclose(ticked, res["depth"])  # every block still ticked, the others by minor ticks
+    assert len(bands(ax)) == 20
+
+
+def test_architectures_in_one_figure_keep_their_own_block_names(tmp_path):
+    a = fake_result(tmp_path / "a.h5", "alternet", ["stem", "msa", "msa", "conv"])
+    b = fake_result(tmp_path / "b.h5", "resnet", ["stem", "conv", "conv"])
+    top, bottom = depth_figure([a, b], "variance", "y", "t").axes
+    assert tick_names(top) == ["l0", "l1", "l2", "l3"] and tick_names(bottom) == ["l0", "l1", "l2"]
+    np.testing.assert_allclose(bottom.get_xticks(), [0.0, 0.5, 1.0])
+
+
+def test_long_titles_are_wrapped(tmp_path):
+    from landscape.plot.fourier import maps_figure
+
+    res = fake_result(tmp_path / "a.h5", "vit_tiny_patch16_224_in21k_finetuned", ["embed", "msa", "mlp"])
+    title = profile_figure(res, style="paper").axes[0].get_title()
+    assert title == "vit_tiny_patch16_224_in21k_finetuned:\ndiagonal profile (last block left out)"
+    assert all(len(line) <= 60 for line in maps_figure(res)._suptitle.get_text().splitlines())

@@ -82,12 +82,12 @@ def test_spectrum_of_many_values_is_the_kernel_density_estimate(tmp_path):
     a = write_spectrum(tmp_path / "a.h5", "vit_mini", eig)
     values = eig.ravel()
     neg, pos = spectrum_figure([a]).axes[:2]
-    kde = gaussian_kde(values)
-    for ax in (neg, pos):
+    for ax, part in ((neg, values[values < 0]), (pos, values[values >= 0])):
+        kde = gaussian_kde(part)  # the eigenvalues of the panel's sign alone, reflected at zero, times their share
         (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "vit_mini"]
         x, y = line.get_xdata(), line.get_ydata()
         assert len(x) > 100
-        np.testing.assert_allclose(y, kde(x), rtol=1e-12)
+        np.testing.assert_allclose(y, part.size / values.size * (kde(x) + kde(-x)), rtol=1e-12)
         assert not [p for p in ax.patches if p.get_label() == "vit_mini"]  # no bars
     assert pos.get_lines()[0].get_xdata()[[0, -1]] == pytest.approx([0.0, values.max()])
     # forced: bars for the same data
@@ -118,3 +118,37 @@ def test_overlay_figures_are_named_by_kind_and_models(tmp_path):
             plot_files(paths, tmp_path / "f", "png", name=bad)
     with pytest.raises(LandscapeError, match="spectrum style"):
         plot_files(paths, tmp_path / "f", "png", spectrum_style="violin")
+
+
+def notes(ax):
+    """The texts of ``ax`` with their line breaks as spaces."""
+    return [" ".join(t.get_text().split()) for t in ax.texts]
+
+
+def test_a_spectrum_without_negative_eigenvalues_draws_nothing_in_the_negative_panel(tmp_path):
+    rng = np.random.default_rng(3)
+    positive = write_spectrum(tmp_path / "r.h5", "resnet_mini", 0.5 + np.abs(rng.normal(2, 3, (10, 5))))
+    neg, pos = spectrum_figure([positive]).axes[:2]
+    assert not neg.get_lines() and not neg.patches and not neg.collections
+    assert notes(neg) == ["no negative eigenvalues: resnet_mini"]
+    assert not pos.texts and pos.get_lines()[0].get_ydata().max() > 0
+    # overlaid with a model that has negative eigenvalues: only that model draws in the negative panel
+    mixed = write_spectrum(tmp_path / "v.h5", "vit_mini", rng.normal(5, 10, (10, 5)))
+    for style in ("kde", "hist"):
+        neg, pos = spectrum_figure([positive, mixed], bins=10, style=style).axes[:2]
+        drawn = {a.get_label() for a in [*neg.get_lines(), *neg.patches] if not a.get_label().startswith("_")}
+        assert drawn == {"vit_mini"}
+        assert notes(neg) == ["no negative eigenvalues: resnet_mini"]
+        assert {t.get_text() for t in pos.get_legend().get_texts()} == {"resnet_mini", "vit_mini"}
+
+
+def test_the_density_of_one_sign_does_not_spill_across_zero(tmp_path):
+    from scipy.integrate import trapezoid
+
+    eig = np.concatenate([np.linspace(-0.5, -0.01, 10), np.linspace(0.01, 40.0, 30)]).reshape(8, 5)
+    neg, pos = spectrum_figure([write_spectrum(tmp_path / "a.h5", "vit_mini", eig)], style="kde").axes[:2]
+    (n_line,), (p_line,) = neg.get_lines(), pos.get_lines()
+    assert n_line.get_xdata()[[0, -1]] == pytest.approx([-0.5, 0.0])
+    # reflected at zero: the negative panel holds the share of negative eigenvalues (less the tail beyond -0.5)
+    assert trapezoid(n_line.get_ydata(), n_line.get_xdata()) == pytest.approx(0.25, abs=0.03)
+    assert trapezoid(p_line.get_ydata(), p_line.get_xdata()) == pytest.approx(0.75, abs=0.06)

@@ -51,7 +51,7 @@ def test_trajectory_is_drawn_over_the_contour(tmp_path):
     ax = S.contour_figure(res).axes[0]
     line = [ln for ln in ax.get_lines() if ln.get_label() == "trajectory"][0]
     np.testing.assert_array_equal(np.asarray(line.get_xydata()), traj)
-    assert ax.get_xlabel() == "PC1 (70.0%)"
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("PC 1 (70.0% of variance)", "PC 2 (20.0% of variance)")
 
 
 def test_paper_style_3d_is_loss_minus_min_clipped(tmp_path):
@@ -190,3 +190,155 @@ def test_3d_view_is_clipped_at_a_robust_maximum_unless_zmax_is_given(tmp_path):
     bowl = write_surface(tmp_path / "s.h5")
     _, _, bowl_loss, _ = S.grid_of(bowl)
     assert S.robust_max(bowl_loss) is None and not S.is_skewed(bowl_loss)
+
+
+def colorbar_labels(fig, index=1):
+    """The tick labels of the colour bar drawn in ``fig.axes[index]``."""
+    return [t.get_text() for t in fig.axes[index].get_yticklabels()]
+
+
+def test_log_colour_bars_have_readable_ticks_and_the_axes_are_square(tmp_path):
+    wide = write_wide(tmp_path / "w.h5")  # 0.003 .. 900: a log colour scale
+    assert colorbar_labels(S.contour_figure(wide, filled=True, log=True)) == ["0.01", "0.1", "1", "10", "100"]
+    assert colorbar_labels(S.contour_figure(wide, filled=True)) == ["0.1", "1", "10", "100"]  # levels from 0.02
+    assert colorbar_labels(S.heatmap_figure(wide)) == ["0.01", "0.1", "1", "10", "100"]
+    bowl = write_surface(tmp_path / "s.h5")  # 1.07 .. 6.68: geometric levels under a linear colour scale
+    assert colorbar_labels(S.contour_figure(bowl, filled=True, log=True)) == ["2", "3", "4", "5", "6"]
+    assert colorbar_labels(S.contour_figure(bowl, filled=True, spacing="linear")) == ["2", "3", "4", "5", "6"]
+    uneven = colorbar_labels(S.contour_figure(bowl, filled=True, spacing="above-min"))
+    assert 3 <= len(uneven) <= S.MAX_TICKS and all(len(t) <= 4 and float(t) > 0 for t in uneven)
+    for fig in (S.contour_figure(wide), S.contour_figure(wide, filled=True), S.heatmap_figure(wide)):
+        assert [ax.get_box_aspect() for ax in fig.axes if ax.get_label() != "<colorbar>"] in ([1.0], [1.0, 1.0])
+    x, y, _ = S.surface3d_figure(wide).axes[0].get_box_aspect()
+    assert x == pytest.approx(y)
+
+
+def test_log_ticks_are_decades_or_one_two_five_and_at_least_three():
+    np.testing.assert_allclose(S.log_ticks(0.003, 900), [0.01, 0.1, 1, 10, 100])
+    np.testing.assert_allclose(S.log_ticks(0.5, 30), [0.5, 1, 2, 5, 10, 20])
+    np.testing.assert_allclose(S.log_ticks(1.07, 6.7), [2, 3, 4, 5, 6])
+    np.testing.assert_allclose(S.log_ticks(1.0, 1.2), [1.0, 1.05, 1.1, 1.15, 1.2])  # too narrow: linear
+    many = S.log_ticks(1e-3, 1e12)
+    assert len(many) <= S.MAX_TICKS and [S.short(t) for t in many[:4]] == ["0.001", "0.1", "10", "1e+03"]
+
+
+def texts(ax):
+    return [t.get_text() for t in ax.texts]
+
+
+def test_the_3d_view_says_where_it_is_clipped(tmp_path):
+    wide = write_wide(tmp_path / "w.h5")
+    _, _, loss, _ = S.grid_of(wide)
+    lo, top, hi = float(loss.min()), S.robust_max(loss), float(loss.max())
+    assert texts(S.surface3d_figure(wide).axes[0]) == [
+        f"clipped at loss = {S.short(top)}, max {S.short(hi)} (robust maximum; --zmax to change)"
+    ]
+    assert texts(S.surface3d_figure(wide, style="paper").axes[0]) == [
+        f"clipped at loss - min = {S.short(top - lo)}, max {S.short(hi - lo)} (robust maximum; --zmax to change)"
+    ]
+    assert texts(S.surface3d_figure(wide, zmax=50.0).axes[0]) == [f"clipped at loss = 50, max {S.short(hi)} (--zmax)"]
+    assert texts(S.surface3d_figure(wide, log=True, zmax=1.0).axes[0]) == [
+        f"clipped at log10 loss = 1, max {S.short(np.log10(hi))} (--zmax)"
+    ]
+    assert not S.surface3d_figure(wide, zmax=2 * hi).axes[0].texts  # nothing above zmax: nothing said
+    assert not S.surface3d_figure(write_surface(tmp_path / "s.h5")).axes[0].texts  # a bowl is not clipped
+
+
+def test_a_heatmap_over_decades_is_log_coloured_from_the_minimum_to_the_maximum(tmp_path):
+    from matplotlib.colors import LogNorm
+
+    _, _, loss, _ = S.grid_of(write_wide(tmp_path / "w.h5"))
+    norm = S.heatmap_figure(write_wide(tmp_path / "w.h5")).axes[0].collections[0].norm
+    assert isinstance(norm, LogNorm) and (norm.vmin, norm.vmax) == (float(loss.min()), float(loss.max()))
+    assert norm(float(np.ma.median(loss))) > 0.4  # the basin's points are told apart, not all dark
+    bowl = S.heatmap_figure(write_surface(tmp_path / "s.h5")).axes[0].collections[0].norm
+    assert not isinstance(bowl, LogNorm)
+
+
+def write_line(path, loss, **attrs):
+    xs = np.linspace(-1, 1, len(loss))
+    arrays = {**surface_arrays(xs, np.zeros(1)), "loss": np.asarray(loss, float)[None]}
+    return read_result(write_result(path, "surface", arrays, **{**SURFACE_ATTRS, "surface_ndim": 1, **attrs}))
+
+
+def test_a_line_over_decades_gets_a_log_axis_unless_the_loss_is_not_positive(tmp_path):
+    decades = write_line(tmp_path / "d.h5", 0.003 + 900 * np.linspace(-1, 1, 21) ** 8)
+    narrow = write_line(tmp_path / "n.h5", 1 + np.linspace(-1, 1, 21) ** 2)
+    signed = write_line(tmp_path / "s.h5", np.linspace(-1, 1, 21) ** 3 * 900 + 0.01)
+    assert S.lines_figure([decades]).axes[0].get_yscale() == "log"
+    assert S.lines_figure([narrow, decades]).axes[0].get_yscale() == "log"  # the files together span decades
+    assert S.lines_figure([narrow]).axes[0].get_yscale() == "linear" and not S.lines_figure([narrow]).axes[0].texts
+    assert S.lines_figure([narrow], log=True).axes[0].get_yscale() == "log"
+    for log in (False, True):
+        ax = S.lines_figure([signed], log=log).axes[0]
+        assert ax.get_yscale() == "linear"
+        assert texts(ax) == ["linear loss axis: the loss is negative at some points"]
+    target = write_line(tmp_path / "t.h5", 1 + np.linspace(-1, 1, 21) ** 2, direction_type="target")
+    legend = [t.get_text() for t in S.lines_figure([target]).axes[0].get_legend().get_texts()]
+    assert legend == ["t loss", "t accuracy"]  # the marks at alpha = 0 and 1 are not in the legend
+
+
+def test_a_zmax_not_above_the_lowest_loss_is_a_one_line_error_before_any_figure(tmp_path):
+    write_surface(tmp_path / "s.h5")
+    lowest = float(np.min(f(*np.meshgrid(XS, YS))))
+    for zmax in (0.5, lowest):
+        msg = one_line_error(plot_files, [tmp_path / "s.h5"], tmp_path / "figs", "png", zmax=zmax)
+        assert f"--zmax {zmax:g} is not above the lowest loss of the surface, {lowest:.6g}" in msg
+        assert not list((tmp_path / "figs").iterdir())
+    res = read_result(tmp_path / "s.h5")
+    one_line_error(S.contour_figure, res, zmax=0.5, match="not above the lowest loss")
+    one_line_error(S.surface3d_figure, res, zmax=0.5, match="not above the lowest loss")
+    one_line_error(S.surface3d_figure, res, style="paper", zmax=-0.1, match="lowest loss - min of the surface, 0")
+    assert S.surface3d_figure(res, style="paper", zmax=0.5).axes[0].texts  # 0.5 above the minimum: drawn, clipped
+    assert len(plot_files([tmp_path / "s.h5"], tmp_path / "figs", "png", zmax=lowest + 0.5)) == 5
+
+
+def test_the_paper_style_ignores_log_and_keeps_its_robust_clip(tmp_path):
+    wide = write_wide(tmp_path / "w.h5")
+    _, _, loss, _ = S.grid_of(wide)
+    clip = S.robust_max(loss) - float(loss.min())
+    ax = S.surface3d_figure(wide, style="paper", log=True).axes[0]
+    assert ax.get_zlabel() == "loss - min" and ax.get_zlim()[1] <= clip * 1.1
+    assert texts(ax)[0].startswith(f"clipped at loss - min = {S.short(clip)}")
+
+
+@pytest.mark.parametrize(
+    "attrs, labels",
+    [
+        ({}, ("direction 1 (filter-normalised)", "direction 2 (filter-normalised)")),
+        ({"norm": "none"}, ("direction 1 (not normalised)", "direction 2 (not normalised)")),
+        ({"direction_type": "target", "norm": "x:none,y:layer"}, ("towards target", "direction 2 (layer-normalised)")),
+        ({"direction_type": "pca", "norm": "none"}, ("PC 1", "PC 2")),
+        (
+            {"direction_type": "pca", "norm": "none", "explained_variance_ratio": [0.614, 0.0252]},
+            ("PC 1 (61.4% of variance)", "PC 2 (2.5% of variance)"),
+        ),
+        ({"direction_eigenvalues": [12.34, 0.5]}, ("eigenvector 1 (λ = 12.3)", "eigenvector 2 (λ = 0.5)")),
+        ({"norm": "drop"}, ("direction 1", "direction 2")),  # a file that does not record the normalisation
+    ],
+)
+def test_axes_name_the_directions_from_the_file(tmp_path, attrs, labels):
+    attrs = {k: v for k, v in {**SURFACE_ATTRS, **attrs}.items() if v != "drop"}
+    res = read_result(write_result(tmp_path / "s.h5", "surface", surface_arrays(), **attrs))
+    assert S.direction_labels(res) == labels
+    for fig in (S.contour_figure(res), S.contour_figure(res, filled=True), S.heatmap_figure(res)):
+        assert (fig.axes[0].get_xlabel(), fig.axes[0].get_ylabel()) == labels
+    ax3 = S.surface3d_figure(res).axes[0]
+    assert (ax3.get_xlabel(), ax3.get_ylabel()) == labels
+
+
+def test_a_target_line_is_labelled_towards_the_target(tmp_path):
+    line = write_line(tmp_path / "t.h5", 1 + np.linspace(-1, 1, 21) ** 2, direction_type="target", norm="none")
+    assert S.lines_figure([line]).axes[0].get_xlabel() == "towards target"
+
+
+def test_titles_are_short_wrapped_and_not_tiny(tmp_path):
+    res = write_surface(tmp_path / "s.h5")
+    title = S.contour_figure(res).axes[0].title
+    assert title.get_text() == "toy (BN\u00a0eval)" and title.get_fontsize() >= 10
+    attrs = {**SURFACE_ATTRS, "model": "vit_mini_patch4_window8_depth12", "regularizer": {"kind": "l2", "coef": 5e-4}}
+    long = read_result(write_result(tmp_path / "l.h5", "surface", surface_arrays(), **attrs))
+    assert S.title_of(long) == "vit_mini_patch4_window8_depth12 (BN\u00a0eval,\nl2\u00a00.0005)"
+    for fig in (S.contour_figure(long), S.surface3d_figure(long), S.heatmap_figure(long)):
+        text = (fig._suptitle or fig.axes[0].title).get_text()
+        assert text == S.title_of(long) and max(map(len, text.splitlines())) <= 48

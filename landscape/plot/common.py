@@ -308,3 +308,18 @@ def save_figures(figures: Iterable[tuple[str, Figure]], out_dir: Path, fmt: str,
             fig.savefig(handle, format=fmt, dpi=DPI, bbox_inches="tight", metadata=figure_metadata(fmt))
         written.append(path)
     return written
+
+
+def wrapped(text: str, width: int = 48) -> str:
+    """A title broken into lines of at most ``width`` characters (at spaces), so that it fits a small figure.
+
+    Args:
+        text: the title.
+        width: the most characters per line; 48 fit a 6 inch wide figure at 11 points.
+
+    Returns:
+        ``text`` with newlines between its lines (a word longer than ``width`` stays whole).
+    """
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)) or text

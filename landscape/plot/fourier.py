@@ -4,8 +4,9 @@ Fig 2a: Delta log amplitude per block; Fig 8: high-frequency Delta log amplitude
 feature-map variance against depth; Fig 2b: accuracy drop against noise frequency.
 
 Several files overlay in Fig 8, 9 and 2b (one marker style per file); Fig 2a and the maps are drawn per file.
-The depth figures shade MSA blocks grey and downsampling blocks blue; files with different layer-kind
-sequences (architectures) get one panel each.
+The depth figures shade each MSA block grey and each downsampling block blue (one band per block) and name
+the blocks along the x axis (every k-th when there are many); files with different layer-kind sequences
+(architectures) get one panel each.
 """
 
 from __future__ import annotations
@@ -36,11 +37,20 @@ from landscape.plot.common import (
     pi_ticks,
     save_figures,
     single_axes,
+    wrapped,
     zero_line,
 )
 from landscape.store import Result
 
 SHADES = {"msa": ("0.6", 0.35, "MSA block"), "downsample": ("tab:blue", 0.2, "downsampling block")}
+#: the share of a block's depth cell that its band covers (the rest is a gap between neighbouring bands)
+BAND = 0.8
+#: the most blocks named on a depth axis (every k-th block beyond)
+MAX_NAMED = 16
+#: the most maps in a row of the maps figure
+MAPS_PER_ROW = 4
+#: the x label of the figures against depth
+DEPTH_LABEL = "block, at its normalised depth"
 #: the arrays of a Fourier file: one row (or entry) per layer; ``maps/NNN`` is the map of layer NNN
 SCHEMA = Schema(
     kind="fourier",
@@ -134,36 +144,57 @@ def profile_figure(result: Result, style: str = "default") -> Figure:
     if mappable is not None:
         fig.colorbar(mappable, ax=ax, label="normalised depth")
     last = " (last block left out)" if style == "paper" else ""
-    ax.set_title(f"{model_name(result)}: {result.attrs.get('profile', 'diagonal')} profile{last}")
+    ax.set_title(wrapped(f"{model_name(result)}: {result.attrs.get('profile', 'diagonal')} profile{last}", 44))
     return fig
 
 
 def shade_layers(ax: Axes, depth: np.ndarray, kinds: Sequence[str]) -> list[Patch]:
-    """Shade each MSA block grey and each downsampling block blue over its depth cell; return legend patches.
+    """Shade each MSA block grey and each downsampling block blue, one band per block; return legend patches.
+
+    Each band covers :data:`BAND` of the block's depth cell (``1 / (L - 1)`` wide), so that consecutive blocks of
+    a kind stay separate bands.
 
     Args:
         ax: the axes to shade.
-        depth: the normalised depth of each layer, shape ``(L,)``; a cell is ``1 / (L - 1)`` wide.
+        depth: the normalised depth of each layer, shape ``(L,)``.
         kinds: the kind of each layer (``"msa"`` and ``"downsample"`` are shaded; others are not).
 
     Returns:
         One legend patch per kind shaded, in the order first met.
     """
-    step = 1.0 / max(len(depth) - 1, 1)
+    half = BAND / 2 / max(len(depth) - 1, 1)
     used: dict[str, Patch] = {}
     for d, kind in zip(depth, kinds):
         if kind in SHADES:
             color, alpha, name = SHADES[kind]
-            ax.axvspan(d - step / 2, d + step / 2, color=color, alpha=alpha, lw=0, zorder=0)
+            ax.axvspan(d - half, d + half, color=color, alpha=alpha, lw=0, zorder=0)
             used.setdefault(kind, Patch(color=color, alpha=alpha, label=name))
     return list(used.values())
+
+
+def name_blocks(ax: Axes, depth: np.ndarray, names: Sequence[str]) -> None:
+    """Tick the x axis at the blocks' depths with their names: every block, or every k-th past :data:`MAX_NAMED`.
+
+    When only every k-th block is named, every block still gets a minor tick.
+
+    Args:
+        ax: the axes.
+        depth: the normalised depth of each block.
+        names: the name of each block.
+    """
+    every = math.ceil(len(names) / MAX_NAMED)
+    ticks = list(range(0, len(names), every))
+    ax.set_xticks([float(depth[i]) for i in ticks])
+    ax.set_xticklabels([str(names[i]) for i in ticks], rotation=45, ha="right", rotation_mode="anchor", fontsize=8)
+    ax.set_xticks([float(d) for d in depth] if every > 1 else [], minor=True)
 
 
 def depth_figure(results: Sequence[Result], key: str, ylabel: str, title: str, log: bool = False) -> Figure:
     """``key`` (per layer) against normalised depth; one panel per architecture (layer-kind sequence).
 
     Files of the same architecture are overlaid in one panel, shaded by their layer kinds (MSA grey,
-    downsampling blue); every file keeps its own marker across panels.
+    downsampling blue, one band per block) and ticked with the first file's block names
+    (:func:`name_blocks`); every file keeps its own marker across panels.
 
     Args:
         results: Fourier results checked by :func:`check`.
@@ -179,11 +210,12 @@ def depth_figure(results: Sequence[Result], key: str, ylabel: str, title: str, l
     for j, result in enumerate(results):
         groups.setdefault(tuple(str(k) for k in result["layer_kinds"]), []).append(j)
     names = labels(results)
-    fig = Figure(figsize=(6.4, 1.0 + 2.8 * len(groups)), layout="constrained")
-    axes = fig.subplots(len(groups), 1, sharex=True, squeeze=False)[:, 0]
+    fig = Figure(figsize=(6.4, 1.6 + 3.2 * len(groups)), layout="constrained")
+    axes = fig.subplots(len(groups), 1, squeeze=False)[:, 0]
     for ax, (kinds, members) in zip(axes, groups.items()):
         depth = results[members[0]]["depth"]
         patches = shade_layers(ax, depth, kinds)
+        name_blocks(ax, depth, results[members[0]]["layer_names"])
         for j in members:
             ax.plot(
                 results[j]["depth"], results[j][key], marker=marker(j), ms=4.5, lw=1.3, color=color(j), label=names[j]
@@ -195,7 +227,7 @@ def depth_figure(results: Sequence[Result], key: str, ylabel: str, title: str, l
             ax.set_yscale("log")
         handles, texts = ax.get_legend_handles_labels()
         ax.legend(handles + patches, texts + [p.get_label() for p in patches], fontsize=8, frameon=False, loc="best")
-    axes[-1].set_xlabel("normalised depth")
+    axes[-1].set_xlabel(DEPTH_LABEL)
     axes[0].set_title(title)
     return fig
 
@@ -240,10 +272,10 @@ def maps_figure(result: Result) -> Figure:
         result: a Fourier result holding at least one ``maps/NNN`` array.
 
     Returns:
-        The figure, one panel per map (up to six per row) on one shared colour scale.
+        The figure, one panel per map (up to :data:`MAPS_PER_ROW` per row) on one shared colour scale.
     """
     names = sorted(k for k in result.arrays if k.startswith("maps/"))
-    cols = min(6, len(names))
+    cols = min(MAPS_PER_ROW, len(names))
     rows = math.ceil(len(names) / cols)
     fig = Figure(figsize=(1.9 * cols, 2.0 * rows + 0.4), layout="constrained")
     layer_names = [str(n) for n in result["layer_names"]]
@@ -260,12 +292,12 @@ def maps_figure(result: Result) -> Figure:
         ax.imshow(
             rel[name], cmap="viridis", norm=norm, origin="lower", extent=(-1 - 1 / w, 1 - 1 / w, -1 - 1 / h, 1 - 1 / h)
         )
-        ax.set_title(layer_names[int(name.split("/")[1])], fontsize=8)
+        ax.set_title(layer_names[int(name.split("/")[1])], fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
         axes.append(ax)
     fig.colorbar(ScalarMappable(norm=norm, cmap="viridis"), ax=axes, label="Δ log amplitude", shrink=0.8)
-    fig.suptitle(f"{model_name(result)}: mean log amplitude - log A(0), (-π, π)²")
+    fig.suptitle(wrapped(f"{model_name(result)}: mean log amplitude - log A(0), (-π, π)²", 60))
     return fig
 
 

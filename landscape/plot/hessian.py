@@ -6,12 +6,16 @@
   negative and positive eigenvalues, linear axes, one curve per file labelled with its model name: a Gaussian
   kernel density estimate (:class:`scipy.stats.gaussian_kde`, Scott's bandwidth) for a file of at least
   :data:`~landscape.plot.KDE_MIN_VALUES` eigenvalues, a histogram (step curve) for fewer (``style``, the
-  ``--spectrum-style`` option, forces one). Both panels share one normalisation (the whole density of a file
-  integrates to 1), so the panel areas show the share of negative and positive eigenvalues.
+  ``--spectrum-style`` option, forces one). Each panel estimates only the eigenvalues of its own sign (a kernel
+  density reflected at zero, so that none of it spills across); a file with none of a sign draws nothing in that
+  panel, which names it (``no negative eigenvalues: resnet_mini``). Both panels share one normalisation (the
+  whole density of a file integrates to 1), so the panel areas show the share of negative and positive
+  eigenvalues.
 """
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +40,8 @@ from landscape.store import Result
 
 #: points at which a kernel density estimate is drawn in each panel
 KDE_POINTS = 400
+#: characters per line of a panel's note on the files without eigenvalues of its sign
+NOTE_WIDTH = 32
 #: the arrays of a ``hessian`` file; each part (eigenvalues, density, trace) is there when it was computed
 HESSIAN = Schema(
     kind="hessian",
@@ -147,55 +153,66 @@ def eigenvalue_figure(results: list[Result]) -> Figure:
 def spectrum_figure(results: list[Result], bins: int = 40, *, style: str = "auto") -> Figure:
     """Paper A's max-eigenvalue spectra: pooled eigenvalues as densities, negative and positive panels.
 
+    Each panel draws only the eigenvalues of its sign, scaled by their share of the file's eigenvalues; a file
+    with none of a sign draws nothing in that panel and is named in its note (``no negative eigenvalues: m``).
+
     Args:
         results: ``spectrum`` results; the finite eigenvalues of the done mini-batches of each are pooled.
         bins: histogram bins per panel.
-        style: ``kde`` (a Gaussian kernel density estimate, :class:`scipy.stats.gaussian_kde`, drawn as a line
-            at :data:`KDE_POINTS` points per panel), ``hist`` (a histogram), or ``auto``: ``kde`` for a file of
-            at least :data:`~landscape.plot.KDE_MIN_VALUES` values, ``hist`` for fewer. A file whose values
-            are all equal is drawn as a histogram (a kernel density needs a spread).
+        style: ``kde`` (a Gaussian kernel density estimate of the eigenvalues of the panel's sign,
+            :class:`scipy.stats.gaussian_kde`, reflected at zero, drawn as a line at :data:`KDE_POINTS` points),
+            ``hist`` (a histogram), or ``auto``: ``kde`` for a file of at least
+            :data:`~landscape.plot.KDE_MIN_VALUES` values, ``hist`` for fewer. Eigenvalues of one sign that are
+            all equal (or a single one) are drawn as a histogram (a kernel density needs a spread).
 
     Returns:
-        The figure; each file's density integrates to 1 over both panels together (the KDE over the whole
-        line, of which the panels show the data's range).
+        The figure; each file's density integrates to 1 over both panels together (the reflected KDE of each
+        sign over its half-line, of which the panel shows the data's range).
 
     Raises:
         LandscapeError: ``style`` is not one of :data:`~landscape.plot.SPECTRUM_STYLES`.
     """
     one_of(style, "spectrum style (--spectrum-style)", SPECTRUM_STYLES)
-    fig = Figure(figsize=(8.0, 3.4), layout="constrained")
+    fig = Figure(figsize=(7.0, 3.4), layout="constrained")
     neg_ax, pos_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 2]})
     pooled = [_pooled(r) for r in results]
     everything = np.concatenate(pooled) if pooled else np.zeros(0)
-    lo = min(float(everything.min()), 0.0) if everything.size else -1.0
-    hi = max(float(everything.max()), 0.0) if everything.size else 1.0
-    for i, (label, values) in enumerate(zip(labels(results), pooled)):
-        kde = _kde(values) if style == "kde" or (style == "auto" and values.size >= KDE_MIN_VALUES) else None
-        for ax, part, edges in (
-            (neg_ax, values[values < 0], np.linspace(lo, 0, bins + 1)),
-            (pos_ax, values[values >= 0], np.linspace(0, hi, bins + 1)),
-        ):
-            if edges[-1] == edges[0]:
-                continue
-            if kde is not None:
-                x = np.linspace(edges[0], edges[-1], KDE_POINTS)
-                y = kde(x)
-                ax.plot(x, y, color=color(i), lw=1.4, label=label)
-                ax.fill_between(x, y, color=color(i), alpha=0.15, lw=0, label="_nolegend_")
-                continue
-            if part.size == 0:
-                continue
-            counts, _ = np.histogram(part, edges)
-            dens = counts / (values.size * (edges[1] - edges[0]))
-            ax.stairs(dens, edges, color=color(i), lw=1.4, label=label)
-            ax.stairs(dens, edges, color=color(i), alpha=0.15, fill=True)
-    _panel(neg_ax, "negative eigenvalues", (lo, 0.0), np.any(everything < 0))
-    _panel(pos_ax, "positive eigenvalues", (0.0, hi), np.any(everything >= 0))
+    lo = min(float(everything.min()), 0.0) if everything.size else 0.0
+    hi = max(float(everything.max()), 0.0) if everything.size else 0.0
+    names = labels(results)
+    for i, (label, values) in enumerate(zip(names, pooled)):
+        smooth = style == "kde" or (style == "auto" and values.size >= KDE_MIN_VALUES)
+        for ax, part, limits in ((neg_ax, values[values < 0], (lo, 0.0)), (pos_ax, values[values >= 0], (0.0, hi))):
+            if part.size and limits[0] < limits[1]:
+                _draw_sign(ax, part, values.size, limits, bins, smooth, color(i), label)
+    _panel(neg_ax, "negative", (lo, 0.0), [n for n, v in zip(names, pooled) if not np.any(v < 0)])
+    _panel(pos_ax, "positive", (0.0, hi), [n for n, v in zip(names, pooled) if not np.any(v >= 0)])
     neg_ax.set_ylabel("density")
     k = results[0]["eigenvalues"].shape[1] if results else 0
     fig.suptitle(f"Max-eigenvalue spectra (top-{k} per mini-batch, pooled)")
-    pos_ax.legend(fontsize=8)
+    handles = {h.get_label(): h for ax in (neg_ax, pos_ax) for h in ax.get_legend_handles_labels()[0]}
+    if handles:
+        pos_ax.legend([handles[n] for n in names if n in handles], [n for n in names if n in handles], fontsize=9)
     return fig
+
+
+def _draw_sign(
+    ax: Axes, part: np.ndarray, total: int, limits: tuple[float, float], bins: int, smooth: bool, c: str, label: str
+) -> None:
+    """Draw the eigenvalues ``part`` of one sign (of ``total`` in the file) over ``limits``: a KDE or a histogram."""
+    kde = _kde(part) if smooth else None
+    share = part.size / total
+    if kde is not None:
+        x = np.linspace(*limits, KDE_POINTS)
+        y = share * (kde(x) + kde(-x))
+        ax.plot(x, y, color=c, lw=1.4, label=label)
+        ax.fill_between(x, y, color=c, alpha=0.15, lw=0, label="_nolegend_")
+        return
+    edges = np.linspace(*limits, bins + 1)
+    counts, _ = np.histogram(part, edges)
+    dens = counts / (total * (edges[1] - edges[0]))
+    ax.stairs(dens, edges, color=c, lw=1.4, label=label)
+    ax.stairs(dens, edges, color=c, alpha=0.15, fill=True, label="_nolegend_")
 
 
 def _kde(values: np.ndarray) -> Any:
@@ -218,13 +235,22 @@ def _pooled(result: Result) -> np.ndarray:
     return ev[np.isfinite(ev)]
 
 
-def _panel(ax: Axes, title: str, limits: tuple[float, float], has_data: bool) -> None:
-    ax.set_title(title, fontsize=10)
+def _panel(ax: Axes, sign: str, limits: tuple[float, float], without: list[str]) -> None:
+    """Title and limits of the panel of ``sign`` eigenvalues; a note naming the files ``without`` any of them."""
+    ax.set_title(f"{sign} eigenvalues", fontsize=10)
     ax.set_xlabel("eigenvalue")
     if limits[0] < limits[1]:
         ax.set_xlim(*limits)
-    if not has_data:
-        ax.text(0.5, 0.5, "none", transform=ax.transAxes, ha="center", va="center", color="0.5")
+    if not without:
+        return
+    empty = not ax.get_legend_handles_labels()[0]
+    note = "\n".join(textwrap.wrap(f"no {sign} eigenvalues: {', '.join(without)}", NOTE_WIDTH))
+    where = (0.5, 0.5) if empty else (0.5, 0.95)
+    box = {"facecolor": "white", "alpha": 0.8, "lw": 0}
+    ax.text(*where, note, transform=ax.transAxes, ha="center", va="center" if empty else "top", color="0.3", bbox=box)
+    if empty:
+        ax.set_xticks([])
+        ax.set_yticks([])
 
 
 def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:

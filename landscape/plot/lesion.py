@@ -1,8 +1,9 @@
 """Figures of lesion results (Paper A, Sec 4): accuracy drop and NLL increase when each block is removed.
 
 One bar per lesioned block against its normalised depth, coloured by the block's kind (conv, downsample, MSA,
-MLP); MSA blocks are shaded grey and downsampling blocks blue (as in the Fourier depth figures,
-:func:`landscape.plot.fourier.shade_layers`) and stage boundaries are dashed lines. Several files overlay: files of
+MLP) and named on the x axis (every k-th when there are many); MSA blocks are shaded grey and downsampling blocks
+blue, one band each (as in the Fourier depth figures, :func:`landscape.plot.fourier.shade_layers`), and stage
+boundaries are dashed lines. Several files overlay: files of
 one architecture (the same block kinds and stages) share a panel, their bars side by side in each depth cell and
 told apart by hatching; other architectures get a panel each. Blocks not yet done are left out.
 """
@@ -18,8 +19,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from landscape.plot.common import Array, Schema, check_arrays, figure_name, labels, save_figures, zero_line
-from landscape.plot.fourier import shade_layers
+from landscape.plot.common import Array, Schema, check_arrays, figure_name, labels, save_figures, wrapped, zero_line
+from landscape.plot.fourier import DEPTH_LABEL, name_blocks, shade_layers
 from landscape.store import Result
 
 #: bar colour of each block kind
@@ -97,6 +98,7 @@ def lesion_figure(results: Sequence[Result], key: str, ylabel: str, title: str) 
         depth = first["depth"]
         step = 1.0 / max(len(depth) - 1, 1)
         patches = shade_layers(ax, depth, kinds)
+        name_blocks(ax, depth, first["block_names"])
         mark_stages(ax, depth, np.asarray(stages))
         width = 0.8 * step / len(members)
         colors = [KIND_COLORS.get(k, "0.5") for k in kinds]
@@ -125,9 +127,9 @@ def lesion_figure(results: Sequence[Result], key: str, ylabel: str, title: str) 
             ]
         else:
             ax.set_title(names[members[0]], fontsize=9)
-        ax.legend(handles=handles + patches, fontsize=7, frameon=False, loc="best")
-    axes[-1].set_xlabel("normalised depth (dashed: stage boundaries)")
-    fig.suptitle(title)
+        ax.legend(handles=handles + patches, fontsize=8, frameon=False, loc="best")
+    axes[-1].set_xlabel(f"{DEPTH_LABEL} (dashed: stage boundaries)")
+    fig.suptitle(wrapped(title))
     return fig
 
 

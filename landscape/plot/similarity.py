@@ -16,13 +16,17 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from landscape.errors import LandscapeError
-from landscape.plot.common import Array, Schema, check_arrays, figure_name, model_name, save_figures
+from landscape.plot.common import Array, Schema, check_arrays, figure_name, model_name, save_figures, wrapped
 from landscape.store import Result
 
 #: the colour of MSA blocks' tick labels and strips
 MSA_COLOR = "tab:red"
 #: at most this many ticks are labelled per axis (every k-th block beyond)
-MAX_TICKS = 40
+MAX_TICKS = 24
+#: the size of the tick labels (points), and the side of the matrix: inches per block, within limits
+TICK_SIZE = 8
+INCHES_PER_BLOCK = 0.13
+SIDE = (4.5, 8.0)
 SCHEMA = Schema(
     kind="similarity",
     required={
@@ -67,11 +71,11 @@ def _label_axis(ax: Axes, axis: str, names: Sequence[str], kinds: Sequence[str])
     text = [f"{names[i]} ({kinds[i]})" for i in ticks]
     if axis == "x":
         ax.set_xticks(ticks)
-        ax.set_xticklabels(text, rotation=90, fontsize=6)
+        ax.set_xticklabels(text, rotation=90, fontsize=TICK_SIZE)
         labels = ax.get_xticklabels()
     else:
         ax.set_yticks(ticks)
-        ax.set_yticklabels(text, fontsize=6)
+        ax.set_yticklabels(text, fontsize=TICK_SIZE)
         labels = ax.get_yticklabels()
     for label, i in zip(labels, ticks):
         if kinds[i] == "msa":
@@ -103,7 +107,7 @@ def heatmap_figure(result: Result) -> Figure:
     names_a, kinds_a = _text(result["names_a"]), _text(result["kinds_a"])
     names_b, kinds_b = _text(result["names_b"]), _text(result["kinds_b"])
     rows, cols = cka.shape
-    size = float(np.clip(0.22 * max(rows, cols) + 2.5, 4.0, 14.0))
+    size = float(np.clip(INCHES_PER_BLOCK * max(rows, cols) + 3.0, *SIDE))
     fig = Figure(figsize=(size + 1.2, size), layout="constrained")
     ax = fig.add_subplot()
     image = ax.imshow(cka, vmin=0.0, vmax=1.0, cmap="viridis", origin="upper", interpolation="nearest")
@@ -116,9 +120,9 @@ def heatmap_figure(result: Result) -> Figure:
     ax.set_ylabel(f"{a} blocks")
     ax.set_xlabel(f"{b} blocks" + ("" if not any(k == "msa" for k in kinds_a + kinds_b) else "  (MSA blocks in red)"))
     ax.set_title(
-        f"CKA {a}" + ("" if within else f" vs {b}") + f", {result.attrs.get('n_samples', '?')} samples",
-        fontsize=9,
-        pad=12,
+        wrapped(f"CKA {a}" + ("" if within else f" vs {b}") + f", {result.attrs.get('n_samples', '?')} samples"),
+        fontsize=11,
+        pad=16,
     )
     return fig
 

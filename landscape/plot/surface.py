@@ -7,27 +7,42 @@ of all given files are overlaid in one figure of loss and accuracy (``<stem>_1d`
 ``1d_<a>_vs_<b>`` for several, see :func:`landscape.plot.common.figure_name`).
 
 Read at a glance: on a skewed surface (a narrow basin under high walls) the contour levels are spaced
-geometrically above the minimum, so several lines ring the basin; the colours are log-scaled when the loss
-spans more than two decades; the 3D view is clipped at a robust maximum. ``--levels``, ``--level-spacing``,
-``--log`` and ``--zmax`` override these defaults. The grid's orientation follows the file:
-``loss[j, i]`` is drawn at ``(x_i, y_j)``; non-square grids keep their axes.
+geometrically above the minimum, so several lines ring the basin; the colours of contours and heatmaps, and
+the loss axis of 1D curves, are log-scaled when the loss spans more than two decades (colour bars ticked at
+decades or 1-2-5 steps, :func:`log_ticks`); the 3D view is clipped at a robust maximum and says where (as it
+does for ``--zmax``); the axes name the directions (:func:`direction_labels`). ``--levels``,
+``--level-spacing``, ``--log`` and ``--zmax`` override these defaults. The grid's orientation follows the
+file: ``loss[j, i]`` is drawn at ``(x_i, y_j)``; the plane is drawn in a square box whatever the ranges of its
+coordinates.
 """
 
 from __future__ import annotations
 
+import math
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib import colors
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from landscape import __version__
 from landscape.errors import LandscapeError
 from landscape.files import WRITTEN_BY, atomic_write
 from landscape.plot import LEVEL_SPACINGS, STYLES, one_of
-from landscape.plot.common import Array, Schema, check_arrays, color, figure_name, save_figures, single_axes
+from landscape.plot.common import (
+    Array,
+    Schema,
+    check_arrays,
+    color,
+    figure_name,
+    save_figures,
+    single_axes,
+    wrapped,
+)
 from landscape.store import Result
 
 #: the arrays of a surface file: ``loss[j, i]`` (and ``accuracy``, ``done``) at ``(x_i, y_j)``
@@ -45,6 +60,11 @@ SCHEMA = Schema(
         "trajectory/coordinates": Array(("snapshot", 2), finite=True),
     },
 )
+
+#: the size of figure titles (points): readable where the report shows a figure 540 pixels wide
+TITLE_SIZE = 11
+#: a space that a wrapped title does not break at
+NBSP = "\u00a0"
 
 
 def check(result: Result) -> None:
@@ -121,6 +141,55 @@ def grid_of(result: Result) -> tuple[np.ndarray, np.ndarray, np.ma.MaskedArray, 
     return np.asarray(result["xcoordinates"], float), np.asarray(result["ycoordinates"], float), loss, acc
 
 
+def check_zmax(result: Result, zmax: float | None, style: str = "default", log: bool = False) -> None:
+    """Check that ``zmax`` leaves something of the surface to draw: it must lie above the lowest value it clips.
+
+    The contours clip the loss at ``zmax``; the 3D view clips its ``z`` (:func:`z_of`: ``loss - min`` in the
+    ``paper`` style, ``log10 loss`` with ``log``).
+
+    Args:
+        result: a 2D surface result.
+        zmax: the ``--zmax`` option, or ``None`` (nothing to check).
+        style: the 3D style, ``"default"`` or ``"paper"``.
+        log: the ``--log`` flag.
+
+    Raises:
+        LandscapeError: the surface cannot be drawn (see :func:`check`), or ``zmax`` is at or below the lowest
+            loss or the lowest ``z`` of the 3D view.
+    """
+    if zmax is None:
+        return
+    loss = grid_of(result)[2]
+    _above_lowest(result, zmax, loss, "loss")
+    _above_lowest(result, zmax, *z_of(loss, style, log))
+
+
+def _above_lowest(result: Result, zmax: float, values: np.ma.MaskedArray, what: str) -> None:
+    finite = _finite(values)
+    lowest = float(finite.min()) if finite.size else -np.inf
+    if zmax <= lowest:
+        raise LandscapeError(
+            f"{result.path}: --zmax {zmax:g} is not above the lowest {what} of the surface, {lowest:.6g}, so its "
+            f"figures would be empty; give a --zmax above {lowest:.6g}, or leave it out"
+        )
+
+
+def z_of(loss: np.ma.MaskedArray, style: str = "default", log: bool = False) -> tuple[np.ma.MaskedArray, str]:
+    """The height of the 3D view and its name.
+
+    Args:
+        loss: the surface's loss (masked where not done).
+        style: ``"paper"``: ``loss - min``; ``"default"``: the loss (``log10`` of it with ``log``).
+        log: draw ``log10(loss)`` in the default style.
+
+    Returns:
+        ``(z, label)``, e.g. ``(loss - loss.min(), "loss - min")``.
+    """
+    if style == "paper":
+        return loss - loss.min(), "loss - min"
+    return (np.ma.log10(loss), "log10 loss") if log else (loss, "loss")
+
+
 def is_2d(result: Result) -> bool:
     """Whether the surface is a plane (two directions) rather than a line.
 
@@ -134,13 +203,61 @@ def is_2d(result: Result) -> bool:
     return int(ndim) == 2 if ndim is not None else result["loss"].shape[0] > 1
 
 
-def _title(result: Result) -> str:
+def title_of(result: Result) -> str:
+    """A short title of a surface: the model and what its loss was computed with, wrapped to fit the figure.
+
+    Args:
+        result: a surface result.
+
+    Returns:
+        E.g. ``resnet_mini (BN eval, l2 0.0005)``; the directions are named on the axes (:func:`direction_labels`).
+    """
     a = result.attrs
-    parts = [str(a.get("model", "")), f"norm={a.get('norm', '?')}", f"bn={a.get('bn', '?')}"]
+    details = [f"BN{NBSP}{a['bn']}"] if a.get("bn") else []
     reg = a.get("regularizer")
     if isinstance(reg, dict) and reg.get("kind", "none") != "none":
-        parts.append(f"reg={reg['kind']}({reg.get('coef')})")
-    return "  ".join(p for p in parts if p)
+        details.append(f"{reg['kind']}{NBSP}{reg.get('coef')}")
+    model = str(a.get("model", result.path.stem))
+    return wrapped(f"{model} ({', '.join(details)})" if details else model)
+
+
+def _normalised(norm: str | None) -> str:
+    """How a direction was normalised, as a label's tail: `` (filter-normalised)``, `` (not normalised)``."""
+    if norm is None:
+        return ""
+    return " (not normalised)" if norm == "none" else f" ({norm}-normalised)"
+
+
+def direction_labels(result: Result) -> tuple[str, str]:
+    """What the x and y axes of a surface are, from the file's attributes.
+
+    ``direction_eigenvalues`` (Hessian eigenvector directions): ``eigenvector 1 (λ = 12.3)``; PCA directions:
+    ``PC 1 (70.0% of variance)`` (the share when ``explained_variance_ratio`` is recorded); target directions:
+    ``towards target`` along x; random directions: ``direction 1 (filter-normalised)``, the normalisation
+    taken from ``norm`` (``filter``, or ``x:none,y:filter`` for a target plane).
+
+    Args:
+        result: a surface result.
+
+    Returns:
+        The labels of the x and the y axis.
+    """
+    a = result.attrs
+    eigenvalues = a.get("direction_eigenvalues")
+    if isinstance(eigenvalues, list) and len(eigenvalues) >= 1:
+        named = [f"eigenvector {i + 1} (λ = {float(v):.3g})" for i, v in enumerate(eigenvalues[:2])]
+        return named[0], named[1] if len(named) > 1 else "eigenvector 2"
+    kind = a.get("direction_type")
+    if kind == "pca":
+        ratio = a.get("explained_variance_ratio")
+        shares = [f" ({100 * float(r):.1f}% of variance)" for r in ratio[:2]] if isinstance(ratio, list) else []
+        shares += [""] * (2 - len(shares))
+        return f"PC 1{shares[0]}", f"PC 2{shares[1]}"
+    norm = a.get("norm")
+    per_axis = dict(part.split(":", 1) for part in norm.split(",")) if isinstance(norm, str) and ":" in norm else {}
+    x_norm, y_norm = (per_axis.get("x"), per_axis.get("y")) if per_axis else (norm, norm)
+    x = "towards target" if kind == "target" else f"direction 1{_normalised(x_norm)}"
+    return x, f"direction 2{_normalised(y_norm)}"
 
 
 #: ``auto`` spacing: the surface is skewed when half its points lie within this share of the loss range
@@ -151,6 +268,14 @@ LOG_DECADES = 2.0
 WALL_SHARE = 0.2
 #: the robust top of the 3D view: ``min + ROBUST_FACTOR * (75th percentile - min)`` (when below the maximum)
 ROBUST_FACTOR = 4.0
+#: the fewest and the most labelled ticks of a colour bar
+MIN_TICKS = 3
+MAX_TICKS = 8
+#: multiples of a power of ten that log ticks try in turn: decades, then 1-2-5, then every digit
+LOG_SUBS = ((1,), (1, 2, 5), tuple(range(1, 10)))
+#: the box of the 3D view (x, y, z): square in the plane of the directions; at most this many ticks along x and y
+BOX_3D = (1.0, 1.0, 0.8)
+TICKS_3D = 5
 
 
 def _finite(loss: np.ma.MaskedArray) -> np.ndarray:
@@ -253,8 +378,6 @@ def _levels(loss: np.ma.MaskedArray, n: int, log: bool, zmax: float | None, spac
 
 def _norm(loss: np.ma.MaskedArray, levels: np.ndarray | None = None) -> Any:
     """The colour scale: log when the loss spans decades, one colour step per level for uneven levels, else linear."""
-    from matplotlib import colors
-
     if spans_decades(loss):
         lo = float(loss.min())
         top = float(levels[-1]) if levels is not None else float(loss.max())
@@ -264,9 +387,79 @@ def _norm(loss: np.ma.MaskedArray, levels: np.ndarray | None = None) -> Any:
     return None
 
 
+def log_ticks(lo: float, hi: float) -> np.ndarray:
+    """Readable ticks of a log scale over ``[lo, hi]``: decades, else 1-2-5 or every digit times a power of ten.
+
+    The first of :data:`LOG_SUBS` that gives at least :data:`MIN_TICKS` ticks in the range is taken, thinned to
+    at most :data:`MAX_TICKS` (every k-th); a range too narrow for any gets :func:`linear_ticks`.
+
+    Args:
+        lo: the lowest value (> 0).
+        hi: the highest value (> ``lo``).
+
+    Returns:
+        The ticks, increasing, within ``[lo, hi]``.
+    """
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    for subs in LOG_SUBS:
+        ticks = np.array([m * 10.0**e for e in range(first, last + 1) for m in subs])
+        ticks = ticks[(ticks >= lo * (1 - 1e-9)) & (ticks <= hi * (1 + 1e-9))]
+        if len(ticks) >= MIN_TICKS:
+            return ticks[:: math.ceil(len(ticks) / MAX_TICKS)]
+    return linear_ticks(lo, hi)
+
+
+def linear_ticks(lo: float, hi: float) -> np.ndarray:
+    """Round ticks over ``[lo, hi]`` (steps of 1, 2, 2.5 or 5 times a power of ten), at least :data:`MIN_TICKS`.
+
+    Args:
+        lo: the lowest value.
+        hi: the highest value (> ``lo``).
+
+    Returns:
+        The ticks, increasing, within ``[lo, hi]``.
+    """
+    span = hi - lo
+    for bins in range(MAX_TICKS - 2, 4 * MAX_TICKS):
+        ticks = MaxNLocator(bins, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+        ticks = ticks[(ticks >= lo - 1e-9 * span) & (ticks <= hi + 1e-9 * span)]
+        if len(ticks) >= MIN_TICKS:
+            return ticks
+    return np.linspace(lo, hi, MIN_TICKS)
+
+
+def short(value: float) -> str:
+    """A tick label: ``value`` in at most 3 significant digits (``0.01``, ``2.5``, ``1e+04``)."""
+    return f"{float(value):.3g}"
+
+
+def _colorbar_ticks(cbar: Any, levels: np.ndarray | None, norm: Any) -> None:
+    """Label the colour bar with readable values.
+
+    A log colour scale (or geometric levels) gets :func:`log_ticks`, evenly spaced levels (or none)
+    :func:`linear_ticks`, other uneven levels (``above-min``, drawn one colour step each) at most
+    :data:`MAX_TICKS` of the levels themselves.
+    """
+    lo, hi = (levels[0], levels[-1]) if levels is not None else (cbar.norm.vmin, cbar.norm.vmax)
+    lo, hi = float(lo), float(hi)
+    if hi <= lo:
+        return
+    even = levels is None or np.allclose(np.diff(levels), levels[1] - levels[0])
+    geometric = levels is not None and lo > 0 and np.allclose(levels[1:] / levels[:-1], levels[1] / levels[0])
+    if isinstance(norm, colors.LogNorm) or (geometric and not even):
+        ticks = log_ticks(lo, hi)
+    elif even:
+        ticks = linear_ticks(lo, hi)
+    else:
+        ticks = levels[np.unique(np.linspace(0, len(levels) - 1, min(len(levels), MAX_TICKS)).round().astype(int))]
+    cbar.minorticks_off()
+    cbar.set_ticks(ticks, labels=[short(t) for t in ticks])
+
+
 def _labels(ax: Any, result: Result) -> None:
-    ax.set_xlabel("x" if result.attrs.get("direction_type") != "pca" else "PC1")
-    ax.set_ylabel("y" if result.attrs.get("direction_type") != "pca" else "PC2")
+    xlabel, ylabel = direction_labels(result)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
 
 
 def contour_figure(
@@ -297,34 +490,32 @@ def contour_figure(
         The figure.
 
     Raises:
-        LandscapeError: the surface cannot be drawn (see :func:`check`).
+        LandscapeError: the surface cannot be drawn (see :func:`check`), or ``zmax`` is not above the lowest loss.
     """
     xs, ys, loss, _ = grid_of(result)
-    fig, ax = single_axes((6, 5))
+    if zmax is not None:
+        _above_lowest(result, zmax, loss, "loss")
+    fig, ax = single_axes((5.8, 4.9))
     X, Y = np.meshgrid(xs, ys)
     one_of(spacing, "contour level spacing (--level-spacing)", LEVEL_SPACINGS)
     lv = _levels(loss, levels, log, zmax, spacing)
     norm = _norm(loss, lv)
     if filled:
         cs = ax.contourf(X, Y, np.ma.minimum(loss, lv[-1]), levels=lv, cmap="viridis", norm=norm, extend="both")
-        fig.colorbar(cs, ax=ax, label="loss")
+        spacing = "proportional" if isinstance(norm, colors.LogNorm) else "uniform"
+        _colorbar_ticks(fig.colorbar(cs, ax=ax, label="loss", spacing=spacing), lv, norm)
     else:
         cs = ax.contour(X, Y, loss, levels=lv, cmap="viridis", norm=norm)
-        ax.clabel(cs, inline=True, fontsize=7, fmt="%.3g")
+        ax.clabel(cs, inline=True, fontsize=8, fmt="%.3g")
     if "trajectory/coordinates" in result:
         t = result["trajectory/coordinates"]
         ax.plot(t[:, 0], t[:, 1], "o-", color="crimson", ms=3, lw=1, label="trajectory")
-        ratio = result.attrs.get("explained_variance_ratio")
-        if isinstance(ratio, list) and len(ratio) >= 2:
-            ax.set_xlabel(f"PC1 ({100 * ratio[0]:.1f}%)")
-            ax.set_ylabel(f"PC2 ({100 * ratio[1]:.1f}%)")
-        ax.legend(loc="upper right", fontsize=7)
+        ax.legend(loc="upper right", fontsize=9)
     if xs.min() <= 0 <= xs.max() and ys.min() <= 0 <= ys.max():
         ax.plot([0], [0], "k+", ms=8)
-    if "trajectory/coordinates" not in result:
-        _labels(ax, result)
-    ax.set_title(_title(result), fontsize=8)
-    ax.set_aspect("auto")
+    _labels(ax, result)
+    ax.set_title(title_of(result), fontsize=TITLE_SIZE)
+    ax.set_box_aspect(1)
     return fig
 
 
@@ -343,15 +534,18 @@ def heatmap_figure(result: Result) -> Figure:
         LandscapeError: the surface cannot be drawn (see :func:`check`).
     """
     xs, ys, loss, acc = grid_of(result)
-    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    fig = Figure(figsize=(8.4, 4.2), layout="constrained")
     for k, (z, name, cmap) in enumerate(((loss, "loss", "viridis"), (acc, "accuracy", "magma"))):
         ax = fig.add_subplot(1, 2, k + 1)
         norm = _norm(z) if name == "loss" else None
         mesh = ax.pcolormesh(xs, ys, z, shading="nearest", cmap=cmap, norm=norm)
-        fig.colorbar(mesh, ax=ax, label=name)
+        cbar = fig.colorbar(mesh, ax=ax, label=name)
+        if name == "loss":
+            _colorbar_ticks(cbar, None, norm)
         _labels(ax, result)
+        ax.set_box_aspect(1)
         ax.set_title(name)
-    fig.suptitle(_title(result), fontsize=8)
+    fig.suptitle(title_of(result), fontsize=TITLE_SIZE)
     return fig
 
 
@@ -362,58 +556,75 @@ def surface3d_figure(
 
     ``paper``: Paper A's plasma-coloured wireframe of ``z = loss - min(loss)`` clipped at ``zmax``;
     ``default``: a shaded surface of the loss (log10 with ``log``), clipped at ``zmax``. Without ``zmax`` (and
-    without ``log``) the view is clipped at the robust maximum (:func:`robust_max`), so that one corner spike
-    does not flatten the basin.
+    without a log10 ``z``) the view is clipped at the robust maximum (:func:`robust_max`), so that one corner spike
+    does not flatten the basin. When the clip cuts the surface the figure says so (``clipped at loss - min =
+    3.2, max 41 (--zmax)``).
 
     Args:
         result: a 2D surface result.
         style: ``"default"`` or ``"paper"``.
         zmax: clip ``z`` at this value (in the units of ``z``: ``loss - min`` for ``paper``); ``None``: the
             robust maximum when ``robust``, else no clipping.
-        log: draw ``log10(loss)`` (``default`` style only); no default clipping then.
+        log: draw ``log10(loss)`` (``default`` style only; ``paper`` ignores it); no default clipping then.
         robust: clip at the robust maximum when ``zmax`` is ``None``.
 
     Returns:
         The figure.
 
     Raises:
-        LandscapeError: ``style`` is unknown, or the surface cannot be drawn (see :func:`check`).
+        LandscapeError: ``style`` is unknown, the surface cannot be drawn (see :func:`check`), or ``zmax`` is not
+            above the lowest ``z``.
     """
     one_of(style, "surface style (--style)", STYLES)
     xs, ys, loss, _ = grid_of(result)
-    if zmax is None and not log and robust:
+    why = "--zmax"
+    if zmax is None and robust and (style == "paper" or not log):
         top = robust_max(loss)
         zmax = None if top is None else top - float(loss.min()) if style == "paper" else top
+        why = "robust maximum; --zmax to change"
     X, Y = np.meshgrid(xs, ys)
-    Z = loss - loss.min() if style == "paper" else np.ma.log10(loss) if log else loss
+    Z, zlabel = z_of(loss, style, log)
+    if zmax is not None:
+        _above_lowest(result, zmax, Z, zlabel)
+    drawn = _finite(Z)
+    highest = float(drawn.max()) if drawn.size else -np.inf
     if zmax is not None:
         Z = np.ma.minimum(Z, zmax)
     Zf = np.ma.filled(Z.astype(float), np.nan)
     fig = Figure(figsize=(7, 6), layout="constrained")
     ax = fig.add_subplot(projection="3d")
+    ax.set_box_aspect(BOX_3D)
     if style == "paper":
-        from matplotlib import cm, colors
+        from matplotlib import cm
 
         finite = Zf[np.isfinite(Zf)]
         norm = colors.Normalize(finite.min(), finite.max() if finite.max() > finite.min() else finite.min() + 1)
         facecolors = cm.plasma(norm(np.nan_to_num(Zf, nan=finite.min())))
         surf = ax.plot_surface(X, Y, Zf, rcount=Zf.shape[0], ccount=Zf.shape[1], facecolors=facecolors, shade=False)
         surf.set_facecolor((0, 0, 0, 0))
-        ax.set_zlabel("loss - min")
     else:
         ax.plot_surface(X, Y, Zf, cmap="viridis", linewidth=0, antialiased=True)
-        ax.set_zlabel("log10 loss" if log else "loss")
+    ax.set_zlabel(zlabel)
     _labels(ax, result)
-    ax.set_title(_title(result), fontsize=8)
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(MaxNLocator(TICKS_3D))
+    ax.set_title(title_of(result), fontsize=TITLE_SIZE)
+    if zmax is not None and highest > zmax:
+        note = f"clipped at {zlabel} = {short(zmax)}, max {short(highest)} ({why})"
+        ax.text2D(0.5, 0.97, note, transform=ax.transAxes, ha="center")
     return fig
 
 
 def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
-    """Loss (left axis, log scale with ``log``) and accuracy (right axis, dashed) along x, one colour per file.
+    """Loss (left axis) and accuracy (right axis, dashed) along x, one colour per file.
+
+    The loss axis is logarithmic with ``log`` or when the loss of the files together spans more than
+    :data:`LOG_DECADES` decades (:func:`spans_decades`); a loss that is zero or negative somewhere keeps a linear
+    axis, and the figure says so when a log axis was asked for or the positive losses span decades.
 
     Args:
         results: 1D surface results (at least one); the first gives the title and the x label.
-        log: a log-scale loss axis.
+        log: a log-scale loss axis (when the loss is positive).
 
     Returns:
         The figure (the centre and the target are marked at alpha = 0 and 1 for target directions).
@@ -423,23 +634,31 @@ def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
     """
     fig, ax = single_axes((7, 4.5))
     ax2 = ax.twinx()
+    losses = []
     for k, result in enumerate(results):
         xs, _, loss, acc = grid_of(result)
         label = result.path.stem
         ax.plot(xs, loss[0], "-", color=color(k), label=f"{label} loss")
         ax2.plot(xs, acc[0], "--", color=color(k), label=f"{label} accuracy")
-    if log:
+        losses.append(_finite(loss))
+    values = np.concatenate(losses)
+    positive = values[values > 0]
+    wide = positive.size > 0 and float(positive.max()) / float(positive.min()) > 10**LOG_DECADES
+    if values.min() > 0 and (log or wide):
         ax.set_yscale("log")
+    elif log or wide:
+        note = f"linear loss axis: the loss is {'zero' if values.min() == 0 else 'negative'} at some points"
+        ax.text(0.02, 0.02, note, transform=ax.transAxes, fontsize=9, color="0.3")
     if results[0].attrs.get("direction_type") == "target":
         for alpha in (0.0, 1.0):  # the centre and the target model
-            ax.axvline(alpha, color="0.6", lw=0.8, ls=":")
-    ax.set_xlabel("alpha" if results[0].attrs.get("direction_type") == "target" else "x")
+            ax.axvline(alpha, color="0.6", lw=0.8, ls=":", label="_nolegend_")
+    ax.set_xlabel(direction_labels(results[0])[0])
     ax.set_ylabel("loss")
     ax2.set_ylabel("accuracy")
     ax2.set_ylim(0, 1)
-    lines = ax.get_lines() + ax2.get_lines()
-    ax.legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="upper center")
-    ax.set_title(_title(results[0]), fontsize=8)
+    lines = [ln for ln in ax.get_lines() + ax2.get_lines() if not ln.get_label().startswith("_")]
+    ax.legend(lines, [ln.get_label() for ln in lines], fontsize=9, loc="upper center")
+    ax.set_title(title_of(results[0]), fontsize=TITLE_SIZE)
     return fig
 
 
@@ -555,10 +774,13 @@ def plot(
         The paths written, in order.
 
     Raises:
-        LandscapeError: a surface cannot be drawn, ``style`` is unknown, or ``out_dir`` cannot be written.
+        LandscapeError: a surface cannot be drawn, ``style`` is unknown, ``zmax`` leaves nothing of a plane
+            to draw (:func:`check_zmax`, before any figure is drawn), or ``out_dir`` cannot be written.
     """
     planes = [r for r in results if is_2d(r)]
     lines = [r for r in results if not is_2d(r)]
+    for r in planes:
+        check_zmax(r, zmax, style, log)
 
     def figures() -> Iterator[tuple[str, Figure]]:
         for r in planes:

@@ -16,7 +16,17 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from landscape.plot.common import Array, Schema, check_arrays, color, figure_name, labels, marker, save_figures
+from landscape.plot.common import (
+    Array,
+    Schema,
+    check_arrays,
+    color,
+    figure_name,
+    labels,
+    marker,
+    save_figures,
+    wrapped,
+)
 from landscape.store import Result
 
 #: the arrays of a trajectory file: one entry per snapshot, the initial weights first
@@ -72,7 +82,7 @@ def polar_figure(results: list[Result]) -> Figure:
     ticks = np.linspace(0.0, thetamax, 3)  # a narrow wedge has room for few angle labels
     ax.set_thetagrids(ticks, labels=[f"{t:.3g}°" for t in ticks])
     ax.set_rlim(0.0, None)
-    ax.set_title("training trajectories: angle φ to θ₀ (degrees), radius ‖θ − θ₀‖")
+    ax.set_title(wrapped("training trajectories: angle φ to θ₀ (degrees), radius ‖θ − θ₀‖"))
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig
 

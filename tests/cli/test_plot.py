@@ -75,6 +75,14 @@ def test_a_non_finite_zmax_is_an_error_then_works(tmp_path, value):
     succeeds(plot(path, "--out", tmp_path / "figs", "--zmax", "3"), "s_3d.png")
 
 
+def test_a_zmax_below_the_lowest_loss_is_a_one_line_error_then_works(tmp_path):
+    path, out = surface(tmp_path), tmp_path / "figs"
+    lowest = float(np.nanmin(surface_arrays()["loss"]))
+    one_line_failure(plot(path, "--out", out, "--zmax", "0.25"), str(path), "--zmax 0.25", f"{lowest:.6g}")
+    assert not list(out.iterdir())  # no figure drawn
+    succeeds(plot(path, "--out", out, "--zmax", str(lowest + 1)), *SURFACE_FIGURES)
+
+
 # ------------------------------------------------------------------------------------ arrays of the files
 @pytest.mark.parametrize("missing", ["loss", "xcoordinates", "ycoordinates", "accuracy"])
 def test_a_surface_without_an_array_is_an_error_and_old_figures_stay(tmp_path, missing):
