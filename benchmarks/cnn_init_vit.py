@@ -5,7 +5,7 @@ settings and the same number of optimiser steps for every model:
 
 1. ``convvit_mini`` (the CNN counterpart; ``--size ti`` for the CIFAR-size models) is trained from scratch;
 2. ``vit_rpe_mini`` is trained from a random initialisation (and, with ``--control``, for twice the steps);
-3. the trained ``convvit_mini`` is converted (``landscape.convert``) into a ``vit_rpe_mini`` (its test accuracy
+3. the trained ``convvit_mini`` is converted (``landscape.models.convert``) into a ``vit_rpe_mini`` (its test accuracy
    right after conversion is reported too) and fine-tuned.
 
 The CNN-initialised ViT therefore sees twice the steps in total (CNN stage + ViT stage), as in Paper B's
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import torch
 
-from landscape.checkpoint import load_model
-from landscape.convert import DEFAULT_SHARPNESS, convert_checkpoint
 from landscape.data import load_dataset
+from landscape.models.checkpoint import load_model
+from landscape.models.convert import DEFAULT_SHARPNESS, convert_checkpoint
 from landscape.train import TrainConfig, evaluate_model, train_model
 
 
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> tuple[str, list[dict]]:
     table = markdown_table(rows, args, command, seconds)
     print(table)
     if args.json is not None:
-        from landscape.files import WRITTEN_BY, write_text
+        from landscape.store.files import WRITTEN_BY, write_text
 
         payload = {"command": command, "seconds": seconds, "rows": rows, "written_by": WRITTEN_BY}
         write_text(args.json, json.dumps(payload, indent=1))

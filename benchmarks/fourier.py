@@ -27,9 +27,9 @@ from collections.abc import Callable
 
 import torch
 
-from landscape.fourier import fourier_profile
+from landscape.analyses.fourier import fourier_profile
 from landscape.models import create_model
-from landscape.taps import FeatureTaps
+from landscape.models.taps import FeatureTaps
 
 
 def best_of(fn, repeats: int) -> tuple[float, float]:

@@ -332,8 +332,8 @@ def run_grid(
     Returns:
         The :class:`GridRun`.
     """
-    from landscape import store
-    from landscape.surface import compute_surface
+    from landscape.analyses.surface.run import compute_surface
+    from landscape.store import result as store
 
     total = coords.size**2
     stamps: list[tuple[int, float]] = []
@@ -376,8 +376,8 @@ def run_grid(
 
 def surface_rows(sizes: Sizes, device: torch.device, share: Share) -> list[Row]:
     """Rows 1a/1b: the loss surface in float32 and under bf16 autocast, each beside a bare forward."""
-    from landscape.directions import random_directions
-    from landscape.objective import Objective
+    from landscape.analyses.surface.directions import random_directions
+    from landscape.core.objective import Objective
 
     model = make_model(sizes.surface_model, 10, sizes.surface_kw, device)
     batches = synthetic_batches(sizes.surface_samples, sizes.surface_batch, 10, device)
@@ -470,8 +470,8 @@ def linearize_capacity(objective: Any, device: torch.device, most: int = 8) -> i
 
 def hessian_rows(sizes: Sizes, device: torch.device, share: Share, hvp: str = "auto") -> list[Row]:
     """Row 2: top-k largest-magnitude Hessian eigenvalues by Lanczos, beside a forward and a gradient."""
-    from landscape.hessian import HessianOperator, lanczos
-    from landscape.objective import Objective
+    from landscape.analyses.hessian import HessianOperator, lanczos
+    from landscape.core.objective import Objective
 
     model = make_model(sizes.hessian_model, 10, sizes.hessian_kw, device)
     batches = synthetic_batches(sizes.hessian_samples, sizes.hessian_batch, 10, device)
@@ -559,8 +559,8 @@ def hessian_rows(sizes: Sizes, device: torch.device, share: Share, hvp: str = "a
 # ----------------------------------------------------------------------------------------------- spectrum
 def spectrum_rows(sizes: Sizes, device: torch.device, share: Share) -> list[Row]:
     """Rows 3a/3b: Paper A's per-mini-batch top-k by our grouped Lanczos and by PyHessian, per batch."""
-    from landscape.hessian.spectrum import max_eigenvalue_spectrum
-    from landscape.objective import Objective
+    from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
+    from landscape.core.objective import Objective
 
     model = make_model(sizes.spectrum_model, 100, sizes.spectrum_kw, device)
     batches = synthetic_batches(sizes.spectrum_batches * sizes.spectrum_batch, sizes.spectrum_batch, 100, device)
@@ -684,7 +684,7 @@ def spectrum_rows(sizes: Sizes, device: torch.device, share: Share) -> list[Row]
 # ------------------------------------------------------------------------------------------------ fourier
 def fourier_rows(sizes: Sizes, device: torch.device, share: Share) -> list[Row]:
     """Rows 4a/4b: the diagonal Fourier profile in float32 and under bf16 autocast, beside a bare forward."""
-    from landscape.fourier import fourier_profile
+    from landscape.analyses.fourier import fourier_profile
 
     model = make_model(sizes.fourier_model, 100, sizes.fourier_kw, device)
     g = torch.Generator().manual_seed(0)

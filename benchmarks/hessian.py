@@ -38,11 +38,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from landscape.hessian import HessianOperator, lanczos, spectral_density
-from landscape.hessian.spectrum import max_eigenvalue_spectrum
+from landscape.analyses.hessian import HessianOperator, lanczos, spectral_density
+from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
+from landscape.core.objective import Objective
 from landscape.models import create_model
 from landscape.models.resnet import ResNet
-from landscape.objective import Objective
 
 warnings.filterwarnings("ignore")
 

@@ -42,11 +42,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from landscape import compile_cache
-from landscape.directions import random_directions
+from landscape.analyses.surface.directions import random_directions
+from landscape.analyses.surface.run import PointEvaluator, compute_surface
+from landscape.core.objective import Objective
 from landscape.models import create_model
-from landscape.objective import Objective
-from landscape.surface import PointEvaluator, compute_surface
+from landscape.runtime import compile_cache
 
 
 def sync(device: torch.device) -> None:

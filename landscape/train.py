@@ -22,8 +22,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from landscape import checks
+from landscape.analyses.surface.directions import POSITION_PARAMETER_PATTERNS, matches
+from landscape.core.front import resolve_device, resolve_preprocess
+from landscape.data import dataset_info, load_dataset, make_loader
+from landscape.data.augment import batch_mixer, randaugment
 from landscape.errors import LandscapeError
+from landscape.models import create_model
+from landscape.models.checkpoint import load_model, save_checkpoint, snapshot_path
+from landscape.models.external import data_kwargs
+from landscape.options import checks
+from landscape.store.files import ensure_folder, temporary_path
 
 OPTIMIZERS = ("adamw", "sgd")
 RECIPES = ("paper-a",)
@@ -186,28 +194,12 @@ def lr_factor(step: int, total_steps: int, warmup_steps: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup_steps) / span)))
 
 
-def snapshot_path(out: Path, tag: str) -> Path:
-    """Path of a snapshot beside ``out``: ``run.pt`` -> ``run.<tag>.pt``.
-
-    Args:
-        out: the final checkpoint's path (no suffix: ``.pt``).
-        tag: the snapshot's tag, e.g. ``init``, ``warmup`` or ``epoch010``.
-
-    Returns:
-        The snapshot's path.
-    """
-    return out.with_name(f"{out.stem}.{tag}{out.suffix or '.pt'}")
-
-
 def _build_model(config: TrainConfig, num_classes: int, in_chans: int, img_size: int) -> nn.Module:
     """The model of ``config`` fitted to the data (channels, image size, classes where it takes them).
 
     A ``num_classes`` among ``config.model_kwargs`` (``--model-kw num_classes=N``) sizes the head instead of
     the data's class count; :func:`_check_head` then refuses a head too small for the labels.
     """
-    from landscape.models import create_model
-    from landscape.models.external import data_kwargs
-
     fitted = data_kwargs(config.model, in_chans=in_chans, img_size=img_size, drop_path=config.drop_path)
     kwargs = {**fitted, **config.model_kwargs}
     num_classes = kwargs.pop("num_classes", num_classes)
@@ -233,49 +225,6 @@ def _check_head(outputs: int, config: TrainConfig, num_classes: int) -> None:
         )
 
 
-def randaugment() -> Callable[[Tensor], Tensor]:
-    """The recipe's per-image RandAugment (torchvision's ``v2.RandAugment``: 2 operations of magnitude 9).
-
-    It takes a [0, 1] float CHW image of any channel count (1-channel digits included) and draws from torch's
-    global generator.
-
-    Returns:
-        The transform.
-    """
-    from torchvision.transforms import v2
-
-    return v2.RandAugment()
-
-
-def batch_mixer(
-    mixup: float, cutmix: float, num_classes: int
-) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None:
-    """The recipe's batch mixing: MixUp, CutMix, or one of the two chosen with equal probability per batch.
-
-    ``mixer(x, y)`` returns the mixed images and the mixed one-hot targets, floating ``(B, num_classes)``
-    (torchvision's ``v2.MixUp`` / ``v2.CutMix``: one mixing weight per batch, each image paired with its
-    neighbour, CutMix's weight corrected to the pasted area); it draws from torch's global generator.
-
-    Args:
-        mixup: MixUp alpha (0: off).
-        cutmix: CutMix alpha (0: off).
-        num_classes: the width of the one-hot targets.
-
-    Returns:
-        The mixer, or None when both are off.
-    """
-    if mixup <= 0 and cutmix <= 0:
-        return None
-    from torchvision.transforms import v2
-
-    choices = []
-    if mixup > 0:
-        choices.append(v2.MixUp(alpha=mixup, num_classes=num_classes))
-    if cutmix > 0:
-        choices.append(v2.CutMix(alpha=cutmix, num_classes=num_classes))
-    return choices[0] if len(choices) == 1 else v2.RandomChoice(choices)
-
-
 def _augmentation(config: TrainConfig) -> Callable[[Tensor], Tensor] | None:
     return randaugment() if config.randaugment else None
 
@@ -293,7 +242,6 @@ def _batches(dataset: Any, batch_size: int, generator: torch.Generator) -> Itera
             idx = order[i : i + batch_size]
             yield x[idx], y[idx]
         return
-    from landscape.data import make_loader
 
     seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
     yield from make_loader(dataset, batch_size, shuffle=True, seed=seed)
@@ -337,7 +285,7 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
 
     Args:
         config: every option of the run.
-        out: the checkpoint path; snapshots are written beside it (:func:`snapshot_path`).
+        out: the checkpoint path; snapshots are written beside it (:func:`landscape.models.checkpoint.snapshot_path`).
         force: overwrite an existing ``out``.
         quiet: no progress output.
 
@@ -348,12 +296,9 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
         LandscapeError: ``out`` exists without ``force``, a model or data the run cannot use (e.g. a head
             with fewer classes than the labels), an ``--init`` that does not fit, or a diverged loss.
     """
-    from landscape.pipeline import resolve_device
-
     out = Path(out)
     if out.exists() and not force:
         raise LandscapeError(f"{out} exists; use --force to overwrite it or --out to write elsewhere")
-    from landscape.files import ensure_folder, temporary_path
 
     temporary_path(ensure_folder(out.parent) / out.name).unlink()  # the folder takes files: checked before training
     device = resolve_device(config.device)
@@ -368,10 +313,6 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
 def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, force: bool) -> TrainResult:
     """The body of :func:`train_model`, run with the global generators already seeded (and forked)."""
     from tqdm.auto import tqdm
-
-    from landscape.checkpoint import load_model, save_checkpoint
-    from landscape.data import dataset_info, load_dataset
-    from landscape.pipeline import resolve_preprocess
 
     generator = torch.Generator().manual_seed(config.seed)
 
@@ -396,8 +337,6 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
             first = str(exc).strip().splitlines()[0]
             raise LandscapeError(f"--init {config.init} does not fit model {config.model}: {first}") from exc
     mixer = _batch_mixer(config, info.num_classes)
-
-    from landscape.directions import POSITION_PARAMETER_PATTERNS, matches
 
     decay, no_decay = [], []  # no weight decay: biases, norm affine parameters (ndim < 2), position parameters
     for name, p in model.named_parameters():

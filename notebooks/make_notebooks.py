@@ -5,8 +5,9 @@
 
 Every notebook starts with the same parameter cell (``QUICK``, ``DATA``, ``CHECKPOINTS``, ``DEVICE``,
 ``WORKDIR``, then the notebook's own parameters) and the same setup cell (settings per mode, train-or-reuse of
-checkpoints under ``WORKDIR``, figure display glue). The analyses are library calls (``landscape.surface``,
-``landscape.hessian``, ``landscape.fourier``, ``landscape.models.conv_attention``, ``landscape.convert``); the
+checkpoints under ``WORKDIR``, figure display glue). The analyses are library calls (``landscape.analyses.surface.run``,
+``landscape.analyses.hessian``, ``landscape.analyses.fourier``, ``landscape.models.conv_attention``,
+``landscape.models.convert``); the
 figures are ``landscape.plot`` figure functions. Result files live under ``WORKDIR`` with the same names and
 options in every notebook, so a notebook run after another reuses its checkpoints and result files.
 Notebooks are written without outputs.
@@ -105,7 +106,7 @@ def table(header, rows):
 SURFACES = """\
 # 2D filter-normalised loss surfaces (BatchNorm in eval mode), one HDF5 file per model; a complete file is reused.
 from landscape.options.surface import SurfaceOptions
-from landscape.surface import run_surface
+from landscape.analyses.surface.run import run_surface
 
 GRID = f"-1:1:{SIZES['grid']}"
 SURFACE_OPTIONS = SurfaceOptions(
@@ -122,7 +123,7 @@ for model in MODELS:
 
 SPECTRA = '''\
 # Per-mini-batch top-k Hessian eigenvalues (largest magnitude) of NLL + the SPECTRUM_REGULARIZER term.
-from landscape.hessian import SpectrumOptions, run_spectrum
+from landscape.analyses.hessian import SpectrumOptions, run_spectrum
 
 SPECTRUM = SpectrumOptions(
     data=DATA, batch_size=SIZES["spectrum_batch"], fraction=SIZES["spectrum_fraction"],
@@ -133,7 +134,7 @@ SPECTRUM = SpectrumOptions(
 
 def spectrum(model, stage):
     """The max-eigenvalue spectrum of `model` after warm-up (stage "warmup") or at the end ("final")."""
-    from landscape.train import snapshot_path
+    from landscape.models.checkpoint import snapshot_path
 
     ckpt = checkpoint(model)
     if stage == "warmup":
@@ -148,7 +149,7 @@ def spectrum(model, stage):
 
 FOURIER = """\
 # Fourier profile, high-frequency value, feature-map variance and band-noise accuracy of every block's output.
-from landscape.fourier import FourierOptions, run_fourier
+from landscape.analyses.fourier import FourierOptions, run_fourier
 
 FOURIER_OPTIONS = FourierOptions(data=DATA, samples=SIZES["fourier_samples"], noise_bands=True)
 fourier = {
@@ -171,7 +172,7 @@ SWEEP_SPECTRUM = """\
 # batch); full mode: 10% of the training set, as above.
 from dataclasses import replace
 
-from landscape.checkpoint import read_checkpoint
+from landscape.models.checkpoint import read_checkpoint
 
 SWEEP_SPECTRUM = replace(SPECTRUM, samples=2 * SIZES["spectrum_batch"] if QUICK else None)
 
@@ -425,9 +426,10 @@ table(["model", "checkpoint", "top eigenvalue", "most negative", "share negative
 FOURIER_TIMM = """\
 # Paper A drew these figures on ImageNet-1K pretrained timm models at 224 px (resnet50, vit_tiny_patch16_224) with
 # each model's own preprocessing; CIFAR images are too small for them. QUICK runs the same code on small
-# random-init timm models and digits. Blocks are found by landscape.taps.FeatureTaps (timm's ResNet and ViT rules).
-from landscape.fourier import FourierOptions, run_fourier
-from landscape.pipeline import ModelSource
+# random-init timm models and digits. Blocks are found by landscape.models.taps.FeatureTaps (timm's ResNet and ViT
+# rules).
+from landscape.analyses.fourier import FourierOptions, run_fourier
+from landscape.core.front import ModelSource
 
 if QUICK:
     FOURIER_MODELS = {
@@ -543,7 +545,7 @@ without the ViT's negative eigenvalues. Uses the same checkpoints and result fil
         ),
         setup("05_alternet"),
         code("""
-from landscape.checkpoint import read_checkpoint
+from landscape.models.checkpoint import read_checkpoint
 
 rows = []
 for model in MODELS:
@@ -594,7 +596,8 @@ peaks at its neighbour offset with margin c (the sharpness), identity values, W_
 of zero tokens for the borders. The error falls like n e^{-c}; fewer than 9 heads cannot be exact (lower bound).
 
 **Low-data experiment**: the CNN counterpart `convvit_*` (every MSA a fixed shift attention) is trained, converted
-into a `vit_rpe_*` ViT by the construction (`landscape.convert`) and fine-tuned; compared with the same ViT from a
+into a `vit_rpe_*` ViT by the construction (`landscape.models.convert`) and fine-tuned; compared with the same ViT
+from a
 random initialisation, on subsets of the training set.
 """
             + RUN_NOTE
@@ -668,10 +671,10 @@ result); full: `convvit_ti`/`vit_rpe_ti` on CIFAR-100 subsets (for a multi-seed 
 `benchmarks/cnn_init_vit.py`).
 """),
         code("""
-from landscape.checkpoint import load_model, read_checkpoint
-from landscape.convert import convert_checkpoint
+from landscape.models.checkpoint import load_model, read_checkpoint
+from landscape.models.convert import convert_checkpoint
 from landscape.data import load_dataset
-from landscape.pipeline import resolve_device
+from landscape.core.front import resolve_device
 from landscape.train import evaluate_model
 
 SIZE = "mini" if QUICK else "ti"
@@ -719,7 +722,8 @@ def nb_findings() -> list[nbformat.NotebookNode]:
 # 7. A verdict for every claim
 
 `landscape demo` trains `resnet_mini`, `vit_mini` and `alternet_mini` on digits, computes their surfaces, spectra
-and Fourier profiles, and `landscape.findings` turns the files into one row per claim of Paper A and Paper B: the
+and Fourier profiles, and `landscape.reproduce.findings` turns the files into one row per claim of Paper A and Paper
+B: the
 statistic measured, a 95% bootstrap interval over its natural unit (mini-batches, images, batches of images or
 seeds) and a verdict: reproduced (the interval lies on the claimed side), contradicted (on the other side),
 inconclusive (it contains the threshold) or not measured (the inputs are absent; the row names the command).
@@ -734,7 +738,7 @@ the CPU (about ten minutes). Paper B's row needs the rows of `benchmarks/cnn_ini
         code("""
 import shutil
 
-from landscape.demo import run_demo
+from landscape.reproduce.demo import run_demo
 
 DEMO_DIR = ROOT / "demo"
 if PAPER_B_JSON:
@@ -747,7 +751,7 @@ display(Markdown(text[text.index("## Findings") :]))
         md("The per-mini-batch spectra behind the Hessian rows, overlaid:"),
         code("""
 from landscape.plot.hessian import spectrum_figure
-from landscape.store import read_result
+from landscape.store.result import read_result
 
 show_figure(spectrum_figure([read_result(DEMO_DIR / f"{m}_spectrum.h5") for m in MODELS]), "spectra")
 """),

@@ -57,8 +57,8 @@ def tiny_resnet_checkpoint(folder):
     Returns:
         ``(path, model)``: the checkpoint's path in ``folder`` and the model it holds (eval mode).
     """
-    from landscape.checkpoint import save_checkpoint
     from landscape.models import create_model
+    from landscape.models.checkpoint import save_checkpoint
 
     torch.manual_seed(0)
     model = create_model("resnet_mini", num_classes=10, in_chans=1, widths=(4, 8), layers=(1, 1))

@@ -5,10 +5,10 @@ import torch
 from click.testing import CliRunner
 from helpers import one_line_error
 
-from landscape.checkpoint import load_model, read_checkpoint
 from landscape.cli import cli
 from landscape.errors import LandscapeError
-from landscape.train import TrainConfig, lr_factor, snapshot_path, train_model
+from landscape.models.checkpoint import load_model, read_checkpoint, snapshot_path
+from landscape.train import TrainConfig, lr_factor, train_model
 
 TINY = dict(model="resnet_mini", data="digits:16", epochs=2, batch_size=32, subset=64, warmup_epochs=1, seed=3)
 

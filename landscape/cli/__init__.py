@@ -65,7 +65,7 @@ class LazyGroup(click.Group):
             if isinstance(exc, BrokenPipeError):  # the reader went away (`landscape models | head`): nothing to say
                 ctx.exit(0)
             if isinstance(exc, OSError):  # an operating-system failure the library did not name: still one line
-                from landscape.files import os_error
+                from landscape.store.files import os_error
 
                 click.echo(f"Error: {os_error(exc, exc.filename or 'a file', 'use')}", err=True)
                 ctx.exit(2)

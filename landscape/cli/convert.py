@@ -44,7 +44,7 @@ def command(
     force: bool,
 ) -> None:
     """Initialise a ViT from a CNN counterpart and print the max logit difference between the two."""
-    from landscape.convert import DEFAULT_K_STD, DEFAULT_SHARPNESS, convert_checkpoint
+    from landscape.models.convert import DEFAULT_K_STD, DEFAULT_SHARPNESS, convert_checkpoint
 
     r = convert_checkpoint(
         ckpt,

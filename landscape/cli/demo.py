@@ -13,7 +13,7 @@ import click
 @click.option("--quiet", is_flag=True, help="No progress output.")
 def command(out_dir: str, quick: bool, device: str, force: bool, quiet: bool) -> None:
     """Train resnet_mini, vit_mini and alternet_mini on digits; surfaces, spectra, Fourier; summary.md, report.html."""
-    from landscape.demo import run_demo
+    from landscape.reproduce.demo import run_demo
 
     summary = run_demo(out_dir, quick=quick, device=device, force=force, quiet=quiet)
     click.echo(f"summary: {summary}")

@@ -1,7 +1,7 @@
 """``landscape fourier``: Fourier profiles, high-frequency amplitude and variance of every block's feature map.
 
 The options' defaults and choices are those of :class:`~landscape.options.fourier.FourierOptions`; the command
-builds one (every value validated there) and calls :func:`landscape.fourier.run_fourier` once.
+builds one (every value validated there) and calls :func:`landscape.analyses.fourier.run_fourier` once.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from landscape.pipeline import ModelSource
+    from landscape.core.front import ModelSource
 
 from landscape.cli.options import checkpoint_options, output_options
 from landscape.options.fourier import FREQUENCY_AXES, NOISE_CONSTRUCTIONS, PROFILES, FourierOptions
@@ -121,7 +121,7 @@ def command(
     **options: object,
 ) -> None:
     """Fourier analysis of feature maps (Paper A, Fig 2a/8/9 and, with --noise-bands, Fig 2b)."""
-    from landscape.fourier import run_fourier
+    from landscape.analyses.fourier import run_fourier
 
     opts = FourierOptions(bands=parse_bands(bands), taps=tuple(taps) or None, **options)  # type: ignore[arg-type]
     result = run_fourier(source, opts, out=out, force=force, device=device, progress=False if quiet else None)

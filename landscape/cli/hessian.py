@@ -1,7 +1,7 @@
 """``landscape hessian``: top-k eigenpairs, SLQ density and trace of a checkpoint's loss Hessian.
 
 Every option's default and choices are :class:`~landscape.options.hessian.HessianOptions`'s; the command
-builds one (validating it) and calls :func:`~landscape.hessian.run.run_hessian` once.
+builds one (validating it) and calls :func:`~landscape.analyses.hessian.run.run_hessian` once.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from landscape.pipeline import ModelSource
+    from landscape.core.front import ModelSource
 
 from landscape.cli.options import (
     augment_options,
@@ -58,8 +58,8 @@ D = HessianOptions
 @click.option("--params", default=D.params, help="Comma-separated parameter-name globs: a per-layer Hessian block.")
 def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
     """Hessian eigenvalues (Lanczos), spectral density (SLQ) and trace of a checkpoint's loss."""
-    from landscape import distributed
-    from landscape.hessian.run import run_hessian
+    from landscape.analyses.hessian.run import run_hessian
+    from landscape.runtime import distributed
 
     opts = HessianOptions(**options)
     result = run_hessian(source, opts, out=out, device=device, force=force, progress=False if quiet else None)

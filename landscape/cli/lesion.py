@@ -1,7 +1,8 @@
 """``landscape lesion``: accuracy and NLL with each residual branch removed, one block at a time (Paper A, Sec 4).
 
 The options' defaults are those of :class:`~landscape.options.lesion.LesionOptions`; the command builds one (every
-value validated there), calls :func:`landscape.lesion.run_lesion` once and prints the accuracy drop of every MSA
+value validated there), calls :func:`landscape.analyses.lesion.run_lesion` once and prints the accuracy drop of every
+MSA
 block and, per stage, whether its last MSA has the largest drop of the stage (Paper A: MSAs at the end of a stage
 matter most).
 """
@@ -13,8 +14,8 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from landscape.pipeline import ModelSource
-    from landscape.store import Result
+    from landscape.core.front import ModelSource
+    from landscape.store.result import Result
 
 from landscape.cli.options import checkpoint_options, output_options
 from landscape.options.lesion import LesionOptions
@@ -31,7 +32,7 @@ def summary_lines(result: Result) -> list[str]:
     Returns:
         The lines, without trailing newlines.
     """
-    from landscape.lesion import stage_claims
+    from landscape.analyses.lesion import stage_claims
 
     names = [str(n) for n in result["block_names"]]
     kinds = [str(k) for k in result["block_kinds"]]
@@ -58,7 +59,7 @@ def summary_lines(result: Result) -> list[str]:
 @click.option("--seed", default=DEFAULTS["seed"], show_default=True, type=int, help="Seed of the sample choice.")
 def command(source: ModelSource, out: str, force: bool, device: str, quiet: bool, **options: object) -> None:
     """Lesion study: test accuracy and NLL with each residual branch skipped (shortcut kept), one at a time."""
-    from landscape.lesion import run_lesion
+    from landscape.analyses.lesion import run_lesion
 
     opts = LesionOptions(**options)  # type: ignore[arg-type]
     result = run_lesion(source, opts, out=out, force=force, device=device, progress=False if quiet else None)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from landscape.pipeline import ModelSource
+    from landscape.core.front import ModelSource
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -73,9 +73,9 @@ def model_source(
     std: str | None,
     seed: int = 0,
 ) -> ModelSource:
-    """Build the :class:`~landscape.pipeline.ModelSource` of the model options (all validated here)."""
+    """Build the :class:`~landscape.core.front.ModelSource` of the model options (all validated here)."""
+    from landscape.core.front import ModelSource
     from landscape.data import Preprocess
-    from landscape.pipeline import ModelSource
 
     preprocess = Preprocess(
         image_size=_input_size(input_size), mean=_numbers(mean, "--mean"), std=_numbers(std, "--std")
@@ -182,7 +182,7 @@ def other_model_options(func: F) -> F:
     ``--other FILE`` (the checkpoint), ``--other-model``, ``--other-model-kw``, ``--other-num-classes``,
     ``--other-pretrained``, ``--other-random-init``, ``--other-model-output``, ``--other-input-size``,
     ``--other-mean``, ``--other-std`` and ``--other-seed`` (of its random initialisation; default: ``--seed``)
-    become one ``other`` argument: a :class:`~landscape.pipeline.ModelSource` built by :func:`model_source`, or
+    become one ``other`` argument: a :class:`~landscape.core.front.ModelSource` built by :func:`model_source`, or
     None when no source of weights is given (then no other model option may be given either).
     """
     from landscape.errors import LandscapeError

@@ -1,6 +1,6 @@
 """``landscape plot FILE.h5 [FILE.h5 ...]``: draw the figures of result files.
 
-Every option is checked by :func:`landscape.plot.check_options` (through :mod:`landscape.checks`) and every
+Every option is checked by :func:`landscape.plot.check_options` (through :mod:`landscape.options.checks`) and every
 file by its kind's schema before the first figure is drawn.
 """
 

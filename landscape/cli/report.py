@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from landscape.report import REPORT_FORMATS
+from landscape.plot.report import REPORT_FORMATS
 
 
 @click.command("report")
@@ -21,6 +21,6 @@ from landscape.report import REPORT_FORMATS
 @click.option("--force", is_flag=True, help="Replace an --out page that landscape did not write (or a link there).")
 def command(folder: str, out: str | None, fmt: str, interactive: bool | None, force: bool) -> None:
     """Write DIR/report.html: the summary table, every figure embedded, provenance; no network needed."""
-    from landscape.report import write_report
+    from landscape.plot.report import write_report
 
     click.echo(str(write_report(folder, out=out, fmt=fmt, interactive=interactive, force=force)))

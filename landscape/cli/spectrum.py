@@ -1,7 +1,7 @@
 """``landscape spectrum``: Paper A's per-mini-batch max-eigenvalue spectra.
 
 Every option's default and choices are :class:`~landscape.options.hessian.SpectrumOptions`'s; the command
-builds one (validating it) and calls :func:`~landscape.hessian.run.run_spectrum` once.
+builds one (validating it) and calls :func:`~landscape.analyses.hessian.run.run_spectrum` once.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from landscape.pipeline import ModelSource
+    from landscape.core.front import ModelSource
 
 from landscape.cli.options import (
     augment_options,
@@ -55,8 +55,8 @@ D = SpectrumOptions
 )
 def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
     """Top-k Hessian eigenvalues of every mini-batch, pooled (Paper A, Fig 1c/4)."""
-    from landscape import distributed
-    from landscape.hessian.run import run_spectrum
+    from landscape.analyses.hessian.run import run_spectrum
+    from landscape.runtime import distributed
 
     opts = SpectrumOptions(**options)
     result = run_spectrum(source, opts, out=out, device=device, force=force, progress=False if quiet else None)

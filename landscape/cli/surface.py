@@ -1,7 +1,7 @@
 """``landscape surface --ckpt run.pt --x MIN:MAX:NUM [--y MIN:MAX:NUM] ...``: a 1D/2D loss surface to HDF5.
 
 The options' defaults and choices are those of :class:`~landscape.options.surface.SurfaceOptions`; the command
-builds one (every value validated there) and calls :func:`landscape.surface.run_surface` once.
+builds one (every value validated there) and calls :func:`landscape.analyses.surface.run.run_surface` once.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from landscape.pipeline import ModelSource
+    from landscape.core.front import ModelSource
 
 from landscape.cli.options import augment_options, checkpoint_options, output_options, regularizer_options
 from landscape.options.surface import BN_MODES, COMPILE_MODES, NORMS, SurfaceOptions
@@ -117,8 +117,8 @@ def command(
     augment_copies: int,
 ) -> None:
     """Compute a 1D or 2D loss surface around a checkpoint (resumable; torchrun shares the points)."""
-    from landscape import distributed
-    from landscape.surface import run_surface
+    from landscape.analyses.surface.run import run_surface
+    from landscape.runtime import distributed
 
     options = SurfaceOptions(
         data=data,

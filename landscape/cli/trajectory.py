@@ -40,10 +40,10 @@ def command(
     force: bool,
 ) -> None:
     """Distance ||theta_t - theta_0|| and angle to theta_0 of each training snapshot, over named_parameters()."""
+    from landscape.analyses.trajectory import run_trajectory
+    from landscape.analyses.trajectory import snapshots_of as find_snapshots
     from landscape.errors import LandscapeError
     from landscape.options.trajectory import TrajectoryOptions
-    from landscape.trajectory import run_trajectory
-    from landscape.trajectory import snapshots_of as find_snapshots
 
     if bool(ckpts) == (snapshots_of is not None):
         raise LandscapeError("give either --ckpt INIT --ckpt SNAPSHOT ... or --snapshots-of RUN.pt (one of the two)")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from landscape.data import Preprocess
 from landscape.errors import LandscapeError
 
 if TYPE_CHECKING:
@@ -303,8 +304,6 @@ def model_preprocess(model: nn.Module) -> Preprocess | None:
     Raises:
         LandscapeError: If the model is a ``timm:`` model and timm is not installed.
     """
-    from landscape.data import Preprocess
-
     spec = getattr(model, "model_name", None)
     source, name = split_spec(spec) if isinstance(spec, str) else (None, "")
     if source == "timm":

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from torch import nn
 
 from landscape.errors import LandscapeError
+from landscape.models.external import create_external, is_external, output_classes
 
 ModelFn = TypeVar("ModelFn", bound=Callable[..., nn.Module])
 
@@ -118,8 +119,6 @@ def create_model(name: str, num_classes: int | None = None, *, pretrained: bool 
     Raises:
         LandscapeError: unknown name, bad options, missing optional dependency, no network for ``pretrained``.
     """
-    from landscape.models.external import create_external, is_external, output_classes
-
     if num_classes is not None and (
         isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1
     ):

@@ -9,7 +9,7 @@ fixed one-hot attention over the 9 neighbour offsets: head ``h`` of a patch quer
 patch at offset ``Delta_h`` (zero off the grid), the CLS query reads the mean value of the patches. With
 the same ``W_V`` and ``W_O`` shapes, it is a 3x3 convolution on the token grid whose per-offset kernel
 ``W_O^h W_V^h`` has rank <= head_dim; it trains as a CNN and converts exactly into ``vit_rpe_*``
-(:mod:`landscape.convert`).
+(:mod:`landscape.models.convert`).
 """
 
 from __future__ import annotations

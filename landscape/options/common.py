@@ -6,8 +6,8 @@ import numbers
 from dataclasses import fields
 from typing import Any
 
-from landscape import checks
 from landscape.errors import LandscapeError
+from landscape.options import checks
 
 #: dataset splits (``val`` is another name for ``test``)
 SPLITS = ("train", "test", "val")
@@ -19,7 +19,7 @@ REG_COEF_DEFAULTS = {"none": 0.0, "l2": 5e-4, "norm-sum": 0.05}
 #: floating-point types of the Hessian computations
 DTYPES = ("float32", "float64")
 #: the data a surface or spectrum is measured on: fixed un-augmented images with hard labels (``none``), or
-#: Paper A's training augmentation drawn once and held fixed (``paper-a``, see :mod:`landscape.augment`)
+#: Paper A's training augmentation drawn once and held fixed (``paper-a``, see :mod:`landscape.data.augment`)
 AUGMENTATIONS = ("none", "paper-a")
 #: the data loss of augmented data: the cross-entropy against the mixed, smoothed label distributions
 AUGMENTED_CRITERION = "soft_cross_entropy"

@@ -1,11 +1,13 @@
-"""The options of a Fourier analysis (``landscape fourier``, :func:`landscape.fourier.run_fourier`), and their choices.
+"""The options of a Fourier analysis and their choices.
+
+Used by ``landscape fourier`` and :func:`landscape.analyses.fourier.run_fourier`.
 
 :class:`FourierOptions` holds every option but the model source, the output file and the run-time choices
 (device, ``force``, progress bar) and validates them when it is built, so that a bad value (a NaN noise
 strength, a band centre outside [0, 1], an unknown profile) is a one-line error before any model, data or
 file is touched. The profiles (:data:`PROFILES`), frequency axes (:data:`FREQUENCY_AXES`), noise
 constructions (:data:`NOISE_CONSTRUCTIONS`) and the default noise bands (:data:`BANDS`, :data:`WIDTH`,
-:data:`STRENGTH`, :data:`EPS`) are defined here, once: ``landscape.fourier`` and the CLI import them.
+:data:`STRENGTH`, :data:`EPS`) are defined here, once: ``landscape.analyses.fourier`` and the CLI import them.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from landscape import checks
 from landscape.errors import LandscapeError
+from landscape.options import checks
 from landscape.options.common import FieldDefaults, check_data_options, choice
 
 #: 1D profile of a spectrum: the half diagonal (Paper A) or the radial average

@@ -1,8 +1,8 @@
 """Options of ``landscape hessian`` and ``landscape spectrum``, and the Hessian choices they draw from.
 
-:class:`HessianOptions` holds everything :func:`~landscape.hessian.run.run_hessian` computes from besides the
+:class:`HessianOptions` holds everything :func:`~landscape.analyses.hessian.run.run_hessian` computes from besides the
 model and the output file; :class:`SpectrumOptions` does the same for
-:func:`~landscape.hessian.run.run_spectrum`. Both validate every value when built (one-line
+:func:`~landscape.analyses.hessian.run.run_spectrum`. Both validate every value when built (one-line
 :class:`~landscape.errors.LandscapeError` naming the CLI option) and give the attributes their result file
 records with :meth:`~HessianOptions.attrs`. No torch here: the CLI declares its options from this module.
 """
@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from landscape import checks
 from landscape.errors import LandscapeError
+from landscape.options import checks
 from landscape.options.common import (
     AUGMENTED_CRITERION,
     CRITERIA,

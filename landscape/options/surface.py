@@ -1,11 +1,13 @@
-"""The options of a loss surface (``landscape surface``, :func:`landscape.surface.run_surface`), and their choices.
+"""The options of a loss surface and their choices.
+
+Used by ``landscape surface`` and :func:`landscape.analyses.surface.run.run_surface`.
 
 :class:`SurfaceOptions` holds every option but the model source, the output file and the run-time choices
 (device, ``force``, progress bar); it validates them all, and parses the grids, when it is built, so that a
 bad value is a one-line error before any model, data or file is touched. :meth:`SurfaceOptions.attrs` gives
 the attributes these options leave in the result file. The normalisations (:data:`NORMS`), BatchNorm modes
 (:data:`BN_MODES`) and default zero patterns (:data:`DEFAULT_ZERO_PATTERNS`) are defined here, once: the
-library (``landscape.directions``, ``landscape.surface``) and the CLI import them.
+library (``landscape.analyses.surface.directions``, ``landscape.analyses.surface.run``) and the CLI import them.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from landscape import checks
 from landscape.errors import LandscapeError
+from landscape.options import checks
 from landscape.options.common import (
     AUGMENTED_CRITERION,
     REG_COEF_DEFAULTS,
@@ -31,7 +33,7 @@ from landscape.options.common import (
     choice,
 )
 
-#: normalisations of a random direction against the centre (see :mod:`landscape.directions`)
+#: normalisations of a random direction against the centre (see :mod:`landscape.analyses.surface.directions`)
 NORMS = ("filter", "dim0", "layer", "weight", "none")
 #: BatchNorm statistics at each grid point: the centre model's (eval) or re-estimated at the point (recompute)
 BN_MODES = ("eval", "recompute")

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from landscape.checks import finite, positive_int
 from landscape.errors import LandscapeError
-from landscape.files import ensure_folder
-from landscape.store import Result, read_result
+from landscape.options.checks import finite, positive_int
+from landscape.store.files import ensure_folder
+from landscape.store.result import Result, read_result
 
 #: result kind -> module that draws it
 PLOTTERS = {

@@ -2,7 +2,7 @@
 
 - :class:`Schema` / :func:`check_arrays`: the arrays a result kind must (or may) hold, with their shapes
   written in named dimensions, so that inconsistent files are one-line errors before anything is drawn.
-- :func:`save_figures`: every figure is written through :func:`landscape.files.atomic_write` (an exclusive
+- :func:`save_figures`: every figure is written through :func:`landscape.store.files.atomic_write` (an exclusive
   temporary in the target folder, moved into place), so a planted symlink is never followed and a failed
   write never leaves a half-written figure.
 """
@@ -20,8 +20,8 @@ from matplotlib.figure import Figure
 
 from landscape import __version__
 from landscape.errors import LandscapeError
-from landscape.files import WRITTEN_BY, atomic_write
-from landscape.store import Result
+from landscape.store.files import WRITTEN_BY, atomic_write
+from landscape.store.result import Result
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 #: resolution of raster figures (png)
@@ -68,7 +68,7 @@ def check_arrays(result: Result, schema: Schema) -> None:
     """Check that ``result`` holds the arrays of ``schema`` with consistent shapes and the right kind of values.
 
     Args:
-        result: a result file read by :func:`landscape.store.read_result`.
+        result: a result file read by :func:`landscape.store.result.read_result`.
         schema: the arrays of its kind.
 
     Raises:
@@ -271,7 +271,9 @@ def pi_ticks(ax: Axes, xlabel: str) -> None:
 
 
 def figure_metadata(fmt: str) -> dict[str, str]:
-    """The metadata every figure carries: who wrote it, with the mark of :func:`landscape.files.written_by_landscape`.
+    """The metadata every figure carries: who wrote it, with the mark of a file landscape wrote.
+
+    See :func:`landscape.store.files.written_by_landscape`.
 
     Args:
         fmt: ``png``, ``pdf`` or ``svg``.
@@ -286,7 +288,7 @@ def save_figures(figures: Iterable[tuple[str, Figure]], out_dir: Path, fmt: str,
     """Write each ``(name, figure)`` to ``out_dir/name.fmt`` atomically (never through a symlink, never half-written).
 
     A figure replaces a file of its name only when landscape wrote that file, or with ``force``; never what is
-    not a regular file (:func:`landscape.files.check_replaceable`).
+    not a regular file (:func:`landscape.store.files.check_replaceable`).
 
     Args:
         figures: file names without their extension, with their figures (a generator draws each when it is due).

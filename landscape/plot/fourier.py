@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from landscape.errors import LandscapeError
+from landscape.plot import STYLES, one_of
 from landscape.plot.common import (
     Array,
     Schema,
@@ -40,7 +41,7 @@ from landscape.plot.common import (
     wrapped,
     zero_line,
 )
-from landscape.store import Result
+from landscape.store.result import Result
 
 SHADES = {"msa": ("0.6", 0.35, "MSA block"), "downsample": ("tab:blue", 0.2, "downsampling block")}
 #: the share of a block's depth cell that its band covers (the rest is a gap between neighbouring bands)
@@ -77,7 +78,7 @@ def check(result: Result) -> None:
     """Check that ``result`` is a Fourier result whose arrays fit :data:`SCHEMA` and whose maps name its layers.
 
     Args:
-        result: a result file read by :func:`landscape.store.read_result`.
+        result: a result file read by :func:`landscape.store.result.read_result`.
 
     Raises:
         LandscapeError: naming the array that is missing or does not fit, and what to do.
@@ -112,8 +113,6 @@ def profile_figure(result: Result, style: str = "default") -> Figure:
     Raises:
         LandscapeError: ``style`` is not one of :data:`landscape.plot.STYLES`.
     """
-    from landscape.plot import STYLES, one_of
-
     one_of(style, "figure style (--style)", STYLES)
     fig, ax = single_axes((5.2, 4.0))
     freq, delta, depth = result["frequencies"], result["delta_log_amplitude"], result["depth"]

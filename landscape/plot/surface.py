@@ -31,7 +31,6 @@ from matplotlib.ticker import MaxNLocator
 
 from landscape import __version__
 from landscape.errors import LandscapeError
-from landscape.files import WRITTEN_BY, atomic_write
 from landscape.plot import LEVEL_SPACINGS, STYLES, one_of
 from landscape.plot.common import (
     Array,
@@ -43,7 +42,8 @@ from landscape.plot.common import (
     single_axes,
     wrapped,
 )
-from landscape.store import Result
+from landscape.store.files import WRITTEN_BY, atomic_write
+from landscape.store.result import Result
 
 #: the arrays of a surface file: ``loss[j, i]`` (and ``accuracy``, ``done``) at ``(x_i, y_j)``
 SCHEMA = Schema(
@@ -74,7 +74,7 @@ def check(result: Result) -> None:
     two points along each axis, and at least one done grid point must have a finite loss.
 
     Args:
-        result: a result file read by :func:`landscape.store.read_result`.
+        result: a result file read by :func:`landscape.store.result.read_result`.
 
     Raises:
         LandscapeError: naming what is wrong with the file and what to do.
@@ -669,14 +669,14 @@ def write_vtp(
 
     One point ``(x_i, y_j, z)`` per grid point (index ``j*nx + i``) with ``z = loss`` (log10 with ``log``,
     clipped at ``zmax``), quads between neighbours whose four corners are done, and point arrays ``loss`` and
-    ``accuracy``. The file is written atomically (see :func:`landscape.files.atomic_write`).
+    ``accuracy``. The file is written atomically (see :func:`landscape.store.files.atomic_write`).
 
     Args:
         result: a 2D surface result.
         path: the ``.vtp`` file to write.
         zmax: clip ``z`` at this value; ``None``: no clipping.
         log: ``z = log10(loss)``.
-        force: replace a file landscape did not write (see :func:`landscape.files.check_replaceable`).
+        force: replace a file landscape did not write (see :func:`landscape.store.files.check_replaceable`).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.

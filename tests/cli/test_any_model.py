@@ -13,14 +13,14 @@ import torch.nn.functional as F
 from click.testing import CliRunner
 from helpers import one_line_error
 
-from landscape.checkpoint import load_model, read_checkpoint
+from landscape.analyses.fourier.features import fourier_profile
 from landscape.cli import cli
+from landscape.core.front import ModelSource, batches_for, load_inputs
 from landscape.data import load_dataset
 from landscape.errors import LandscapeError
-from landscape.fourier.features import fourier_profile
 from landscape.models import create_model
-from landscape.pipeline import ModelSource, batches_for, load_inputs
-from landscape.store import read_result
+from landscape.models.checkpoint import load_model, read_checkpoint
+from landscape.store.result import read_result
 
 pytest.importorskip("timm")
 
@@ -418,7 +418,7 @@ def test_torchvision_refuses_one_channel_data_and_labels_beyond_the_head():
     with pytest.raises(LandscapeError, match="3-channel"):
         ModelSource(model="torchvision:resnet18", random_init=True).build("digits")
     inputs = load_inputs(ModelSource(model="timm:resnet18", random_init=True, num_classes=3), device="cpu")
-    from landscape.objective import Objective
+    from landscape.core.objective import Objective
 
     one_line_error(
         Objective, inputs.model, batches_for(inputs, batch_size=8, n_samples=8), match="but the model outputs 3 classes"
@@ -426,7 +426,7 @@ def test_torchvision_refuses_one_channel_data_and_labels_beyond_the_head():
 
 
 def test_pretrained_preprocessing_comes_from_the_model():
-    from landscape.pipeline import resolve_preprocess
+    from landscape.core.front import resolve_preprocess
 
     vit = create_model("timm:vit_tiny_patch16_224", num_classes=10, img_size=32, patch_size=4)
     pre = resolve_preprocess(vit, "imagefolder:/nowhere")

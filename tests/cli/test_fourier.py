@@ -6,10 +6,10 @@ import numpy as np
 import torch
 from click.testing import CliRunner
 
-from landscape.checkpoint import save_checkpoint
 from landscape.cli import cli
 from landscape.models import create_model
-from landscape.store import read_result
+from landscape.models.checkpoint import save_checkpoint
+from landscape.store.result import read_result
 
 ENTRY = str(Path(sys.executable).parent / "landscape")
 

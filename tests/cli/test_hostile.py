@@ -10,12 +10,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from landscape import checks
-from landscape.checkpoint import save_checkpoint
 from landscape.cli import cli
 from landscape.errors import LandscapeError
 from landscape.models import create_model
-from landscape.store import read_result
+from landscape.models.checkpoint import save_checkpoint
+from landscape.options import checks
+from landscape.store.result import read_result
 
 COMMON = ["--samples", "24", "--batch-size", "12", "--device", "cpu", "--quiet"]
 
@@ -99,7 +99,7 @@ def test_force_is_refused_while_a_running_analysis_writes_the_file(tmp_path):
     out = tmp_path / "s.h5"
     code = textwrap.dedent(f"""
         import sys
-        from landscape.store import open_result
+        from landscape.store.result import open_result
         f = open_result({str(out)!r}, "surface", {{"model": "m"}})
         print("open", flush=True)
         sys.stdin.read()

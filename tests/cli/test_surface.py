@@ -9,11 +9,11 @@ import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
 
-from landscape.checkpoint import save_checkpoint
 from landscape.cli import cli
 from landscape.data import fixed_batches, load_dataset
 from landscape.models import create_model
-from landscape.store import read_result
+from landscape.models.checkpoint import save_checkpoint
+from landscape.store.result import read_result
 
 ENTRY = str(Path(sys.executable).parent / "landscape")
 COMMON = ["--samples", "48", "--batch-size", "20", "--device", "cpu", "--quiet"]

@@ -1,0 +1,1 @@
+"""The analyses, one folder or module each: surface, hessian, fourier, lesion, similarity, trajectory."""

@@ -1,0 +1,222 @@
+"""``run_fourier``: checkpoint -> Fourier profiles (+ band-noise robustness) -> one HDF5 result file.
+
+File layout (kind ``fourier``; docs/schema.md, fourier):
+
+- ``frequencies`` (n_freq) and ``delta_log_amplitude`` (n_layers, n_freq): every layer on one common axis,
+  chosen by the root attribute ``frequency_axis`` (see :meth:`FourierProfile.common_axis`): ``normalised``
+  (default, Paper A's Fig 2a: each curve spans [0, 1] from its zero to its highest frequency, linearly
+  interpolated) or ``physical`` (units of pi, NaN past a layer's highest frequency).
+- ``high_frequency``, ``depth`` (index / (L-1)), ``layer_names``, ``layer_kinds``, ``variance``,
+  ``layer_sizes`` (n_layers, 2): per layer.
+- ``layers/NNN/{frequencies, log_amplitude, delta_log_amplitude}``: each layer's native profile, frequencies
+  in units of pi (``2 k / h``); group attributes ``name``, ``kind``, ``height``, ``width``.
+- ``maps/NNN`` (h, w): centred mean log-amplitude map (only with ``maps=True``).
+- ``noise/{frequencies, accuracy, accuracy_drop, done}`` and attribute ``clean_accuracy`` (only with
+  ``noise_bands=True``); each band is written and flushed as it finishes, so a killed run resumes. The noise
+  is built by ``options.noise_construction`` (``annulus`` or ``official``, :mod:`landscape.analyses.fourier.noise`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from torch import nn
+
+from landscape.analyses.fourier.features import FourierProfile, eval_model, fourier_profile, merge_profiles
+from landscape.analyses.fourier.noise import band_accuracies, check_labels
+from landscape.core.front import batches_for, load_inputs
+from landscape.errors import LandscapeError
+from landscape.options.fourier import FourierOptions
+from landscape.runtime import distributed as D
+from landscape.runtime.lifecycle import analysis_file
+from landscape.store import result as store
+
+if TYPE_CHECKING:
+    from landscape.core.front import ModelSource
+
+
+def write_profile(f: store.ResultFile, result: FourierProfile, axis: str, maps: bool) -> None:
+    """Write a :class:`FourierProfile` into an open result file (layout in the module doc).
+
+    ``high_frequency`` is written last and the file marked done, so a killed write is not taken as complete.
+
+    Args:
+        f: the open ``fourier`` result file (rank 0's).
+        result: the merged profiles of every layer.
+        axis: the common frequency axis, ``normalised`` or ``physical`` (see :meth:`FourierProfile.common_axis`).
+        maps: also write each layer's centred mean log-amplitude map (``maps/NNN``).
+
+    Raises:
+        LandscapeError: an unknown ``axis``.
+    """
+    grid, common = result.common_axis(axis)
+    f.write("frequencies", grid, axes=["frequency"])
+    f.set_attrs({"units": "normalised [0, 1]" if axis == "normalised" else "pi"}, at="frequencies")
+    f.write("delta_log_amplitude", common, axes=["layer", "frequency"])
+    for i, layer in enumerate(result.layers):
+        group = f"layers/{i:03d}"
+        f.write(f"{group}/frequencies", result.frequencies(i), axes=["frequency"])
+        f.write(f"{group}/log_amplitude", result.log_amplitude(i), axes=["frequency"])
+        f.write(f"{group}/delta_log_amplitude", result.delta_log_amplitude(i), axes=["frequency"])
+        f.set_attrs({"name": layer.name, "kind": layer.kind, "height": layer.height, "width": layer.width}, at=group)
+        if maps:
+            f.write(f"maps/{i:03d}", result.mean_map(i), axes=["fy", "fx"])
+    f.write("depth", result.depth, axes=["layer"])
+    f.write("layer_names", np.array(result.names), axes=["layer"])
+    f.write("layer_kinds", np.array(result.kinds), axes=["layer"])
+    f.write("layer_sizes", np.array([[la.height, la.width] for la in result.layers]), axes=["layer", "hw"])
+    f.write("variance", result.variance, axes=["layer"])
+    f.write("high_frequency", result.high_frequency, axes=["layer"])  # written last: the marker
+    f.mark_done()
+
+
+def run_fourier(
+    source: ModelSource | str | Path,
+    options: FourierOptions = FourierOptions(),
+    *,
+    out: str | Path = "fourier.h5",
+    model_name: str | None = None,
+    force: bool = False,
+    device: str = "auto",
+    progress: bool | None = None,
+) -> store.Result:
+    """Fourier analysis of a model's feature maps on ``options.samples`` images, written to ``out``; returns it read.
+
+    Computes Paper A's Delta log amplitude profile (``options.profile``: ``diagonal`` as in the paper, or
+    ``radial``), the high-frequency value and the variance of every block's map (docs/analyses.md), optionally the
+    2D mean log-amplitude maps (``options.maps``) and the accuracy drop under band-limited noise
+    (``options.noise_bands``, of the construction ``options.noise_construction``). ``options.first_samples`` takes
+    the first ``options.samples`` images of the split in file order instead of a seeded choice. Root attributes are
+    the provenance of :meth:`AnalysisInputs.provenance` plus :meth:`FourierOptions.attrs`. A complete file of the
+    same options is returned as is; an incomplete one is resumed; one of other options needs ``force``. The block
+    outputs of a model outside the zoo are found by :class:`~landscape.models.taps.FeatureTaps` (its family rules, or
+    ``options.taps``). Under torchrun the batches are shared among the ranks (the sums behind every number are
+    additive) and rank 0 writes the file.
+
+    Args:
+        source: a checkpoint path or a :class:`~landscape.core.front.ModelSource`.
+        options: every analysis option (validated when it was built).
+        out: the HDF5 result file.
+        model_name: the model of a checkpoint that does not name it.
+        force: overwrite an existing file from other options.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        progress: progress bars on rank 0 (None: only when stderr is a terminal).
+
+    Returns:
+        The file read back (:class:`landscape.store.result.Result`).
+
+    Raises:
+        LandscapeError: the options are not a :class:`FourierOptions`, the model or data cannot be loaded, the
+            labels do not fit the model's outputs (with noise bands), or the file belongs to other options.
+    """
+    if not isinstance(options, FourierOptions):
+        raise LandscapeError(f"run_fourier takes its options as a FourierOptions, got {type(options).__name__}")
+    o = options
+    dev = D.start(device)
+    inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
+    batches = batches_for(
+        inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed, first_samples=o.first_samples
+    )
+    n_samples = sum(int(x.shape[0]) for x, _ in batches)
+    attrs = inputs.provenance(n_samples, o.seed, **{k: v for k, v in o.attrs().items() if k != "seed"})
+    net = eval_model(inputs.model)
+    if o.noise_bands:
+        check_labels(net, batches, inputs.source.output)
+
+    def resume(f: store.ResultFile) -> dict:
+        return {
+            "complete": f.complete,
+            "profile": "high_frequency" in f,
+            "bands": [int(i) for i in np.flatnonzero(f.read("noise/done"))] if "noise/done" in f else [],
+        }
+
+    show = D.is_main() and (sys.stderr.isatty() if progress is None else bool(progress))
+    mine = D.shard(list(enumerate(batches)))
+    with analysis_file(out, "fourier", attrs, force=force, resume=resume) as (f, state):
+        assert state is not None
+        if not state["complete"]:
+            if not state["profile"]:
+                part = (
+                    fourier_profile(
+                        net, [b for _, b in mine], profile=o.profile, maps=o.maps, progress=show, taps=o.taps
+                    )
+                    if mine
+                    else None
+                )
+                if part is not None and D.active():  # gathered by pickling: sums travel on the CPU
+                    for la in part.layers:
+                        la.log_amplitude_sum, la.variance_sum = la.log_amplitude_sum.cpu(), la.variance_sum.cpu()
+                result = merge_profiles(D.all_gather_objects(part))
+                if f is not None:
+                    write_profile(f, result, o.frequency_axis, o.maps)
+            if o.noise_bands:
+                _write_noise(f, net, mine, o, show, inputs.source.output, state["bands"])
+    return store.read_result(out)
+
+
+def _summed(counts: tuple[int, int]) -> tuple[int, int]:
+    """``(correct, total)`` summed over the ranks."""
+    parts = D.all_gather_objects(counts)
+    return sum(c for c, _ in parts), sum(t for _, t in parts)
+
+
+def _write_noise(
+    f: store.ResultFile | None,
+    net: nn.Module,
+    mine: list,
+    o: FourierOptions,
+    show: bool,
+    output: str | int | None,
+    done: Sequence[int],
+) -> None:
+    """Clean accuracy, then the accuracy under noise of each band not yet done, written band by band.
+
+    Args:
+        f: the open result file (None on ranks other than 0).
+        net: the classifier in eval mode.
+        mine: this rank's ``(j, (x, y))`` batches.
+        o: the options: bands, width, construction and its amplitude (``noise_strength`` or ``noise_eps``), seed.
+        show: show a progress bar.
+        output: where the logits are in the model's output.
+        done: indices of the bands already in the file.
+    """
+    from tqdm.auto import tqdm
+
+    bands = list(o.bands)
+    n = len(bands)
+    if f is not None:
+        if "noise/frequencies" not in f:
+            f.write("noise/frequencies", np.asarray(bands, dtype=float), axes=["band"])
+        f.allocate("noise/accuracy", (n,), "f8", fill=np.nan, axes=["band"])
+        f.allocate("noise/accuracy_drop", (n,), "f8", fill=np.nan, axes=["band"])
+        f.allocate("noise/done", (n,), bool, fill=False, axes=["band"])
+    bar = tqdm(total=n, initial=len(done), desc="noise bands", unit="band", disable=not show, leave=False)
+    clean = 0.0
+    with bar:
+        for i, acc in band_accuracies(
+            net,
+            mine,
+            bands,
+            width=o.noise_width,
+            strength=o.noise_strength,
+            seed=o.seed,
+            output=output,
+            construction=o.noise_construction,
+            eps=o.noise_eps,
+            skip=done,
+            combine=_summed,
+        ):
+            if i is None:
+                clean = acc
+                if f is not None:
+                    f.set_attrs({"clean_accuracy": acc}, at="noise")
+                continue
+            if f is not None:
+                f.write_at("noise/accuracy", i, acc)
+                f.write_at("noise/accuracy_drop", i, clean - acc)
+                f.mark_done("noise/done", i)
+            bar.update(1)

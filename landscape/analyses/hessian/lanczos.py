@@ -1,0 +1,693 @@
+"""Thick-restart Lanczos for a few extreme eigenpairs of a symmetric operator, in torch on its device.
+
+The basis ``V`` is kept orthonormal by full reorthogonalisation (classical Gram-Schmidt applied twice), so
+converged eigenvalues are never found twice (no "ghost" copies). Alongside ``V`` the products ``W = A V``
+are stored (twice the memory of plain Lanczos): the projected matrix is ``T = V^T A V`` exactly and the
+reported Ritz residuals ``||A y - theta y||`` are computed from ``W`` without extra products. While iterating,
+the residual of ``y = V s`` is taken from the Lanczos relation ``A V = V T + r e_j^T`` (which holds to
+rounding under full reorthogonalisation, across thick restarts too): ``||A y - theta y|| = ||r|| |s_j|``, with
+``r`` the newest vector's component outside the basis, so a step costs no work of size ``n x j`` beyond the
+reorthogonalisation. When the basis holds
+``ncv`` vectors it is restarted (Wu & Simon's thick restart): the most wanted Ritz vectors are kept together
+with the last Lanczos vector and the iteration continues from there.
+
+Stopping rule (Ritz values converge much faster than Ritz residuals): a wanted Ritz pair
+``(theta, y)`` with residual ``r`` and gap ``g`` to the nearest other Ritz value has eigenvalue error at
+most about ``min(r, r^2 / g)`` (``r`` alone when there is no other Ritz value); it is
+converged when that estimate is at most ``tol * max(|theta|, eps^(2/3) * ||A||)``. Residuals are reported
+as they are, so eigenvectors can be judged separately. Exactly repeated eigenvalues: a single start vector
+only sees one copy in exact arithmetic; rounding errors let well-separated copies appear after restarts,
+but no guarantee is made (use a block method when multiplicities matter).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Generator, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from landscape.analyses.hessian.probes import local_generator
+from landscape.errors import LandscapeError
+from landscape.options import checks
+from landscape.options.hessian import WHICH
+
+
+class Operator(Protocol):
+    """What the solvers need: ``matvec`` on flat vectors, ``shape``, ``dtype``, ``device``.
+
+    Attributes:
+        shape: ``(n, n)``.
+        dtype: the dtype of the vectors ``matvec`` takes and returns.
+        device: the device of those vectors.
+    """
+
+    shape: tuple[int, int]
+    dtype: torch.dtype
+    device: torch.device
+
+    def matvec(self, v: Tensor) -> Tensor:
+        """Return ``A v``.
+
+        Args:
+            v: a flat vector of shape ``(n,)`` in :attr:`dtype` on :attr:`device`.
+
+        Returns:
+            ``A v``, shape ``(n,)``.
+        """
+        ...
+
+
+class DenseOperator:
+    """A symmetric matrix (or a function ``v -> A v`` with a given size) seen as an :class:`Operator`.
+
+    Args:
+        matrix: the symmetric ``(n, n)`` matrix; its dtype and device are the operator's.
+        fn: instead of ``matrix``, a function ``v -> A v`` on flat vectors.
+        n: the size of ``fn``'s vectors (required with ``fn``).
+        dtype: the dtype of ``fn``'s vectors (ignored with ``matrix``).
+        device: the device of ``fn``'s vectors (ignored with ``matrix``).
+
+    Attributes:
+        n_matvec: the number of products made so far.
+
+    Raises:
+        ValueError: neither ``matrix`` nor both ``fn`` and ``n`` are given.
+    """
+
+    def __init__(
+        self,
+        matrix: Tensor | None = None,
+        *,
+        fn: Callable[[Tensor], Tensor] | None = None,
+        n: int | None = None,
+        dtype: torch.dtype = torch.float64,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if matrix is None and (fn is None or n is None):
+            raise ValueError("give a matrix, or a function together with its size n")
+        self.matrix = matrix
+        self.fn = fn
+        size = int(matrix.shape[0]) if matrix is not None else int(n)  # type: ignore[arg-type]
+        self.shape = (size, size)
+        self.dtype = matrix.dtype if matrix is not None else dtype
+        self.device = matrix.device if matrix is not None else torch.device(device)
+        self.n_matvec = 0
+
+    def matvec(self, v: Tensor) -> Tensor:
+        """Return ``A v`` (and count the product in :attr:`n_matvec`).
+
+        Args:
+            v: a vector of shape ``(n,)`` (or a matrix ``(n, m)`` with a dense ``matrix``).
+
+        Returns:
+            ``matrix @ v``, or ``fn(v)``.
+        """
+        self.n_matvec += 1
+        return self.matrix @ v if self.matrix is not None else self.fn(v)  # type: ignore[misc]
+
+
+@dataclass
+class EigenResult:
+    """Eigenpairs found by :func:`lanczos`, in ascending algebraic order (as ``scipy.sparse.linalg.eigsh``).
+
+    ``eigenvalues`` (k,), ``eigenvectors`` (n, k) unit columns or None, ``residuals`` (k,) = ||A y - theta y||,
+    ``errors`` (k,) the estimated eigenvalue errors ``min(r, r^2/gap)``, ``converged`` (k,) bool,
+    ``n_matvec`` operator products used, ``n_restarts`` thick restarts done.
+
+    Attributes:
+        eigenvalues: the Ritz values theta, shape ``(k,)``, float64 on the CPU.
+        eigenvectors: the Ritz vectors y as unit columns, shape ``(n, k)`` on the operator's device, or None.
+        residuals: ``||A y - theta y||``, shape ``(k,)``.
+        errors: the estimated eigenvalue errors ``min(r, r^2/gap)``, shape ``(k,)``.
+        converged: whether each pair met the tolerance, shape ``(k,)``, bool.
+        n_matvec: the number of operator products used.
+        n_restarts: the number of thick restarts done.
+        which: the ``which`` asked for (LA, SA, BE or LM).
+        tol: the relative tolerance used (``eps`` when 0 was asked for).
+    """
+
+    eigenvalues: Tensor
+    eigenvectors: Tensor | None
+    residuals: Tensor
+    errors: Tensor
+    converged: Tensor
+    n_matvec: int
+    n_restarts: int
+    which: str
+    tol: float
+
+    @property
+    def all_converged(self) -> bool:
+        """Whether every requested eigenvalue met the tolerance."""
+        return bool(self.converged.all())
+
+
+def rank_ritz(theta: Tensor, which: str) -> Tensor:
+    """Indices of Ritz values from most to least wanted for ``which``.
+
+    LA: largest first; SA: smallest first; LM: largest magnitude first; BE: alternately the largest and the
+    smallest (largest first), so the first k hold ceil(k/2) from the top and floor(k/2) from the bottom.
+
+    Args:
+        theta: the Ritz values, shape ``(m,)``.
+        which: ``"LA"``, ``"SA"``, ``"LM"`` or ``"BE"`` (any other value is taken as BE).
+
+    Returns:
+        A permutation of ``0..m-1`` (int64), most wanted first.
+    """
+    if which == "LA":
+        return torch.argsort(theta, descending=True)
+    if which == "SA":
+        return torch.argsort(theta)
+    if which == "LM":
+        return torch.argsort(theta.abs(), descending=True)
+    asc = torch.argsort(theta).tolist()
+    out = []
+    while asc:
+        out.append(asc.pop())
+        if asc:
+            out.append(asc.pop(0))
+    return torch.tensor(out, dtype=torch.long)
+
+
+def require_finite(values: Tensor, products: int) -> Tensor:
+    """``values`` unchanged; an error when the operator's product that gave them holds NaN or Inf.
+
+    Args:
+        values: the product ``A v`` (or anything computed from it that is non-finite exactly when it is,
+            such as ``V^T A v``: ``0 * inf`` is NaN).
+        products: how many products have been made, this one included (for the message).
+
+    Returns:
+        ``values``.
+
+    Raises:
+        LandscapeError: ``values`` holds a NaN or an Inf.
+    """
+    if not bool(torch.isfinite(values).all()):
+        raise LandscapeError(
+            f"the Hessian-vector product returned non-finite values (NaN or Inf) at product {products}; check that "
+            "the model's weights, the inputs and the loss are finite at this point (a NaN weight, or a loss that "
+            "overflows in this dtype: try float64)"
+        )
+    return values
+
+
+def announce(op: object, count: int) -> None:
+    """Tell an operator with a ``plan_products`` method that about ``count`` products are coming next.
+
+    Args:
+        op: the operator (one without the method is left alone).
+        count: the number of products the caller expects to make.
+    """
+    plan = getattr(op, "plan_products", None)
+    if plan is not None:
+        plan(count)
+
+
+def device_memory(device: torch.device) -> int:
+    """Bytes of memory of ``device``: the GPU's total, or the machine's physical memory for the CPU.
+
+    Args:
+        device: the device.
+
+    Returns:
+        The number of bytes (0 when it cannot be found out).
+    """
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[1])
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # a platform without these names
+        return 0
+
+
+def require_memory(vectors: int, n: int, dtype: torch.dtype, device: torch.device, what: str, fix: str) -> None:
+    """Refuse, before allocating, ``vectors`` vectors of length ``n`` that need more than the device has.
+
+    Args:
+        vectors: how many vectors of ``n`` entries are kept.
+        n: their length.
+        dtype: their dtype.
+        device: where they are kept.
+        what: what they are, for the message.
+        fix: what to lower, for the message.
+
+    Raises:
+        LandscapeError: ``vectors * n * itemsize`` exceeds the device's memory.
+    """
+    need = vectors * n * torch.empty(0, dtype=dtype).element_size()
+    have = device_memory(torch.device(device))
+    if have and need > have:
+        raise LandscapeError(
+            f"{what} needs {need / 1e9:.1f} GB ({vectors} vectors of {n:,} entries), more than the "
+            f"{have / 1e9:.1f} GB of memory of {device}; {fix}"
+        )
+
+
+def _require_symmetric(upper: float, lower: float, scale: float, eps: float, products: int) -> None:
+    """Refuse an operator whose products are not symmetric: ``v_{j-1} . A v_j`` must equal ``v_j . A v_{j-1}``.
+
+    A Hessian is symmetric; products that lose a second-derivative term (a custom autograd function whose
+    backward is not differentiable, marked ``once_differentiable``) are not, and would give wrong eigenvalues.
+    The two couplings may differ by rounding, ``10 sqrt(eps)`` of the operator's scale.
+    """
+    if abs(upper - lower) > 10 * math.sqrt(eps) * max(scale, 1e-300):
+        raise LandscapeError(
+            f"the operator is not symmetric (v_i . A v_j = {upper:.6g} but v_j . A v_i = {lower:.6g} at product "
+            f"{products}): its products are not a Hessian's. A custom autograd function whose backward cannot be "
+            "differentiated (once_differentiable) makes double-backward products drop terms; try --hvp jvp"
+        )
+
+
+def random_unit(n: int, dtype: torch.dtype, device: torch.device, generator: torch.Generator) -> Tensor:
+    """A Gaussian vector normalised to unit length (drawn on CPU from ``generator``, so seeds are portable).
+
+    Args:
+        n: the length.
+        dtype: the dtype of the result (drawn in float64).
+        device: the device of the result.
+        generator: the CPU generator to draw from.
+
+    Returns:
+        ``g / ||g||`` for ``g ~ N(0, I_n)``, shape ``(n,)``.
+    """
+    v = torch.randn(n, generator=generator, dtype=torch.float64)
+    return (v / torch.linalg.vector_norm(v)).to(device=device, dtype=dtype)
+
+
+def orthogonalize(r: Tensor, basis: Tensor) -> tuple[Tensor, Tensor]:
+    """Remove from ``r`` its components along the orthonormal columns of ``basis`` (Gram-Schmidt twice).
+
+    Returns ``(r - basis c, c)`` with ``c = basis^T r`` accumulated over both passes.
+
+    Args:
+        r: the vector, shape ``(n,)``.
+        basis: orthonormal columns, shape ``(n, j)`` (``j = 0`` allowed).
+
+    Returns:
+        ``(r_perp, c)``: the orthogonalised vector, shape ``(n,)``, and the coefficients, shape ``(j,)``.
+    """
+    if basis.shape[1] == 0:
+        return r, r.new_zeros(0)
+    c = basis.T @ r
+    r = r - basis @ c
+    c2 = basis.T @ r
+    return r - basis @ c2, c + c2
+
+
+def _new_direction(basis: Tensor, generator: torch.Generator) -> Tensor | None:
+    """A random unit vector orthogonal to ``basis`` (None when the basis already spans the space)."""
+    n, j = basis.shape
+    if j >= n:
+        return None
+    for _ in range(3):
+        r, _ = orthogonalize(random_unit(n, basis.dtype, basis.device, generator), basis)
+        norm = torch.linalg.vector_norm(r)
+        if norm > 0.5:
+            return r / norm
+    return None
+
+
+def _validate(n: int, k: int, which: str, ncv: int | None) -> int:
+    if which not in WHICH:
+        raise LandscapeError(f"unknown which={which!r}; choose one of {', '.join(WHICH)}")
+    if not 1 <= k <= n:
+        raise LandscapeError(f"k must lie in [1, {n}] (the operator's size), got {k}")
+    m = min(n, max(2 * k + 1, 20)) if ncv is None else int(ncv)
+    if m > n or (m <= k and m < n):
+        raise LandscapeError(f"ncv must satisfy k < ncv <= n (k={k}, n={n}), got {m}")
+    return m
+
+
+def lanczos(
+    op: Operator,
+    k: int = 6,
+    which: str = "LA",
+    ncv: int | None = None,
+    tol: float = 1e-6,
+    maxiter: int | None = None,
+    v0: Tensor | None = None,
+    seed: int | None = None,
+    return_eigenvectors: bool = True,
+    callback: Callable[[int, Tensor, Tensor], None] | None = None,
+) -> EigenResult:
+    """Find k eigenpairs of a symmetric operator by thick-restart Lanczos with full reorthogonalisation.
+
+    Runs on ``op.device`` in ``op.dtype``; the small projected eigenproblems run in float64 on the CPU.
+    A pair ``(theta, y)`` with residual ``r = ||A y - theta y||`` and gap ``g`` is converged when
+    ``min(r, r^2 / g) <= tol * max(|theta|, eps^(2/3) ||A||)`` (the module's stopping rule). An operator with
+    a ``plan_products(count)`` method is told how many more products the solver expects (the basis still to
+    fill): :class:`~landscape.analyses.hessian.operator.HessianOperator` uses it to choose how to make them.
+
+    The arguments follow ``scipy.sparse.linalg.eigsh``.
+
+    Args:
+        op: the symmetric operator.
+        k: how many eigenpairs.
+        which: LA largest, SA smallest, BE both ends, LM largest magnitude.
+        ncv: basis size (default ``min(n, max(2k+1, 20))``).
+        tol: relative accuracy of the eigenvalues, finite and >= 0 (0 means machine precision).
+        maxiter: maximum number of restarts (default ``max(100, 10 n / ncv)``).
+        v0: starting vector (default: Gaussian from ``seed``).
+        seed: seed of the start vector's private generator; None draws fresh entropy (the caller's global
+            random state is never touched).
+        return_eigenvectors: whether to form the Ritz vectors.
+        callback: ``callback(n_matvec, wanted_ritz_values, wanted_errors)``, called after every product.
+
+    Returns:
+        An :class:`EigenResult`; pairs that did not converge within ``maxiter`` carry ``converged=False``.
+
+    Raises:
+        LandscapeError: bad ``k``/``which``/``ncv``/``tol``/``v0``, or a product with NaN or Inf entries.
+    """
+    steps = lanczos_steps(
+        op.shape[0],
+        op.dtype,
+        op.device,
+        k=k,
+        which=which,
+        ncv=ncv,
+        tol=tol,
+        maxiter=maxiter,
+        v0=v0,
+        seed=seed,
+        return_eigenvectors=return_eigenvectors,
+        callback=callback,
+        plan=getattr(op, "plan_products", None),
+    )
+    return drive(steps, op.matvec)
+
+
+#: a Lanczos run as a generator: it yields the vector it needs multiplied, is sent ``A v``, returns the result
+LanczosSteps = Generator[Tensor, Tensor, EigenResult]
+
+
+def drive(steps: LanczosSteps, matvec: Callable[[Tensor], Tensor]) -> EigenResult:
+    """Run a solver generator to its end, answering each vector it yields with ``matvec`` of it.
+
+    Args:
+        steps: a generator from :func:`lanczos_steps`.
+        matvec: the operator's product ``v -> A v``.
+
+    Returns:
+        The generator's result.
+    """
+    try:
+        vector = next(steps)
+        while True:
+            vector = steps.send(matvec(vector))
+    except StopIteration as stop:
+        return stop.value
+
+
+def drive_together(
+    runs: Mapping[Hashable, LanczosSteps], products: Callable[[list[Hashable], Tensor], Tensor]
+) -> dict[Hashable, EigenResult]:
+    """Run several solver generators in lockstep, answering all their pending vectors with one call per step.
+
+    Each step stacks the vectors the unfinished runs ask for into a ``(m, n)`` matrix and calls
+    ``products(keys, V)``, which returns the ``(m, n)`` products (row ``i`` for run ``keys[i]``); a run that
+    has finished leaves the group, so later calls carry fewer rows.
+
+    Args:
+        runs: the generators (from :func:`lanczos_steps`) by key.
+        products: ``(keys, V) -> A_key V_key`` row by row.
+
+    Returns:
+        Each run's result by key.
+    """
+    pending: dict[Hashable, Tensor] = {}
+    results: dict[Hashable, EigenResult] = {}
+
+    def advance(key: Hashable, answer: Tensor | None) -> None:
+        try:
+            pending[key] = next(runs[key]) if answer is None else runs[key].send(answer)
+        except StopIteration as stop:
+            pending.pop(key, None)
+            results[key] = stop.value
+
+    for key in runs:
+        advance(key, None)
+    while pending:
+        keys = list(pending)
+        out = products(keys, torch.stack([pending[key] for key in keys]))
+        for key, row in zip(keys, out):
+            advance(key, row)
+    return results
+
+
+def lanczos_steps(
+    n: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    *,
+    k: int = 6,
+    which: str = "LA",
+    ncv: int | None = None,
+    tol: float = 1e-6,
+    maxiter: int | None = None,
+    v0: Tensor | None = None,
+    seed: int | None = None,
+    return_eigenvectors: bool = True,
+    callback: Callable[[int, Tensor, Tensor], None] | None = None,
+    plan: Callable[[int], None] | None = None,
+) -> LanczosSteps:
+    """:func:`lanczos` as a generator of its products, so that many runs can share one vectorised product.
+
+    The generator yields each vector ``v`` (shape ``(n,)``, ``dtype`` on ``device``) whose product it needs and
+    must be sent ``A v``; it returns the :class:`EigenResult` (``StopIteration.value``; :func:`drive` runs it).
+    The arguments are validated here, before the first product; they mean what they mean in :func:`lanczos`.
+    Given the same products, the results are those of :func:`lanczos` bit for bit (it is this generator).
+
+    Args:
+        n: the operator's size.
+        dtype: the dtype of the vectors.
+        device: the device of the vectors.
+        k: how many eigenpairs.
+        which: LA, SA, BE or LM.
+        ncv: basis size (default ``min(n, max(2k+1, 20))``).
+        tol: relative accuracy of the eigenvalues (0: machine precision).
+        maxiter: maximum number of restarts (default ``max(100, 10 n / ncv)``).
+        v0: starting vector (default: Gaussian from ``seed``).
+        seed: seed of the start vector's private generator.
+        return_eigenvectors: whether to form the Ritz vectors.
+        callback: ``callback(n_matvec, wanted_ritz_values, wanted_errors)``, called after every product.
+        plan: called with the number of products the solver expects next (the basis to fill) before they
+            are asked for.
+
+    Returns:
+        The generator.
+
+    Raises:
+        LandscapeError: bad ``k``/``which``/``ncv``/``tol``/``v0`` (at once); a product with NaN or Inf entries
+            (when it is sent).
+    """
+    m = _validate(n, k, which, ncv)
+    device = torch.device(device)
+    require_memory(2 * m + 1, n, dtype, device, f"the Lanczos basis (ncv={m}) and its products", "lower --ncv")
+    eps = torch.finfo(dtype).eps
+    tol = checks.non_negative(tol, "tol") or eps
+    maxiter = max(100, 10 * n // m) if maxiter is None else int(maxiter)
+    gen = local_generator(seed)
+    if v0 is None:
+        v = random_unit(n, dtype, device, gen)
+    else:
+        v = v0.detach().to(device=device, dtype=dtype).reshape(-1).clone()
+        norm = torch.linalg.vector_norm(v)
+        if v.numel() != n or not torch.isfinite(norm) or norm == 0:
+            raise LandscapeError(f"v0 must be a finite nonzero vector of length {n}")
+        v = v / norm
+    return _lanczos_steps(n, v, m, k, which, tol, eps, maxiter, gen, return_eigenvectors, callback, plan)
+
+
+def _lanczos_steps(
+    n: int,
+    v: Tensor,
+    m: int,
+    k: int,
+    which: str,
+    tol: float,
+    eps: float,
+    maxiter: int,
+    gen: torch.Generator,
+    return_eigenvectors: bool,
+    callback: Callable[[int, Tensor, Tensor], None] | None,
+    plan: Callable[[int], None] | None,
+) -> LanczosSteps:
+    dtype, device = v.dtype, v.device
+    # stored column by column (each basis vector contiguous): the (n, j) views below are transposed matrices
+    V = torch.zeros(m + 1, n, dtype=dtype, device=device).T
+    W = torch.zeros(m, n, dtype=dtype, device=device).T
+    T = torch.zeros(m, m, dtype=torch.float64)
+    V[:, 0] = v
+    j, restarts, products, anorm = 0, 0, 0, 0.0
+    state = None
+    coupling: float | None = None  # v_j . A v_{j-1} from the previous step (None right after a restart)
+    while True:
+        if plan is not None:
+            plan(m - j)
+        while j < m:
+            w = (yield V[:, j].clone()).reshape(-1)
+            products += 1
+            W[:, j] = w
+            r, h = orthogonalize(w, V[:, : j + 1])
+            hc = require_finite(h.to("cpu", torch.float64), products)  # non-finite whenever w is; already on the CPU
+            if coupling is not None:
+                _require_symmetric(float(hc[j - 1]), coupling, max(anorm, float(hc.abs().max())), eps, products)
+            T[: j + 1, j] = hc
+            T[j, : j + 1] = hc
+            beta = torch.linalg.vector_norm(r)
+            j += 1
+            state = _ritz(T[:j, :j], float(beta), k, which)
+            anorm = max(anorm, float(state.theta.abs().max()))
+            state.judge(tol, eps, anorm, exact=(j == n))
+            if callback is not None:
+                callback(products, state.values, state.errors)
+            if state.done:
+                break
+            if float(beta) <= eps * max(anorm, 1e-300) * math.sqrt(n):  # invariant subspace: new direction
+                fresh = _new_direction(V[:, :j], gen)
+                if fresh is None:
+                    break
+                V[:, j] = fresh
+                coupling = float(fresh @ r)  # about 0: r is negligible
+            else:
+                V[:, j] = r / beta
+                coupling = float(beta)  # v_j . A v_{j-1} = ||r||: the next column must show it back
+        if state is not None and (state.done or j == n or restarts >= maxiter):
+            break
+        # thick restart: keep the most wanted Ritz vectors and the last Lanczos vector
+        keep = min(max(k, k + (m - k) // 2), m - 1)
+        theta, S = torch.linalg.eigh(T)
+        idx = rank_ritz(theta, which)[:keep]
+        Sk = S[:, idx].to(device=device, dtype=dtype)
+        V[:, :keep], V[:, keep] = V[:, :m] @ Sk, V[:, m].clone()
+        W[:, :keep] = W[:, :m] @ Sk
+        T.zero_()
+        T[:keep, :keep] = torch.diag(theta[idx])
+        j = keep
+        restarts += 1
+        coupling = None  # the new column couples to every kept Ritz vector, not to one predecessor
+    assert state is not None
+    return state.result(V[:, : state.size], W[:, : state.size], which, tol, products, restarts, return_eigenvectors)
+
+
+class _RitzState:
+    """The wanted Ritz pairs of one projected matrix, with their residuals and error estimates."""
+
+    def __init__(self, theta: Tensor, S: Tensor, wanted: Tensor, residuals: Tensor, required: int) -> None:
+        self.theta, self.S, self.wanted, self.residuals = theta, S, wanted, residuals
+        self.required = required
+        self.size = S.shape[0]
+        # gap: distance to the nearest other Ritz value (a cluster of Ritz values keeps the gap small and the
+        # bound close to the residual: safe, if slow, for multiple eigenvalues)
+        gap = self._gaps()
+        # without a second Ritz value there is no gap estimate: the bound is the residual itself
+        self.errors = torch.where(torch.isfinite(gap), torch.minimum(residuals, residuals**2 / gap), residuals)
+        self.converged = torch.zeros(len(wanted), dtype=torch.bool)
+        self.done = False
+
+    def _gaps(self) -> Tensor:
+        """Each wanted Ritz value's distance to the nearest other Ritz value (inf when there is none)."""
+        dist = (self.theta.unsqueeze(0) - self.theta[self.wanted].unsqueeze(1)).abs()
+        dist[torch.arange(len(self.wanted)), self.wanted] = math.inf
+        return dist.min(dim=1).values
+
+    @property
+    def values(self) -> Tensor:
+        """The wanted Ritz values."""
+        return self.theta[self.wanted]
+
+    def judge(self, tol: float, eps: float, anorm: float, exact: bool) -> None:
+        """Mark the pairs whose estimated error is within ``tol`` (relative, floored at eps^(2/3) ||A||)."""
+        scale = torch.clamp(self.values.abs(), min=eps ** (2 / 3) * anorm)
+        self.converged = self.errors <= tol * scale
+        full = len(self.wanted) == self.required
+        self.done = bool(full and (self.converged.all() or exact))
+        if exact and full:
+            self.converged = self.converged | (self.residuals <= math.sqrt(eps) * max(anorm, 1e-300))
+
+    def result(
+        self, V: Tensor, W: Tensor, which: str, tol: float, products: int, restarts: int, vectors: bool
+    ) -> EigenResult:
+        """Package the wanted pairs in ascending algebraic order, with residuals ``||W s - theta V s||``."""
+        order = torch.argsort(self.values)
+        wanted = self.wanted[order]
+        Sw = self.S[:, wanted].to(device=V.device, dtype=V.dtype)
+        Y = V @ Sw
+        R = W @ Sw - Y * self.theta[wanted].to(device=V.device, dtype=V.dtype)
+        residuals = torch.linalg.vector_norm(R, dim=0).to("cpu", torch.float64)
+        gap = self._gaps()[order]
+        errors = torch.where(torch.isfinite(gap), torch.minimum(residuals, residuals**2 / gap), residuals)
+        return EigenResult(
+            eigenvalues=self.theta[wanted].clone(),
+            eigenvectors=Y if vectors else None,
+            residuals=residuals,
+            errors=errors,
+            converged=self.converged[order].clone(),
+            n_matvec=products,
+            n_restarts=restarts,
+            which=which,
+            tol=tol,
+        )
+
+
+def _ritz(T: Tensor, beta: float, k: int, which: str) -> _RitzState:
+    """Rayleigh-Ritz on the projected matrix ``T``: wanted Ritz values, residuals ``beta |s_last|``.
+
+    ``beta`` is the norm of the newest product's component outside the basis (the Lanczos relation).
+    """
+    theta, S = torch.linalg.eigh(T)
+    wanted = rank_ritz(theta, which)[: min(k, theta.numel())]
+    residuals = beta * S[-1, wanted].abs()
+    return _RitzState(theta, S, wanted, residuals, k)
+
+
+def lanczos_tridiagonal(op: Operator, v0: Tensor, steps: int) -> tuple[Tensor, Tensor]:
+    """``steps`` Lanczos steps from ``v0`` with full reorthogonalisation: the tridiagonal ``T``'s entries.
+
+    Returns ``(alpha, beta)`` in float64 on the CPU: the diagonal (m,) and the off-diagonal (m-1,) of
+    ``T = Q^T A Q`` for the Krylov basis ``Q`` of ``v0``. Stops early (m < steps) when the Krylov space is
+    invariant, in which case ``T``'s eigenvalues are exactly eigenvalues of ``A``.
+
+    Args:
+        op: the symmetric operator.
+        v0: the start vector (normalised here).
+        steps: the most Lanczos steps (capped at the operator's size).
+
+    Returns:
+        ``(alpha, beta)`` as above.
+
+    Raises:
+        LandscapeError: a product with NaN or Inf entries.
+    """
+    n = op.shape[0]
+    steps = min(int(steps), n)
+    require_memory(steps, n, op.dtype, op.device, f"a Lanczos quadrature of {steps} steps", "lower --steps")
+    Q = torch.zeros(n, steps, dtype=op.dtype, device=op.device)
+    q = v0.to(device=op.device, dtype=op.dtype).reshape(-1)
+    Q[:, 0] = q / torch.linalg.vector_norm(q)
+    alpha: list[float] = []
+    beta: list[float] = []
+    anorm = 0.0
+    eps = torch.finfo(op.dtype).eps
+    for j in range(steps):
+        w = op.matvec(Q[:, j]).reshape(-1)
+        r, h = orthogonalize(w, Q[:, : j + 1])
+        alpha.append(float(h[j]))
+        b = float(torch.linalg.vector_norm(r))
+        require_finite(torch.tensor([alpha[-1], b]), j + 1)  # NaN/Inf anywhere in w reaches both
+        if j > 0:
+            _require_symmetric(float(h[j - 1]), beta[-1], max(anorm, abs(alpha[-1]) + b), eps, j + 1)
+        anorm = max(anorm, abs(alpha[-1]) + b)
+        if j + 1 == steps or b <= eps * max(anorm, 1e-300) * math.sqrt(n):
+            break
+        beta.append(b)
+        Q[:, j + 1] = r / b
+    return torch.tensor(alpha, dtype=torch.float64), torch.tensor(beta, dtype=torch.float64)

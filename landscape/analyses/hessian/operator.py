@@ -1,0 +1,335 @@
+"""The Hessian of an :class:`~landscape.core.objective.Objective` as a linear operator on flat vectors.
+
+For batches ``b`` with mean-reduced losses ``L_b`` and sizes ``N_b`` (``N = sum_b N_b`` over the batches
+used), the operator is
+
+    H = sum_b (N_b / N) * d^2 L_b / d theta^2  +  d^2 R / d theta^2
+
+restricted to the selected parameters ``theta`` (all others held at the evaluation point). Each batch's
+products are made by ``jvp(grad)``, by backward passes through a kept gradient graph, or by a traced
+``linearize`` (:mod:`landscape.analyses.hessian.products`); ``auto`` times them and takes the cheapest for the products
+the solver still expects (it tells the operator through :meth:`HessianOperator.plan_products`). A kept graph
+or trace holds the batch's intermediates in memory, so only the first ``max_linearized`` batches keep one.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.func import grad, vmap
+
+from landscape.analyses.hessian.products import BatchProducts, ProductCosts, quiet_jvp
+from landscape.core.objective import Objective
+from landscape.core.params import ParamDict, flatten, unflatten
+from landscape.errors import LandscapeError
+from landscape.options.hessian import HVP_MODES
+from landscape.runtime import distributed
+
+
+def select_names(names: Sequence[str], patterns: Sequence[str] | str | None) -> list[str]:
+    """Names matching any pattern, in their original order.
+
+    A pattern matches a name when it is a glob for it (``fnmatch``: ``"layer1.*"``, ``"*.weight"``), equals
+    it, or is a dotted prefix of it (``"fc"`` matches ``fc.weight`` and ``fc.bias``). ``None`` or an empty
+    list selects every name.
+
+    Args:
+        names: parameter names, e.g. those of ``model.named_parameters()``.
+        patterns: one pattern, a list of patterns, or ``None``.
+
+    Returns:
+        The matching names, in the order of ``names``.
+
+    Raises:
+        LandscapeError: patterns were given but no name matches any of them.
+    """
+    if patterns is None:
+        return list(names)
+    pats = [patterns] if isinstance(patterns, str) else list(patterns)
+    if not pats:
+        return list(names)
+    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) or n == p or n.startswith(p + ".") for p in pats)]
+    if not chosen:
+        raise LandscapeError(
+            f"no parameter matches {', '.join(pats)}; use names or globs of model.named_parameters(), e.g. 'fc.*'"
+        )
+    return chosen
+
+
+class HessianOperator:
+    """The (weighted, regularised) Hessian of an objective at one point, on flat vectors.
+
+    Args:
+        objective: the objective (model, batches, criterion, regulariser).
+        params: the evaluation point (default ``objective.params``); a dict with the objective's names.
+        patterns: parameter-name patterns (see :func:`select_names`); the Hessian block of the matching
+            parameters (a per-layer Hessian) with every other parameter held fixed. Default: all.
+        batches: indices of the objective's batches to use (default all), re-weighted by ``N_b / N_used``;
+            a single index gives that mini-batch's Hessian (plus the regulariser's).
+        mode: how each batch's products are made (:mod:`landscape.analyses.hessian.products`): ``"jvp"``
+            (``jvp(grad)`` each time, nothing kept), ``"graph"`` (a gradient graph kept per batch, one backward
+            per product), ``"linearize"`` (a trace kept per batch) or ``"auto"``: the first product of a batch
+            is timed with ``jvp`` and each later one made the way with the least expected time for the products
+            still to come (``setup + left * per_product``; ``left`` from :meth:`plan_products`, else the
+            products made so far); only the first ``max_linearized`` batches keep a graph or trace (memory),
+            the others choose between ``jvp`` and a graph rebuilt per product.
+        max_linearized: how many batches ``"auto"`` lets keep a graph or trace (each holds one forward and
+            backward of memory).
+        costs: the measurements ``"auto"`` decides from, shared with other operators on batches of the same
+            shape (default: a new, empty record).
+        shard: under torchrun, each rank multiplies by every ``world_size``-th batch and the products are summed
+            with ``all_reduce``; every rank must then make the same sequence of products (same solver, seed).
+
+    Vectors are 1-D tensors of length ``n`` on the objective's device in the params' dtype; the flat order
+    is the insertion order of the selected parameters (``self.names``). ``n_matvec`` counts products
+    (one product = one full pass over the used batches).
+
+    Attributes:
+        names: the selected parameter names, in flat order.
+        params: the evaluation point of the selected parameters.
+        batch_indices: the objective's batches used.
+        weights: ``N_b / N_used`` for each used batch.
+        shape: ``(n, n)``, ``n`` the number of selected parameter entries.
+        dtype: the dtype of the vectors (the first selected parameter's).
+        device: the device of the vectors (the first selected parameter's).
+        n_matvec: the number of products made so far.
+
+    Raises:
+        LandscapeError: unknown ``mode``, no parameter matches ``patterns``, or a batch index out of range (or
+            an empty list of batches).
+    """
+
+    def __init__(
+        self,
+        objective: Objective,
+        params: Mapping[str, Tensor] | None = None,
+        *,
+        patterns: Sequence[str] | str | None = None,
+        batches: Sequence[int] | None = None,
+        mode: str = "auto",
+        max_linearized: int = 8,
+        costs: ProductCosts | None = None,
+        shard: bool = False,
+    ) -> None:
+        if mode not in HVP_MODES:
+            raise LandscapeError(f"unknown HVP mode {mode!r}; choose one of {', '.join(HVP_MODES)}")
+        self.objective = objective
+        point = dict(objective.params if params is None else params)
+        self.names = select_names(list(point), patterns)
+        self._point = point
+        self.params: ParamDict = {n: point[n] for n in self.names}
+        used = list(range(len(objective.batches))) if batches is None else [int(i) for i in batches]
+        if not used or any(i < 0 or i >= len(objective.batches) for i in used):
+            raise LandscapeError(f"batch indices must lie in [0, {len(objective.batches)}), got {used[:5]}")
+        self.batch_indices = used
+        sizes = [int(objective.batches[i][1].shape[0]) for i in used]
+        self.weights = [s / sum(sizes) for s in sizes]
+        self.mode = mode
+        keep = {"linearize": len(used), "graph": len(used), "jvp": 0}
+        self.max_linearized = keep.get(mode, int(max_linearized))
+        n = sum(p.numel() for p in self.params.values())
+        self.shape = (n, n)
+        first = next(iter(self.params.values()))
+        self.dtype = first.dtype
+        self.device = first.device
+        self.n_matvec = 0
+        self.costs = costs if costs is not None else ProductCosts()
+        self._planned: int | None = None
+        self._products = [
+            BatchProducts(self._batch_loss(i), self.params, mode, self.costs, cached=slot < self.max_linearized)
+            for slot, i in enumerate(used)
+        ]
+        self.shard = shard and distributed.active()
+
+    # -- building blocks ---------------------------------------------------------------------------
+    def _full(self, sub: Mapping[str, Tensor]) -> ParamDict:
+        return {**self._point, **sub}
+
+    def _batch_loss(self, index: int) -> Callable[[ParamDict], Tensor]:
+        loss = self.objective.batch_loss_fn(self.objective.batches[index])
+        return lambda sub: loss(self._full(sub))
+
+    def plan_products(self, count: int) -> None:
+        """Tell ``auto`` that about ``count`` more products are coming (solvers call it; optional).
+
+        Args:
+            count: the number of products expected next.
+        """
+        self._planned = max(int(count), 0)
+
+    def _left(self) -> int:
+        if self._planned is None:  # nobody said: expect as many again as have been made
+            return self.n_matvec + 1
+        return max(self._planned, 1)
+
+    def _batch_hvp(self, slot: int, v: ParamDict) -> ParamDict:
+        return self._products[slot](v, self._left())
+
+    @property
+    def _linear(self) -> dict[int, Callable[[ParamDict], ParamDict]]:
+        """The kept product functions (graphs or traces) by batch slot."""
+        return {slot: p.cache for slot, p in enumerate(self._products) if p.cache is not None}
+
+    def hvp_choice(self) -> dict[str, object]:
+        """How the products were made: the mode, the number of batches per way, and the seconds measured.
+
+        Returns:
+            ``{"mode", "ways": {way: n_batches}, "seconds": {...}, "failed": {...}}``, as result files record
+            it (docs/schema.md).
+        """
+        ways = Counter(p.way for p in self._products if p.way is not None)
+        return {"mode": self.mode, "ways": dict(sorted(ways.items())), **self.costs.summary()}
+
+    def _reg_hvp(self, v: ParamDict) -> ParamDict | None:
+        reg = self.objective.regularizer
+        if not reg.active:
+            return None
+        return quiet_jvp(grad(lambda sub: reg(self._full(sub))), self.params, v)
+
+    def hvp_dict(self, v: Mapping[str, Tensor], *, part: int = 0, parts: int = 1) -> ParamDict:
+        """``H v`` for a dict ``v`` with the selected parameters' names and shapes.
+
+        With ``parts > 1`` only this part's share is computed: the batches ``part, part + parts, ...`` (and the
+        regulariser in part 0); the parts sum to ``H v``.
+
+        ``H v = sum_b (N_b/N_used) H_b v + H_R v`` over the used batches (this part's share of them).
+
+        Args:
+            v: the vector by parameter name (at least the selected names; other entries are ignored).
+            part: which share to compute, ``0 <= part < parts``.
+            parts: the number of shares.
+
+        Returns:
+            ``H v`` (or this part's share) by selected parameter name, each tensor of its parameter's shape.
+        """
+        v = {n: v[n] for n in self.names}
+        total = self._weighted_sum(v, self._batch_hvp, part, parts)
+        self.n_matvec += 1
+        if self._planned is not None:
+            self._planned -= 1
+        return total
+
+    # -- the operator ------------------------------------------------------------------------------
+    def matvec(self, v: Tensor) -> Tensor:
+        """``H v`` for a flat vector ``v`` of length n (moved to the operator's device and dtype).
+
+        With ``shard`` under torchrun each rank computes its share of the batches and the shares are summed
+        with ``all_reduce``.
+
+        Args:
+            v: a vector of ``n`` entries (any shape that flattens to ``(n,)``).
+
+        Returns:
+            ``H v``, shape ``(n,)``, in :attr:`dtype` on :attr:`device`.
+
+        Raises:
+            ValueError: ``v`` does not have ``n`` entries.
+        """
+        v = v.to(device=self.device, dtype=self.dtype).reshape(-1)
+        if v.numel() != self.shape[0]:
+            raise ValueError(f"vector has {v.numel()} entries, the operator acts on {self.shape[0]}")
+        if not self.shard:
+            return flatten(self.hvp_dict(unflatten(v, self.params)))
+        # under torchrun every rank runs the same solver; each multiplies by its share of the batches
+        out = flatten(self.hvp_dict(unflatten(v, self.params), part=distributed.rank(), parts=distributed.world_size()))
+        return distributed.sum_tensor(out)
+
+    def __matmul__(self, v: Tensor) -> Tensor:
+        return self.matvec(v) if v.dim() == 1 else self.matmat(v)
+
+    def matmat(self, V: Tensor, *, vectorize: bool = False) -> Tensor:
+        """``H V`` for an (n, m) matrix: column by column, or all columns at once with ``vmap``.
+
+        ``vectorize=True`` maps the products over the columns with ``torch.func.vmap`` (worth it on a GPU
+        for small models; on CPU a loop was faster). It counts as m products.
+
+        Args:
+            V: the matrix, shape ``(n, m)``.
+            vectorize: compute all columns at once with ``vmap`` (not sharded across ranks).
+
+        Returns:
+            ``H V``, shape ``(n, m)``, in :attr:`dtype` on :attr:`device`.
+
+        Raises:
+            ValueError: ``V`` is not a matrix with ``n`` rows.
+        """
+        V = V.to(device=self.device, dtype=self.dtype)
+        if V.dim() != 2 or V.shape[0] != self.shape[0]:
+            raise ValueError(f"expected an ({self.shape[0]}, m) matrix, got {tuple(V.shape)}")
+        if not vectorize:
+            cols = [self.matvec(V[:, j]) for j in range(V.shape[1])]
+            return torch.stack(cols, dim=1) if cols else V.new_zeros(V.shape)
+        count, planned = self.n_matvec, self._planned
+        out = vmap(lambda col: flatten(self._vectorized_hvp(unflatten(col, self.params))), in_dims=1, out_dims=1)(V)
+        self.n_matvec, self._planned = count + V.shape[1], planned
+        return out
+
+    def _vectorized_hvp(self, v: ParamDict) -> ParamDict:
+        """``H v`` by ``jvp(grad)`` for every batch (the one way that runs inside ``vmap``), plus the regulariser."""
+        return self._weighted_sum(v, lambda slot, vec: quiet_jvp(grad(self._products[slot].loss), self.params, vec))
+
+    def _weighted_sum(
+        self, v: ParamDict, product: Callable[[int, ParamDict], ParamDict], part: int = 0, parts: int = 1
+    ) -> ParamDict:
+        """``sum_b w_b product(b, v)`` over this part's share of the batches, plus ``H_R v`` in part 0."""
+        total = self._reg_hvp(v) if part == 0 else None
+        for slot, w in enumerate(self.weights):
+            if slot % parts != part:
+                continue
+            hv = product(slot, v)
+            total = {n: w * t for n, t in hv.items()} if total is None else {n: total[n] + w * hv[n] for n in hv}
+        if total is None:
+            total = {n: torch.zeros_like(t) for n, t in v.items()}
+        return total
+
+    def dense(self) -> Tensor:
+        """The full n x n matrix by n products with the unit vectors, vectorised (tiny problems and tests).
+
+        Returns:
+            ``H``, shape ``(n, n)``, in :attr:`dtype` on :attr:`device`.
+        """
+        return self.matmat(torch.eye(self.shape[0], dtype=self.dtype, device=self.device), vectorize=True)
+
+    def to_scipy(self) -> object:
+        """A ``scipy.sparse.linalg.LinearOperator`` (float64 numpy in and out) backed by this operator.
+
+        Returns:
+            A symmetric ``LinearOperator`` of shape ``(n, n)`` whose products call :meth:`matvec` (e.g. for
+            ``scipy.sparse.linalg.eigsh``).
+        """
+        from scipy.sparse.linalg import LinearOperator
+
+        def mv(x: np.ndarray) -> np.ndarray:
+            """``H x`` as float64 numpy.
+
+            Args:
+                x: an array of ``n`` entries.
+
+            Returns:
+                ``H x``, shape ``(n,)``, float64.
+            """
+            out = self.matvec(torch.as_tensor(np.asarray(x).reshape(-1)))
+            return out.detach().to("cpu", torch.float64).numpy()
+
+        def mm(X: np.ndarray) -> np.ndarray:
+            """``H X`` column by column, as float64 numpy.
+
+            Args:
+                X: an ``(n, m)`` array.
+
+            Returns:
+                ``H X``, shape ``(n, m)``, float64.
+            """
+            return np.stack([mv(X[:, j]) for j in range(X.shape[1])], axis=1)
+
+        return LinearOperator(self.shape, matvec=mv, rmatvec=mv, matmat=mm, dtype=np.float64)
+
+    def clear_cache(self) -> None:
+        """Drop the kept per-batch graphs and traces (and the memory they hold); measurements are kept."""
+        for p in self._products:
+            p.drop()

@@ -1,0 +1,319 @@
+"""Library entry points behind ``landscape hessian`` and ``landscape spectrum``: checkpoint in, HDF5 file out.
+
+Files follow docs/schema.md (hessian, spectrum). ``hessian``: ``eigenvalues`` (k), ``residuals`` (k), ``converged`` (k),
+optional ``eigenvectors`` (n_params, k), ``density/grid``, ``density/values``, ``density/nodes``,
+``density/weights``, ``trace/samples``; ``spectrum``: ``eigenvalues`` (n_batches, k), ``batch_sizes``,
+``done``, ``n_matvec``. Root attributes: :meth:`AnalysisInputs.provenance` plus the options' ``attrs()``
+(:class:`~landscape.options.hessian.HessianOptions`, :class:`~landscape.options.hessian.SpectrumOptions`). Only rank 0
+writes. A complete file of the same options is returned as is; an incomplete one is resumed (hessian: by
+section; spectrum: by batch); one of other options needs ``force``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from landscape.analyses.hessian.density import spectral_density
+from landscape.analyses.hessian.lanczos import _validate, lanczos, require_memory
+from landscape.analyses.hessian.operator import HessianOperator
+from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
+from landscape.analyses.hessian.trace import trace as trace_estimate
+from landscape.core.front import augmented_batches_for, batches_for, build_objective, load_inputs
+from landscape.core.objective import Regularizer, fused_attention_modules
+from landscape.data import fixed_batches, load_dataset
+from landscape.errors import LandscapeError
+from landscape.options.common import DTYPES, choice
+from landscape.options.hessian import HessianOptions, SpectrumOptions
+from landscape.runtime import distributed
+from landscape.runtime.lifecycle import analysis_file
+from landscape.store import result as store
+
+if TYPE_CHECKING:
+    from landscape.core.front import ModelSource
+
+
+def _show(progress: bool | None) -> bool:
+    """Whether this rank shows progress: only rank 0, and with ``None`` only when stderr is a terminal."""
+    if not distributed.is_main():
+        return False
+    return sys.stderr.isatty() if progress is None else bool(progress)
+
+
+def _dtype(name: str) -> Any:
+    import torch
+
+    return getattr(torch, choice(name, "--dtype", DTYPES))
+
+
+class _Products:
+    """A progress bar of Hessian-vector products for a solver's ``callback`` (no bar when not shown)."""
+
+    def __init__(self, desc: str, show: bool) -> None:
+        self.bar = None
+        if show:
+            from tqdm import tqdm
+
+            self.bar = tqdm(desc=desc, unit="HVP")
+
+    def __call__(self, n_matvec: int, *_: Any) -> None:
+        if self.bar is not None:
+            self.bar.update(n_matvec - self.bar.n)
+
+    def close(self) -> None:
+        """Close the progress bar (nothing to do when it is not shown)."""
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_hessian(
+    source: ModelSource | str | Path,
+    options: HessianOptions = HessianOptions(),
+    *,
+    out: str | Path = "hessian.h5",
+    model_name: str | None = None,
+    device: str = "auto",
+    force: bool = False,
+    progress: bool | None = None,
+) -> store.Result:
+    """Hessian of a model's full-data loss on ``options.samples`` images, written to ``out``.
+
+    Computes the ``options.top_k`` eigenpairs of kind ``options.which`` by Lanczos (``top_k=0`` skips
+    them), with ``options.density`` the SLQ density (``probes`` x ``steps`` products, broadening ``sigma``),
+    with ``options.trace`` the trace estimate (``trace_samples`` products by ``trace_method``).
+    ``options.params``: comma-separated name patterns for a per-layer Hessian block. The root attributes
+    are the provenance plus :meth:`HessianOptions.attrs`.
+
+    Args:
+        source: the model: a :class:`~landscape.core.front.ModelSource` or a checkpoint path.
+        options: what to compute (validated when built).
+        out: the HDF5 result file; a complete one of the same options is returned as is, an incomplete one
+            resumed by section.
+        model_name: the model's name when ``source`` is a path whose checkpoint does not name it.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        force: overwrite a file made with other options.
+        progress: show a bar of the Lanczos products (None: only when stderr is a terminal).
+
+    Returns:
+        The file, read back.
+
+    Raises:
+        LandscapeError: more eigenpairs than parameters, a file of other options without ``force``, or any
+            error of loading the model and data or of the solvers.
+    """
+    o = options
+    if not isinstance(o, HessianOptions):
+        raise LandscapeError(f"options must be a HessianOptions, got {type(o).__name__}")
+    reg = Regularizer.from_options(o.regularizer, o.reg_coef)
+    patterns = o.patterns
+    dev = distributed.start(device)
+    inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
+    if o.augment == "none":
+        batches = batches_for(inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
+    else:  # Paper A's augmented training data, drawn once from the seed and held fixed for every product
+        batches = augmented_batches_for(
+            inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed, copies=o.augment_copies
+        )
+    attrs = inputs.provenance(sum(int(y.shape[0]) for _, y in batches), o.seed, **o.attrs())
+    objective = build_objective(
+        inputs,
+        batches,
+        criterion=o.loss_criterion,
+        regularizer=reg,
+        dtype=_dtype(o.dtype),
+        allow_stochastic=o.allow_stochastic,
+    )
+    attrs["fused_attention_off"] = objective.fused_attention_off
+    op = HessianOperator(objective, patterns=patterns or None, mode=o.hvp, shard=True)
+    if o.top_k > op.shape[0]:
+        raise LandscapeError(
+            f"--top-k {o.top_k} asks for more eigenvalues than the {op.shape[0]} parameters of "
+            "the Hessian have; give at most that many"
+        )
+    if o.top_k > 0:
+        _validate(op.shape[0], o.top_k, o.which, o.ncv)  # a bad --ncv refused before the file is made
+    if o.density:  # and a quadrature basis that cannot fit
+        steps = min(o.steps, op.shape[0])
+        require_memory(
+            steps, op.shape[0], op.dtype, op.device, f"a Lanczos quadrature of {steps} steps", "lower --steps"
+        )
+    with analysis_file(out, "hessian", attrs, force=force) as (f, _):
+        if _todo(f, "eigenvalues", o.top_k > 0):
+            bar = _Products("lanczos", _show(progress))
+            try:
+                res = lanczos(
+                    op,
+                    k=o.top_k,
+                    which=o.which,
+                    ncv=o.ncv,
+                    tol=o.tol,
+                    maxiter=o.maxiter,
+                    seed=o.seed,
+                    return_eigenvectors=o.eigenvectors,
+                    callback=bar,
+                )
+            finally:
+                bar.close()
+            if f is not None:
+                if o.eigenvectors:
+                    f.write("eigenvectors", res.eigenvectors.cpu().numpy(), axes=["parameter", "pair"])
+                f.write("residuals", res.residuals.numpy(), axes=["pair"])
+                f.write("converged", res.converged.numpy(), axes=["pair"])
+                f.set_attrs(
+                    {
+                        "n_params": op.shape[0],
+                        "parameter_names": op.names,
+                        "eigen_n_matvec": res.n_matvec,
+                        "eigen_restarts": res.n_restarts,
+                        "hvp_choice": op.hvp_choice(),
+                    }
+                )
+                f.write("eigenvalues", res.eigenvalues.numpy(), axes=["pair"])
+                f.mark_done()
+        if _todo(f, "density/values", o.density):
+            d = spectral_density(op, o.probes, o.steps, o.sigma, grid_points=o.grid_points, seed=o.seed)
+            if f is not None:
+                f.write("density/nodes", d.nodes.numpy(), axes=["probe", "node"])
+                f.write("density/weights", d.weights.numpy(), axes=["probe", "node"])
+                f.write("density/grid", d.grid.numpy(), axes=["eigenvalue"])
+                f.set_attrs({"sigma": d.sigma, "n_matvec": d.n_matvec, "hvp_choice": op.hvp_choice()}, at="density")
+                f.write("density/values", d.values.numpy(), axes=["eigenvalue"])
+                f.mark_done()
+        if _todo(f, "trace/samples", o.trace):
+            t = trace_estimate(op, o.trace_samples, o.trace_method, seed=o.seed)
+            if f is not None:
+                f.set_attrs(
+                    {
+                        "estimate": t.estimate,
+                        "stderr": t.stderr,
+                        "method": t.method,
+                        "n_matvec": t.n_matvec,
+                        "hvp_choice": op.hvp_choice(),
+                    },
+                    at="trace",
+                )
+                f.write("trace/samples", t.samples.numpy(), axes=["probe"])  # last: marks the section done
+                f.mark_done()
+    return store.read_result(out)
+
+
+def _todo(f: store.ResultFile | None, name: str, wanted: bool) -> bool:
+    """Whether a section is wanted and not yet in the file (every rank agrees; rank 0 holds the file)."""
+    present = distributed.broadcast_object(f is not None and (name in f or f.complete))
+    return wanted and not present
+
+
+def run_spectrum(
+    source: ModelSource | str | Path,
+    options: SpectrumOptions = SpectrumOptions(),
+    *,
+    out: str | Path = "spectrum.h5",
+    model_name: str | None = None,
+    device: str = "auto",
+    force: bool = False,
+    progress: bool | None = None,
+) -> store.Result:
+    """Paper A's per-mini-batch max-eigenvalue spectrum of a model, written to ``out`` batch by batch.
+
+    The data are ``options.fraction`` of the split (or ``options.samples`` images when given), in a
+    ``seed``-ed order, cut into batches of ``options.batch_size`` (the last may be smaller); see
+    :func:`~landscape.analyses.hessian.spectrum.max_eigenvalue_spectrum`. The root attributes are the provenance plus
+    :meth:`SpectrumOptions.attrs`.
+
+    Args:
+        source: the model: a :class:`~landscape.core.front.ModelSource` or a checkpoint path.
+        options: what to compute (validated when built).
+        out: the HDF5 result file; a complete one of the same options is returned as is, an incomplete one
+            resumed batch by batch.
+        model_name: the model's name when ``source`` is a path whose checkpoint does not name it.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        force: overwrite a file made with other options.
+        progress: show a bar of the batches (None: only when stderr is a terminal).
+
+    Returns:
+        The file, read back.
+
+    Raises:
+        LandscapeError: a file of other options without ``force``, or any error of loading the model and data
+            or of the solver.
+    """
+    o = options
+    if not isinstance(o, SpectrumOptions):
+        raise LandscapeError(f"options must be a SpectrumOptions, got {type(o).__name__}")
+    reg = Regularizer.from_options(o.regularizer, o.reg_coef)
+    dev = distributed.start(device)
+    inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
+    dataset = load_dataset(inputs.dataset_spec, o.split, preprocess=inputs.preprocess)
+    samples = o.samples
+    if samples is None:
+        assert o.fraction is not None  # SpectrumOptions refuses neither
+        samples = max(1, round(o.fraction * len(dataset)))
+    if o.augment == "none":
+        batches = fixed_batches(dataset, o.batch_size, samples, seed=o.seed, device=inputs.device)
+    else:  # Paper A's augmented training data, drawn once from the seed; each mini-batch mixed within itself
+        batches = augmented_batches_for(
+            inputs, batch_size=o.batch_size, n_samples=samples, seed=o.seed, copies=o.augment_copies
+        )
+    top_k = o.top_k
+    n_params = sum(p.numel() for p in inputs.model.parameters())
+    if not 1 <= top_k < n_params:  # as max_eigenvalue_spectrum, but before the file is made
+        raise LandscapeError(f"--top-k must lie in [1, {n_params - 1}] for this model, got {top_k}")
+    attrs = inputs.provenance(sum(int(y.shape[0]) for _, y in batches), o.seed, **o.attrs())
+    attrs["fused_attention_off"] = len(fused_attention_modules(inputs.model))
+
+    def resume(f: store.ResultFile) -> list[int]:
+        """Rank 0: allocate the arrays of a new file; the batches already done."""
+        n = len(batches)
+        if not f.complete:
+            f.allocate("eigenvalues", (n, top_k), "f8", fill=np.nan, axes=["batch", "rank"])
+            f.allocate("done", (n,), bool, fill=False, axes=["batch"])
+            f.allocate("n_matvec", (n,), "i8", fill=0, axes=["batch"])
+            if "batch_sizes" not in f:
+                f.write("batch_sizes", np.array([int(y.shape[0]) for _, y in batches]), axes=["batch"])
+        return [int(i) for i in np.flatnonzero(f.read("done"))]
+
+    with analysis_file(out, "spectrum", attrs, force=force, resume=resume) as (f, skip):
+        assert skip is not None
+
+        def write(item: Any) -> None:
+            if f is not None:
+                f.write_at("eigenvalues", item.index, item.eigenvalues)
+                f.write_at("n_matvec", item.index, item.n_matvec)
+                f.mark_done("done", item.index)
+
+        if len(skip) < len(batches):
+            spectrum = max_eigenvalue_spectrum(
+                inputs.model,
+                batches,
+                k=top_k,
+                which=o.which,
+                solver=o.solver,
+                criterion=o.loss_criterion,
+                regularizer=reg,
+                tol=o.tol,
+                ncv=o.ncv,
+                maxiter=o.maxiter,
+                seed=o.seed,
+                hvp=o.hvp,
+                group=o.group,
+                device=inputs.device,
+                dtype=_dtype(o.dtype),
+                allow_stochastic=o.allow_stochastic,
+                output=inputs.source.output,
+                skip=skip,
+                on_batch=write,
+                progress=_show(progress),
+            )
+            if f is not None:  # how this (last) run made its products; not part of the file's identity
+                f.set_attrs(
+                    {
+                        "group": spectrum.group,
+                        "group_option": str(o.group),
+                        "group_choice": spectrum.group_choice,
+                        "hvp_choice": spectrum.hvp_choice,
+                    }
+                )
+    return store.read_result(out)

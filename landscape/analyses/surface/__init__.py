@@ -1,0 +1,1 @@
+"""Loss surfaces: directions (directions) and the grid evaluation and its file (run)."""

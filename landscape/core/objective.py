@@ -1,0 +1,631 @@
+"""The functional core: loss, accuracy, gradient and Hessian-vector products of a model over fixed batches.
+
+An :class:`Objective` never mutates the module it was given. It holds its own copy of the module on the
+target device in eval mode, a params dict and a buffers dict, and evaluates the model through
+``torch.func.functional_call``. For mean-reduced batch losses ``L_b`` over batches of sizes ``N_b``
+(``N = sum_b N_b``) the full-data objective is
+
+    L(theta) = sum_b (N_b / N) * L_b(theta) + R(theta)
+
+and its gradient and Hessian-vector product are weighted the same way (never equally, never summed).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, grad, jvp
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from landscape.core.params import ParamDict
+from landscape.errors import LandscapeError
+from landscape.options import checks
+
+Batch = tuple[Tensor, Tensor]
+Criterion = str | Callable[[Tensor, Tensor], Tensor]
+OutputSelector = str | int | Callable[[object], Tensor] | None
+
+#: string criteria: ``soft_cross_entropy`` takes soft targets (floating ``(B, C)`` label distributions)
+CRITERIA = ("cross_entropy", "mse", "soft_cross_entropy")
+REGULARIZERS = ("none", "l2", "norm-sum")
+
+
+@dataclass(frozen=True)
+class Regularizer:
+    """A penalty on the parameters added to the data loss.
+
+    - ``none``: R = 0
+    - ``l2``: R = 0.5 * coef * sum_p ||theta_p||_2^2 (weight decay's quadratic form)
+    - ``norm-sum``: R = coef * sum_p ||theta_p||_2 (Paper A's plotted term, unsquared per-tensor norms;
+      Paper A uses coef = 0.05)
+
+    The sum runs over every tensor of the params dict.
+
+    Attributes:
+        kind: one of :data:`REGULARIZERS`.
+        coef: the coefficient, a finite number >= 0.
+
+    Raises:
+        LandscapeError: unknown ``kind``, or ``coef`` not a finite number >= 0 (on construction).
+    """
+
+    kind: str = "none"
+    coef: float = 0.0
+
+    def __post_init__(self) -> None:
+        """Refuse an unknown kind and a coefficient that is negative, NaN or infinite.
+
+        Raises:
+            LandscapeError: unknown ``kind``, or ``coef`` not a finite number >= 0.
+        """
+        if self.kind not in REGULARIZERS:
+            raise LandscapeError(f"unknown regulariser {self.kind!r}; choose one of {', '.join(REGULARIZERS)}")
+        checks.non_negative(self.coef, "the regulariser coefficient (--reg-coef)")
+
+    @classmethod
+    def from_options(cls, kind: str = "none", coef: float | None = None) -> Regularizer:
+        """Build from CLI-style options; ``norm-sum`` defaults to Paper A's 0.05, ``l2`` to 5e-4.
+
+        Args:
+            kind: one of :data:`REGULARIZERS`.
+            coef: the coefficient; ``None`` for the kind's default (0 for ``none``).
+
+        Returns:
+            The :class:`Regularizer`.
+
+        Raises:
+            LandscapeError: unknown ``kind``, or ``coef`` not a finite number >= 0.
+        """
+        if coef is None:
+            coef = {"none": 0.0, "l2": 5e-4, "norm-sum": 0.05}.get(kind, 0.0)
+        return cls(kind, float(coef))
+
+    @property
+    def active(self) -> bool:
+        """Whether the penalty contributes anything."""
+        return self.kind != "none" and self.coef != 0.0
+
+    def __call__(self, params: Mapping[str, Tensor]) -> Tensor:
+        """Evaluate R(theta) for a params dict.
+
+        Args:
+            params: the parameter tensors theta_p by name (at least one).
+
+        Returns:
+            R(theta) as a 0-dim tensor on the params' device (zero when the penalty is not :attr:`active`).
+        """
+        ref = next(iter(params.values()))
+        if not self.active:
+            return ref.new_zeros(())
+        if self.kind == "l2":
+            return 0.5 * self.coef * sum((p**2).sum() for p in params.values())
+        return self.coef * sum(torch.linalg.vector_norm(p) for p in params.values())
+
+    def describe(self) -> str:
+        """JSON description stored in result files.
+
+        Returns:
+            E.g. ``'{"kind": "l2", "coef": 0.0005}'``.
+        """
+        return json.dumps({"kind": self.kind, "coef": self.coef})
+
+
+def soft_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
+    """The soft-target cross-entropy ``mean_i sum_c -t_ic log softmax(z_i)_c`` of one batch.
+
+    Computed by ``torch.nn.functional.cross_entropy`` with class-probability targets (a log-softmax through
+    logsumexp: finite wherever the logits are). Integer labels are taken as one-hot distributions.
+
+    Args:
+        logits: the model's output ``z``, shape ``(B, C)``.
+        targets: label distributions ``t``, floating ``(B, C)`` (e.g. Mixup/CutMix with label smoothing), or
+            integer labels ``(B,)``.
+
+    Returns:
+        The batch's mean loss, a 0-dim tensor.
+
+    Raises:
+        LandscapeError: floating targets whose shape is not that of the logits.
+    """
+    if targets.is_floating_point() and targets.shape != logits.shape:
+        raise LandscapeError(
+            f"soft targets of shape {tuple(targets.shape)} do not fit logits of shape {tuple(logits.shape)}: "
+            "give one label distribution over the model's outputs per sample"
+        )
+    return F.cross_entropy(logits, targets.to(logits.dtype) if targets.is_floating_point() else targets)
+
+
+def batch_loss(logits: Tensor, targets: Tensor, criterion: Criterion) -> Tensor:
+    """Mean-reduced loss of one batch: cross-entropy, MSE between logits and one-hot targets, or a callable.
+
+    A callable ``criterion(logits, targets)`` must return the batch's mean loss as a scalar tensor (e.g. label
+    smoothing: ``lambda z, y: F.cross_entropy(z, y, label_smoothing=0.1)``).
+
+    Args:
+        logits: the model's output, shape ``(B, C)``.
+        targets: class labels, shape ``(B,)`` (integer; ``mse`` compares with their one-hot encoding), or for
+            ``soft_cross_entropy`` label distributions, floating ``(B, C)``.
+        criterion: ``"cross_entropy"``, ``"mse"``, ``"soft_cross_entropy"`` (:func:`soft_cross_entropy`) or a
+            callable ``(logits, targets) -> mean loss``.
+
+    Returns:
+        The batch's mean loss L_b, a 0-dim tensor.
+
+    Raises:
+        LandscapeError: ``criterion`` is a string other than those of :data:`CRITERIA`.
+    """
+    if callable(criterion):
+        return criterion(logits, targets)
+    if criterion == "cross_entropy":
+        return F.cross_entropy(logits, targets)
+    if criterion == "mse":
+        onehot = F.one_hot(targets, logits.shape[-1]).to(logits.dtype)
+        return F.mse_loss(logits, onehot)
+    if criterion == "soft_cross_entropy":
+        return soft_cross_entropy(logits, targets)
+    raise LandscapeError(f"unknown criterion {criterion!r}; choose one of {', '.join(CRITERIA)}")
+
+
+def criterion_name(criterion: Criterion) -> str:
+    """The name recorded for a criterion: the string itself, or a callable's qualified name.
+
+    Args:
+        criterion: ``"cross_entropy"``, ``"mse"`` or a callable.
+
+    Returns:
+        The string, or ``"callable:QUALNAME"`` for a callable.
+    """
+    if callable(criterion):
+        return f"callable:{getattr(criterion, '__qualname__', type(criterion).__name__)}"
+    return str(criterion)
+
+
+def select_logits(output: object, selector: OutputSelector = None) -> Tensor:
+    """The logits in a model's output.
+
+    ``selector`` None: a tensor is the logits; a mapping's ``"logits"`` entry, an object's ``.logits`` attribute
+    or a tuple's first element otherwise. A str or int indexes the output (``output[selector]``); a callable is
+    applied to it.
+
+    Args:
+        output: what the model's forward returned.
+        selector: ``None``, a key or index into ``output``, or a callable ``output -> logits``.
+
+    Returns:
+        The logits tensor.
+
+    Raises:
+        LandscapeError: no logits tensor is found in ``output``, ``selector`` cannot be applied to it, or what
+            it selects is not a tensor.
+    """
+    if selector is None:
+        if isinstance(output, Tensor):
+            return output
+        if isinstance(output, Mapping) and isinstance(output.get("logits"), Tensor):
+            return output["logits"]
+        if isinstance(getattr(output, "logits", None), Tensor):
+            return output.logits  # type: ignore[attr-defined]
+        if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
+            return output[0]
+        raise LandscapeError(
+            f"the model returned {type(output).__name__}, not logits: pass output= (Python) or "
+            "--model-output KEY naming the logits"
+        )
+    try:
+        chosen = selector(output) if callable(selector) else output[selector]  # type: ignore[index]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise LandscapeError(
+            f"cannot take {selector!r} from the model's {type(output).__name__} output "
+            f"({type(exc).__name__}); check --model-output"
+        ) from None
+    if not isinstance(chosen, Tensor):
+        raise LandscapeError(f"output {selector!r} of the model is {type(chosen).__name__}, not a logits tensor")
+    return chosen
+
+
+def fused_attention_modules(module: nn.Module) -> list[nn.Module]:
+    """The submodules of ``module`` with fused attention kernels switched on (timm's ``fused_attn``).
+
+    Args:
+        module: the model.
+
+    Returns:
+        Every submodule (``module`` included) whose ``fused_attn`` attribute is ``True``.
+    """
+    return [m for m in module.modules() if getattr(m, "fused_attn", False) is True]
+
+
+def unfuse_attention(module: nn.Module) -> int:
+    """Switch off fused attention kernels (timm's ``fused_attn``) in ``module``; return how many were on.
+
+    torch.func's forward-mode differentiation (the Hessian-vector products) has no rule for the fused CPU/GPU
+    attention kernels; the explicit softmax(q k^T) v path computes the same function.
+
+    Args:
+        module: the model; modified in place (``fused_attn = False`` on each such submodule).
+
+    Returns:
+        The number of submodules switched off.
+    """
+    fused = fused_attention_modules(module)
+    for m in fused:
+        m.fused_attn = False
+    return len(fused)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Loss (data loss + regulariser), data loss alone and accuracy at one point, each a float.
+
+    Attributes:
+        loss: L(theta) = sum_b (N_b/N) L_b(theta) + R(theta).
+        data_loss: sum_b (N_b/N) L_b(theta).
+        accuracy: the fraction of samples whose arg-max logit is the label; NaN when a logit is not finite.
+    """
+
+    loss: float
+    data_loss: float
+    accuracy: float
+
+
+class Objective:
+    """The full-data objective of a model over a fixed list of batches.
+
+    Args:
+        model: the module; it is copied, never modified.
+        batches: list of ``(inputs, targets)``; moved to ``device`` once, kept in order, never augmented.
+        criterion: ``"cross_entropy"``, ``"mse"`` or a callable ``(logits, targets) -> mean loss``.
+        regularizer: penalty added to the data loss (default none).
+        device: where the copy of the model, the params and the batches live (default: the params' device).
+        dtype: cast floating params, buffers and inputs (``torch.float64`` for exact references).
+        param_names: names (of ``model.named_parameters()``) that form the variable params dict, in order;
+            the remaining parameters are held fixed. Default: all parameters.
+        allow_stochastic: skip the refusal of a model whose two evaluations differ.
+        check: run the determinism check now (two passes must give the same loss and gradient) and check that
+            every label is an output of the model.
+        output: where the logits are in the model's output (see :func:`select_logits`).
+
+    The copy of the model has fused attention switched off (:func:`unfuse_attention`, counted in
+    ``fused_attention_off``) and every forward pass runs with PyTorch's math attention backend, so that
+    ``torch.func`` can differentiate any attention layer twice.
+
+    Attributes:
+        module: the model's copy on ``device``, in eval mode.
+        params: the variable parameters theta by name (detached copies).
+        fixed: the parameters held fixed, by name.
+        buffers: the module's buffers (e.g. BatchNorm statistics), by name.
+        batches: the batches on ``device``.
+        n_samples: N = sum_b N_b.
+        weights: N_b / N for each batch.
+
+    Raises:
+        LandscapeError: no batches, an unknown criterion or parameter name, or (with ``check``) non-finite
+            weights, labels the model cannot output, a non-finite loss or a stochastic model.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        batches: Sequence[Batch],
+        *,
+        criterion: Criterion = "cross_entropy",
+        regularizer: Regularizer | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        param_names: Sequence[str] | None = None,
+        allow_stochastic: bool = False,
+        check: bool = True,
+        output: OutputSelector = None,
+    ) -> None:
+        if not batches:
+            raise LandscapeError("no data: the objective needs at least one batch (check --samples)")
+        if not callable(criterion) and criterion not in CRITERIA:
+            raise LandscapeError(f"unknown criterion {criterion!r}; choose one of {', '.join(CRITERIA)}")
+        first = next(model.parameters(), None)
+        self.device = (
+            torch.device(device) if device is not None else (first.device if first is not None else torch.device("cpu"))
+        )
+        self.module = copy.deepcopy(model).to(self.device).eval()
+        self.fused_attention_off = unfuse_attention(self.module)
+        self.output = output
+        if dtype is not None:
+            self.module = self.module.to(dtype)
+        self.dtype = dtype
+        self.criterion = criterion
+        self.regularizer = regularizer or Regularizer()
+        named = dict(self.module.named_parameters())
+        names = list(named) if param_names is None else list(param_names)
+        unknown = [n for n in names if n not in named]
+        if unknown:
+            raise LandscapeError(f"unknown parameter names {unknown[:3]}; see model.named_parameters()")
+        self.params: ParamDict = {n: named[n].detach().clone() for n in names}
+        self.fixed: ParamDict = {n: p.detach().clone() for n, p in named.items() if n not in self.params}
+        self.buffers: ParamDict = {n: b.detach().clone() for n, b in self.module.named_buffers()}
+        self.batches: list[Batch] = [self._place(x, y) for x, y in batches]
+        sizes = [int(y.shape[0]) for _, y in self.batches]
+        self.n_samples = sum(sizes)
+        self.weights = [s / self.n_samples for s in sizes]
+        self.allow_stochastic = allow_stochastic
+        if check:
+            self.check_finite()
+            self.check_labels()
+            self.check_determinism()
+
+    # -- evaluation -------------------------------------------------------------------------------
+    def _place(self, x: Tensor, y: Tensor) -> Batch:
+        x = x.to(self.device)
+        if self.dtype is not None and x.is_floating_point():
+            x = x.to(self.dtype)
+        return x, y.to(self.device)
+
+    def logits(self, params: Mapping[str, Tensor], x: Tensor, buffers: Mapping[str, Tensor] | None = None) -> Tensor:
+        """Model output for inputs ``x`` at ``params`` (fixed parameters and buffers filled in).
+
+        Args:
+            params: the variable parameters by name (a subset of names overrides only those).
+            x: a batch of inputs on :attr:`device`.
+            buffers: buffers to use instead of the objective's own (e.g. from :meth:`recompute_bn_buffers`).
+
+        Returns:
+            The logits, shape ``(B, C)`` (see :func:`select_logits`).
+
+        Raises:
+            LandscapeError: the model's output holds no logits tensor.
+        """
+        state = {**self.fixed, **params, **(self.buffers if buffers is None else buffers)}
+        with sdpa_kernel(SDPBackend.MATH):
+            return select_logits(functional_call(self.module, state, (x,)), self.output)
+
+    def batch_loss_fn(self, batch: Batch) -> Callable[[ParamDict], Tensor]:
+        """The function ``params -> L_b(params)`` (data loss of one batch, no regulariser).
+
+        Args:
+            batch: one ``(inputs, targets)`` pair on :attr:`device`.
+
+        Returns:
+            A function of a params dict returning the batch's mean loss as a 0-dim tensor (for ``torch.func``).
+        """
+        x, y = batch
+
+        def loss_fn(params: ParamDict) -> Tensor:
+            return batch_loss(self.logits(params, x), y, self.criterion)
+
+        return loss_fn
+
+    def loss(self, params: Mapping[str, Tensor] | None = None) -> Tensor:
+        """L(theta) = sum_b (N_b/N) L_b(theta) + R(theta), differentiable in ``params``.
+
+        Args:
+            params: the variable parameters theta; default :attr:`params`.
+
+        Returns:
+            The full-data loss, a 0-dim tensor.
+        """
+        params = self.params if params is None else params
+        total = sum(w * self.batch_loss_fn(b)(dict(params)) for w, b in zip(self.weights, self.batches))
+        return total + self.regularizer(params)
+
+    @torch.no_grad()
+    def evaluate(
+        self, params: Mapping[str, Tensor] | None = None, buffers: Mapping[str, Tensor] | None = None
+    ) -> Evaluation:
+        """Loss, data loss and accuracy at ``params`` (optionally with other BatchNorm buffers).
+
+        Args:
+            params: the variable parameters theta; default :attr:`params`.
+            buffers: buffers to use instead of the objective's own (e.g. from :meth:`recompute_bn_buffers`).
+
+        Returns:
+            The :class:`Evaluation` (floats; accuracy NaN when any logit is not finite).
+        """
+        params = self.params if params is None else params
+        data_loss = 0.0
+        correct = 0
+        for w, (x, y) in zip(self.weights, self.batches):
+            out = self.logits(params, x, buffers)
+            data_loss += w * float(batch_loss(out, y, self.criterion))
+            correct += prediction_hits(out, y)
+        reg = float(self.regularizer(params))
+        return Evaluation(data_loss + reg, data_loss, correct / self.n_samples)
+
+    def gradient(self, params: Mapping[str, Tensor] | None = None) -> ParamDict:
+        """Gradient of the full objective: sum_b (N_b/N) grad L_b + grad R.
+
+        Args:
+            params: the variable parameters theta; default :attr:`params`.
+
+        Returns:
+            The gradient by parameter name, each tensor of its parameter's shape.
+        """
+        params = dict(self.params if params is None else params)
+        total = grad(self.regularizer)(params) if self.regularizer.active else None
+        for w, b in zip(self.weights, self.batches):
+            g = grad(self.batch_loss_fn(b))(params)
+            total = {n: w * t for n, t in g.items()} if total is None else {n: total[n] + w * g[n] for n in g}
+        assert total is not None
+        return total
+
+    def hvp(self, vector: Mapping[str, Tensor], params: Mapping[str, Tensor] | None = None) -> ParamDict:
+        """Hessian-vector product sum_b (N_b/N) H_b v + H_R v, forward-over-reverse (jvp of grad).
+
+        Args:
+            vector: v by parameter name, each tensor of its parameter's shape (the same names as ``params``).
+            params: the point theta; default :attr:`params`.
+
+        Returns:
+            H v by parameter name, each tensor of its parameter's shape.
+        """
+        params = dict(self.params if params is None else params)
+        vector = dict(vector)
+        total = None
+        if self.regularizer.active:
+            total = jvp(grad(self.regularizer), (params,), (vector,))[1]
+        for w, b in zip(self.weights, self.batches):
+            hv = jvp(grad(self.batch_loss_fn(b)), (params,), (vector,))[1]
+            total = {n: w * t for n, t in hv.items()} if total is None else {n: total[n] + w * hv[n] for n in hv}
+        assert total is not None
+        return total
+
+    # -- BatchNorm ---------------------------------------------------------------------------------
+    def has_batchnorm(self) -> bool:
+        """Whether the model has BatchNorm layers that track running statistics.
+
+        Returns:
+            ``True`` when some ``_BatchNorm`` submodule has ``track_running_stats``.
+        """
+        return any(
+            isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats for m in self.module.modules()
+        )
+
+    @torch.no_grad()
+    def recompute_bn_buffers(self, params: Mapping[str, Tensor]) -> ParamDict:
+        """Re-estimate BatchNorm running statistics at ``params`` from this objective's batches.
+
+        Every BatchNorm layer gets the cumulative average of its batch means and (unbiased) batch variances
+        over all batches, each batch counting once, as with ``momentum=None``; the module is left untouched.
+
+        Args:
+            params: the variable parameters theta at which to estimate the statistics.
+
+        Returns:
+            A new buffers dict (the objective's own buffers are not changed), for :meth:`evaluate`.
+        """
+        buffers = {n: b.clone() for n, b in self.buffers.items()}
+        for name, b in buffers.items():
+            if name.endswith("running_mean"):
+                b.zero_()
+            elif name.endswith("running_var"):
+                b.fill_(1.0)
+            elif name.endswith("num_batches_tracked"):
+                b.zero_()
+        with _bn_cumulative(self.module):
+            for x, _ in self.batches:
+                functional_call(self.module, {**self.fixed, **params, **buffers}, (x,))
+        return buffers
+
+    # -- checks ------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def check_finite(self) -> None:
+        """Refuse parameters or buffers holding NaN or Inf: name the first such tensor and how many entries.
+
+        Raises:
+            LandscapeError: a floating or complex parameter or buffer holds a non-finite value.
+        """
+        for kind, tensors in (("parameter", {**self.params, **self.fixed}), ("buffer", self.buffers)):
+            for name, t in tensors.items():
+                if t.is_floating_point() or t.is_complex():
+                    bad = int((~torch.isfinite(t)).sum())
+                    if bad:
+                        raise LandscapeError(
+                            f"{kind} {name!r} holds {bad} non-finite value(s) (NaN or Inf) of {t.numel()}: the "
+                            "checkpoint is damaged or its training diverged; analyse another checkpoint"
+                        )
+
+    @torch.no_grad()
+    def check_labels(self) -> None:
+        """Refuse class labels the model cannot output: every integer target must lie in ``0..n_outputs-1``.
+
+        Soft (floating) targets are not checked.
+
+        Raises:
+            LandscapeError: an integer label is negative or ``>=`` the number of model outputs.
+        """
+        labels = [y for _, y in self.batches if not (y.is_floating_point() or y.is_complex())]
+        if not labels:  # soft targets: nothing to check
+            return
+        n_out = int(self.logits(self.params, self.batches[0][0][:1]).shape[-1])
+        top, low = max(int(y.max()) for y in labels), min(int(y.min()) for y in labels)
+        if low < 0 or top >= n_out:
+            raise LandscapeError(
+                f"the data has labels {low}..{top} but the model outputs {n_out} classes: analyse it on data "
+                "with at most that many classes (--data), or build the model with --num-classes"
+            )
+
+    def check_determinism(self) -> None:
+        """Refuse a stochastic objective: two passes must give the same loss and gradient.
+
+        Both passes use the first batch; on CPU they must agree exactly, elsewhere to ``rtol=1e-5``. Nothing is
+        checked with ``allow_stochastic``.
+
+        Raises:
+            LandscapeError: the first batch's loss is not finite, or the two passes differ.
+        """
+        if self.allow_stochastic:
+            return
+        params = dict(self.params)
+        batch = self.batches[0]
+        fn = self.batch_loss_fn(batch)
+        l1, g1 = float(fn(params)), grad(fn)(params)
+        if not math.isfinite(l1):
+            raise LandscapeError(
+                f"the loss of the first batch is {l1} although every weight is finite: the model overflows on "
+                "this data (check --data, --mean/--std, or --dtype float64)"
+            )
+        l2, g2 = float(fn(params)), grad(fn)(params)
+        exact = self.device.type == "cpu"
+        same_grad = all(
+            torch.equal(g1[n], g2[n]) if exact else torch.allclose(g1[n], g2[n], rtol=1e-5, atol=1e-7) for n in g1
+        )
+        if (l1 != l2 if exact else abs(l1 - l2) > 1e-5 * max(1.0, abs(l1))) or not same_grad:
+            raise LandscapeError(
+                "the model is stochastic (two passes gave different losses or gradients: dropout, "
+                "train-mode BatchNorm or random layers?); fix the model or pass --allow-stochastic"
+            )
+
+
+def hit_count(logits: Tensor, targets: Tensor) -> Tensor:
+    """Number of rows whose arg-max logit is the target class, as a 0-dim tensor (vmap- and compile-friendly).
+
+    With soft targets (floating ``(B, C)`` label distributions) the target class is the arg-max of the
+    distribution: a prediction is right when ``argmax z_i == argmax t_i``.
+
+    Args:
+        logits: shape ``(B, C)``.
+        targets: class labels ``(B,)``, or label distributions ``(B, C)``.
+
+    Returns:
+        The count (an integer tensor).
+    """
+    if targets.is_floating_point() and targets.ndim == logits.ndim:
+        targets = targets.argmax(-1)
+    return (logits.argmax(-1) == targets).sum()
+
+
+def prediction_hits(logits: Tensor, targets: Tensor) -> int | float:
+    """Number of rows whose arg-max equals the target; NaN when any logit is not finite (no prediction).
+
+    Args:
+        logits: shape ``(B, C)``.
+        targets: class labels, shape ``(B,)``, or label distributions ``(B, C)`` (see :func:`hit_count`).
+
+    Returns:
+        ``sum_i [argmax_c logits[i, c] == targets[i]]`` as an int, or ``math.nan``.
+    """
+    if not bool(torch.isfinite(logits).all()):
+        return math.nan
+    return int(hit_count(logits, targets))
+
+
+@contextmanager
+def _bn_cumulative(module: nn.Module) -> Iterator[None]:
+    """Temporarily put BatchNorm layers in train mode with cumulative averaging (momentum=None)."""
+    saved = []
+    for m in module.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            saved.append((m, m.training, m.momentum))
+            m.train()
+            m.momentum = None
+    try:
+        yield
+    finally:
+        for m, training, momentum in saved:
+            m.train(training)
+            m.momentum = momentum

@@ -1,0 +1,511 @@
+"""``landscape report DIR``: one self-contained HTML page of every result file in a folder.
+
+:func:`write_report` reads every ``*.h5`` in the folder, draws the figures of each result file with
+:func:`landscape.plot.plot_files` into ``DIR/report_figures/`` (``model-<name>/`` per model, ``all-models/`` for the
+figures that overlay several models) and writes ``DIR/report.html``: the summary table (from ``DIR/summary.md``
+when there is one, else one built from the result files), every figure embedded (PNG as base64 ``data:`` URIs,
+SVG inline), grouped by model and by kind, and each file's provenance (:func:`landscape.store.result.describe`) folded
+under its figures. The page loads nothing from the network. With plotly installed (``pip install
+'landscape[interactive]'``) each 2D surface also gets a rotatable 3D view, plotly's JavaScript embedded once.
+
+Files that are not landscape results (not HDF5, no ``kind``, being written) and results whose figures cannot be
+drawn are named in the page with a one-line note; they never stop the report.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from landscape import __version__
+from landscape.errors import LandscapeError
+from landscape.plot import PLOTTERS, one_of, plot_files
+from landscape.plot.common import model_name
+from landscape.plot.surface import grid_of, is_2d
+from landscape.store.files import WRITTEN_BY, check_replaceable, ensure_subfolder, leads_outside, write_text
+from landscape.store.result import describe, read_result
+
+#: the figure formats a page can embed
+REPORT_FORMATS = ("png", "svg")
+#: the folder (inside DIR) that holds the report's figures
+FIGURES_FOLDER = "report_figures"
+#: the sections of each model, in page order
+KIND_ORDER = ("surface", "hessian", "spectrum", "fourier")
+KIND_TITLES = {"surface": "Loss surface", "hessian": "Hessian", "spectrum": "Hessian spectrum", "fourier": "Fourier"}
+ALL_MODELS = "All models"
+PLOTLY_HINT = "pip install 'landscape[interactive]'"
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
+       max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.4; }
+h1 { border-bottom: 2px solid #444; padding-bottom: .2em; }
+h2 { border-bottom: 1px solid #bbb; margin-top: 2em; }
+table { border-collapse: collapse; margin: 1em 0; }
+th, td { border: 1px solid #bbb; padding: .3em .6em; text-align: left; }
+th { background: #eee; }
+.figures { display: flex; flex-wrap: wrap; gap: 1em; }
+figure { margin: 0; border: 1px solid #ddd; padding: .5em; background: #fff; }
+figure img, figure svg { max-width: 540px; height: auto; display: block; }
+figcaption { font-size: .85em; color: #555; margin-top: .3em; }
+details { margin: .5em 0 1.5em; }
+summary { cursor: pointer; color: #345; }
+pre { background: #f6f6f6; padding: .6em; overflow-x: auto; font-size: .85em; }
+.note { color: #a33; }
+nav ul { columns: 2; }
+"""
+
+
+@dataclass
+class _File:
+    """One result file of the report: where it is, what it is, its figures, and notes about it."""
+
+    path: Path
+    kind: str
+    model: str
+    created: str
+    result: Any
+    figures: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def write_report(
+    folder: str | Path,
+    *,
+    out: str | Path | None = None,
+    fmt: str = "png",
+    interactive: bool | None = None,
+    force: bool = False,
+) -> Path:
+    """Write one self-contained HTML page of every landscape result file in ``folder``.
+
+    Figures are drawn into ``folder/report_figures/`` (the report's own folder: existing figures of the same
+    names are replaced) and embedded in the page; the page is written atomically and needs no network to be
+    viewed. Nothing is read or written outside ``folder`` (and ``out``): a result file or ``summary.md`` that is
+    a symbolic link to a file outside it is skipped with a note, and a ``report_figures`` that is a link is
+    refused.
+
+    Args:
+        folder: the folder holding the result files (``*.h5``; sub-folders are not searched) and, optionally,
+            a ``summary.md`` whose Markdown table becomes the page's summary table.
+        out: the page to write; default ``folder/report.html``.
+        fmt: the figure format, ``"png"`` (embedded as base64) or ``"svg"`` (embedded inline).
+        interactive: add a rotatable 3D view (plotly) of each 2D surface: ``None`` when plotly is installed,
+            ``True`` always (plotly required), ``False`` never.
+        force: replace an ``out`` that landscape did not write, or a symbolic link there (never followed).
+
+    Returns:
+        The path of the page written.
+
+    Raises:
+        LandscapeError: ``folder`` does not exist or is not a folder, it holds no landscape result files,
+            ``fmt`` is not one of :data:`REPORT_FORMATS`, ``interactive=True`` without plotly installed, the page
+            may not be replaced (:func:`landscape.store.files.check_replaceable`), ``report_figures`` is a link, or the
+            figures or the page cannot be written.
+    """
+    one_of(fmt, "report figure format (--format)", REPORT_FORMATS)
+    folder = Path(folder)
+    if not folder.exists():
+        raise LandscapeError(f"{folder} does not exist; give the folder that holds the result files (*.h5)")
+    if not folder.is_dir():
+        raise LandscapeError(f"{folder} is not a folder; give the folder that holds the result files (*.h5)")
+    plotly = _plotly(interactive)
+    page = Path(out) if out is not None else folder / "report.html"
+    check_replaceable(page, force=force)
+    files, skipped = _read_files(folder)
+    if not files:
+        reason = f" ({len(skipped)} .h5 file(s) skipped; first: {skipped[0][1]})" if skipped else ""
+        raise LandscapeError(
+            f"no landscape result files (*.h5) in {folder}{reason}; run an analysis (e.g. `landscape surface`) "
+            "or `landscape demo` first"
+        )
+    models = _models_in_order(files)
+    slugs = _slugs(models)
+    for entry in files:
+        _draw(entry, ensure_subfolder(folder, FIGURES_FOLDER, f"model-{slugs[entry.model]}"), fmt)
+    shared = _draw_overlays(files, ensure_subfolder(folder, FIGURES_FOLDER, "all-models"), fmt)
+    summary = folder / "summary.md"
+    if summary.is_symlink() and leads_outside(summary, folder):
+        skipped.append((summary, f"is a symbolic link to a file outside {folder}; not read"))
+    text = _page(folder, page, files, skipped, models, slugs, shared, plotly)
+    write_text(page, text, force=force)
+    return page
+
+
+# ------------------------------------------------------------------------------------------ reading and drawing
+def _plotly(interactive: bool | None) -> Any:
+    """The plotly module ``graph_objects`` when the 3D views are wanted and possible, else None."""
+    if interactive is False:
+        return None
+    try:
+        import plotly.graph_objects as go
+    except ImportError:
+        if interactive:
+            raise LandscapeError(f"the interactive 3D views need plotly; install it with {PLOTLY_HINT}") from None
+        return None
+    return go
+
+
+def _read_files(folder: Path) -> tuple[list[_File], list[tuple[Path, str]]]:
+    """Every readable result file in ``folder`` (ordered by creation time, then name) and the skipped ones."""
+    files: list[_File] = []
+    skipped: list[tuple[Path, str]] = []
+    for path in sorted(p for p in folder.glob("*.h5") if not p.name.startswith(".")):
+        if leads_outside(path, folder):
+            skipped.append((path, f"is a symbolic link to a file outside {folder}; not read"))
+            continue
+        if not path.is_file():
+            skipped.append((path, f"{path.name} is not a file"))
+            continue
+        try:
+            result = read_result(path)
+        except LandscapeError as exc:
+            skipped.append((path, _reason(exc, path)))
+            continue
+        created = str(result.attrs.get("created", ""))
+        files.append(_File(path, result.kind, model_name(result), created, result))
+    files.sort(key=lambda f: (f.created, f.path.name))
+    return files, skipped
+
+
+def _reason(exc: BaseException, path: Path) -> str:
+    """Why ``path`` was skipped: the first clause of the error, without the path and the advice to rerun."""
+    text = _one_line(exc)
+    text = text[len(str(path)) :].lstrip(": ") if text.startswith(str(path)) else text
+    return text.split("; ", 1)[0]
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _models_in_order(files: Sequence[_File]) -> list[str]:
+    """The models in the order of their first result file."""
+    return list(dict.fromkeys(f.model for f in files))
+
+
+def _slugs(models: Sequence[str]) -> dict[str, str]:
+    """A distinct, path- and id-safe name for each model (model names come from files: never used as paths)."""
+    slugs: dict[str, str] = {}
+    used: set[str] = set()
+    for model in models:
+        base = re.sub(r"[^A-Za-z0-9_-]+", "_", model).strip("_") or "model"
+        slug, n = base, 2
+        while slug in used:
+            slug, n = f"{base}_{n}", n + 1
+        used.add(slug)
+        slugs[model] = slug
+    return slugs
+
+
+def _is_figure(path: Path, fmt: str) -> bool:
+    return path.suffix == f".{fmt}"
+
+
+def _draw(entry: _File, out_dir: Path, fmt: str) -> None:
+    """Draw the figures of one file; a file its kind's check refuses gets a note instead of figures.
+
+    Raises:
+        LandscapeError: the figures cannot be written (folder, permissions, full disk, ...).
+    """
+    import importlib
+
+    if entry.kind not in PLOTTERS:
+        entry.notes.append(f"no figures for result kind {entry.kind!r}")
+        return
+    try:
+        importlib.import_module(PLOTTERS[entry.kind]).check(entry.result)
+    except LandscapeError as exc:
+        entry.notes.append(f"no figures: {_one_line(exc)}")
+        return
+    written = plot_files([entry.path], out_dir, fmt, vtp=False, force=True)
+    entry.figures = [p for p in written if _is_figure(p, fmt)]
+
+
+def _draw_overlays(files: Sequence[_File], out_dir: Path, fmt: str) -> list[Path]:
+    """The figures that overlay several models (one plot call per kind); figures of one file are left out.
+
+    A kind is overlaid when files of at least two models have figures; 2D surfaces are never overlaid (their
+    figures are per file), 1D surfaces share one figure. A figure of the overlay call that has the name of a
+    file's own figure (a per-file figure drawn again) is removed, so every figure is shown once.
+
+    Raises:
+        LandscapeError: the figures cannot be written.
+    """
+    shared: list[Path] = []
+    for kind in KIND_ORDER:
+        group = [f for f in files if f.kind == kind and f.figures]
+        if kind == "surface":
+            group = [f for f in group if not is_2d(f.result)]
+        if len({f.model for f in group}) < 2:
+            continue
+        own = {p.name for f in group for p in f.figures}
+        written = plot_files([f.path for f in group], out_dir, fmt, vtp=False, force=True)
+        for path in written:
+            if not _is_figure(path, fmt):
+                continue
+            if path.name in own:
+                path.unlink(missing_ok=True)
+            else:
+                shared.append(path)
+    return shared
+
+
+# ------------------------------------------------------------------------------------------ the summary table
+def _split_row(line: str) -> list[str]:
+    r"""The cells of a Markdown table row (``\|`` is a literal bar)."""
+    body = line.strip()
+    body = body[1:] if body.startswith("|") else body
+    body = body[:-1] if body.endswith("|") and not body.endswith("\\|") else body
+    return [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", body)]
+
+
+def _is_separator(cells: Sequence[str]) -> bool:
+    return bool(cells) and all(re.fullmatch(r":?-{3,}:?", c) for c in cells)
+
+
+def _inline(text: str) -> str:
+    """Escape ``text``; Markdown code spans become ``<code>``."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
+def _tables(lines: Sequence[str]) -> list[tuple[int, int]]:
+    """``(header line, end)`` of every Markdown table in ``lines`` (a header row followed by a separator row)."""
+    out, i = [], 0
+    while i < len(lines) - 1:
+        if lines[i].lstrip().startswith("|") and _is_separator(_split_row(lines[i + 1])):
+            end = i + 2
+            while end < len(lines) and lines[end].lstrip().startswith("|"):
+                end += 1
+            out.append((i, end))
+            i = end
+        else:
+            i += 1
+    return out
+
+
+def _summary_from_markdown(path: Path) -> str | None:
+    """The description and the first table of ``summary.md`` as HTML, then the later tables (None: no table).
+
+    Each later table (e.g. the demo's "Findings") comes under its ``##`` heading (an ``<h3>``) and its prose.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    tables = _tables(lines)
+    if not tables:
+        return None
+    start = tables[0][0]
+    prose = [ln.strip() for ln in lines[:start] if ln.strip() and not ln.lstrip().startswith(("#", "!["))]
+    parts = [f"<p>{_inline(' '.join(prose))}</p>"] if prose else []
+    previous_end = 0
+    for k, (first, end) in enumerate(tables):
+        if k:
+            before = lines[previous_end:first]
+            heading = next((ln[3:].strip() for ln in reversed(before) if ln.startswith("## ")), None)
+            text = [ln.strip() for ln in before if ln.strip() and not ln.lstrip().startswith(("#", "![", "|"))]
+            if heading:
+                parts.append(f"<h3>{_inline(heading)}</h3>")
+            if text:
+                parts.append(f"<p>{_inline(' '.join(text))}</p>")
+        rows = [_split_row(line) for line in lines[first + 2 : end]]
+        parts.append(_table(_split_row(lines[first]), rows, markdown=True))
+        previous_end = end
+    parts.append(f"<p><small>From {html.escape(path.name)}.</small></p>")
+    return "\n".join(parts)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, markdown: bool = False) -> str:
+    cell = _inline if markdown else html.escape
+    out = ["<table>", "<thead><tr>" + "".join(f"<th>{cell(h)}</th>" for h in header) + "</tr></thead>", "<tbody>"]
+    for row in rows:
+        out.append("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in row) + "</tr>")
+    out += ["</tbody>", "</table>"]
+    return "\n".join(out)
+
+
+def _num(value: float, spec: str = ".4g") -> str:
+    return "–" if value is None or not math.isfinite(value) else format(value, spec)
+
+
+def _finite(values: Any) -> np.ndarray:
+    arr = np.asarray(values, dtype=float).ravel()
+    return arr[np.isfinite(arr)]
+
+
+def _key_numbers(entry: _File) -> list[str]:
+    """Loss range, top eigenvalue, high-frequency values (MSA, Conv/MLP) of one file; ``–`` where none."""
+    loss_range = top = hf_msa = hf_conv = "–"
+    r = entry.result
+    try:
+        if entry.kind == "surface" and "loss" in r:
+            loss = _finite(r["loss"])
+            if loss.size:
+                loss_range = f"{_num(loss.min())} – {_num(loss.max())}"
+        if entry.kind in ("spectrum", "hessian") and "eigenvalues" in r:
+            eig = _finite(r["eigenvalues"])
+            if eig.size:
+                top = _num(eig.max())
+        if entry.kind == "fourier" and "high_frequency" in r and "layer_kinds" in r:
+            kinds = np.asarray(r["layer_kinds"]).astype(str)
+            hf = np.asarray(r["high_frequency"], dtype=float)
+            if kinds.shape == hf.shape:
+                msa, conv = hf[kinds == "msa"], hf[np.isin(kinds, ["conv", "downsample", "mlp"])]
+                hf_msa = _num(float(np.nanmean(msa)), ".3f") if np.isfinite(msa).any() else "–"
+                hf_conv = _num(float(np.nanmean(conv)), ".3f") if np.isfinite(conv).any() else "–"
+    except (TypeError, ValueError):
+        pass  # arrays that do not fit: the figures' notes say what is wrong
+    return [loss_range, top, hf_msa, hf_conv]
+
+
+def _summary_from_files(files: Sequence[_File]) -> str:
+    header = [
+        "model",
+        "kind",
+        "file",
+        "loss range",
+        "top Hessian eigenvalue",
+        "high-freq Delta log amp, MSA",
+        "high-freq Delta log amp, Conv/MLP",
+    ]
+    models = _models_in_order(files)
+    kinds = {kind: i for i, kind in enumerate(KIND_ORDER)}
+    ordered = sorted(files, key=lambda f: (models.index(f.model), kinds.get(f.kind, len(kinds)), f.path.name))
+    rows = [[f.model, f.kind, f.path.name, *_key_numbers(f)] for f in ordered]
+    return _table(header, rows)
+
+
+# ------------------------------------------------------------------------------------------ the page
+def _embed(path: Path, folder: Path) -> str:
+    """One figure as a ``<figure>``: PNG as a base64 ``data:`` URI, SVG inline (its XML prolog removed)."""
+    rel = html.escape(path.relative_to(folder).as_posix())
+    name = html.escape(path.name)
+    if path.suffix == ".svg":
+        svg = path.read_text(encoding="utf-8")
+        body = svg[svg.find("<svg") :]
+    else:
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        body = f'<img alt="{name}" src="data:image/png;base64,{data}">'
+    return f'<figure data-file="{rel}">{body}<figcaption>{name}</figcaption></figure>'
+
+
+def _figures_block(paths: Sequence[Path], folder: Path) -> str:
+    if not paths:
+        return ""
+    return '<div class="figures">\n' + "\n".join(_embed(p, folder) for p in paths) + "\n</div>"
+
+
+def _provenance(entry: _File) -> str:
+
+    try:
+        text = describe(entry.path)
+    except LandscapeError as exc:
+        text = _one_line(exc)
+    return (
+        f'<details data-file="{html.escape(entry.path.name)}"><summary>Provenance of '
+        f"{html.escape(entry.path.name)}</summary>\n<pre>{html.escape(text)}</pre>\n</details>"
+    )
+
+
+class _Plotly:
+    """Interactive 3D views of 2D surfaces; plotly's JavaScript is embedded inline with the first one."""
+
+    def __init__(self, go: Any) -> None:
+        self.go = go
+        self.first = True
+
+    def view(self, entry: _File) -> str:
+
+        if entry.kind != "surface" or not entry.figures or not is_2d(entry.result):
+            return ""
+        try:
+            xs, ys, loss, _ = grid_of(entry.result)
+        except LandscapeError:
+            return ""
+        z = np.ma.filled(loss.astype(float), np.nan)
+        fig = self.go.Figure(self.go.Surface(x=xs, y=ys, z=z, colorscale="Viridis", colorbar={"title": "loss"}))
+        fig.update_layout(
+            title=f"{entry.model}: {entry.path.name} (drag to rotate)",
+            scene={"xaxis_title": "x", "yaxis_title": "y", "zaxis_title": "loss"},
+            width=720,
+            height=560,
+            margin={"l": 0, "r": 0, "t": 40, "b": 0},
+        )
+        include = self.first
+        self.first = False
+        div = fig.to_html(include_plotlyjs=include, full_html=False, config={"displaylogo": False})
+        return f'<div class="interactive" data-file="{html.escape(entry.path.name)}">{div}</div>'
+
+
+def _file_block(entry: _File, folder: Path, plotly: _Plotly | None) -> str:
+    parts = [f"<h4>{html.escape(entry.path.name)}</h4>"]
+    parts += [f'<p class="note">{html.escape(note)}</p>' for note in entry.notes]
+    parts.append(_figures_block(entry.figures, folder))
+    if plotly is not None:
+        parts.append(plotly.view(entry))
+    parts.append(_provenance(entry))
+    return "\n".join(p for p in parts if p)
+
+
+def _page(
+    folder: Path,
+    page: Path,
+    files: Sequence[_File],
+    skipped: Sequence[tuple[Path, str]],
+    models: Sequence[str],
+    slugs: dict[str, str],
+    shared: Sequence[Path],
+    go: Any,
+) -> str:
+    plotly = _Plotly(go) if go is not None else None
+    title = f"landscape report: {folder.resolve().name or folder}"
+    md = folder / "summary.md"
+    summary = _summary_from_markdown(md) if md.is_file() and not leads_outside(md, folder) else None
+    body = [f"<h1>{html.escape(title)}</h1>", "<nav><ul>"]
+    body += [f'<li><a href="#model-{slugs[m]}">{html.escape(m)}</a></li>' for m in models]
+    if shared:
+        body.append(f'<li><a href="#all-models">{ALL_MODELS}</a></li>')
+    if skipped:
+        body.append('<li><a href="#skipped">Skipped files</a></li>')
+    body += ["</ul></nav>", '<h2 id="summary">Summary</h2>', summary or _summary_from_files(files)]
+    for model in models:
+        body.append(f'<h2 id="model-{slugs[model]}">{html.escape(model)}</h2>')
+        for kind in (*KIND_ORDER, *sorted({f.kind for f in files} - set(KIND_ORDER))):
+            group = [f for f in files if f.model == model and f.kind == kind]
+            if not group:
+                continue
+            body.append(f"<h3>{html.escape(KIND_TITLES.get(kind, kind))} ({html.escape(model)})</h3>")
+            body += [_file_block(f, folder, plotly) for f in group]
+    if shared:
+        body += [f'<h2 id="all-models">{ALL_MODELS}</h2>', _figures_block(shared, folder)]
+    if skipped:
+        body += ['<h2 id="skipped">Skipped files</h2>', "<ul>"]
+        body += [f"<li>{html.escape(p.name)}: {html.escape(note)}</li>" for p, note in skipped]
+        body.append("</ul>")
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en">',
+            "<head>",
+            '<meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f'<meta name="generator" content="landscape {__version__} ({WRITTEN_BY})">',
+            f"<title>{html.escape(title)}</title>",
+            f"<style>{_STYLE}</style>",
+            "</head>",
+            "<body>",
+            *body,
+            "</body>",
+            "</html>",
+            "",
+        ]
+    )

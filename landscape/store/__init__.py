@@ -1,0 +1,1 @@
+"""Files: safe writing and writer locks (files), the HDF5 result files (result)."""

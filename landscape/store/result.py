@@ -1,0 +1,880 @@
+"""The HDF5 result files: create, resume, append-and-flush, read, describe.
+
+One file per run. Root attributes hold the kind, the provenance and the analysis options; arrays name
+their axes in an ``axes`` attribute. A file is first written complete-but-empty under a temporary name and
+moved into place, then filled point by point with a flush after each write, so a run killed at any moment
+leaves a valid file that a rerun of the same command resumes. The attribute ``identity`` (JSON of every
+option that determines the numbers) decides whether an existing file belongs to the same run.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import stat
+import sys
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from landscape import __version__
+from landscape.errors import LandscapeError
+from landscape.store.files import (
+    WriterLock,
+    atomic_write,
+    check_replaceable,
+    ensure_folder,
+    file_type,
+    last_writer,
+    live_writer,
+    os_error,
+    write_failure,
+)
+
+KINDS = ("surface", "hessian", "fourier", "spectrum", "lesion", "trajectory", "similarity")
+#: :func:`describe` summarises a group of more than this many arrays (e.g. one per parameter) in one line
+GROUP_SUMMARY = 8
+#: attributes that describe how a run happened, not what it computes; they never block a resume
+VOLATILE = frozenset(
+    {"created", "command", "landscape_version", "torch_version", "device", "complete", "identity", "has_results"}
+)
+
+
+def _encode(value: Any) -> Any:
+    if value is None or isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, default=str)
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, bytes):
+        value = value.decode()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, str) and value[:1] in "[{n" and value not in ("nan",):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+#: path attributes that are provenance only when the file's content hash (the value) is recorded beside them
+CONTENT_HASHED = {
+    "checkpoint": "checkpoint_sha256",
+    "target": "target_sha256",
+    "other_checkpoint": "other_checkpoint_sha256",
+}
+
+
+def identity_of(attrs: Mapping[str, Any]) -> str:
+    """Canonical JSON of the attributes that determine a run's numbers.
+
+    All attributes but :data:`VOLATILE`; a checkpoint (or target) is identified by its SHA-256 when that is
+    recorded, not by the path it was given by (``../r.pt`` and ``/abs/r.pt`` are the same run).
+
+    Args:
+        attrs: the root attributes of a run (options, provenance, ...).
+
+    Returns:
+        A JSON string with sorted keys; two runs are the same run when their strings are equal.
+    """
+    hashed = {path for path, digest in CONTENT_HASHED.items() if attrs.get(digest)}
+    kept = {k: _encode(v) for k, v in attrs.items() if k not in VOLATILE and k not in hashed}
+    return json.dumps(kept, sort_keys=True, default=str)
+
+
+def now() -> str:
+    """The current UTC time in ISO 8601.
+
+    Returns:
+        E.g. ``"2024-05-01T12:34:56+00:00"`` (whole seconds).
+    """
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _unreadable(path: Path) -> LandscapeError:
+    """The error for an existing file that h5py cannot open: a broken symlink, not HDF5 at all, or damaged."""
+    if path.is_symlink() and not path.exists():
+        return LandscapeError(f"{path} is a symbolic link to a missing file (or a loop of links); remove it or fix it")
+    if h5py.is_hdf5(str(path)):
+        return LandscapeError(
+            f"{path} is a damaged HDF5 file (truncated or half-written) and cannot be resumed or "
+            "read; pass --force to start it again, or --out to write elsewhere"
+        )
+    return LandscapeError(
+        f"{path} exists and is not an HDF5 file written by landscape; choose another --out, or "
+        "pass --force to replace it"
+    )
+
+
+#: the filters HDF5 and h5py carry built in; any other filter would be loaded from a plugin library
+BUILTIN_FILTERS = frozenset(
+    {
+        h5py.h5z.FILTER_DEFLATE,
+        h5py.h5z.FILTER_SHUFFLE,
+        h5py.h5z.FILTER_FLETCHER32,
+        h5py.h5z.FILTER_SZIP,
+        h5py.h5z.FILTER_NBIT,
+        h5py.h5z.FILTER_SCALEOFFSET,
+        h5py.h5z.FILTER_LZF,
+    }
+)
+_LINK_NAMES = {h5py.SoftLink: "a soft link", h5py.ExternalLink: "an external link (to another file)"}
+
+
+def foreign_storage(f: h5py.File) -> str | None:
+    """Why an open HDF5 file does not hold all of its own data, or None when it does.
+
+    A result file is input from a stranger: HDF5 lets a dataset keep its bytes in another file (external
+    storage), be assembled from other files (a virtual dataset), be decoded by a filter loaded from a plugin
+    library, or be a soft, external or user-defined link. Reading (or resuming) such a file would read (or
+    write) other files on the machine, so every one of them is refused. Only links are inspected, never
+    followed: the datasets are reached through hard links alone.
+
+    Args:
+        f: the open file.
+
+    Returns:
+        One clause naming the first object that is not self-contained, e.g. ``"dataset loss keeps its data in
+        another file (external storage)"``; None when every object is a hard-linked group or dataset whose
+        bytes are in this file.
+    """
+    links: list[str] = []
+
+    def link(name: str, info: Any) -> Any:
+        if not isinstance(info, h5py.HardLink):
+            kind = _LINK_NAMES.get(type(info), "a user-defined link")
+            links.append(f"{name} is {kind}")
+            return True  # stop at the first one
+        return None
+
+    f.visititems_links(link)
+    if links:
+        return links[0]
+    found: list[str] = []
+
+    def dataset(name: str, obj: Any) -> Any:
+        if not isinstance(obj, h5py.Dataset):
+            return None
+        plist = obj.id.get_create_plist()
+        if plist.get_layout() == h5py.h5d.VIRTUAL:
+            found.append(f"dataset {name} is a virtual dataset (assembled from other files)")
+        elif plist.get_external_count() > 0:
+            found.append(f"dataset {name} keeps its data in another file (external storage)")
+        else:
+            codes = {plist.get_filter(i)[0] for i in range(plist.get_nfilters())}
+            if codes - BUILTIN_FILTERS:
+                found.append(f"dataset {name} needs a filter plugin ({sorted(codes - BUILTIN_FILTERS)[0]})")
+        return True if found else None
+
+    f.visititems(dataset)
+    return found[0] if found else None
+
+
+def _refuse_foreign(path: Path, why: str) -> LandscapeError:
+    """The error for a file that does not hold all of its own data (see :func:`foreign_storage`)."""
+    return LandscapeError(f"{path} is refused: {why}; a landscape result holds all of its own data")
+
+
+def _open_h5(path: Path, mode: str = "r") -> h5py.File:
+    """Open ``path`` with h5py (no HDF5 file locking) and refuse it unless it holds all of its own data.
+
+    Raises:
+        LandscapeError: the file keeps data in other files or holds links (:func:`foreign_storage`), or its
+            structure is damaged.
+        OSError: h5py cannot open it (not HDF5, damaged, permissions): the caller names the cause.
+    """
+    if mode == "r":
+        f = h5py.File(path, mode, locking=False)
+    else:  # written without a sieve buffer: a failed data write fails in the write, never when h5py frees it
+        access = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+        access.set_sieve_buf_size(0)
+        access.set_file_locking(False, True)
+        f = h5py.File(h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDWR, fapl=access))
+    try:
+        why = foreign_storage(f)
+    except RuntimeError:  # h5py could not walk the file's own structure: it is damaged
+        f.close()
+        raise _unreadable(path) from None
+    except BaseException:
+        f.close()
+        raise
+    if why is not None:
+        f.close()
+        raise _refuse_foreign(path, why)
+    return f
+
+
+def _real(path: Path) -> Path:
+    """``path`` with symlinks resolved (never raises): a file reached through a link has one writer lock."""
+    return Path(os.path.realpath(path))
+
+
+def _links(path: Path, force: bool) -> int | None:
+    """How many names the regular file at ``path`` has; None for a symbolic link that ``force`` may replace.
+
+    Raises:
+        LandscapeError: ``path`` is a symbolic link (without ``force``: a result is never written through a
+            link) or not a regular file (a folder, a FIFO, a device: never replaced); see
+            :func:`landscape.store.files.check_replaceable`.
+    """
+    check_replaceable(path, force=True)  # a link is judged below; what is not a regular file is refused here
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        if not force:
+            raise LandscapeError(
+                f"{path} is a symbolic link, which is never followed when writing; remove it, give the file it "
+                "points to as --out, or pass --force to replace the link itself"
+            )
+        return None
+    return info.st_nlink
+
+
+def _check_no_writer(path: Path) -> None:
+    """An error when a live process writes ``path`` or, if it is a symlink, the file it points to."""
+    for file in dict.fromkeys((path, _real(path))):
+        pid = live_writer(file)
+        if pid is not None:
+            raise LandscapeError(
+                f"{path} is being written by a running analysis (pid {pid}); wait for that run to end, "
+                "or write elsewhere with --out"
+            )
+
+
+def _writable(path: Path) -> bool:
+    """Whether ``path`` may be written: the OS allows it and its owner has not removed every write bit."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return os.access(path, os.W_OK) and bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _peek(path: Path) -> dict[str, Any] | None:
+    """``kind``, ``identity``, ``complete``, ``has_results`` and ``foreign`` of a file; None if h5py cannot open it.
+
+    ``foreign`` is why the file does not hold all of its own data (:func:`foreign_storage`; None when it does).
+    """
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            return {
+                "kind": _decode(f.attrs.get("kind")),
+                "identity": _as_str(f.attrs.get("identity", "{}")),
+                "complete": bool(f.attrs.get("complete", False)),
+                "has_results": bool(f.attrs.get("has_results", False)),
+                "foreign": foreign_storage(f),
+            }
+    except PermissionError as exc:
+        raise os_error(exc, path, "read") from exc
+    except (OSError, RuntimeError):  # not HDF5, or damaged (h5py raises RuntimeError walking a broken file)
+        return None
+
+
+@contextmanager
+def _h5py_failures() -> Iterator[list[BaseException]]:
+    """Collect the exceptions h5py raises, but cannot propagate, while it frees objects inside the block.
+
+    h5py frees an object in a Cython ``__dealloc__``; when HDF5 fails to write what it cached for the object
+    then, the exception is printed through :data:`sys.excepthook` and again through :data:`sys.unraisablehook`
+    (two tracebacks on stderr). Inside the block those that come from h5py (their traceback or object is
+    h5py's) are collected instead, any other goes to the hooks as before, and both hooks are restored after it.
+
+    Yields:
+        The list the exceptions are appended to.
+    """
+    caught: list[BaseException] = []
+    previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
+
+    def from_h5py(where: Any, tb: Any) -> bool:
+        origin = where if isinstance(where, str) else getattr(where, "__module__", "")
+        frames = traceback.extract_tb(tb) if tb is not None else []
+        return str(origin).startswith("h5py") or bool(frames) and all("h5py" in f.filename for f in frames)
+
+    def unraisable(info: Any) -> None:
+        if info.exc_value is not None and from_h5py(info.object, info.exc_traceback):
+            caught.append(info.exc_value)
+        else:
+            previous_unraisable(info)
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if from_h5py(None, tb):
+            caught.append(value)
+        else:
+            previous_except(kind, value, tb)
+
+    sys.unraisablehook, sys.excepthook = unraisable, excepthook
+    try:
+        yield caught
+    finally:
+        sys.unraisablehook, sys.excepthook = previous_unraisable, previous_except
+
+
+def _abandon(h5: h5py.File) -> None:
+    """Close a file whose writes failed, without HDF5 writing to it again.
+
+    After a failed write HDF5 still caches data and metadata it cannot write; ``h5py.File.close`` then fails
+    part-way and leaves datasets open, which HDF5 closes again when the process exits, on a file it has freed
+    (a crash). So the file's descriptor is first pointed at ``/dev/null``: what HDF5 still writes goes nowhere,
+    every object closes, and the file on disk stays as the failed write left it, as after a kill, for the same
+    command to resume or start again.
+    """
+    with _h5py_failures(), suppress(OSError, RuntimeError, ValueError):
+        fd = h5.id.get_vfd_handle()
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+    with _h5py_failures(), suppress(OSError, RuntimeError):
+        h5.close()
+
+
+class ResultFile:
+    """One result file, open for a run: created or resumed by :meth:`open`, written only through its methods.
+
+    Every write is followed by a flush where it finishes a unit of work (:meth:`mark_done`), so a run killed at
+    any moment leaves a valid file; OS failures (full disk, size limit, permissions) become one-line
+    :class:`~landscape.errors.LandscapeError`-s. While it is open for writing a :class:`~landscape.store.files.
+    WriterLock` marks it as held by a live process. A complete file of the same run is opened read-only.
+
+    Create one with :meth:`open` (or :func:`open_result`), not with the constructor.
+
+    Args:
+        path: the file.
+        kind: the result kind, one of :data:`KINDS`.
+        handle: the open h5py file.
+        lock: the writer lock held on ``path``, or ``None`` when the file is open read-only.
+        resumed: whether an existing file of the same run was reopened.
+
+    Attributes:
+        path: the file.
+        kind: the result kind.
+        resumed: whether an existing file of the same run was reopened.
+    """
+
+    def __init__(self, path: Path, kind: str, handle: h5py.File, lock: WriterLock | None, resumed: bool) -> None:
+        self.path, self.kind, self.resumed = path, kind, resumed
+        self._h5 = handle
+        self._lock = lock
+        self._has_results = bool(handle.attrs.get("has_results", False))  # mirrors the attribute, set once
+        self._failed: LandscapeError | None = None  # the first failed write; the file is not written again
+
+    # ----------------------------------------------------------------------------------------- opening
+    @classmethod
+    def open(cls, path: str | Path, kind: str, attrs: Mapping[str, Any], *, force: bool = False) -> ResultFile:
+        """Open ``path`` for a result of ``kind`` with root attributes ``attrs``: create, resume or refuse.
+
+        - No file: a new one is created (under an exclusive temporary name, then moved into place).
+        - A file of the same kind and identity (:func:`identity_of`): resumed; read-only when it is complete.
+        - A file of other options: refused unless ``force``; replaced without ``force`` only when it holds no
+          finished work (an empty file left by a run that failed early).
+        - A file held by a live writer: always refused (also with ``force``).
+        - A damaged HDF5 file or a non-HDF5 file: refused unless ``force``; a file damaged by a failed write
+          of this same run (recorded in its lock sidecar) is started again without ``force``.
+        - A read-only file is never written or replaced: resuming or forcing it is an error.
+        - A file that does not hold all of its own data (:func:`foreign_storage`): refused unless ``force``.
+        - A symbolic link is never written through: refused unless ``force``, which replaces the link itself.
+          A file of several hard links is never resumed (that would write its other names): refused unless
+          ``force``, which replaces this name. What is not a regular file (a folder, a FIFO, a device) is
+          never replaced (:func:`landscape.store.files.check_replaceable`).
+
+        Args:
+            path: the result file.
+            kind: the result kind, one of :data:`KINDS`.
+            attrs: the root attributes of the run (options and provenance; ``kind`` is added).
+            force: replace a file of other options, a damaged/non-HDF5 file, a link or a file of several names.
+
+        Returns:
+            The open :class:`ResultFile` (read-only when a complete file of the same run was found).
+
+        Raises:
+            ValueError: ``kind`` is not one of :data:`KINDS`.
+            LandscapeError: as above, with what to do; also any OS failure while creating or opening the file.
+        """
+        if kind not in KINDS:
+            raise ValueError(f"unknown result kind {kind!r}")
+        path = Path(path)
+        full = {"kind": kind, **attrs}
+        identity = identity_of(full)
+        if not path.exists() and not path.is_symlink():
+            ensure_folder(path.parent)
+            lock = WriterLock(path, identity)
+            if not path.exists() and not path.is_symlink():  # still none now that the lock is held
+                return cls._create(path, kind, full, identity, lock)
+            lock.release()  # another run made the file meanwhile (and has ended): judge it as any file
+        _check_no_writer(path)
+        links = _links(path, force)  # a link, or no regular file: refused before anything reads it
+        info = _peek(path) if links is not None else None
+        writable = _writable(path)
+        if info is not None and info["foreign"] is not None and not force:
+            raise _refuse_foreign(path, info["foreign"])
+        if info is not None and info["foreign"] is None and info["kind"] == kind and info["identity"] == identity:
+            if info["complete"]:
+                return cls(path, kind, _open_h5(path), None, resumed=True)
+            if not writable:
+                raise LandscapeError(
+                    f"{path} is an unfinished result but read-only; make it writable (chmod u+w) to "
+                    "resume it, or write elsewhere with --out"
+                )
+            if links > 1 and not force:
+                raise LandscapeError(
+                    f"{path} has {links} hard links (other names of one file), so resuming it would write them "
+                    "all; copy it to a file of its own (cp), or pass --force to start it again"
+                )
+            if links == 1:
+                lock = WriterLock(path, identity)
+                try:
+                    handle = _open_h5(path, "r+")
+                except OSError as exc:
+                    lock.release()
+                    raise os_error(exc, path, "write") from exc
+                except BaseException:
+                    lock.release()
+                    raise
+                return cls(path, kind, handle, lock, resumed=True)
+        replaceable = info is not None and not info["complete"] and not info["has_results"]
+        damaged_by_us = links is not None and info is None and last_writer(path).get("identity") == identity
+        if not (force or replaceable or damaged_by_us):
+            if info is None:
+                raise _unreadable(path)
+            theirs, ours = json.loads(info["identity"] or "{}"), json.loads(identity)
+            differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+            detail = f" (differs in: {', '.join(differ[:6])})" if differ else ""
+            raise LandscapeError(
+                f"{path} holds a {info['kind'] or 'different'} result from other options{detail}; "
+                "use --force to overwrite it or --out to write elsewhere"
+            )
+        if links is not None and not writable:
+            raise LandscapeError(
+                f"{path} is read-only; it is never replaced, not even with --force: make it "
+                "writable (chmod u+w) or write elsewhere with --out"
+            )
+        return cls._create(path, kind, full, identity, WriterLock(path, identity))
+
+    @classmethod
+    def _create(cls, path: Path, kind: str, full: Mapping[str, Any], identity: str, lock: WriterLock) -> ResultFile:
+        """Write the attributes into an exclusive temporary, move it over ``path`` and reopen it (lock held)."""
+        try:
+            with atomic_write(path, force=True) as handle, h5py.File(handle, "w") as f:
+                for key, value in full.items():
+                    f.attrs[key] = _encode(value)
+                f.attrs["identity"] = identity
+                f.attrs["created"] = now()
+                f.attrs["landscape_version"] = __version__
+                f.attrs["complete"] = False
+                f.attrs["has_results"] = False
+            h5 = _open_h5(path, "r+")
+        except BaseException:
+            lock.release()
+            raise
+        return cls(path, kind, h5, lock, resumed=False)
+
+    # ----------------------------------------------------------------------------------------- reading
+    @property
+    def complete(self) -> bool:
+        """Whether the run finished (every section or point written)."""
+        return bool(self._h5.attrs.get("complete", False))
+
+    @property
+    def writable(self) -> bool:
+        """Whether the file is open for writing (a complete file of the same run is opened read-only)."""
+        return self._lock is not None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._h5
+
+    def read(self, name: str) -> np.ndarray:
+        """The whole array ``name``.
+
+        Args:
+            name: the array's path in the file, e.g. ``"loss"`` or ``"eigenvectors/fc.weight"``.
+
+        Returns:
+            Its values as a numpy array of the stored shape and dtype.
+        """
+        return np.asarray(self._h5[name][()])
+
+    def attr(self, name: str, default: Any = None, *, at: str | None = None) -> Any:
+        """Attribute ``name`` of the root (or of group/dataset ``at``), decoded; ``default`` when absent.
+
+        Args:
+            name: the attribute's name.
+            default: what to return when the attribute is absent.
+            at: the path of a group or dataset; ``None`` for the root.
+
+        Returns:
+            The value, with JSON strings decoded back to dicts/lists/None and numpy scalars made Python scalars.
+        """
+        node = self._h5 if at is None else self._h5[at]
+        return _decode(node.attrs[name]) if name in node.attrs else default
+
+    def keys(self, group: str) -> list[str]:
+        """The names in group ``group`` (empty when it does not exist).
+
+        Args:
+            group: the group's path in the file.
+
+        Returns:
+            The sorted names of its members; ``[]`` when there is no such group.
+        """
+        return sorted(self._h5[group].keys()) if group in self._h5 else []
+
+    # ----------------------------------------------------------------------------------------- writing
+    def _writing(self, what: str) -> h5py.File:
+        if self._lock is None:
+            raise LandscapeError(f"{self.path} is a complete result opened read-only; cannot write {what}")
+        return self._h5
+
+    def _guard(self, action: Any) -> Any:
+        """Run the h5py call ``action``; a failed write is recorded and becomes one line (:func:`write_failure`).
+
+        h5py reports a failed data write as ``OSError``, a failed metadata write (on a flush or the close) as
+        ``RuntimeError``, and a failure while it frees an object (HDF5 writes what it cached then) as an
+        exception it cannot raise, which :func:`_h5py_failures` catches: all three come from this file's
+        writes, so all three are write failures. After the first one the file is not written again.
+        """
+        if self._failed is not None:
+            raise self._failed
+        try:
+            with _h5py_failures() as freed:
+                value = action()
+            if freed:
+                raise freed[0]
+            return value
+        except (OSError, RuntimeError) as exc:
+            if self._lock is not None:
+                self._lock.failed = True
+            self._failed = write_failure(exc, self.path)
+            _abandon(self._h5)
+            raise self._failed from exc
+
+    def allocate(
+        self, name: str, shape: Sequence[int], dtype: Any, *, fill: Any = 0, axes: Sequence[str] | None = None
+    ) -> None:
+        """Create array ``name`` of ``shape`` filled with ``fill`` (and its ``axes``) unless it exists with that shape.
+
+        Storage is allocated on disk only as values are written. Raises a LandscapeError when an existing array
+        has another shape.
+
+        Args:
+            name: the array's path in the file.
+            shape: its shape.
+            dtype: its numpy dtype.
+            fill: the value of entries not yet written (e.g. ``nan`` for pending points).
+            axes: the names of its axes, stored as the ``axes`` attribute.
+
+        Raises:
+            LandscapeError: the array exists with another shape, the file is open read-only, or the write fails.
+        """
+        h5 = self._writing(name)
+        if name in h5:
+            if tuple(h5[name].shape) != tuple(shape):
+                raise LandscapeError(
+                    f"{self.path}: array {name} has shape {h5[name].shape}, expected {tuple(shape)}; use --force"
+                )
+            return
+
+        def create() -> None:
+            ds = h5.create_dataset(name, shape=tuple(shape), dtype=dtype, fillvalue=fill)
+            if axes is not None:
+                ds.attrs["axes"] = json.dumps(list(axes))
+            h5.flush()
+
+        self._guard(create)
+
+    def write(self, name: str, data: Any, *, axes: Sequence[str] | None = None) -> None:
+        """Write the whole array ``name`` (replacing an existing one), with its ``axes`` attribute.
+
+        Args:
+            name: the array's path in the file.
+            data: the values (array-like; unicode strings are stored as HDF5 variable-length strings).
+            axes: the names of its axes, stored as the ``axes`` attribute.
+
+        Raises:
+            LandscapeError: the file is open read-only, or the write fails (full disk, size limit, ...).
+        """
+        h5 = self._writing(name)
+
+        def put() -> None:
+            if name in h5:
+                del h5[name]
+            arr = np.asarray(data)
+            if arr.dtype.kind == "U":
+                ds = h5.create_dataset(name, data=arr.astype(object), dtype=h5py.string_dtype())
+            else:
+                ds = h5.create_dataset(name, data=arr)
+            if axes is not None:
+                ds.attrs["axes"] = json.dumps(list(axes))
+
+        self._guard(put)
+
+    def write_at(self, name: str, index: Any, value: Any) -> None:
+        """Write ``value`` into the slice ``index`` of array ``name`` (see :meth:`mark_done` to make it count).
+
+        Args:
+            name: the path of an existing array (see :meth:`allocate`).
+            index: the index or slice to write, as for ``array[index] = value``.
+            value: the values to write there.
+
+        Raises:
+            LandscapeError: the file is open read-only, or the write fails.
+        """
+        h5 = self._writing(name)
+        self._guard(lambda: h5[name].__setitem__(index, value))
+
+    def set_attrs(self, values: Mapping[str, Any], *, at: str | None = None) -> None:
+        """Set attributes of the root (or of group/dataset ``at``, created as a group if absent); JSON for dicts.
+
+        Args:
+            values: the attributes to set; ``None``, dicts, lists and tuples are stored as JSON.
+            at: the path of a group or dataset; ``None`` for the root.
+
+        Raises:
+            LandscapeError: the file is open read-only, or the write fails.
+        """
+        h5 = self._writing("attributes")
+
+        def put() -> None:
+            node = h5 if at is None else (h5[at] if at in h5 else h5.create_group(at))
+            for key, value in values.items():
+                node.attrs[key] = _encode(value)
+
+        self._guard(put)
+
+    def delete(self, name: str) -> None:
+        """Remove array or group ``name`` if present.
+
+        Args:
+            name: the path of the array or group.
+
+        Raises:
+            LandscapeError: the file is open read-only, or the removal fails.
+        """
+        h5 = self._writing(name)
+        if name in h5:
+            self._guard(lambda: h5.__delitem__(name))
+
+    def flush(self) -> None:
+        """Push everything written so far to the file (nothing to do on a file open read-only).
+
+        Raises:
+            LandscapeError: the flush fails (full disk, size limit, ...).
+        """
+        if self._lock is not None:
+            self._guard(self._h5.flush)
+
+    def mark_done(self, mask: str | None = None, index: Any = None) -> None:
+        """Record finished work: flush the values written, then set ``mask[index] = True`` (when given), flush.
+
+        Values are flushed before their ``done`` flag, so a kill in between leaves the unit not done. The file
+        is recorded as holding results (a file without any is replaced by a rerun with other options).
+
+        Args:
+            mask: the path of a boolean ``done`` array; ``None`` to only flush and record results.
+            index: the entry of ``mask`` to set.
+
+        Raises:
+            LandscapeError: the file is open read-only, or the write fails.
+        """
+        h5 = self._writing("results")
+
+        def put() -> None:
+            h5.flush()
+            if mask is not None:
+                h5[mask][index] = True
+            if not self._has_results:  # an attribute write per point is not needed: once is enough
+                h5.attrs["has_results"] = True
+            h5.flush()
+            self._has_results = True
+
+        self._guard(put)
+
+    def mark_complete(self) -> None:
+        """Record that every unit of the run is done, and flush (nothing to do on a complete file).
+
+        Raises:
+            LandscapeError: the file is incomplete but open read-only, or the write fails.
+        """
+        if self._lock is None and self.complete:
+            return
+        h5 = self._writing("the completion flag")
+
+        def put() -> None:
+            h5.attrs["complete"] = True
+            h5.attrs["has_results"] = True
+            h5.flush()
+
+        self._guard(put)
+
+    def close(self) -> None:
+        """Close the file and release its writer lock.
+
+        After a failed write (already raised as one line) the close is quiet: HDF5 cannot write its last
+        metadata either, and the same command started again resumes or restarts the file.
+
+        Raises:
+            LandscapeError: the final flush on closing fails (the lock is released all the same).
+        """
+        try:
+            if self._failed is None and self._h5.id.valid:
+                self._guard(self._h5.close)
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
+
+    def __enter__(self) -> ResultFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_result(path: str | Path, kind: str, attrs: Mapping[str, Any], *, force: bool = False) -> ResultFile:
+    """Open ``path`` for a result of ``kind`` (see :meth:`ResultFile.open`).
+
+    Args:
+        path: the result file.
+        kind: the result kind, one of :data:`KINDS`.
+        attrs: the root attributes of the run.
+        force: replace a file of other options, or a damaged/non-HDF5 file.
+
+    Returns:
+        The open :class:`ResultFile`.
+
+    Raises:
+        ValueError: ``kind`` is not one of :data:`KINDS`.
+        LandscapeError: the file cannot be created, resumed or replaced (see :meth:`ResultFile.open`).
+    """
+    return ResultFile.open(path, kind, attrs, force=force)
+
+
+@dataclass
+class Result:
+    """A result file read into memory: root attributes, arrays by path, and each array's axes.
+
+    ``result[name]`` is ``result.arrays[name]``; ``name in result`` asks whether that array exists.
+
+    Attributes:
+        path: the file read.
+        attrs: the root attributes, decoded (JSON strings back to dicts/lists).
+        arrays: every dataset by its path in the file, e.g. ``"loss"`` or ``"eigenvectors/fc.weight"``.
+        axes: the axis names of each array that has an ``axes`` attribute.
+    """
+
+    path: Path
+    attrs: dict[str, Any]
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    axes: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        """The result kind ("surface", "hessian", "fourier" or "spectrum")."""
+        return str(self.attrs.get("kind"))
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.arrays
+
+
+def read_result(path: str | Path) -> Result:
+    """Read every attribute and array of a result file.
+
+    Args:
+        path: the result file.
+
+    Returns:
+        The :class:`Result` with every root attribute, every dataset (strings as unicode arrays) and its axes.
+
+    Raises:
+        LandscapeError: the file does not exist, is being written by a live process, cannot be read, is not
+            HDF5 (or is damaged), or has no ``kind`` attribute.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise LandscapeError(f"{path} does not exist; give the path of a result file written by landscape")
+    kind = path.stat().st_mode
+    if not stat.S_ISREG(kind):
+        raise LandscapeError(f"{path} is {file_type(kind)}, not a result file; give the path of an .h5 file")
+    _check_no_writer(path)
+    try:
+        f = _open_h5(path)
+    except PermissionError as exc:
+        raise os_error(exc, path, "read") from exc
+    except OSError:
+        raise _unreadable(path) from None
+    with f:
+        attrs = {k: _decode(v) for k, v in f.attrs.items()}
+        if "kind" not in attrs:
+            raise LandscapeError(f"{path} is not a landscape result (no 'kind' attribute)")
+        result = Result(path, attrs)
+
+        def visit(name: str, obj: Any) -> None:
+            if isinstance(obj, h5py.Dataset):
+                data = obj[()]
+                if obj.dtype.kind == "O" or h5py.check_string_dtype(obj.dtype) is not None:
+                    data = np.asarray(obj.asstr()[()])
+                result.arrays[name] = np.asarray(data)
+                if "axes" in obj.attrs:
+                    result.axes[name] = json.loads(_as_str(obj.attrs["axes"]))
+
+        f.visititems(visit)
+    return result
+
+
+def _as_str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def describe(path: str | Path) -> str:
+    """A human-readable summary of a result file: kind, provenance, options and arrays with their axes.
+
+    A group of more than :data:`GROUP_SUMMARY` arrays is summarised in one line.
+
+    Args:
+        path: the result file.
+
+    Returns:
+        The summary, one line per attribute and per array (dtype, shape, axes; done counts for ``done``).
+
+    Raises:
+        LandscapeError: the file cannot be read (see :func:`read_result`).
+    """
+    result = read_result(path)
+    lines = [f"{result.path}: {result.kind} result" + ("" if result.attrs.get("complete") else " (incomplete)")]
+    for key in sorted(result.attrs):
+        if key == "identity":
+            continue
+        lines.append(f"  {key}: {result.attrs[key]}")
+    lines.append("  arrays:")
+    groups: dict[str, list[np.ndarray]] = {}
+    for name, arr in result.arrays.items():
+        groups.setdefault(name.rpartition("/")[0], []).append(arr)
+    shown: set[str] = set()
+    for name, arr in sorted(result.arrays.items()):
+        group = name.rpartition("/")[0]
+        if group and len(groups[group]) > GROUP_SUMMARY:  # e.g. one array per parameter: one line
+            if group not in shown:
+                shown.add(group)
+                members = groups[group]
+                dtypes = ",".join(sorted({str(a.dtype) for a in members}))
+                lines.append(f"    {group}/: {len(members)} arrays, {sum(a.size for a in members)} values ({dtypes})")
+            continue
+        axes = result.axes.get(name)
+        extra = f" ({int(arr.sum())} of {arr.size} done)" if name == "done" and arr.dtype == bool else ""
+        lines.append(f"    {name}: {arr.dtype} {tuple(arr.shape)}" + (f" axes={axes}" if axes else "") + extra)
+    return "\n".join(lines)

@@ -1,0 +1,449 @@
+import copy
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import interrupt_after, reestimate_bn, torchrun
+from torch import nn
+
+from landscape.analyses.surface.directions import random_directions
+from landscape.analyses.surface.run import PointEvaluator, compute_surface, parse_grid
+from landscape.core.objective import Objective, Regularizer
+from landscape.errors import LandscapeError
+from landscape.runtime import compile_cache as compile_cache_module
+
+# A tiny float64 BatchNorm CNN with unequal batches, shared by the in-process tests and the subprocess jobs
+# (torchrun, kill-and-resume): `python job.py OUT [DELAY]` computes the same surface as `build()` here.
+JOB = """
+import sys, time
+import numpy as np
+import torch
+from torch import nn
+from landscape.runtime import distributed
+from landscape.analyses.surface.directions import random_directions
+from landscape.core.objective import Objective
+from landscape.analyses.surface.run import compute_surface
+
+XS = np.linspace(-1.0, 1.0, 5)
+YS = np.linspace(-0.5, 1.0, 4)
+
+
+def build():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(), nn.Linear(48, 4)).double()
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.5, 2.0)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(22, 1, 6, 6, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 4, (22,), generator=g)
+    batches = [(x[:8], y[:8]), (x[8:16], y[8:16]), (x[16:], y[16:])]
+    objective = Objective(model, batches)
+    return model, batches, objective, random_directions(objective.params, ndim=2, seed=3)
+
+
+if __name__ == "__main__":
+    distributed.start("cpu")
+    _, _, objective, dirs = build()
+    delay = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
+
+    def on_round(done, total):
+        if distributed.is_main():  # one writer: two ranks' unbuffered prints would interleave on the pipe
+            print("ROUND", done, flush=True)
+        time.sleep(delay if done >= 3 else 0.0)
+
+    compute_surface(objective, dirs, XS, YS, out=sys.argv[1], batch_points=1, progress=False, on_round=on_round)
+"""
+NS: dict = {}
+exec(compile(JOB, "job", "exec"), NS)
+build, XS, YS = NS["build"], NS["XS"], NS["YS"]
+
+
+@pytest.fixture(scope="module")
+def reference(one_thread, tmp_path_factory):
+    """The uninterrupted single-process surface of the JOB model."""
+    _, _, objective, dirs = build()
+    out = tmp_path_factory.mktemp("ref") / "ref.h5"
+    return compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False)
+
+
+def job_file(tmp_path):
+    path = tmp_path / "job.py"
+    path.write_text(JOB)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ grid
+def test_parse_grid_is_an_inclusive_linspace():
+    np.testing.assert_array_equal(parse_grid("-1:1:5"), [-1.0, -0.5, 0.0, 0.5, 1.0])
+    np.testing.assert_array_equal(parse_grid("0:2:3"), [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(parse_grid("0.5:0.5:1"), [0.5])
+    np.testing.assert_array_equal(parse_grid("-1e-1:1e-1:3"), [-0.1, 0.0, 0.1])
+
+
+@pytest.mark.parametrize("spec", ["1:2", "a:b:3", "1:0:5", "0:1:0", "0:1:2.5", "", "0:inf:3", "1:1:3"])
+def test_bad_grid_specs_are_one_line_errors(spec):
+    with pytest.raises(LandscapeError, match="bad grid --y") as exc:
+        parse_grid(spec, "--y")
+    assert "\n" not in str(exc.value)
+
+
+# ------------------------------------------------------------------------------------------ exactness
+def quadratic_problem(regularizer=None):
+    """A bias-free linear model under MSE: the loss is an exact quadratic in its weights."""
+    torch.manual_seed(0)
+    model = nn.Linear(6, 4, bias=False).double()
+    g = torch.Generator().manual_seed(2)
+    X = torch.randn(10, 6, generator=g, dtype=torch.float64)
+    Y = torch.randint(0, 4, (10,), generator=g)
+    batches = [(X[:4], Y[:4]), (X[4:], Y[4:])]
+    objective = Objective(model, batches, criterion="mse", regularizer=regularizer)
+    dirs = random_directions(objective.params, ndim=2, seed=5, norm="layer")
+    return model, X.numpy(), Y.numpy(), objective, dirs
+
+
+def closed_form(W0, Dx, Dy, X, Y, a, b, reg=None):
+    """L(W0 + a Dx + b Dy) = 1/(N C) ||R0 + a Ex + b Ey||^2 with R0 = X W0^T - T, E = X D^T, expanded."""
+    T = np.eye(W0.shape[0])[Y]
+    R0, Ex, Ey = X @ W0.T - T, X @ Dx.T, X @ Dy.T
+    nc = R0.size
+    loss = (
+        (R0 * R0).sum()
+        + 2 * a * (R0 * Ex).sum()
+        + 2 * b * (R0 * Ey).sum()
+        + a * a * (Ex * Ex).sum()
+        + 2 * a * b * (Ex * Ey).sum()
+        + b * b * (Ey * Ey).sum()
+    ) / nc
+    W = W0 + a * Dx + b * Dy
+    if reg is not None and reg.kind == "l2":
+        loss += 0.5 * reg.coef * (W * W).sum()
+    if reg is not None and reg.kind == "norm-sum":
+        loss += reg.coef * np.linalg.norm(W)
+    acc = ((X @ W.T).argmax(1) == Y).mean()
+    return loss, acc
+
+
+@pytest.mark.parametrize("reg", [None, Regularizer("l2", 0.3), Regularizer("norm-sum", 0.05)])
+def test_quadratic_model_reproduces_the_closed_form_on_a_non_square_grid(tmp_path, reg):
+    model, X, Y, objective, dirs = quadratic_problem(reg)
+    xs, ys = np.linspace(-1.0, 0.5, 4), np.linspace(0.0, 2.0, 3)  # non-square, 0 as an endpoint
+    res = compute_surface(objective, dirs, xs, ys, out=tmp_path / "q.h5", batch_points=1, progress=False)
+    W0 = model.weight.detach().numpy()
+    Dx, Dy = dirs.x["weight"].numpy(), dirs.y["weight"].numpy()
+    assert res["loss"].shape == (3, 4)
+    np.testing.assert_array_equal(res["xcoordinates"], xs)
+    np.testing.assert_array_equal(res["ycoordinates"], ys)
+    for j, b in enumerate(ys):
+        for i, a in enumerate(xs):
+            loss, acc = closed_form(W0, Dx, Dy, X, Y, a, b, reg)
+            assert res["loss"][j, i] == pytest.approx(loss, rel=1e-12), (j, i)
+            assert res["accuracy"][j, i] == acc
+    assert res["done"].all() and res.attrs["complete"]
+    assert res.axes["loss"] == ["y", "x"]
+    want = {"kind": reg.kind, "coef": reg.coef} if reg else {"kind": "none", "coef": 0.0}
+    assert res.attrs["regularizer"] == want
+
+
+def test_centre_point_is_the_model_loss(tmp_path, reference):
+    model, batches, objective, _ = build()
+    x = torch.cat([b[0] for b in batches])
+    y = torch.cat([b[1] for b in batches])
+    with torch.no_grad():
+        logits = model.eval()(x)
+    expected = float(F.cross_entropy(logits, y))
+    res = reference
+    i0 = int(np.flatnonzero(res["xcoordinates"] == 0.0)[0])
+    j0 = int(np.flatnonzero(res["ycoordinates"] == 0.0)[0])
+    assert res["loss"][j0, i0] == pytest.approx(expected, rel=1e-12)
+    assert res["accuracy"][j0, i0] == float((logits.argmax(1) == y).double().mean())
+    assert res["loss"][j0, i0] == objective.evaluate().loss  # exactly the objective's own value
+    one = compute_surface(
+        objective,
+        random_directions(objective.params, ndim=1, seed=3),
+        XS,
+        None,
+        out=tmp_path / "line.h5",
+        progress=False,
+    )
+    assert one["loss"].shape == (1, 5)
+    assert one["loss"][0, i0] == objective.evaluate().loss  # exactly the objective's own value
+
+
+def test_one_dimensional_surface_has_no_y_direction(tmp_path):
+    _, _, objective, _ = build()
+    dirs = random_directions(objective.params, ndim=1, seed=3)
+    res = compute_surface(objective, dirs, np.linspace(0, 1, 3), None, out=tmp_path / "l.h5", progress=False)
+    np.testing.assert_array_equal(res["ycoordinates"], [0.0])
+    assert not any(k.startswith("directions/y/") for k in res.arrays)
+    assert res.attrs["surface_ndim"] == 1 and res.attrs["ygrid"] is None
+    names = {k.split("/", 2)[2] for k in res.arrays if k.startswith("directions/x/")}
+    assert names == set(objective.params)
+
+
+def test_surface_matches_a_brute_force_evaluation_of_each_point(reference):
+    model, batches, _, dirs = build()
+    res = reference
+    for j, b in enumerate(YS[[0, -1]]):
+        for i, a in enumerate(XS[[0, 3]]):
+            m = copy.deepcopy(model).eval()
+            with torch.no_grad():
+                for name, p in m.named_parameters():
+                    p.add_(a * dirs.x[name] + b * dirs.y[name])
+                total = sum(F.cross_entropy(m(x), y, reduction="sum") for x, y in batches) / 22
+            jj, ii = [0, -1][j], [0, 3][i]
+            assert res["loss"][jj, ii] == pytest.approx(float(total), rel=1e-12)
+
+
+def test_cosine_and_options_are_recorded(reference):
+    attrs = reference.attrs
+    assert attrs["kind"] == "surface" and attrs["bn"] == "eval" and attrs["norm"] == "filter"
+    assert attrs["cosine"] == pytest.approx(build()[3].meta["cosine"])
+    assert attrs["batch_points"] == 1 and attrs["direction_type"] == "random"
+
+
+# ------------------------------------------------------------------------------------- vmap / loop / BN
+def test_vectorised_and_looped_evaluation_agree(tmp_path, reference):
+    _, _, objective, dirs = build()
+    vec = compute_surface(objective, dirs, XS, YS, out=tmp_path / "v.h5", batch_points=3, progress=False)
+    assert vec.attrs["batch_points"] == 3
+    np.testing.assert_allclose(vec["loss"], reference["loss"], rtol=1e-12)
+    np.testing.assert_array_equal(vec["accuracy"], reference["accuracy"])
+    ev = PointEvaluator(objective, dirs.x, dirs.y)
+    pts = [(0.3, -0.2), (1.0, 0.5)]
+    np.testing.assert_allclose(ev.vectorised(pts), ev.loop(pts), rtol=1e-12)
+
+
+def test_batch_points_choice_follows_the_measured_times(monkeypatch):
+    _, _, objective, dirs = build()
+    ev = PointEvaluator(objective, dirs.x, dirs.y)
+    monkeypatch.setattr(ev, "vectorised", lambda points, batches=None: None)  # vmap costs nothing: take it
+    assert ev.choose_batch_points(k=4, repeats=1) == 4
+    monkeypatch.setattr(ev, "vectorised", lambda points, batches=None: time.sleep(0.2))  # far slower: the loop
+    assert ev.choose_batch_points(k=4, repeats=1) == 1
+
+    def cannot_batch(points, batches=None):
+        raise RuntimeError("vmap: data-dependent control flow")
+
+    monkeypatch.setattr(ev, "vectorised", cannot_batch)
+    assert ev.choose_batch_points(k=4, repeats=1) == 1
+    monkeypatch.setattr(ev, "vectorised", lambda points, batches=None: None)
+    assert ev.choose_batch_points(k=1, repeats=1) == 1  # one point per call is the loop
+
+
+def test_vectorised_regulariser_agrees_with_loop():
+    _, _, _, objective, dirs = quadratic_problem(Regularizer("norm-sum", 0.05))
+    ev = PointEvaluator(objective, dirs.x, dirs.y)
+    pts = [(0.1, 0.2), (-0.5, 1.0), (0.0, 0.0)]
+    np.testing.assert_allclose(ev.vectorised(pts), ev.loop(pts), rtol=1e-12)
+
+
+def test_bn_recompute_matches_a_direct_re_estimation(tmp_path):
+    model, batches, objective, dirs = build()
+    res = compute_surface(objective, dirs, [0.0, 0.7], [0.4], out=tmp_path / "bn.h5", bn="recompute", progress=False)
+    assert res.attrs["bn"] == "recompute" and res.attrs["batch_points"] == 1
+    for i, a in enumerate([0.0, 0.7]):
+        m = copy.deepcopy(model)
+        with torch.no_grad():
+            for name, p in m.named_parameters():
+                p.add_(a * dirs.x[name] + 0.4 * dirs.y[name])
+            reestimate_bn(m, batches)
+            total = sum(F.cross_entropy(m(x), y, reduction="sum") for x, y in batches) / 22
+        assert res["loss"][0, i] == pytest.approx(float(total), rel=1e-12)
+    eval_mode = PointEvaluator(objective, dirs.x, dirs.y).loop([(0.7, 0.4)])[0][0]
+    assert abs(eval_mode - res["loss"][0, 1]) > 1e-6  # the two modes really differ here
+
+
+def test_bn_recompute_without_batchnorm_is_an_error(tmp_path):
+    _, _, _, objective, dirs = quadratic_problem()
+    with pytest.raises(LandscapeError, match="BatchNorm"):
+        compute_surface(objective, dirs, [0.0], [0.0], out=tmp_path / "x.h5", bn="recompute")
+
+
+# ----------------------------------------------------------------------------------- files and resume
+def test_interrupt_and_resume_gives_identical_arrays(tmp_path, reference):
+    _, _, objective, dirs = build()
+    out = tmp_path / "r.h5"
+
+    stop = interrupt_after(7)
+
+    with pytest.raises(KeyboardInterrupt):
+        compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False, on_round=stop)
+    with h5py.File(out, "r") as f:  # a valid, partial file
+        assert int(f["done"][()].sum()) == 7 and not f.attrs["complete"]
+        assert np.isnan(f["loss"][()][~f["done"][()]]).all()
+    seen = []
+    res = compute_surface(
+        objective, dirs, XS, YS, out=out, batch_points=1, progress=False, on_round=lambda d, t: seen.append(d)
+    )
+    assert seen[0] == 8 and seen[-1] == 20  # only the missing points were computed
+    for name in ("loss", "data_loss", "accuracy", "done"):
+        np.testing.assert_array_equal(res[name], reference[name])
+
+
+def test_resume_reuses_the_stored_directions(tmp_path, reference):
+    _, _, objective, dirs = build()
+    out = tmp_path / "d.h5"
+
+    stop = interrupt_after(3)
+
+    with pytest.raises(KeyboardInterrupt):
+        compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False, on_round=stop)
+    # a direction that differs below the fingerprint's precision: the file's directions must win
+    nudged = copy.deepcopy(dirs)
+    name = next(iter(nudged.x))
+    nudged.x[name] = nudged.x[name] * (1 + 1e-12)
+    res = compute_surface(objective, nudged, XS, YS, out=out, batch_points=1, progress=False)
+    np.testing.assert_array_equal(res["loss"], reference["loss"])
+    np.testing.assert_array_equal(res[f"directions/x/{name}"], dirs.x[name].numpy())
+
+
+def test_other_options_refused_unless_force(tmp_path, reference):
+    _, _, objective, dirs = build()
+    out = tmp_path / "o.h5"
+    compute_surface(objective, dirs, XS, YS, out=out, progress=False, batch_points=1)
+    with pytest.raises(LandscapeError, match="--force") as exc:
+        compute_surface(objective, dirs, XS[:3], YS, out=out, progress=False)
+    assert "xgrid" in str(exc.value)
+    res = compute_surface(objective, dirs, XS[:3], YS, out=out, progress=False, force=True, batch_points=1)
+    np.testing.assert_array_equal(res["loss"], reference["loss"][:, :3])
+    (tmp_path / "text.h5").write_text("not hdf5")
+    with pytest.raises(LandscapeError, match="not an HDF5 file"):
+        compute_surface(objective, dirs, XS, YS, out=tmp_path / "text.h5", progress=False)
+
+
+def test_killed_process_leaves_a_valid_file_that_resumes(tmp_path, reference):
+    out = tmp_path / "k.h5"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, str(job_file(tmp_path)), str(out), "60"], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        for line in proc.stdout:
+            if line.startswith("ROUND 3"):
+                break
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    with h5py.File(out, "r") as f:
+        assert int(f["done"][()].sum()) == 3
+    _, _, objective, dirs = build()
+    res = compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False)
+    np.testing.assert_array_equal(res["loss"], reference["loss"])
+    np.testing.assert_array_equal(res["accuracy"], reference["accuracy"])
+
+
+def test_two_rank_torchrun_equals_the_single_process_run(tmp_path, reference):
+    out = tmp_path / "tr.h5"
+    proc = torchrun(job_file(tmp_path), out, timeout=120, env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rounds = [line for line in proc.stdout.splitlines() if line.startswith("ROUND")]
+    assert rounds[0] == "ROUND 2"  # each round holds one point per rank
+    from landscape.store.result import read_result
+
+    res = read_result(out)
+    for name in ("loss", "data_loss", "accuracy", "done"):
+        np.testing.assert_allclose(res[name], reference[name], rtol=1e-13)
+    for name in reference.arrays:
+        if name.startswith("directions/"):
+            np.testing.assert_array_equal(res[name], reference[name])
+
+
+# ------------------------------------------------------------------------------------------- compile
+def test_compiled_evaluation_agrees_with_eager(tmp_path, reference):
+    _, _, objective, dirs = build()
+    res = compute_surface(objective, dirs, XS, YS, out=tmp_path / "c.h5", compile=True, progress=False)
+    assert res.attrs["compiled"] and res.attrs["compile"] and res.attrs["batch_points"] == 1
+    np.testing.assert_allclose(res["loss"], reference["loss"], rtol=1e-12)
+    np.testing.assert_array_equal(res["accuracy"], reference["accuracy"])
+
+
+def test_compile_auto_stays_eager_without_a_record_and_resumes_as_the_same_run(tmp_path, reference, monkeypatch):
+    monkeypatch.setenv("LANDSCAPE_CACHE_DIR", str(tmp_path / "cache"))  # no record
+    _, _, objective, dirs = build()
+    out = tmp_path / "auto.h5"
+
+    def stop(done, total):
+        if done >= 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False, on_round=stop)
+    res = compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False)  # auto: resumes
+    assert res.attrs["compile"] == "auto" and res.attrs["compile_option"] == "auto" and not res.attrs["compiled"]
+    decision = res.attrs["compile_decision"]
+    assert decision["reason"] == "does not pay back" and decision["estimate_source"] == "defaults"
+    assert decision["points_left"] == XS.size * YS.size - 6 and decision["eager_point_s"] > 0
+    assert decision["compile_s_estimate"] == compile_cache_module.DEFAULT_COMPILE_SECONDS
+    np.testing.assert_allclose(res["loss"], reference["loss"], rtol=1e-12)
+    with pytest.raises(LandscapeError, match="--compile must be one of auto, on, off"):
+        compute_surface(objective, dirs, XS, YS, out=tmp_path / "bad.h5", compile="sometimes")
+
+
+def test_compile_auto_compiles_when_a_record_says_it_pays_back(tmp_path, reference):
+    _, _, objective, dirs = build()
+    evaluator = PointEvaluator(objective, dirs.x, dirs.y)
+    evaluator.enable_fold()
+    key = evaluator.compile_key()
+    ind = compile_cache_module.use_inductor_cache()
+    fast = compile_cache_module.CompileRecord(0.0, 0.0, 2, 1e-9, 1.0, ind)  # free to compile, compiled ~free
+    assert compile_cache_module.write_record(key, fast)
+    res = compute_surface(objective, dirs, XS, YS, out=tmp_path / "a.h5", progress=False)
+    d = res.attrs["compile_decision"]
+    assert d["estimate_source"] == "record-warm" and d["compile_s"] > 0 and d["compiled_point_s"] > 0
+    # compiled unless it measured slower than eager (then dropped again, and said so)
+    assert res.attrs["compiled"] == (d["reason"] == "pays back"), d
+    np.testing.assert_allclose(res["loss"], reference["loss"], rtol=1e-12)
+    after = compile_cache_module.read_record(key)
+    assert after.n_compiles == 3 and after.last_compile_s == pytest.approx(d["compile_s"])
+
+
+def test_compile_failure_falls_back_to_eager(tmp_path, reference, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    _, _, objective, dirs = build()
+    res = compute_surface(objective, dirs, XS, YS, out=tmp_path / "e.h5", compile=True, batch_points=1, progress=False)
+    assert res.attrs["compile"] and not res.attrs["compiled"]
+    np.testing.assert_array_equal(res["loss"], reference["loss"])
+
+
+def test_a_file_killed_while_writing_directions_is_completed_on_resume(tmp_path, reference):
+    _, _, objective, dirs = build()
+    out = tmp_path / "w.h5"
+
+    def stop(done, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False, on_round=stop)
+    with h5py.File(out, "r+") as f:  # as if killed half-way through writing the directions
+        f["done"][...] = False
+        del f["directions/y"]
+        del f.attrs["directions_written"]
+    res = compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False)
+    for name in reference.arrays:
+        np.testing.assert_array_equal(res[name], reference[name])
+
+
+def test_a_grid_too_large_is_refused_with_its_size_and_time_before_any_file(tmp_path):
+    _, _, objective, dirs = build()
+    out = tmp_path / "big.h5"
+    with pytest.raises(LandscapeError, match=r"1001 x 1000 grid has 1,001,000 points: .* GB .* hours") as e:
+        compute_surface(objective, dirs, np.linspace(-1, 1, 1001), np.linspace(-1, 1, 1000), out=out)
+    assert "\n" not in str(e.value) and not out.exists()
+
+
+def test_non_finite_grid_coordinates_are_refused(tmp_path):
+    _, _, objective, dirs = build()
+    with pytest.raises(LandscapeError, match="finite"):
+        compute_surface(objective, dirs, [0.0, float("nan")], YS, out=tmp_path / "n.h5")
+    assert not (tmp_path / "n.h5").exists()

@@ -1,0 +1,44 @@
+"""The shared front half: errors while building the Objective are classified by type."""
+
+import pytest
+import torch
+
+import landscape.core.objective
+from landscape.core.front import ModelSource, batches_for, build_objective, load_inputs
+from landscape.errors import LandscapeError
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    source = ModelSource(model="resnet_mini", random_init=True)
+    return load_inputs(source, data="digits", device="cpu")
+
+
+def _raising(exc):
+    def init(self, *args, **kwargs):
+        raise exc
+
+    return init
+
+
+def test_out_of_memory_names_the_batch_size_to_lower(inputs, monkeypatch):
+    batches = batches_for(inputs, batch_size=12, n_samples=24)
+    monkeypatch.setattr(landscape.core.objective.Objective, "__init__", _raising(torch.OutOfMemoryError("CUDA oom")))
+    with pytest.raises(LandscapeError, match="out of memory on cpu with batches of 12 samples; lower --batch-size"):
+        build_objective(inputs, batches)
+
+
+def test_another_runtime_error_keeps_its_own_message(inputs, monkeypatch):
+    batches = batches_for(inputs, batch_size=12, n_samples=24)
+    message = "mat1 and mat2 shapes cannot be multiplied (12x64 and 96x10)"
+    monkeypatch.setattr(
+        landscape.core.objective.Objective, "__init__", _raising(RuntimeError(message + "\nmore detail"))
+    )
+    with pytest.raises(LandscapeError) as e:
+        build_objective(inputs, batches)
+    assert str(e.value) == f"the model cannot run on digits: {message}"
+
+
+def test_the_real_objective_is_built(inputs):
+    objective = build_objective(inputs, batches_for(inputs, batch_size=12, n_samples=24))
+    assert objective.n_samples == 24 and objective.device == torch.device("cpu")

@@ -1,0 +1,109 @@
+"""The compile cache folder, the compile records and the pay-back rule of --compile auto."""
+
+import json
+import os
+
+import pytest
+
+from landscape.runtime import compile_cache as cc
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LANDSCAPE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_pay_back_rule_with_given_numbers():
+    # compile 30 s, compiled 0.5 s/point, eager 1.0 s/point: saves 0.5 s a point, so it pays after 60 points
+    assert not cc.pays_back(30.0, 0.5, 1.0, 50)
+    assert not cc.pays_back(30.0, 0.5, 1.0, 60)  # a tie is not a gain
+    assert cc.pays_back(30.0, 0.5, 1.0, 61)
+    assert not cc.pays_back(0.0, 1.0, 1.0, 10**6)  # no faster: never
+    assert not cc.pays_back(1.0, 0.1, 1.0, 0)
+
+
+def test_estimates_from_defaults_and_records(cache):
+    ind = cache / "inductor"
+    ind.mkdir(parents=True)
+    est = cc.estimate(None, 2.0, str(ind))
+    assert est == {
+        "compile_s": cc.DEFAULT_COMPILE_SECONDS,
+        "compiled_point_s": cc.DEFAULT_COMPILED_RATIO * 2.0,
+        "source": "defaults",
+    }
+    cold = cc.updated_record(None, 40.0, 0.3, 0.6, str(ind))  # one cold compile: the cache now holds it
+    est = cc.estimate(cold, 1.0, str(ind))
+    assert est["source"] == "record-cold" and est["compile_s"] == pytest.approx(cc.DEFAULT_WARM_FRACTION * 40.0)
+    assert est["compiled_point_s"] == pytest.approx(0.5)  # the recorded ratio 0.3/0.6 times the eager time now
+    warm = cc.updated_record(cold, 6.0, 0.25, 0.5, str(ind))
+    assert (warm.first_compile_s, warm.last_compile_s, warm.n_compiles) == (40.0, 6.0, 2)
+    assert cc.estimate(warm, 1.0, str(ind))["compile_s"] == 6.0
+    elsewhere = cc.estimate(warm, 1.0, str(cache / "other"))
+    assert elsewhere["source"] == "record-other-cache" and elsewhere["compile_s"] == 40.0
+    failed = cc.updated_record(warm, 5.0, 0.0, 0.5, str(ind), failed=True)
+    assert cc.estimate(failed, 1.0, str(ind))["source"] == "record-failed"
+    assert not cc.pays_back(
+        **{k: v for k, v in cc.estimate(failed, 1.0, str(ind)).items() if k != "source"},
+        eager_point_s=1.0,
+        points_left=10**6,
+    )
+
+
+def test_cache_folder_env_override_and_xdg(monkeypatch, tmp_path):
+    assert cc.cache_dir() == tmp_path / "cache"
+    monkeypatch.delenv("LANDSCAPE_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cc.cache_dir() == tmp_path / "xdg" / "landscape"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cc.cache_dir() == tmp_path / "home" / ".cache" / "landscape"
+
+
+def test_records_round_trip_and_are_written_and_read_safely(cache, tmp_path):
+    key = cc.record_key(model="m", shapes=[[1, 2]], threads=1)
+    assert key == cc.record_key(threads=1, shapes=[[1, 2]], model="m") and len(key) == 32
+    assert key != cc.record_key(model="m", shapes=[[1, 3]], threads=1)
+    assert cc.read_record(key) is None
+    rec = cc.updated_record(None, 12.5, 0.02, 0.04, "/x")
+    assert cc.write_record(key, rec) and cc.read_record(key) == rec
+    path = cache / "compile-records" / f"{key}.json"
+    assert (os.stat(cache).st_mode & 0o777) == 0o700
+    # a planted symlink in place of the record is replaced, its target never written
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    path.unlink()
+    path.symlink_to(victim)
+    assert cc.read_record(key) is None  # nor read through
+    assert cc.write_record(key, rec)
+    assert victim.read_text() == "keep" and not path.is_symlink() and cc.read_record(key) == rec
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+    # unreadable records count as none
+    for text in (
+        "{",
+        json.dumps({"first_compile_s": 1}),
+        json.dumps({**json.loads(path.read_text()), "eager_point_s": -1}),
+    ):
+        path.write_text(text)
+        assert cc.read_record(key) is None
+
+
+def test_an_unsafe_cache_folder_is_not_used(cache):
+    cache.mkdir(mode=0o700)
+    os.chmod(cache, 0o777)
+    folder, why = cc.usable_cache_dir()
+    assert folder is None and "writable by other users" in why
+    assert not cc.write_record("k" * 32, cc.updated_record(None, 1.0, 1.0, 1.0, ""))
+    os.chmod(cache, 0o700)
+    assert cc.usable_cache_dir() == (cache, "")
+
+
+def test_inductor_cache_goes_to_the_cache_folder_unless_the_user_chose_one(cache, monkeypatch, tmp_path):
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert cc.use_inductor_cache() == str(tmp_path / "mine")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", os.path.abspath(default_cache_dir()))  # torch's own default
+    assert cc.use_inductor_cache() == str(cache / "inductor") == os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    assert cc.use_inductor_cache() == str(cache / "inductor") and (cache / "inductor").is_dir()
