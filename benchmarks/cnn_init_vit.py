@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from landscape.data import load_dataset
+from landscape.data.loading import load_dataset
 from landscape.models.checkpoint import load_model
 from landscape.models.convert import DEFAULT_SHARPNESS, convert_checkpoint
 from landscape.train import TrainConfig, evaluate_model, train_model

@@ -332,8 +332,8 @@ def run_grid(
     Returns:
         The :class:`GridRun`.
     """
+    from landscape import store
     from landscape.analyses.surface.run import compute_surface
-    from landscape.store import result as store
 
     total = coords.size**2
     stamps: list[tuple[int, float]] = []

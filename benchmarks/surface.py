@@ -43,7 +43,8 @@ import torch
 import torch.nn.functional as F
 
 from landscape.analyses.surface.directions import random_directions
-from landscape.analyses.surface.run import PointEvaluator, compute_surface
+from landscape.analyses.surface.evaluator import PointEvaluator
+from landscape.analyses.surface.run import compute_surface
 from landscape.core.objective import Objective
 from landscape.models import create_model
 from landscape.runtime import compile_cache

@@ -24,8 +24,9 @@ from torch import Tensor, nn
 
 from landscape.analyses.surface.directions import POSITION_PARAMETER_PATTERNS, matches
 from landscape.core.front import resolve_device, resolve_preprocess
-from landscape.data import dataset_info, load_dataset, make_loader
 from landscape.data.augment import batch_mixer, randaugment
+from landscape.data.batches import make_loader
+from landscape.data.loading import dataset_info, load_dataset
 from landscape.errors import LandscapeError
 from landscape.models import create_model
 from landscape.models.checkpoint import load_model, save_checkpoint, snapshot_path

@@ -673,7 +673,7 @@ result); full: `convvit_ti`/`vit_rpe_ti` on CIFAR-100 subsets (for a multi-seed 
         code("""
 from landscape.models.checkpoint import load_model, read_checkpoint
 from landscape.models.convert import convert_checkpoint
-from landscape.data import load_dataset
+from landscape.data.loading import load_dataset
 from landscape.core.front import resolve_device
 from landscape.train import evaluate_model
 
@@ -751,7 +751,7 @@ display(Markdown(text[text.index("## Findings") :]))
         md("The per-mini-batch spectra behind the Hessian rows, overlaid:"),
         code("""
 from landscape.plot.hessian import spectrum_figure
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 show_figure(spectrum_figure([read_result(DEMO_DIR / f"{m}_spectrum.h5") for m in MODELS]), "spectra")
 """),

@@ -42,9 +42,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from landscape import store
 from landscape.analyses.fourier.noise import check_labels
+from landscape.core.criteria import hit_count, select_logits
 from landscape.core.front import batches_for, load_inputs
-from landscape.core.objective import hit_count, select_logits
 from landscape.errors import LandscapeError
 from landscape.models.alternet import MSABlock
 from landscape.models.resnet import ResidualBlock, ResNet
@@ -53,7 +54,6 @@ from landscape.models.vit_rpe import ShiftAttention
 from landscape.options.lesion import LesionOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import analysis_file
-from landscape.store import result as store
 
 if TYPE_CHECKING:
     from landscape.core.front import ModelSource
@@ -196,7 +196,7 @@ def hits_and_nll(
     Args:
         model: the classifier, in eval mode; run under ``torch.no_grad``.
         batches: ``(x, y)`` batches of images and integer labels.
-        output: where the logits are in the model's output (:func:`~landscape.core.objective.select_logits`).
+        output: where the logits are in the model's output (:func:`~landscape.core.criteria.select_logits`).
 
     Returns:
         ``(correct, nll_sum, total)``.

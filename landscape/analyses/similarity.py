@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from landscape import store
 from landscape.analyses.fourier.features import _inputs, eval_model
 from landscape.core.front import batches_for, load_inputs
 from landscape.errors import LandscapeError
@@ -35,7 +36,6 @@ from landscape.models.taps import FeatureTaps, as_grid
 from landscape.options.similarity import MIN_BATCH, SimilarityOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import analysis_file
-from landscape.store import result as store
 
 if TYPE_CHECKING:
     from landscape.core.front import ModelSource

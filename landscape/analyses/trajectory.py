@@ -30,11 +30,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from landscape import store
 from landscape.analyses.surface.directions import matches
 from landscape.errors import LandscapeError
 from landscape.models.checkpoint import load_model, read_checkpoint, snapshot_path
 from landscape.options.trajectory import TrajectoryOptions
-from landscape.store import result as store
 
 #: snapshot tags that ``landscape train`` writes beside ``run.pt`` (:func:`landscape.models.checkpoint.snapshot_path`)
 SNAPSHOT_TAG = re.compile(r"(init|warmup|epoch(\d+))")

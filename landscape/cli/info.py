@@ -9,6 +9,6 @@ import click
 @click.argument("path", type=click.Path(dir_okay=False))
 def command(path: str) -> None:
     """Print the kind, provenance, options and arrays of a result file."""
-    from landscape.store.result import describe
+    from landscape.store.read import describe
 
     click.echo(describe(path))

@@ -15,7 +15,7 @@ import click
 
 if TYPE_CHECKING:
     from landscape.core.front import ModelSource
-    from landscape.store.result import Result
+    from landscape.store.read import Result
 
 from landscape.cli.options import checkpoint_options, output_options
 from landscape.options.lesion import LesionOptions

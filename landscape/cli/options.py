@@ -75,7 +75,7 @@ def model_source(
 ) -> ModelSource:
     """Build the :class:`~landscape.core.front.ModelSource` of the model options (all validated here)."""
     from landscape.core.front import ModelSource
-    from landscape.data import Preprocess
+    from landscape.data.preprocess import Preprocess
 
     preprocess = Preprocess(
         image_size=_input_size(input_size), mean=_numbers(mean, "--mean"), std=_numbers(std, "--std")

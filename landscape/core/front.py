@@ -14,9 +14,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from landscape.core.objective import Objective, select_logits
-from landscape.data import Preprocess, dataset_info, fixed_batches, load_dataset, parse_spec
+from landscape.core.criteria import select_logits
+from landscape.core.objective import Objective
 from landscape.data.augment import augmented_batches
+from landscape.data.batches import fixed_batches
+from landscape.data.loading import dataset_info, load_dataset
+from landscape.data.preprocess import Preprocess
+from landscape.data.specs import parse_spec
 from landscape.errors import LandscapeError
 from landscape.models import create_model
 from landscape.models.checkpoint import load_model
@@ -25,7 +29,7 @@ from landscape.runtime.distributed import resolve_device
 
 if TYPE_CHECKING:
     from landscape.core.objective import Objective
-    from landscape.data import Preprocess
+    from landscape.data.preprocess import Preprocess
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ class ModelSource:
         pretrained: the library's published weights (timm / torchvision); needs a network.
         random_init: the model's initialisation, seeded by ``seed`` (for analyses at initialisation).
         seed: seed of the random initialisation (a private generator state; the caller's is restored).
-        output: where the logits are in the model's output (see `landscape.core.objective.select_logits`).
+        output: where the logits are in the model's output (see `landscape.core.criteria.select_logits`).
         preprocess: input preprocessing overrides (``--input-size``, ``--mean``, ``--std``).
 
     Raises:

@@ -13,222 +13,28 @@ and its gradient and Hessian-vector product are weighted the same way (never equ
 from __future__ import annotations
 
 import copy
-import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from landscape.core.criteria import (
+    CRITERIA,
+    Batch,
+    Criterion,
+    OutputSelector,
+    batch_loss,
+    prediction_hits,
+    select_logits,
+)
 from landscape.core.params import ParamDict
+from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
-from landscape.options import checks
-
-Batch = tuple[Tensor, Tensor]
-Criterion = str | Callable[[Tensor, Tensor], Tensor]
-OutputSelector = str | int | Callable[[object], Tensor] | None
-
-#: string criteria: ``soft_cross_entropy`` takes soft targets (floating ``(B, C)`` label distributions)
-CRITERIA = ("cross_entropy", "mse", "soft_cross_entropy")
-REGULARIZERS = ("none", "l2", "norm-sum")
-
-
-@dataclass(frozen=True)
-class Regularizer:
-    """A penalty on the parameters added to the data loss.
-
-    - ``none``: R = 0
-    - ``l2``: R = 0.5 * coef * sum_p ||theta_p||_2^2 (weight decay's quadratic form)
-    - ``norm-sum``: R = coef * sum_p ||theta_p||_2 (Paper A's plotted term, unsquared per-tensor norms;
-      Paper A uses coef = 0.05)
-
-    The sum runs over every tensor of the params dict.
-
-    Attributes:
-        kind: one of :data:`REGULARIZERS`.
-        coef: the coefficient, a finite number >= 0.
-
-    Raises:
-        LandscapeError: unknown ``kind``, or ``coef`` not a finite number >= 0 (on construction).
-    """
-
-    kind: str = "none"
-    coef: float = 0.0
-
-    def __post_init__(self) -> None:
-        """Refuse an unknown kind and a coefficient that is negative, NaN or infinite.
-
-        Raises:
-            LandscapeError: unknown ``kind``, or ``coef`` not a finite number >= 0.
-        """
-        if self.kind not in REGULARIZERS:
-            raise LandscapeError(f"unknown regulariser {self.kind!r}; choose one of {', '.join(REGULARIZERS)}")
-        checks.non_negative(self.coef, "the regulariser coefficient (--reg-coef)")
-
-    @classmethod
-    def from_options(cls, kind: str = "none", coef: float | None = None) -> Regularizer:
-        """Build from CLI-style options; ``norm-sum`` defaults to Paper A's 0.05, ``l2`` to 5e-4.
-
-        Args:
-            kind: one of :data:`REGULARIZERS`.
-            coef: the coefficient; ``None`` for the kind's default (0 for ``none``).
-
-        Returns:
-            The :class:`Regularizer`.
-
-        Raises:
-            LandscapeError: unknown ``kind``, or ``coef`` not a finite number >= 0.
-        """
-        if coef is None:
-            coef = {"none": 0.0, "l2": 5e-4, "norm-sum": 0.05}.get(kind, 0.0)
-        return cls(kind, float(coef))
-
-    @property
-    def active(self) -> bool:
-        """Whether the penalty contributes anything."""
-        return self.kind != "none" and self.coef != 0.0
-
-    def __call__(self, params: Mapping[str, Tensor]) -> Tensor:
-        """Evaluate R(theta) for a params dict.
-
-        Args:
-            params: the parameter tensors theta_p by name (at least one).
-
-        Returns:
-            R(theta) as a 0-dim tensor on the params' device (zero when the penalty is not :attr:`active`).
-        """
-        ref = next(iter(params.values()))
-        if not self.active:
-            return ref.new_zeros(())
-        if self.kind == "l2":
-            return 0.5 * self.coef * sum((p**2).sum() for p in params.values())
-        return self.coef * sum(torch.linalg.vector_norm(p) for p in params.values())
-
-    def describe(self) -> str:
-        """JSON description stored in result files.
-
-        Returns:
-            E.g. ``'{"kind": "l2", "coef": 0.0005}'``.
-        """
-        return json.dumps({"kind": self.kind, "coef": self.coef})
-
-
-def soft_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
-    """The soft-target cross-entropy ``mean_i sum_c -t_ic log softmax(z_i)_c`` of one batch.
-
-    Computed by ``torch.nn.functional.cross_entropy`` with class-probability targets (a log-softmax through
-    logsumexp: finite wherever the logits are). Integer labels are taken as one-hot distributions.
-
-    Args:
-        logits: the model's output ``z``, shape ``(B, C)``.
-        targets: label distributions ``t``, floating ``(B, C)`` (e.g. Mixup/CutMix with label smoothing), or
-            integer labels ``(B,)``.
-
-    Returns:
-        The batch's mean loss, a 0-dim tensor.
-
-    Raises:
-        LandscapeError: floating targets whose shape is not that of the logits.
-    """
-    if targets.is_floating_point() and targets.shape != logits.shape:
-        raise LandscapeError(
-            f"soft targets of shape {tuple(targets.shape)} do not fit logits of shape {tuple(logits.shape)}: "
-            "give one label distribution over the model's outputs per sample"
-        )
-    return F.cross_entropy(logits, targets.to(logits.dtype) if targets.is_floating_point() else targets)
-
-
-def batch_loss(logits: Tensor, targets: Tensor, criterion: Criterion) -> Tensor:
-    """Mean-reduced loss of one batch: cross-entropy, MSE between logits and one-hot targets, or a callable.
-
-    A callable ``criterion(logits, targets)`` must return the batch's mean loss as a scalar tensor (e.g. label
-    smoothing: ``lambda z, y: F.cross_entropy(z, y, label_smoothing=0.1)``).
-
-    Args:
-        logits: the model's output, shape ``(B, C)``.
-        targets: class labels, shape ``(B,)`` (integer; ``mse`` compares with their one-hot encoding), or for
-            ``soft_cross_entropy`` label distributions, floating ``(B, C)``.
-        criterion: ``"cross_entropy"``, ``"mse"``, ``"soft_cross_entropy"`` (:func:`soft_cross_entropy`) or a
-            callable ``(logits, targets) -> mean loss``.
-
-    Returns:
-        The batch's mean loss L_b, a 0-dim tensor.
-
-    Raises:
-        LandscapeError: ``criterion`` is a string other than those of :data:`CRITERIA`.
-    """
-    if callable(criterion):
-        return criterion(logits, targets)
-    if criterion == "cross_entropy":
-        return F.cross_entropy(logits, targets)
-    if criterion == "mse":
-        onehot = F.one_hot(targets, logits.shape[-1]).to(logits.dtype)
-        return F.mse_loss(logits, onehot)
-    if criterion == "soft_cross_entropy":
-        return soft_cross_entropy(logits, targets)
-    raise LandscapeError(f"unknown criterion {criterion!r}; choose one of {', '.join(CRITERIA)}")
-
-
-def criterion_name(criterion: Criterion) -> str:
-    """The name recorded for a criterion: the string itself, or a callable's qualified name.
-
-    Args:
-        criterion: ``"cross_entropy"``, ``"mse"`` or a callable.
-
-    Returns:
-        The string, or ``"callable:QUALNAME"`` for a callable.
-    """
-    if callable(criterion):
-        return f"callable:{getattr(criterion, '__qualname__', type(criterion).__name__)}"
-    return str(criterion)
-
-
-def select_logits(output: object, selector: OutputSelector = None) -> Tensor:
-    """The logits in a model's output.
-
-    ``selector`` None: a tensor is the logits; a mapping's ``"logits"`` entry, an object's ``.logits`` attribute
-    or a tuple's first element otherwise. A str or int indexes the output (``output[selector]``); a callable is
-    applied to it.
-
-    Args:
-        output: what the model's forward returned.
-        selector: ``None``, a key or index into ``output``, or a callable ``output -> logits``.
-
-    Returns:
-        The logits tensor.
-
-    Raises:
-        LandscapeError: no logits tensor is found in ``output``, ``selector`` cannot be applied to it, or what
-            it selects is not a tensor.
-    """
-    if selector is None:
-        if isinstance(output, Tensor):
-            return output
-        if isinstance(output, Mapping) and isinstance(output.get("logits"), Tensor):
-            return output["logits"]
-        if isinstance(getattr(output, "logits", None), Tensor):
-            return output.logits  # type: ignore[attr-defined]
-        if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
-            return output[0]
-        raise LandscapeError(
-            f"the model returned {type(output).__name__}, not logits: pass output= (Python) or "
-            "--model-output KEY naming the logits"
-        )
-    try:
-        chosen = selector(output) if callable(selector) else output[selector]  # type: ignore[index]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise LandscapeError(
-            f"cannot take {selector!r} from the model's {type(output).__name__} output "
-            f"({type(exc).__name__}); check --model-output"
-        ) from None
-    if not isinstance(chosen, Tensor):
-        raise LandscapeError(f"output {selector!r} of the model is {type(chosen).__name__}, not a logits tensor")
-    return chosen
 
 
 def fused_attention_modules(module: nn.Module) -> list[nn.Module]:
@@ -579,39 +385,6 @@ class Objective:
                 "the model is stochastic (two passes gave different losses or gradients: dropout, "
                 "train-mode BatchNorm or random layers?); fix the model or pass --allow-stochastic"
             )
-
-
-def hit_count(logits: Tensor, targets: Tensor) -> Tensor:
-    """Number of rows whose arg-max logit is the target class, as a 0-dim tensor (vmap- and compile-friendly).
-
-    With soft targets (floating ``(B, C)`` label distributions) the target class is the arg-max of the
-    distribution: a prediction is right when ``argmax z_i == argmax t_i``.
-
-    Args:
-        logits: shape ``(B, C)``.
-        targets: class labels ``(B,)``, or label distributions ``(B, C)``.
-
-    Returns:
-        The count (an integer tensor).
-    """
-    if targets.is_floating_point() and targets.ndim == logits.ndim:
-        targets = targets.argmax(-1)
-    return (logits.argmax(-1) == targets).sum()
-
-
-def prediction_hits(logits: Tensor, targets: Tensor) -> int | float:
-    """Number of rows whose arg-max equals the target; NaN when any logit is not finite (no prediction).
-
-    Args:
-        logits: shape ``(B, C)``.
-        targets: class labels, shape ``(B,)``, or label distributions ``(B, C)`` (see :func:`hit_count`).
-
-    Returns:
-        ``sum_i [argmax_c logits[i, c] == targets[i]]`` as an int, or ``math.nan``.
-    """
-    if not bool(torch.isfinite(logits).all()):
-        return math.nan
-    return int(hit_count(logits, targets))
 
 
 @contextmanager

@@ -19,7 +19,7 @@ The targets are label distributions, floating ``(b, C)``; the loss on them is
 
 **Drawn once.** The released loop redraws the augmentation at every grid point, which adds sampling noise to a
 surface. Here the samples are the first ``n`` of the permutation seeded by ``seed`` (as in
-:func:`landscape.data.fixed_batches`), ``copies`` augmented copies of each are drawn, copy by copy (copy 0 of
+:func:`landscape.data.batches.fixed_batches`), ``copies`` augmented copies of each are drawn, copy by copy (copy 0 of
 every sample, then copy 1, ...: neighbours in a batch are different images), cut into batches of ``batch_size``,
 and every batch is mixed within itself; all of it from torch's CPU generator seeded with ``seed`` inside
 :func:`torch.random.fork_rng`, so the caller's random state is untouched and one seed gives the same batches on
@@ -35,7 +35,8 @@ import torch
 from torch import Tensor
 from torchvision.transforms import v2
 
-from landscape.data import ImageDataset, sample_count, sample_indices
+from landscape.data.batches import sample_count, sample_indices
+from landscape.data.dataset import ImageDataset
 from landscape.errors import LandscapeError
 from landscape.options import checks
 

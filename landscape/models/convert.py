@@ -28,7 +28,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from landscape.data import fixed_batches, load_dataset
+from landscape.data.batches import fixed_batches
+from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
 from landscape.models import create_model
 from landscape.models.checkpoint import load_model, save_checkpoint

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from landscape.data import Preprocess
+from landscape.data.preprocess import Preprocess
 from landscape.errors import LandscapeError
 
 if TYPE_CHECKING:
-    from landscape.data import Preprocess
+    from landscape.data.preprocess import Preprocess
 
 SOURCES = ("timm", "torchvision", "py")
 TIMM_EXTRA = "pip install 'landscape[timm]'"

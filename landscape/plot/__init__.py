@@ -18,7 +18,7 @@ from typing import Any
 from landscape.errors import LandscapeError
 from landscape.options.checks import finite, positive_int
 from landscape.store.files import ensure_folder
-from landscape.store.result import Result, read_result
+from landscape.store.read import Result, read_result
 
 #: result kind -> module that draws it
 PLOTTERS = {

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from landscape import __version__
 from landscape.errors import LandscapeError
 from landscape.store.files import WRITTEN_BY, atomic_write
-from landscape.store.result import Result
+from landscape.store.read import Result
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 #: resolution of raster figures (png)
@@ -68,7 +68,7 @@ def check_arrays(result: Result, schema: Schema) -> None:
     """Check that ``result`` holds the arrays of ``schema`` with consistent shapes and the right kind of values.
 
     Args:
-        result: a result file read by :func:`landscape.store.result.read_result`.
+        result: a result file read by :func:`landscape.store.read.read_result`.
         schema: the arrays of its kind.
 
     Raises:

@@ -41,7 +41,7 @@ from landscape.plot.common import (
     wrapped,
     zero_line,
 )
-from landscape.store.result import Result
+from landscape.store.read import Result
 
 SHADES = {"msa": ("0.6", 0.35, "MSA block"), "downsample": ("tab:blue", 0.2, "downsampling block")}
 #: the share of a block's depth cell that its band covers (the rest is a gap between neighbouring bands)
@@ -78,7 +78,7 @@ def check(result: Result) -> None:
     """Check that ``result`` is a Fourier result whose arrays fit :data:`SCHEMA` and whose maps name its layers.
 
     Args:
-        result: a result file read by :func:`landscape.store.result.read_result`.
+        result: a result file read by :func:`landscape.store.read.read_result`.
 
     Raises:
         LandscapeError: naming the array that is missing or does not fit, and what to do.

@@ -36,7 +36,7 @@ from landscape.plot.common import (
     single_axes,
     zero_line,
 )
-from landscape.store.result import Result
+from landscape.store.read import Result
 
 #: points at which a kernel density estimate is drawn in each panel
 KDE_POINTS = 400
@@ -70,7 +70,7 @@ def check(result: Result) -> None:
     A ``hessian`` result must also hold eigenvalues or a density.
 
     Args:
-        result: a result file read by :func:`landscape.store.result.read_result`.
+        result: a result file read by :func:`landscape.store.read.read_result`.
 
     Raises:
         LandscapeError: naming the array that is missing or does not fit, and what to do.

@@ -21,7 +21,7 @@ from matplotlib.patches import Patch
 
 from landscape.plot.common import Array, Schema, check_arrays, figure_name, labels, save_figures, wrapped, zero_line
 from landscape.plot.fourier import DEPTH_LABEL, name_blocks, shade_layers
-from landscape.store.result import Result
+from landscape.store.read import Result
 
 #: bar colour of each block kind
 KIND_COLORS = {"conv": "tab:blue", "downsample": "tab:cyan", "msa": "tab:red", "mlp": "tab:green"}
@@ -47,7 +47,7 @@ def check(result: Result) -> None:
     """Check that ``result`` is a lesion result whose arrays fit :data:`SCHEMA`.
 
     Args:
-        result: a result file read by :func:`landscape.store.result.read_result`.
+        result: a result file read by :func:`landscape.store.read.read_result`.
 
     Raises:
         LandscapeError: naming the array that is missing or does not fit, and what to do.

@@ -4,7 +4,7 @@
 :func:`landscape.plot.plot_files` into ``DIR/report_figures/`` (``model-<name>/`` per model, ``all-models/`` for the
 figures that overlay several models) and writes ``DIR/report.html``: the summary table (from ``DIR/summary.md``
 when there is one, else one built from the result files), every figure embedded (PNG as base64 ``data:`` URIs,
-SVG inline), grouped by model and by kind, and each file's provenance (:func:`landscape.store.result.describe`) folded
+SVG inline), grouped by model and by kind, and each file's provenance (:func:`landscape.store.read.describe`) folded
 under its figures. The page loads nothing from the network. With plotly installed (``pip install
 'landscape[interactive]'``) each 2D surface also gets a rotatable 3D view, plotly's JavaScript embedded once.
 
@@ -29,9 +29,9 @@ from landscape import __version__
 from landscape.errors import LandscapeError
 from landscape.plot import PLOTTERS, one_of, plot_files
 from landscape.plot.common import model_name
-from landscape.plot.surface import grid_of, is_2d
+from landscape.plot.grids import grid_of, is_2d
 from landscape.store.files import WRITTEN_BY, check_replaceable, ensure_subfolder, leads_outside, write_text
-from landscape.store.result import describe, read_result
+from landscape.store.read import describe, read_result
 
 #: the figure formats a page can embed
 REPORT_FORMATS = ("png", "svg")

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from landscape.errors import LandscapeError
 from landscape.plot.common import Array, Schema, check_arrays, figure_name, model_name, save_figures, wrapped
-from landscape.store.result import Result
+from landscape.store.read import Result
 
 #: the colour of MSA blocks' tick labels and strips
 MSA_COLOR = "tab:red"
@@ -47,7 +47,7 @@ def check(result: Result) -> None:
     """Check that ``result`` is a similarity result whose arrays fit :data:`SCHEMA` and that it is complete.
 
     Args:
-        result: a result file read by :func:`landscape.store.result.read_result`.
+        result: a result file read by :func:`landscape.store.read.read_result`.
 
     Raises:
         LandscapeError: naming the array that is missing or does not fit, and what to do.

@@ -27,7 +27,7 @@ from landscape.plot.common import (
     save_figures,
     wrapped,
 )
-from landscape.store.result import Result
+from landscape.store.read import Result
 
 #: the arrays of a trajectory file: one entry per snapshot, the initial weights first
 SCHEMA = Schema(
@@ -47,7 +47,7 @@ def check(result: Result) -> None:
     """Check that ``result`` is a trajectory result whose arrays fit :data:`SCHEMA`.
 
     Args:
-        result: a result file read by :func:`landscape.store.result.read_result`.
+        result: a result file read by :func:`landscape.store.read.read_result`.
 
     Raises:
         LandscapeError: naming the array that is missing or does not fit, and what to do.

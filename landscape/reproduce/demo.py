@@ -34,7 +34,7 @@ from landscape.plot import plot_files
 from landscape.plot.report import write_report
 from landscape.reproduce.findings import findings, findings_markdown
 from landscape.store.files import WRITTEN_BY, ensure_folder, ensure_subfolder, write_text
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 from landscape.train import TrainConfig, train_model
 
 MODELS = ("resnet_mini", "vit_mini", "alternet_mini")

@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from landscape import store
 from landscape.runtime import distributed
-from landscape.store import result as store
 
 T = TypeVar("T")
 

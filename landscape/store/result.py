@@ -9,15 +9,10 @@ option that determines the numbers) decides whether an existing file belongs to 
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 import stat
-import sys
-import traceback
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,200 +21,27 @@ import numpy as np
 
 from landscape import __version__
 from landscape.errors import LandscapeError
+from landscape.store.attrs import as_str, decode, encode, identity_of, now
 from landscape.store.files import (
     WriterLock,
     atomic_write,
     check_replaceable,
     ensure_folder,
-    file_type,
     last_writer,
-    live_writer,
     os_error,
     write_failure,
 )
+from landscape.store.h5 import (
+    _abandon,
+    check_no_writer,
+    foreign_storage,
+    h5py_failures,
+    open_h5,
+    refuse_foreign,
+    unreadable,
+)
 
 KINDS = ("surface", "hessian", "fourier", "spectrum", "lesion", "trajectory", "similarity")
-#: :func:`describe` summarises a group of more than this many arrays (e.g. one per parameter) in one line
-GROUP_SUMMARY = 8
-#: attributes that describe how a run happened, not what it computes; they never block a resume
-VOLATILE = frozenset(
-    {"created", "command", "landscape_version", "torch_version", "device", "complete", "identity", "has_results"}
-)
-
-
-def _encode(value: Any) -> Any:
-    if value is None or isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, sort_keys=True, default=str)
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, bytes):
-        value = value.decode()
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, str) and value[:1] in "[{n" and value not in ("nan",):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
-
-
-#: path attributes that are provenance only when the file's content hash (the value) is recorded beside them
-CONTENT_HASHED = {
-    "checkpoint": "checkpoint_sha256",
-    "target": "target_sha256",
-    "other_checkpoint": "other_checkpoint_sha256",
-}
-
-
-def identity_of(attrs: Mapping[str, Any]) -> str:
-    """Canonical JSON of the attributes that determine a run's numbers.
-
-    All attributes but :data:`VOLATILE`; a checkpoint (or target) is identified by its SHA-256 when that is
-    recorded, not by the path it was given by (``../r.pt`` and ``/abs/r.pt`` are the same run).
-
-    Args:
-        attrs: the root attributes of a run (options, provenance, ...).
-
-    Returns:
-        A JSON string with sorted keys; two runs are the same run when their strings are equal.
-    """
-    hashed = {path for path, digest in CONTENT_HASHED.items() if attrs.get(digest)}
-    kept = {k: _encode(v) for k, v in attrs.items() if k not in VOLATILE and k not in hashed}
-    return json.dumps(kept, sort_keys=True, default=str)
-
-
-def now() -> str:
-    """The current UTC time in ISO 8601.
-
-    Returns:
-        E.g. ``"2024-05-01T12:34:56+00:00"`` (whole seconds).
-    """
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _unreadable(path: Path) -> LandscapeError:
-    """The error for an existing file that h5py cannot open: a broken symlink, not HDF5 at all, or damaged."""
-    if path.is_symlink() and not path.exists():
-        return LandscapeError(f"{path} is a symbolic link to a missing file (or a loop of links); remove it or fix it")
-    if h5py.is_hdf5(str(path)):
-        return LandscapeError(
-            f"{path} is a damaged HDF5 file (truncated or half-written) and cannot be resumed or "
-            "read; pass --force to start it again, or --out to write elsewhere"
-        )
-    return LandscapeError(
-        f"{path} exists and is not an HDF5 file written by landscape; choose another --out, or "
-        "pass --force to replace it"
-    )
-
-
-#: the filters HDF5 and h5py carry built in; any other filter would be loaded from a plugin library
-BUILTIN_FILTERS = frozenset(
-    {
-        h5py.h5z.FILTER_DEFLATE,
-        h5py.h5z.FILTER_SHUFFLE,
-        h5py.h5z.FILTER_FLETCHER32,
-        h5py.h5z.FILTER_SZIP,
-        h5py.h5z.FILTER_NBIT,
-        h5py.h5z.FILTER_SCALEOFFSET,
-        h5py.h5z.FILTER_LZF,
-    }
-)
-_LINK_NAMES = {h5py.SoftLink: "a soft link", h5py.ExternalLink: "an external link (to another file)"}
-
-
-def foreign_storage(f: h5py.File) -> str | None:
-    """Why an open HDF5 file does not hold all of its own data, or None when it does.
-
-    A result file is input from a stranger: HDF5 lets a dataset keep its bytes in another file (external
-    storage), be assembled from other files (a virtual dataset), be decoded by a filter loaded from a plugin
-    library, or be a soft, external or user-defined link. Reading (or resuming) such a file would read (or
-    write) other files on the machine, so every one of them is refused. Only links are inspected, never
-    followed: the datasets are reached through hard links alone.
-
-    Args:
-        f: the open file.
-
-    Returns:
-        One clause naming the first object that is not self-contained, e.g. ``"dataset loss keeps its data in
-        another file (external storage)"``; None when every object is a hard-linked group or dataset whose
-        bytes are in this file.
-    """
-    links: list[str] = []
-
-    def link(name: str, info: Any) -> Any:
-        if not isinstance(info, h5py.HardLink):
-            kind = _LINK_NAMES.get(type(info), "a user-defined link")
-            links.append(f"{name} is {kind}")
-            return True  # stop at the first one
-        return None
-
-    f.visititems_links(link)
-    if links:
-        return links[0]
-    found: list[str] = []
-
-    def dataset(name: str, obj: Any) -> Any:
-        if not isinstance(obj, h5py.Dataset):
-            return None
-        plist = obj.id.get_create_plist()
-        if plist.get_layout() == h5py.h5d.VIRTUAL:
-            found.append(f"dataset {name} is a virtual dataset (assembled from other files)")
-        elif plist.get_external_count() > 0:
-            found.append(f"dataset {name} keeps its data in another file (external storage)")
-        else:
-            codes = {plist.get_filter(i)[0] for i in range(plist.get_nfilters())}
-            if codes - BUILTIN_FILTERS:
-                found.append(f"dataset {name} needs a filter plugin ({sorted(codes - BUILTIN_FILTERS)[0]})")
-        return True if found else None
-
-    f.visititems(dataset)
-    return found[0] if found else None
-
-
-def _refuse_foreign(path: Path, why: str) -> LandscapeError:
-    """The error for a file that does not hold all of its own data (see :func:`foreign_storage`)."""
-    return LandscapeError(f"{path} is refused: {why}; a landscape result holds all of its own data")
-
-
-def _open_h5(path: Path, mode: str = "r") -> h5py.File:
-    """Open ``path`` with h5py (no HDF5 file locking) and refuse it unless it holds all of its own data.
-
-    Raises:
-        LandscapeError: the file keeps data in other files or holds links (:func:`foreign_storage`), or its
-            structure is damaged.
-        OSError: h5py cannot open it (not HDF5, damaged, permissions): the caller names the cause.
-    """
-    if mode == "r":
-        f = h5py.File(path, mode, locking=False)
-    else:  # written without a sieve buffer: a failed data write fails in the write, never when h5py frees it
-        access = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
-        access.set_sieve_buf_size(0)
-        access.set_file_locking(False, True)
-        f = h5py.File(h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDWR, fapl=access))
-    try:
-        why = foreign_storage(f)
-    except RuntimeError:  # h5py could not walk the file's own structure: it is damaged
-        f.close()
-        raise _unreadable(path) from None
-    except BaseException:
-        f.close()
-        raise
-    if why is not None:
-        f.close()
-        raise _refuse_foreign(path, why)
-    return f
-
-
-def _real(path: Path) -> Path:
-    """``path`` with symlinks resolved (never raises): a file reached through a link has one writer lock."""
-    return Path(os.path.realpath(path))
 
 
 def _links(path: Path, force: bool) -> int | None:
@@ -242,17 +64,6 @@ def _links(path: Path, force: bool) -> int | None:
     return info.st_nlink
 
 
-def _check_no_writer(path: Path) -> None:
-    """An error when a live process writes ``path`` or, if it is a symlink, the file it points to."""
-    for file in dict.fromkeys((path, _real(path))):
-        pid = live_writer(file)
-        if pid is not None:
-            raise LandscapeError(
-                f"{path} is being written by a running analysis (pid {pid}); wait for that run to end, "
-                "or write elsewhere with --out"
-            )
-
-
 def _writable(path: Path) -> bool:
     """Whether ``path`` may be written: the OS allows it and its owner has not removed every write bit."""
     try:
@@ -270,8 +81,8 @@ def _peek(path: Path) -> dict[str, Any] | None:
     try:
         with h5py.File(path, "r", locking=False) as f:
             return {
-                "kind": _decode(f.attrs.get("kind")),
-                "identity": _as_str(f.attrs.get("identity", "{}")),
+                "kind": decode(f.attrs.get("kind")),
+                "identity": as_str(f.attrs.get("identity", "{}")),
                 "complete": bool(f.attrs.get("complete", False)),
                 "has_results": bool(f.attrs.get("has_results", False)),
                 "foreign": foreign_storage(f),
@@ -280,65 +91,6 @@ def _peek(path: Path) -> dict[str, Any] | None:
         raise os_error(exc, path, "read") from exc
     except (OSError, RuntimeError):  # not HDF5, or damaged (h5py raises RuntimeError walking a broken file)
         return None
-
-
-@contextmanager
-def _h5py_failures() -> Iterator[list[BaseException]]:
-    """Collect the exceptions h5py raises, but cannot propagate, while it frees objects inside the block.
-
-    h5py frees an object in a Cython ``__dealloc__``; when HDF5 fails to write what it cached for the object
-    then, the exception is printed through :data:`sys.excepthook` and again through :data:`sys.unraisablehook`
-    (two tracebacks on stderr). Inside the block those that come from h5py (their traceback or object is
-    h5py's) are collected instead, any other goes to the hooks as before, and both hooks are restored after it.
-
-    Yields:
-        The list the exceptions are appended to.
-    """
-    caught: list[BaseException] = []
-    previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
-
-    def from_h5py(where: Any, tb: Any) -> bool:
-        origin = where if isinstance(where, str) else getattr(where, "__module__", "")
-        frames = traceback.extract_tb(tb) if tb is not None else []
-        return str(origin).startswith("h5py") or bool(frames) and all("h5py" in f.filename for f in frames)
-
-    def unraisable(info: Any) -> None:
-        if info.exc_value is not None and from_h5py(info.object, info.exc_traceback):
-            caught.append(info.exc_value)
-        else:
-            previous_unraisable(info)
-
-    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-        if from_h5py(None, tb):
-            caught.append(value)
-        else:
-            previous_except(kind, value, tb)
-
-    sys.unraisablehook, sys.excepthook = unraisable, excepthook
-    try:
-        yield caught
-    finally:
-        sys.unraisablehook, sys.excepthook = previous_unraisable, previous_except
-
-
-def _abandon(h5: h5py.File) -> None:
-    """Close a file whose writes failed, without HDF5 writing to it again.
-
-    After a failed write HDF5 still caches data and metadata it cannot write; ``h5py.File.close`` then fails
-    part-way and leaves datasets open, which HDF5 closes again when the process exits, on a file it has freed
-    (a crash). So the file's descriptor is first pointed at ``/dev/null``: what HDF5 still writes goes nowhere,
-    every object closes, and the file on disk stays as the failed write left it, as after a kill, for the same
-    command to resume or start again.
-    """
-    with _h5py_failures(), suppress(OSError, RuntimeError, ValueError):
-        fd = h5.id.get_vfd_handle()
-        null = os.open(os.devnull, os.O_RDWR)
-        try:
-            os.dup2(null, fd)
-        finally:
-            os.close(null)
-    with _h5py_failures(), suppress(OSError, RuntimeError):
-        h5.close()
 
 
 class ResultFile:
@@ -414,15 +166,15 @@ class ResultFile:
             if not path.exists() and not path.is_symlink():  # still none now that the lock is held
                 return cls._create(path, kind, full, identity, lock)
             lock.release()  # another run made the file meanwhile (and has ended): judge it as any file
-        _check_no_writer(path)
+        check_no_writer(path)
         links = _links(path, force)  # a link, or no regular file: refused before anything reads it
         info = _peek(path) if links is not None else None
         writable = _writable(path)
         if info is not None and info["foreign"] is not None and not force:
-            raise _refuse_foreign(path, info["foreign"])
+            raise refuse_foreign(path, info["foreign"])
         if info is not None and info["foreign"] is None and info["kind"] == kind and info["identity"] == identity:
             if info["complete"]:
-                return cls(path, kind, _open_h5(path), None, resumed=True)
+                return cls(path, kind, open_h5(path), None, resumed=True)
             if not writable:
                 raise LandscapeError(
                     f"{path} is an unfinished result but read-only; make it writable (chmod u+w) to "
@@ -436,7 +188,7 @@ class ResultFile:
             if links == 1:
                 lock = WriterLock(path, identity)
                 try:
-                    handle = _open_h5(path, "r+")
+                    handle = open_h5(path, "r+")
                 except OSError as exc:
                     lock.release()
                     raise os_error(exc, path, "write") from exc
@@ -448,7 +200,7 @@ class ResultFile:
         damaged_by_us = links is not None and info is None and last_writer(path).get("identity") == identity
         if not (force or replaceable or damaged_by_us):
             if info is None:
-                raise _unreadable(path)
+                raise unreadable(path)
             theirs, ours = json.loads(info["identity"] or "{}"), json.loads(identity)
             differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
             detail = f" (differs in: {', '.join(differ[:6])})" if differ else ""
@@ -469,13 +221,13 @@ class ResultFile:
         try:
             with atomic_write(path, force=True) as handle, h5py.File(handle, "w") as f:
                 for key, value in full.items():
-                    f.attrs[key] = _encode(value)
+                    f.attrs[key] = encode(value)
                 f.attrs["identity"] = identity
                 f.attrs["created"] = now()
                 f.attrs["landscape_version"] = __version__
                 f.attrs["complete"] = False
                 f.attrs["has_results"] = False
-            h5 = _open_h5(path, "r+")
+            h5 = open_h5(path, "r+")
         except BaseException:
             lock.release()
             raise
@@ -518,7 +270,7 @@ class ResultFile:
             The value, with JSON strings decoded back to dicts/lists/None and numpy scalars made Python scalars.
         """
         node = self._h5 if at is None else self._h5[at]
-        return _decode(node.attrs[name]) if name in node.attrs else default
+        return decode(node.attrs[name]) if name in node.attrs else default
 
     def keys(self, group: str) -> list[str]:
         """The names in group ``group`` (empty when it does not exist).
@@ -542,13 +294,13 @@ class ResultFile:
 
         h5py reports a failed data write as ``OSError``, a failed metadata write (on a flush or the close) as
         ``RuntimeError``, and a failure while it frees an object (HDF5 writes what it cached then) as an
-        exception it cannot raise, which :func:`_h5py_failures` catches: all three come from this file's
+        exception it cannot raise, which :func:`h5py_failures` catches: all three come from this file's
         writes, so all three are write failures. After the first one the file is not written again.
         """
         if self._failed is not None:
             raise self._failed
         try:
-            with _h5py_failures() as freed:
+            with h5py_failures() as freed:
                 value = action()
             if freed:
                 raise freed[0]
@@ -649,7 +401,7 @@ class ResultFile:
         def put() -> None:
             node = h5 if at is None else (h5[at] if at in h5 else h5.create_group(at))
             for key, value in values.items():
-                node.attrs[key] = _encode(value)
+                node.attrs[key] = encode(value)
 
         self._guard(put)
 
@@ -759,122 +511,3 @@ def open_result(path: str | Path, kind: str, attrs: Mapping[str, Any], *, force:
         LandscapeError: the file cannot be created, resumed or replaced (see :meth:`ResultFile.open`).
     """
     return ResultFile.open(path, kind, attrs, force=force)
-
-
-@dataclass
-class Result:
-    """A result file read into memory: root attributes, arrays by path, and each array's axes.
-
-    ``result[name]`` is ``result.arrays[name]``; ``name in result`` asks whether that array exists.
-
-    Attributes:
-        path: the file read.
-        attrs: the root attributes, decoded (JSON strings back to dicts/lists).
-        arrays: every dataset by its path in the file, e.g. ``"loss"`` or ``"eigenvectors/fc.weight"``.
-        axes: the axis names of each array that has an ``axes`` attribute.
-    """
-
-    path: Path
-    attrs: dict[str, Any]
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    axes: dict[str, list[str]] = field(default_factory=dict)
-
-    @property
-    def kind(self) -> str:
-        """The result kind ("surface", "hessian", "fourier" or "spectrum")."""
-        return str(self.attrs.get("kind"))
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.arrays[name]
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.arrays
-
-
-def read_result(path: str | Path) -> Result:
-    """Read every attribute and array of a result file.
-
-    Args:
-        path: the result file.
-
-    Returns:
-        The :class:`Result` with every root attribute, every dataset (strings as unicode arrays) and its axes.
-
-    Raises:
-        LandscapeError: the file does not exist, is being written by a live process, cannot be read, is not
-            HDF5 (or is damaged), or has no ``kind`` attribute.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise LandscapeError(f"{path} does not exist; give the path of a result file written by landscape")
-    kind = path.stat().st_mode
-    if not stat.S_ISREG(kind):
-        raise LandscapeError(f"{path} is {file_type(kind)}, not a result file; give the path of an .h5 file")
-    _check_no_writer(path)
-    try:
-        f = _open_h5(path)
-    except PermissionError as exc:
-        raise os_error(exc, path, "read") from exc
-    except OSError:
-        raise _unreadable(path) from None
-    with f:
-        attrs = {k: _decode(v) for k, v in f.attrs.items()}
-        if "kind" not in attrs:
-            raise LandscapeError(f"{path} is not a landscape result (no 'kind' attribute)")
-        result = Result(path, attrs)
-
-        def visit(name: str, obj: Any) -> None:
-            if isinstance(obj, h5py.Dataset):
-                data = obj[()]
-                if obj.dtype.kind == "O" or h5py.check_string_dtype(obj.dtype) is not None:
-                    data = np.asarray(obj.asstr()[()])
-                result.arrays[name] = np.asarray(data)
-                if "axes" in obj.attrs:
-                    result.axes[name] = json.loads(_as_str(obj.attrs["axes"]))
-
-        f.visititems(visit)
-    return result
-
-
-def _as_str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def describe(path: str | Path) -> str:
-    """A human-readable summary of a result file: kind, provenance, options and arrays with their axes.
-
-    A group of more than :data:`GROUP_SUMMARY` arrays is summarised in one line.
-
-    Args:
-        path: the result file.
-
-    Returns:
-        The summary, one line per attribute and per array (dtype, shape, axes; done counts for ``done``).
-
-    Raises:
-        LandscapeError: the file cannot be read (see :func:`read_result`).
-    """
-    result = read_result(path)
-    lines = [f"{result.path}: {result.kind} result" + ("" if result.attrs.get("complete") else " (incomplete)")]
-    for key in sorted(result.attrs):
-        if key == "identity":
-            continue
-        lines.append(f"  {key}: {result.attrs[key]}")
-    lines.append("  arrays:")
-    groups: dict[str, list[np.ndarray]] = {}
-    for name, arr in result.arrays.items():
-        groups.setdefault(name.rpartition("/")[0], []).append(arr)
-    shown: set[str] = set()
-    for name, arr in sorted(result.arrays.items()):
-        group = name.rpartition("/")[0]
-        if group and len(groups[group]) > GROUP_SUMMARY:  # e.g. one array per parameter: one line
-            if group not in shown:
-                shown.add(group)
-                members = groups[group]
-                dtypes = ",".join(sorted({str(a.dtype) for a in members}))
-                lines.append(f"    {group}/: {len(members)} arrays, {sum(a.size for a in members)} values ({dtypes})")
-            continue
-        axes = result.axes.get(name)
-        extra = f" ({int(arr.sum())} of {arr.size} done)" if name == "done" and arr.dtype == bool else ""
-        lines.append(f"    {name}: {arr.dtype} {tuple(arr.shape)}" + (f" axes={axes}" if axes else "") + extra)
-    return "\n".join(lines)

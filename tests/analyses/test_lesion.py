@@ -15,7 +15,7 @@ from landscape.models import create_model
 from landscape.models.checkpoint import save_checkpoint
 from landscape.models.vit import Block
 from landscape.options.lesion import LesionOptions
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 
 def batches(n=2, b=6, c=1, size=32, seed=0):

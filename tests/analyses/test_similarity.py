@@ -19,7 +19,7 @@ from landscape.models import create_model
 from landscape.models.checkpoint import save_checkpoint
 from landscape.options.similarity import SimilarityOptions
 from landscape.plot import plot_files
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 
 def direct_hsic1(k: np.ndarray, l: np.ndarray) -> float:  # noqa: E741

@@ -16,7 +16,7 @@ from landscape.models import create_model
 from landscape.models.checkpoint import save_checkpoint
 from landscape.options.trajectory import TrajectoryOptions
 from landscape.plot import plot_files
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 KW = dict(in_chans=1, img_size=16)
 

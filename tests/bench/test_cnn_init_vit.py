@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from landscape.data import load_dataset
+from landscape.data.loading import load_dataset
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "cnn_init_vit.py"
 

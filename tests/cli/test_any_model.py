@@ -16,11 +16,11 @@ from helpers import one_line_error
 from landscape.analyses.fourier.features import fourier_profile
 from landscape.cli import cli
 from landscape.core.front import ModelSource, batches_for, load_inputs
-from landscape.data import load_dataset
+from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
 from landscape.models import create_model
 from landscape.models.checkpoint import load_model, read_checkpoint
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 pytest.importorskip("timm")
 

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from landscape.cli import cli
 from landscape.models import create_model
 from landscape.models.checkpoint import save_checkpoint
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 ENTRY = str(Path(sys.executable).parent / "landscape")
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from helpers import tiny_resnet_checkpoint
 
 from landscape.cli import cli
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 ENTRY = str(Path(sys.executable).parent / "landscape")
 

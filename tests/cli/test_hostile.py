@@ -15,7 +15,7 @@ from landscape.errors import LandscapeError
 from landscape.models import create_model
 from landscape.models.checkpoint import save_checkpoint
 from landscape.options import checks
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 COMMON = ["--samples", "24", "--batch-size", "12", "--device", "cpu", "--quiet"]
 

@@ -10,10 +10,11 @@ import torch.nn.functional as F
 from click.testing import CliRunner
 
 from landscape.cli import cli
-from landscape.data import fixed_batches, load_dataset
+from landscape.data.batches import fixed_batches
+from landscape.data.loading import load_dataset
 from landscape.models import create_model
 from landscape.models.checkpoint import save_checkpoint
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 ENTRY = str(Path(sys.executable).parent / "landscape")
 COMMON = ["--samples", "48", "--batch-size", "20", "--device", "cpu", "--quiet"]

@@ -8,7 +8,9 @@ from helpers import one_line_error, reestimate_bn
 from torch import nn
 
 from landscape.core import params as P
-from landscape.core.objective import Objective, Regularizer, criterion_name, select_logits
+from landscape.core.criteria import criterion_name, select_logits
+from landscape.core.objective import Objective
+from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 
 

@@ -10,12 +10,14 @@ from click.testing import CliRunner
 from helpers import one_line_error, tiny_resnet_checkpoint
 
 from landscape.cli import cli
-from landscape.core.objective import Objective, batch_loss, hit_count, prediction_hits, soft_cross_entropy
-from landscape.data import fixed_batches, load_dataset
+from landscape.core.criteria import batch_loss, hit_count, prediction_hits, soft_cross_entropy
+from landscape.core.objective import Objective
 from landscape.data.augment import LABEL_SMOOTHING, augmented_batches, sample_indices
+from landscape.data.batches import fixed_batches
+from landscape.data.loading import load_dataset
 from landscape.options.hessian import HessianOptions, SpectrumOptions
 from landscape.options.surface import SurfaceOptions
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +198,7 @@ def test_spectrum_and_hessian_run_on_augmented_batches(ckpt, tmp_path):
 
 def test_vectorised_and_looped_points_agree_on_soft_targets():
     from landscape.analyses.surface.directions import random_directions
-    from landscape.analyses.surface.run import PointEvaluator
+    from landscape.analyses.surface.evaluator import PointEvaluator
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 4)).double()

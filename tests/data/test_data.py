@@ -7,19 +7,13 @@ import torch
 import torch.nn.functional as F
 from helpers import one_line_error
 
-from landscape.data import (
-    DIGITS_MEAN,
-    DIGITS_STD,
-    SPLIT_CHOICES,
-    DatasetInfo,
-    Preprocess,
-    dataset_info,
-    fixed_batches,
-    load_dataset,
-    make_loader,
-    parse_spec,
-    subset_indices,
-)
+from landscape.data.batches import fixed_batches, make_loader
+from landscape.data.dataset import subset_indices
+from landscape.data.digits import DIGITS_MEAN, DIGITS_STD
+from landscape.data.info import DatasetInfo
+from landscape.data.loading import dataset_info, load_dataset
+from landscape.data.preprocess import Preprocess
+from landscape.data.specs import SPLIT_CHOICES, parse_spec
 
 
 def raw(ds, x):

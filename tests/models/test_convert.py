@@ -13,7 +13,8 @@ from helpers import one_line_error
 
 import landscape.models.vit_rpe  # noqa: F401  (registers the models)
 from landscape.cli import cli
-from landscape.data import fixed_batches, load_dataset
+from landscape.data.batches import fixed_batches
+from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
 from landscape.models import create_model
 from landscape.models.checkpoint import load_model, read_checkpoint, save_checkpoint

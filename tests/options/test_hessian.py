@@ -163,13 +163,13 @@ def test_the_file_records_exactly_the_options_attrs_and_progress_shows_when_aske
     res = run_hessian(ckpt, opts, out=tmp_path / "h.h5", device="cpu", progress=True)
     assert "lanczos" in capsys.readouterr().err
     for name, value in opts.attrs().items():
-        assert res.attrs[name] == store._decode(store._encode(value)), name
+        assert res.attrs[name] == store.decode(store.encode(value)), name
     assert res.attrs["seed"] == opts.seed and res.attrs["split"] == opts.split and res.attrs["n_samples"] == 6
     sopts = SpectrumOptions(samples=4, batch_size=2, top_k=1, tol=1e-2)
     sres = run_spectrum(ckpt, sopts, out=tmp_path / "s.h5", device="cpu", progress=True)
     assert "spectrum" in capsys.readouterr().err
     for name, value in sopts.attrs().items():
-        assert sres.attrs[name] == store._decode(store._encode(value)), name
+        assert sres.attrs[name] == store.decode(store.encode(value)), name
     assert sres.attrs["group"] >= 1 and sres.attrs["group_option"] == "auto"  # how it ran, beside what it computes
     assert sres.attrs["group_choice"]["group"] == sres.attrs["group"] and "hvp_choice" in sres.attrs
     assert res.attrs["hvp_choice"]["mode"] == "jvp" and res.attrs["hvp_choice"]["ways"] == {"jvp": 2}

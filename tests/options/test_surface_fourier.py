@@ -22,7 +22,7 @@ from landscape.options import surface as surface_options
 from landscape.options.common import REGULARIZERS, SPLITS
 from landscape.options.surface import SurfaceOptions
 from landscape.store import result as store
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,7 @@ def test_run_refuses_anything_but_its_options_class(ckpts, tmp_path):
 # ------------------------------------------------------------------------------------ recorded attrs
 def recorded(options, result):
     """The options' attrs that the file does not hold, or holds with another value (as written, then read back)."""
-    as_read = {k: store._decode(store._encode(v)) for k, v in options.attrs().items()}
+    as_read = {k: store.decode(store.encode(v)) for k, v in options.attrs().items()}
     return {k: (v, result.attrs.get(k, "<absent>")) for k, v in as_read.items() if result.attrs.get(k, KeyError) != v}
 
 

@@ -5,7 +5,7 @@ from plot_results import fourier_arrays, fourier_attrs, write_result
 
 from landscape.plot import plot_files
 from landscape.plot.fourier import MAX_NAMED, depth_figure, noise_figure, profile_figure
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 
 def fake_result(path, model, kinds, noise=False, hf_offset=0.0):

@@ -8,7 +8,7 @@ from plot_results import hessian_arrays, spectrum_arrays, write_result
 from landscape.errors import LandscapeError
 from landscape.plot import plot_files
 from landscape.plot.hessian import density_figure, spectrum_figure
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 
 def write_hessian(path, model="resnet_mini"):

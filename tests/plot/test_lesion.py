@@ -5,7 +5,7 @@ import pytest
 from plot_results import write_result
 
 from landscape.plot.lesion import lesion_figure
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 KINDS = ["conv", "downsample", "msa", "msa", "msa", "mlp"]
 

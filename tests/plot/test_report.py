@@ -27,7 +27,7 @@ from plot_results import (
 
 from landscape.cli import cli
 from landscape.plot.report import FIGURES_FOLDER, write_report
-from landscape.store.result import describe
+from landscape.store.read import describe
 
 #: a model name that must come out escaped, never as markup
 ODD = 'cnn<b>"x"</b>'

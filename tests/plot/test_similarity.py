@@ -4,7 +4,7 @@ import numpy as np
 from plot_results import write_result
 
 from landscape.plot import similarity as SIM
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 
 def write_similarity(path, n):

@@ -7,9 +7,9 @@ from plot_results import SURFACE_ATTRS, XS, YS, surface_arrays, write_result
 from plot_results import bowl as f
 
 from landscape.errors import LandscapeError
-from landscape.plot import plot_files
+from landscape.plot import grids, plot_files, scales, vtp
 from landscape.plot import surface as S
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 
 def write_surface(path, xs=XS, ys=YS, ndim=2, done=None, trajectory=None):
@@ -69,7 +69,7 @@ def test_vtp_parses_with_the_right_points_and_quads(tmp_path):
     done = np.ones((len(YS), len(XS)), bool)
     done[2, 3] = False  # an unfinished point removes the 4 quads around it
     res = write_surface(tmp_path / "s.h5", done=done)
-    path = S.write_vtp(res, tmp_path / "s.vtp")
+    path = vtp.write_vtp(res, tmp_path / "s.vtp")
     root = ET.parse(path).getroot()
     assert root.get("type") == "PolyData"
     piece = root.find("PolyData/Piece")
@@ -117,7 +117,7 @@ def test_figures_drawn_directly_check_the_surface_first(tmp_path):
     for draw in (S.contour_figure, S.heatmap_figure, S.surface3d_figure):
         msg = one_line_error(draw, res, match="no grid point has a finite loss")
         assert "none of its 28 points is done yet" in msg
-    one_line_error(S.write_vtp, res, tmp_path / "e.vtp", match="no grid point has a finite loss")
+    one_line_error(vtp.write_vtp, res, tmp_path / "e.vtp", match="no grid point has a finite loss")
     assert not (tmp_path / "e.vtp").exists()
 
 
@@ -179,8 +179,8 @@ def test_default_levels_ring_the_basin_of_a_wide_range_surface(tmp_path):
 
 def test_3d_view_is_clipped_at_a_robust_maximum_unless_zmax_is_given(tmp_path):
     res = write_wide(tmp_path / "w.h5")
-    _, _, loss, _ = S.grid_of(res)
-    top = S.robust_max(loss)
+    _, _, loss, _ = grids.grid_of(res)
+    top = scales.robust_max(loss)
     assert top is not None and float(loss.min()) < top < 100
     for style, clip in (("default", top), ("paper", top - float(loss.min()))):
         hi = S.surface3d_figure(res, style=style).axes[0].get_zlim()[1]
@@ -188,8 +188,8 @@ def test_3d_view_is_clipped_at_a_robust_maximum_unless_zmax_is_given(tmp_path):
         assert S.surface3d_figure(res, style=style, zmax=500.0).axes[0].get_zlim()[1] >= 450
     # a bowl without a spike is not clipped, and its default levels stay evenly spaced
     bowl = write_surface(tmp_path / "s.h5")
-    _, _, bowl_loss, _ = S.grid_of(bowl)
-    assert S.robust_max(bowl_loss) is None and not S.is_skewed(bowl_loss)
+    _, _, bowl_loss, _ = grids.grid_of(bowl)
+    assert scales.robust_max(bowl_loss) is None and not scales.is_skewed(bowl_loss)
 
 
 def colorbar_labels(fig, index=1):
@@ -206,7 +206,7 @@ def test_log_colour_bars_have_readable_ticks_and_the_axes_are_square(tmp_path):
     assert colorbar_labels(S.contour_figure(bowl, filled=True, log=True)) == ["2", "3", "4", "5", "6"]
     assert colorbar_labels(S.contour_figure(bowl, filled=True, spacing="linear")) == ["2", "3", "4", "5", "6"]
     uneven = colorbar_labels(S.contour_figure(bowl, filled=True, spacing="above-min"))
-    assert 3 <= len(uneven) <= S.MAX_TICKS and all(len(t) <= 4 and float(t) > 0 for t in uneven)
+    assert 3 <= len(uneven) <= scales.MAX_TICKS and all(len(t) <= 4 and float(t) > 0 for t in uneven)
     for fig in (S.contour_figure(wide), S.contour_figure(wide, filled=True), S.heatmap_figure(wide)):
         assert [ax.get_box_aspect() for ax in fig.axes if ax.get_label() != "<colorbar>"] in ([1.0], [1.0, 1.0])
     x, y, _ = S.surface3d_figure(wide).axes[0].get_box_aspect()
@@ -214,12 +214,12 @@ def test_log_colour_bars_have_readable_ticks_and_the_axes_are_square(tmp_path):
 
 
 def test_log_ticks_are_decades_or_one_two_five_and_at_least_three():
-    np.testing.assert_allclose(S.log_ticks(0.003, 900), [0.01, 0.1, 1, 10, 100])
-    np.testing.assert_allclose(S.log_ticks(0.5, 30), [0.5, 1, 2, 5, 10, 20])
-    np.testing.assert_allclose(S.log_ticks(1.07, 6.7), [2, 3, 4, 5, 6])
-    np.testing.assert_allclose(S.log_ticks(1.0, 1.2), [1.0, 1.05, 1.1, 1.15, 1.2])  # too narrow: linear
-    many = S.log_ticks(1e-3, 1e12)
-    assert len(many) <= S.MAX_TICKS and [S.short(t) for t in many[:4]] == ["0.001", "0.1", "10", "1e+03"]
+    np.testing.assert_allclose(scales.log_ticks(0.003, 900), [0.01, 0.1, 1, 10, 100])
+    np.testing.assert_allclose(scales.log_ticks(0.5, 30), [0.5, 1, 2, 5, 10, 20])
+    np.testing.assert_allclose(scales.log_ticks(1.07, 6.7), [2, 3, 4, 5, 6])
+    np.testing.assert_allclose(scales.log_ticks(1.0, 1.2), [1.0, 1.05, 1.1, 1.15, 1.2])  # too narrow: linear
+    many = scales.log_ticks(1e-3, 1e12)
+    assert len(many) <= scales.MAX_TICKS and [scales.short(t) for t in many[:4]] == ["0.001", "0.1", "10", "1e+03"]
 
 
 def texts(ax):
@@ -228,17 +228,20 @@ def texts(ax):
 
 def test_the_3d_view_says_where_it_is_clipped(tmp_path):
     wide = write_wide(tmp_path / "w.h5")
-    _, _, loss, _ = S.grid_of(wide)
-    lo, top, hi = float(loss.min()), S.robust_max(loss), float(loss.max())
+    _, _, loss, _ = grids.grid_of(wide)
+    lo, top, hi = float(loss.min()), scales.robust_max(loss), float(loss.max())
     assert texts(S.surface3d_figure(wide).axes[0]) == [
-        f"clipped at loss = {S.short(top)}, max {S.short(hi)} (robust maximum; --zmax to change)"
+        f"clipped at loss = {scales.short(top)}, max {scales.short(hi)} (robust maximum; --zmax to change)"
     ]
     assert texts(S.surface3d_figure(wide, style="paper").axes[0]) == [
-        f"clipped at loss - min = {S.short(top - lo)}, max {S.short(hi - lo)} (robust maximum; --zmax to change)"
+        f"clipped at loss - min = {scales.short(top - lo)}, max {scales.short(hi - lo)} "
+        "(robust maximum; --zmax to change)"
     ]
-    assert texts(S.surface3d_figure(wide, zmax=50.0).axes[0]) == [f"clipped at loss = 50, max {S.short(hi)} (--zmax)"]
+    assert texts(S.surface3d_figure(wide, zmax=50.0).axes[0]) == [
+        f"clipped at loss = 50, max {scales.short(hi)} (--zmax)"
+    ]
     assert texts(S.surface3d_figure(wide, log=True, zmax=1.0).axes[0]) == [
-        f"clipped at log10 loss = 1, max {S.short(np.log10(hi))} (--zmax)"
+        f"clipped at log10 loss = 1, max {scales.short(np.log10(hi))} (--zmax)"
     ]
     assert not S.surface3d_figure(wide, zmax=2 * hi).axes[0].texts  # nothing above zmax: nothing said
     assert not S.surface3d_figure(write_surface(tmp_path / "s.h5")).axes[0].texts  # a bowl is not clipped
@@ -247,7 +250,7 @@ def test_the_3d_view_says_where_it_is_clipped(tmp_path):
 def test_a_heatmap_over_decades_is_log_coloured_from_the_minimum_to_the_maximum(tmp_path):
     from matplotlib.colors import LogNorm
 
-    _, _, loss, _ = S.grid_of(write_wide(tmp_path / "w.h5"))
+    _, _, loss, _ = grids.grid_of(write_wide(tmp_path / "w.h5"))
     norm = S.heatmap_figure(write_wide(tmp_path / "w.h5")).axes[0].collections[0].norm
     assert isinstance(norm, LogNorm) and (norm.vmin, norm.vmax) == (float(loss.min()), float(loss.max()))
     assert norm(float(np.ma.median(loss))) > 0.4  # the basin's points are told apart, not all dark
@@ -295,11 +298,11 @@ def test_a_zmax_not_above_the_lowest_loss_is_a_one_line_error_before_any_figure(
 
 def test_the_paper_style_ignores_log_and_keeps_its_robust_clip(tmp_path):
     wide = write_wide(tmp_path / "w.h5")
-    _, _, loss, _ = S.grid_of(wide)
-    clip = S.robust_max(loss) - float(loss.min())
+    _, _, loss, _ = grids.grid_of(wide)
+    clip = scales.robust_max(loss) - float(loss.min())
     ax = S.surface3d_figure(wide, style="paper", log=True).axes[0]
     assert ax.get_zlabel() == "loss - min" and ax.get_zlim()[1] <= clip * 1.1
-    assert texts(ax)[0].startswith(f"clipped at loss - min = {S.short(clip)}")
+    assert texts(ax)[0].startswith(f"clipped at loss - min = {scales.short(clip)}")
 
 
 @pytest.mark.parametrize(
@@ -320,7 +323,7 @@ def test_the_paper_style_ignores_log_and_keeps_its_robust_clip(tmp_path):
 def test_axes_name_the_directions_from_the_file(tmp_path, attrs, labels):
     attrs = {k: v for k, v in {**SURFACE_ATTRS, **attrs}.items() if v != "drop"}
     res = read_result(write_result(tmp_path / "s.h5", "surface", surface_arrays(), **attrs))
-    assert S.direction_labels(res) == labels
+    assert grids.direction_labels(res) == labels
     for fig in (S.contour_figure(res), S.contour_figure(res, filled=True), S.heatmap_figure(res)):
         assert (fig.axes[0].get_xlabel(), fig.axes[0].get_ylabel()) == labels
     ax3 = S.surface3d_figure(res).axes[0]
@@ -338,7 +341,7 @@ def test_titles_are_short_wrapped_and_not_tiny(tmp_path):
     assert title.get_text() == "toy (BN\u00a0eval)" and title.get_fontsize() >= 10
     attrs = {**SURFACE_ATTRS, "model": "vit_mini_patch4_window8_depth12", "regularizer": {"kind": "l2", "coef": 5e-4}}
     long = read_result(write_result(tmp_path / "l.h5", "surface", surface_arrays(), **attrs))
-    assert S.title_of(long) == "vit_mini_patch4_window8_depth12 (BN\u00a0eval,\nl2\u00a00.0005)"
+    assert grids.title_of(long) == "vit_mini_patch4_window8_depth12 (BN\u00a0eval,\nl2\u00a00.0005)"
     for fig in (S.contour_figure(long), S.surface3d_figure(long), S.heatmap_figure(long)):
         text = (fig._suptitle or fig.axes[0].title).get_text()
-        assert text == S.title_of(long) and max(map(len, text.splitlines())) <= 48
+        assert text == grids.title_of(long) and max(map(len, text.splitlines())) <= 48

@@ -4,7 +4,7 @@ import numpy as np
 from plot_results import write_result
 
 from landscape.plot.trajectory import polar_figure
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 
 def test_polar_figure_draws_the_snapshots_under_a_wrapped_title(tmp_path):

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from landscape.data import load_dataset
+from landscape.data.loading import load_dataset
 from landscape.models.checkpoint import load_model, read_checkpoint
 from landscape.reproduce.demo import MODELS, QUICK
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 ENTRY = str(Path(sys.executable).parent / "landscape")
 

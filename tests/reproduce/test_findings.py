@@ -9,11 +9,12 @@ import pytest
 import torch
 from plot_results import spectrum_arrays, write_result
 
-from landscape.data import load_dataset
+from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
 from landscape.models import create_model
 from landscape.models.checkpoint import save_checkpoint
 from landscape.reproduce import findings as F
+from landscape.reproduce import statistics as stats
 from landscape.train import evaluate_model
 
 
@@ -38,7 +39,7 @@ def test_verdict_rule_on_each_side_and_across_the_threshold():
 
 
 def test_resample_counts_rows_sum_to_n():
-    w = F.resample_counts(7, 50, np.random.default_rng(3))
+    w = stats.resample_counts(7, 50, np.random.default_rng(3))
     assert w.shape == (50, 7) and (w.sum(1) == 7).all() and (w >= 0).all()
 
 
@@ -46,15 +47,15 @@ def test_resample_counts_rows_sum_to_n():
 def test_bootstrap_interval_of_a_mean(n):
     mu = 1.5
     x = np.random.default_rng(n).normal(mu, 1.0, n)
-    value, low, high = F.bootstrap_mean(x, resamples=2000, seed=0)
+    value, low, high = stats.bootstrap_mean(x, resamples=2000, seed=0)
     assert value == pytest.approx(x.mean())
     assert low < mu < high
     assert high - low == pytest.approx(2 * 1.96 * x.std(ddof=1) / math.sqrt(n), rel=0.15)
-    assert F.bootstrap_mean(x, resamples=2000, seed=0) == (value, low, high)  # seeded: the same interval again
+    assert stats.bootstrap_mean(x, resamples=2000, seed=0) == (value, low, high)  # seeded: the same interval again
 
 
 def test_one_unit_has_no_interval():
-    value, low, high = F.bootstrap_mean([2.0])
+    value, low, high = stats.bootstrap_mean([2.0])
     assert value == 2.0 and math.isnan(low) and math.isnan(high)
 
 
@@ -175,7 +176,7 @@ def test_accuracy_difference_from_per_image_correctness(folder, monkeypatch):
 def test_fourier_sums_recompute_the_file_on_its_samples(folder):
     from landscape.analyses.fourier.run import run_fourier
     from landscape.options.fourier import FourierOptions
-    from landscape.store.result import read_result
+    from landscape.store.read import read_result
 
     out, _ = folder
     run_fourier(

@@ -11,8 +11,10 @@ from plot_results import FOREIGN, foreign_surface
 
 from landscape.errors import LandscapeError
 from landscape.store import result as store
+from landscape.store.attrs import identity_of
 from landscape.store.files import lock_path
-from landscape.store.result import describe, identity_of, open_result, read_result
+from landscape.store.read import describe, read_result
+from landscape.store.result import open_result
 
 
 def _attrs(**over):

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from landscape.analyses.fourier.features import eval_model
-from landscape.core.objective import select_logits
+from landscape.core.criteria import select_logits
 from landscape.errors import LandscapeError
 from landscape.options.fourier import BANDS, EPS, STRENGTH, WIDTH  # the defaults, defined once with the options
 
@@ -230,7 +230,7 @@ def hits(
     batch ``j`` gets band noise from a generator seeded with ``seed + j``: the counts depend on nothing but
     these options and the batch index, so batches may be split among processes and the counts summed.
     ``output`` selects the logits of a model returning a tuple or dict
-    (:func:`~landscape.core.objective.select_logits`).
+    (:func:`~landscape.core.criteria.select_logits`).
 
     Args:
         model: the classifier (called under ``torch.no_grad``, not put in eval mode here).

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from torch import nn
 
+from landscape import store
 from landscape.analyses.fourier.features import FourierProfile, eval_model, fourier_profile, merge_profiles
 from landscape.analyses.fourier.noise import band_accuracies, check_labels
 from landscape.core.front import batches_for, load_inputs
@@ -33,7 +34,6 @@ from landscape.errors import LandscapeError
 from landscape.options.fourier import FourierOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import analysis_file
-from landscape.store import result as store
 
 if TYPE_CHECKING:
     from landscape.core.front import ModelSource

@@ -10,7 +10,8 @@
 """
 
 from landscape.analyses.hessian.density import SpectralDensity, spectral_density
-from landscape.analyses.hessian.lanczos import DenseOperator, EigenResult, lanczos
+from landscape.analyses.hessian.lanczos import lanczos
+from landscape.analyses.hessian.linalg import DenseOperator, EigenResult
 from landscape.analyses.hessian.operator import HessianOperator, select_names
 from landscape.analyses.hessian.run import run_hessian, run_spectrum
 from landscape.analyses.hessian.spectrum import (

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from landscape.analyses.hessian.lanczos import Operator, announce, lanczos_tridiagonal
+from landscape.analyses.hessian.lanczos import lanczos_tridiagonal
+from landscape.analyses.hessian.linalg import Operator, announce
 from landscape.analyses.hessian.probes import probe_vectors
 from landscape.errors import LandscapeError
 from landscape.options import checks

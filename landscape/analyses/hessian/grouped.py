@@ -29,7 +29,8 @@ from torch.func import grad, jvp, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from landscape.analyses.hessian.products import ProductCosts
-from landscape.core.objective import Objective, batch_loss
+from landscape.core.criteria import batch_loss
+from landscape.core.objective import Objective
 from landscape.core.params import ParamDict, flatten, unflatten
 
 T = TypeVar("T")

@@ -17,20 +17,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from landscape import store
 from landscape.analyses.hessian.density import spectral_density
-from landscape.analyses.hessian.lanczos import _validate, lanczos, require_memory
+from landscape.analyses.hessian.lanczos import check_request, lanczos
+from landscape.analyses.hessian.linalg import require_memory
 from landscape.analyses.hessian.operator import HessianOperator
 from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
 from landscape.analyses.hessian.trace import trace as trace_estimate
 from landscape.core.front import augmented_batches_for, batches_for, build_objective, load_inputs
-from landscape.core.objective import Regularizer, fused_attention_modules
-from landscape.data import fixed_batches, load_dataset
+from landscape.core.objective import fused_attention_modules
+from landscape.core.regularizer import Regularizer
+from landscape.data.batches import fixed_batches
+from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
 from landscape.options.common import DTYPES, choice
 from landscape.options.hessian import HessianOptions, SpectrumOptions
 from landscape.runtime import distributed
 from landscape.runtime.lifecycle import analysis_file
-from landscape.store import result as store
 
 if TYPE_CHECKING:
     from landscape.core.front import ModelSource
@@ -134,7 +137,7 @@ def run_hessian(
             "the Hessian have; give at most that many"
         )
     if o.top_k > 0:
-        _validate(op.shape[0], o.top_k, o.which, o.ncv)  # a bad --ncv refused before the file is made
+        check_request(op.shape[0], o.top_k, o.which, o.ncv)  # a bad --ncv refused before the file is made
     if o.density:  # and a quadrature basis that cannot fit
         steps = min(o.steps, op.shape[0])
         require_memory(

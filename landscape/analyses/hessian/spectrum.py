@@ -26,7 +26,9 @@ from landscape.analyses.hessian.grouped import GroupChoice, GroupedProducts, Wor
 from landscape.analyses.hessian.lanczos import drive_together, lanczos, lanczos_steps
 from landscape.analyses.hessian.operator import HessianOperator
 from landscape.analyses.hessian.products import ProductCosts
-from landscape.core.objective import Batch, Objective, OutputSelector, Regularizer, batch_loss
+from landscape.core.criteria import Batch, OutputSelector, batch_loss
+from landscape.core.objective import Objective
+from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 from landscape.options.hessian import SOLVERS
 from landscape.runtime import distributed
@@ -163,7 +165,7 @@ def max_eigenvalue_spectrum(
     between iterations, ``maxiter`` its iterations per eigenvalue, default 100). Batches listed in ``skip``
     are not computed (their rows stay NaN: resuming). ``on_batch`` is called on every rank with each
     finished batch, in rounds of ``world_size`` batches. ``output`` selects the logits of a model that returns
-    a tuple or dict (:func:`~landscape.core.objective.select_logits`). ``progress`` shows a bar of the batches on
+    a tuple or dict (:func:`~landscape.core.criteria.select_logits`). ``progress`` shows a bar of the batches on
     rank 0 (to stderr, terminal or not). The model is never modified.
 
     Args:

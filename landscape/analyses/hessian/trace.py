@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from landscape.analyses.hessian.lanczos import Operator, announce, require_finite
+from landscape.analyses.hessian.linalg import Operator, announce, require_finite
 from landscape.analyses.hessian.probes import probe_vectors
 from landscape.errors import LandscapeError
 from landscape.options.hessian import TRACE_METHODS

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from landscape.cli import cli
 from landscape.models import create_model
 from landscape.models.checkpoint import save_checkpoint
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 # 5 batches (the last one short) over 2 ranks: rank 0 takes 3, rank 1 takes 2
 ARGS = ["--samples", "36", "--batch-size", "8", "--noise-bands", "--device", "cpu", "--quiet"]

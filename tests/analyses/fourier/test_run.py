@@ -6,7 +6,7 @@ import torch
 from landscape.analyses.fourier import FourierOptions, fourier_profile, run_fourier
 from landscape.analyses.fourier.noise import accuracy
 from landscape.core.front import batches_for, load_inputs
-from landscape.data import load_dataset
+from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
 from landscape.models import create_model
 from landscape.models.checkpoint import save_checkpoint

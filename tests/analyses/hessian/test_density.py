@@ -9,10 +9,11 @@ from helpers import one_line_error
 
 from analyses.hessian.test_operator import dense_hessian, tiny_batches, tiny_model
 from landscape.analyses.hessian.density import broadened_density, spectral_density
-from landscape.analyses.hessian.lanczos import DenseOperator
+from landscape.analyses.hessian.linalg import DenseOperator
 from landscape.analyses.hessian.operator import HessianOperator
 from landscape.analyses.hessian.probes import probe_vectors
-from landscape.core.objective import Objective, Regularizer
+from landscape.core.objective import Objective
+from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 
 

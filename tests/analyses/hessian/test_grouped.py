@@ -10,9 +10,11 @@ from torch import nn
 
 from analyses.hessian.test_operator import dense_hessian, tiny_batches, tiny_model
 from landscape.analyses.hessian.grouped import GAIN, GroupChoice, GroupedProducts, WorkerPool, choose_group
-from landscape.analyses.hessian.lanczos import DenseOperator, drive_together, lanczos, lanczos_steps
+from landscape.analyses.hessian.lanczos import drive_together, lanczos, lanczos_steps
+from landscape.analyses.hessian.linalg import DenseOperator
 from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
-from landscape.core.objective import Objective, Regularizer
+from landscape.core.objective import Objective
+from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 
 SIZES = (6, 6, 6, 6, 6, 4)  # five equal batches and a smaller last one, as a split cut into batches gives

@@ -8,9 +8,11 @@ import torch
 from helpers import one_line_error
 
 from analyses.hessian.test_operator import dense_hessian, tiny_batches, tiny_model
-from landscape.analyses.hessian.lanczos import DenseOperator, lanczos, lanczos_tridiagonal, rank_ritz
+from landscape.analyses.hessian.lanczos import lanczos, lanczos_tridiagonal
+from landscape.analyses.hessian.linalg import DenseOperator, rank_ritz
 from landscape.analyses.hessian.operator import HessianOperator
-from landscape.core.objective import Objective, Regularizer
+from landscape.core.objective import Objective
+from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 
 

@@ -6,11 +6,13 @@ import torch
 from torch import nn
 
 from landscape.analyses.hessian.density import spectral_density
-from landscape.analyses.hessian.lanczos import DenseOperator, lanczos
+from landscape.analyses.hessian.lanczos import lanczos
+from landscape.analyses.hessian.linalg import DenseOperator
 from landscape.analyses.hessian.operator import HessianOperator, select_names
 from landscape.analyses.hessian.products import ProductCosts, cheapest
-from landscape.core.objective import Objective, Regularizer
+from landscape.core.objective import Objective
 from landscape.core.params import flatten, unflatten
+from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 
 REGULARIZERS = [Regularizer(), Regularizer("l2", 0.1), Regularizer("norm-sum", 0.05)]

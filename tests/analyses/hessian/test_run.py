@@ -11,13 +11,14 @@ from helpers import torchrun
 
 from landscape.analyses.hessian.run import run_hessian, run_spectrum
 from landscape.core.front import batches_for, load_inputs
-from landscape.core.objective import Objective, Regularizer
-from landscape.data import load_dataset
+from landscape.core.objective import Objective
+from landscape.core.regularizer import Regularizer
+from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
 from landscape.models import create_model
 from landscape.models.checkpoint import load_model, save_checkpoint
 from landscape.options.hessian import HessianOptions, SpectrumOptions
-from landscape.store.result import read_result
+from landscape.store.read import read_result
 
 TINY = {"widths": (4, 8), "layers": (1, 1)}
 
@@ -173,10 +174,8 @@ def test_two_rank_torchrun_hessian_shares_the_batches_and_equals_the_single_proc
 
 
 def test_a_density_basis_larger_than_the_memory_is_refused_before_the_file_is_made(ckpt, tmp_path, monkeypatch):
-    lanczos_module = importlib.import_module(
-        "landscape.analyses.hessian.lanczos"
-    )  # the package exports a function of that name
-    monkeypatch.setattr(lanczos_module, "device_memory", lambda device: 100_000)  # a machine with 100 kB
+    linalg = importlib.import_module("landscape.analyses.hessian.linalg")
+    monkeypatch.setattr(linalg, "device_memory", lambda device: 100_000)  # a machine with 100 kB
     opts = HessianOptions(top_k=0, density=True, steps=64, samples=4, batch_size=4)
     with pytest.raises(LandscapeError, match="lower --steps"):
         run_hessian(ckpt, opts, out=tmp_path / "h.h5", **RUN)

@@ -7,7 +7,8 @@ from torch import nn
 
 from analyses.hessian.test_operator import Noisy, dense_hessian, tiny_batches, tiny_model
 from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum, pyhessian_top_eigenvalues
-from landscape.core.objective import Objective, Regularizer
+from landscape.core.objective import Objective
+from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 
 

@@ -14,8 +14,10 @@ from helpers import interrupt_after, reestimate_bn, torchrun
 from torch import nn
 
 from landscape.analyses.surface.directions import random_directions
-from landscape.analyses.surface.run import PointEvaluator, compute_surface, parse_grid
-from landscape.core.objective import Objective, Regularizer
+from landscape.analyses.surface.evaluator import PointEvaluator
+from landscape.analyses.surface.run import compute_surface, parse_grid
+from landscape.core.objective import Objective
+from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 from landscape.runtime import compile_cache as compile_cache_module
 
@@ -346,7 +348,7 @@ def test_two_rank_torchrun_equals_the_single_process_run(tmp_path, reference):
     assert proc.returncode == 0, proc.stderr[-2000:]
     rounds = [line for line in proc.stdout.splitlines() if line.startswith("ROUND")]
     assert rounds[0] == "ROUND 2"  # each round holds one point per rank
-    from landscape.store.result import read_result
+    from landscape.store.read import read_result
 
     res = read_result(out)
     for name in ("loss", "data_loss", "accuracy", "done"):

@@ -1,0 +1,479 @@
+"""The loss and accuracy at grid points ``theta + a dx + b dy``: the point evaluator (loop, vmap, compiled)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.func import functional_call, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from landscape.core.criteria import batch_loss, criterion_name, hit_count, select_logits
+from landscape.core.objective import Objective
+from landscape.core.params import ParamDict
+from landscape.errors import LandscapeError
+from landscape.models.bn_fold import FoldedModel, fold_batchnorm
+from landscape.options.surface import (  # noqa: F401 (re-exported)
+    BN_MODES,
+    COMPILE_MODES,
+    MAX_POINTS,
+    SurfaceOptions,
+    compile_attr,
+    compile_mode,
+    parse_grid,
+)
+from landscape.runtime import compile_cache
+from landscape.runtime import distributed as D
+
+#: points evaluated in one vectorised call when vmap is tried
+VMAP_POINTS = 8
+
+
+PointResult = tuple[int, int, float, float, float]  # (j, i, loss, data_loss, accuracy)
+
+
+# ---------------------------------------------------------------------------------------------- grid
+def point_params(
+    theta: Mapping[str, Tensor], dx: Mapping[str, Tensor], dy: Mapping[str, Tensor] | None, a: Tensor, b: Tensor
+) -> ParamDict:
+    """``theta + a * dx (+ b * dy)``; ``a`` and ``b`` are 0-d tensors (one point) or (k,) (k stacked points).
+
+    Args:
+        theta: the centre parameters, name -> tensor.
+        dx: the x direction, same names and shapes as ``theta``.
+        dy: the y direction (same names and shapes), or None for a line (then ``b`` is ignored).
+        a: x coordinate(s): a 0-d tensor or a ``(k,)`` tensor.
+        b: y coordinate(s), shaped like ``a``.
+
+    Returns:
+        The point's params, name -> tensor of the parameter's shape (0-d ``a``), or of ``(k, *shape)``
+        (``(k,)`` ``a``: k stacked points, for ``vmap``).
+    """
+    out = {}
+    for n, t in theta.items():
+        shape = (-1,) + (1,) * t.ndim if a.ndim else ()
+        p = t + a.reshape(shape) * dx[n]
+        out[n] = p if dy is None else p + b.reshape(shape) * dy[n]
+    return out
+
+
+# ---------------------------------------------------------------------------------------- evaluation
+class PointEvaluator:
+    """Evaluates grid points of one objective and pair of directions, one at a time or vectorised.
+
+    ``loop(points)`` evaluates each point in turn (BatchNorm buffers re-estimated per point when
+    ``bn == "recompute"``); ``vectorised(points)`` stacks the points' params and evaluates them in one
+    ``torch.func.vmap`` call per batch. Both return ``(loss, data_loss, accuracy)`` per point. After
+    :meth:`enable_fold` every forward runs on a copy of the model with its eval-mode BatchNorms folded into the
+    convolutions before them (for each point's own parameters, :mod:`landscape.models.bn_fold`); after
+    :meth:`enable_compile` the loop runs a ``torch.compile``-d per-batch loss.
+
+    Args:
+        objective: the loss; its params are the centre ``theta``.
+        dx: the x direction (names and shapes of the objective's params).
+        dy: the y direction, or None for a 1D surface.
+        bn: ``eval`` (the centre model's running statistics) or ``recompute`` (re-estimated at every point).
+
+    Attributes:
+        obj: the objective.
+        dx: the x direction.
+        dy: the y direction, or None.
+        bn: the BatchNorm mode.
+        theta: the centre params (``objective.params``).
+        compiled: the compiled per-batch loss after a successful :meth:`enable_compile`, else None.
+        fold: the folded model after a successful :meth:`enable_fold`, else None.
+        fold_notes: why BatchNorm layers were left unfolded (after :meth:`enable_fold`).
+        batches: the objective's batches, as evaluated (channels-last inputs after
+            :meth:`choose_memory_format` picked them).
+        channels_last: whether the inputs are channels-last.
+    """
+
+    def __init__(self, objective: Objective, dx: ParamDict, dy: ParamDict | None, bn: str = "eval") -> None:
+        self.obj, self.dx, self.dy, self.bn = objective, dx, dy, bn
+        self.theta = objective.params
+        self.compiled: Callable[[ParamDict, Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
+        self.fold: FoldedModel | None = None
+        self.fold_notes: list[str] = []
+        self.batches = list(objective.batches)
+        self.channels_last = False
+        self._eager_layout = (self.batches, False)
+
+    # -- the per-batch loss ------------------------------------------------------------------------
+    def _point_state(self, params: Mapping[str, Tensor]) -> ParamDict:
+        """The full state of the forward at ``params`` (fixed params and buffers added; folded when enabled)."""
+        state = {**self.obj.fixed, **params, **self.obj.buffers}
+        return state if self.fold is None else self.fold.state(state)
+
+    def _batch_eval_state(self, state: ParamDict, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """Mean loss and number of correct predictions of one batch for a full state (the function compiled)."""
+        module = self.obj.module if self.fold is None else self.fold.module
+        with sdpa_kernel(SDPBackend.MATH):
+            out = select_logits(functional_call(module, state, (x,)), self.obj.output)
+        hits = hit_count(out, y).to(out.dtype)
+        return batch_loss(out, y, self.obj.criterion), torch.where(torch.isfinite(out).all(), hits, torch.nan)
+
+    def _batch_eval(self, params: ParamDict, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """Mean loss and number of correct predictions of one batch at ``params`` (vmap-able)."""
+        return self._batch_eval_state(self._point_state(params), x, y)
+
+    def enable_fold(self) -> int:
+        """Fold the model's eval-mode conv -> BatchNorm pairs (:func:`landscape.models.bn_fold.fold_batchnorm`).
+
+        The folded forward is checked at the centre against the unfolded one on the first batch (relative
+        1e-10 in float64, 1e-4 otherwise); it stays unfolded when that fails, when nothing can be folded, or
+        with ``bn == "recompute"``. The objective's model is not modified (the fold works on a copy).
+
+        Returns:
+            The number of BatchNorm layers folded (0 when unfolded; :attr:`fold_notes` says why).
+        """
+        self.fold, self.fold_notes = None, []
+        if self.bn == "recompute":
+            self.fold_notes = ["--bn recompute re-estimates the statistics at every point"]
+            return 0
+        try:
+            folded = fold_batchnorm(self.obj.module)
+        except Exception as exc:  # an unforeseen module structure: stay unfolded
+            self.fold_notes = [f"folding failed ({type(exc).__name__})"]
+            return 0
+        self.fold_notes = list(folded.notes)
+        if folded.n_folded == 0:
+            return 0
+        x, y = self.batches[0]
+        try:
+            with torch.inference_mode():
+                want = self._batch_eval_state(self._point_state(self.theta), x, y)[0]
+                self.fold = folded
+                got = self._batch_eval_state(self._point_state(self.theta), x, y)[0]
+        except Exception as exc:  # the forward uses the folded modules in a way the trace did not show
+            self.fold = None
+            self.fold_notes.append(f"the folded model failed to run ({type(exc).__name__}); unfolded")
+            return 0
+        tol = 1e-10 if want.dtype == torch.float64 else 1e-4
+        if not abs(float(got) - float(want)) <= tol * max(1.0, abs(float(want))):
+            self.fold = None
+            self.fold_notes.append("the folded loss differs from the unfolded one at the centre; unfolded")
+            return 0
+        return folded.n_folded
+
+    def enable_compile(self) -> bool:
+        """``torch.compile`` the per-batch loss (params are inputs: no recompilation across points).
+
+        Compiles once per distinct batch shape now, under inference mode as the loop runs it, and checks the
+        compiled loss at the centre against eager (relative 1e-4). The inputs go back to their own layout
+        (inductor chooses the convolutions' layouts itself; channels-last inputs measured no faster compiled).
+        Returns False, staying eager (and in the layout before), if compilation fails or disagrees, or with
+        ``bn == "recompute"``.
+
+        Returns:
+            True when the compiled loss is in use (:attr:`compiled` set), else False.
+        """
+        if self.bn == "recompute":
+            return False
+        self._eager_layout = (self.batches, self.channels_last)
+        self.batches, self.channels_last = list(self.obj.batches), False
+        if not self._compile():
+            self.disable_compile()
+            return False
+        return True
+
+    def disable_compile(self) -> None:
+        """Go back to the eager loss, in the input layout it had before :meth:`enable_compile`."""
+        self.compiled = None
+        self.batches, self.channels_last = self._eager_layout
+
+    def _compile(self) -> bool:
+        try:
+            fn = torch.compile(self._batch_eval_state, dynamic=False)
+            with torch.inference_mode():
+                state = self._point_state(dict(self.theta))
+                seen = set()
+                for x, y in self.batches:
+                    if tuple(x.shape) in seen:
+                        continue
+                    seen.add(tuple(x.shape))
+                    got = float(fn(state, x, y)[0])
+                    want = float(self._batch_eval_state(state, x, y)[0])
+                    if not abs(got - want) <= 1e-4 * max(1.0, abs(want)):
+                        return False
+        except Exception:  # no compiler, an unsupported model, ...: eager fallback
+            return False
+        self.compiled = fn
+        return True
+
+    def choose_memory_format(self, repeats: int = 2) -> bool:
+        """Use channels-last inputs if a forward of the first batch at the centre is faster so (and agrees).
+
+        Only for 4D float32/float16/bfloat16 inputs of a model with 2D convolutions, with ``bn == "eval"``
+        (float64 stays as it is: its results are compared exactly). On CPU a channels-last convolution runs
+        several times faster in oneDNN than an NCHW one of the same shape. Taken when it is under 0.95x the
+        NCHW time and agrees to a relative 1e-4.
+
+        Args:
+            repeats: timed forwards of each layout (after a warm-up); the fastest counts.
+
+        Returns:
+            Whether the inputs are now channels-last (:attr:`channels_last`, :attr:`batches`).
+        """
+        x0, y0 = self.obj.batches[0]
+        convs = any(isinstance(m, torch.nn.Conv2d) for m in self.obj.module.modules())
+        if self.bn != "eval" or not convs or x0.ndim != 4:
+            return False
+        if x0.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            return False
+        cl = x0.contiguous(memory_format=torch.channels_last)
+        state = self._point_state(self.theta)
+
+        def run(x: Tensor) -> tuple[float, float]:
+            best, value = float("inf"), 0.0
+            with torch.inference_mode():
+                self._batch_eval_state(state, x, y0)
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    value = float(self._batch_eval_state(state, x, y0)[0])
+                    _sync(self.obj.device)
+                    best = min(best, time.perf_counter() - t0)
+            return best, value
+
+        try:
+            (t_plain, want), (t_cl, got) = run(x0), run(cl)
+        except Exception:  # a model that cannot take channels-last inputs
+            return False
+        if not (t_cl < 0.95 * t_plain and abs(got - want) <= 1e-4 * max(1.0, abs(want))):
+            return False
+        self.batches = [(x.contiguous(memory_format=torch.channels_last), y) for x, y in self.obj.batches]
+        self.channels_last = True
+        return True
+
+    def compile_key(self) -> str:
+        """The key of this evaluator's compile record: model class, state and batch shapes, device, threads, torch.
+
+        Returns:
+            The key (:func:`landscape.runtime.compile_cache.record_key`).
+        """
+        state = self._point_state(self.theta)
+        dev = self.obj.device
+        return compile_cache.record_key(
+            torch=torch.__version__,
+            model=f"{type(self.obj.module).__module__}.{type(self.obj.module).__qualname__}",
+            state=[(n, list(t.shape), str(t.dtype)) for n, t in state.items()],
+            batches=sorted({(tuple(x.shape), str(x.dtype)) for x, _ in self.obj.batches}),
+            device=dev.type,
+            device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else "",
+            threads=torch.get_num_threads() if dev.type == "cpu" else 0,
+            criterion=criterion_name(self.obj.criterion),
+            folded=0 if self.fold is None else self.fold.n_folded,
+        )
+
+    def time_point(self, batch_points: int = 1, repeats: int = 2) -> float:
+        """Seconds per point of the current way of evaluating (compiled, loop or vmap), the fastest of ``repeats``.
+
+        Args:
+            batch_points: points per call (the way :meth:`evaluate` takes it).
+            repeats: timed evaluations of ``batch_points`` points near the centre; the fastest counts.
+
+        Returns:
+            Seconds per point.
+        """
+        points = [(0.01 * i, -0.01 * i) for i in range(max(1, batch_points))]
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            self.evaluate(points, batch_points)
+            _sync(self.obj.device)
+            best = min(best, time.perf_counter() - t0)
+        return best / len(points)
+
+    def _coords(self, points: Sequence[tuple[float, float]]) -> tuple[Tensor, Tensor]:
+        ref = next(iter(self.theta.values()))
+        ab = torch.tensor(points, dtype=torch.float64).reshape(-1, 2).to(ref.device, ref.dtype)
+        return ab[:, 0], ab[:, 1]
+
+    @torch.inference_mode()
+    def loop(self, points: Sequence[tuple[float, float]]) -> list[tuple[float, float, float]]:
+        """Evaluate the points one by one (under inference mode).
+
+        Args:
+            points: the ``(a, b)`` grid coordinates of each point (``b`` ignored for a 1D surface).
+
+        Returns:
+            ``(loss, data_loss, accuracy)`` per point, in order: loss = data loss + regulariser, accuracy in [0, 1].
+        """
+        a, b = self._coords(points)
+        out = []
+        for k in range(len(points)):
+            params = point_params(self.theta, self.dx, self.dy, a[k], b[k])
+            if self.bn == "recompute":
+                ev = self.obj.evaluate(params, self.obj.recompute_bn_buffers(params))
+                out.append((ev.loss, ev.data_loss, ev.accuracy))
+            else:
+                out.append(self._point(params))
+        return out
+
+    def _point(self, params: ParamDict) -> tuple[float, float, float]:
+        """One point: the state built (and folded) once, then each batch, compiled when enabled."""
+        fn = self._batch_eval_state if self.compiled is None else self.compiled
+        state = self._point_state(params)
+        data_loss, correct = 0.0, 0
+        for w, (x, y) in zip(self.obj.weights, self.batches):
+            loss, hits = fn(state, x, y)
+            data_loss += w * float(loss)
+            correct += float(hits)
+        reg = float(self.obj.regularizer(params))
+        return data_loss + reg, data_loss, correct / self.obj.n_samples
+
+    @torch.no_grad()
+    def vectorised(self, points: Sequence[tuple[float, float]], batches: int | None = None) -> list[tuple[float, ...]]:
+        """Evaluate the points in one vmap call per batch (``batches``: use only the first ones, for timing).
+
+        Args:
+            points: the ``(a, b)`` grid coordinates of each point, all evaluated in one stacked call.
+            batches: evaluate only the first ``batches`` data batches (for timing); None uses all.
+
+        Returns:
+            ``(loss, data_loss, accuracy)`` per point, in order.
+
+        Raises:
+            LandscapeError: with ``bn == "recompute"`` (vmap cannot re-estimate BatchNorm statistics).
+        """
+        if self.bn == "recompute":
+            raise LandscapeError("vectorised evaluation cannot re-estimate BatchNorm statistics; use --batch-points 1")
+        a, b = self._coords(points)
+        stacked = point_params(self.theta, self.dx, self.dy, a, b)
+        obj = self.obj
+        pairs = list(zip(obj.weights, self.batches))[:batches]
+        data_loss = [0.0] * len(points)
+        correct = [0] * len(points)
+        for w, (x, y) in pairs:
+            losses, hits = vmap(self._batch_eval, in_dims=(0, None, None))(stacked, x, y)
+            for k, (lv, hv) in enumerate(zip(losses.tolist(), hits.tolist())):
+                data_loss[k] += w * lv
+                correct[k] += hv
+        reg = vmap(obj.regularizer)(stacked).tolist() if obj.regularizer.active else [0.0] * len(points)
+        return [(d + r, d, c / obj.n_samples) for d, r, c in zip(data_loss, reg, correct)]
+
+    def evaluate(self, points: Sequence[tuple[float, float]], batch_points: int) -> list[tuple[float, float, float]]:
+        """Evaluate with the loop (``batch_points == 1``) or vectorised in groups of ``batch_points``.
+
+        Args:
+            points: the ``(a, b)`` grid coordinates of each point.
+            batch_points: points per vectorised call (the last group is padded with its last point); ``<= 1``
+                evaluates them one by one.
+
+        Returns:
+            ``(loss, data_loss, accuracy)`` per point, in order.
+
+        Raises:
+            LandscapeError: ``batch_points > 1`` with ``bn == "recompute"`` (see :meth:`vectorised`).
+        """
+        if batch_points <= 1:
+            return self.loop(points)
+        out: list[tuple[float, float, float]] = []
+        for s in range(0, len(points), batch_points):
+            group = list(points[s : s + batch_points])
+            pad = batch_points - len(group)  # keep one shape per call: pad with the last point
+            out += self.vectorised(group + [group[-1]] * pad)[: len(group)]
+        return out
+
+    def choose_batch_points(self, k: int = VMAP_POINTS, repeats: int = 2) -> int:
+        """``k`` (vmap) if it evaluated ``k`` points of the first batch in under 0.8x the loop's time, else 1.
+
+        Args:
+            k: points per vmap call to try.
+            repeats: timed runs of each way (after one warm-up); the fastest counts.
+
+        Returns:
+            ``k``, or 1 when vmap is slower, fails on the model, ``k <= 1`` or ``bn == "recompute"``.
+        """
+        if self.bn == "recompute" or k <= 1:
+            return 1
+        points = [(0.01 * i, -0.01 * i) for i in range(k)]
+        one = self.batches[:1]
+
+        def loop_first_batch() -> None:
+            a, b = self._coords(points)
+            with torch.no_grad():
+                for i in range(k):
+                    params = point_params(self.theta, self.dx, self.dy, a[i], b[i])
+                    self._batch_eval(params, *one[0])[1].item()
+
+        def timed(fn: Callable[[], Any]) -> float:
+            fn()  # warm-up
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                fn()
+                _sync(self.obj.device)
+                best = min(best, time.perf_counter() - t0)
+            return best
+
+        try:
+            t_vmap = timed(lambda: self.vectorised(points, batches=1))
+        except Exception:  # a model vmap cannot batch (data-dependent control flow, in-place ops)
+            return 1
+        t_loop = timed(loop_first_batch)
+        return k if t_vmap < 0.8 * t_loop else 1
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def choose_compile(
+    evaluator: PointEvaluator, mode: str, batch_points: int, points_left: int
+) -> tuple[bool, dict[str, Any]]:
+    """Decide (rank 0, then every rank follows), compile where decided, record; return (compiled, decision).
+
+    ``off``: eager. ``on``: compile. ``auto``: compile iff :func:`landscape.runtime.compile_cache.pays_back` with the
+    eager seconds per point measured now (at ``batch_points``) and the compile record's estimates
+    (:func:`landscape.runtime.compile_cache.estimate`); after a compile in ``auto`` the compiled loss is dropped again
+    if it measures slower than eager. Every compile updates the record.
+    """
+    decision: dict[str, Any] = {"option": mode, "points_left": points_left}
+    if mode == "off" or evaluator.bn == "recompute" or points_left == 0:
+        decision["reason"] = "off" if mode == "off" else ("--bn recompute" if points_left else "no points left")
+        return False, decision
+    inductor_dir = compile_cache.use_inductor_cache()
+    key, record, go = "", None, mode == "on"
+    if D.is_main():
+        key = evaluator.compile_key()
+        record = compile_cache.read_record(key)
+        eager_s = evaluator.time_point(batch_points)
+        decision.update(eager_point_s=eager_s, cache=inductor_dir, key=key)
+        if mode == "auto":
+            est = compile_cache.estimate(record, eager_s, inductor_dir)
+            go = compile_cache.pays_back(est["compile_s"], est["compiled_point_s"], eager_s, points_left)
+            decision.update(
+                compile_s_estimate=est["compile_s"],
+                compiled_point_s_estimate=est["compiled_point_s"],
+                estimate_source=est["source"],
+                rule="compile_s + points_left * compiled_point_s < points_left * eager_point_s",
+                reason="pays back" if go else "does not pay back",
+            )
+    go = bool(D.broadcast_object(go))
+    if not go:
+        return False, decision
+    t0 = time.perf_counter()
+    ok = evaluator.enable_compile()
+    compile_s = time.perf_counter() - t0
+    keep = ok
+    if D.is_main():
+        decision["compile_s"] = compile_s
+        compiled_s = evaluator.time_point(1) if ok else float("inf")
+        decision["compiled_point_s"] = compiled_s if ok else None
+        eager_s = float(decision["eager_point_s"])
+        new = compile_cache.updated_record(
+            record, compile_s, compiled_s if ok else 0.0, eager_s, inductor_dir, failed=not ok
+        )
+        compile_cache.write_record(key, new)
+        if not ok:
+            decision["reason"] = "compiling failed or disagreed with eager"
+        elif mode == "auto" and compiled_s >= eager_s:
+            keep, decision["reason"] = False, "compiled, but measured slower than eager"
+    keep = bool(D.broadcast_object(keep))
+    if not keep:
+        evaluator.disable_compile()
+    return keep, decision

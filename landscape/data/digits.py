@@ -1,0 +1,63 @@
+"""scikit-learn's bundled digits: 8x8 images resized to SIZE x SIZE, a fixed stratified split, standardised."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from landscape.data.dataset import ImageDataset
+from landscape.data.info import DatasetInfo
+from landscape.data.specs import _positive_int
+
+DIGITS_MEAN = (0.3053834,)
+"""Pixel mean of the digits train split at 32x32 (recomputed by tests/data/test_data.py)."""
+
+
+DIGITS_STD = (0.3236516,)
+"""Pixel standard deviation (population) of the digits train split at 32x32."""
+
+
+DIGITS_SIZE = 32
+
+
+@functools.lru_cache(maxsize=1)
+def _digits_arrays() -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+    """All 1797 digits as (N, 1, 8, 8) float32 in [0, 1], labels, and the fixed split's indices."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    d = load_digits()
+    labels = np.asarray(d.target, dtype=np.int64)
+    train, test = train_test_split(np.arange(len(labels)), test_size=0.2, random_state=0, stratify=labels)
+    images = torch.tensor(d.images, dtype=torch.float32).div_(16).unsqueeze(1)
+    split = {"train": torch.from_numpy(train), "test": torch.from_numpy(test)}
+    return images, torch.from_numpy(labels), split
+
+
+def _digits_split(split: str, size: int) -> tuple[Tensor, Tensor]:
+    images, labels, idx = _digits_arrays()
+    x = images[idx[split]]
+    if size != x.shape[-1]:
+        x = torch.nn.functional.interpolate(
+            x, size=(size, size), mode="bilinear", align_corners=False, antialias=False
+        ).clamp_(0, 1)
+    return x, labels[idx[split]]
+
+
+@functools.lru_cache(maxsize=8)
+def _digits_stats(size: int) -> tuple[tuple[float], tuple[float]]:
+    """Mean and population std of the digits train split at ``size`` (computed in float64)."""
+    x = _digits_split("train", size)[0].double()
+    return (round(x.mean().item(), 7),), (round(x.std(unbiased=False).item(), 7),)
+
+
+def _load_digits(spec: str, arg: str | None, split: str, info: DatasetInfo) -> ImageDataset:
+    x, y = _digits_split(split, _digits_size(arg))
+    return ImageDataset(info, spec, split, y, images=x)
+
+
+def _digits_size(arg: str | None) -> int:
+    return DIGITS_SIZE if arg is None else _positive_int(arg, "digits: the image size", "digits:16")

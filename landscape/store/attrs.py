@@ -1,0 +1,101 @@
+"""The attributes of a result file: how values are encoded, and the identity that decides a resume."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: attributes that describe how a run happened, not what it computes; they never block a resume
+VOLATILE = frozenset(
+    {"created", "command", "landscape_version", "torch_version", "device", "complete", "identity", "has_results"}
+)
+
+
+def encode(value: Any) -> Any:
+    """An attribute value as HDF5 stores it: ``None``, dicts, lists and tuples as JSON, paths as strings.
+
+    Args:
+        value: the value to store.
+
+    Returns:
+        A value h5py can store as an attribute.
+    """
+    if value is None or isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, default=str)
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def decode(value: Any) -> Any:
+    """An attribute value as read back: bytes as text, numpy scalars as Python ones, JSON strings decoded.
+
+    Args:
+        value: the value h5py read.
+
+    Returns:
+        The value as it was given to :func:`encode` (``"nan"`` stays a string).
+    """
+    if isinstance(value, bytes):
+        value = value.decode()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, str) and value[:1] in "[{n" and value not in ("nan",):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+#: path attributes that are provenance only when the file's content hash (the value) is recorded beside them
+CONTENT_HASHED = {
+    "checkpoint": "checkpoint_sha256",
+    "target": "target_sha256",
+    "other_checkpoint": "other_checkpoint_sha256",
+}
+
+
+def identity_of(attrs: Mapping[str, Any]) -> str:
+    """Canonical JSON of the attributes that determine a run's numbers.
+
+    All attributes but :data:`VOLATILE`; a checkpoint (or target) is identified by its SHA-256 when that is
+    recorded, not by the path it was given by (``../r.pt`` and ``/abs/r.pt`` are the same run).
+
+    Args:
+        attrs: the root attributes of a run (options, provenance, ...).
+
+    Returns:
+        A JSON string with sorted keys; two runs are the same run when their strings are equal.
+    """
+    hashed = {path for path, digest in CONTENT_HASHED.items() if attrs.get(digest)}
+    kept = {k: encode(v) for k, v in attrs.items() if k not in VOLATILE and k not in hashed}
+    return json.dumps(kept, sort_keys=True, default=str)
+
+
+def now() -> str:
+    """The current UTC time in ISO 8601.
+
+    Returns:
+        E.g. ``"2024-05-01T12:34:56+00:00"`` (whole seconds).
+    """
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def as_str(value: Any) -> str:
+    """``value`` as text (bytes decoded as UTF-8).
+
+    Args:
+        value: a str, bytes or any value.
+
+    Returns:
+        The text.
+    """
+    return value.decode() if isinstance(value, bytes) else str(value)
