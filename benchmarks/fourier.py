@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import torch
 
-from landscape.analyses.fourier import fourier_profile
+from landscape.analyses.fourier.features import fourier_profile
 from landscape.models import create_model
 from landscape.models.taps import FeatureTaps
 

@@ -470,7 +470,8 @@ def linearize_capacity(objective: Any, device: torch.device, most: int = 8) -> i
 
 def hessian_rows(sizes: Sizes, device: torch.device, share: Share, hvp: str = "auto") -> list[Row]:
     """Row 2: top-k largest-magnitude Hessian eigenvalues by Lanczos, beside a forward and a gradient."""
-    from landscape.analyses.hessian import HessianOperator, lanczos
+    from landscape.analyses.hessian.lanczos import lanczos
+    from landscape.analyses.hessian.operator import HessianOperator
     from landscape.core.objective import Objective
 
     model = make_model(sizes.hessian_model, 10, sizes.hessian_kw, device)
@@ -684,7 +685,7 @@ def spectrum_rows(sizes: Sizes, device: torch.device, share: Share) -> list[Row]
 # ------------------------------------------------------------------------------------------------ fourier
 def fourier_rows(sizes: Sizes, device: torch.device, share: Share) -> list[Row]:
     """Rows 4a/4b: the diagonal Fourier profile in float32 and under bf16 autocast, beside a bare forward."""
-    from landscape.analyses.fourier import fourier_profile
+    from landscape.analyses.fourier.features import fourier_profile
 
     model = make_model(sizes.fourier_model, 100, sizes.fourier_kw, device)
     g = torch.Generator().manual_seed(0)

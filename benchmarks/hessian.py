@@ -38,7 +38,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from landscape.analyses.hessian import HessianOperator, lanczos, spectral_density
+from landscape.analyses.hessian.density import spectral_density
+from landscape.analyses.hessian.lanczos import lanczos
+from landscape.analyses.hessian.operator import HessianOperator
 from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
 from landscape.core.objective import Objective
 from landscape.models import create_model

@@ -123,7 +123,8 @@ for model in MODELS:
 
 SPECTRA = '''\
 # Per-mini-batch top-k Hessian eigenvalues (largest magnitude) of NLL + the SPECTRUM_REGULARIZER term.
-from landscape.analyses.hessian import SpectrumOptions, run_spectrum
+from landscape.options.hessian import SpectrumOptions
+from landscape.analyses.hessian.run import run_spectrum
 
 SPECTRUM = SpectrumOptions(
     data=DATA, batch_size=SIZES["spectrum_batch"], fraction=SIZES["spectrum_fraction"],
@@ -149,7 +150,8 @@ def spectrum(model, stage):
 
 FOURIER = """\
 # Fourier profile, high-frequency value, feature-map variance and band-noise accuracy of every block's output.
-from landscape.analyses.fourier import FourierOptions, run_fourier
+from landscape.options.fourier import FourierOptions
+from landscape.analyses.fourier.run import run_fourier
 
 FOURIER_OPTIONS = FourierOptions(data=DATA, samples=SIZES["fourier_samples"], noise_bands=True)
 fourier = {
@@ -428,7 +430,8 @@ FOURIER_TIMM = """\
 # each model's own preprocessing; CIFAR images are too small for them. QUICK runs the same code on small
 # random-init timm models and digits. Blocks are found by landscape.models.taps.FeatureTaps (timm's ResNet and ViT
 # rules).
-from landscape.analyses.fourier import FourierOptions, run_fourier
+from landscape.options.fourier import FourierOptions
+from landscape.analyses.fourier.run import run_fourier
 from landscape.core.front import ModelSource
 
 if QUICK:

@@ -1,1 +1,10 @@
-"""The analyses, one folder or module each: surface, hessian, fourier, lesion, similarity, trajectory."""
+"""The analyses, one folder each, each registered once (:mod:`landscape.analyses.registry`).
+
+surface, hessian (and spectrum), fourier, lesion, similarity, trajectory. Importing this package registers
+them all; none of their ``__init__`` modules imports torch.
+"""
+
+from landscape.analyses import fourier, hessian, lesion, similarity, surface, trajectory  # noqa: F401 (registers)
+from landscape.analyses.registry import Analysis, analyses, analysis_of, kinds, register_analysis
+
+__all__ = ["Analysis", "analyses", "analysis_of", "kinds", "register_analysis"]

@@ -10,23 +10,28 @@ import importlib
 
 import click
 
-#: subcommand name -> (module, one-line help shown by ``landscape --help``)
-COMMANDS: dict[str, tuple[str, str]] = {
+#: the commands that are not analyses: name -> (module, one-line help shown by ``landscape --help``)
+TOOLS: dict[str, tuple[str, str]] = {
     "demo": ("landscape.cli.demo", "The main job: train three mini models on digits and analyse them."),
     "models": ("landscape.cli.models", "List the model zoo with parameter counts."),
     "train": ("landscape.cli.train", "Train a zoo model and save a checkpoint."),
-    "trajectory": ("landscape.cli.trajectory", "Training snapshots in polar coordinates around the initial weights."),
     "convert": ("landscape.cli.convert", "Initialise a vit_rpe_* checkpoint from a trained convvit_* (Paper B)."),
     "plot": ("landscape.cli.plot", "Draw the figures of result files."),
-    "info": ("landscape.cli.info", "Print the kind, provenance and options of a result file."),
+    "info": ("landscape.cli.info", "Print the kind, summary, provenance and options of a result file."),
     "report": ("landscape.cli.report", "Write one self-contained HTML page of every result file in a folder."),
-    "fourier": ("landscape.cli.fourier", "Fourier spectra, high-frequency amplitude and variance of feature maps."),
-    "lesion": ("landscape.cli.lesion", "Accuracy and NLL with each residual block removed, one at a time."),
-    "surface": ("landscape.cli.surface", "Compute a 1D/2D loss surface around a checkpoint."),
-    "hessian": ("landscape.cli.hessian", "Hessian eigenvalues (Lanczos), SLQ density and trace of the loss."),
-    "spectrum": ("landscape.cli.spectrum", "Per-mini-batch top-k Hessian eigenvalues (Paper A's spectra)."),
-    "similarity": ("landscape.cli.similarity", "Linear CKA between the feature maps of every pair of blocks."),
 }
+
+
+def _commands() -> dict[str, tuple[str, str]]:
+    """Every command: the tools, and one per registered analysis (``landscape.cli.<command>``, its description)."""
+    from landscape.analyses.registry import analyses
+
+    found = {a.command: (f"landscape.cli.{a.command}", a.description) for a in analyses() if a.command}
+    return {**TOOLS, **found}
+
+
+#: subcommand name -> (module, one-line help shown by ``landscape --help``)
+COMMANDS: dict[str, tuple[str, str]] = _commands()
 
 
 class LazyGroup(click.Group):

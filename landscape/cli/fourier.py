@@ -1,7 +1,7 @@
 """``landscape fourier``: Fourier profiles, high-frequency amplitude and variance of every block's feature map.
 
 The options' defaults and choices are those of :class:`~landscape.options.fourier.FourierOptions`; the command
-builds one (every value validated there) and calls :func:`landscape.analyses.fourier.run_fourier` once.
+builds one (every value validated there) and calls :func:`landscape.analyses.fourier.run.run_fourier` once.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def command(
     **options: object,
 ) -> None:
     """Fourier analysis of feature maps (Paper A, Fig 2a/8/9 and, with --noise-bands, Fig 2b)."""
-    from landscape.analyses.fourier import run_fourier
+    from landscape.analyses.fourier.run import run_fourier
 
     opts = FourierOptions(bands=parse_bands(bands), taps=tuple(taps) or None, **options)  # type: ignore[arg-type]
     result = run_fourier(source, opts, out=out, force=force, device=device, progress=False if quiet else None)

@@ -1,4 +1,4 @@
-"""``landscape info FILE.h5``: print a result file's kind, provenance, options and arrays."""
+"""``landscape info FILE.h5``: print a result file's kind, summary, provenance, options and arrays."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import click
 @click.command("info")
 @click.argument("path", type=click.Path(dir_okay=False))
 def command(path: str) -> None:
-    """Print the kind, provenance, options and arrays of a result file."""
-    from landscape.store.read import describe
+    """Print the kind, summary, provenance, options and arrays of a result file."""
+    from landscape.analyses.registry import summarize
+    from landscape.store.read import describe, read_result
 
-    click.echo(describe(path))
+    result = read_result(path)
+    click.echo(describe(result, summarize(result)))

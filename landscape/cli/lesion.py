@@ -1,10 +1,9 @@
 """``landscape lesion``: accuracy and NLL with each residual branch removed, one block at a time (Paper A, Sec 4).
 
-The options' defaults are those of :class:`~landscape.options.lesion.LesionOptions`; the command builds one (every
-value validated there), calls :func:`landscape.analyses.lesion.run_lesion` once and prints the accuracy drop of every
-MSA
-block and, per stage, whether its last MSA has the largest drop of the stage (Paper A: MSAs at the end of a stage
-matter most).
+The options' defaults are those of :class:`~landscape.options.lesion.LesionOptions`; the command builds one
+(every value validated there), calls :func:`landscape.analyses.lesion.run.run_lesion` once and prints the
+accuracy drop of every MSA block and, per stage, whether its last MSA has the largest drop of the stage (Paper A:
+MSAs at the end of a stage matter most).
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ def summary_lines(result: Result) -> list[str]:
     Returns:
         The lines, without trailing newlines.
     """
-    from landscape.analyses.lesion import stage_claims
+    from landscape.analyses.lesion.run import stage_claims
 
     names = [str(n) for n in result["block_names"]]
     kinds = [str(k) for k in result["block_kinds"]]
@@ -59,7 +58,7 @@ def summary_lines(result: Result) -> list[str]:
 @click.option("--seed", default=DEFAULTS["seed"], show_default=True, type=int, help="Seed of the sample choice.")
 def command(source: ModelSource, out: str, force: bool, device: str, quiet: bool, **options: object) -> None:
     """Lesion study: test accuracy and NLL with each residual branch skipped (shortcut kept), one at a time."""
-    from landscape.analyses.lesion import run_lesion
+    from landscape.analyses.lesion.run import run_lesion
 
     opts = LesionOptions(**options)  # type: ignore[arg-type]
     result = run_lesion(source, opts, out=out, force=force, device=device, progress=False if quiet else None)

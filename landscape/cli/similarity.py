@@ -1,7 +1,7 @@
 """``landscape similarity``: linear CKA between the feature maps of every pair of blocks, of one model or two.
 
 The options' defaults are those of :class:`~landscape.options.similarity.SimilarityOptions`; the command builds
-one (every value validated there) and calls :func:`landscape.analyses.similarity.run_similarity` once.
+one (every value validated there) and calls :func:`landscape.analyses.similarity.run.run_similarity` once.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def command(
     """Linear CKA (minibatch-unbiased) between the blocks of a model, or of --ckpt and --other."""
     import numpy as np
 
-    from landscape.analyses.similarity import run_similarity
+    from landscape.analyses.similarity.run import run_similarity
 
     opts = SimilarityOptions(taps=tuple(taps) or None, other_taps=tuple(other_taps) or None, **options)  # type: ignore[arg-type]
     result = run_similarity(

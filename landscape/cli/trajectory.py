@@ -40,8 +40,8 @@ def command(
     force: bool,
 ) -> None:
     """Distance ||theta_t - theta_0|| and angle to theta_0 of each training snapshot, over named_parameters()."""
-    from landscape.analyses.trajectory import run_trajectory
-    from landscape.analyses.trajectory import snapshots_of as find_snapshots
+    from landscape.analyses.trajectory.run import run_trajectory
+    from landscape.analyses.trajectory.run import snapshots_of as find_snapshots
     from landscape.errors import LandscapeError
     from landscape.options.trajectory import TrajectoryOptions
 

@@ -114,7 +114,7 @@ class ModelSource:
 
         Raises:
             LandscapeError: an unreadable checkpoint, weights that do not fit the model, an unknown model name or
-                bad options (`landscape.models.checkpoint.load_model`, `landscape.models.create_model`), or a bad
+                bad options (`models.checkpoint.load_model`, `models.registry.create_model`), or a bad
                 ``data_spec`` (with ``random_init``).
         """
         if self.checkpoint is not None:

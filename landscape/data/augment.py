@@ -15,7 +15,7 @@ Mixup defaults), reusing the transforms of ``landscape train --recipe paper-a`` 
   model's ``C`` outputs (smoothing and mixing commute, so this is timm's ``mixup_target``).
 
 The targets are label distributions, floating ``(b, C)``; the loss on them is
-:func:`landscape.core.objective.soft_cross_entropy`.
+:func:`landscape.core.criteria.soft_cross_entropy`.
 
 **Drawn once.** The released loop redraws the augmentation at every grid point, which adds sampling noise to a
 surface. Here the samples are the first ``n`` of the permutation seeded by ``seed`` (as in

@@ -329,7 +329,7 @@ def _keys(keys: list[str], n: int = 3) -> str:
 def load_model(
     path: str | os.PathLike, model_name: str | None = None, num_classes: int | None = None, **model_kwargs: Any
 ) -> tuple[nn.Module, Checkpoint]:
-    """Rebuild the model of a checkpoint with `landscape.models.create_model` and load its weights strictly.
+    """Rebuild the model of a checkpoint with `landscape.models.registry.create_model` and load its weights strictly.
 
     Args:
         path: a landscape checkpoint, a plain state dict, a ``{"state_dict": ...}`` file or ``.safetensors``.

@@ -1,6 +1,6 @@
 """The options of a Fourier analysis and their choices.
 
-Used by ``landscape fourier`` and :func:`landscape.analyses.fourier.run_fourier`.
+Used by ``landscape fourier`` and :func:`landscape.analyses.fourier.run.run_fourier`.
 
 :class:`FourierOptions` holds every option but the model source, the output file and the run-time choices
 (device, ``force``, progress bar) and validates them when it is built, so that a bad value (a NaN noise
@@ -20,6 +20,9 @@ from landscape.options import checks
 from landscape.options.common import FieldDefaults, check_data_options, choice
 
 #: 1D profile of a spectrum: the half diagonal (Paper A) or the radial average
+#: the block kinds counted as MSA, and as Conv/MLP (downsampling counts as Conv), when their values are compared
+MSA_KINDS = ("msa",)
+CONV_KINDS = ("conv", "downsample", "mlp")
 PROFILES = ("diagonal", "radial")
 #: common frequency axis of the layers: each curve spans [0, 1] (Paper A), or units of pi (NaN-padded)
 FREQUENCY_AXES = ("normalised", "physical")

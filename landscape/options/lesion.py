@@ -1,4 +1,4 @@
-"""The options of a lesion study (``landscape lesion``, :func:`landscape.analyses.lesion.run_lesion`).
+"""The options of a lesion study (``landscape lesion``, :func:`landscape.analyses.lesion.run.run_lesion`).
 
 :class:`LesionOptions` holds every option but the model source, the output file and the run-time choices (device,
 ``force``, progress bar) and validates them when it is built, so that a bad value is a one-line error before any

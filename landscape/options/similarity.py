@@ -1,6 +1,6 @@
 """The options of a feature-similarity analysis.
 
-Used by ``landscape similarity`` and :func:`landscape.analyses.similarity.run_similarity`.
+Used by ``landscape similarity`` and :func:`landscape.analyses.similarity.run.run_similarity`.
 
 :class:`SimilarityOptions` holds every option but the model sources, the output file and the run-time choices
 (device, ``force``, progress bar) and validates them when it is built, so that a bad value (a batch of fewer

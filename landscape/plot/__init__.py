@@ -1,7 +1,7 @@
-"""Figures for every result kind.
+"""Figures for every result kind, and the HTML report.
 
-Each kind has a module ``landscape.plot.<kind>`` exposing
-``check(result: Result) -> None`` (its arrays fit the kind, else a one-line error) and
+Each analysis names its figure module in its registration (:mod:`landscape.analyses.registry`): a module
+exposing ``check(result: Result) -> None`` (its arrays fit the kind, else a one-line error) and
 ``plot(results: list[Result], out_dir: Path, fmt: str, **options) -> list[Path]``; results of one kind
 are drawn together (several spectra or Fourier files overlay in one figure). Figures are built with
 ``matplotlib.figure.Figure`` (no pyplot state, no display needed) and written atomically
@@ -10,31 +10,21 @@ are drawn together (several spectra or Fourier files overlay in one figure). Fig
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from landscape.analyses.registry import analysis_of
 from landscape.errors import LandscapeError
 from landscape.options.checks import finite, positive_int
 from landscape.store.files import ensure_folder
 from landscape.store.read import Result, read_result
 
-#: result kind -> module that draws it
-PLOTTERS = {
-    "surface": "landscape.plot.surface",
-    "hessian": "landscape.plot.hessian",
-    "spectrum": "landscape.plot.hessian",
-    "fourier": "landscape.plot.fourier",
-    "lesion": "landscape.plot.lesion",
-    "similarity": "landscape.plot.similarity",
-    "trajectory": "landscape.plot.trajectory",
-}
 FORMATS = ("png", "pdf", "svg")
 #: figure styles: ``default``, or ``paper`` (surfaces: Paper A's plasma wireframe of loss - min in 3D; Fourier:
 #: Fig 2a as released, the last block left out and deep blocks yellow)
 STYLES = ("default", "paper")
-#: contour level spacings (see :func:`landscape.plot.surface._levels`)
+#: contour level spacings (see :func:`landscape.plot.scales._levels`)
 LEVEL_SPACINGS = ("auto", "linear", "above-min", "log")
 #: how spectra are drawn: ``kde`` (Gaussian kernel density), ``hist`` (histogram), ``auto`` (kde from
 #: :data:`KDE_MIN_VALUES` values of a file on, else hist)
@@ -101,6 +91,26 @@ def check_options(fmt: str, options: dict[str, Any]) -> dict[str, Any]:
     return checked
 
 
+def figures_of(kind: str, result: Result | None = None) -> Any:
+    """The module that draws the figures of result kind ``kind`` (from the analysis registry).
+
+    Args:
+        kind: the result kind.
+        result: the file it is asked for (named in the error).
+
+    Returns:
+        The module (or object) with ``check`` and ``plot``.
+
+    Raises:
+        LandscapeError: no registered analysis writes that kind.
+    """
+    try:
+        return analysis_of(kind).figure_module()
+    except LandscapeError:
+        where = f"{result.path}: " if result is not None else ""
+        raise LandscapeError(f"{where}no figures for result kind {kind!r}") from None
+
+
 def plot_files(
     paths: Sequence[str | Path], out_dir: str | Path | None = None, fmt: str = "png", **options: Any
 ) -> list[Path]:
@@ -128,10 +138,8 @@ def plot_files(
     results = [read_result(p) for p in paths]
     by_kind: dict[str, list[Result]] = {}
     for result in results:
-        if result.kind not in PLOTTERS:
-            raise LandscapeError(f"{result.path}: no figures for result kind {result.kind!r}")
         by_kind.setdefault(result.kind, []).append(result)
-    modules = {kind: importlib.import_module(PLOTTERS[kind]) for kind in by_kind}
+    modules = {kind: figures_of(kind, group[0]) for kind, group in by_kind.items()}
     for kind, group in by_kind.items():
         for result in group:
             modules[kind].check(result)

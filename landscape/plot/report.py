@@ -16,30 +16,27 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from landscape import __version__
+from landscape.analyses.numbers import MISSING
+from landscape.analyses.registry import analyses, analysis_of, kinds
 from landscape.errors import LandscapeError
-from landscape.plot import PLOTTERS, one_of, plot_files
+from landscape.plot import figures_of, one_of, plot_files
 from landscape.plot.common import model_name
-from landscape.plot.grids import grid_of, is_2d
 from landscape.store.files import WRITTEN_BY, check_replaceable, ensure_subfolder, leads_outside, write_text
-from landscape.store.read import describe, read_result
+from landscape.store.read import Result, describe, read_result
 
+#: an empty result: what a kind's ``numbers`` give for it names the summary table's columns
+_EMPTY = Result(Path(""), {})
 #: the figure formats a page can embed
 REPORT_FORMATS = ("png", "svg")
 #: the folder (inside DIR) that holds the report's figures
 FIGURES_FOLDER = "report_figures"
-#: the sections of each model, in page order
-KIND_ORDER = ("surface", "hessian", "spectrum", "fourier")
-KIND_TITLES = {"surface": "Loss surface", "hessian": "Hessian", "spectrum": "Hessian spectrum", "fourier": "Fourier"}
 ALL_MODELS = "All models"
 PLOTLY_HINT = "pip install 'landscape[interactive]'"
 
@@ -123,8 +120,8 @@ def write_report(
     if not files:
         reason = f" ({len(skipped)} .h5 file(s) skipped; first: {skipped[0][1]})" if skipped else ""
         raise LandscapeError(
-            f"no landscape result files (*.h5) in {folder}{reason}; run an analysis (e.g. `landscape surface`) "
-            "or `landscape demo` first"
+            f"no landscape result files (*.h5) in {folder}{reason}; run an analysis ('landscape --help' lists "
+            "them) or `landscape demo` first"
         )
     models = _models_in_order(files)
     slugs = _slugs(models)
@@ -216,13 +213,8 @@ def _draw(entry: _File, out_dir: Path, fmt: str) -> None:
     Raises:
         LandscapeError: the figures cannot be written (folder, permissions, full disk, ...).
     """
-    import importlib
-
-    if entry.kind not in PLOTTERS:
-        entry.notes.append(f"no figures for result kind {entry.kind!r}")
-        return
     try:
-        importlib.import_module(PLOTTERS[entry.kind]).check(entry.result)
+        figures_of(entry.kind, entry.result).check(entry.result)
     except LandscapeError as exc:
         entry.notes.append(f"no figures: {_one_line(exc)}")
         return
@@ -233,18 +225,20 @@ def _draw(entry: _File, out_dir: Path, fmt: str) -> None:
 def _draw_overlays(files: Sequence[_File], out_dir: Path, fmt: str) -> list[Path]:
     """The figures that overlay several models (one plot call per kind); figures of one file are left out.
 
-    A kind is overlaid when files of at least two models have figures; 2D surfaces are never overlaid (their
-    figures are per file), 1D surfaces share one figure. A figure of the overlay call that has the name of a
-    file's own figure (a per-file figure drawn again) is removed, so every figure is shown once.
+    A kind is overlaid when files of at least two models have figures and its figure module lets them join
+    (``overlaid(result)``, e.g. a 1D surface but not a 2D one, whose figures are per file). A figure of the
+    overlay call that has the name of a file's own figure (a per-file figure drawn again) is removed, so every
+    figure is shown once.
 
     Raises:
         LandscapeError: the figures cannot be written.
     """
     shared: list[Path] = []
-    for kind in KIND_ORDER:
+    for kind in _kinds_in_order(files):
         group = [f for f in files if f.kind == kind and f.figures]
-        if kind == "surface":
-            group = [f for f in group if not is_2d(f.result)]
+        joins = getattr(figures_of(kind), "overlaid", None)
+        if joins is not None:
+            group = [f for f in group if joins(f.result)]
         if len({f.model for f in group}) < 2:
             continue
         own = {p.name for f in group for p in f.figures}
@@ -333,55 +327,38 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, markdown: bo
     return "\n".join(out)
 
 
-def _num(value: float, spec: str = ".4g") -> str:
-    return "–" if value is None or not math.isfinite(value) else format(value, spec)
-
-
-def _finite(values: Any) -> np.ndarray:
-    arr = np.asarray(values, dtype=float).ravel()
-    return arr[np.isfinite(arr)]
-
-
-def _key_numbers(entry: _File) -> list[str]:
-    """Loss range, top eigenvalue, high-frequency values (MSA, Conv/MLP) of one file; ``–`` where none."""
-    loss_range = top = hf_msa = hf_conv = "–"
-    r = entry.result
+def _numbers(entry: _File) -> dict[str, str]:
+    """The summary-table cells of one file, from its analysis (none when the arrays do not fit)."""
+    numbers = analysis_of(entry.kind).numbers if entry.kind in kinds() else None
+    if numbers is None:
+        return {}
     try:
-        if entry.kind == "surface" and "loss" in r:
-            loss = _finite(r["loss"])
-            if loss.size:
-                loss_range = f"{_num(loss.min())} – {_num(loss.max())}"
-        if entry.kind in ("spectrum", "hessian") and "eigenvalues" in r:
-            eig = _finite(r["eigenvalues"])
-            if eig.size:
-                top = _num(eig.max())
-        if entry.kind == "fourier" and "high_frequency" in r and "layer_kinds" in r:
-            kinds = np.asarray(r["layer_kinds"]).astype(str)
-            hf = np.asarray(r["high_frequency"], dtype=float)
-            if kinds.shape == hf.shape:
-                msa, conv = hf[kinds == "msa"], hf[np.isin(kinds, ["conv", "downsample", "mlp"])]
-                hf_msa = _num(float(np.nanmean(msa)), ".3f") if np.isfinite(msa).any() else "–"
-                hf_conv = _num(float(np.nanmean(conv)), ".3f") if np.isfinite(conv).any() else "–"
-    except (TypeError, ValueError):
-        pass  # arrays that do not fit: the figures' notes say what is wrong
-    return [loss_range, top, hf_msa, hf_conv]
+        return numbers(entry.result)
+    except (TypeError, ValueError, KeyError, IndexError):
+        return {}  # arrays that do not fit: the figures' notes say what is wrong
 
 
 def _summary_from_files(files: Sequence[_File]) -> str:
-    header = [
-        "model",
-        "kind",
-        "file",
-        "loss range",
-        "top Hessian eigenvalue",
-        "high-freq Delta log amp, MSA",
-        "high-freq Delta log amp, Conv/MLP",
-    ]
+    """The summary table: model, kind, file, then the key numbers of every registered analysis that has any."""
+    columns: list[str] = []
+    for item in analyses():
+        if item.numbers is not None:
+            columns += [c for c in item.numbers(_EMPTY) if c not in columns]
     models = _models_in_order(files)
-    kinds = {kind: i for i, kind in enumerate(KIND_ORDER)}
-    ordered = sorted(files, key=lambda f: (models.index(f.model), kinds.get(f.kind, len(kinds)), f.path.name))
-    rows = [[f.model, f.kind, f.path.name, *_key_numbers(f)] for f in ordered]
-    return _table(header, rows)
+    order = {kind: i for i, kind in enumerate(_kinds_in_order(files))}
+    ordered = sorted(files, key=lambda f: (models.index(f.model), order[f.kind], f.path.name))
+    rows = []
+    for f in ordered:
+        cells = _numbers(f)
+        rows.append([f.model, f.kind, f.path.name, *(cells.get(c, MISSING) for c in columns)])
+    return _table(["model", "kind", "file", *columns], rows)
+
+
+def _kinds_in_order(files: Sequence[_File]) -> list[str]:
+    """The kinds of ``files``: the registered ones in report order, then any other in name order."""
+    present = {f.kind for f in files}
+    known = [k for k in kinds() if k in present]
+    return known + sorted(present - set(known))
 
 
 # ------------------------------------------------------------------------------------------ the page
@@ -417,29 +394,20 @@ def _provenance(entry: _File) -> str:
 
 
 class _Plotly:
-    """Interactive 3D views of 2D surfaces; plotly's JavaScript is embedded inline with the first one."""
+    """Interactive views (a figure module's ``interactive``); plotly's JavaScript is embedded with the first one."""
 
     def __init__(self, go: Any) -> None:
         self.go = go
         self.first = True
 
     def view(self, entry: _File) -> str:
-
-        if entry.kind != "surface" or not entry.figures or not is_2d(entry.result):
+        """The interactive view of one file, or ``""`` when its kind has none (or the file has no figures)."""
+        make = getattr(figures_of(entry.kind), "interactive", None) if entry.kind in kinds() else None
+        if make is None or not entry.figures:
             return ""
-        try:
-            xs, ys, loss, _ = grid_of(entry.result)
-        except LandscapeError:
+        fig = make(entry.result, self.go, f"{entry.model}: {entry.path.name} (drag to rotate)")
+        if fig is None:
             return ""
-        z = np.ma.filled(loss.astype(float), np.nan)
-        fig = self.go.Figure(self.go.Surface(x=xs, y=ys, z=z, colorscale="Viridis", colorbar={"title": "loss"}))
-        fig.update_layout(
-            title=f"{entry.model}: {entry.path.name} (drag to rotate)",
-            scene={"xaxis_title": "x", "yaxis_title": "y", "zaxis_title": "loss"},
-            width=720,
-            height=560,
-            margin={"l": 0, "r": 0, "t": 40, "b": 0},
-        )
         include = self.first
         self.first = False
         div = fig.to_html(include_plotlyjs=include, full_html=False, config={"displaylogo": False})
@@ -479,11 +447,12 @@ def _page(
     body += ["</ul></nav>", '<h2 id="summary">Summary</h2>', summary or _summary_from_files(files)]
     for model in models:
         body.append(f'<h2 id="model-{slugs[model]}">{html.escape(model)}</h2>')
-        for kind in (*KIND_ORDER, *sorted({f.kind for f in files} - set(KIND_ORDER))):
+        for kind in _kinds_in_order(files):
             group = [f for f in files if f.model == model and f.kind == kind]
             if not group:
                 continue
-            body.append(f"<h3>{html.escape(KIND_TITLES.get(kind, kind))} ({html.escape(model)})</h3>")
+            title = analysis_of(kind).title if kind in kinds() else kind
+            body.append(f"<h3>{html.escape(title)} ({html.escape(model)})</h3>")
             body += [_file_block(f, folder, plotly) for f in group]
     if shared:
         body += [f'<h2 id="all-models">{ALL_MODELS}</h2>', _figures_block(shared, folder)]

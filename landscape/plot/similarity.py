@@ -149,3 +149,15 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
             yield stem, heatmap_figure(result)
 
     return save_figures(figures(), out_dir, fmt, force=options.get("force", False))
+
+
+def overlaid(result: Result) -> bool:
+    """A CKA map has a figure of its own: files of several models are never drawn together.
+
+    Args:
+        result: a similarity file.
+
+    Returns:
+        False.
+    """
+    return False

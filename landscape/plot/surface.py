@@ -27,6 +27,7 @@ from matplotlib import colors
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from landscape.errors import LandscapeError
 from landscape.plot import LEVEL_SPACINGS, STYLES, one_of
 from landscape.plot.common import (
     color,
@@ -326,3 +327,45 @@ def plot(
         vtps = [Path(out_dir) / f"{r.path.stem}.vtp" for r in planes]
         written += [write_vtp(r, p, zmax=zmax, log=log, force=force) for r, p in zip(planes, vtps)]
     return written
+
+
+def overlaid(result: Result) -> bool:
+    """Whether a surface file joins a figure of several models: a 1D line does, a 2D plane has figures of its own.
+
+    Args:
+        result: a surface file.
+
+    Returns:
+        True for a 1D surface.
+    """
+    return not is_2d(result)
+
+
+def interactive(result: Result, go: Any, title: str) -> Any:
+    """A rotatable 3D view of a 2D surface (plotly), or None for a 1D one or a grid that cannot be drawn.
+
+    Args:
+        result: a surface file.
+        go: ``plotly.graph_objects``.
+        title: the view's title.
+
+    Returns:
+        The plotly figure, or None.
+    """
+    if not is_2d(result):
+        return None
+    try:
+        xs, ys, loss, _ = grid_of(result)
+    except LandscapeError:
+        return None
+    x_label, y_label = direction_labels(result)
+    z = np.ma.filled(loss.astype(float), np.nan)
+    fig = go.Figure(go.Surface(x=xs, y=ys, z=z, colorscale="Viridis", colorbar={"title": "loss"}))
+    fig.update_layout(
+        title=title,
+        scene={"xaxis_title": x_label, "yaxis_title": y_label, "zaxis_title": "loss"},
+        width=720,
+        height=560,
+        margin={"l": 0, "r": 0, "t": 40, "b": 0},
+    )
+    return fig

@@ -48,13 +48,11 @@ from landscape.analyses.fourier.features import fourier_profile
 from landscape.core.front import batches_for, load_inputs
 from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
+from landscape.options.fourier import CONV_KINDS, MSA_KINDS
 from landscape.reproduce.statistics import bootstrap, two_sample
 from landscape.store.read import read_result
 
 VERDICTS = ("reproduced", "contradicted", "inconclusive", "not measured")
-#: the layer kinds counted as MSA blocks and as Conv/MLP blocks
-MSA_KINDS = ("msa",)
-CONV_KINDS = ("conv", "downsample", "mlp")
 #: "at least as accurate": the accuracy difference must lie above -EPSILON (0.5 percentage points)
 ACCURACY_EPSILON = 0.005
 #: the data fractions of Paper A's Fig 4 (besides 100%), trained by the FULL demo into ``data_size/``

@@ -39,7 +39,7 @@ def analysis_file(
 
     Args:
         out: the HDF5 result file.
-        kind: its result kind (:data:`landscape.store.result.KINDS`).
+        kind: its result kind (its analysis declares it: :mod:`landscape.analyses.registry`).
         attrs: the root attributes of the run.
         force: replace a file of other options.
         resume: the resume state of the opened file, computed on rank 0 (``None``: the state is ``None``).

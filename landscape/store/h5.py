@@ -188,7 +188,7 @@ def h5py_failures() -> Iterator[list[BaseException]]:
         sys.unraisablehook, sys.excepthook = previous_unraisable, previous_except
 
 
-def _abandon(h5: h5py.File) -> None:
+def abandon(h5: h5py.File) -> None:
     """Close a file whose writes failed, without HDF5 writing to it again.
 
     After a failed write HDF5 still caches data and metadata it cannot write; ``h5py.File.close`` then fails

@@ -98,13 +98,15 @@ def read_result(path: str | Path) -> Result:
     return result
 
 
-def describe(path: str | Path) -> str:
+def describe(path: str | Path | Result, summary: str | None = None) -> str:
     """A human-readable summary of a result file: kind, provenance, options and arrays with their axes.
 
     A group of more than :data:`GROUP_SUMMARY` arrays is summarised in one line.
 
     Args:
-        path: the result file.
+        path: the result file, or the file already read.
+        summary: a one-line summary to put under the first line (its analysis's, see
+            :func:`landscape.analyses.registry.summarize`).
 
     Returns:
         The summary, one line per attribute and per array (dtype, shape, axes; done counts for ``done``).
@@ -112,8 +114,10 @@ def describe(path: str | Path) -> str:
     Raises:
         LandscapeError: the file cannot be read (see :func:`read_result`).
     """
-    result = read_result(path)
+    result = path if isinstance(path, Result) else read_result(path)
     lines = [f"{result.path}: {result.kind} result" + ("" if result.attrs.get("complete") else " (incomplete)")]
+    if summary is not None:
+        lines.append(f"  summary: {summary}")
     for key in sorted(result.attrs):
         if key == "identity":
             continue

@@ -32,7 +32,7 @@ from landscape.store.files import (
     write_failure,
 )
 from landscape.store.h5 import (
-    _abandon,
+    abandon,
     check_no_writer,
     foreign_storage,
     h5py_failures,
@@ -40,8 +40,6 @@ from landscape.store.h5 import (
     refuse_foreign,
     unreadable,
 )
-
-KINDS = ("surface", "hessian", "fourier", "spectrum", "lesion", "trajectory", "similarity")
 
 
 def _links(path: Path, force: bool) -> int | None:
@@ -105,7 +103,7 @@ class ResultFile:
 
     Args:
         path: the file.
-        kind: the result kind, one of :data:`KINDS`.
+        kind: the result kind, the ``kind`` attribute (see :mod:`landscape.analyses.registry`).
         handle: the open h5py file.
         lock: the writer lock held on ``path``, or ``None`` when the file is open read-only.
         resumed: whether an existing file of the same run was reopened.
@@ -144,7 +142,7 @@ class ResultFile:
 
         Args:
             path: the result file.
-            kind: the result kind, one of :data:`KINDS`.
+            kind: the result kind, the ``kind`` attribute (see :mod:`landscape.analyses.registry`).
             attrs: the root attributes of the run (options and provenance; ``kind`` is added).
             force: replace a file of other options, a damaged/non-HDF5 file, a link or a file of several names.
 
@@ -152,11 +150,11 @@ class ResultFile:
             The open :class:`ResultFile` (read-only when a complete file of the same run was found).
 
         Raises:
-            ValueError: ``kind`` is not one of :data:`KINDS`.
+            ValueError: ``kind`` is not the ``kind`` attribute (see :mod:`landscape.analyses.registry`).
             LandscapeError: as above, with what to do; also any OS failure while creating or opening the file.
         """
-        if kind not in KINDS:
-            raise ValueError(f"unknown result kind {kind!r}")
+        if not isinstance(kind, str) or not kind.isidentifier():
+            raise ValueError(f"a result kind is a plain name, got {kind!r}")
         path = Path(path)
         full = {"kind": kind, **attrs}
         identity = identity_of(full)
@@ -309,7 +307,7 @@ class ResultFile:
             if self._lock is not None:
                 self._lock.failed = True
             self._failed = write_failure(exc, self.path)
-            _abandon(self._h5)
+            abandon(self._h5)
             raise self._failed from exc
 
     def allocate(
@@ -499,7 +497,7 @@ def open_result(path: str | Path, kind: str, attrs: Mapping[str, Any], *, force:
 
     Args:
         path: the result file.
-        kind: the result kind, one of :data:`KINDS`.
+        kind: the result kind, the ``kind`` attribute (see :mod:`landscape.analyses.registry`).
         attrs: the root attributes of the run.
         force: replace a file of other options, or a damaged/non-HDF5 file.
 
@@ -507,7 +505,7 @@ def open_result(path: str | Path, kind: str, attrs: Mapping[str, Any], *, force:
         The open :class:`ResultFile`.
 
     Raises:
-        ValueError: ``kind`` is not one of :data:`KINDS`.
+        ValueError: ``kind`` is not the ``kind`` attribute (see :mod:`landscape.analyses.registry`).
         LandscapeError: the file cannot be created, resumed or replaced (see :meth:`ResultFile.open`).
     """
     return ResultFile.open(path, kind, attrs, force=force)

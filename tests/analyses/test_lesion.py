@@ -8,7 +8,7 @@ import torch
 from click.testing import CliRunner
 from torch import nn
 
-from landscape.analyses.lesion import hits_and_nll, lesion_blocks, lesion_study, run_lesion, stage_claims
+from landscape.analyses.lesion.run import hits_and_nll, lesion_blocks, lesion_study, run_lesion, stage_claims
 from landscape.cli import cli
 from landscape.errors import LandscapeError
 from landscape.models import create_model

@@ -3,7 +3,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from landscape.analyses.similarity import (
+from landscape.analyses.similarity.run import (
     GramStats,
     biased_linear_cka,
     gram,

@@ -1,4 +1,4 @@
-"""landscape.analyses.trajectory: polar coordinates of training snapshots against numpy, ordering, errors, CLI and
+"""landscape.analyses.trajectory.run: polar coordinates of training snapshots against numpy, ordering, errors, CLI and
 plot."""
 
 import math
@@ -9,7 +9,7 @@ import torch
 from click.testing import CliRunner
 from helpers import one_line_error
 
-from landscape.analyses.trajectory import compute_trajectory, polar_point, run_trajectory, snapshots_of
+from landscape.analyses.trajectory.run import compute_trajectory, polar_point, run_trajectory, snapshots_of
 from landscape.cli import cli
 from landscape.errors import LandscapeError
 from landscape.models import create_model

@@ -8,7 +8,7 @@ import torch
 from helpers import one_line_error
 from torch import nn
 
-from landscape.analyses.fourier import fourier_profile
+from landscape.analyses.fourier.features import fourier_profile
 from landscape.errors import LandscapeError
 from landscape.models.taps import FeatureTaps, as_grid, parse_taps
 

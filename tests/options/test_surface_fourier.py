@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers import one_line_error
 
-from landscape.analyses.fourier import FourierOptions, run_fourier
+from landscape.analyses.fourier.run import run_fourier
 from landscape.analyses.surface.run import run_surface
 from landscape.cli.fourier import command as fourier_command
 from landscape.cli.fourier import parse_bands
@@ -20,6 +20,7 @@ from landscape.models.checkpoint import save_checkpoint
 from landscape.options import fourier as fourier_options
 from landscape.options import surface as surface_options
 from landscape.options.common import REGULARIZERS, SPLITS
+from landscape.options.fourier import FourierOptions
 from landscape.options.surface import SurfaceOptions
 from landscape.store import result as store
 from landscape.store.read import read_result

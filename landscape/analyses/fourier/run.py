@@ -107,7 +107,7 @@ def run_fourier(
         progress: progress bars on rank 0 (None: only when stderr is a terminal).
 
     Returns:
-        The file read back (:class:`landscape.store.result.Result`).
+        The file read back (:class:`landscape.store.read.Result`).
 
     Raises:
         LandscapeError: the options are not a :class:`FourierOptions`, the model or data cannot be loaded, the

@@ -1,42 +1,50 @@
 """Hessian spectra: the HVP operator, Lanczos top/bottom-k, SLQ density, trace estimators, Paper A's spectra.
 
-- :class:`HessianOperator` (``operator.py``): the weighted, regularised Hessian of an ``Objective``.
-- :func:`lanczos` (``lanczos.py``): thick-restart Lanczos with full reorthogonalisation (scipy's names).
-- :func:`spectral_density` (``density.py``): stochastic Lanczos quadrature with a documented broadening.
-- :func:`trace` (``trace.py``): Hutchinson and Hutch++ with a standard error.
-- :func:`max_eigenvalue_spectrum` (``spectrum.py``): per-mini-batch top-k, Paper A's protocol.
-- :func:`run_hessian`, :func:`run_spectrum` (``run.py``): checkpoint in, HDF5 result out, their options
-  :class:`HessianOptions`, :class:`SpectrumOptions` (``landscape/options/hessian.py``).
+- :class:`~landscape.analyses.hessian.operator.HessianOperator`: the weighted, regularised Hessian of an
+  ``Objective``; :mod:`~landscape.analyses.hessian.products` makes its products the cheapest way.
+- :func:`~landscape.analyses.hessian.lanczos.lanczos`: thick-restart Lanczos with full reorthogonalisation
+  (scipy's names); :mod:`~landscape.analyses.hessian.linalg` holds what the solvers share.
+- :func:`~landscape.analyses.hessian.density.spectral_density`: stochastic Lanczos quadrature.
+- :func:`~landscape.analyses.hessian.trace.trace`: Hutchinson and Hutch++ with a standard error.
+- :func:`~landscape.analyses.hessian.spectrum.max_eigenvalue_spectrum`: per-mini-batch top-k, Paper A's
+  protocol (grouped with vmap or worker threads by :mod:`~landscape.analyses.hessian.grouped`).
+- :func:`~landscape.analyses.hessian.run.run_hessian`, :func:`~landscape.analyses.hessian.run.run_spectrum`:
+  a model source in, an HDF5 result out.
 """
 
-from landscape.analyses.hessian.density import SpectralDensity, spectral_density
-from landscape.analyses.hessian.lanczos import lanczos
-from landscape.analyses.hessian.linalg import DenseOperator, EigenResult
-from landscape.analyses.hessian.operator import HessianOperator, select_names
-from landscape.analyses.hessian.run import run_hessian, run_spectrum
-from landscape.analyses.hessian.spectrum import (
-    MaxEigenvalueSpectrum,
-    max_eigenvalue_spectrum,
-    pyhessian_top_eigenvalues,
-)
-from landscape.analyses.hessian.trace import TraceEstimate, trace
+from landscape.analyses.hessian.summary import hessian_summary, spectrum_summary, top_eigenvalue
+from landscape.analyses.registry import Analysis, register_analysis
 from landscape.options.hessian import HessianOptions, SpectrumOptions
 
-__all__ = [
-    "DenseOperator",
-    "EigenResult",
-    "HessianOperator",
-    "HessianOptions",
-    "MaxEigenvalueSpectrum",
-    "SpectralDensity",
-    "SpectrumOptions",
-    "TraceEstimate",
-    "lanczos",
-    "max_eigenvalue_spectrum",
-    "pyhessian_top_eigenvalues",
-    "run_hessian",
-    "run_spectrum",
-    "select_names",
-    "spectral_density",
-    "trace",
-]
+HESSIAN = register_analysis(
+    Analysis(
+        kind="hessian",
+        title="Hessian",
+        description="Top eigenpairs (Lanczos), spectral density (SLQ) and trace (Hutch++) of the loss Hessian.",
+        summary=hessian_summary,
+        numbers=top_eigenvalue,
+        figures="landscape.plot.hessian",
+        options=HessianOptions,
+        run="landscape.analyses.hessian.run:run_hessian",
+        api="landscape.analyses.hessian.run:hessian",
+        command="hessian",
+        docs="analyses.md#hessian",
+        order=20,
+    )
+)
+SPECTRUM = register_analysis(
+    Analysis(
+        kind="spectrum",
+        title="Hessian spectrum",
+        description="The top-k Hessian eigenvalues of every mini-batch, pooled (Paper A's max-eigenvalue spectra).",
+        summary=spectrum_summary,
+        numbers=top_eigenvalue,
+        figures="landscape.plot.hessian",
+        options=SpectrumOptions,
+        run="landscape.analyses.hessian.run:run_spectrum",
+        api="landscape.analyses.hessian.run:spectrum",
+        command="spectrum",
+        docs="analyses.md#per-mini-batch-spectrum",
+        order=30,
+    )
+)

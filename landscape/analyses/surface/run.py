@@ -92,7 +92,7 @@ def compute_surface(
             proven (:mod:`landscape.models.bn_fold`; recorded as ``bn_folded``); the numbers agree to rounding.
 
     Returns:
-        The file read back (:class:`landscape.store.result.Result`), on every rank.
+        The file read back (:class:`landscape.store.read.Result`), on every rank.
 
     Raises:
         LandscapeError: an unknown ``bn`` (or ``recompute`` without BatchNorm layers), non-finite or empty
@@ -245,7 +245,7 @@ def run_surface(
         progress: tqdm bar on rank 0 (None: only when stderr is a terminal).
 
     Returns:
-        The file read back (:class:`landscape.store.result.Result`), on every rank.
+        The file read back (:class:`landscape.store.read.Result`), on every rank.
 
     Raises:
         LandscapeError: the options are not a :class:`SurfaceOptions`, the model, data, target or snapshots

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from landscape.analyses.fourier import as_grid, fourier_profile
+from landscape.analyses.fourier.features import as_grid, fourier_profile
 from landscape.analyses.fourier.spectrum import reference_diagonal as numpy_diagonal
 from landscape.analyses.fourier.spectrum import reference_mean_log_map as numpy_mean_log_map
 from landscape.errors import LandscapeError

@@ -6,14 +6,16 @@ import pytest
 import torch
 from torch import nn
 
-from landscape.analyses.fourier import band_mask, band_noise, noise_robustness
 from landscape.analyses.fourier.noise import (
     BAND_NOISE,
     BANDS,
     accuracy,
+    band_mask,
+    band_noise,
     check_labels,
     hits,
     make_noise,
+    noise_robustness,
     official_band_noise,
     official_mask,
 )

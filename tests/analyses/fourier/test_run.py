@@ -3,13 +3,15 @@ import numpy as np
 import pytest
 import torch
 
-from landscape.analyses.fourier import FourierOptions, fourier_profile, run_fourier
+from landscape.analyses.fourier.features import fourier_profile
 from landscape.analyses.fourier.noise import accuracy
+from landscape.analyses.fourier.run import run_fourier
 from landscape.core.front import batches_for, load_inputs
 from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
 from landscape.models import create_model
 from landscape.models.checkpoint import save_checkpoint
+from landscape.options.fourier import FourierOptions
 
 
 def make_checkpoint(path, name="vit_mini", seed=0):

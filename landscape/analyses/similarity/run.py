@@ -390,7 +390,7 @@ def run_similarity(
         progress: progress bars on rank 0 (None: only when stderr is a terminal).
 
     Returns:
-        The file read back (:class:`landscape.store.result.Result`).
+        The file read back (:class:`landscape.store.read.Result`).
 
     Raises:
         LandscapeError: the options are not a :class:`SimilarityOptions`, a model or the data cannot be loaded,

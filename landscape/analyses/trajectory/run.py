@@ -11,9 +11,8 @@ For the initial weights ``theta_0`` and the snapshots ``theta_t`` of one trainin
 all in float64, over the model's ``named_parameters()`` (the parameters the surface directions perturb; buffers
 such as BatchNorm running statistics are left out) minus the ``--exclude`` patterns. The first entry is the
 initial weights themselves (``r = 0``, ``phi = 0``). Each file is read with ``weights_only=True``
-(:func:`landscape.models.checkpoint.read_checkpoint`); only the initial one is rebuilt as a model, to tell the
-parameters
-from the buffers.
+(:func:`landscape.models.checkpoint.read_checkpoint`); only the initial one is rebuilt as a model, to tell
+the parameters from the buffers.
 """
 
 from __future__ import annotations
@@ -278,7 +277,7 @@ def run_trajectory(
         force: overwrite an existing file of other options.
 
     Returns:
-        The file read back (:class:`landscape.store.result.Result`).
+        The file read back (:class:`landscape.store.read.Result`).
 
     Raises:
         LandscapeError: see :func:`compute_trajectory`; also a file of other options at ``out`` (without

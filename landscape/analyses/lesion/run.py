@@ -414,7 +414,7 @@ def run_lesion(
         on_block: called with a block's index after its row is written (for progress reports and tests).
 
     Returns:
-        The file read back (:class:`landscape.store.result.Result`).
+        The file read back (:class:`landscape.store.read.Result`).
 
     Raises:
         LandscapeError: the options are not a :class:`LesionOptions`, the model is not supported or cannot be

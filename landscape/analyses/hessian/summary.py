@@ -1,0 +1,69 @@
+"""The one-line summaries of Hessian and per-mini-batch spectrum files."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from landscape.analyses.numbers import MISSING, finite, number
+from landscape.store.read import Result
+
+
+def hessian_summary(result: Result) -> str:
+    """``78218 parameters, 256 samples; eigenvalues (LA): ...; trace: ... +- ...; density: 8 probes``.
+
+    Args:
+        result: a hessian file, finished or not.
+
+    Returns:
+        The size of the problem and each section written so far.
+    """
+    parts = [f"{result.attrs.get('n_params', '?')} parameters, {result.attrs.get('n_samples', '?')} samples"]
+    if "eigenvalues" in result:
+        values = ", ".join(f"{v:.6g}" for v in np.asarray(result["eigenvalues"], dtype=float))
+        converged = "converged" not in result or bool(np.asarray(result["converged"]).all())
+        flag = "" if converged else " (not all converged: raise --maxiter or --tol)"
+        parts.append(f"eigenvalues ({result.attrs.get('which', '?')}): {values}{flag}")
+    if "trace/samples" in result:
+        s = np.asarray(result["trace/samples"], dtype=float)
+        error = s.std(ddof=1) / len(s) ** 0.5 if len(s) > 1 else float("nan")
+        parts.append(f"trace: {s.mean():.6g} +- {error:.2g}")
+    if "density/values" in result:
+        parts.append(f"density: {result['density/nodes'].shape[0]} probes, grid of {len(result['density/grid'])}")
+    return "; ".join(parts)
+
+
+def spectrum_summary(result: Result) -> str:
+    """``90 batches x top-5, eigenvalues from -1.2 to 345 (3 negative)`` (batches done so far when unfinished).
+
+    Args:
+        result: a spectrum file, finished or not.
+
+    Returns:
+        The number of batches and eigenvalues per batch, their range and how many are negative.
+    """
+    if "eigenvalues" not in result:
+        return "spectrum, no batch yet"
+    eig = np.asarray(result["eigenvalues"], dtype=float)
+    done = np.asarray(result["done"], dtype=bool) if "done" in result else np.isfinite(eig).all(axis=-1)
+    values = eig[done] if done.shape == eig.shape[:1] else eig
+    finite = values[np.isfinite(values)]
+    if not finite.size:
+        return f"{eig.shape[0]} batches x top-{eig.shape[1]}, no batch done yet"
+    left = "" if done.all() else f" ({int(done.sum())} of {done.size} batches done)"
+    return (
+        f"{eig.shape[0]} batches x top-{eig.shape[1]}, eigenvalues from {finite.min():.6g} to {finite.max():.6g} "
+        f"({int((finite < 0).sum())} negative){left}"
+    )
+
+
+def top_eigenvalue(result: Result) -> dict[str, str]:
+    """The report's cell of a hessian or spectrum file: its largest eigenvalue.
+
+    Args:
+        result: a hessian or spectrum file.
+
+    Returns:
+        ``{"top Hessian eigenvalue": "252.6"}``.
+    """
+    eig = finite(result["eigenvalues"]) if "eigenvalues" in result else np.zeros(0)
+    return {"top Hessian eigenvalue": number(eig.max()) if eig.size else MISSING}

@@ -1,0 +1,21 @@
+"""The lesion study: accuracy and NLL with each residual block removed, one at a time (run)."""
+
+from landscape.analyses.lesion.summary import lesion_summary
+from landscape.analyses.registry import Analysis, register_analysis
+from landscape.options.lesion import LesionOptions
+
+LESION = register_analysis(
+    Analysis(
+        kind="lesion",
+        title="Lesion study",
+        description="Accuracy and NLL with each residual block's branch removed, one block at a time.",
+        summary=lesion_summary,
+        figures="landscape.plot.lesion",
+        options=LesionOptions,
+        run="landscape.analyses.lesion.run:run_lesion",
+        api="landscape.analyses.lesion.run:lesion",
+        command="lesion",
+        docs="analyses.md#lesion-study",
+        order=50,
+    )
+)

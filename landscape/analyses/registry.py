@@ -1,0 +1,186 @@
+"""The registry of analyses: each analysis declares itself once, and ``plot``, ``info`` and ``report`` read it.
+
+An analysis registers an :class:`Analysis` in its package's ``__init__`` (which imports nothing heavier than its
+options and its summary, so that reading the registry never imports torch)::
+
+    register_analysis(Analysis(kind="surface", title="Loss surface", ...))
+
+What an entry declares: the result kind its files carry, its title and one-sentence description, its command
+and options class, its runner and Python function (``"module:function"`` references, imported when used), the
+module that draws its figures (``check(result)`` and ``plot(results, out_dir, fmt, **options)``), the one-line
+summary of a result file for ``landscape info``, the command line and the report, and its docs page.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from landscape.errors import LandscapeError
+
+if TYPE_CHECKING:
+    from landscape.store.read import Result
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """One analysis, as the rest of the toolkit sees it.
+
+    Attributes:
+        kind: the result kind its files carry (their ``kind`` attribute), e.g. ``"surface"``.
+        title: its name in the report and the docs, e.g. ``"Loss surface"``.
+        description: one sentence of what it computes.
+        summary: one line on a result file of this kind (what it holds, its key numbers), for ``landscape
+            info``, the command line and the report; it must accept an unfinished file.
+        numbers: the report's summary-table cells of a file (column name -> text), or None; the table's
+            columns are those of every registered analysis, in order.
+        figures: the module that draws its figures, or its dotted name, imported when figures are drawn:
+            ``check(result)`` raises a one-line error for a file whose arrays do not fit, and ``plot(results,
+            out_dir, fmt, **options)`` returns the paths written; optionally ``overlaid(result)`` (may the file
+            join a figure of several models; default yes) and ``interactive(result, plotly) -> str | None`` (an
+            HTML view for the report).
+        options: its options class (torch-free, validated when built), or None.
+        run: ``"module:function"`` of its runner (a model source and options in, a result file out).
+        api: ``"module:function"`` of its Python function, offered as ``landscape.<name>``; None for none.
+        command: its command line (``landscape <command>``), or None.
+        docs: its page in the docs, e.g. ``"analyses.md#surface"``.
+        order: its place in the report's sections and the docs' list (smaller first).
+    """
+
+    kind: str
+    title: str
+    description: str
+    summary: Callable[[Result], str]
+    figures: str | ModuleType | Any
+    numbers: Callable[[Result], dict[str, str]] | None = None
+    options: type | None = None
+    run: str | None = None
+    api: str | None = None
+    command: str | None = None
+    docs: str = ""
+    order: int = 100
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def figure_module(self) -> Any:
+        """The module (or object) with ``check`` and ``plot`` that draws this kind's figures."""
+        return importlib.import_module(self.figures) if isinstance(self.figures, str) else self.figures
+
+    def runner(self) -> Callable[..., Any]:
+        """The runner function (imported on first use).
+
+        Raises:
+            LandscapeError: the analysis declares no runner.
+        """
+        if self.run is None:
+            raise LandscapeError(f"analysis {self.kind!r} has no runner")
+        return load(self.run)
+
+
+_REGISTRY: dict[str, Analysis] = {}
+
+
+def register_analysis(analysis: Analysis) -> Analysis:
+    """Add ``analysis`` to the registry (once per kind); return it.
+
+    Args:
+        analysis: the declaration.
+
+    Returns:
+        ``analysis``.
+
+    Raises:
+        ValueError: another analysis already declared the same kind.
+    """
+    held = _REGISTRY.get(analysis.kind)
+    if held is not None and held != analysis:
+        raise ValueError(f"result kind {analysis.kind!r} is declared twice")
+    _REGISTRY[analysis.kind] = analysis
+    return analysis
+
+
+def unregister_analysis(kind: str) -> None:
+    """Remove the analysis of ``kind`` (for tests that register their own).
+
+    Args:
+        kind: the result kind.
+    """
+    _REGISTRY.pop(kind, None)
+
+
+def analyses() -> list[Analysis]:
+    """Every registered analysis, in report order (then registration order).
+
+    Returns:
+        The declarations.
+    """
+    _load_builtin()
+    ordered = list(_REGISTRY.values())
+    return sorted(ordered, key=lambda a: a.order)
+
+
+def kinds() -> tuple[str, ...]:
+    """The result kinds of every registered analysis, in report order.
+
+    Returns:
+        The kinds, e.g. ``("surface", "hessian", ...)``.
+    """
+    return tuple(a.kind for a in analyses())
+
+
+def analysis_of(kind: str) -> Analysis:
+    """The analysis that writes result files of ``kind``.
+
+    Args:
+        kind: the result kind (a file's ``kind`` attribute).
+
+    Returns:
+        The declaration.
+
+    Raises:
+        LandscapeError: no registered analysis writes that kind.
+    """
+    _load_builtin()
+    if kind not in _REGISTRY:
+        raise LandscapeError(f"no analysis writes result kind {kind!r}; the kinds are {', '.join(kinds())}")
+    return _REGISTRY[kind]
+
+
+def summarize(result: Result) -> str:
+    """The one-line summary of a result file by its analysis, or why there is none.
+
+    Args:
+        result: a result file read into memory.
+
+    Returns:
+        The analysis's summary; for a kind no analysis writes, or arrays its summary cannot read, a line
+        that says so.
+    """
+    _load_builtin()
+    item = _REGISTRY.get(result.kind)
+    if item is None:
+        return f"no analysis writes result kind {result.kind!r}"
+    try:
+        return item.summary(result)
+    except (TypeError, ValueError, KeyError, IndexError) as exc:
+        return f"{item.title}: the arrays do not fit ({type(exc).__name__})"
+
+
+def load(ref: str) -> Callable[..., Any]:
+    """The object a ``"module:name"`` reference names (the module imported when needed).
+
+    Args:
+        ref: e.g. ``"landscape.analyses.surface.run:run_surface"``.
+
+    Returns:
+        The object.
+    """
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _load_builtin() -> None:
+    """Import the toolkit's own analyses (their packages register them; none imports torch)."""
+    importlib.import_module("landscape.analyses")
