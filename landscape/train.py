@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from landscape.analyses.surface.directions import POSITION_PARAMETER_PATTERNS, matches
-from landscape.core.front import resolve_device, resolve_preprocess
+from landscape.analyses.surface.directions import POSITION_PARAMETER_PATTERNS
+from landscape.core.source import resolve_preprocess
 from landscape.data.augment import batch_mixer, randaugment
 from landscape.data.batches import make_loader
 from landscape.data.loading import dataset_info, load_dataset
@@ -32,6 +32,8 @@ from landscape.models import create_model
 from landscape.models.checkpoint import load_model, save_checkpoint, snapshot_path
 from landscape.models.external import data_kwargs
 from landscape.options import checks
+from landscape.options.names import matches_any
+from landscape.runtime.distributed import resolve_device
 from landscape.store.files import ensure_folder, temporary_path
 
 OPTIMIZERS = ("adamw", "sgd")
@@ -341,7 +343,7 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
 
     decay, no_decay = [], []  # no weight decay: biases, norm affine parameters (ndim < 2), position parameters
     for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or matches(name, POSITION_PARAMETER_PATTERNS) else decay).append(p)
+        (no_decay if p.ndim < 2 or matches_any(name, POSITION_PARAMETER_PATTERNS) else decay).append(p)
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if config.optimizer == "adamw":
         optimizer: torch.optim.Optimizer = torch.optim.AdamW(groups, lr=config.lr)

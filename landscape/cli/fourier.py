@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from landscape.core.front import ModelSource
+    from landscape.core.source import ModelSource
 
-from landscape.cli.options import checkpoint_options, output_options
+from landscape.cli.options import checkpoint_options, command_line, output_options
 from landscape.options.fourier import FREQUENCY_AXES, NOISE_CONSTRUCTIONS, PROFILES, FourierOptions
 
 DEFAULTS = FourierOptions.defaults()
@@ -124,7 +124,9 @@ def command(
     from landscape.analyses.fourier.run import run_fourier
 
     opts = FourierOptions(bands=parse_bands(bands), taps=tuple(taps) or None, **options)  # type: ignore[arg-type]
-    result = run_fourier(source, opts, out=out, force=force, device=device, progress=False if quiet else None)
+    result = run_fourier(
+        source, opts, out=out, force=force, device=device, progress=False if quiet else None, command=command_line()
+    )
     hf = result["high_frequency"]
     click.echo(
         f"wrote {out}: {len(hf)} layers, {result.attrs['n_samples']} samples, high-frequency Delta log amplitude "

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from landscape.core.front import ModelSource
+    from landscape.core.source import ModelSource
 
 from landscape.cli.options import (
     augment_options,
     checkpoint_options,
+    command_line,
     eigen_options,
     output_options,
     regularizer_options,
@@ -62,7 +63,9 @@ def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool
     from landscape.runtime import distributed
 
     opts = HessianOptions(**options)
-    result = run_hessian(source, opts, out=out, device=device, force=force, progress=False if quiet else None)
+    result = run_hessian(
+        source, opts, out=out, device=device, force=force, progress=False if quiet else None, command=command_line()
+    )
     if not distributed.is_main():
         return
     lines = [f"wrote {out}: {result.attrs.get('n_params', '?')} parameters, {result.attrs['n_samples']} samples"]

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from landscape.core.front import ModelSource
+    from landscape.core.source import ModelSource
     from landscape.store.read import Result
 
-from landscape.cli.options import checkpoint_options, output_options
+from landscape.cli.options import checkpoint_options, command_line, output_options
 from landscape.options.lesion import LesionOptions
 
 DEFAULTS = LesionOptions.defaults()
@@ -61,7 +61,9 @@ def command(source: ModelSource, out: str, force: bool, device: str, quiet: bool
     from landscape.analyses.lesion.run import run_lesion
 
     opts = LesionOptions(**options)  # type: ignore[arg-type]
-    result = run_lesion(source, opts, out=out, force=force, device=device, progress=False if quiet else None)
+    result = run_lesion(
+        source, opts, out=out, force=force, device=device, progress=False if quiet else None, command=command_line()
+    )
     attrs = result.attrs
     click.echo(
         f"wrote {out}: {len(result['block_names'])} blocks, {attrs['n_samples']} samples; intact accuracy "

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from landscape.options.common import SPLIT_CHOICES
+
 if TYPE_CHECKING:
-    from landscape.core.front import ModelSource
+    from landscape.core.source import ModelSource
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -19,6 +21,18 @@ def _apply(func: F, decorators: list[Callable[[F], F]]) -> F:
     for decorator in reversed(decorators):
         func = decorator(func)
     return func
+
+
+def command_line() -> str:
+    """The command line this process was started with, as a result file records it (``landscape surface ...``).
+
+    Returns:
+        ``landscape`` and the arguments, quoted for a shell.
+    """
+    import shlex
+    import sys
+
+    return shlex.join(["landscape", *sys.argv[1:]])
 
 
 def parse_model_kw(items: tuple[str, ...]) -> dict[str, object]:
@@ -73,8 +87,8 @@ def model_source(
     std: str | None,
     seed: int = 0,
 ) -> ModelSource:
-    """Build the :class:`~landscape.core.front.ModelSource` of the model options (all validated here)."""
-    from landscape.core.front import ModelSource
+    """Build the :class:`~landscape.core.source.ModelSource` of the model options (all validated here)."""
+    from landscape.core.source import ModelSource
     from landscape.data.preprocess import Preprocess
 
     preprocess = Preprocess(
@@ -167,7 +181,7 @@ def checkpoint_options(*, split: str = "train") -> Callable[[F], F]:
                     "--split",
                     default=split,
                     show_default=True,
-                    type=click.Choice(["train", "test", "val"]),
+                    type=click.Choice(SPLIT_CHOICES),
                     help="val is another name for test.",
                 ),
             ],
@@ -182,7 +196,7 @@ def other_model_options(func: F) -> F:
     ``--other FILE`` (the checkpoint), ``--other-model``, ``--other-model-kw``, ``--other-num-classes``,
     ``--other-pretrained``, ``--other-random-init``, ``--other-model-output``, ``--other-input-size``,
     ``--other-mean``, ``--other-std`` and ``--other-seed`` (of its random initialisation; default: ``--seed``)
-    become one ``other`` argument: a :class:`~landscape.core.front.ModelSource` built by :func:`model_source`, or
+    become one ``other`` argument: a :class:`~landscape.core.source.ModelSource` built by :func:`model_source`, or
     None when no source of weights is given (then no other model option may be given either).
     """
     from landscape.errors import LandscapeError

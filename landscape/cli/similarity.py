@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from landscape.core.front import ModelSource
+    from landscape.core.source import ModelSource
 
-from landscape.cli.options import checkpoint_options, other_model_options, output_options
+from landscape.cli.options import checkpoint_options, command_line, other_model_options, output_options
 from landscape.options.similarity import SimilarityOptions
 
 DEFAULTS = SimilarityOptions.defaults()
@@ -56,7 +56,14 @@ def command(
 
     opts = SimilarityOptions(taps=tuple(taps) or None, other_taps=tuple(other_taps) or None, **options)  # type: ignore[arg-type]
     result = run_similarity(
-        source, opts, other=other, out=out, force=force, device=device, progress=False if quiet else None
+        source,
+        opts,
+        other=other,
+        out=out,
+        force=force,
+        device=device,
+        progress=False if quiet else None,
+        command=command_line(),
     )
     cka = result["cka"]
     within = result.attrs.get("comparison") == "within"

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from landscape.core.front import ModelSource
+    from landscape.core.source import ModelSource
 
 from landscape.cli.options import (
     augment_options,
     checkpoint_options,
+    command_line,
     eigen_options,
     output_options,
     regularizer_options,
@@ -59,7 +60,9 @@ def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool
     from landscape.runtime import distributed
 
     opts = SpectrumOptions(**options)
-    result = run_spectrum(source, opts, out=out, device=device, force=force, progress=False if quiet else None)
+    result = run_spectrum(
+        source, opts, out=out, device=device, force=force, progress=False if quiet else None, command=command_line()
+    )
     if not distributed.is_main():
         return
     eig = result["eigenvalues"]

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from landscape.core.front import ModelSource
+    from landscape.core.source import ModelSource
 
-from landscape.cli.options import augment_options, checkpoint_options, output_options, regularizer_options
+from landscape.cli.options import augment_options, checkpoint_options, command_line, output_options, regularizer_options
 from landscape.options.surface import BN_MODES, COMPILE_MODES, NORMS, SurfaceOptions
 
 DEFAULTS = SurfaceOptions.defaults()
@@ -62,14 +62,17 @@ DEFAULTS = SurfaceOptions.defaults()
 )
 @click.option(
     "--keep-1d",
+    "ignore_1d",
     is_flag=True,
-    default=not DEFAULTS["ignore_1d"],
+    flag_value=False,
+    default=DEFAULTS["ignore_1d"],
     help="Perturb tensors with ndim < 2 too (default: zero direction).",
 )
 @click.option(
     "--zero",
     "zero_patterns",
     multiple=True,
+    callback=lambda ctx, param, value: tuple(value) or None,
     help="Name patterns with a zero direction (default: position embeddings / relative-position tables).",
 )
 @click.option(
@@ -80,7 +83,7 @@ DEFAULTS = SurfaceOptions.defaults()
 )
 @click.option(
     "--compile",
-    "compile_",
+    "compile",
     type=click.Choice(COMPILE_MODES),
     default=DEFAULTS["compile"],
     show_default=True,
@@ -89,60 +92,15 @@ DEFAULTS = SurfaceOptions.defaults()
     help="torch.compile the per-point loss: auto (when the compile time pays back over the points left, "
     "measured and recorded), on (eager fallback; --compile alone) or off.",
 )
-def command(
-    source: ModelSource,
-    data: str | None,
-    split: str,
-    samples: int,
-    batch_size: int,
-    x: str,
-    y: str | None,
-    norm: str,
-    seed: int,
-    target: str | None,
-    trajectory: tuple[str, ...],
-    regularizer: str,
-    reg_coef: float | None,
-    bn: str,
-    keep_1d: bool,
-    zero_patterns: tuple[str, ...],
-    batch_points: str,
-    out: str,
-    force: bool,
-    device: str,
-    compile_: str,
-    allow_stochastic: bool,
-    quiet: bool,
-    augment: str,
-    augment_copies: int,
-) -> None:
+def command(source: ModelSource, out: str, force: bool, device: str, quiet: bool, **fields: object) -> None:
     """Compute a 1D or 2D loss surface around a checkpoint (resumable; torchrun shares the points)."""
     from landscape.analyses.surface.run import run_surface
     from landscape.runtime import distributed
 
-    options = SurfaceOptions(
-        data=data,
-        split=split,
-        samples=samples,
-        batch_size=batch_size,
-        x=x,
-        y=y,
-        norm=norm,
-        seed=seed,
-        target=target,
-        trajectory=tuple(trajectory),
-        regularizer=regularizer,
-        reg_coef=reg_coef,
-        bn=bn,
-        ignore_1d=not keep_1d,
-        zero_patterns=tuple(zero_patterns) or None,
-        allow_stochastic=allow_stochastic,
-        batch_points=batch_points,
-        compile=compile_,
-        augment=augment,
-        augment_copies=augment_copies,
+    options = SurfaceOptions(**fields)  # type: ignore[arg-type]
+    result = run_surface(
+        source, options, out=out, force=force, device=device, progress=False if quiet else None, command=command_line()
     )
-    result = run_surface(source, options, out=out, force=force, device=device, progress=False if quiet else None)
     if distributed.is_main():
         loss = result["loss"]
         ny, nx = loss.shape

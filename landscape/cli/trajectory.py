@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from landscape.cli.options import parse_model_kw
+from landscape.cli.options import command_line, parse_model_kw
 
 
 @click.command("trajectory")
@@ -50,7 +50,13 @@ def command(
     options = TrajectoryOptions(exclude=tuple(exclude))
     paths = list(ckpts) if ckpts else find_snapshots(snapshots_of)
     result = run_trajectory(
-        paths, options, out=out, model_name=model, model_kwargs=parse_model_kw(model_kw), force=force
+        paths,
+        options,
+        out=out,
+        model_name=model,
+        model_kwargs=parse_model_kw(model_kw),
+        force=force,
+        command=command_line(),
     )
     distance, angle = result["distance"], result["angle"]
     click.echo(

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from landscape.errors import LandscapeError
+from landscape.options.common import ALL_CRITERIA as CRITERIA
 
 Batch = tuple[Tensor, Tensor]
 
@@ -21,7 +22,6 @@ OutputSelector = str | int | Callable[[object], Tensor] | None
 
 
 #: string criteria: ``soft_cross_entropy`` takes soft targets (floating ``(B, C)`` label distributions)
-CRITERIA = ("cross_entropy", "mse", "soft_cross_entropy")
 
 
 def soft_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:

@@ -5,242 +5,43 @@
 
 from __future__ import annotations
 
-import sys
+import copy
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from landscape.core.criteria import select_logits
 from landscape.core.objective import Objective
+from landscape.core.params import require_finite
+from landscape.core.source import AnalysisInputs, ModelSource, resolve_preprocess
 from landscape.data.augment import augmented_batches
 from landscape.data.batches import fixed_batches
-from landscape.data.loading import dataset_info, load_dataset
-from landscape.data.preprocess import Preprocess
-from landscape.data.specs import parse_spec
+from landscape.data.labels import check_label_range, label_range
+from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
-from landscape.models import create_model
-from landscape.models.checkpoint import load_model
-from landscape.models.external import data_kwargs, model_preprocess
+from landscape.runtime import distributed
 from landscape.runtime.distributed import resolve_device
-
-if TYPE_CHECKING:
-    from landscape.core.objective import Objective
-    from landscape.data.preprocess import Preprocess
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """Where the analysed model comes from: a checkpoint, published weights, or a seeded random init.
-
-    Attributes:
-        checkpoint: a landscape checkpoint, a plain state dict, a ``{"state_dict": ...}`` file or ``.safetensors``.
-        model: zoo name or ``timm:NAME`` / ``torchvision:NAME`` / ``py:module:factory``; needed when the
-            checkpoint names no model, or without a checkpoint.
-        model_kwargs: constructor options (``--model-kw``); they override the checkpoint's.
-        num_classes: output classes; default: the checkpoint's, the library's (pretrained) or the data's.
-        pretrained: the library's published weights (timm / torchvision); needs a network.
-        random_init: the model's initialisation, seeded by ``seed`` (for analyses at initialisation).
-        seed: seed of the random initialisation (a private generator state; the caller's is restored).
-        output: where the logits are in the model's output (see `landscape.core.criteria.select_logits`).
-        preprocess: input preprocessing overrides (``--input-size``, ``--mean``, ``--std``).
-
-    Raises:
-        LandscapeError: not exactly one source of weights (``checkpoint``, ``pretrained``, ``random_init``), or
-            ``pretrained`` / ``random_init`` without a ``model`` name.
-    """
-
-    checkpoint: str | None = None
-    model: str | None = None
-    model_kwargs: dict[str, Any] = field(default_factory=dict)
-    num_classes: int | None = None
-    pretrained: bool = False
-    random_init: bool = False
-    seed: int = 0
-    output: str | int | None = None
-    preprocess: Preprocess | None = None
-
-    def __post_init__(self) -> None:
-        given = [
-            name
-            for name, on in (
-                ("--ckpt", self.checkpoint is not None),
-                ("--pretrained", self.pretrained),
-                ("--random-init", self.random_init),
-            )
-            if on
-        ]
-        if len(given) > 1:
-            raise LandscapeError(f"give one source of weights, not {' and '.join(given)}")
-        if not given:
-            raise LandscapeError(
-                "no weights to analyse: pass --ckpt FILE, or --model NAME with --pretrained "
-                "(published weights) or --random-init"
-            )
-        if self.checkpoint is None and self.model is None:
-            raise LandscapeError(
-                f"{given[0]} needs --model NAME (a zoo name, timm:NAME, torchvision:NAME or py:module:factory)"
-            )
-
-    @classmethod
-    def of(cls, source: ModelSource | str | Path, model: str | None = None) -> ModelSource:
-        """``source`` itself, or a checkpoint path (with an optional model name) as a source.
-
-        Args:
-            source: a :class:`ModelSource` (returned unchanged) or the path of a checkpoint file.
-            model: model name for a checkpoint path (see ``model`` above); ignored when ``source`` is a
-                :class:`ModelSource`.
-
-        Returns:
-            The model source.
-        """
-        return source if isinstance(source, ModelSource) else cls(checkpoint=str(source), model=model)
-
-    def build(self, data_spec: str) -> tuple[nn.Module, dict[str, Any]]:
-        """The model on CPU in eval mode, and what the checkpoint file said (``{}`` without one).
-
-        Without a checkpoint the model is fitted to ``data_spec`` as ``landscape train`` fits it (channels,
-        image size and classes, where the model takes them); ``--model-kw`` wins over those.
-
-        Args:
-            data_spec: the dataset spec the model is analysed on (e.g. ``digits``); read only for ``random_init``.
-
-        Returns:
-            The model (CPU, eval mode) and a dict with ``model_name``, ``model_kwargs``, ``sha256`` and ``dataset``
-            of the checkpoint (``{}`` without a checkpoint).
-
-        Raises:
-            LandscapeError: an unreadable checkpoint, weights that do not fit the model, an unknown model name or
-                bad options (`models.checkpoint.load_model`, `models.registry.create_model`), or a bad
-                ``data_spec`` (with ``random_init``).
-        """
-        if self.checkpoint is not None:
-            model, ckpt = load_model(self.checkpoint, self.model, self.num_classes, **self.model_kwargs)
-            meta = {
-                "model_name": ckpt.model_name,
-                "model_kwargs": dict(ckpt.model_kwargs),
-                "sha256": ckpt.sha256,
-                "dataset": ckpt.meta.get("dataset"),
-            }
-            return model, meta
-        assert self.model is not None
-        kwargs = dict(self.model_kwargs)
-        num_classes = self.num_classes
-        if self.random_init:
-            info = dataset_info(data_spec)
-            kwargs = {**data_kwargs(self.model, in_chans=info.in_chans, img_size=info.image_size), **kwargs}
-            num_classes = info.num_classes if num_classes is None else num_classes
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(self.seed)
-                model = create_model(self.model, num_classes=num_classes, **kwargs)
-        else:
-            model = create_model(self.model, num_classes=num_classes, pretrained=True, **kwargs)
-        return model.eval(), {}
-
-    def describe(self) -> str:
-        """The checkpoint path, or ``pretrained`` / ``random-init (seed N)``.
-
-        Returns:
-            A one-line description of the source of the weights.
-        """
-        if self.checkpoint is not None:
-            return self.checkpoint
-        return "pretrained" if self.pretrained else f"random-init (seed {self.seed})"
-
-
-@dataclass
-class AnalysisInputs:
-    """A model rebuilt from its source, the dataset it is analysed on and the provenance of both."""
-
-    model: nn.Module
-    model_name: str
-    model_kwargs: dict[str, Any]
-    checkpoint: str
-    checkpoint_sha256: str
-    dataset_spec: str
-    split: str
-    device: torch.device
-    source: ModelSource
-    preprocess: Preprocess | None
-
-    def provenance(self, n_samples: int, seed: int, **options: Any) -> dict[str, Any]:
-        """Root attributes of a result file (docs/schema.md, shared root attributes) plus the analysis ``options``.
-
-        Args:
-            n_samples: number of data samples the analysis used.
-            seed: the analysis' seed.
-            **options: analysis-specific attributes, added last (they override the shared ones of the same name).
-
-        Returns:
-            A dict of JSON-ready attributes: command line, model, checkpoint and its sha256, dataset, split,
-            preprocessing, ``n_samples``, ``seed``, device, torch version, and ``options``.
-        """
-        return {
-            "command": " ".join(["landscape", *sys.argv[1:]]) if sys.argv else "",
-            "model": self.model_name,
-            "model_kwargs": self.model_kwargs,
-            "checkpoint": self.checkpoint,
-            "checkpoint_sha256": self.checkpoint_sha256,
-            "pretrained": bool(self.source.pretrained),
-            "num_classes": getattr(self.model, "num_classes", None),
-            "model_output": self.source.output,
-            "dataset": self.dataset_spec,
-            "split": self.split,
-            "preprocess": None if self.preprocess is None else self.preprocess.as_dict(),
-            "n_samples": int(n_samples),
-            "seed": int(seed),
-            "device": str(self.device),
-            "torch_version": str(torch.__version__),
-            **options,
-        }
-
-
-def resolve_preprocess(
-    model: nn.Module, data_spec: str, *, pretrained: bool = False, overrides: Preprocess | None = None
-) -> Preprocess | None:
-    """The preprocessing of the data for ``model``: the user's overrides over the model's over the data's own.
-
-    A timm / torchvision model's own preprocessing (`landscape.models.external.model_preprocess`) applies with
-    published weights (``pretrained``: its mean and std; for ``imagefolder`` data also its size, crop and
-    interpolation) and for ``imagefolder`` data, which has no statistics of its own. Otherwise the dataset's
-    own normalisation holds (digits, CIFAR and synthetic data at their native size), as in ``landscape train``.
-
-    Args:
-        model: the model to be analysed (a timm / torchvision model may carry its own preprocessing).
-        data_spec: the dataset spec, e.g. ``digits`` or ``imagefolder:PATH``.
-        pretrained: the model carries published weights (then its own mean and std apply).
-        overrides: the user's preprocessing overrides; they win over the model's.
-
-    Returns:
-        The merged preprocessing, or None when nothing overrides the dataset's defaults.
-    """
-    imagefolder = parse_spec(data_spec)[0] == "imagefolder"
-    own = model_preprocess(model) if (pretrained or imagefolder) else None
-    if own is not None and not imagefolder:
-        own = Preprocess(mean=own.mean, std=own.std)
-    overrides = overrides or Preprocess()
-    merged = overrides if own is None else overrides.merged(own)
-    return None if merged == Preprocess() else merged
 
 
 def load_inputs(
-    checkpoint: ModelSource | str | Path,
+    checkpoint: ModelSource | str | Path | nn.Module,
     *,
     model_name: str | None = None,
     data: str | None = None,
     split: str = "train",
     device: str | torch.device = "auto",
 ) -> AnalysisInputs:
-    """Build the model of ``checkpoint`` (a path or a :class:`ModelSource`; eval mode, on the device).
+    """Build the model of ``checkpoint`` (a path, a :class:`ModelSource` or a module; eval mode, on the device).
 
     The dataset defaults to the one recorded in the checkpoint, else ``digits``; its preprocessing follows
-    :func:`resolve_preprocess`.
+    :func:`resolve_preprocess`. Every parameter and buffer must be finite, for every analysis.
 
     Args:
-        checkpoint: a :class:`ModelSource`, or the path of a checkpoint file.
+        checkpoint: a :class:`ModelSource`, the path of a checkpoint file, or an ``nn.Module`` (copied).
         model_name: model name for a checkpoint path (see :class:`ModelSource`).
         data: dataset spec; None takes the checkpoint's, else ``digits``.
         split: dataset split to analyse (``train`` or ``test``).
@@ -251,11 +52,14 @@ def load_inputs(
         source and preprocessing.
 
     Raises:
-        LandscapeError: an unknown device, or the model cannot be built (see :meth:`ModelSource.build`).
+        LandscapeError: an unknown device, the model cannot be built (see :meth:`ModelSource.build`), or a
+            parameter or buffer is not finite.
     """
     source = ModelSource.of(checkpoint, model_name)
     dev = resolve_device(device)
     model, meta = source.build(data or "digits")
+    require_finite(dict(model.named_parameters()), "parameter")  # one rule for every analysis: finite weights
+    require_finite(dict(model.named_buffers()), "buffer")
     model = model.to(dev).eval()
     spec = data or meta.get("dataset") or "digits"
     return AnalysisInputs(
@@ -406,3 +210,155 @@ def build_objective(
         ) from exc
     except RuntimeError as exc:
         raise _cannot_run(inputs, exc) from exc
+
+
+def check_labels(model: nn.Module, batches: Sequence[Sequence[Tensor]], output: str | int | None = None) -> None:
+    """Refuse labels the model cannot predict: every integer target must lie in ``0..n_outputs-1``.
+
+    The number of outputs is read from one forward pass of the first image (no batches: nothing to check).
+
+    Args:
+        model: the classifier (eval mode).
+        batches: ``(x, y)`` batches of images and labels.
+        output: where the logits are in the model's output (``--model-output``).
+
+    Raises:
+        LandscapeError: naming the label range and the model's number of outputs (also: no logits in the
+            model's output).
+    """
+    if not batches or label_range(y for _, y in batches) is None:
+        return
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        n_out = int(select_logits(model(batches[0][0][:1]), output).shape[-1])
+    check_label_range((y for _, y in batches), n_out)
+
+
+@dataclass
+class Prepared:
+    """What every analysis starts from: the model on its device, its fixed batches, the loss, the provenance.
+
+    Attributes:
+        inputs: the model rebuilt from its source, with its dataset, device and preprocessing.
+        batches: the fixed ``(x, y)`` batches on the device (targets are label distributions when augmented).
+        criterion: ``"cross_entropy"``, or ``"soft_cross_entropy"`` for Paper A's augmented batches.
+        attrs: the result file's root attributes: the provenance and the options' ``attrs()``.
+    """
+
+    inputs: AnalysisInputs
+    batches: list[tuple[Tensor, Tensor]]
+    criterion: str
+    attrs: dict[str, Any]
+
+    @property
+    def n_samples(self) -> int:
+        """The number of samples over all batches."""
+        return sum(int(y.shape[0]) for _, y in self.batches)
+
+
+def prepare(
+    source: ModelSource | str | Path | nn.Module,
+    options: Any,
+    *,
+    model_name: str | None = None,
+    device: str | torch.device = "auto",
+    command: str = "",
+    fraction: float | None = None,
+    first_samples: bool = False,
+    labels: bool = False,
+) -> Prepared:
+    """The one front half: start (torchrun), the model from its source, the fixed batches, the provenance.
+
+    ``options`` is an analysis's options object (:mod:`landscape.options`): its ``data``, ``split``,
+    ``samples``, ``batch_size``, ``seed`` and, where it has them, ``augment`` and ``augment_copies`` choose
+    the batches (:func:`batches_for`, or :func:`augmented_batches_for` with ``augment="paper-a"``), and its
+    ``attrs()`` join the provenance.
+
+    Args:
+        source: the model: a :class:`ModelSource`, a checkpoint path, or an ``nn.Module``.
+        options: the analysis's options (validated when they were built).
+        model_name: the model of a checkpoint that does not name it.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or a ``torch.device``.
+        command: how the run was asked for (the command line, or the Python call), recorded as ``command``.
+        fraction: take this share of the split (``max(1, round(fraction * N))`` samples) when
+            ``options.samples`` is None.
+        first_samples: take the split's first samples in file order instead of a seeded permutation.
+        labels: check that the model can output every label (:func:`check_labels`).
+
+    Returns:
+        The :class:`Prepared` inputs.
+
+    Raises:
+        LandscapeError: the model or data cannot be loaded, a weight is not finite, the sizes are out of range,
+            or (with ``labels``) a label the model cannot output.
+    """
+    dev = distributed.start(device)
+    inputs = load_inputs(source, model_name=model_name, data=options.data, split=options.split, device=dev)
+    n = options.samples
+    if n is None and fraction is not None:
+        n = max(1, round(fraction * len(load_dataset(inputs.dataset_spec, inputs.split, preprocess=inputs.preprocess))))
+    augment = getattr(options, "augment", "none")
+    if augment == "none":
+        batches = batches_for(
+            inputs, batch_size=options.batch_size, n_samples=n, seed=options.seed, first_samples=first_samples
+        )
+        criterion = "cross_entropy"
+    else:  # Paper A's augmented training data, drawn once from the seed and held fixed for every evaluation
+        batches = augmented_batches_for(
+            inputs, batch_size=options.batch_size, n_samples=n, seed=options.seed, copies=options.augment_copies
+        )
+        criterion = "soft_cross_entropy"
+    if labels:
+        check_labels(inputs.model, batches, inputs.source.output)
+    n_samples = sum(int(y.shape[0]) for _, y in batches)
+    recorded = {k: v for k, v in options.attrs().items() if k != "seed"}  # the seed is the provenance's own
+    attrs = inputs.provenance(n_samples, options.seed, command=command, **recorded)
+    return Prepared(inputs, batches, criterion, attrs)
+
+
+def python_call(function: str, *args: Any, **kwargs: Any) -> str:
+    """How a Python call is recorded as a result file's ``command``: ``function(arg, ..., key=value, ...)``.
+
+    Args:
+        function: the function's dotted name.
+        *args: its positional arguments (a module is written as its class name, a path as text).
+        **kwargs: its keyword arguments (None values left out).
+
+    Returns:
+        The call as text.
+    """
+
+    def text(value: Any) -> str:
+        if isinstance(value, nn.Module):
+            return f"<{type(value).__name__}>"
+        if isinstance(value, (list, tuple)) and value and isinstance(value[0], (list, tuple)):
+            return f"<{len(value)} batches>"
+        return repr(str(value)) if isinstance(value, Path) else repr(value)
+
+    parts = [text(a) for a in args] + [f"{k}={text(v)}" for k, v in kwargs.items() if v is not None]
+    return f"{function}({', '.join(parts)})"
+
+
+def eval_model(model: nn.Module) -> nn.Module:
+    """Return the model itself if it is already in eval mode everywhere, else an eval-mode deep copy.
+
+    Args:
+        model: the model (never changed).
+
+    Returns:
+        ``model``, or a deep copy of it in eval mode when any submodule is in training mode.
+    """
+    if any(m.training for m in model.modules()):
+        return copy.deepcopy(model).eval()
+    return model
+
+
+def batch_images(batch: Tensor | Sequence[Tensor]) -> Tensor:
+    """The images of a batch given as a tensor or as ``(x, y)``.
+
+    Args:
+        batch: ``x``, or a sequence whose first item is ``x``.
+
+    Returns:
+        ``x``.
+    """
+    return batch if isinstance(batch, Tensor) else batch[0]

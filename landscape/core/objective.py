@@ -32,8 +32,9 @@ from landscape.core.criteria import (
     prediction_hits,
     select_logits,
 )
-from landscape.core.params import ParamDict
+from landscape.core.params import ParamDict, require_finite, weighted_sum
 from landscape.core.regularizer import Regularizer
+from landscape.data.labels import check_label_range, label_range
 from landscape.errors import LandscapeError
 
 
@@ -216,7 +217,7 @@ class Objective:
             The full-data loss, a 0-dim tensor.
         """
         params = self.params if params is None else params
-        total = sum(w * self.batch_loss_fn(b)(dict(params)) for w, b in zip(self.weights, self.batches))
+        total = weighted_sum(self.weights, lambda b: self.batch_loss_fn(self.batches[b])(dict(params)))
         return total + self.regularizer(params)
 
     @torch.no_grad()
@@ -233,12 +234,16 @@ class Objective:
             The :class:`Evaluation` (floats; accuracy NaN when any logit is not finite).
         """
         params = self.params if params is None else params
-        data_loss = 0.0
         correct = 0
-        for w, (x, y) in zip(self.weights, self.batches):
+
+        def batch_term(b: int) -> float:
+            nonlocal correct
+            x, y = self.batches[b]
             out = self.logits(params, x, buffers)
-            data_loss += w * float(batch_loss(out, y, self.criterion))
             correct += prediction_hits(out, y)
+            return float(batch_loss(out, y, self.criterion))
+
+        data_loss = weighted_sum(self.weights, batch_term, start=0.0)
         reg = float(self.regularizer(params))
         return Evaluation(data_loss + reg, data_loss, correct / self.n_samples)
 
@@ -252,12 +257,8 @@ class Objective:
             The gradient by parameter name, each tensor of its parameter's shape.
         """
         params = dict(self.params if params is None else params)
-        total = grad(self.regularizer)(params) if self.regularizer.active else None
-        for w, b in zip(self.weights, self.batches):
-            g = grad(self.batch_loss_fn(b))(params)
-            total = {n: w * t for n, t in g.items()} if total is None else {n: total[n] + w * g[n] for n in g}
-        assert total is not None
-        return total
+        start = grad(self.regularizer)(params) if self.regularizer.active else None
+        return weighted_sum(self.weights, lambda b: grad(self.batch_loss_fn(self.batches[b]))(params), start=start)
 
     def hvp(self, vector: Mapping[str, Tensor], params: Mapping[str, Tensor] | None = None) -> ParamDict:
         """Hessian-vector product sum_b (N_b/N) H_b v + H_R v, forward-over-reverse (jvp of grad).
@@ -271,14 +272,12 @@ class Objective:
         """
         params = dict(self.params if params is None else params)
         vector = dict(vector)
-        total = None
-        if self.regularizer.active:
-            total = jvp(grad(self.regularizer), (params,), (vector,))[1]
-        for w, b in zip(self.weights, self.batches):
-            hv = jvp(grad(self.batch_loss_fn(b)), (params,), (vector,))[1]
-            total = {n: w * t for n, t in hv.items()} if total is None else {n: total[n] + w * hv[n] for n in hv}
-        assert total is not None
-        return total
+        start = jvp(grad(self.regularizer), (params,), (vector,))[1] if self.regularizer.active else None
+
+        def batch_hvp(b: int) -> ParamDict:
+            return jvp(grad(self.batch_loss_fn(self.batches[b])), (params,), (vector,))[1]
+
+        return weighted_sum(self.weights, batch_hvp, start=start)
 
     # -- BatchNorm ---------------------------------------------------------------------------------
     def has_batchnorm(self) -> bool:
@@ -325,15 +324,8 @@ class Objective:
         Raises:
             LandscapeError: a floating or complex parameter or buffer holds a non-finite value.
         """
-        for kind, tensors in (("parameter", {**self.params, **self.fixed}), ("buffer", self.buffers)):
-            for name, t in tensors.items():
-                if t.is_floating_point() or t.is_complex():
-                    bad = int((~torch.isfinite(t)).sum())
-                    if bad:
-                        raise LandscapeError(
-                            f"{kind} {name!r} holds {bad} non-finite value(s) (NaN or Inf) of {t.numel()}: the "
-                            "checkpoint is damaged or its training diverged; analyse another checkpoint"
-                        )
+        require_finite({**self.params, **self.fixed}, "parameter")
+        require_finite(self.buffers, "buffer")
 
     @torch.no_grad()
     def check_labels(self) -> None:
@@ -344,16 +336,9 @@ class Objective:
         Raises:
             LandscapeError: an integer label is negative or ``>=`` the number of model outputs.
         """
-        labels = [y for _, y in self.batches if not (y.is_floating_point() or y.is_complex())]
-        if not labels:  # soft targets: nothing to check
+        if label_range(y for _, y in self.batches) is None:  # soft targets: nothing to check
             return
-        n_out = int(self.logits(self.params, self.batches[0][0][:1]).shape[-1])
-        top, low = max(int(y.max()) for y in labels), min(int(y.min()) for y in labels)
-        if low < 0 or top >= n_out:
-            raise LandscapeError(
-                f"the data has labels {low}..{top} but the model outputs {n_out} classes: analyse it on data "
-                "with at most that many classes (--data), or build the model with --num-classes"
-            )
+        check_label_range((y for _, y in self.batches), int(self.logits(self.params, self.batches[0][0][:1]).shape[-1]))
 
     def check_determinism(self) -> None:
         """Refuse a stochastic objective: two passes must give the same loss and gradient.

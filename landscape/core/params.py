@@ -5,10 +5,13 @@ The insertion order of a params dict defines how it is flattened; every routine 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
+
+from landscape.errors import LandscapeError
 
 ParamDict = dict[str, Tensor]
 
@@ -73,3 +76,62 @@ def norm(a: Mapping[str, Tensor]) -> Tensor:
         A 0-dim tensor in the dtype of ``a``'s first tensor (the sum is accumulated in float64).
     """
     return torch.sqrt(sum((t.double() ** 2).sum() for t in a.values())).to(next(iter(a.values())).dtype)
+
+
+def require_finite(named: Mapping[str, Tensor], kind: str = "parameter") -> None:
+    """Refuse tensors holding NaN or Inf: name the first such tensor and how many of its entries.
+
+    Args:
+        named: names to tensors (integer tensors are skipped).
+        kind: what they are, for the message (``"parameter"`` or ``"buffer"``).
+
+    Raises:
+        LandscapeError: a floating or complex tensor holds a non-finite value.
+    """
+    for name, t in named.items():
+        if t.is_floating_point() or t.is_complex():
+            bad = int((~torch.isfinite(t)).sum())
+            if bad:
+                raise LandscapeError(
+                    f"{kind} {name!r} holds {bad} non-finite value(s) (NaN or Inf) of {t.numel()}: the "
+                    "checkpoint is damaged or its training diverged; analyse another checkpoint"
+                )
+
+
+def weighted_sum(
+    weights: Sequence[float],
+    term: Callable[[int], Any],
+    *,
+    start: Any = None,
+    part: int = 0,
+    parts: int = 1,
+) -> Any:
+    """The one weighted batch sum: ``start + sum_b w_b term(b)`` over the batches ``b`` of this part.
+
+    The sample-weighted mean of per-batch quantities (losses, gradients, Hessian-vector products) that every
+    analysis uses: ``w_b = N_b / N`` for mean-reduced batch terms, never equal weights, never a plain sum. A
+    term may be a number, a tensor, or a params dict (added name by name).
+
+    Args:
+        weights: ``w_b`` for each batch.
+        term: ``b -> term_b``, called only for the batches of this part.
+        start: added to the sum (e.g. the regulariser's term); None for nothing.
+        part: the part of the batches this process takes (``b % parts == part``).
+        parts: how many parts the batches are split into (torchrun ranks); 1 for all.
+
+    Returns:
+        The sum, of the terms' type; ``start`` when this part has no batch.
+    """
+    total = start
+    for b, w in enumerate(weights):
+        if b % parts != part:
+            continue
+        value = term(b)
+        scaled = {n: w * t for n, t in value.items()} if isinstance(value, Mapping) else w * value
+        if total is None:
+            total = scaled
+        elif isinstance(scaled, Mapping):
+            total = {n: total[n] + scaled[n] for n in scaled}
+        else:
+            total = total + scaled
+    return total

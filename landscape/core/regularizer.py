@@ -11,8 +11,7 @@ from torch import Tensor
 
 from landscape.errors import LandscapeError
 from landscape.options import checks
-
-REGULARIZERS = ("none", "l2", "norm-sum")
+from landscape.options.common import REGULARIZERS
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,8 @@ from landscape.data.imagefolder import IMG_EXTENSIONS
 from landscape.data.info import DatasetInfo
 from landscape.data.loading import dataset_info, load_dataset
 from landscape.data.preprocess import INTERPOLATIONS, Preprocess
-from landscape.data.specs import DATASETS, SPLIT_CHOICES, SPLITS, parse_spec
+from landscape.data.specs import DATASETS, parse_spec
+from landscape.options.common import SPLIT_CHOICES, SPLITS
 
 __all__ = [
     "CIFAR_URL",

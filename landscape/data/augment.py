@@ -37,7 +37,7 @@ from torchvision.transforms import v2
 
 from landscape.data.batches import sample_count, sample_indices
 from landscape.data.dataset import ImageDataset
-from landscape.errors import LandscapeError
+from landscape.data.labels import check_label_range
 from landscape.options import checks
 
 #: zero padding of the random crop, in pixels
@@ -155,12 +155,7 @@ def augmented_batches(
     n_all = len(dataset)
     n = sample_count(dataset, n_samples)
     classes = dataset.info.num_classes if num_classes is None else int(num_classes)
-    top = int(dataset.targets.max()) if n_all else -1
-    if classes <= top:
-        raise LandscapeError(
-            f"the data has labels 0..{top} but the model outputs {classes} classes: analyse it on data "
-            "with at most that many classes (--data), or build the model with --num-classes"
-        )
+    check_label_range([dataset.targets], classes)
     idx = sample_indices(n_all, n, seed, first_samples=first_samples)
     source = copy.copy(dataset)  # the same images, with the training transform
     source.transform = image_transform(dataset.info.hw)

@@ -31,7 +31,7 @@ class _Cifar:
     archive: str
 
 
-_CIFAR = {
+CIFAR_FILES = {
     "cifar10": _Cifar(
         "cifar-10-batches-py",
         tuple(f"data_batch_{i}" for i in range(1, 6)),
@@ -110,7 +110,7 @@ def _read_pickle(path: Path, name: str) -> dict[str, object]:
 
 
 def _cifar_dir(name: str, root: Path, files: tuple[str, ...]) -> Path:
-    c = _CIFAR[name]
+    c = CIFAR_FILES[name]
     candidates = [root] if root.name == c.folder else [root / c.folder, root]
     for d in candidates:
         if all((d / f).is_file() for f in files):
@@ -128,8 +128,23 @@ def _cifar_dir(name: str, root: Path, files: tuple[str, ...]) -> Path:
     )
 
 
-def _load_cifar(spec: str, name: str, arg: str | None, split: str, info: DatasetInfo) -> ImageDataset:
-    c = _CIFAR[name]
+def load_cifar(spec: str, name: str, arg: str | None, split: str, info: DatasetInfo) -> ImageDataset:
+    """CIFAR-10/100's ``split`` from the python-pickle archives at the spec's PATH (see :mod:`landscape.data`).
+
+    Args:
+        spec: the spec as given (recorded in the dataset).
+        name: ``cifar10`` or ``cifar100``.
+        arg: the spec's PATH.
+        split: ``train`` or ``test``.
+        info: what the dataset produces.
+
+    Returns:
+        The in-memory dataset.
+
+    Raises:
+        LandscapeError: the archives are missing or not CIFAR's.
+    """
+    c = CIFAR_FILES[name]
     files = c.train_files if split == "train" else c.test_files
     folder = _cifar_dir(name, _cifar_path(name, arg), files)
     data, labels = [], []
@@ -160,6 +175,6 @@ def _load_cifar(spec: str, name: str, arg: str | None, split: str, info: Dataset
 
 def _cifar_path(name: str, arg: str | None) -> Path:
     if arg is None:
-        folder = _CIFAR[name].folder
+        folder = CIFAR_FILES[name].folder
         raise LandscapeError(f"{name} needs a path: use {name}:PATH where PATH contains {folder}/")
     return Path(arg).expanduser()

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from landscape.data.images import _read_image, _resize
+from landscape.data.images import read_image, resize
 from landscape.data.info import DatasetInfo
 from landscape.errors import LandscapeError
 
@@ -77,10 +77,10 @@ class ImageDataset(Dataset):
         """Images ``idx`` as float32 (n, C, H, W) in [0, 1], a fresh tensor."""
         if self._images is None:
             assert self._paths is not None
-            return torch.stack([_read_image(self._paths[int(i)], self.info) for i in idx])
+            return torch.stack([read_image(self._paths[int(i)], self.info) for i in idx])
         raw = self._images[idx]
         raw = raw.float().div_(255) if raw.dtype == torch.uint8 else raw.float()  # idx copies
-        return _resize(raw, self.info.hw, self.info.interpolation)
+        return resize(raw, self.info.hw, self.info.interpolation)
 
     def _normalise(self, x: Tensor) -> Tensor:
         return x.sub_(self._mean).div_(self._std)

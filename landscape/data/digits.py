@@ -10,7 +10,7 @@ from torch import Tensor
 
 from landscape.data.dataset import ImageDataset
 from landscape.data.info import DatasetInfo
-from landscape.data.specs import _positive_int
+from landscape.data.specs import positive_int
 
 DIGITS_MEAN = (0.3053834,)
 """Pixel mean of the digits train split at 32x32 (recomputed by tests/data/test_data.py)."""
@@ -48,16 +48,38 @@ def _digits_split(split: str, size: int) -> tuple[Tensor, Tensor]:
 
 
 @functools.lru_cache(maxsize=8)
-def _digits_stats(size: int) -> tuple[tuple[float], tuple[float]]:
+def digits_stats(size: int) -> tuple[tuple[float], tuple[float]]:
     """Mean and population std of the digits train split at ``size`` (computed in float64)."""
     x = _digits_split("train", size)[0].double()
     return (round(x.mean().item(), 7),), (round(x.std(unbiased=False).item(), 7),)
 
 
-def _load_digits(spec: str, arg: str | None, split: str, info: DatasetInfo) -> ImageDataset:
-    x, y = _digits_split(split, _digits_size(arg))
+def load_digits(spec: str, arg: str | None, split: str, info: DatasetInfo) -> ImageDataset:
+    """scikit-learn's digits, ``split`` of the fixed stratified split, resized to the spec's SIZE.
+
+    Args:
+        spec: the spec as given.
+        arg: the spec's SIZE, or None for 32.
+        split: ``train`` or ``test``.
+        info: what the dataset produces.
+
+    Returns:
+        The in-memory dataset.
+    """
+    x, y = _digits_split(split, digits_size(arg))
     return ImageDataset(info, spec, split, y, images=x)
 
 
-def _digits_size(arg: str | None) -> int:
-    return DIGITS_SIZE if arg is None else _positive_int(arg, "digits: the image size", "digits:16")
+def digits_size(arg: str | None) -> int:
+    """The image size of a ``digits[:SIZE]`` spec (default 32).
+
+    Args:
+        arg: the spec's SIZE, or None.
+
+    Returns:
+        The side in pixels.
+
+    Raises:
+        LandscapeError: SIZE is not a positive integer.
+    """
+    return DIGITS_SIZE if arg is None else positive_int(arg, "digits: the image size", "digits:16")

@@ -9,14 +9,25 @@ from pathlib import Path
 import torch
 
 from landscape.data.dataset import ImageDataset
-from landscape.data.info import DatasetInfo, _apply_preprocess
+from landscape.data.info import DatasetInfo, apply_preprocess
 from landscape.data.preprocess import Preprocess
 from landscape.errors import LandscapeError
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
-def _folder_roots(path: Path) -> dict[str, Path]:
+def folder_roots(path: Path) -> dict[str, Path]:
+    """The folders of the two splits: ``PATH/train`` and ``PATH/test`` (or ``val``) when both exist, else PATH.
+
+    Args:
+        path: the spec's PATH.
+
+    Returns:
+        ``{"train": folder, "test": folder}``.
+
+    Raises:
+        LandscapeError: PATH is not a folder.
+    """
     if not path.is_dir():
         raise LandscapeError(
             f"imagefolder: {path} is not a folder; expected {path}/<class>/<image> "
@@ -28,7 +39,7 @@ def _folder_roots(path: Path) -> dict[str, Path]:
     return {"train": path, "test": path}
 
 
-def _folder_classes(root: Path) -> list[str]:
+def folder_classes(root: Path) -> list[str]:
     """ImageFolder's class discovery (sorted sub-folder names) without hidden folders."""
     from torchvision.datasets.folder import find_classes
 
@@ -89,18 +100,42 @@ def _folder_samples(root: Path, classes: list[str]) -> list[tuple[str, int]]:
     return samples
 
 
-def _imagefolder_info(num_classes: int, size: int, pre: Preprocess) -> DatasetInfo:
+def imagefolder_info(num_classes: int, size: int, pre: Preprocess) -> DatasetInfo:
+    """What an image folder of ``num_classes`` classes produces at ``size`` (mean = std = 0.5), preprocessed.
+
+    Args:
+        num_classes: the number of class folders.
+        size: the spec's SIZE.
+        pre: the preprocessing overrides.
+
+    Returns:
+        The dataset's info.
+    """
     base = DatasetInfo("imagefolder", num_classes, 3, size, (0.5,) * 3, (0.5,) * 3)
-    return _apply_preprocess(base, pre, files=True)
+    return apply_preprocess(base, pre, files=True)
 
 
-def _load_imagefolder(spec: str, arg: str | None, split: str, pre: Preprocess) -> ImageDataset:
-    path, size = _imagefolder_args(arg)
-    roots = _folder_roots(path)
-    classes = _folder_classes(roots["train"])
-    info = _imagefolder_info(len(classes), size, pre)
+def load_imagefolder(spec: str, arg: str | None, split: str, pre: Preprocess) -> ImageDataset:
+    """The ``split`` of an ImageFolder tree, its images read when accessed.
+
+    Args:
+        spec: the spec as given.
+        arg: the spec's ``PATH[:SIZE]``.
+        split: ``train`` or ``test``.
+        pre: the preprocessing overrides.
+
+    Returns:
+        The dataset.
+
+    Raises:
+        LandscapeError: no folder, no class, no image, or test classes the train folder lacks.
+    """
+    path, size = imagefolder_args(arg)
+    roots = folder_roots(path)
+    classes = folder_classes(roots["train"])
+    info = imagefolder_info(len(classes), size, pre)
     root = roots[split]
-    extra = sorted(set(_folder_classes(root)) - set(classes)) if root != roots["train"] else []
+    extra = sorted(set(folder_classes(root)) - set(classes)) if root != roots["train"] else []
     if extra:
         raise LandscapeError(
             f"imagefolder: {root} has classes missing from {roots['train']}: "
@@ -111,7 +146,18 @@ def _load_imagefolder(spec: str, arg: str | None, split: str, pre: Preprocess) -
     return ImageDataset(info, spec, split, torch.tensor(labels), paths=paths, classes=classes)
 
 
-def _imagefolder_args(arg: str | None) -> tuple[Path, int]:
+def imagefolder_args(arg: str | None) -> tuple[Path, int]:
+    """The PATH and SIZE of an ``imagefolder:PATH[:SIZE]`` spec (a trailing ``:DIGITS`` is always SIZE).
+
+    Args:
+        arg: the spec's argument.
+
+    Returns:
+        ``(path, size)``.
+
+    Raises:
+        LandscapeError: no PATH.
+    """
     if arg is None:
         raise LandscapeError("imagefolder needs a path: use imagefolder:PATH or imagefolder:PATH:SIZE")
     m = re.fullmatch(r"(.+):(\d+)", arg)

@@ -17,7 +17,7 @@ def _uncropped(side: int, crop_pct: float) -> int:
     return math.floor(side / crop_pct + 1e-6)
 
 
-def _read_image(path: str, info: DatasetInfo) -> Tensor:
+def read_image(path: str, info: DatasetInfo) -> Tensor:
     """One image file as float32 (3, H, W) in [0, 1]: RGB, resized to cover H x W / crop_pct, centre crop."""
     from PIL import Image
     from torchvision.datasets.folder import pil_loader
@@ -42,7 +42,7 @@ def _read_image(path: str, info: DatasetInfo) -> Tensor:
     return torch.from_numpy(np.array(img, dtype=np.uint8)).permute(2, 0, 1).float().div_(255)
 
 
-def _resize(x: Tensor, hw: tuple[int, int], interpolation: str | None) -> Tensor:
+def resize(x: Tensor, hw: tuple[int, int], interpolation: str | None) -> Tensor:
     """In-memory images (n, C, h, w) in [0, 1] resized to ``hw`` (the module docstring's rule); as is if equal."""
     if tuple(x.shape[-2:]) == hw:
         return x

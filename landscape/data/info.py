@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from landscape.data.preprocess import Preprocess, _hw
+from landscape.data.preprocess import Preprocess, hw_of
 from landscape.errors import LandscapeError
 
 
@@ -43,7 +43,7 @@ class DatasetInfo:
     @property
     def hw(self) -> tuple[int, int]:
         """The output ``(height, width)`` in pixels, square or not."""
-        return _hw(self.image_size)
+        return hw_of(self.image_size)
 
     @property
     def preprocess(self) -> Preprocess:
@@ -62,7 +62,7 @@ def _normalisation(base: DatasetInfo, pre: Preprocess) -> tuple[tuple[float, ...
     return (base.mean if pre.mean is None else pre.mean), (base.std if pre.std is None else pre.std)
 
 
-def _apply_preprocess(base: DatasetInfo, pre: Preprocess, *, files: bool) -> DatasetInfo:
+def apply_preprocess(base: DatasetInfo, pre: Preprocess, *, files: bool) -> DatasetInfo:
     """The info of ``base`` (default geometry and normalisation) once ``pre`` overrides it.
 
     ``files``: images decoded from files (imagefolder) resize and crop; in-memory ones only resize.
@@ -72,6 +72,6 @@ def _apply_preprocess(base: DatasetInfo, pre: Preprocess, *, files: bool) -> Dat
     if files:
         interpolation, crop_pct = pre.interpolation or "bilinear", 1.0 if pre.crop_pct is None else pre.crop_pct
     else:
-        resized = _hw(size) != base.hw
+        resized = hw_of(size) != base.hw
         interpolation, crop_pct = (pre.interpolation or "bilinear") if resized else None, None
     return DatasetInfo(base.name, base.num_classes, base.in_chans, size, mean, std, interpolation, crop_pct)

@@ -6,20 +6,21 @@ from collections.abc import Callable
 
 from torch import Tensor
 
-from landscape.data.cifar import _CIFAR, _load_cifar
+from landscape.data.cifar import CIFAR_FILES, load_cifar
 from landscape.data.dataset import ImageDataset, subset_indices
-from landscape.data.digits import DIGITS_MEAN, DIGITS_SIZE, DIGITS_STD, _digits_size, _digits_stats, _load_digits
+from landscape.data.digits import DIGITS_MEAN, DIGITS_SIZE, DIGITS_STD, digits_size, digits_stats, load_digits
 from landscape.data.imagefolder import (
-    _folder_classes,
-    _folder_roots,
-    _imagefolder_args,
-    _imagefolder_info,
-    _load_imagefolder,
+    folder_classes,
+    folder_roots,
+    imagefolder_args,
+    imagefolder_info,
+    load_imagefolder,
 )
-from landscape.data.info import DatasetInfo, _apply_preprocess
-from landscape.data.preprocess import Preprocess, _as_preprocess
-from landscape.data.specs import _check_split, parse_spec
-from landscape.data.synthetic import _load_synthetic, _synthetic_args
+from landscape.data.info import DatasetInfo, apply_preprocess
+from landscape.data.preprocess import Preprocess, as_preprocess
+from landscape.data.specs import parse_spec
+from landscape.data.synthetic import load_synthetic, synthetic_args
+from landscape.options.common import canonical_split
 
 
 def load_dataset(
@@ -49,19 +50,19 @@ def load_dataset(
         LandscapeError: A bad spec, split, subset or preprocess, or missing or malformed data files.
     """
     name, arg = parse_spec(spec)
-    split = _check_split(split)
+    split = canonical_split(split)
     spec = spec.strip()
-    pre = _as_preprocess(preprocess)
+    pre = as_preprocess(preprocess)
     if name == "imagefolder":
-        ds = _load_imagefolder(spec, arg, split, pre)
+        ds = load_imagefolder(spec, arg, split, pre)
     else:
         info = dataset_info(spec, pre)
         if name == "digits":
-            ds = _load_digits(spec, arg, split, info)
-        elif name in _CIFAR:
-            ds = _load_cifar(spec, name, arg, split, info)
+            ds = load_digits(spec, arg, split, info)
+        elif name in CIFAR_FILES:
+            ds = load_cifar(spec, name, arg, split, info)
         else:
-            ds = _load_synthetic(spec, arg, split, info)
+            ds = load_synthetic(spec, arg, split, info)
     if subset is not None:
         ds = ds._select(subset_indices(ds.targets, subset, seed=seed, num_classes=ds.info.num_classes))
     ds.transform = transform
@@ -71,13 +72,13 @@ def load_dataset(
 def _native(name: str, arg: str | None) -> DatasetInfo:
     """The in-memory dataset ``name`` at its native size with its own normalisation."""
     if name == "digits":
-        size = _digits_size(arg)
-        mean, std = (DIGITS_MEAN, DIGITS_STD) if size == DIGITS_SIZE else _digits_stats(size)
+        size = digits_size(arg)
+        mean, std = (DIGITS_MEAN, DIGITS_STD) if size == DIGITS_SIZE else digits_stats(size)
         return DatasetInfo("digits", 10, 1, size, mean, std)
-    if name in _CIFAR:
-        c = _CIFAR[name]
+    if name in CIFAR_FILES:
+        c = CIFAR_FILES[name]
         return DatasetInfo(name, c.num_classes, 3, 32, c.mean, c.std)
-    _, size = _synthetic_args(arg)
+    _, size = synthetic_args(arg)
     return DatasetInfo("synthetic", 10, 3, size, (0.5,) * 3, (0.5,) * 3)
 
 
@@ -95,9 +96,9 @@ def dataset_info(spec: str, preprocess: Preprocess | None = None) -> DatasetInfo
         LandscapeError: A bad spec or preprocess, or (imagefolder) a missing folder or no class folders.
     """
     name, arg = parse_spec(spec)
-    pre = _as_preprocess(preprocess)
+    pre = as_preprocess(preprocess)
     if name == "imagefolder":
-        path, size = _imagefolder_args(arg)
-        classes = _folder_classes(_folder_roots(path)["train"])
-        return _imagefolder_info(len(classes), size, pre)
-    return _apply_preprocess(_native(name, arg), pre, files=False)
+        path, size = imagefolder_args(arg)
+        classes = folder_classes(folder_roots(path)["train"])
+        return imagefolder_info(len(classes), size, pre)
+    return apply_preprocess(_native(name, arg), pre, files=False)

@@ -15,7 +15,7 @@ INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
 """Accepted `Preprocess.interpolation` values."""
 
 
-def _hw(size: int | tuple[int, int]) -> tuple[int, int]:
+def hw_of(size: int | tuple[int, int]) -> tuple[int, int]:
     """(height, width) of an image size given as an int (square) or a pair."""
     return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
 
@@ -160,7 +160,18 @@ class Preprocess:
         return cls(**data)
 
 
-def _as_preprocess(preprocess: Preprocess | None) -> Preprocess:
+def as_preprocess(preprocess: Preprocess | None) -> Preprocess:
+    """``preprocess`` itself, or an empty :class:`Preprocess` for None.
+
+    Args:
+        preprocess: the overrides, or None.
+
+    Returns:
+        A :class:`Preprocess`.
+
+    Raises:
+        LandscapeError: ``preprocess`` is not a :class:`Preprocess`.
+    """
     if preprocess is None:
         return Preprocess()
     if not isinstance(preprocess, Preprocess):

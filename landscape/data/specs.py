@@ -9,16 +9,6 @@ from landscape.errors import LandscapeError
 DATASETS = ("digits", "cifar10", "cifar100", "imagefolder", "synthetic")
 
 
-SPLITS = ("train", "test")
-
-
-_SPLIT_ALIASES = {"val": "test"}
-
-
-SPLIT_CHOICES = SPLITS + tuple(_SPLIT_ALIASES)
-"""Every accepted split name (for a CLI choice): the splits and their aliases."""
-
-
 _SPEC_HELP = "digits[:SIZE], cifar10:PATH, cifar100:PATH, imagefolder:PATH[:SIZE], synthetic[:N[:SIZE]]"
 
 
@@ -43,14 +33,20 @@ def parse_spec(spec: str) -> tuple[str, str | None]:
     return name, (arg or None)
 
 
-def _positive_int(text: str, what: str, example: str) -> int:
+def positive_int(text: str, what: str, example: str) -> int:
+    """``text`` as a positive integer.
+
+    Args:
+        text: the text given.
+        what: what it is, for the message.
+        example: an example of a good value, for the message.
+
+    Returns:
+        The integer.
+
+    Raises:
+        LandscapeError: ``text`` is not a positive integer.
+    """
     if not re.fullmatch(r"\d+", text.strip()) or int(text) < 1:
         raise LandscapeError(f"{what} must be a positive integer, e.g. {example} (got {text!r})")
     return int(text)
-
-
-def _check_split(split: str) -> str:
-    s = _SPLIT_ALIASES.get(str(split).lower(), str(split).lower())
-    if s not in SPLITS:
-        raise LandscapeError(f"unknown split {split!r}: use 'train' or 'test' ('val' is another name for 'test')")
-    return s

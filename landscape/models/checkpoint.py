@@ -182,6 +182,27 @@ def snapshot_path(out: Path, tag: str) -> Path:
     return out.with_name(f"{out.stem}.{tag}{out.suffix or '.pt'}")
 
 
+def weights_sha256(module: nn.Module) -> str:
+    """Hex SHA-256 of a module's weights: every state-dict entry's name, dtype, shape and bytes, in order.
+
+    Two modules have the same digest exactly when their state dicts are equal entry by entry (names, dtypes,
+    shapes and values), whatever their devices; it identifies a model held in memory as a file's SHA-256
+    identifies a checkpoint.
+
+    Args:
+        module: the model.
+
+    Returns:
+        The hex digest.
+    """
+    digest = hashlib.sha256()
+    for name, tensor in module.state_dict().items():
+        t = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()
+
+
 def file_sha256(path: str | os.PathLike) -> str:
     """Hex SHA-256 of a file's bytes.
 

@@ -16,17 +16,17 @@ import torch
 from torch import Tensor, nn
 
 
-class _Call(NamedTuple):
+class Call(NamedTuple):
     """What a reader may need besides the value: the input image size and the enclosing block's input shape."""
 
     image_size: tuple[int, int]
     block_shape: torch.Size | None
 
 
-Reader = Callable[[Tensor, _Call], Tensor | None]
+Reader = Callable[[Tensor, Call], Tensor | None]
 
 
-def _square_grid(tokens: Tensor) -> Tensor | None:
+def square_grid(tokens: Tensor) -> Tensor | None:
     """Lay ``(B, N, C)`` tokens on an ``s x s`` grid (a view), dropping one leading token if ``N - 1 = s^2``."""
     n = tokens.shape[1]
     for drop in (0, 1):
@@ -36,8 +36,8 @@ def _square_grid(tokens: Tensor) -> Tensor | None:
     return None
 
 
-def _read_any(
-    value: Tensor, call: _Call, grid: Callable[[tuple[int, int]], tuple[int, int] | None] | None = None
+def read_any(
+    value: Tensor, call: Call, grid: Callable[[tuple[int, int]], tuple[int, int] | None] | None = None
 ) -> Tensor | None:
     """A user tap: NCHW passes; tokens go on the model's patch grid (``grid``), else on a square grid.
 
@@ -52,10 +52,10 @@ def _read_any(
     if size is not None:
         prefix = value.shape[1] - size[0] * size[1]
         return _read_tokens(value, call, prefix=prefix, grid=lambda _: size) if prefix >= 0 else None
-    return _square_grid(value)
+    return square_grid(value)
 
 
-def _model_grid(model: nn.Module) -> Callable[[tuple[int, int]], tuple[int, int] | None] | None:
+def model_grid(model: nn.Module) -> Callable[[tuple[int, int]], tuple[int, int] | None] | None:
     """The patch grid of a timm or torchvision ViT-like model for an input size, or None when it has none."""
     embed = getattr(model, "patch_embed", None)
     if isinstance(embed, nn.Module) and (hasattr(embed, "grid_size") or hasattr(embed, "dynamic_feat_size")):
@@ -66,17 +66,17 @@ def _model_grid(model: nn.Module) -> Callable[[tuple[int, int]], tuple[int, int]
     return None
 
 
-def _read_nchw(value: Tensor, call: _Call) -> Tensor | None:
+def _read_nchw(value: Tensor, call: Call) -> Tensor | None:
     """An NCHW map as it is."""
     return value if value.dim() == 4 else None
 
 
-def _read_nhwc(value: Tensor, call: _Call) -> Tensor | None:
+def _read_nhwc(value: Tensor, call: Call) -> Tensor | None:
     """An NHWC map as an NCHW view."""
     return value.permute(0, 3, 1, 2) if value.dim() == 4 else None
 
 
-def _read_window_stream(value: Tensor, call: _Call) -> Tensor | None:
+def _read_window_stream(value: Tensor, call: Call) -> Tensor | None:
     """``(B, H*W, C)`` tokens of a Swin block whose input was ``(B, H, W, C)``, as an NCHW view."""
     shape = call.block_shape
     if value.dim() != 3 or shape is None or len(shape) != 4 or value.shape[1] != shape[1] * shape[2]:
@@ -85,7 +85,7 @@ def _read_window_stream(value: Tensor, call: _Call) -> Tensor | None:
 
 
 def _read_tokens(
-    value: Tensor, call: _Call, *, prefix: int, grid: Callable[[tuple[int, int]], tuple[int, int] | None]
+    value: Tensor, call: Call, *, prefix: int, grid: Callable[[tuple[int, int]], tuple[int, int] | None]
 ) -> Tensor | None:
     """``(B, prefix + h*w, C)`` tokens without their prefix tokens, row-major on the ``grid(image_size)``."""
     size = grid(call.image_size)
@@ -109,7 +109,7 @@ def _patch_grid(patch_size: int, image_size: tuple[int, int]) -> tuple[int, int]
 
 
 @dataclass(frozen=True)
-class _Site:
+class Site:
     """One place a map is read: a module's output (``at="output"``) or first positional input (``"input"``).
 
     With ``block`` set (an input site), only the first such site to run in each call of ``block`` records.
@@ -124,10 +124,10 @@ class _Site:
 
 
 @dataclass(frozen=True)
-class _Plan:
+class Plan:
     """The sites of a rule, and whether captured tensors are copied (user taps: their later in-place edits)."""
 
-    sites: list[_Site]
+    sites: list[Site]
     copy: bool = False
 
 
@@ -139,30 +139,30 @@ def _has(module: nn.Module, *names: str) -> bool:
     return all(isinstance(getattr(module, n, None), nn.Module) for n in names)
 
 
-def _residual_sites(path: str, block: nn.Module, norm: str, read_msa: Reader, read_out: Reader) -> list[_Site]:
+def _residual_sites(path: str, block: nn.Module, norm: str, read_msa: Reader, read_out: Reader) -> list[Site]:
     """A transformer block's stream after the MSA half (first input of ``norm`` or ``mlp``) and its output."""
     firsts = [
-        _Site(getattr(block, n), f"{path}.msa", "msa", read_msa, at="input", block=block)
+        Site(getattr(block, n), f"{path}.msa", "msa", read_msa, at="input", block=block)
         for n in (norm, "mlp")
         if _has(block, n)
     ]
-    return [*firsts, _Site(block, f"{path}.mlp", "mlp", read_out)]
+    return [*firsts, Site(block, f"{path}.mlp", "mlp", read_out)]
 
 
-def _timm_vit(model: nn.Module) -> _Plan | None:
+def timm_vit(model: nn.Module) -> Plan | None:
     """Sites of a timm VisionTransformer (DeiT, EVA, ...): embedded tokens, then per block the MSA and MLP streams."""
     blocks, embed = getattr(model, "blocks", None), getattr(model, "patch_embed", None)
     if not (_is_container(blocks) and isinstance(embed, nn.Module) and all(_has(b, "attn", "mlp") for b in blocks)):
         return None
     prefix = getattr(model, "num_prefix_tokens", int(getattr(model, "cls_token", None) is not None))
     read = partial(_read_tokens, prefix=int(prefix), grid=partial(_timm_grid, embed))
-    sites = [_Site(blocks[0], "patch_embed", "embed", read, at="input")]
+    sites = [Site(blocks[0], "patch_embed", "embed", read, at="input")]
     for name, block in blocks.named_children():
         sites += _residual_sites(f"blocks.{name}", block, "norm2", read, read)
-    return _Plan(sites)
+    return Plan(sites)
 
 
-def _timm_swin(model: nn.Module) -> _Plan | None:
+def timm_swin(model: nn.Module) -> Plan | None:
     """Sites of a timm Swin (V1, V2; NHWC): embedded patches, patch merging, per block the MSA and MLP streams."""
     layers, embed = getattr(model, "layers", None), getattr(model, "patch_embed", None)
     nhwc = str(getattr(embed, "output_fmt", "")).endswith("NHWC")
@@ -170,16 +170,16 @@ def _timm_swin(model: nn.Module) -> _Plan | None:
         return None
     if not all(_is_container(s.blocks) and all(_has(b, "attn", "mlp") for b in s.blocks) for s in layers):
         return None
-    sites = [_Site(layers[0], "patch_embed", "embed", _read_nhwc, at="input")]
+    sites = [Site(layers[0], "patch_embed", "embed", _read_nhwc, at="input")]
     for i, stage in layers.named_children():
         if not isinstance(stage.downsample, nn.Identity):
-            sites.append(_Site(stage.downsample, f"layers.{i}.downsample", "downsample", _read_nhwc))
+            sites.append(Site(stage.downsample, f"layers.{i}.downsample", "downsample", _read_nhwc))
         for j, block in stage.blocks.named_children():
             sites += _residual_sites(f"layers.{i}.blocks.{j}", block, "norm2", _read_window_stream, _read_nhwc)
-    return _Plan(sites)
+    return Plan(sites)
 
 
-def _timm_convnext(model: nn.Module) -> _Plan | None:
+def timm_convnext(model: nn.Module) -> Plan | None:
     """Sites of a timm ConvNeXt: stem, every non-identity stage downsample and every block output."""
     stem, stages = getattr(model, "stem", None), getattr(model, "stages", None)
     if not (isinstance(stem, nn.Module) and _is_container(stages)):
@@ -188,12 +188,12 @@ def _timm_convnext(model: nn.Module) -> _Plan | None:
         return None
     if not all(_is_container(s.blocks) and all(_has(b, "conv_dw", "mlp") for b in s.blocks) for s in stages):
         return None
-    sites = [_Site(stem, "stem", "stem", _read_nchw)]
+    sites = [Site(stem, "stem", "stem", _read_nchw)]
     for i, stage in stages.named_children():
         if not isinstance(stage.downsample, nn.Identity):
-            sites.append(_Site(stage.downsample, f"stages.{i}.downsample", "downsample", _read_nchw))
-        sites += [_Site(b, f"stages.{i}.blocks.{j}", "conv", _read_nchw) for j, b in stage.blocks.named_children()]
-    return _Plan(sites)
+            sites.append(Site(stage.downsample, f"stages.{i}.downsample", "downsample", _read_nchw))
+        sites += [Site(b, f"stages.{i}.blocks.{j}", "conv", _read_nchw) for j, b in stage.blocks.named_children()]
+    return Plan(sites)
 
 
 def _resnet_stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -222,18 +222,18 @@ def _resnet_kind(block: nn.Module) -> str:
     return "downsample" if getattr(block, "downsample", None) is not None or strided else "conv"
 
 
-def _resnet(model: nn.Module) -> _Plan | None:
+def resnet_plan(model: nn.Module) -> Plan | None:
     """Sites of a timm or torchvision ResNet: the stem output (input of ``layer1``), every block output."""
     stages = _resnet_stages(model)
     blocks = [(f"{s}.{n}", b) for s, stage in stages for n, b in stage.named_children()]
     if not (stages and _has(model, "conv1") and all(_has(b, "conv1", "conv2") for _, b in blocks)):
         return None
-    sites = [_Site(stages[0][1], _stem_name(model), "stem", _read_nchw, at="input")]
-    sites += [_Site(b, path, _resnet_kind(b), _read_nchw) for path, b in blocks]
-    return _Plan(sites)
+    sites = [Site(stages[0][1], _stem_name(model), "stem", _read_nchw, at="input")]
+    sites += [Site(b, path, _resnet_kind(b), _read_nchw) for path, b in blocks]
+    return Plan(sites)
 
 
-def _torchvision_vit(model: nn.Module) -> _Plan | None:
+def torchvision_vit(model: nn.Module) -> Plan | None:
     """Sites of a torchvision VisionTransformer: embedded tokens, then per encoder block the MSA and MLP streams."""
     layers = getattr(getattr(model, "encoder", None), "layers", None)
     patch = getattr(model, "patch_size", None)
@@ -242,7 +242,7 @@ def _torchvision_vit(model: nn.Module) -> _Plan | None:
     if not all(_has(b, "self_attention", "ln_2", "mlp") for b in layers):
         return None
     read = partial(_read_tokens, prefix=1, grid=partial(_patch_grid, patch))
-    sites = [_Site(layers[0], "conv_proj", "embed", read, at="input")]
+    sites = [Site(layers[0], "conv_proj", "embed", read, at="input")]
     for name, block in layers.named_children():
         sites += _residual_sites(f"encoder.layers.{name}", block, "ln_2", read, read)
-    return _Plan(sites)
+    return Plan(sites)

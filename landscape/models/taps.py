@@ -29,7 +29,6 @@ ones (``x + norm2(mlp(x))``, timm ``ResPostBlock``, Swin V2). Hooks exist only w
 
 from __future__ import annotations
 
-import fnmatch
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,18 +42,19 @@ from torch.utils.hooks import RemovableHandle
 from landscape.errors import LandscapeError
 from landscape.models.layers import FEATURE_KINDS, Feature
 from landscape.models.tap_rules import (
-    _Call,
-    _model_grid,
-    _Plan,
-    _read_any,
-    _resnet,
-    _Site,
-    _square_grid,
-    _timm_convnext,
-    _timm_swin,
-    _timm_vit,
-    _torchvision_vit,
+    Call,
+    Plan,
+    Site,
+    model_grid,
+    read_any,
+    resnet_plan,
+    square_grid,
+    timm_convnext,
+    timm_swin,
+    timm_vit,
+    torchvision_vit,
 )
+from landscape.options.names import is_glob, name_matches
 
 RULES: tuple[str, ...] = ("zoo", "timm-vit", "timm-swin", "timm-convnext", "resnet", "torchvision-vit", "taps")
 MAX_CANDIDATES = 10
@@ -87,7 +87,7 @@ def as_grid(tensor: Tensor) -> Tensor:
         return tensor
     if tensor.dim() != 3:
         raise LandscapeError(f"a feature map must be NCHW or (B, N, C) tokens, got shape {tuple(tensor.shape)}")
-    grid = _square_grid(tensor)
+    grid = square_grid(tensor)
     if grid is None:
         raise LandscapeError(f"{tensor.shape[1]} tokens do not form a square grid (with or without a CLS token)")
     return grid
@@ -97,12 +97,12 @@ def as_grid(tensor: Tensor) -> Tensor:
 # Where to hook: sites and family rules
 
 
-_FAMILIES: tuple[tuple[str, Callable[[nn.Module], _Plan | None]], ...] = (
-    ("timm-vit", _timm_vit),
-    ("timm-swin", _timm_swin),
-    ("timm-convnext", _timm_convnext),
-    ("resnet", _resnet),
-    ("torchvision-vit", _torchvision_vit),
+_FAMILIES: tuple[tuple[str, Callable[[nn.Module], Plan | None]], ...] = (
+    ("timm-vit", timm_vit),
+    ("timm-swin", timm_swin),
+    ("timm-convnext", timm_convnext),
+    ("resnet", resnet_plan),
+    ("torchvision-vit", torchvision_vit),
 )
 
 
@@ -187,25 +187,30 @@ def _candidate_text(model: nn.Module) -> str:
     return ", ".join(names[:MAX_CANDIDATES]) + more
 
 
-def _tap_plan(model: nn.Module, pairs: list[tuple[str, str]]) -> _Plan:
+def _taps(name: str, pattern: str) -> bool:
+    """Whether ``pattern`` taps module ``name``: the one name rule, a plain pattern tapping the named module itself."""
+    return name_matches(name, pattern) if is_glob(pattern) else name == pattern
+
+
+def _tap_plan(model: nn.Module, pairs: list[tuple[str, str]]) -> Plan:
     """One output site per module matched by a pattern (the first matching pattern gives the kind)."""
     named = [(name, module) for name, module in model.named_modules() if name]
-    unmatched = [p for p, _ in pairs if not any(fnmatch.fnmatchcase(name, p) for name, _ in named)]
+    unmatched = [p for p, _ in pairs if not any(_taps(name, p) for name, _ in named)]
     if unmatched:
         raise LandscapeError(
             f"taps {', '.join(repr(p) for p in unmatched)} match no module of {type(model).__name__}; "
             f"candidate modules: {_candidate_text(model)}"
         )
     sites = []
-    read = partial(_read_any, grid=_model_grid(model))
+    read = partial(read_any, grid=model_grid(model))
     for name, module in named:
-        kind = next((k for p, k in pairs if fnmatch.fnmatchcase(name, p)), None)
+        kind = next((k for p, k in pairs if _taps(name, p)), None)
         if kind is not None:
-            sites.append(_Site(module, name, kind, read))
-    return _Plan(sites, copy=True)
+            sites.append(Site(module, name, kind, read))
+    return Plan(sites, copy=True)
 
 
-def _plan(model: nn.Module, pairs: list[tuple[str, str]]) -> tuple[str, _Plan | None]:
+def _plan(model: nn.Module, pairs: list[tuple[str, str]]) -> tuple[str, Plan | None]:
     """The rule for ``model`` and its sites (None for the zoo, which needs no hooks)."""
     if pairs:
         return "taps", _tap_plan(model, pairs)
@@ -230,7 +235,7 @@ def _plan(model: nn.Module, pairs: list[tuple[str, str]]) -> tuple[str, _Plan | 
 class _Record:
     """One captured value, the version counter it had then, and the enclosing block's input shape."""
 
-    site: _Site
+    site: Site
     value: Any
     version: int | None
     block_shape: torch.Size | None = None
@@ -345,7 +350,7 @@ class FeatureTaps:
         value = _first_input(args)
         self._armed[key] = value.shape if isinstance(value, Tensor) else None
 
-    def _on_input(self, site: _Site, module: nn.Module, args: tuple[Any, ...]) -> None:
+    def _on_input(self, site: Site, module: nn.Module, args: tuple[Any, ...]) -> None:
         shape = None
         if site.block is not None:
             if id(site.block) not in self._armed:
@@ -353,10 +358,10 @@ class FeatureTaps:
             shape = self._armed.pop(id(site.block))
         self._record(site, _first_input(args), shape)
 
-    def _on_output(self, site: _Site, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+    def _on_output(self, site: Site, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         self._record(site, output, None)
 
-    def _record(self, site: _Site, value: Any, block_shape: torch.Size | None) -> None:
+    def _record(self, site: Site, value: Any, block_shape: torch.Size | None) -> None:
         if self._plan.copy and isinstance(value, Tensor):
             value = value.clone()
         self._records.append(_Record(site, value, _version(value), block_shape))
@@ -372,7 +377,7 @@ class FeatureTaps:
                 raise LandscapeError(
                     f"module {site.name}'s {where} was changed in place later in the forward pass; {_TAPS_HINT}"
                 )
-            grid = site.read(rec.value, _Call(image_size, rec.block_shape)) if isinstance(rec.value, Tensor) else None
+            grid = site.read(rec.value, Call(image_size, rec.block_shape)) if isinstance(rec.value, Tensor) else None
             if grid is None:
                 raise LandscapeError(
                     f"module {site.name}'s {where} ({_describe(rec.value)}) cannot be read as a feature map; "

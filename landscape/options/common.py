@@ -9,9 +9,11 @@ from typing import Any
 from landscape.errors import LandscapeError
 from landscape.options import checks
 
-#: dataset splits (``val`` is another name for ``test``)
-SPLITS = ("train", "test", "val")
-#: data losses by name
+#: dataset splits, other names of them, and every name a user may give (``val`` is another name for ``test``)
+SPLITS = ("train", "test")
+SPLIT_ALIASES = {"val": "test"}
+SPLIT_CHOICES = SPLITS + tuple(SPLIT_ALIASES)
+#: data losses a user may choose, and every data loss (the augmented data's included)
 CRITERIA = ("cross_entropy", "mse")
 #: penalties added to the data loss, and the coefficient each takes by default
 REGULARIZERS = ("none", "l2", "norm-sum")
@@ -23,6 +25,25 @@ DTYPES = ("float32", "float64")
 AUGMENTATIONS = ("none", "paper-a")
 #: the data loss of augmented data: the cross-entropy against the mixed, smoothed label distributions
 AUGMENTED_CRITERION = "soft_cross_entropy"
+ALL_CRITERIA = (*CRITERIA, AUGMENTED_CRITERION)
+
+
+def canonical_split(split: str) -> str:
+    """The one name of a split: ``val`` is ``test``, case does not matter.
+
+    Args:
+        split: the split given.
+
+    Returns:
+        ``train`` or ``test``.
+
+    Raises:
+        LandscapeError: an unknown split.
+    """
+    name = SPLIT_ALIASES.get(str(split).lower(), str(split).lower())
+    if name not in SPLITS:
+        raise LandscapeError(f"unknown split {split!r}: use 'train' or 'test' ('val' is another name for 'test')")
+    return name
 
 
 def choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
@@ -69,24 +90,29 @@ def auto_or_count(value: Any, name: str) -> int | str:
     return int(value)
 
 
-def check_data_options(split: str, samples: int | None, batch_size: int, seed: int) -> None:
+def check_data_options(split: str, samples: int | None, batch_size: int, seed: int) -> str:
     """Validate the options every analysis has: a known split, positive sample and batch counts, an int seed.
 
     Args:
-        split: dataset split, one of :data:`SPLITS`.
+        split: dataset split, one of :data:`SPLIT_CHOICES`.
         samples: number of samples (a positive integer), or None for the whole split.
         batch_size: samples per batch (a positive integer).
         seed: the analysis' seed (an integer, not a bool).
 
+    Returns:
+        The split's one name (:func:`canonical_split`), which the options keep so that ``val`` and ``test`` are
+        the same run.
+
     Raises:
         LandscapeError: naming the first option that is invalid.
     """
-    choice(split, "split", SPLITS)
+    split = canonical_split(split)
     if samples is not None:
         checks.positive_int(samples, "--samples")
     checks.positive_int(batch_size, "--batch-size")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise LandscapeError(f"--seed must be a whole number, got {seed!r}")
+    return split
 
 
 def check_regularizer(kind: str, coef: float | None) -> None:

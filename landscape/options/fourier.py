@@ -97,7 +97,7 @@ class FourierOptions(FieldDefaults):
     taps: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
-        check_data_options(self.split, self.samples, self.batch_size, self.seed)
+        object.__setattr__(self, "split", check_data_options(self.split, self.samples, self.batch_size, self.seed))
         if self.data is not None and not isinstance(self.data, str):
             raise LandscapeError(f"--data must be a dataset spec string, got {self.data!r}")
         choice(self.profile, "profile", PROFILES)

@@ -92,7 +92,7 @@ def _optional_str(value: Any, name: str) -> None:
 def _common(o: HessianOptions | SpectrumOptions) -> None:
     """Checks both classes share: data, eigen solver, loss and product options."""
     _optional_str(o.data, "--data")
-    check_data_options(o.split, o.samples, o.batch_size, o.seed)
+    object.__setattr__(o, "split", check_data_options(o.split, o.samples, o.batch_size, o.seed))
     choice(o.which, "--which", WHICH)
     checks.positive(o.tol, "--tol")
     _optional_int(o.ncv, "--ncv")

@@ -40,7 +40,7 @@ class LesionOptions(FieldDefaults):
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_data_options(self.split, self.samples, self.batch_size, self.seed)
+        object.__setattr__(self, "split", check_data_options(self.split, self.samples, self.batch_size, self.seed))
         if self.data is not None and not isinstance(self.data, str):
             raise LandscapeError(f"--data must be a dataset spec string, got {self.data!r}")
 

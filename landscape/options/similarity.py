@@ -58,7 +58,7 @@ class SimilarityOptions(FieldDefaults):
     other_taps: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
-        check_data_options(self.split, self.samples, self.batch_size, self.seed)
+        object.__setattr__(self, "split", check_data_options(self.split, self.samples, self.batch_size, self.seed))
         if self.data is not None and not isinstance(self.data, str):
             raise LandscapeError(f"--data must be a dataset spec string, got {self.data!r}")
         if self.batch_size < MIN_BATCH:

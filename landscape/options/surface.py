@@ -207,7 +207,7 @@ class SurfaceOptions(FieldDefaults):
     augment_copies: int = 1
 
     def __post_init__(self) -> None:
-        check_data_options(self.split, self.samples, self.batch_size, self.seed)
+        object.__setattr__(self, "split", check_data_options(self.split, self.samples, self.batch_size, self.seed))
         check_augment(self.augment, self.augment_copies)
         if self.data is not None and not isinstance(self.data, str):
             raise LandscapeError(f"--data must be a dataset spec string, got {self.data!r}")

@@ -129,11 +129,22 @@ def check_zmax(result: Result, zmax: float | None, style: str = "default", log: 
     if zmax is None:
         return
     loss = grid_of(result)[2]
-    _above_lowest(result, zmax, loss, "loss")
-    _above_lowest(result, zmax, *z_of(loss, style, log))
+    above_lowest(result, zmax, loss, "loss")
+    above_lowest(result, zmax, *z_of(loss, style, log))
 
 
-def _above_lowest(result: Result, zmax: float, values: np.ma.MaskedArray, what: str) -> None:
+def above_lowest(result: Result, zmax: float, values: np.ma.MaskedArray, what: str) -> None:
+    """Refuse a ``--zmax`` that is not above the lowest of ``values``: every level or point would be clipped.
+
+    Args:
+        result: the surface file (named in the message).
+        zmax: the clip given.
+        values: the values it clips.
+        what: what the values are, for the message.
+
+    Raises:
+        LandscapeError: ``zmax`` is not above the lowest finite value.
+    """
     finite = _finite(values)
     lowest = float(finite.min()) if finite.size else -np.inf
     if zmax <= lowest:

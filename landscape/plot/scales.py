@@ -194,7 +194,7 @@ def short(value: float) -> str:
     return f"{float(value):.3g}"
 
 
-def _colorbar_ticks(cbar: Any, levels: np.ndarray | None, norm: Any) -> None:
+def colorbar_ticks(cbar: Any, levels: np.ndarray | None, norm: Any) -> None:
     """Label the colour bar with readable values.
 
     A log colour scale (or geometric levels) gets :func:`log_ticks`, evenly spaced levels (or none)

@@ -35,14 +35,14 @@ from landscape.plot.common import (
     save_figures,
     single_axes,
 )
-from landscape.plot.grids import _above_lowest, check_zmax, direction_labels, grid_of, is_2d, title_of, z_of
+from landscape.plot.grids import above_lowest, check_zmax, direction_labels, grid_of, is_2d, title_of, z_of
 from landscape.plot.grids import check as check  # the kind's check, beside its plot()
 from landscape.plot.scales import (
     LOG_DECADES,
-    _colorbar_ticks,
     _finite,
     _levels,
     _norm,
+    colorbar_ticks,
     robust_max,
     short,
 )
@@ -96,7 +96,7 @@ def contour_figure(
     """
     xs, ys, loss, _ = grid_of(result)
     if zmax is not None:
-        _above_lowest(result, zmax, loss, "loss")
+        above_lowest(result, zmax, loss, "loss")
     fig, ax = single_axes((5.8, 4.9))
     X, Y = np.meshgrid(xs, ys)
     one_of(spacing, "contour level spacing (--level-spacing)", LEVEL_SPACINGS)
@@ -105,7 +105,7 @@ def contour_figure(
     if filled:
         cs = ax.contourf(X, Y, np.ma.minimum(loss, lv[-1]), levels=lv, cmap="viridis", norm=norm, extend="both")
         spacing = "proportional" if isinstance(norm, colors.LogNorm) else "uniform"
-        _colorbar_ticks(fig.colorbar(cs, ax=ax, label="loss", spacing=spacing), lv, norm)
+        colorbar_ticks(fig.colorbar(cs, ax=ax, label="loss", spacing=spacing), lv, norm)
     else:
         cs = ax.contour(X, Y, loss, levels=lv, cmap="viridis", norm=norm)
         ax.clabel(cs, inline=True, fontsize=8, fmt="%.3g")
@@ -143,7 +143,7 @@ def heatmap_figure(result: Result) -> Figure:
         mesh = ax.pcolormesh(xs, ys, z, shading="nearest", cmap=cmap, norm=norm)
         cbar = fig.colorbar(mesh, ax=ax, label=name)
         if name == "loss":
-            _colorbar_ticks(cbar, None, norm)
+            colorbar_ticks(cbar, None, norm)
         _labels(ax, result)
         ax.set_box_aspect(1)
         ax.set_title(name)
@@ -187,7 +187,7 @@ def surface3d_figure(
     X, Y = np.meshgrid(xs, ys)
     Z, zlabel = z_of(loss, style, log)
     if zmax is not None:
-        _above_lowest(result, zmax, Z, zlabel)
+        above_lowest(result, zmax, Z, zlabel)
     drawn = _finite(Z)
     highest = float(drawn.max()) if drawn.size else -np.inf
     if zmax is not None:

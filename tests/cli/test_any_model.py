@@ -15,7 +15,8 @@ from helpers import one_line_error
 
 from landscape.analyses.fourier.features import fourier_profile
 from landscape.cli import cli
-from landscape.core.front import ModelSource, batches_for, load_inputs
+from landscape.core.front import batches_for, load_inputs
+from landscape.core.source import ModelSource
 from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
 from landscape.models import create_model
@@ -426,7 +427,7 @@ def test_torchvision_refuses_one_channel_data_and_labels_beyond_the_head():
 
 
 def test_pretrained_preprocessing_comes_from_the_model():
-    from landscape.core.front import resolve_preprocess
+    from landscape.core.source import resolve_preprocess
 
     vit = create_model("timm:vit_tiny_patch16_224", num_classes=10, img_size=32, patch_size=4)
     pre = resolve_preprocess(vit, "imagefolder:/nowhere")

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import landscape.core.objective
-from landscape.core.front import ModelSource, batches_for, build_objective, load_inputs
+from landscape.core.front import batches_for, build_objective, load_inputs
+from landscape.core.source import ModelSource
 from landscape.errors import LandscapeError
 
 

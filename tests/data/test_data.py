@@ -13,7 +13,8 @@ from landscape.data.digits import DIGITS_MEAN, DIGITS_STD
 from landscape.data.info import DatasetInfo
 from landscape.data.loading import dataset_info, load_dataset
 from landscape.data.preprocess import Preprocess
-from landscape.data.specs import SPLIT_CHOICES, parse_spec
+from landscape.data.specs import parse_spec
+from landscape.options.common import SPLIT_CHOICES
 
 
 def raw(ds, x):

@@ -8,7 +8,6 @@ a variance sum and a count), never the maps of more than one batch.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -17,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from landscape.analyses.fourier import spectrum
+from landscape.core.front import batch_images, eval_model
 from landscape.errors import LandscapeError
 from landscape.models.taps import FeatureTaps, as_grid
 from landscape.options.fourier import FREQUENCY_AXES, PROFILES  # defined once, with the options
@@ -189,24 +189,6 @@ class FourierProfile:
         return grid, out
 
 
-def eval_model(model: nn.Module) -> nn.Module:
-    """Return the model itself if it is already in eval mode everywhere, else an eval-mode deep copy.
-
-    Args:
-        model: the model (never changed).
-
-    Returns:
-        ``model``, or a deep copy of it in eval mode when any submodule is in training mode.
-    """
-    if any(m.training for m in model.modules()):
-        return copy.deepcopy(model).eval()
-    return model
-
-
-def _inputs(batch: Tensor | Sequence[Tensor]) -> Tensor:
-    return batch if isinstance(batch, Tensor) else batch[0]
-
-
 def fourier_profile(
     model: nn.Module,
     batches: Iterable[Tensor | Sequence[Tensor]],
@@ -255,7 +237,7 @@ def fourier_profile(
         batches = tqdm(batches, desc="fourier", unit="batch", leave=False)
     with reader, torch.no_grad():
         for batch in batches:
-            x = _inputs(batch)
+            x = batch_images(batch)
             features = reader(x)
             if result.layers and len(features) != len(result.layers):
                 raise LandscapeError("the model gave a different number of feature maps between batches")

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from landscape.analyses.fourier.features import eval_model
 from landscape.core.criteria import select_logits
+from landscape.core.front import eval_model
 from landscape.errors import LandscapeError
 from landscape.options.fourier import BANDS, EPS, STRENGTH, WIDTH  # the defaults, defined once with the options
 
@@ -283,33 +283,6 @@ def accuracy(
         LandscapeError: no samples, an empty band, or no logits in the model's output.
     """
     return _fraction(*hits(model, enumerate(batches), noise, output))
-
-
-def check_labels(model: nn.Module, batches: Sequence[Sequence[Tensor]], output: str | int | None = None) -> None:
-    """Refuse labels the model cannot predict: every target must lie in ``0..n_outputs-1``.
-
-    The number of outputs is read from one forward pass of the first image; no batches: nothing to check.
-
-    Args:
-        model: the classifier.
-        batches: ``(x, y)`` batches of images and labels.
-        output: where the logits are in the model's output.
-
-    Raises:
-        LandscapeError: naming the label range and the model's number of outputs (also: no logits in the
-            model's output).
-    """
-    if not batches:
-        return
-    with torch.no_grad():
-        n_out = int(select_logits(model(batches[0][0][:1]), output).shape[-1])
-    low = min(int(y.min()) for _, y in batches)
-    top = max(int(y.max()) for _, y in batches)
-    if low < 0 or top >= n_out:
-        raise LandscapeError(
-            f"the data has labels {low}..{top} but the model outputs {n_out} classes, so its "
-            "accuracy under noise means nothing: use data with at most that many classes (--data)"
-        )
 
 
 def band_accuracies(

@@ -27,16 +27,16 @@ import numpy as np
 from torch import nn
 
 from landscape import store
-from landscape.analyses.fourier.features import FourierProfile, eval_model, fourier_profile, merge_profiles
-from landscape.analyses.fourier.noise import band_accuracies, check_labels
-from landscape.core.front import batches_for, load_inputs
+from landscape.analyses.fourier.features import FourierProfile, fourier_profile, merge_profiles
+from landscape.analyses.fourier.noise import band_accuracies
+from landscape.core.front import eval_model, prepare, python_call
 from landscape.errors import LandscapeError
 from landscape.options.fourier import FourierOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import analysis_file
 
 if TYPE_CHECKING:
-    from landscape.core.front import ModelSource
+    from landscape.core.source import ModelSource
 
 
 def write_profile(f: store.ResultFile, result: FourierProfile, axis: str, maps: bool) -> None:
@@ -83,6 +83,7 @@ def run_fourier(
     force: bool = False,
     device: str = "auto",
     progress: bool | None = None,
+    command: str | None = None,
 ) -> store.Result:
     """Fourier analysis of a model's feature maps on ``options.samples`` images, written to ``out``; returns it read.
 
@@ -98,13 +99,14 @@ def run_fourier(
     additive) and rank 0 writes the file.
 
     Args:
-        source: a checkpoint path or a :class:`~landscape.core.front.ModelSource`.
+        source: a checkpoint path or a :class:`~landscape.core.source.ModelSource`.
         options: every analysis option (validated when it was built).
         out: the HDF5 result file.
         model_name: the model of a checkpoint that does not name it.
         force: overwrite an existing file from other options.
         device: ``auto``, ``cpu`` or ``cuda``.
         progress: progress bars on rank 0 (None: only when stderr is a terminal).
+        command: how the run was asked for, recorded as ``command`` (default: this call).
 
     Returns:
         The file read back (:class:`landscape.store.read.Result`).
@@ -116,16 +118,18 @@ def run_fourier(
     if not isinstance(options, FourierOptions):
         raise LandscapeError(f"run_fourier takes its options as a FourierOptions, got {type(options).__name__}")
     o = options
-    dev = D.start(device)
-    inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
-    batches = batches_for(
-        inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed, first_samples=o.first_samples
+    call = command or python_call("run_fourier", source, o, out=out, model_name=model_name)
+    prepared = prepare(
+        source,
+        o,
+        model_name=model_name,
+        device=device,
+        command=call,
+        first_samples=o.first_samples,
+        labels=bool(o.noise_bands),  # labels count only for the accuracy under noise
     )
-    n_samples = sum(int(x.shape[0]) for x, _ in batches)
-    attrs = inputs.provenance(n_samples, o.seed, **{k: v for k, v in o.attrs().items() if k != "seed"})
+    inputs, batches, attrs = prepared.inputs, prepared.batches, prepared.attrs
     net = eval_model(inputs.model)
-    if o.noise_bands:
-        check_labels(net, batches, inputs.source.output)
 
     def resume(f: store.ResultFile) -> dict:
         return {

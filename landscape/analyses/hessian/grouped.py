@@ -32,6 +32,7 @@ from landscape.analyses.hessian.products import ProductCosts
 from landscape.core.criteria import batch_loss
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict, flatten, unflatten
+from landscape.runtime.devices import fastest, synchronize
 
 T = TypeVar("T")
 
@@ -139,21 +140,9 @@ class GroupChoice:
         }
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _timed(fn: Callable[[], object], device: torch.device, repeats: int = 2) -> float:
     """The least of ``repeats`` timed calls (load spikes only add)."""
-    best = math.inf
-    for _ in range(repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return fastest(fn, device, repeats)[0]
 
 
 @contextmanager
@@ -303,7 +292,7 @@ def _time_vmap(
         products = GroupedProducts(objective, indices[:trial])
         V = v.expand(trial, -1).contiguous()
         if device.type == "cuda":
-            torch.cuda.synchronize(device)
+            synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
             base = torch.cuda.memory_allocated(device)
             products(list(range(trial)), V)

@@ -14,7 +14,6 @@ or trace holds the batch's intermediates in memory, so only the first ``max_line
 
 from __future__ import annotations
 
-import fnmatch
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
@@ -25,40 +24,11 @@ from torch.func import grad, vmap
 
 from landscape.analyses.hessian.products import BatchProducts, ProductCosts, quiet_jvp
 from landscape.core.objective import Objective
-from landscape.core.params import ParamDict, flatten, unflatten
+from landscape.core.params import ParamDict, flatten, unflatten, weighted_sum
 from landscape.errors import LandscapeError
 from landscape.options.hessian import HVP_MODES
+from landscape.options.names import select
 from landscape.runtime import distributed
-
-
-def select_names(names: Sequence[str], patterns: Sequence[str] | str | None) -> list[str]:
-    """Names matching any pattern, in their original order.
-
-    A pattern matches a name when it is a glob for it (``fnmatch``: ``"layer1.*"``, ``"*.weight"``), equals
-    it, or is a dotted prefix of it (``"fc"`` matches ``fc.weight`` and ``fc.bias``). ``None`` or an empty
-    list selects every name.
-
-    Args:
-        names: parameter names, e.g. those of ``model.named_parameters()``.
-        patterns: one pattern, a list of patterns, or ``None``.
-
-    Returns:
-        The matching names, in the order of ``names``.
-
-    Raises:
-        LandscapeError: patterns were given but no name matches any of them.
-    """
-    if patterns is None:
-        return list(names)
-    pats = [patterns] if isinstance(patterns, str) else list(patterns)
-    if not pats:
-        return list(names)
-    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) or n == p or n.startswith(p + ".") for p in pats)]
-    if not chosen:
-        raise LandscapeError(
-            f"no parameter matches {', '.join(pats)}; use names or globs of model.named_parameters(), e.g. 'fc.*'"
-        )
-    return chosen
 
 
 class HessianOperator:
@@ -67,7 +37,7 @@ class HessianOperator:
     Args:
         objective: the objective (model, batches, criterion, regulariser).
         params: the evaluation point (default ``objective.params``); a dict with the objective's names.
-        patterns: parameter-name patterns (see :func:`select_names`); the Hessian block of the matching
+        patterns: name patterns (:func:`landscape.options.names.select`); the Hessian block of the matching
             parameters (a per-layer Hessian) with every other parameter held fixed. Default: all.
         batches: indices of the objective's batches to use (default all), re-weighted by ``N_b / N_used``;
             a single index gives that mini-batch's Hessian (plus the regulariser's).
@@ -120,7 +90,7 @@ class HessianOperator:
             raise LandscapeError(f"unknown HVP mode {mode!r}; choose one of {', '.join(HVP_MODES)}")
         self.objective = objective
         point = dict(objective.params if params is None else params)
-        self.names = select_names(list(point), patterns)
+        self.names = select(list(point), patterns)
         self._point = point
         self.params: ParamDict = {n: point[n] for n in self.names}
         used = list(range(len(objective.batches))) if batches is None else [int(i) for i in batches]
@@ -277,12 +247,8 @@ class HessianOperator:
         self, v: ParamDict, product: Callable[[int, ParamDict], ParamDict], part: int = 0, parts: int = 1
     ) -> ParamDict:
         """``sum_b w_b product(b, v)`` over this part's share of the batches, plus ``H_R v`` in part 0."""
-        total = self._reg_hvp(v) if part == 0 else None
-        for slot, w in enumerate(self.weights):
-            if slot % parts != part:
-                continue
-            hv = product(slot, v)
-            total = {n: w * t for n, t in hv.items()} if total is None else {n: total[n] + w * hv[n] for n in hv}
+        start = self._reg_hvp(v) if part == 0 else None
+        total = weighted_sum(self.weights, lambda slot: product(slot, v), start=start, part=part, parts=parts)
         if total is None:
             total = {n: torch.zeros_like(t) for n, t in v.items()}
         return total

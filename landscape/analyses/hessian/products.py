@@ -19,7 +19,6 @@ a way that is taken is timed, so the estimate is replaced by a measurement. Batc
 
 from __future__ import annotations
 
-import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from torch.func import grad, jvp, linearize
 
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
+from landscape.runtime.devices import fastest
 
 #: the ways a product can be made (``auto`` chooses among them)
 WAYS = ("jvp", "graph", "linearize")
@@ -137,11 +137,6 @@ class ProductCosts:
         }
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 class BatchProducts:
     """Products ``v -> H_b v`` of one batch, made the way its mode says (``auto``: the measured cheapest).
 
@@ -229,11 +224,8 @@ class BatchProducts:
     def _timed(self, name: str, fn: Callable[[], object]):  # noqa: ANN202
         if self.mode != "auto" or (name in self.costs.seconds and len(self.costs.seconds[name]) >= 3):
             return fn()
-        _sync(self._device)
-        t0 = time.perf_counter()
-        out = fn()
-        _sync(self._device)
-        self.costs.add(name, time.perf_counter() - t0)
+        seconds, out = fastest(fn, self._device, repeats=1)
+        self.costs.add(name, seconds)
         return out
 
     def drop(self) -> None:

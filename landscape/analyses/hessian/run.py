@@ -24,11 +24,9 @@ from landscape.analyses.hessian.linalg import require_memory
 from landscape.analyses.hessian.operator import HessianOperator
 from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
 from landscape.analyses.hessian.trace import trace as trace_estimate
-from landscape.core.front import augmented_batches_for, batches_for, build_objective, load_inputs
+from landscape.core.front import build_objective, prepare, python_call
 from landscape.core.objective import fused_attention_modules
 from landscape.core.regularizer import Regularizer
-from landscape.data.batches import fixed_batches
-from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
 from landscape.options.common import DTYPES, choice
 from landscape.options.hessian import HessianOptions, SpectrumOptions
@@ -36,7 +34,7 @@ from landscape.runtime import distributed
 from landscape.runtime.lifecycle import analysis_file
 
 if TYPE_CHECKING:
-    from landscape.core.front import ModelSource
+    from landscape.core.source import ModelSource
 
 
 def _show(progress: bool | None) -> bool:
@@ -81,6 +79,7 @@ def run_hessian(
     device: str = "auto",
     force: bool = False,
     progress: bool | None = None,
+    command: str | None = None,
 ) -> store.Result:
     """Hessian of a model's full-data loss on ``options.samples`` images, written to ``out``.
 
@@ -91,7 +90,7 @@ def run_hessian(
     are the provenance plus :meth:`HessianOptions.attrs`.
 
     Args:
-        source: the model: a :class:`~landscape.core.front.ModelSource` or a checkpoint path.
+        source: the model: a :class:`~landscape.core.source.ModelSource` or a checkpoint path.
         options: what to compute (validated when built).
         out: the HDF5 result file; a complete one of the same options is returned as is, an incomplete one
             resumed by section.
@@ -99,6 +98,7 @@ def run_hessian(
         device: ``auto``, ``cpu`` or ``cuda``.
         force: overwrite a file made with other options.
         progress: show a bar of the Lanczos products (None: only when stderr is a terminal).
+        command: how the run was asked for, recorded as ``command`` (default: this call).
 
     Returns:
         The file, read back.
@@ -112,15 +112,9 @@ def run_hessian(
         raise LandscapeError(f"options must be a HessianOptions, got {type(o).__name__}")
     reg = Regularizer.from_options(o.regularizer, o.reg_coef)
     patterns = o.patterns
-    dev = distributed.start(device)
-    inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
-    if o.augment == "none":
-        batches = batches_for(inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
-    else:  # Paper A's augmented training data, drawn once from the seed and held fixed for every product
-        batches = augmented_batches_for(
-            inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed, copies=o.augment_copies
-        )
-    attrs = inputs.provenance(sum(int(y.shape[0]) for _, y in batches), o.seed, **o.attrs())
+    call = command or python_call("run_hessian", source, o, out=out, model_name=model_name)
+    prepared = prepare(source, o, model_name=model_name, device=device, command=call)
+    inputs, batches, attrs = prepared.inputs, prepared.batches, prepared.attrs
     objective = build_objective(
         inputs,
         batches,
@@ -218,6 +212,7 @@ def run_spectrum(
     device: str = "auto",
     force: bool = False,
     progress: bool | None = None,
+    command: str | None = None,
 ) -> store.Result:
     """Paper A's per-mini-batch max-eigenvalue spectrum of a model, written to ``out`` batch by batch.
 
@@ -227,7 +222,7 @@ def run_spectrum(
     :meth:`SpectrumOptions.attrs`.
 
     Args:
-        source: the model: a :class:`~landscape.core.front.ModelSource` or a checkpoint path.
+        source: the model: a :class:`~landscape.core.source.ModelSource` or a checkpoint path.
         options: what to compute (validated when built).
         out: the HDF5 result file; a complete one of the same options is returned as is, an incomplete one
             resumed batch by batch.
@@ -235,6 +230,7 @@ def run_spectrum(
         device: ``auto``, ``cpu`` or ``cuda``.
         force: overwrite a file made with other options.
         progress: show a bar of the batches (None: only when stderr is a terminal).
+        command: how the run was asked for, recorded as ``command`` (default: this call).
 
     Returns:
         The file, read back.
@@ -247,24 +243,13 @@ def run_spectrum(
     if not isinstance(o, SpectrumOptions):
         raise LandscapeError(f"options must be a SpectrumOptions, got {type(o).__name__}")
     reg = Regularizer.from_options(o.regularizer, o.reg_coef)
-    dev = distributed.start(device)
-    inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
-    dataset = load_dataset(inputs.dataset_spec, o.split, preprocess=inputs.preprocess)
-    samples = o.samples
-    if samples is None:
-        assert o.fraction is not None  # SpectrumOptions refuses neither
-        samples = max(1, round(o.fraction * len(dataset)))
-    if o.augment == "none":
-        batches = fixed_batches(dataset, o.batch_size, samples, seed=o.seed, device=inputs.device)
-    else:  # Paper A's augmented training data, drawn once from the seed; each mini-batch mixed within itself
-        batches = augmented_batches_for(
-            inputs, batch_size=o.batch_size, n_samples=samples, seed=o.seed, copies=o.augment_copies
-        )
+    call = command or python_call("run_spectrum", source, o, out=out, model_name=model_name)
+    prepared = prepare(source, o, model_name=model_name, device=device, command=call, fraction=o.fraction)
+    inputs, batches, attrs = prepared.inputs, prepared.batches, prepared.attrs
     top_k = o.top_k
     n_params = sum(p.numel() for p in inputs.model.parameters())
     if not 1 <= top_k < n_params:  # as max_eigenvalue_spectrum, but before the file is made
         raise LandscapeError(f"--top-k must lie in [1, {n_params - 1}] for this model, got {top_k}")
-    attrs = inputs.provenance(sum(int(y.shape[0]) for _, y in batches), o.seed, **o.attrs())
     attrs["fused_attention_off"] = len(fused_attention_modules(inputs.model))
 
     def resume(f: store.ResultFile) -> list[int]:

@@ -43,9 +43,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from landscape import store
-from landscape.analyses.fourier.noise import check_labels
 from landscape.core.criteria import hit_count, select_logits
-from landscape.core.front import batches_for, load_inputs
+from landscape.core.front import prepare, python_call
 from landscape.errors import LandscapeError
 from landscape.models.alternet import MSABlock
 from landscape.models.resnet import ResidualBlock, ResNet
@@ -56,7 +55,7 @@ from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import analysis_file
 
 if TYPE_CHECKING:
-    from landscape.core.front import ModelSource
+    from landscape.core.source import ModelSource
 
 #: what :func:`lesion_blocks` supports, for the error message
 SUPPORTED = (
@@ -394,6 +393,7 @@ def run_lesion(
     device: str = "auto",
     progress: bool | None = None,
     on_block: Callable[[int], None] | None = None,
+    command: str | None = None,
 ) -> store.Result:
     """Lesion study of a model on ``options.samples`` images, written to ``out``; returns the file read back.
 
@@ -404,7 +404,7 @@ def run_lesion(
     are shared among the ranks (the counts are summed) and rank 0 writes the file.
 
     Args:
-        source: a checkpoint path or a :class:`~landscape.core.front.ModelSource`.
+        source: a checkpoint path or a :class:`~landscape.core.source.ModelSource`.
         options: every analysis option (validated when it was built); None: the defaults.
         out: the HDF5 result file.
         model_name: the model of a checkpoint that does not name it.
@@ -412,6 +412,7 @@ def run_lesion(
         device: ``auto``, ``cpu`` or ``cuda``.
         progress: progress bar on rank 0 (None: only when stderr is a terminal).
         on_block: called with a block's index after its row is written (for progress reports and tests).
+        command: how the run was asked for, recorded as ``command`` (default: this call).
 
     Returns:
         The file read back (:class:`landscape.store.read.Result`).
@@ -427,15 +428,12 @@ def run_lesion(
     if not isinstance(options, LesionOptions):
         raise LandscapeError(f"run_lesion takes its options as a LesionOptions, got {type(options).__name__}")
     o = options
-    dev = D.start(device)
-    inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
+    call = command or python_call("run_lesion", source, o, out=out, model_name=model_name)
+    prepared = prepare(source, o, model_name=model_name, device=device, command=call, labels=True)
+    inputs, batches, attrs = prepared.inputs, prepared.batches, prepared.attrs
     net = copy.deepcopy(inputs.model).eval()
     blocks = lesion_blocks(net)
-    batches = batches_for(inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
-    check_labels(net, batches, inputs.source.output)
-    n_samples = sum(int(x.shape[0]) for x, _ in batches)
     n = len(blocks)
-    attrs = inputs.provenance(n_samples, o.seed, **{k: v for k, v in o.attrs().items() if k != "seed"})
 
     def resume(f: store.ResultFile) -> dict:
         state: dict[str, Any] = {"complete": f.complete, "intact": None, "done": []}

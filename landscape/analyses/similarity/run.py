@@ -29,8 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from landscape import store
-from landscape.analyses.fourier.features import _inputs, eval_model
-from landscape.core.front import batches_for, load_inputs
+from landscape.core.front import batch_images, batches_for, eval_model, load_inputs, prepare, python_call
 from landscape.errors import LandscapeError
 from landscape.models.taps import FeatureTaps, as_grid
 from landscape.options.similarity import MIN_BATCH, SimilarityOptions
@@ -38,7 +37,7 @@ from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import analysis_file
 
 if TYPE_CHECKING:
-    from landscape.core.front import ModelSource
+    from landscape.core.source import ModelSource
 
 
 def gram(x: Tensor) -> Tensor:
@@ -286,9 +285,9 @@ def similarity_sums(
         try:
             for item in pairs:
                 if within or batches_b is None:
-                    xa = xb = _inputs(item)
+                    xa = xb = batch_images(item)
                 else:
-                    xa, xb = _inputs(item[0]), _inputs(item[1])
+                    xa, xb = batch_images(item[0]), batch_images(item[1])
                 names_a, kinds_a, ga = _grams(reader_a, xa, names_a)
                 sa = GramStats.of(ga)
                 if reader_b is None:
@@ -368,6 +367,7 @@ def run_similarity(
     force: bool = False,
     device: str = "auto",
     progress: bool | None = None,
+    command: str | None = None,
 ) -> store.Result:
     """Linear CKA between every pair of blocks of one model (or of two), written to ``out``; returns it read.
 
@@ -379,7 +379,7 @@ def run_similarity(
     torchrun the minibatches are shared among the ranks (the HSIC sums are additive) and rank 0 writes the file.
 
     Args:
-        source: the first model: a checkpoint path or a :class:`~landscape.core.front.ModelSource`.
+        source: the first model: a checkpoint path or a :class:`~landscape.core.source.ModelSource`.
         options: every analysis option (validated when it was built); None: the defaults.
         other: the second model, or None to compare the first model's blocks with each other.
         out: the HDF5 result file.
@@ -388,6 +388,7 @@ def run_similarity(
         force: overwrite an existing file from other options.
         device: ``auto``, ``cpu`` or ``cuda``.
         progress: progress bars on rank 0 (None: only when stderr is a terminal).
+        command: how the run was asked for, recorded as ``command`` (default: this call).
 
     Returns:
         The file read back (:class:`landscape.store.read.Result`).
@@ -400,10 +401,10 @@ def run_similarity(
     if not isinstance(options, SimilarityOptions):
         raise LandscapeError(f"run_similarity takes its options as a SimilarityOptions, got {type(options).__name__}")
     o = options
-    dev = D.start(device)
-    inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
-    batches = batches_for(inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
-    batches = [b for b in batches if int(b[0].shape[0]) >= MIN_BATCH]  # whole split: a tiny last batch is left out
+    call = command or python_call("run_similarity", source, o, other=other, out=out, model_name=model_name)
+    prepared = prepare(source, o, model_name=model_name, device=device, command=call)
+    inputs, attrs, dev = prepared.inputs, prepared.attrs, prepared.inputs.device
+    batches = [b for b in prepared.batches if int(b[0].shape[0]) >= MIN_BATCH]  # a tiny last batch is left out
     if not batches:
         raise LandscapeError(f"no minibatch of at least {MIN_BATCH} samples; give more --samples")
     inputs_b = None
@@ -418,8 +419,7 @@ def run_similarity(
                     raise LandscapeError("the two models' preprocessing chose different samples; this is a bug")
         else:
             batches_b = batches
-    n_samples = sum(int(x.shape[0]) for x, _ in batches)
-    attrs = inputs.provenance(n_samples, o.seed, **{k: v for k, v in o.attrs().items() if k != "seed"})
+    attrs["n_samples"] = sum(int(x.shape[0]) for x, _ in batches)
     attrs.update(_other_attrs(inputs_b))
     show = D.is_main() and (sys.stderr.isatty() if progress is None else bool(progress))
     with analysis_file(out, "similarity", attrs, force=force, resume=lambda f: f.complete) as (f, complete):

@@ -21,7 +21,6 @@ Options that would leave a surface flat, or a direction with NaN or infinite ent
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +32,7 @@ from torch import Tensor
 from landscape.core import params as P
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
+from landscape.options.names import matches_any
 from landscape.options.surface import (  # noqa: F401 (options of a surface, defined there; re-exported)
     DEFAULT_ZERO_PATTERNS,
     LEARNED_TOKEN_PATTERNS,
@@ -79,19 +79,6 @@ class Directions:
             <x, y> / (||x|| ||y||) (see :func:`cosine`), or ``None`` when ``y`` is ``None``.
         """
         return None if self.y is None else cosine(self.x, self.y)
-
-
-def matches(name: str, patterns: Sequence[str]) -> bool:
-    """Whether ``name`` matches any fnmatch pattern (a pattern without wildcards matches as a substring).
-
-    Args:
-        name: a parameter name, e.g. ``"blocks.0.attn.qkv.weight"``.
-        patterns: fnmatch globs (case-sensitive) or plain substrings.
-
-    Returns:
-        ``True`` when some pattern matches.
-    """
-    return any(fnmatch.fnmatchcase(name, p) if any(c in p for c in "*?[") else p in name for p in patterns)
 
 
 def normalize(direction: Tensor, theta: Tensor, norm: str) -> Tensor:
@@ -166,7 +153,7 @@ def random_direction(
     perturbed = 0
     for name, t in theta.items():
         g = torch.randn(t.shape, generator=generator, dtype=torch.float64).to(device=t.device, dtype=t.dtype)
-        if (ignore_1d and t.ndim < 2) or matches(name, zero_patterns):
+        if (ignore_1d and t.ndim < 2) or matches_any(name, zero_patterns):
             out[name] = torch.zeros_like(t)
         else:
             out[name] = normalize(g, t.detach(), norm)
@@ -183,7 +170,7 @@ def random_direction(
 
 def _nothing_to_perturb(theta: Mapping[str, Tensor], ignore_1d: bool, zero_patterns: Sequence[str]) -> str:
     """The one-line message for options that leave every tensor of a direction zero, naming which options."""
-    by_patterns = all(matches(name, zero_patterns) for name in theta)
+    by_patterns = all(matches_any(name, zero_patterns) for name in theta)
     by_1d = ignore_1d and all(t.ndim < 2 for t in theta.values())
     patterns = ", ".join(zero_patterns)
     if by_patterns:

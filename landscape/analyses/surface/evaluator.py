@@ -13,7 +13,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from landscape.core.criteria import batch_loss, criterion_name, hit_count, select_logits
 from landscape.core.objective import Objective
-from landscape.core.params import ParamDict
+from landscape.core.params import ParamDict, weighted_sum
 from landscape.errors import LandscapeError
 from landscape.models.bn_fold import FoldedModel, fold_batchnorm
 from landscape.options.surface import (  # noqa: F401 (re-exported)
@@ -27,6 +27,7 @@ from landscape.options.surface import (  # noqa: F401 (re-exported)
 )
 from landscape.runtime import compile_cache
 from landscape.runtime import distributed as D
+from landscape.runtime.devices import close, fastest
 
 #: points evaluated in one vectorised call when vmap is tried
 VMAP_POINTS = 8
@@ -152,7 +153,7 @@ class PointEvaluator:
             self.fold_notes.append(f"the folded model failed to run ({type(exc).__name__}); unfolded")
             return 0
         tol = 1e-10 if want.dtype == torch.float64 else 1e-4
-        if not abs(float(got) - float(want)) <= tol * max(1.0, abs(float(want))):
+        if not close(got, want, tol):
             self.fold = None
             self.fold_notes.append("the folded loss differs from the unfolded one at the centre; unfolded")
             return 0
@@ -196,7 +197,7 @@ class PointEvaluator:
                     seen.add(tuple(x.shape))
                     got = float(fn(state, x, y)[0])
                     want = float(self._batch_eval_state(state, x, y)[0])
-                    if not abs(got - want) <= 1e-4 * max(1.0, abs(want)):
+                    if not close(got, want, 1e-4):
                         return False
         except Exception:  # no compiler, an unsupported model, ...: eager fallback
             return False
@@ -227,21 +228,16 @@ class PointEvaluator:
         state = self._point_state(self.theta)
 
         def run(x: Tensor) -> tuple[float, float]:
-            best, value = float("inf"), 0.0
             with torch.inference_mode():
-                self._batch_eval_state(state, x, y0)
-                for _ in range(repeats):
-                    t0 = time.perf_counter()
-                    value = float(self._batch_eval_state(state, x, y0)[0])
-                    _sync(self.obj.device)
-                    best = min(best, time.perf_counter() - t0)
-            return best, value
+                return fastest(
+                    lambda: float(self._batch_eval_state(state, x, y0)[0]), self.obj.device, repeats, warm_up=True
+                )
 
         try:
             (t_plain, want), (t_cl, got) = run(x0), run(cl)
         except Exception:  # a model that cannot take channels-last inputs
             return False
-        if not (t_cl < 0.95 * t_plain and abs(got - want) <= 1e-4 * max(1.0, abs(want))):
+        if not (t_cl < 0.95 * t_plain and close(got, want, 1e-4)):
             return False
         self.batches = [(x.contiguous(memory_format=torch.channels_last), y) for x, y in self.obj.batches]
         self.channels_last = True
@@ -278,12 +274,7 @@ class PointEvaluator:
             Seconds per point.
         """
         points = [(0.01 * i, -0.01 * i) for i in range(max(1, batch_points))]
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            self.evaluate(points, batch_points)
-            _sync(self.obj.device)
-            best = min(best, time.perf_counter() - t0)
+        best, _ = fastest(lambda: self.evaluate(points, batch_points), self.obj.device, repeats)
         return best / len(points)
 
     def _coords(self, points: Sequence[tuple[float, float]]) -> tuple[Tensor, Tensor]:
@@ -316,11 +307,15 @@ class PointEvaluator:
         """One point: the state built (and folded) once, then each batch, compiled when enabled."""
         fn = self._batch_eval_state if self.compiled is None else self.compiled
         state = self._point_state(params)
-        data_loss, correct = 0.0, 0
-        for w, (x, y) in zip(self.obj.weights, self.batches):
-            loss, hits = fn(state, x, y)
-            data_loss += w * float(loss)
+        correct = 0.0
+
+        def batch_term(b: int) -> float:
+            nonlocal correct
+            loss, hits = fn(state, *self.batches[b])
             correct += float(hits)
+            return float(loss)
+
+        data_loss = weighted_sum(self.obj.weights, batch_term, start=0.0)
         reg = float(self.obj.regularizer(params))
         return data_loss + reg, data_loss, correct / self.obj.n_samples
 
@@ -343,14 +338,16 @@ class PointEvaluator:
         a, b = self._coords(points)
         stacked = point_params(self.theta, self.dx, self.dy, a, b)
         obj = self.obj
-        pairs = list(zip(obj.weights, self.batches))[:batches]
-        data_loss = [0.0] * len(points)
-        correct = [0] * len(points)
-        for w, (x, y) in pairs:
-            losses, hits = vmap(self._batch_eval, in_dims=(0, None, None))(stacked, x, y)
-            for k, (lv, hv) in enumerate(zip(losses.tolist(), hits.tolist())):
-                data_loss[k] += w * lv
-                correct[k] += hv
+        correct = torch.zeros(len(points), dtype=torch.float64)
+
+        def batch_term(b: int) -> Tensor:
+            losses, hits = vmap(self._batch_eval, in_dims=(0, None, None))(stacked, *self.batches[b])
+            correct.add_(hits.double().cpu())
+            return losses.double().cpu()
+
+        weights = obj.weights[:batches]
+        data_loss = weighted_sum(weights, batch_term, start=torch.zeros(len(points), dtype=torch.float64)).tolist()
+        correct = correct.tolist()
         reg = vmap(obj.regularizer)(stacked).tolist() if obj.regularizer.active else [0.0] * len(points)
         return [(d + r, d, c / obj.n_samples) for d, r, c in zip(data_loss, reg, correct)]
 
@@ -400,14 +397,7 @@ class PointEvaluator:
                     self._batch_eval(params, *one[0])[1].item()
 
         def timed(fn: Callable[[], Any]) -> float:
-            fn()  # warm-up
-            best = float("inf")
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                fn()
-                _sync(self.obj.device)
-                best = min(best, time.perf_counter() - t0)
-            return best
+            return fastest(fn, self.obj.device, repeats, warm_up=True)[0]
 
         try:
             t_vmap = timed(lambda: self.vectorised(points, batches=1))
@@ -415,11 +405,6 @@ class PointEvaluator:
             return 1
         t_loop = timed(loop_first_batch)
         return k if t_vmap < 0.8 * t_loop else 1
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def choose_compile(

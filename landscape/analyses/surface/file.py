@@ -12,7 +12,7 @@ from torch import Tensor
 
 from landscape import store
 from landscape.analyses.surface.directions import Directions
-from landscape.analyses.surface.evaluator import PointResult, _sync
+from landscape.analyses.surface.evaluator import PointResult
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
@@ -26,6 +26,7 @@ from landscape.options.surface import (  # noqa: F401 (re-exported)
     parse_grid,
 )
 from landscape.runtime import distributed as D
+from landscape.runtime.devices import synchronize
 
 
 def write_directions(f: store.ResultFile, directions: Directions) -> None:
@@ -115,7 +116,7 @@ def check_grid_size(objective: Objective, n_points: int, shape: tuple[int, int])
         return
     t0 = time.perf_counter()
     objective.evaluate()
-    _sync(objective.device)
+    synchronize(objective.device)
     seconds = (time.perf_counter() - t0) * n_points
     gigabytes = n_points * (3 * 8 + 1) / 1e9
     raise LandscapeError(

@@ -31,9 +31,10 @@ from landscape.analyses.surface.file import (
     resume_surface,
     write_points,
 )
-from landscape.core.front import ModelSource, augmented_batches_for, batches_for, build_objective, load_inputs
+from landscape.core.front import build_objective, prepare, python_call
 from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
+from landscape.core.source import ModelSource
 from landscape.errors import LandscapeError
 from landscape.models.checkpoint import file_sha256, load_model
 from landscape.options import checks
@@ -221,6 +222,7 @@ def run_surface(
     force: bool = False,
     device: str = "auto",
     progress: bool | None = None,
+    command: str | None = None,
 ) -> store.Result:
     """The ``landscape surface`` command: model source -> Objective -> directions -> :func:`compute_surface`.
 
@@ -234,7 +236,7 @@ def run_surface(
     Works in one process or under torchrun (only rank 0 writes).
 
     Args:
-        source: a checkpoint path or a :class:`~landscape.core.front.ModelSource` (published weights, a random
+        source: a checkpoint path or a :class:`~landscape.core.source.ModelSource` (published weights, a random
             init, ``timm:`` models, ...).
         options: every analysis option (validated when it was built); its :meth:`SurfaceOptions.attrs` are
             recorded in the file.
@@ -243,6 +245,8 @@ def run_surface(
         force: overwrite an existing file from other options.
         device: ``auto``, ``cpu`` or ``cuda``.
         progress: tqdm bar on rank 0 (None: only when stderr is a terminal).
+        command: how the run was asked for, recorded as ``command`` (the CLI passes its command line; default:
+            this call).
 
     Returns:
         The file read back (:class:`landscape.store.read.Result`), on every rank.
@@ -257,28 +261,20 @@ def run_surface(
     xs, ys = o.xcoords, o.ycoords
     ndim = o.ndim
     reg = Regularizer.from_options(o.regularizer, o.reg_coef)
-    dev = D.start(device)
-    inputs = load_inputs(source, model_name=model_name, data=o.data, split=o.split, device=dev)
-    if o.augment == "none":
-        batches = batches_for(inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
-        criterion = "cross_entropy"
-    else:  # Paper A's augmented training data, drawn once from the seed and held fixed for every point
-        batches = augmented_batches_for(
-            inputs, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed, copies=o.augment_copies
-        )
-        criterion = "soft_cross_entropy"
+    call = command or python_call("run_surface", source, o, out=out, model_name=model_name)
+    prepared = prepare(source, o, model_name=model_name, device=device, command=call)
+    inputs, attrs = prepared.inputs, prepared.attrs
     objective = build_objective(
-        inputs, batches, criterion=criterion, regularizer=reg, allow_stochastic=o.allow_stochastic
+        inputs, prepared.batches, criterion=prepared.criterion, regularizer=reg, allow_stochastic=o.allow_stochastic
     )
     patterns = o.patterns
-    recorded = {k: v for k, v in o.attrs().items() if k != "seed"}
-    recorded["fused_attention_off"] = objective.fused_attention_off
+    attrs["fused_attention_off"] = objective.fused_attention_off
     if o.target is not None:
         other = dict(load_model(o.target, inputs.source.model, **inputs.source.model_kwargs)[0].named_parameters())
         directions = dirs.target_directions(
             objective.params, other, ndim=ndim, seed=o.seed, norm=o.norm, ignore_1d=o.ignore_1d, zero_patterns=patterns
         )
-        recorded["target_sha256"] = file_sha256(o.target)
+        attrs["target_sha256"] = file_sha256(o.target)
     elif o.trajectory:
         snaps = [
             dict(load_model(p, inputs.source.model, **inputs.source.model_kwargs)[0].named_parameters())
@@ -289,7 +285,6 @@ def run_surface(
         directions = dirs.random_directions(
             objective.params, ndim=ndim, seed=o.seed, norm=o.norm, ignore_1d=o.ignore_1d, zero_patterns=patterns
         )
-    attrs = inputs.provenance(objective.n_samples, o.seed, **recorded)
     return compute_surface(
         objective,
         directions,

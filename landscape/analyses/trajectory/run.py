@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +29,10 @@ import torch
 from torch import Tensor
 
 from landscape import store
-from landscape.analyses.surface.directions import matches
+from landscape.core.front import python_call
 from landscape.errors import LandscapeError
 from landscape.models.checkpoint import load_model, read_checkpoint, snapshot_path
+from landscape.options.names import matches_any
 from landscape.options.trajectory import TrajectoryOptions
 
 #: snapshot tags that ``landscape train`` writes beside ``run.pt`` (:func:`landscape.models.checkpoint.snapshot_path`)
@@ -207,7 +207,7 @@ def compute_trajectory(
             "give --ckpt INIT --ckpt SNAPSHOT ... or --snapshots-of RUN.pt"
         )
     model, first = load_model(paths[0], model_name, **dict(model_kwargs or {}))
-    names = [n for n, _ in model.named_parameters() if not matches(n, options.exclude)]
+    names = [n for n, _ in model.named_parameters() if not matches_any(n, options.exclude)]
     if not names:
         raise LandscapeError(
             f"--exclude {' '.join(options.exclude)} leaves no parameter of {first.model_name or model_name}; "
@@ -261,6 +261,7 @@ def run_trajectory(
     model_name: str | None = None,
     model_kwargs: Mapping[str, Any] | None = None,
     force: bool = False,
+    command: str | None = None,
 ) -> store.Result:
     """The ``landscape trajectory`` command: checkpoints in, a ``trajectory`` result file out.
 
@@ -275,6 +276,7 @@ def run_trajectory(
         model_name: the model of a first file that names none.
         model_kwargs: its constructor options.
         force: overwrite an existing file of other options.
+        command: how the run was asked for, recorded as ``command`` (default: this call).
 
     Returns:
         The file read back (:class:`landscape.store.read.Result`).
@@ -288,7 +290,7 @@ def run_trajectory(
         raise LandscapeError(f"run_trajectory takes its options as a TrajectoryOptions, got {type(options).__name__}")
     traj = compute_trajectory(checkpoints, options, model_name=model_name, model_kwargs=model_kwargs)
     attrs = {
-        "command": " ".join(["landscape", *sys.argv[1:]]) if sys.argv else "",
+        "command": command or python_call("run_trajectory", list(checkpoints), options, out=out),
         "model": traj.model,
         "model_kwargs": traj.model_kwargs,
         "checkpoint": str(traj.paths[0]),

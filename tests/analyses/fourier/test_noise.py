@@ -12,13 +12,13 @@ from landscape.analyses.fourier.noise import (
     accuracy,
     band_mask,
     band_noise,
-    check_labels,
     hits,
     make_noise,
     noise_robustness,
     official_band_noise,
     official_mask,
 )
+from landscape.core.front import check_labels
 from landscape.errors import LandscapeError
 from landscape.options.fourier import NOISE_CONSTRUCTIONS
 

@@ -8,7 +8,7 @@ from torch import nn
 from landscape.analyses.hessian.density import spectral_density
 from landscape.analyses.hessian.lanczos import lanczos
 from landscape.analyses.hessian.linalg import DenseOperator
-from landscape.analyses.hessian.operator import HessianOperator, select_names
+from landscape.analyses.hessian.operator import HessianOperator
 from landscape.analyses.hessian.products import ProductCosts, cheapest
 from landscape.core.objective import Objective
 from landscape.core.params import flatten, unflatten
@@ -240,14 +240,6 @@ def test_a_stochastic_model_is_refused():
     model = nn.Sequential(nn.Linear(4, 3), Noisy())
     with pytest.raises(LandscapeError, match="stochastic"):
         HessianOperator(Objective(model, tiny_batches()))
-
-
-def test_select_names():
-    names = ["a.weight", "a.bias", "ab.weight"]
-    assert select_names(names, None) == names
-    assert select_names(names, "a") == ["a.weight", "a.bias"]
-    assert select_names(names, ["a*"]) == names
-    assert select_names(names, "ab.weight") == ["ab.weight"]
 
 
 def test_clear_cache_frees_the_traced_products_and_keeps_the_results():

@@ -7,6 +7,7 @@ from sklearn.decomposition import PCA
 from landscape.analyses.surface import directions as D
 from landscape.core import params as P
 from landscape.errors import LandscapeError
+from landscape.options.names import matches_any
 
 
 def make_theta(seed=0, dtype=torch.float64):
@@ -181,7 +182,7 @@ def test_pca_needs_enough_snapshots():
 
 
 def named_by(model, patterns):
-    return sorted(n for n, _ in model.named_parameters() if D.matches(n, patterns))
+    return sorted(n for n, _ in model.named_parameters() if matches_any(n, patterns))
 
 
 @pytest.mark.parametrize(
