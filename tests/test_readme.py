@@ -57,6 +57,11 @@ def test_the_install_page_gives_the_readme_setup_commands():
     assert _setup_commands(PAGES["install.md"]) == _setup_commands()
 
 
+def test_ci_builds_the_docs_strictly():
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert 'pip install -e ".[docs]" && mkdocs build --strict' in ci_lines
+
+
 def test_readme_is_short():
     assert len(README) <= README_LIMIT, len(README)
 
