@@ -1,17 +1,46 @@
-"""The README's promises: its test command is what CI runs, and every documented command exists."""
+"""The documentation's promises: README.md and the pages under docs/.
 
+README's test command is what CI runs; every documented command exists and every command is documented; README
+stays short; the names the pages give to Python objects exist; every package has an API page; the CLI reference
+and the registry's lists are generated from the code; the docs links of the analysis registry have their anchors.
+"""
+
+import importlib
 import re
+import unicodedata
 from pathlib import Path
 
-from landscape.cli import COMMANDS
+import click
+import pytest
+
+from landscape.analyses.registry import analyses
+from landscape.cli import COMMANDS, cli
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
+PAGES = {path.relative_to(DOCS).as_posix(): path.read_text() for path in sorted(DOCS.rglob("*.md"))}
+#: README and every docs page: name -> text
+ALL = {"README.md": README, **{f"docs/{name}": text for name, text in PAGES.items()}}
+README_LIMIT = 10_000
 
 
-def _setup_commands() -> list[str]:
-    section = README.split("## Set-up", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)
+def _section(text: str, title: str) -> str:
+    return text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _setup_commands(text: str = README) -> list[str]:
+    return re.findall(r"```bash\n(.*?)\n```", _section(text, "Set-up"), flags=re.S)
+
+
+def _fenced(text: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def _inline_code(text: str) -> list[str]:
+    """The inline code spans of ``text`` outside its fenced blocks."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return re.findall(r"`([^`\n]+)`", prose)
 
 
 def test_exactly_two_setup_commands():
@@ -24,7 +53,152 @@ def test_ci_runs_the_readme_test_command():
     assert test_command in ci_lines
 
 
+def test_the_install_page_gives_the_readme_setup_commands():
+    assert _setup_commands(PAGES["install.md"]) == _setup_commands()
+
+
+def test_ci_builds_the_docs_strictly():
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert 'pip install -e ".[docs]" && mkdocs build --strict' in ci_lines
+
+
+def test_readme_is_short():
+    assert len(README) <= README_LIMIT, len(README)
+
+
 def test_every_documented_subcommand_is_registered():
-    documented = set(re.findall(r"^### `landscape (\w+)", README, flags=re.M))
+    documented = set()
+    for text in ALL.values():
+        documented |= set(re.findall(r"^#{2,3} `landscape (\w+)`", text, flags=re.M))
     assert documented <= set(COMMANDS), documented - set(COMMANDS)
     assert set(COMMANDS) <= documented, set(COMMANDS) - documented
+
+
+def test_every_command_mentioned_exists():
+    """Every ``landscape WORD`` in a bash block or an inline code span names a command."""
+    mentioned: dict[str, set[str]] = {}
+    for name, text in ALL.items():
+        lines = [line.split(" #", 1)[0] for block in _fenced(text, "bash") for line in block.splitlines()]
+        spans = [span for span in _inline_code(text) if span.startswith(("landscape ", "torchrun "))]
+        for line in lines + spans:
+            for word in re.findall(r"(?:^|[\s;&|(=]|-m )landscape ([a-z][\w-]*)", line):
+                mentioned.setdefault(word, set()).add(name)
+    unknown = {word: sorted(where) for word, where in mentioned.items() if word not in COMMANDS}
+    assert not unknown, unknown
+    assert set(COMMANDS) <= set(mentioned), set(COMMANDS) - set(mentioned)
+
+
+def _resolves(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for part in parts[i:]:
+                obj = getattr(obj, part)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def test_python_names_in_the_docs_exist():
+    """Every ``landscape.x.y`` the pages name in code, and every name their Python blocks import, exists."""
+    missing = set()
+    for name, text in ALL.items():
+        for span in _inline_code(text) + _fenced(text, "python"):
+            for dotted in re.findall(r"\b(landscape(?:\.\w+)+)", span):
+                if not _resolves(dotted):
+                    missing.add((name, dotted))
+        for block in _fenced(text, "python"):
+            for module, names in re.findall(r"^from (landscape[\w.]*) import ([\w, ]+)$", block, flags=re.M):
+                for imported in names.split(","):
+                    if not _resolves(f"{module}.{imported.strip()}"):
+                        missing.add((name, f"{module}.{imported.strip()}"))
+    assert not missing, sorted(missing)
+
+
+def test_every_package_has_an_api_page():
+    api = "\n".join(text for name, text in PAGES.items() if name.startswith("api/"))
+    documented = set(re.findall(r"^::: (landscape\.\w+)$", api, flags=re.M))
+    packages = {f"landscape.{p.parent.name}" for p in (ROOT / "landscape").glob("*/__init__.py")} - {"landscape.cli"}
+    modules = {f"landscape.{p.stem}" for p in (ROOT / "landscape").glob("*.py") if not p.stem.startswith("_")}
+    assert packages | modules <= documented, (packages | modules) - documented
+
+
+def test_every_page_is_in_the_nav():
+    config = (ROOT / "mkdocs.yml").read_text()
+    nav = set(re.findall(r"^\s+- (?:[^:\n]+: )?(\S+\.md)$", config, flags=re.M))
+    assert set(PAGES) == nav, set(PAGES) ^ nav
+
+
+def test_the_cli_reference_is_generated_from_the_root_group():
+    """docs/cli.md documents the lazy root group, whose commands mkdocs-click lists as click does."""
+    directive = re.search(r"^::: mkdocs-click\n((?:    :.*\n)+)", PAGES["cli.md"], flags=re.M)
+    assert directive is not None
+    options = dict(re.findall(r":(\w+): (\S+)", directive.group(1)))
+    assert (options["module"], options["command"], options["prog_name"]) == ("landscape.cli", "cli", "landscape")
+    ctx = click.Context(cli, info_name="landscape")
+    assert cli.list_commands(ctx) == sorted(COMMANDS)
+    for name in cli.list_commands(ctx):
+        command = cli.get_command(ctx, name)
+        assert isinstance(command, click.Command) and command.name == name
+
+
+def test_the_cli_reference_shows_every_option():
+    """What mkdocs-click writes for the root group holds every command's every option (needs the docs extra)."""
+    docs = pytest.importorskip("mkdocs_click._docs")
+    text = "\n".join(docs.make_command_docs("landscape", cli, depth=1, style="plain"))
+    ctx = click.Context(cli, info_name="landscape")
+    for name in COMMANDS:
+        command = cli.get_command(ctx, name)
+        section = text.split(f"## {name}\n", 1)[1].split("\n## ", 1)[0]
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                assert param.opts[0] in section, (name, param.opts[0])
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading (what the site's toc slugify, pymdownx.slugs, also makes)."""
+    text = unicodedata.normalize("NFC", heading.replace("`", "")).lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def _anchors(text: str) -> set[str]:
+    return {_slug(h) for h in re.findall(r"^#{1,6} (.+?)\s*$", text, flags=re.M)}
+
+
+def test_the_registry_docs_links_have_their_anchors():
+    for analysis in analyses():
+        page, _, anchor = analysis.docs.partition("#")
+        assert page in PAGES, (analysis.kind, analysis.docs)
+        assert anchor in _anchors(PAGES[page]), (analysis.kind, analysis.docs)
+
+
+def test_the_result_kinds_come_from_the_registry():
+    index = PAGES["index.md"]
+    assert "<!-- analyses -->" in index
+    assert not re.search(r"\b(four|five|six|seven) result kinds\b", index)
+    assert "<!-- analyses-python -->" in PAGES["api/index.md"]
+
+
+def test_links_between_docs_pages_resolve():
+    """Relative links of README and the pages reach a file; links into docs pages reach an anchor."""
+    generated = {"landscape"} | {f"landscape-{command}" for command in COMMANDS}  # cli.md's, by mkdocs-click
+    broken = []
+    for name, text in ALL.items():
+        base = (ROOT / name).parent
+        for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (base / path).resolve() if path else ROOT / name
+            known = dest.exists() and (
+                not anchor or dest.suffix != ".md" or anchor in _anchors(dest.read_text()) | generated
+            )
+            if not known:
+                broken.append((name, target))
+    assert not broken, broken

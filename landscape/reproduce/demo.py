@@ -243,9 +243,8 @@ def write_summary(
         shared_figures: the figures that overlay the models.
         out_dir: the demo folder.
         quick: the quick demo (said in the title).
-        findings_table: the Markdown table of :func:`landscape.reproduce.findings.findings_markdown` (a "Findings"
-        section
-            after the main table), or None to leave it out.
+        findings_table: the Markdown table of :func:`landscape.reproduce.findings.findings_markdown` (a
+            "Findings" section after the main table), or None to leave it out.
         force: replace a ``summary.md`` that landscape did not write (see
             :func:`landscape.store.files.check_replaceable`).
 

@@ -1,0 +1,96 @@
+"""mkdocs hooks: the lists that come from the analysis registry, filled into the pages when they are built.
+
+A page says where a list goes with a marker on a line of its own:
+
+- ``<!-- analyses -->``: a table of every registered analysis (result kind, title, description, command, and a
+  link to its section of the docs, the ``docs`` field of its :class:`~landscape.analyses.registry.Analysis`);
+- ``<!-- analyses-python -->``: a table of the same analyses' runner functions and options classes, linked to
+  their API pages (a runner that is not on an API page fails the strict build).
+
+It also writes the escaped pipes in the code of table cells (a backslash before the pipe, which GitHub needs)
+as plain pipes, which is what Python-Markdown needs.
+
+The registry is read through ``landscape.analyses.registry.analyses()``, which imports no torch; so a new
+analysis appears in the pages without editing them. An analysis whose ``docs`` page is not part of the site
+fails the build (the link is checked like every other link of a strict build).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+# this checkout's package, whichever landscape the environment has installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from landscape.analyses.registry import Analysis, analyses  # noqa: E402
+
+MARKERS = ("<!-- analyses -->", "<!-- analyses-python -->")
+CODE = re.compile(r"`[^`]*`")
+
+
+def _link(target: str, page: str) -> str:
+    """``target`` (a path under docs/, with an optional #anchor) relative to the page ``page``."""
+    path, _, anchor = target.partition("#")
+    rel = posixpath.relpath(path, posixpath.dirname(page) or ".")
+    return rel + (f"#{anchor}" if anchor else "")
+
+
+def _cell(text: str) -> str:
+    """Text safe in a Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _ref(dotted: str | None) -> str:
+    """A link to the API page of the object at ``dotted`` (an autorefs cross-reference), or a dash."""
+    return f"[`{dotted}`][{dotted}]" if dotted else "–"
+
+
+def analyses_table(items: list[Analysis], page: str) -> str:
+    """The Markdown table of ``items``: kind, title, description, command, docs link."""
+    rows = ["| kind | analysis | what it computes | command | definition |", "| --- | --- | --- | --- | --- |"]
+    for a in items:
+        command = f"[`landscape {a.command}`]({_link(f'cli.md#landscape-{a.command}', page)})" if a.command else "–"
+        docs = f"[{_cell(a.title)}]({_link(a.docs, page)})" if a.docs else "–"
+        rows.append(f"| `{a.kind}` | {_cell(a.title)} | {_cell(a.description)} | {command} | {docs} |")
+    return "\n".join(rows)
+
+
+def python_table(items: list[Analysis], page: str) -> str:
+    """The Markdown table of ``items``: kind, runner function, options class, each linked to its API page."""
+    rows = ["| kind | runner | options |", "| --- | --- | --- |"]
+    for a in items:
+        runner = a.run.replace(":", ".") if a.run else None
+        options = f"{a.options.__module__}.{a.options.__qualname__}" if a.options else None
+        rows.append(f"| `{a.kind}` | {_ref(runner)} | {_ref(options)} |")
+    return "\n".join(rows)
+
+
+def table_code_pipes(markdown: str) -> str:
+    """Every escaped pipe inside a code span of a table row, as a plain pipe.
+
+    GitHub needs a pipe in a table cell's code escaped with a backslash and shows it without the backslash;
+    Python-Markdown keeps the backslash in code but already ignores a bare pipe there. So the pages are written
+    for GitHub and the site gets the bare pipe.
+    """
+
+    def row(line: str) -> str:
+        if not line.lstrip().startswith("|"):
+            return line
+        return CODE.sub(lambda m: m.group(0).replace("\\|", "|"), line)
+
+    return "\n".join(row(line) for line in markdown.split("\n"))
+
+
+def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
+    """Replace each marker line of a page by its table; unescape the pipes in the code of table cells."""
+    markdown = table_code_pipes(markdown)
+    if not any(marker in markdown for marker in MARKERS):
+        return markdown
+    items = analyses()
+    where = page.file.src_uri
+    markdown = markdown.replace(MARKERS[0], analyses_table(items, where))
+    return markdown.replace(MARKERS[1], python_table(items, where))
