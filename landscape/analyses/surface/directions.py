@@ -49,14 +49,15 @@ SAME_POINT_RTOL = 1e-12
 class Directions:
     """The directions of a surface and what is known about them.
 
-    ``x`` and ``y`` are params dicts (``y`` is None for a 1D surface); ``kind`` is ``random``, ``target``
-    or ``pca``; ``meta`` holds attributes recorded in the result file (normalisation, cosine, explained
-    variance, ...); ``trajectory`` holds the (n, 2) coordinates of trajectory snapshots in the plane (PCA).
+    ``x`` and ``y`` are params dicts (``y`` is None for a 1D surface); ``kind`` is ``random``, ``target``,
+    ``pca`` or ``hessian`` (:mod:`landscape.analyses.surface.hessian_directions`); ``meta`` holds attributes
+    recorded in the result file (normalisation, cosine, explained variance, ...); ``trajectory`` holds the (n, 2)
+    coordinates of trajectory snapshots in the plane (PCA).
 
     Attributes:
         x: the first direction, a params dict shaped like the centre.
         y: the second direction, or ``None`` for a line.
-        kind: ``"random"``, ``"target"`` or ``"pca"``.
+        kind: ``"random"``, ``"target"``, ``"pca"`` or ``"hessian"``.
         meta: attributes recorded in the result file (``norm``, ``x_norm``, ``y_norm``, ``cosine``, ...).
         trajectory: the ``(n, 2)`` coordinates of the trajectory snapshots (PCA only; else ``None``).
     """
