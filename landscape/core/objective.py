@@ -291,7 +291,9 @@ class Objective:
         )
 
     @torch.no_grad()
-    def recompute_bn_buffers(self, params: Mapping[str, Tensor]) -> ParamDict:
+    def recompute_bn_buffers(
+        self, params: Mapping[str, Tensor], buffers: Mapping[str, Tensor] | None = None
+    ) -> ParamDict:
         """Re-estimate BatchNorm running statistics at ``params`` from this objective's batches.
 
         Every BatchNorm layer gets the cumulative average of its batch means and (unbiased) batch variances
@@ -299,11 +301,14 @@ class Objective:
 
         Args:
             params: the variable parameters theta at which to estimate the statistics.
+            buffers: the buffers to start from (default: the objective's own); their BatchNorm statistics are
+                replaced, every other buffer is kept as it is (e.g. the buffers of an interpolated network).
 
         Returns:
-            A new buffers dict (the objective's own buffers are not changed), for :meth:`evaluate`.
+            A new buffers dict (neither the objective's own buffers nor ``buffers`` are changed), for
+            :meth:`evaluate`.
         """
-        buffers = {n: b.clone() for n, b in self.buffers.items()}
+        buffers = {n: b.clone() for n, b in (self.buffers if buffers is None else buffers).items()}
         for name, b in buffers.items():
             if name.endswith("running_mean"):
                 b.zero_()
@@ -311,7 +316,7 @@ class Objective:
                 b.fill_(1.0)
             elif name.endswith("num_batches_tracked"):
                 b.zero_()
-        with _bn_cumulative(self.module):
+        with bn_train_mode(self.module, cumulative=True):
             for x, _ in self.batches:
                 functional_call(self.module, {**self.fixed, **params, **buffers}, (x,))
         return buffers
@@ -373,14 +378,27 @@ class Objective:
 
 
 @contextmanager
-def _bn_cumulative(module: nn.Module) -> Iterator[None]:
-    """Temporarily put BatchNorm layers in train mode with cumulative averaging (momentum=None)."""
+def bn_train_mode(module: nn.Module, *, cumulative: bool = False) -> Iterator[None]:
+    """Temporarily put the BatchNorm layers of ``module`` (and only those) in train mode.
+
+    In train mode a BatchNorm layer normalises by the statistics of the batch it sees and updates the running
+    statistics it is given. With ``cumulative`` the update is the cumulative average (``momentum=None``), the
+    mechanism of :meth:`Objective.recompute_bn_buffers`. Every layer's mode and momentum are restored on exit.
+
+    Args:
+        module: the model (the caller's own copy: it is modified while the context is open).
+        cumulative: also set ``momentum=None`` (each batch counts once in the running statistics).
+
+    Yields:
+        Nothing; the layers are in train mode inside the ``with`` block.
+    """
     saved = []
     for m in module.modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm):
             saved.append((m, m.training, m.momentum))
             m.train()
-            m.momentum = None
+            if cumulative:
+                m.momentum = None
     try:
         yield
     finally:

@@ -49,14 +49,15 @@ SAME_POINT_RTOL = 1e-12
 class Directions:
     """The directions of a surface and what is known about them.
 
-    ``x`` and ``y`` are params dicts (``y`` is None for a 1D surface); ``kind`` is ``random``, ``target``
-    or ``pca``; ``meta`` holds attributes recorded in the result file (normalisation, cosine, explained
-    variance, ...); ``trajectory`` holds the (n, 2) coordinates of trajectory snapshots in the plane (PCA).
+    ``x`` and ``y`` are params dicts (``y`` is None for a 1D surface); ``kind`` is ``random``, ``target``,
+    ``pca`` or ``hessian`` (:mod:`landscape.analyses.surface.hessian_directions`); ``meta`` holds attributes
+    recorded in the result file (normalisation, cosine, explained variance, ...); ``trajectory`` holds the (n, 2)
+    coordinates of trajectory snapshots in the plane (PCA).
 
     Attributes:
         x: the first direction, a params dict shaped like the centre.
         y: the second direction, or ``None`` for a line.
-        kind: ``"random"``, ``"target"`` or ``"pca"``.
+        kind: ``"random"``, ``"target"``, ``"pca"`` or ``"hessian"``.
         meta: attributes recorded in the result file (``norm``, ``x_norm``, ``y_norm``, ``cosine``, ...).
         trajectory: the ``(n, 2)`` coordinates of the trajectory snapshots (PCA only; else ``None``).
     """
@@ -232,6 +233,24 @@ def random_directions(
     return _with_norms(Directions(x, y, "random", meta), {"the centre checkpoint": theta})
 
 
+def differences(theta: Mapping[str, Tensor], other: Mapping[str, Tensor]) -> tuple[list[str], list[str], list[str]]:
+    """How the names and shapes of ``other`` differ from ``theta``'s (the matching of :func:`check_compatible`).
+
+    Args:
+        theta: the reference, name -> tensor.
+        other: the dict to compare, name -> tensor.
+
+    Returns:
+        ``(missing, extra, wrong)``: the names of ``theta`` that ``other`` lacks (in ``theta``'s order), the names
+        of ``other`` that ``theta`` lacks (in ``other``'s order), and the names in both whose shapes differ (in
+        ``theta``'s order). All three are empty when the two match.
+    """
+    missing = [n for n in theta if n not in other]
+    extra = [n for n in other if n not in theta]
+    wrong = [n for n in theta if n in other and tuple(other[n].shape) != tuple(theta[n].shape)]
+    return missing, extra, wrong
+
+
 def check_compatible(theta: Mapping[str, Tensor], other: Mapping[str, Tensor], what: str) -> None:
     """Raise a one-line error unless ``other`` has exactly ``theta``'s parameter names and shapes.
 
@@ -244,9 +263,7 @@ def check_compatible(theta: Mapping[str, Tensor], other: Mapping[str, Tensor], w
         LandscapeError: a name of ``theta`` is missing from ``other``, ``other`` has an extra name, or a shape
             differs.
     """
-    missing = [n for n in theta if n not in other]
-    extra = [n for n in other if n not in theta]
-    wrong = [n for n in theta if n in other and tuple(other[n].shape) != tuple(theta[n].shape)]
+    missing, extra, wrong = differences(theta, other)
     if missing or extra or wrong:
         detail = (
             f"missing {missing[:2]}" if missing else f"unexpected {extra[:2]}" if extra else f"shape of {wrong[:2]}"

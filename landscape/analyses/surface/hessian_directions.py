@@ -1,0 +1,372 @@
+"""Surface directions along the Hessian's eigenvectors: computed by Lanczos, or read from a hessian result file.
+
+The x (and y) direction of such a surface is the top-1 (and top-2) unit eigenvector ``v_i`` of the Hessian of
+the surface's own objective at its centre, "top" in the order of ``which`` (:func:`~landscape.analyses.hessian.
+linalg.rank_ritz`: ``LA`` largest first, ``SA`` smallest first, ``LM`` largest magnitude first, ``BE``
+alternately the largest and the smallest). The directions are unit vectors, so a surface's coordinates are
+distances in parameter space, and along ``v_i`` the quadratic model of the loss is
+
+    L(theta + a v_i) ~ L(theta) + lambda_i a^2 / 2
+
+(:func:`quadratic_model`). An eigenvector of a Hessian block (``patterns``, or a file of ``landscape hessian
+--params``) is zero on every other parameter. An eigenvector's sign is arbitrary; it is fixed so that its
+largest-magnitude entry is positive (as for PCA directions).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from landscape import store
+from landscape.analyses.hessian.lanczos import lanczos
+from landscape.analyses.hessian.linalg import rank_ritz
+from landscape.analyses.hessian.operator import HessianOperator
+from landscape.analyses.surface.directions import Directions
+from landscape.core import params as P
+from landscape.core.criteria import criterion_name
+from landscape.core.objective import Objective
+from landscape.core.params import ParamDict
+from landscape.errors import LandscapeError
+from landscape.store.attrs import decode, encode
+
+#: the attributes of a hessian file that must equal the surface's for its eigenvectors to be the same
+#: objective's: the checkpoint, model, data and samples, and the loss
+PROVENANCE_ATTRS = (
+    "checkpoint_sha256",
+    "model",
+    "model_kwargs",
+    "num_classes",
+    "pretrained",
+    "model_output",
+    "dataset",
+    "split",
+    "preprocess",
+    "n_samples",
+    "seed",
+    "criterion",
+    "regularizer",
+    "augment",
+    "augment_copies",
+)
+#: what an attribute a file does not record means (files without an augmentation record none)
+PROVENANCE_DEFAULTS: dict[str, Any] = {"augment": "none", "augment_copies": 1}
+
+
+@dataclass
+class EigenDirections:
+    """Unit Hessian eigenvectors as params dicts, most wanted first, with their eigenvalues.
+
+    Attributes:
+        eigenvalues: ``lambda_i``, most wanted first (in the order of ``which``).
+        vectors: the unit eigenvectors ``v_i``, each a params dict of the centre's names and shapes (zero outside
+            the Hessian block), in the same order.
+        which: the kind of eigenpairs, ``LA``, ``SA``, ``LM`` or ``BE``.
+        names: the parameters of the Hessian block, in flattening order.
+        residuals: ``||H v_i - lambda_i v_i||`` of each pair, in the same order.
+        source: ``"lanczos"``, or the path of the hessian file read.
+    """
+
+    eigenvalues: list[float]
+    vectors: list[ParamDict]
+    which: str
+    names: list[str]
+    residuals: list[float]
+    source: str
+
+    def directions(self, ndim: int = 2) -> Directions:
+        """The surface directions: x = ``v_1`` (and y = ``v_2`` for a plane).
+
+        Args:
+            ndim: 1 for a line, 2 for a plane.
+
+        Returns:
+            :class:`~landscape.analyses.surface.directions.Directions` of kind ``hessian``; ``meta`` holds
+            ``direction_type``, ``norm`` (``none``), ``which``, ``eigenvalues`` (of the directions used),
+            ``hessian_params`` (the block), ``eigen_source``, ``x_norm`` (``y_norm``, ``cosine``).
+
+        Raises:
+            LandscapeError: ``ndim`` is not 1 or 2, or fewer than ``ndim`` eigenvectors are held.
+        """
+        if isinstance(ndim, bool) or ndim not in (1, 2):
+            raise LandscapeError(f"ndim must be 1 (a line) or 2 (a plane), got {ndim!r}")
+        if len(self.vectors) < ndim:
+            raise LandscapeError(
+                f"a {ndim}D surface needs {ndim} eigenvectors, only {len(self.vectors)} are held; compute more "
+                "(landscape hessian --top-k)"
+            )
+        meta: dict[str, Any] = {
+            "direction_type": "hessian",
+            "norm": "none",
+            "which": self.which,
+            "eigenvalues": [float(v) for v in self.eigenvalues[:ndim]],
+            "hessian_params": list(self.names),
+            "eigen_source": self.source,
+        }
+        d = Directions(self.vectors[0], self.vectors[1] if ndim == 2 else None, "hessian", meta)
+        for axis, direction in (("x", d.x), ("y", d.y)):
+            if direction is not None:
+                meta[f"{axis}_norm"] = float(P.norm({n: t.double() for n, t in direction.items()}))
+        if d.y is not None:
+            meta["cosine"] = d.cosine()
+        return d
+
+
+def _vectors(
+    columns: Tensor, order: Sequence[int], names: Sequence[str], theta: Mapping[str, Tensor]
+) -> list[ParamDict]:
+    """Columns of ``columns`` (block entries, in ``names``' order) as unit params dicts of ``theta``, sign-fixed."""
+    block = {n: theta[n].detach().cpu() for n in names}
+    out = []
+    for j in order:
+        v = columns[:, j].detach().to("cpu", torch.float64)
+        v = v / torch.linalg.vector_norm(v)
+        if v[v.abs().argmax()] < 0:
+            v = -v
+        parts = P.unflatten(v, block)
+        out.append(
+            {
+                n: parts[n].to(t.device, t.dtype) if n in parts else torch.zeros_like(t.detach())
+                for n, t in theta.items()
+            }
+        )
+    return out
+
+
+def _check_converged(converged: Sequence[bool], order: Sequence[int], k: int, hint: str) -> None:
+    for rank, j in enumerate(order[:k]):
+        if not bool(converged[j]):
+            raise LandscapeError(f"eigenpair {rank + 1} (in the order of which) did not converge; {hint}")
+
+
+def hessian_eigendirections(
+    objective: Objective,
+    k: int = 2,
+    *,
+    which: str = "LA",
+    patterns: Sequence[str] | str | None = None,
+    tol: float = 1e-6,
+    ncv: int | None = None,
+    maxiter: int | None = None,
+    seed: int = 0,
+    hvp: str = "auto",
+) -> EigenDirections:
+    """The top-``k`` unit eigenvectors of the objective's Hessian at its parameters (thick-restart Lanczos).
+
+    Args:
+        objective: the objective; its :class:`~landscape.analyses.hessian.operator.HessianOperator` at
+            ``objective.params`` (BatchNorm in eval mode, as every Hessian here).
+        k: how many eigenpairs.
+        which: ``LA`` (default), ``SA``, ``LM`` or ``BE``; "top" in that order.
+        patterns: parameter-name patterns of a Hessian block (see
+            :func:`~landscape.analyses.hessian.operator.select_names`); None: every parameter.
+        tol: the Lanczos relative tolerance of the eigenvalues.
+        ncv: the Lanczos basis size (None: the solver's default).
+        maxiter: the most Lanczos restarts (None: the solver's default).
+        seed: the seed of the Lanczos start vector (a private generator).
+        hvp: how the products are made (``auto``, ``jvp``, ``graph``, ``linearize``).
+
+    Returns:
+        The :class:`EigenDirections` (``source="lanczos"``).
+
+    Raises:
+        LandscapeError: a bad ``k``, ``which``, ``tol``, ``ncv``, ``hvp`` or ``patterns``, or a wanted pair that
+            did not converge within ``maxiter`` restarts.
+    """
+    op = HessianOperator(objective, patterns=patterns, mode=hvp)
+    res = lanczos(op, k=k, which=which, ncv=ncv, tol=tol, maxiter=maxiter, seed=seed, return_eigenvectors=True)
+    assert res.eigenvectors is not None
+    order = rank_ritz(res.eigenvalues, which).tolist()
+    _check_converged(res.converged.tolist(), order, k, "raise maxiter or tol")
+    return EigenDirections(
+        eigenvalues=[float(res.eigenvalues[j]) for j in order],
+        vectors=_vectors(res.eigenvectors, order, op.names, objective.params),
+        which=which,
+        names=list(op.names),
+        residuals=[float(res.residuals[j]) for j in order],
+        source="lanczos",
+    )
+
+
+def hessian_directions(objective: Objective, *, ndim: int = 2, **lanczos_options: Any) -> Directions:
+    """Surface directions x = ``v_1`` (and y = ``v_2``): the objective's top unit Hessian eigenvectors.
+
+    Args:
+        objective: the objective; its parameters are the surface's centre.
+        ndim: 1 for a line, 2 for a plane.
+        **lanczos_options: ``which``, ``patterns``, ``tol``, ``ncv``, ``maxiter``, ``seed``, ``hvp`` (see
+            :func:`hessian_eigendirections`).
+
+    Returns:
+        :class:`~landscape.analyses.surface.directions.Directions` of kind ``hessian`` (see
+        :meth:`EigenDirections.directions`).
+
+    Raises:
+        LandscapeError: ``ndim`` is not 1 or 2, or any error of :func:`hessian_eigendirections`.
+    """
+    if isinstance(ndim, bool) or ndim not in (1, 2):
+        raise LandscapeError(f"ndim must be 1 (a line) or 2 (a plane), got {ndim!r}")
+    return hessian_eigendirections(objective, ndim, **lanczos_options).directions(ndim)
+
+
+def objective_attrs(objective: Objective) -> dict[str, Any]:
+    """The attributes of the loss a hessian file records, for this objective (to check a file against).
+
+    Args:
+        objective: the objective.
+
+    Returns:
+        ``{"criterion", "regularizer", "n_samples"}`` as a hessian file records them; add the provenance of the
+        model and data (:meth:`~landscape.core.front.AnalysisInputs.provenance`) to check a whole file.
+    """
+    return {
+        "criterion": criterion_name(objective.criterion),
+        "regularizer": objective.regularizer.describe(),
+        "n_samples": int(objective.n_samples),
+    }
+
+
+def _comparable(value: Any) -> Any:
+    """A value as it reads back from a result file (JSON strings decoded, tuples as lists)."""
+    return decode(encode(value))
+
+
+def _shown(value: Any) -> str:
+    """A value for a message: dicts and lists as JSON with sorted keys, anything else as its repr."""
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else repr(value)
+
+
+def check_provenance(attrs: Mapping[str, Any], expected: Mapping[str, Any], what: str = "the eigenvector file") -> None:
+    """Refuse a file made for another checkpoint or objective: every :data:`PROVENANCE_ATTRS` key given must agree.
+
+    Only the keys of :data:`PROVENANCE_ATTRS` that ``expected`` holds (or that have a default,
+    :data:`PROVENANCE_DEFAULTS`) are compared, after both sides are put in the form a result file reads back
+    in (a JSON regulariser description is compared as the dict it encodes).
+
+    Args:
+        attrs: the file's root attributes (as read by :func:`landscape.store.read_result`).
+        expected: the attributes of this surface (model provenance and :func:`objective_attrs`).
+        what: how the message names the file.
+
+    Raises:
+        LandscapeError: one line naming the first attribute that differs and both values.
+    """
+    for key in PROVENANCE_ATTRS:
+        if key not in expected and key not in PROVENANCE_DEFAULTS:
+            continue
+        absent = object()
+        mine = _comparable(expected.get(key, PROVENANCE_DEFAULTS.get(key, absent)))
+        theirs = _comparable(attrs[key]) if key in attrs else PROVENANCE_DEFAULTS.get(key, absent)
+        if mine != theirs:
+            shown = "not recorded" if theirs is absent else _shown(theirs)
+            raise LandscapeError(
+                f"{what} was made for another model or objective: {key} is {shown} there but {_shown(mine)} here; "
+                "compute the eigenvectors of this checkpoint and loss (landscape hessian --eigenvectors)"
+            )
+
+
+def read_eigendirections(
+    source: str | Path | store.Result, theta: Mapping[str, Tensor], *, expected: Mapping[str, Any]
+) -> EigenDirections:
+    """The eigenvectors of a ``landscape hessian --eigenvectors`` file as unit params dicts of ``theta``.
+
+    The file's ``eigenvectors`` array is ``(n_params, pairs)``, its rows in the order of the ``parameter_names``
+    attribute; its ``eigenvalues`` are ascending and ``which`` says which pairs it holds. The file must belong to
+    the same checkpoint and objective (:func:`check_provenance`), and its parameters must be ``theta``'s.
+
+    Args:
+        source: the hessian result file, or the file already read.
+        theta: the surface's centre, a params dict (the directions' names, shapes, devices and dtypes).
+        expected: this surface's provenance and loss attributes (see :func:`check_provenance`).
+
+    Returns:
+        The :class:`EigenDirections` (``source`` = the file's path), every pair of the file, most wanted first.
+
+    Raises:
+        LandscapeError: the file cannot be read, is not a hessian result, holds no eigenvectors, was made for
+            another checkpoint or objective, names parameters ``theta`` lacks or sizes that do not add up, holds
+            NaN or Inf, or a pair did not converge.
+    """
+    res = source if isinstance(source, store.Result) else store.read_result(source)
+    where = str(res.path)
+    if res.kind != "hessian":
+        raise LandscapeError(f"{where} is a {res.kind} result, not a hessian one; give a landscape hessian file")
+    if "eigenvectors" not in res:
+        raise LandscapeError(f"{where} holds no eigenvectors; compute them with landscape hessian --eigenvectors")
+    check_provenance(res.attrs, expected, f"the eigenvector file {where}")
+    names = [str(n) for n in res.attrs.get("parameter_names", [])]
+    unknown = [n for n in names if n not in theta]
+    if unknown:
+        raise LandscapeError(f"{where} has eigenvectors of parameter {unknown[0]!r}, which the model lacks")
+    vectors = np.asarray(res["eigenvectors"], dtype=np.float64)
+    size = sum(theta[n].numel() for n in names)
+    n_params = int(res.attrs.get("n_params", -1))
+    if vectors.ndim != 2 or not names or vectors.shape[0] != size or n_params != size:
+        raise LandscapeError(
+            f"{where}'s eigenvectors have {vectors.shape[0]} rows and n_params={n_params}, but its parameters "
+            f"{names[:3]} have {size} entries in this model; the file is damaged or of another model"
+        )
+    if not np.isfinite(vectors).all():
+        raise LandscapeError(f"{where}'s eigenvectors hold NaN or Inf; compute them again")
+    eigenvalues = torch.as_tensor(np.asarray(res["eigenvalues"], dtype=np.float64))
+    which = str(res.attrs.get("which", "LA"))
+    order = rank_ritz(eigenvalues, which).tolist()
+    converged = res["converged"].tolist() if "converged" in res else [True] * len(order)
+    _check_converged(converged, order, len(order), "compute the eigenvectors again with a larger --maxiter or --tol")
+    residuals = res["residuals"].tolist() if "residuals" in res else [float("nan")] * len(order)
+    return EigenDirections(
+        eigenvalues=[float(eigenvalues[j]) for j in order],
+        vectors=_vectors(torch.as_tensor(vectors), order, names, theta),
+        which=which,
+        names=names,
+        residuals=[float(residuals[j]) for j in order],
+        source=where,
+    )
+
+
+def file_hessian_directions(
+    source: str | Path | store.Result, theta: Mapping[str, Tensor], *, expected: Mapping[str, Any], ndim: int = 2
+) -> Directions:
+    """Surface directions from a hessian file's eigenvectors: x = ``v_1`` (and y = ``v_2``).
+
+    Args:
+        source: the hessian result file, or the file already read.
+        theta: the surface's centre, a params dict.
+        expected: this surface's provenance and loss attributes (see :func:`check_provenance`).
+        ndim: 1 for a line, 2 for a plane.
+
+    Returns:
+        :class:`~landscape.analyses.surface.directions.Directions` of kind ``hessian``.
+
+    Raises:
+        LandscapeError: any error of :func:`read_eigendirections`, or fewer than ``ndim`` eigenvectors.
+    """
+    return read_eigendirections(source, theta, expected=expected).directions(ndim)
+
+
+def quadratic_model(
+    loss0: float, eigenvalues: Sequence[float], a: np.ndarray | Sequence[float], b: np.ndarray | None = None
+) -> np.ndarray:
+    """The quadratic model ``L(0) + (lambda_1 a^2 + lambda_2 b^2) / 2`` along unit eigenvectors.
+
+    Args:
+        loss0: the loss at the centre, ``L(0)``.
+        eigenvalues: ``lambda_1`` (and ``lambda_2`` with ``b``).
+        a: the x coordinates (distances along ``v_1``).
+        b: the y coordinates (distances along ``v_2``), broadcast against ``a``; None for a line.
+
+    Returns:
+        The model's values, float64, of the broadcast shape of ``a`` and ``b``.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    out = loss0 + 0.5 * float(eigenvalues[0]) * a**2
+    if b is not None:
+        out = out + 0.5 * float(eigenvalues[1]) * np.asarray(b, dtype=np.float64) ** 2
+    return out
