@@ -252,8 +252,9 @@ def average_sharpness(
     Per batch ``S`` the expectation is the Monte-Carlo mean over ``samples`` draws ``delta_j = rho c * eps_j``,
     ``eps_j ~ N(0, I)`` (with ``antithetic``, the mean of ``[L_S(w + delta_j) + L_S(w - delta_j)] / 2 -
     L_S(w)``: the same expectation, with the linear term cancelled in every draw). Each batch gets its own
-    ``eps_j``; every radius uses the same ones. For ``L = (w - b)^T A (w - b) / 2`` the value is exactly
-    ``rho^2 tr(diag(c^2) A) / 2`` (the linear term has mean zero).
+    ``eps_j``; every radius uses the same ones. For ``L = (w - b)^T A (w - b) / 2`` the expectation is exactly
+    ``rho^2 tr(diag(c^2) A) / 2`` (the linear term has mean zero), and the estimate converges to it as
+    ``1 / sqrt(samples)``.
 
     Args:
         objective: the loss; its variable params are ``w`` (never changed).

@@ -15,6 +15,7 @@ from landscape.analyses.sharpness.measures import (
     worst_sharpness,
 )
 from landscape.core.objective import Objective
+from landscape.core.regularizer import Regularizer
 
 F64 = torch.float64
 
@@ -138,6 +139,25 @@ def test_worst_case_from_zero_is_stuck_at_a_minimum_and_ascends_elsewhere():
     g = A @ (w - b)
     z = 0.1 * g / g.norm()
     assert float(away.mean[0]) >= float(g @ z + 0.5 * z @ A @ z) - 1e-12
+
+
+def test_the_regulariser_counts_only_when_asked():
+    obj = Objective(
+        Quadratic(A, W_VEC, B_VEC),
+        dummy_batches(1),
+        criterion=mean_output,
+        dtype=F64,
+        regularizer=Regularizer("l2", 2.0),
+    )
+    data = average_sharpness(obj, 0.2, samples=5, antithetic=True, adaptive=False, seed=7)
+    both = average_sharpness(obj, 0.2, samples=5, antithetic=True, adaptive=False, seed=7, include_regularizer=True)
+    gen = torch.Generator().manual_seed(7)
+    d = 0.2 * torch.stack([torch.randn(6, generator=gen, dtype=F64) for _ in range(5)])
+    quad = 0.5 * ((d @ A) * d).sum(1)
+    assert float(data.mean[0]) == pytest.approx(float(quad.mean()), rel=1e-10)
+    # antithetic: the l2 term 0.5 * coef * ||w + d||^2 adds 0.5 * coef * ||d||^2
+    assert float(both.mean[0]) == pytest.approx(float((quad + 1.0 * (d**2).sum(1)).mean()), rel=1e-10)
+    assert float(both.base_loss[0] - data.base_loss[0]) == pytest.approx(float((W_VEC**2).sum()))
 
 
 def relu_net(seed=0):
