@@ -1,0 +1,442 @@
+"""Average-case and worst-case sharpness of an :class:`~landscape.core.objective.Objective`, adaptive or plain.
+
+Each of the objective's batches is one mini-batch ``S`` with mean loss ``L_S`` (the data loss of that batch; the
+regulariser only with ``include_regularizer``). The weights ``w`` are the objective's variable params (or those
+matching ``patterns``; every other parameter, and the BatchNorm running statistics, held as they are). The scale
+is ``c = |w|`` elementwise (adaptive, Kwon et al. 2021, ASAM) or ``c = 1`` (plain). For a radius ``rho``:
+
+    average:  S_avg(S) = E_{eps ~ N(0, I)} [L_S(w + rho c * eps) - L_S(w)]      (delta ~ N(0, rho^2 diag(c^2)))
+    worst:    S_max(S) = max_{||z||_p <= rho} L_S(w + c * z) - L_S(w)            (z = delta / c, p in {2, inf})
+
+and the reported sharpness is ``E_S`` of either, the equal-weight mean over the batches (each batch one draw of
+``S``), with a percentile bootstrap interval over the batches (Andriushchenko et al. 2023, "A modern look at the
+relationship between sharpness and generalization"). A list of radii gives the curve over ``rho`` from one
+run: the noise (average) and the ascent's start direction (worst) are shared by every radius.
+
+The worst case is found by projected ascent in ``z`` (see :func:`worst_sharpness` for the step rule). In ``z`` the
+adaptive measures are invariant to rescaling a ReLU layer by ``a > 0`` and the next by ``1 / a``: the perturbed
+network is the rescaled perturbed network, and the gradient in ``z`` is unchanged.
+
+Random numbers come from private ``torch.Generator`` s seeded with ``seed`` (drawn on the CPU in float64, then
+moved), so the caller's global random state is never touched; the objective is never changed.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.func import grad_and_value
+
+from landscape.analyses.hessian.operator import select_names
+from landscape.core.objective import Objective
+from landscape.core.params import ParamDict
+from landscape.errors import LandscapeError
+from landscape.options import checks
+
+#: the norms of the worst case's ball: Euclidean and max-norm
+NORMS = (2.0, math.inf)
+#: where the worst case's ascent starts
+INITS = ("random", "zero")
+
+
+@dataclass(frozen=True)
+class SharpnessEstimate:
+    """A sharpness measure per batch and radius, its mean over batches and a bootstrap interval.
+
+    Attributes:
+        measure: ``"average"`` or ``"worst"``.
+        adaptive: whether the scale is ``c = |w|`` (else ``c = 1``).
+        p: the norm of the worst case's ball (2 or inf); None for the average case.
+        rho: the radii, in the order given.
+        batches: the objective's batch indices used, in order.
+        values: ``S(S_b, rho_r)`` per batch and radius, shape ``(B, R)``, float64 on the CPU.
+        stderr: the average case's Monte-Carlo standard error of each value, ``std_j / sqrt(samples)``, shape
+            ``(B, R)`` (NaN with one sample); None for the worst case.
+        base_loss: ``L_S(w)`` per batch, shape ``(B,)``.
+        mean: ``(1/B) sum_b values[b]``, shape ``(R,)``.
+        low: the lower end of the percentile bootstrap interval of ``mean`` over batches, shape ``(R,)`` (NaN
+            for a single batch).
+        high: the upper end, shape ``(R,)``.
+        confidence: the interval's level.
+        settings: what else the estimate depends on (samples, antithetic, steps, step size, init, seed, ...).
+    """
+
+    measure: str
+    adaptive: bool
+    p: float | None
+    rho: tuple[float, ...]
+    batches: tuple[int, ...]
+    values: Tensor
+    stderr: Tensor | None
+    base_loss: Tensor
+    mean: Tensor
+    low: Tensor
+    high: Tensor
+    confidence: float
+    settings: dict[str, object]
+
+
+# ------------------------------------------------------------------------------------------------- checks
+def check_radii(rho: float | Sequence[float]) -> tuple[float, ...]:
+    """The radii as a tuple of floats; an error unless each is finite and ``>= 0``.
+
+    Args:
+        rho: one radius or a non-empty sequence of radii.
+
+    Returns:
+        The radii, in the order given.
+
+    Raises:
+        LandscapeError: an empty list, or a radius that is NaN, infinite, negative or not a number.
+    """
+    radii = [rho] if isinstance(rho, (numbers.Real, str)) else list(rho)
+    if not radii:
+        raise LandscapeError("rho must be a radius or a non-empty list of radii")
+    return tuple(checks.non_negative(r, "rho") for r in radii)
+
+
+def check_norm(p: float | str) -> float:
+    """The worst case's norm as ``2.0`` or ``math.inf``; an error for any other.
+
+    Args:
+        p: ``2`` (or ``"2"``) or ``inf`` (``math.inf``, ``"inf"``, ``"linf"``).
+
+    Returns:
+        ``2.0`` or ``math.inf``.
+
+    Raises:
+        LandscapeError: ``p`` is neither 2 nor inf.
+    """
+    text = str(p).strip().lower()
+    if text in ("2", "2.0", "l2"):
+        return 2.0
+    if text in ("inf", "linf", "l-inf", "infinity"):
+        return math.inf
+    raise LandscapeError(f"p must be 2 or inf (the norm of the perturbation ball), got {p!r}")
+
+
+def _check_batches(objective: Objective, batches: Sequence[int] | None) -> list[int]:
+    used = list(range(len(objective.batches))) if batches is None else [int(i) for i in batches]
+    if not used or any(i < 0 or i >= len(objective.batches) for i in used):
+        raise LandscapeError(f"batch indices must lie in [0, {len(objective.batches)}), got {used[:5]}")
+    return used
+
+
+# ------------------------------------------------------------------------------------------- shared parts
+def perturbation_scale(params: ParamDict, adaptive: bool) -> ParamDict:
+    """The scale ``c`` of the perturbation: ``|w|`` elementwise (adaptive) or ones (plain).
+
+    Args:
+        params: the weights ``w`` by name.
+        adaptive: ``c = |w|`` when True, else ``c = 1``.
+
+    Returns:
+        ``c`` by name, each tensor of its parameter's shape, dtype and device.
+    """
+    return {n: (w.abs() if adaptive else torch.ones_like(w)) for n, w in params.items()}
+
+
+def bootstrap_interval(
+    values: Tensor, *, confidence: float = 0.95, resamples: int = 1000, seed: int = 0
+) -> tuple[Tensor, Tensor]:
+    """The percentile bootstrap interval of the mean over the rows (batches) of ``values``, per column (radius).
+
+    Each of ``resamples`` resamples draws ``B`` rows with replacement (the same rows for every column) from a
+    private generator seeded with ``seed``; the interval is the ``(1 - confidence) / 2`` and
+    ``(1 + confidence) / 2`` quantiles (linear interpolation) of the resampled means.
+
+    Args:
+        values: shape ``(B, R)``.
+        confidence: the level, in ``(0, 1)``.
+        resamples: the number of bootstrap resamples (>= 1).
+        seed: the seed of the resampling generator.
+
+    Returns:
+        ``(low, high)``, each of shape ``(R,)``, float64; NaN for fewer than two rows.
+
+    Raises:
+        LandscapeError: ``confidence`` outside ``(0, 1)`` or ``resamples < 1``.
+    """
+    level = checks.in_range(confidence, "confidence", 0.0, 1.0, low_open=True, high_open=True)
+    count = checks.positive_int(resamples, "resamples")
+    values = values.to(torch.float64)
+    n = values.shape[0]
+    if n < 2:
+        nan = torch.full(values.shape[1:], math.nan, dtype=torch.float64)
+        return nan, nan.clone()
+    gen = torch.Generator().manual_seed(int(seed))
+    means = values[torch.randint(0, n, (count, n), generator=gen)].mean(dim=1)
+    tail = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+    low, high = torch.quantile(means, tail, dim=0)
+    return low, high
+
+
+def _perturbed(w: ParamDict, c: ParamDict, z: ParamDict, sign: float = 1.0) -> ParamDict:
+    """``w + sign * c * z`` by name."""
+    return {n: w[n] + sign * c[n] * z[n] for n in w}
+
+
+def _batch_losses(
+    objective: Objective, used: list[int], include_regularizer: bool
+) -> list[Callable[[ParamDict], Tensor]]:
+    """For each used batch, ``sub -> L_S(theta with sub)`` (+ R(theta) with ``include_regularizer``)."""
+    point, reg = objective.params, objective.regularizer
+
+    def make(index: int) -> Callable[[ParamDict], Tensor]:
+        loss = objective.batch_loss_fn(objective.batches[index])
+
+        def fn(sub: ParamDict) -> Tensor:
+            full = {**point, **sub}
+            return loss(full) + reg(full) if include_regularizer and reg.active else loss(full)
+
+        return fn
+
+    return [make(i) for i in used]
+
+
+def _draw(like: ParamDict, gen: torch.Generator, kind: str) -> ParamDict:
+    """Random tensors shaped like ``like``: standard normal or uniform on [-1, 1] (drawn on the CPU in float64)."""
+    out = {}
+    for n, t in like.items():
+        if kind == "normal":
+            x = torch.randn(t.shape, generator=gen, dtype=torch.float64)
+        else:
+            x = torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1
+        out[n] = x.to(device=t.device, dtype=t.dtype)
+    return out
+
+
+def _estimate(
+    measure: str,
+    adaptive: bool,
+    p: float | None,
+    radii: tuple[float, ...],
+    used: list[int],
+    values: Tensor,
+    stderr: Tensor | None,
+    base: Tensor,
+    confidence: float,
+    resamples: int,
+    seed: int,
+    settings: dict[str, object],
+) -> SharpnessEstimate:
+    low, high = bootstrap_interval(values, confidence=confidence, resamples=resamples, seed=seed)
+    mean = values.mean(dim=0)
+    return SharpnessEstimate(
+        measure, adaptive, p, radii, tuple(used), values, stderr, base, mean, low, high, float(confidence), settings
+    )
+
+
+# ------------------------------------------------------------------------------------------- average case
+def average_sharpness(
+    objective: Objective,
+    rho: float | Sequence[float],
+    *,
+    samples: int = 16,
+    adaptive: bool = True,
+    antithetic: bool = False,
+    patterns: Sequence[str] | str | None = None,
+    batches: Sequence[int] | None = None,
+    include_regularizer: bool = False,
+    seed: int = 0,
+    confidence: float = 0.95,
+    resamples: int = 1000,
+) -> SharpnessEstimate:
+    """Average-case sharpness ``E_S E_{delta ~ N(0, rho^2 diag(c^2))} [L_S(w + delta) - L_S(w)]``.
+
+    Per batch ``S`` the expectation is the Monte-Carlo mean over ``samples`` draws ``delta_j = rho c * eps_j``,
+    ``eps_j ~ N(0, I)`` (with ``antithetic``, the mean of ``[L_S(w + delta_j) + L_S(w - delta_j)] / 2 -
+    L_S(w)``: the same expectation, with the linear term cancelled in every draw). Each batch gets its own
+    ``eps_j``; every radius uses the same ones. For ``L = (w - b)^T A (w - b) / 2`` the expectation is exactly
+    ``rho^2 tr(diag(c^2) A) / 2`` (the linear term has mean zero), and the estimate converges to it as
+    ``1 / sqrt(samples)``.
+
+    Args:
+        objective: the loss; its variable params are ``w`` (never changed).
+        rho: one radius or a list of radii, each finite and >= 0.
+        samples: noise draws per batch (>= 1).
+        adaptive: ``c = |w|`` (True) or ``c = 1``.
+        antithetic: evaluate each draw at ``+delta`` and ``-delta``.
+        patterns: perturb only the params matching these (see
+            :func:`~landscape.analyses.hessian.operator.select_names`); default all variable params.
+        batches: indices of the objective's batches to use (default all).
+        include_regularizer: add the objective's regulariser to ``L_S``.
+        seed: seed of the noise's private generator (and of the bootstrap's).
+        confidence: the bootstrap interval's level.
+        resamples: bootstrap resamples.
+
+    Returns:
+        A :class:`SharpnessEstimate` (``measure="average"``, per-batch values with their standard errors).
+
+    Raises:
+        LandscapeError: a radius that is NaN, infinite or negative, ``samples < 1``, a bad batch index or pattern,
+            or a bad ``confidence``/``resamples``.
+    """
+    radii = check_radii(rho)
+    count = checks.positive_int(samples, "samples")
+    used = _check_batches(objective, batches)
+    names = select_names(list(objective.params), patterns)
+    w = {n: objective.params[n] for n in names}
+    c = perturbation_scale(w, adaptive)
+    gen = torch.Generator().manual_seed(int(seed))
+    values = torch.zeros(len(used), len(radii), dtype=torch.float64)
+    stderr = torch.zeros_like(values)
+    base = torch.zeros(len(used), dtype=torch.float64)
+    with torch.no_grad():
+        for b, loss in enumerate(_batch_losses(objective, used, include_regularizer)):
+            base[b] = float(loss(w))
+            draws = torch.zeros(count, len(radii), dtype=torch.float64)
+            for j in range(count):
+                eps = _draw(w, gen, "normal")
+                for r, radius in enumerate(radii):
+                    z = {n: radius * e for n, e in eps.items()}
+                    value = float(loss(_perturbed(w, c, z)))
+                    if antithetic:
+                        value = (value + float(loss(_perturbed(w, c, z, -1.0)))) / 2
+                    draws[j, r] = value - float(base[b])
+            values[b] = draws.mean(dim=0)
+            stderr[b] = draws.std(dim=0) / math.sqrt(count) if count > 1 else math.nan
+    settings = {"samples": count, "antithetic": bool(antithetic), "seed": int(seed), "parameters": len(names)}
+    return _estimate(
+        "average", adaptive, None, radii, used, values, stderr, base, confidence, resamples, seed, settings
+    )
+
+
+# --------------------------------------------------------------------------------------------- worst case
+def _norm(z: ParamDict, p: float) -> float:
+    if p == math.inf:
+        return max(float(t.abs().max()) for t in z.values() if t.numel())
+    return math.sqrt(sum(float((t.double() ** 2).sum()) for t in z.values()))
+
+
+def _start(w: ParamDict, c: ParamDict, gen: torch.Generator, p: float, init: str) -> ParamDict:
+    """The ascent's start for radius 1 (scaled by ``rho`` later); coordinates with ``c = 0`` start at 0.
+
+    ``random``: uniform on the unit sphere (p = 2) or uniform in the cube ``[-1, 1]^n`` (p = inf); ``zero``: 0.
+    """
+    if init == "zero":
+        return {n: torch.zeros_like(t) for n, t in w.items()}
+    u = _draw(w, gen, "normal" if p == 2.0 else "uniform")
+    u = {n: torch.where(c[n] != 0, t, torch.zeros_like(t)) for n, t in u.items()}
+    if p == 2.0:
+        length = _norm(u, 2.0)
+        u = {n: t / length for n, t in u.items()} if length > 0 else u
+    return u
+
+
+def _ascend(
+    loss: Callable[[ParamDict], Tensor],
+    w: ParamDict,
+    c: ParamDict,
+    z: ParamDict,
+    base: float,
+    rho: float,
+    p: float,
+    steps: int,
+    step: float,
+) -> float:
+    """The largest ``L_S(w + c * z) - L_S(w)`` over ``z = 0``, the start and the ``steps`` ascent iterates."""
+    value_and_grad = grad_and_value(lambda zz: loss(_perturbed(w, c, zz)))
+    best = 0.0  # z = 0 lies in the ball
+    for _ in range(steps):
+        g, value = value_and_grad(z)
+        best = max(best, float(value) - base)
+        if p == 2.0:
+            length = _norm(g, 2.0)
+            if length == 0.0:  # a stationary point: no ascent direction
+                return best
+            z = {n: z[n] + (step / length) * g[n] for n in z}
+            size = _norm(z, 2.0)
+            if size > rho:
+                z = {n: t * (rho / size) for n, t in z.items()}
+        else:
+            z = {n: (z[n] + step * torch.sign(g[n])).clamp(-rho, rho) for n in z}
+    with torch.no_grad():
+        return max(best, float(loss(_perturbed(w, c, z))) - base)
+
+
+def worst_sharpness(
+    objective: Objective,
+    rho: float | Sequence[float],
+    *,
+    p: float | str = 2,
+    steps: int = 20,
+    adaptive: bool = True,
+    step_size: float | None = None,
+    init: str = "random",
+    patterns: Sequence[str] | str | None = None,
+    batches: Sequence[int] | None = None,
+    include_regularizer: bool = False,
+    seed: int = 0,
+    confidence: float = 0.95,
+    resamples: int = 1000,
+) -> SharpnessEstimate:
+    """Worst-case sharpness ``E_S [max_{||delta / c||_p <= rho} L_S(w + delta) - L_S(w)]`` by projected ascent.
+
+    The ascent runs in ``z = delta / c`` over the ball ``||z||_p <= rho`` (coordinates with ``c = 0`` are never
+    moved), ``steps`` times, with ``g = grad_z L_S(w + c * z)`` (which is ``c * grad L_S``):
+
+    - p = 2: ``z <- z + alpha g / ||g||_2``, then ``z <- z * min(1, rho / ||z||_2)`` (normalised gradient step,
+      projection onto the ball); default ``alpha = rho``;
+    - p = inf: ``z <- clip(z + alpha sign(g), -rho, rho)`` (sign step, projection onto the cube, as in
+      Andriushchenko et al.'s code); default ``alpha = 2 rho / steps``, so that the iterates can cross the cube.
+
+    ``init="random"`` starts at a seeded random point of the ball's boundary for p = 2 (``rho`` times a uniform
+    unit direction) and uniform in the cube for p = inf; ``init="zero"`` at ``z = 0`` (which is stuck at a
+    stationary point, e.g. a minimum). The start direction is drawn once per batch and shared by every radius. The
+    value reported is the largest ``L_S(w + c * z) - L_S(w)`` over ``z = 0`` (so it is >= 0), the start and every
+    iterate. For ``L = w^T A w / 2`` at ``w = 0`` with p = 2 and ``c = 1`` it converges to
+    ``rho^2 lambda_max(A) / 2``.
+
+    Args:
+        objective: the loss; its variable params are ``w`` (never changed).
+        rho: one radius or a list of radii, each finite and >= 0.
+        p: 2 or inf.
+        steps: ascent steps per batch and radius (>= 1).
+        adaptive: ``c = |w|`` (True) or ``c = 1``.
+        step_size: ``alpha / rho`` (default 1 for p = 2, ``2 / steps`` for p = inf); finite and > 0.
+        init: ``"random"`` or ``"zero"``.
+        patterns: perturb only the params matching these; default all variable params.
+        batches: indices of the objective's batches to use (default all).
+        include_regularizer: add the objective's regulariser to ``L_S``.
+        seed: seed of the start's private generator (and of the bootstrap's).
+        confidence: the bootstrap interval's level.
+        resamples: bootstrap resamples.
+
+    Returns:
+        A :class:`SharpnessEstimate` (``measure="worst"``).
+
+    Raises:
+        LandscapeError: a radius that is NaN, infinite or negative, p not in {2, inf}, ``steps < 1``, a bad
+            ``step_size``, ``init``, batch index or pattern, or a bad ``confidence``/``resamples``.
+    """
+    radii = check_radii(rho)
+    norm = check_norm(p)
+    count = checks.positive_int(steps, "steps")
+    if init not in INITS:
+        raise LandscapeError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
+    default = 1.0 if norm == 2.0 else 2.0 / count
+    relative = default if step_size is None else checks.positive(step_size, "step_size")
+    used = _check_batches(objective, batches)
+    names = select_names(list(objective.params), patterns)
+    w = {n: objective.params[n] for n in names}
+    c = perturbation_scale(w, adaptive)
+    gen = torch.Generator().manual_seed(int(seed))
+    values = torch.zeros(len(used), len(radii), dtype=torch.float64)
+    base = torch.zeros(len(used), dtype=torch.float64)
+    for b, loss in enumerate(_batch_losses(objective, used, include_regularizer)):
+        with torch.no_grad():
+            base[b] = float(loss(w))
+        unit = _start(w, c, gen, norm, init)
+        for r, radius in enumerate(radii):
+            if radius == 0.0:
+                continue  # the ball is the point w: the value is 0
+            z0 = {n: radius * t for n, t in unit.items()}
+            values[b, r] = _ascend(loss, w, c, z0, float(base[b]), radius, norm, count, relative * radius)
+    settings = {"steps": count, "step_size": relative, "init": init, "seed": int(seed), "parameters": len(names)}
+    return _estimate("worst", adaptive, norm, radii, used, values, None, base, confidence, resamples, seed, settings)
