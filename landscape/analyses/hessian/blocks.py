@@ -38,11 +38,12 @@ import torch
 from torch import Tensor, nn
 
 from landscape.analyses.hessian.lanczos import lanczos
-from landscape.analyses.hessian.operator import HessianOperator, select_names
+from landscape.analyses.hessian.operator import HessianOperator
 from landscape.analyses.hessian.trace import trace
 from landscape.core.objective import Objective
 from landscape.errors import LandscapeError
 from landscape.models.taps import FeatureTaps
+from landscape.options.names import select
 
 #: the children of a transformer block from which on its MLP half runs (the first of them in registration order)
 MLP_HALF_STARTS = ("norm2", "ln_2", "mlp")
@@ -104,7 +105,7 @@ def pattern_blocks(
 ) -> list[ParameterBlock]:
     """Blocks from parameter-name patterns: ``{block name: patterns}``, each parameter in the first group matching it.
 
-    Patterns are those of :func:`~landscape.analyses.hessian.operator.select_names` (globs, names, dotted
+    Patterns are those of :func:`~landscape.options.names.select` (globs, names, dotted
     prefixes).
 
     Args:
@@ -123,7 +124,7 @@ def pattern_blocks(
     for block, patterns in groups.items():
         if not (patterns if isinstance(patterns, str) else list(patterns)):
             raise LandscapeError(f"block {block!r} has no patterns; give it parameter names or globs")
-        chosen = [n for n in select_names(names, patterns) if n not in taken]
+        chosen = [n for n in select(names, patterns) if n not in taken]
         if not chosen:
             raise LandscapeError(f"block {block!r}: every parameter its patterns match belongs to an earlier block")
         taken.update(chosen)

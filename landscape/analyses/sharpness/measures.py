@@ -32,11 +32,11 @@ import torch
 from torch import Tensor
 from torch.func import grad_and_value
 
-from landscape.analyses.hessian.operator import select_names
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
 from landscape.options import checks
+from landscape.options.names import select
 
 #: the norms of the worst case's ball: Euclidean and max-norm
 NORMS = (2.0, math.inf)
@@ -263,7 +263,7 @@ def average_sharpness(
         adaptive: ``c = |w|`` (True) or ``c = 1``.
         antithetic: evaluate each draw at ``+delta`` and ``-delta``.
         patterns: perturb only the params matching these (see
-            :func:`~landscape.analyses.hessian.operator.select_names`); default all variable params.
+            :func:`~landscape.options.names.select`); default all variable params.
         batches: indices of the objective's batches to use (default all).
         include_regularizer: add the objective's regulariser to ``L_S``.
         seed: seed of the noise's private generator (and of the bootstrap's).
@@ -280,7 +280,7 @@ def average_sharpness(
     radii = check_radii(rho)
     count = checks.positive_int(samples, "samples")
     used = _check_batches(objective, batches)
-    names = select_names(list(objective.params), patterns)
+    names = select(list(objective.params), patterns)
     w = {n: objective.params[n] for n in names}
     c = perturbation_scale(w, adaptive)
     gen = torch.Generator().manual_seed(int(seed))
@@ -423,7 +423,7 @@ def worst_sharpness(
     default = 1.0 if norm == 2.0 else 2.0 / count
     relative = default if step_size is None else checks.positive(step_size, "step_size")
     used = _check_batches(objective, batches)
-    names = select_names(list(objective.params), patterns)
+    names = select(list(objective.params), patterns)
     w = {n: objective.params[n] for n in names}
     c = perturbation_scale(w, adaptive)
     gen = torch.Generator().manual_seed(int(seed))

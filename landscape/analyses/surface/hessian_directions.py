@@ -166,7 +166,7 @@ def hessian_eigendirections(
         k: how many eigenpairs.
         which: ``LA`` (default), ``SA``, ``LM`` or ``BE``; "top" in that order.
         patterns: parameter-name patterns of a Hessian block (see
-            :func:`~landscape.analyses.hessian.operator.select_names`); None: every parameter.
+            :func:`~landscape.options.names.select`); None: every parameter.
         tol: the Lanczos relative tolerance of the eigenvalues.
         ncv: the Lanczos basis size (None: the solver's default).
         maxiter: the most Lanczos restarts (None: the solver's default).
