@@ -1,7 +1,68 @@
-"""landscape: loss surfaces, Hessian spectra and Fourier spectra of feature maps of vision networks."""
+"""landscape: loss surfaces, Hessian spectra and Fourier spectra of feature maps of vision networks.
+
+One function per analysis, each taking a model (an ``nn.Module``, a checkpoint path or a
+:class:`~landscape.core.source.ModelSource`), its data (a dataset spec, a ``DataLoader`` or a list of batches)
+and the same options as the command line, and returning the result (written to ``out=`` when given)::
+
+    import landscape
+    surface = landscape.surface(model, loader, x="-1:1:21", y="-1:1:21")
+    top = landscape.hessian(model, loader, top_k=5)["eigenvalues"]
+
+They are listed by the analysis registry (:func:`landscape.analyses.registry.analyses`, each entry's ``api``).
+The lower-level pieces stay public for those who compose their own: :class:`Objective`,
+:class:`HessianOperator`, :func:`lanczos`, :func:`create_model`, :func:`read_result`, ... (loaded on first use,
+so that ``import landscape`` imports no torch).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-from landscape.errors import LandscapeError
+from landscape.errors import LandscapeError  # noqa: E402
 
-__all__ = ["LandscapeError", "__version__"]
+#: the lower-level pieces offered at the top: name -> "module:attribute"
+PIECES = {
+    "Objective": "landscape.core.objective:Objective",
+    "Regularizer": "landscape.core.regularizer:Regularizer",
+    "ModelSource": "landscape.core.source:ModelSource",
+    "HessianOperator": "landscape.analyses.hessian.operator:HessianOperator",
+    "lanczos": "landscape.analyses.hessian.lanczos:lanczos",
+    "spectral_density": "landscape.analyses.hessian.density:spectral_density",
+    "trace": "landscape.analyses.hessian.trace:trace",
+    "create_model": "landscape.models.registry:create_model",
+    "list_models": "landscape.models.registry:list_models",
+    "load_model": "landscape.models.checkpoint:load_model",
+    "load_dataset": "landscape.data.loading:load_dataset",
+    "read_result": "landscape.store.read:read_result",
+    "plot_files": "landscape.plot:plot_files",
+    "write_report": "landscape.plot.report:write_report",
+}
+
+
+def _analysis_functions() -> dict[str, str]:
+    """Each registered analysis's Python function: its name -> ``"module:function"``."""
+    from landscape.analyses.registry import analyses
+
+    return {a.api.partition(":")[2]: a.api for a in analyses() if a.api}
+
+
+def __getattr__(name: str) -> Any:
+    """The analyses' functions and the lower-level pieces, imported when first asked for."""
+    ref = _analysis_functions().get(name) or PIECES.get(name)
+    if ref is None:
+        raise AttributeError(f"module 'landscape' has no attribute {name!r}")
+    module, _, attribute = ref.partition(":")
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """Every name the package offers, the lazily loaded ones included."""
+    return sorted({*__all__, *_analysis_functions()})
+
+
+__all__ = ["LandscapeError", "__version__", *PIECES]

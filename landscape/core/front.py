@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from landscape.data.batches import fixed_batches
 from landscape.data.labels import check_label_range, label_range
 from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
+from landscape.options.common import AUGMENTED_CRITERION
 from landscape.runtime import distributed
 from landscape.runtime.distributed import resolve_device
 
@@ -265,6 +267,7 @@ def prepare(
     fraction: float | None = None,
     first_samples: bool = False,
     labels: bool = False,
+    batches: Iterable[Any] | None = None,
 ) -> Prepared:
     """The one front half: start (torchrun), the model from its source, the fixed batches, the provenance.
 
@@ -283,6 +286,9 @@ def prepare(
             ``options.samples`` is None.
         first_samples: take the split's first samples in file order instead of a seeded permutation.
         labels: check that the model can output every label (:func:`check_labels`).
+        batches: the data as the caller holds it (a ``DataLoader`` or a list of ``(x, y)`` batches), used whole
+            and in order instead of ``options.data`` (:func:`given_batches`); the file records ``dataset:
+            batches`` and the data's SHA-256 (``data_sha256``), which a resumed run must match.
 
     Returns:
         The :class:`Prepared` inputs.
@@ -293,6 +299,19 @@ def prepare(
     """
     dev = distributed.start(device)
     inputs = load_inputs(source, model_name=model_name, data=options.data, split=options.split, device=dev)
+    if batches is not None:
+        if getattr(options, "augment", "none") != "none":
+            raise LandscapeError("--augment paper-a draws from a dataset: give a dataset spec (data=...), not batches")
+        held = given_batches(batches, inputs.device)
+        inputs.dataset_spec, inputs.split, inputs.preprocess = GIVEN, GIVEN, None
+        if labels:
+            check_labels(inputs.model, held, inputs.source.output)
+        n_given = sum(int(y.shape[0]) for _, y in held)
+        recorded = {k: v for k, v in options.attrs().items() if k != "seed"}
+        attrs = inputs.provenance(n_given, options.seed, command=command, **recorded)
+        attrs["data_sha256"] = batches_sha256(held)
+        criterion = AUGMENTED_CRITERION if held[0][1].is_floating_point() else "cross_entropy"
+        return Prepared(inputs, held, criterion, attrs)
     n = options.samples
     if n is None and fraction is not None:
         n = max(1, round(fraction * len(load_dataset(inputs.dataset_spec, inputs.split, preprocess=inputs.preprocess))))
@@ -313,6 +332,58 @@ def prepare(
     recorded = {k: v for k, v in options.attrs().items() if k != "seed"}  # the seed is the provenance's own
     attrs = inputs.provenance(n_samples, options.seed, command=command, **recorded)
     return Prepared(inputs, batches, criterion, attrs)
+
+
+#: what the file records as the dataset and split of data given as batches
+GIVEN = "batches"
+
+
+def given_batches(data: Iterable[Any], device: torch.device) -> list[tuple[Tensor, Tensor]]:
+    """The caller's data as fixed batches on ``device``: every ``(x, y)`` of a ``DataLoader`` or list, in order.
+
+    Args:
+        data: an iterable of ``(x, y)`` pairs (tuples or lists; extra items are ignored): float images
+            ``(b, C, H, W)`` and integer labels ``(b,)`` (or floating label distributions ``(b, classes)``).
+        device: where the batches are held.
+
+    Returns:
+        The batches, copied onto ``device``.
+
+    Raises:
+        LandscapeError: no batch, an item that is not ``(x, y)`` tensors, sizes of x and y that differ, or
+            images that are not finite.
+    """
+    held = []
+    for i, item in enumerate(data):
+        if not isinstance(item, (tuple, list)) or len(item) < 2 or not all(isinstance(t, Tensor) for t in item[:2]):
+            raise LandscapeError(f"batch {i} is not (x, y) tensors; give a DataLoader or a list of (x, y) batches")
+        x, y = item[0], item[1]
+        if x.shape[0] != y.shape[0] or x.shape[0] == 0:
+            raise LandscapeError(f"batch {i} has {x.shape[0]} images but {y.shape[0]} labels; give them in pairs")
+        if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+            raise LandscapeError(f"batch {i} has images that are not finite (NaN or Inf); check the data")
+        held.append((x.to(device), y.to(device)))
+    if not held:
+        raise LandscapeError("no batches were given; give a DataLoader or a list of (x, y) batches")
+    return held
+
+
+def batches_sha256(batches: Sequence[tuple[Tensor, Tensor]]) -> str:
+    """Hex SHA-256 of batches' images and labels (dtype, shape and bytes of each, in order): their identity.
+
+    Args:
+        batches: the ``(x, y)`` batches.
+
+    Returns:
+        The hex digest.
+    """
+    digest = hashlib.sha256()
+    for x, y in batches:
+        for t in (x, y):
+            t = t.detach().cpu().contiguous()
+            digest.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
+            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def python_call(function: str, *args: Any, **kwargs: Any) -> str:
@@ -362,3 +433,46 @@ def batch_images(batch: Tensor | Sequence[Tensor]) -> Tensor:
         ``x``.
     """
     return batch if isinstance(batch, Tensor) else batch[0]
+
+
+def run_from_python(
+    run: Any,
+    name: str,
+    options_class: type,
+    model: Any,
+    data: Any,
+    *,
+    options: Any = None,
+    fields: dict[str, Any] | None = None,
+    **run_kwargs: Any,
+) -> Any:
+    """What every ``landscape.<analysis>(model, data, ...)`` function does: options, data, the call's record.
+
+    Args:
+        run: the analysis's runner (``run_surface``, ...).
+        name: the public function's name, e.g. ``"landscape.surface"`` (recorded as the file's ``command``).
+        options_class: the analysis's options class.
+        model: an ``nn.Module``, a checkpoint path or a :class:`~landscape.core.source.ModelSource`.
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or list of ``(x, y)``
+            batches (used whole), or None for the checkpoint's dataset (else digits).
+        options: an options object, instead of ``fields``.
+        fields: the options as keywords (the options class's fields, the CLI's option names with ``_``).
+        **run_kwargs: the runner's own keywords (``out``, ``device``, ``force``, ``progress``, ...).
+
+    Returns:
+        The runner's result.
+
+    Raises:
+        LandscapeError: both ``options`` and keywords, options of another analysis, or the runner's errors.
+    """
+    fields = dict(fields or {})
+    if options is not None and fields:
+        raise LandscapeError(f"{name}: give the options as options=... or as keywords, not both")
+    spec = data if isinstance(data, (str, Path)) else None
+    if options is None:
+        options = options_class(**({"data": str(spec)} if spec is not None else {}), **fields)
+    elif not isinstance(options, options_class):
+        raise LandscapeError(f"{name} takes a {options_class.__name__}, got {type(options).__name__}")
+    given = None if data is None or spec is not None else data
+    record = python_call(name, model, data=spec or given, out=run_kwargs.get("out"), **fields)
+    return run(model, options, command=record, batches=given, **run_kwargs)

@@ -1,73 +1,105 @@
-"""The life of an analysis's result file under one process or ``torchrun``: :func:`analysis_file`.
+"""The life of an analysis's result file under one process or ``torchrun``: :class:`AnalysisFile`.
 
 Every analysis opens its file on rank 0, tells every rank how far an earlier run got, does its work, marks the
-file complete, closes it and waits for every rank before the file is read back. :func:`analysis_file` is that
-sequence, once.
+file complete, closes it, waits for every rank, and hands the result to every rank. :class:`AnalysisFile` is
+that sequence, once. Without a path (the Python API without ``out=``) the file lives in memory on rank 0 and
+the result is sent to the other ranks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import Any, Generic, TypeVar
 
 from landscape import store
 from landscape.runtime import distributed
+from landscape.store.result import ResultFile
 
 T = TypeVar("T")
 
 
-@contextmanager
-def analysis_file(
-    out: str | Path,
-    kind: str,
-    attrs: Mapping[str, Any],
-    *,
-    force: bool = False,
-    resume: Callable[[store.ResultFile], T] | None = None,
-) -> Iterator[tuple[store.ResultFile | None, T | None]]:
-    """Open (or resume) ``out`` on rank 0 for the body, then mark it complete, close it and wait for every rank.
+class AnalysisFile(Generic[T]):
+    """Open (or resume) a result file on rank 0 for a ``with`` body; mark it complete, close it, read it back.
 
-    Rank 0 opens the file (:func:`landscape.store.result.open_result`) and calls ``resume`` on it; ``resume``'s value
-    (the resume state: what an earlier run finished; it must pickle) reaches every rank, and so does an error
-    of opening or resuming (:func:`landscape.runtime.distributed.on_main`), after which rank 0 closes the file. The
-    body gets ``(f, state)``: ``f`` the open file on rank 0 and ``None`` elsewhere, ``state`` the same on every
-    rank. When the body ends normally rank 0 marks the file complete; the file is always closed; then every
-    rank waits at the barrier (not after an error, which each rank raises as it comes). The body must skip
-    the work ``state`` says is done: a complete file is handed to it as it is.
+    Rank 0 opens the file (:func:`landscape.store.open_result`, or a file in memory when ``out`` is None) and
+    calls ``resume`` on it; ``resume``'s value (the resume state: what an earlier run finished; it must
+    pickle) reaches every rank, and so does an error of opening or resuming
+    (:func:`landscape.runtime.distributed.on_main`), after which rank 0 closes the file. The body gets
+    ``(f, state)``: ``f`` the open file on rank 0 and ``None`` elsewhere, ``state`` the same on every rank.
+    When the body ends normally rank 0 marks the file complete, the file is closed, every rank waits at the
+    barrier and :attr:`result` holds the result on every rank; after an error the file is closed and the error
+    raised as it comes, on each rank. The body must skip the work ``state`` says is done: a complete file is
+    handed to it as it is.
 
     Args:
-        out: the HDF5 result file.
+        out: the HDF5 result file, or None for a result held in memory only.
         kind: its result kind (its analysis declares it: :mod:`landscape.analyses.registry`).
         attrs: the root attributes of the run.
         force: replace a file of other options.
         resume: the resume state of the opened file, computed on rank 0 (``None``: the state is ``None``).
 
-    Yields:
-        ``(f, state)``.
+    Attributes:
+        result: the result, read back on every rank once the ``with`` block has ended normally (on a rank of
+            another node, which cannot see rank 0's file, the attributes alone).
 
     Raises:
         LandscapeError: the file cannot be opened or resumed (on every rank), or the body's errors.
     """
-    opened: list[store.ResultFile] = []
 
-    def open_file() -> Any:
-        f = store.open_result(out, kind, attrs, force=force)
-        opened.append(f)
+    def __init__(
+        self,
+        out: str | Path | None,
+        kind: str,
+        attrs: Mapping[str, Any],
+        *,
+        force: bool = False,
+        resume: Callable[[ResultFile], T] | None = None,
+    ) -> None:
+        self.out, self.kind, self.attrs, self.force, self.resume = out, kind, attrs, force, resume
+        self.file: ResultFile | None = None
+        self.result: store.Result | None = None
+
+    def __enter__(self) -> tuple[ResultFile | None, T | None]:
+        """Open the file on rank 0 and share its resume state; return ``(file or None, state)``."""
+        opened: list[ResultFile] = []
+
+        def open_file() -> Any:
+            if self.out is None:
+                f = ResultFile.memory(self.kind, self.attrs)
+            else:
+                f = store.open_result(self.out, self.kind, self.attrs, force=self.force)
+            opened.append(f)
+            try:
+                return None if self.resume is None else self.resume(f)
+            except BaseException:
+                f.close()
+                raise
+
+        state = distributed.on_main(open_file)
+        self.file = opened[0] if opened else None
+        return self.file, state
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        """Complete and close the file; after a normal end, wait for every rank and read the result back."""
+        held: store.Result | None = None
         try:
-            return None if resume is None else resume(f)
-        except BaseException:
-            f.close()
-            raise
-
-    state = distributed.on_main(open_file)
-    f = opened[0] if opened else None
-    try:
-        yield f, state
-        if f is not None:
-            f.mark_complete()
-    finally:
-        if f is not None:
-            f.close()
-    distributed.barrier()
+            if error is None and self.file is not None:
+                self.file.mark_complete()
+                if self.out is None:
+                    held = self.file.snapshot()
+        finally:
+            if self.file is not None:
+                self.file.close()
+        if error is not None:
+            return
+        distributed.barrier()
+        if self.out is None:
+            self.result = distributed.broadcast_object(held)
+        elif Path(self.out).exists():
+            self.result = store.read_result(self.out)
+        else:  # a rank on another node: the file lives with rank 0, this rank gets its attributes only
+            self.result = store.Result(Path(self.out), {"kind": self.kind, **self.attrs})

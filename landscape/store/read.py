@@ -80,21 +80,37 @@ def read_result(path: str | Path) -> Result:
     except OSError:
         raise unreadable(path) from None
     with f:
-        attrs = {k: decode(v) for k, v in f.attrs.items()}
-        if "kind" not in attrs:
-            raise LandscapeError(f"{path} is not a landscape result (no 'kind' attribute)")
-        result = Result(path, attrs)
+        return result_of(f, path)
 
-        def visit(name: str, obj: Any) -> None:
-            if isinstance(obj, h5py.Dataset):
-                data = obj[()]
-                if obj.dtype.kind == "O" or h5py.check_string_dtype(obj.dtype) is not None:
-                    data = np.asarray(obj.asstr()[()])
-                result.arrays[name] = np.asarray(data)
-                if "axes" in obj.attrs:
-                    result.axes[name] = json.loads(as_str(obj.attrs["axes"]))
 
-        f.visititems(visit)
+def result_of(f: h5py.File, path: str | Path) -> Result:
+    """Every attribute and array of an open (self-contained) result file, read into memory.
+
+    Args:
+        f: the open file (on disk or in memory).
+        path: what to call it (the file's path, or ``<memory>``).
+
+    Returns:
+        The :class:`Result`.
+
+    Raises:
+        LandscapeError: the file has no ``kind`` attribute.
+    """
+    attrs = {k: decode(v) for k, v in f.attrs.items()}
+    if "kind" not in attrs:
+        raise LandscapeError(f"{path} is not a landscape result (no 'kind' attribute)")
+    result = Result(Path(path), attrs)
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            data = obj[()]
+            if obj.dtype.kind == "O" or h5py.check_string_dtype(obj.dtype) is not None:
+                data = np.asarray(obj.asstr()[()])
+            result.arrays[name] = np.asarray(data)
+            if "axes" in obj.attrs:
+                result.axes[name] = json.loads(as_str(obj.attrs["axes"]))
+
+    f.visititems(visit)
     return result
 
 

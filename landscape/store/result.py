@@ -40,6 +40,10 @@ from landscape.store.h5 import (
     refuse_foreign,
     unreadable,
 )
+from landscape.store.read import Result, result_of
+
+#: the path a result held in memory is named by
+MEMORY = "<memory>"
 
 
 def _links(path: Path, force: bool) -> int | None:
@@ -114,10 +118,13 @@ class ResultFile:
         resumed: whether an existing file of the same run was reopened.
     """
 
-    def __init__(self, path: Path, kind: str, handle: h5py.File, lock: WriterLock | None, resumed: bool) -> None:
+    def __init__(
+        self, path: Path, kind: str, handle: h5py.File, lock: WriterLock | None, resumed: bool, memory: bool = False
+    ) -> None:
         self.path, self.kind, self.resumed = path, kind, resumed
         self._h5 = handle
         self._lock = lock
+        self._memory = memory
         self._has_results = bool(handle.attrs.get("has_results", False))  # mirrors the attribute, set once
         self._failed: LandscapeError | None = None  # the first failed write; the file is not written again
 
@@ -214,6 +221,37 @@ class ResultFile:
         return cls._create(path, kind, full, identity, WriterLock(path, identity))
 
     @classmethod
+    def memory(cls, kind: str, attrs: Mapping[str, Any]) -> ResultFile:
+        """A result file held in memory only (the Python API without ``out=``): written as any, never on disk.
+
+        Args:
+            kind: the result kind.
+            attrs: the root attributes of the run.
+
+        Returns:
+            The open file, writable; :meth:`snapshot` reads it back.
+        """
+        full = {"kind": kind, **attrs}
+        name = f"landscape-memory-{id(full):x}.h5"
+        h5 = h5py.File(name, "w", driver="core", backing_store=False)
+        for key, value in full.items():
+            h5.attrs[key] = encode(value)
+        h5.attrs["identity"] = identity_of(full)
+        h5.attrs["created"] = now()
+        h5.attrs["landscape_version"] = __version__
+        h5.attrs["complete"] = False
+        h5.attrs["has_results"] = False
+        return cls(Path(MEMORY), kind, h5, None, resumed=False, memory=True)
+
+    def snapshot(self) -> Result:
+        """Every attribute and array written so far, read into memory.
+
+        Returns:
+            The :class:`~landscape.store.read.Result` (its ``path`` is this file's, or ``<memory>``).
+        """
+        return result_of(self._h5, self.path)
+
+    @classmethod
     def _create(cls, path: Path, kind: str, full: Mapping[str, Any], identity: str, lock: WriterLock) -> ResultFile:
         """Write the attributes into an exclusive temporary, move it over ``path`` and reopen it (lock held)."""
         try:
@@ -240,7 +278,7 @@ class ResultFile:
     @property
     def writable(self) -> bool:
         """Whether the file is open for writing (a complete file of the same run is opened read-only)."""
-        return self._lock is not None
+        return self._lock is not None or self._memory
 
     def __contains__(self, name: str) -> bool:
         return name in self._h5
@@ -283,7 +321,7 @@ class ResultFile:
 
     # ----------------------------------------------------------------------------------------- writing
     def _writing(self, what: str) -> h5py.File:
-        if self._lock is None:
+        if not self.writable:
             raise LandscapeError(f"{self.path} is a complete result opened read-only; cannot write {what}")
         return self._h5
 
@@ -422,7 +460,7 @@ class ResultFile:
         Raises:
             LandscapeError: the flush fails (full disk, size limit, ...).
         """
-        if self._lock is not None:
+        if self.writable:
             self._guard(self._h5.flush)
 
     def mark_done(self, mask: str | None = None, index: Any = None) -> None:
@@ -457,7 +495,7 @@ class ResultFile:
         Raises:
             LandscapeError: the file is incomplete but open read-only, or the write fails.
         """
-        if self._lock is None and self.complete:
+        if not self.writable and self.complete:
             return
         h5 = self._writing("the completion flag")
 

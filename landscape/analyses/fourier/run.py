@@ -19,9 +19,9 @@ File layout (kind ``fourier``; docs/schema.md, fourier):
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from torch import nn
@@ -29,11 +29,11 @@ from torch import nn
 from landscape import store
 from landscape.analyses.fourier.features import FourierProfile, fourier_profile, merge_profiles
 from landscape.analyses.fourier.noise import band_accuracies
-from landscape.core.front import eval_model, prepare, python_call
+from landscape.core.front import eval_model, prepare, python_call, run_from_python
 from landscape.errors import LandscapeError
 from landscape.options.fourier import FourierOptions
 from landscape.runtime import distributed as D
-from landscape.runtime.lifecycle import analysis_file
+from landscape.runtime.lifecycle import AnalysisFile
 
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
@@ -84,6 +84,7 @@ def run_fourier(
     device: str = "auto",
     progress: bool | None = None,
     command: str | None = None,
+    batches: Iterable[Any] | None = None,
 ) -> store.Result:
     """Fourier analysis of a model's feature maps on ``options.samples`` images, written to ``out``; returns it read.
 
@@ -107,6 +108,8 @@ def run_fourier(
         device: ``auto``, ``cpu`` or ``cuda``.
         progress: progress bars on rank 0 (None: only when stderr is a terminal).
         command: how the run was asked for, recorded as ``command`` (default: this call).
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+            ``options.data`` (:func:`~landscape.core.front.prepare`).
 
     Returns:
         The file read back (:class:`landscape.store.read.Result`).
@@ -127,6 +130,7 @@ def run_fourier(
         command=call,
         first_samples=o.first_samples,
         labels=bool(o.noise_bands),  # labels count only for the accuracy under noise
+        batches=batches,
     )
     inputs, batches, attrs = prepared.inputs, prepared.batches, prepared.attrs
     net = eval_model(inputs.model)
@@ -140,7 +144,8 @@ def run_fourier(
 
     show = D.is_main() and (sys.stderr.isatty() if progress is None else bool(progress))
     mine = D.shard(list(enumerate(batches)))
-    with analysis_file(out, "fourier", attrs, force=force, resume=resume) as (f, state):
+    session = AnalysisFile(out, "fourier", attrs, force=force, resume=resume)
+    with session as (f, state):
         assert state is not None
         if not state["complete"]:
             if not state["profile"]:
@@ -159,7 +164,7 @@ def run_fourier(
                     write_profile(f, result, o.frequency_axis, o.maps)
             if o.noise_bands:
                 _write_noise(f, net, mine, o, show, inputs.source.output, state["bands"])
-    return store.read_result(out)
+    return session.result
 
 
 def _summed(counts: tuple[int, int]) -> tuple[int, int]:
@@ -224,3 +229,52 @@ def _write_noise(
                 f.write_at("noise/accuracy_drop", i, clean - acc)
                 f.mark_done("noise/done", i)
             bar.update(1)
+
+
+def fourier(
+    model: Any,
+    data: Any = None,
+    *,
+    out: str | Path | None = None,
+    options: FourierOptions | None = None,
+    device: str = "auto",
+    force: bool = False,
+    progress: bool | None = None,
+    **fields: Any,
+) -> store.Result:
+    """The Fourier spectra of every block's feature maps of ``model`` on ``data`` (``landscape fourier``).
+
+    Delta log amplitude per frequency, its high-frequency value and the variance of every block; see
+    :class:`~landscape.options.fourier.FourierOptions` for every keyword.
+
+    Args:
+        model: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
+            :class:`~landscape.core.source.ModelSource`.
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
+            batches (used whole, in order), or None for the checkpoint's dataset (else digits).
+        out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
+        options: a :class:`~landscape.options.fourier.FourierOptions`, instead of keywords.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        force: replace a file of other options at ``out``.
+        progress: a progress display (None: on a terminal only).
+        **fields: the options as keywords (the fields of the options class).
+
+    Returns:
+        The result (:class:`~landscape.store.Result`): its ``attrs`` and arrays.
+
+    Raises:
+        LandscapeError: bad options, a model or data that cannot be used, or a file of other options at ``out``.
+    """
+    return run_from_python(
+        run_fourier,
+        "landscape.fourier",
+        FourierOptions,
+        model,
+        data,
+        options=options,
+        fields=fields,
+        out=out,
+        device=device,
+        force=force,
+        progress=progress,
+    )

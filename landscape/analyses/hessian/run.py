@@ -12,6 +12,7 @@ section; spectrum: by batch); one of other options needs ``force``.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,14 +25,14 @@ from landscape.analyses.hessian.linalg import require_memory
 from landscape.analyses.hessian.operator import HessianOperator
 from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
 from landscape.analyses.hessian.trace import trace as trace_estimate
-from landscape.core.front import build_objective, prepare, python_call
+from landscape.core.front import build_objective, prepare, python_call, run_from_python
 from landscape.core.objective import fused_attention_modules
 from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 from landscape.options.common import DTYPES, choice
 from landscape.options.hessian import HessianOptions, SpectrumOptions
 from landscape.runtime import distributed
-from landscape.runtime.lifecycle import analysis_file
+from landscape.runtime.lifecycle import AnalysisFile
 
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
@@ -80,6 +81,7 @@ def run_hessian(
     force: bool = False,
     progress: bool | None = None,
     command: str | None = None,
+    batches: Iterable[Any] | None = None,
 ) -> store.Result:
     """Hessian of a model's full-data loss on ``options.samples`` images, written to ``out``.
 
@@ -99,6 +101,8 @@ def run_hessian(
         force: overwrite a file made with other options.
         progress: show a bar of the Lanczos products (None: only when stderr is a terminal).
         command: how the run was asked for, recorded as ``command`` (default: this call).
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+            ``options.data`` (:func:`~landscape.core.front.prepare`).
 
     Returns:
         The file, read back.
@@ -113,7 +117,7 @@ def run_hessian(
     reg = Regularizer.from_options(o.regularizer, o.reg_coef)
     patterns = o.patterns
     call = command or python_call("run_hessian", source, o, out=out, model_name=model_name)
-    prepared = prepare(source, o, model_name=model_name, device=device, command=call)
+    prepared = prepare(source, o, model_name=model_name, device=device, command=call, batches=batches)
     inputs, batches, attrs = prepared.inputs, prepared.batches, prepared.attrs
     objective = build_objective(
         inputs,
@@ -137,7 +141,8 @@ def run_hessian(
         require_memory(
             steps, op.shape[0], op.dtype, op.device, f"a Lanczos quadrature of {steps} steps", "lower --steps"
         )
-    with analysis_file(out, "hessian", attrs, force=force) as (f, _):
+    session = AnalysisFile(out, "hessian", attrs, force=force)
+    with session as (f, _):
         if _todo(f, "eigenvalues", o.top_k > 0):
             bar = _Products("lanczos", _show(progress))
             try:
@@ -194,7 +199,7 @@ def run_hessian(
                 )
                 f.write("trace/samples", t.samples.numpy(), axes=["probe"])  # last: marks the section done
                 f.mark_done()
-    return store.read_result(out)
+    return session.result
 
 
 def _todo(f: store.ResultFile | None, name: str, wanted: bool) -> bool:
@@ -213,6 +218,7 @@ def run_spectrum(
     force: bool = False,
     progress: bool | None = None,
     command: str | None = None,
+    batches: Iterable[Any] | None = None,
 ) -> store.Result:
     """Paper A's per-mini-batch max-eigenvalue spectrum of a model, written to ``out`` batch by batch.
 
@@ -231,6 +237,8 @@ def run_spectrum(
         force: overwrite a file made with other options.
         progress: show a bar of the batches (None: only when stderr is a terminal).
         command: how the run was asked for, recorded as ``command`` (default: this call).
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+            ``options.data`` (:func:`~landscape.core.front.prepare`).
 
     Returns:
         The file, read back.
@@ -244,7 +252,9 @@ def run_spectrum(
         raise LandscapeError(f"options must be a SpectrumOptions, got {type(o).__name__}")
     reg = Regularizer.from_options(o.regularizer, o.reg_coef)
     call = command or python_call("run_spectrum", source, o, out=out, model_name=model_name)
-    prepared = prepare(source, o, model_name=model_name, device=device, command=call, fraction=o.fraction)
+    prepared = prepare(
+        source, o, model_name=model_name, device=device, command=call, fraction=o.fraction, batches=batches
+    )
     inputs, batches, attrs = prepared.inputs, prepared.batches, prepared.attrs
     top_k = o.top_k
     n_params = sum(p.numel() for p in inputs.model.parameters())
@@ -263,7 +273,8 @@ def run_spectrum(
                 f.write("batch_sizes", np.array([int(y.shape[0]) for _, y in batches]), axes=["batch"])
         return [int(i) for i in np.flatnonzero(f.read("done"))]
 
-    with analysis_file(out, "spectrum", attrs, force=force, resume=resume) as (f, skip):
+    session = AnalysisFile(out, "spectrum", attrs, force=force, resume=resume)
+    with session as (f, skip):
         assert skip is not None
 
         def write(item: Any) -> None:
@@ -304,4 +315,102 @@ def run_spectrum(
                         "hvp_choice": spectrum.hvp_choice,
                     }
                 )
-    return store.read_result(out)
+    return session.result
+
+
+def hessian(
+    model: Any,
+    data: Any = None,
+    *,
+    out: str | Path | None = None,
+    options: HessianOptions | None = None,
+    device: str = "auto",
+    force: bool = False,
+    progress: bool | None = None,
+    **fields: Any,
+) -> store.Result:
+    """The Hessian of ``model``'s loss on ``data``: top eigenpairs, spectral density, trace (``landscape hessian``).
+
+    ``top_k`` eigenpairs of kind ``which`` by thick-restart Lanczos, with ``density`` the SLQ density, with
+    ``trace`` the Hutch++ trace; see :class:`~landscape.options.hessian.HessianOptions` for every keyword.
+
+    Args:
+        model: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
+            :class:`~landscape.core.source.ModelSource`.
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
+            batches (used whole, in order), or None for the checkpoint's dataset (else digits).
+        out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
+        options: a :class:`~landscape.options.hessian.HessianOptions`, instead of keywords.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        force: replace a file of other options at ``out``.
+        progress: a progress display (None: on a terminal only).
+        **fields: the options as keywords (the fields of the options class).
+
+    Returns:
+        The result (:class:`~landscape.store.Result`): its ``attrs`` and arrays.
+
+    Raises:
+        LandscapeError: bad options, a model or data that cannot be used, or a file of other options at ``out``.
+    """
+    return run_from_python(
+        run_hessian,
+        "landscape.hessian",
+        HessianOptions,
+        model,
+        data,
+        options=options,
+        fields=fields,
+        out=out,
+        device=device,
+        force=force,
+        progress=progress,
+    )
+
+
+def spectrum(
+    model: Any,
+    data: Any = None,
+    *,
+    out: str | Path | None = None,
+    options: SpectrumOptions | None = None,
+    device: str = "auto",
+    force: bool = False,
+    progress: bool | None = None,
+    **fields: Any,
+) -> store.Result:
+    """The top-k Hessian eigenvalues of every mini-batch of ``data``, pooled (Paper A's spectra).
+
+    Per mini-batch of ``batch_size`` samples, the ``top_k`` eigenvalues of kind ``which`` of that batch's loss
+    Hessian; see :class:`~landscape.options.hessian.SpectrumOptions` for every keyword.
+
+    Args:
+        model: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
+            :class:`~landscape.core.source.ModelSource`.
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
+            batches (used whole, in order), or None for the checkpoint's dataset (else digits).
+        out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
+        options: a :class:`~landscape.options.hessian.SpectrumOptions`, instead of keywords.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        force: replace a file of other options at ``out``.
+        progress: a progress display (None: on a terminal only).
+        **fields: the options as keywords (the fields of the options class).
+
+    Returns:
+        The result (:class:`~landscape.store.Result`): its ``attrs`` and arrays.
+
+    Raises:
+        LandscapeError: bad options, a model or data that cannot be used, or a file of other options at ``out``.
+    """
+    return run_from_python(
+        run_spectrum,
+        "landscape.spectrum",
+        SpectrumOptions,
+        model,
+        data,
+        options=options,
+        fields=fields,
+        out=out,
+        device=device,
+        force=force,
+        progress=progress,
+    )

@@ -44,7 +44,7 @@ from torch import Tensor, nn
 
 from landscape import store
 from landscape.core.criteria import hit_count, select_logits
-from landscape.core.front import prepare, python_call
+from landscape.core.front import prepare, python_call, run_from_python
 from landscape.errors import LandscapeError
 from landscape.models.alternet import MSABlock
 from landscape.models.resnet import ResidualBlock, ResNet
@@ -52,7 +52,7 @@ from landscape.models.vit import ViT
 from landscape.models.vit_rpe import ShiftAttention
 from landscape.options.lesion import LesionOptions
 from landscape.runtime import distributed as D
-from landscape.runtime.lifecycle import analysis_file
+from landscape.runtime.lifecycle import AnalysisFile
 
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
@@ -394,6 +394,7 @@ def run_lesion(
     progress: bool | None = None,
     on_block: Callable[[int], None] | None = None,
     command: str | None = None,
+    batches: Iterable[Any] | None = None,
 ) -> store.Result:
     """Lesion study of a model on ``options.samples`` images, written to ``out``; returns the file read back.
 
@@ -413,6 +414,8 @@ def run_lesion(
         progress: progress bar on rank 0 (None: only when stderr is a terminal).
         on_block: called with a block's index after its row is written (for progress reports and tests).
         command: how the run was asked for, recorded as ``command`` (default: this call).
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+            ``options.data`` (:func:`~landscape.core.front.prepare`).
 
     Returns:
         The file read back (:class:`landscape.store.read.Result`).
@@ -429,7 +432,7 @@ def run_lesion(
         raise LandscapeError(f"run_lesion takes its options as a LesionOptions, got {type(options).__name__}")
     o = options
     call = command or python_call("run_lesion", source, o, out=out, model_name=model_name)
-    prepared = prepare(source, o, model_name=model_name, device=device, command=call, labels=True)
+    prepared = prepare(source, o, model_name=model_name, device=device, command=call, labels=True, batches=batches)
     inputs, batches, attrs = prepared.inputs, prepared.batches, prepared.attrs
     net = copy.deepcopy(inputs.model).eval()
     blocks = lesion_blocks(net)
@@ -454,7 +457,8 @@ def run_lesion(
 
     show = D.is_main() and (sys.stderr.isatty() if progress is None else bool(progress))
     mine = D.shard(batches)
-    with analysis_file(out, "lesion", attrs, force=force, resume=resume) as (f, state):
+    session = AnalysisFile(out, "lesion", attrs, force=force, resume=resume)
+    with session as (f, state):
         assert state is not None
         if not state["complete"]:
             intact = state["intact"]
@@ -484,4 +488,52 @@ def run_lesion(
                     bar.update(1)
                     if on_block is not None:
                         on_block(i)
-    return store.read_result(out)
+    return session.result
+
+
+def lesion(
+    model: Any,
+    data: Any = None,
+    *,
+    out: str | Path | None = None,
+    options: LesionOptions | None = None,
+    device: str = "auto",
+    force: bool = False,
+    progress: bool | None = None,
+    **fields: Any,
+) -> store.Result:
+    """Accuracy and NLL of ``model`` with each residual block removed, one at a time (``landscape lesion``).
+
+    See :class:`~landscape.options.lesion.LesionOptions` for every keyword.
+
+    Args:
+        model: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
+            :class:`~landscape.core.source.ModelSource`.
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
+            batches (used whole, in order), or None for the checkpoint's dataset (else digits).
+        out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
+        options: a :class:`~landscape.options.lesion.LesionOptions`, instead of keywords.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        force: replace a file of other options at ``out``.
+        progress: a progress display (None: on a terminal only).
+        **fields: the options as keywords (the fields of the options class).
+
+    Returns:
+        The result (:class:`~landscape.store.Result`): its ``attrs`` and arrays.
+
+    Raises:
+        LandscapeError: bad options, a model or data that cannot be used, or a file of other options at ``out``.
+    """
+    return run_from_python(
+        run_lesion,
+        "landscape.lesion",
+        LesionOptions,
+        model,
+        data,
+        options=options,
+        fields=fields,
+        out=out,
+        device=device,
+        force=force,
+        progress=progress,
+    )

@@ -29,12 +29,20 @@ import torch
 from torch import Tensor, nn
 
 from landscape import store
-from landscape.core.front import batch_images, batches_for, eval_model, load_inputs, prepare, python_call
+from landscape.core.front import (
+    batch_images,
+    batches_for,
+    eval_model,
+    load_inputs,
+    prepare,
+    python_call,
+    run_from_python,
+)
 from landscape.errors import LandscapeError
 from landscape.models.taps import FeatureTaps, as_grid
 from landscape.options.similarity import MIN_BATCH, SimilarityOptions
 from landscape.runtime import distributed as D
-from landscape.runtime.lifecycle import analysis_file
+from landscape.runtime.lifecycle import AnalysisFile
 
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
@@ -368,6 +376,7 @@ def run_similarity(
     device: str = "auto",
     progress: bool | None = None,
     command: str | None = None,
+    batches: Iterable[Any] | None = None,
 ) -> store.Result:
     """Linear CKA between every pair of blocks of one model (or of two), written to ``out``; returns it read.
 
@@ -389,6 +398,8 @@ def run_similarity(
         device: ``auto``, ``cpu`` or ``cuda``.
         progress: progress bars on rank 0 (None: only when stderr is a terminal).
         command: how the run was asked for, recorded as ``command`` (default: this call).
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+            ``options.data`` (:func:`~landscape.core.front.prepare`).
 
     Returns:
         The file read back (:class:`landscape.store.read.Result`).
@@ -402,7 +413,7 @@ def run_similarity(
         raise LandscapeError(f"run_similarity takes its options as a SimilarityOptions, got {type(options).__name__}")
     o = options
     call = command or python_call("run_similarity", source, o, other=other, out=out, model_name=model_name)
-    prepared = prepare(source, o, model_name=model_name, device=device, command=call)
+    prepared = prepare(source, o, model_name=model_name, device=device, command=call, batches=batches)
     inputs, attrs, dev = prepared.inputs, prepared.attrs, prepared.inputs.device
     batches = [b for b in prepared.batches if int(b[0].shape[0]) >= MIN_BATCH]  # a tiny last batch is left out
     if not batches:
@@ -422,7 +433,8 @@ def run_similarity(
     attrs["n_samples"] = sum(int(x.shape[0]) for x, _ in batches)
     attrs.update(_other_attrs(inputs_b))
     show = D.is_main() and (sys.stderr.isatty() if progress is None else bool(progress))
-    with analysis_file(out, "similarity", attrs, force=force, resume=lambda f: f.complete) as (f, complete):
+    session = AnalysisFile(out, "similarity", attrs, force=force, resume=lambda f: f.complete)
+    with session as (f, complete):
         if not complete:
             order = list(range(len(batches)))
             mine = D.shard(order)
@@ -445,4 +457,55 @@ def run_similarity(
                 total = total.add(p)
             if f is not None:
                 write_sums(f, total)
-    return store.read_result(out)
+    return session.result
+
+
+def similarity(
+    model: Any,
+    data: Any = None,
+    *,
+    other: Any = None,
+    out: str | Path | None = None,
+    options: SimilarityOptions | None = None,
+    device: str = "auto",
+    force: bool = False,
+    progress: bool | None = None,
+    **fields: Any,
+) -> store.Result:
+    """Linear CKA between every pair of blocks of ``model`` (or of ``model`` and ``other``) on ``data``.
+
+    See :class:`~landscape.options.similarity.SimilarityOptions` for every other keyword.
+
+    Args:
+        model: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
+            :class:`~landscape.core.source.ModelSource`.
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
+            batches (used whole, in order), or None for the checkpoint's dataset (else digits).
+        other: the second model (module, checkpoint path or source); None compares ``model`` with itself.
+        out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
+        options: a :class:`~landscape.options.similarity.SimilarityOptions`, instead of keywords.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        force: replace a file of other options at ``out``.
+        progress: a progress display (None: on a terminal only).
+        **fields: the options as keywords (the fields of the options class).
+
+    Returns:
+        The result (:class:`~landscape.store.Result`): its ``attrs`` and arrays.
+
+    Raises:
+        LandscapeError: bad options, a model or data that cannot be used, or a file of other options at ``out``.
+    """
+    return run_from_python(
+        run_similarity,
+        "landscape.similarity",
+        SimilarityOptions,
+        model,
+        data,
+        options=options,
+        fields=fields,
+        other=other,
+        out=out,
+        device=device,
+        force=force,
+        progress=progress,
+    )

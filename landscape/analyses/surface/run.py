@@ -12,7 +12,7 @@ the points of each round are shared among ranks and only rank 0 writes.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from landscape.analyses.surface.file import (
     resume_surface,
     write_points,
 )
-from landscape.core.front import build_objective, prepare, python_call
+from landscape.core.front import build_objective, prepare, python_call, run_from_python
 from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
 from landscape.core.source import ModelSource
@@ -48,7 +48,7 @@ from landscape.options.surface import (  # noqa: F401 (re-exported)
     parse_grid,
 )
 from landscape.runtime import distributed as D
-from landscape.runtime.lifecycle import analysis_file
+from landscape.runtime.lifecycle import AnalysisFile
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -139,7 +139,8 @@ def compute_surface(
     def resume(f: store.ResultFile) -> dict[str, Any]:
         return portable_state(resume_surface(f, directions, xs, ys, objective.params))
 
-    with analysis_file(out, "surface", full, force=force, resume=resume) as (f, state):
+    session = AnalysisFile(out, "surface", full, force=force, resume=resume)
+    with session as (f, state):
         assert state is not None
         dx, dy = state["dirs"] if state["dirs"] is not None else (directions.x, directions.y)
         if state["dirs"] is not None:
@@ -172,9 +173,7 @@ def compute_surface(
                 )
                 f.flush()
             _run_points(evaluator, xs, ys, state["done"], int(bp), f, progress, on_round)
-    if not D.is_main() and not Path(out).exists():  # another node: the file lives with rank 0
-        return store.Result(Path(out), {"kind": "surface", **full})
-    result = store.read_result(out)
+    result = session.result
     if D.is_main():
         check_finite_surface(result)
     return result
@@ -223,6 +222,7 @@ def run_surface(
     device: str = "auto",
     progress: bool | None = None,
     command: str | None = None,
+    batches: Iterable[Any] | None = None,
 ) -> store.Result:
     """The ``landscape surface`` command: model source -> Objective -> directions -> :func:`compute_surface`.
 
@@ -247,6 +247,8 @@ def run_surface(
         progress: tqdm bar on rank 0 (None: only when stderr is a terminal).
         command: how the run was asked for, recorded as ``command`` (the CLI passes its command line; default:
             this call).
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+            ``options.data`` (:func:`~landscape.core.front.prepare`).
 
     Returns:
         The file read back (:class:`landscape.store.read.Result`), on every rank.
@@ -262,7 +264,7 @@ def run_surface(
     ndim = o.ndim
     reg = Regularizer.from_options(o.regularizer, o.reg_coef)
     call = command or python_call("run_surface", source, o, out=out, model_name=model_name)
-    prepared = prepare(source, o, model_name=model_name, device=device, command=call)
+    prepared = prepare(source, o, model_name=model_name, device=device, command=call, batches=batches)
     inputs, attrs = prepared.inputs, prepared.attrs
     objective = build_objective(
         inputs, prepared.batches, criterion=prepared.criterion, regularizer=reg, allow_stochastic=o.allow_stochastic
@@ -297,4 +299,54 @@ def run_surface(
         batch_points=o.batch_points,
         progress=progress,
         compile=o.compile,
+    )
+
+
+def surface(
+    model: Any,
+    data: Any = None,
+    *,
+    out: str | Path | None = None,
+    options: SurfaceOptions | None = None,
+    device: str = "auto",
+    force: bool = False,
+    progress: bool | None = None,
+    **fields: Any,
+) -> store.Result:
+    """The loss and accuracy around ``model`` on a 1D line or 2D plane of parameter space (``landscape surface``).
+
+    ``L(theta + a dx + b dy)`` on the grid of ``x`` and ``y`` (``"MIN:MAX:NUM"``), along directions normalised by
+    ``norm`` (filter-wise by default), on fixed batches of ``data``; see
+    :class:`~landscape.options.surface.SurfaceOptions` for every keyword.
+
+    Args:
+        model: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
+            :class:`~landscape.core.source.ModelSource`.
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
+            batches (used whole, in order), or None for the checkpoint's dataset (else digits).
+        out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
+        options: a :class:`~landscape.options.surface.SurfaceOptions`, instead of keywords.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        force: replace a file of other options at ``out``.
+        progress: a progress display (None: on a terminal only).
+        **fields: the options as keywords (the fields of the options class).
+
+    Returns:
+        The result (:class:`~landscape.store.Result`): its ``attrs`` and arrays.
+
+    Raises:
+        LandscapeError: bad options, a model or data that cannot be used, or a file of other options at ``out``.
+    """
+    return run_from_python(
+        run_surface,
+        "landscape.surface",
+        SurfaceOptions,
+        model,
+        data,
+        options=options,
+        fields=fields,
+        out=out,
+        device=device,
+        force=force,
+        progress=progress,
     )

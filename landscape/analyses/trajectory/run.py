@@ -34,6 +34,7 @@ from landscape.errors import LandscapeError
 from landscape.models.checkpoint import load_model, read_checkpoint, snapshot_path
 from landscape.options.names import matches_any
 from landscape.options.trajectory import TrajectoryOptions
+from landscape.runtime.lifecycle import AnalysisFile
 
 #: snapshot tags that ``landscape train`` writes beside ``run.pt`` (:func:`landscape.models.checkpoint.snapshot_path`)
 SNAPSHOT_TAG = re.compile(r"(init|warmup|epoch(\d+))")
@@ -303,8 +304,9 @@ def run_trajectory(
         **options.attrs(),
     }
     axes = ["snapshot"]
-    with store.open_result(out, "trajectory", attrs, force=force) as f:
-        if not f.complete:
+    session = AnalysisFile(out, "trajectory", attrs, force=force)
+    with session as (f, _):
+        if f is not None and not f.complete:
             f.write("distance", traj.distance, axes=axes)
             f.write("angle", traj.angle, axes=axes)
             f.write("norm", traj.norm, axes=axes)
@@ -314,5 +316,44 @@ def run_trajectory(
             f.write("paths", np.array([str(p) for p in traj.paths], dtype=str), axes=axes)
             f.set_attrs({"parameter_names": traj.parameter_names})
             f.mark_done()
-            f.mark_complete()
-    return store.read_result(out)
+    return session.result
+
+
+def trajectory(
+    checkpoints: Sequence[str | Path],
+    *,
+    out: str | Path | None = None,
+    options: TrajectoryOptions | None = None,
+    model: str | None = None,
+    model_kwargs: Mapping[str, Any] | None = None,
+    force: bool = False,
+    **fields: Any,
+) -> store.Result:
+    """Training snapshots in polar coordinates around the initial weights (Paper A's Fig 1b, ``landscape trajectory``).
+
+    For each snapshot ``theta_t``: the distance ``||theta_t - theta_0||`` from the initial weights ``theta_0`` and
+    the angle between ``theta_t`` and ``theta_0``; see
+    :class:`~landscape.options.trajectory.TrajectoryOptions` for every keyword.
+
+    Args:
+        checkpoints: the run's final checkpoint (its snapshots are found beside it) or the snapshots themselves.
+        out: the HDF5 file to write; None keeps the result in memory.
+        options: a :class:`~landscape.options.trajectory.TrajectoryOptions`, instead of keywords.
+        model: the model of checkpoints that do not name it.
+        model_kwargs: its constructor options.
+        force: replace a file of other options at ``out``.
+        **fields: the options as keywords.
+
+    Returns:
+        The result (:class:`~landscape.store.Result`).
+
+    Raises:
+        LandscapeError: both ``options`` and keywords, bad options, or snapshots that cannot be read.
+    """
+    if options is not None and fields:
+        raise LandscapeError("landscape.trajectory: give the options as options=... or as keywords, not both")
+    options = options if options is not None else TrajectoryOptions(**fields)
+    record = python_call("landscape.trajectory", list(checkpoints), out=out, **fields)
+    return run_trajectory(
+        checkpoints, options, out=out, model_name=model, model_kwargs=model_kwargs, force=force, command=record
+    )

@@ -1,0 +1,60 @@
+"""The Python API at the top: one function per analysis, a module and batches in, a result out."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from helpers import one_line_error, tiny_resnet_checkpoint
+
+import landscape
+from landscape.analyses.registry import analyses
+from landscape.analyses.surface.run import run_surface
+from landscape.data import fixed_batches, load_dataset
+from landscape.options.surface import SurfaceOptions
+
+
+def test_import_landscape_imports_no_torch_and_offers_every_analysis():
+    code = "import sys, landscape; print('torch' in sys.modules, sorted(n for n in dir(landscape) if n.islower()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("False")
+    for item in analyses():
+        assert item.api.partition(":")[2] in out and callable(getattr(landscape, item.api.partition(":")[2]))
+    assert landscape.lanczos.__module__ == "landscape.analyses.hessian.lanczos"
+    assert landscape.Objective.__name__ == "Objective"
+    with pytest.raises(AttributeError):
+        landscape.nothing_of_that_name  # noqa: B018
+
+
+def test_a_module_and_batches_give_the_checkpoint_s_surface_in_memory(tmp_path, monkeypatch):
+    path, model = tiny_resnet_checkpoint(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    grid = {"x": "-1:1:3", "y": "-1:1:3", "samples": 24, "batch_size": 12}
+    by_file = run_surface(path, SurfaceOptions(**grid), out=tmp_path / "s.h5", progress=False)
+    batches = fixed_batches(load_dataset("digits", "train"), 12, 24, seed=0)
+    held = landscape.surface(model, batches, progress=False, **grid)
+    np.testing.assert_allclose(held["loss"], by_file["loss"], rtol=1e-6)
+    assert held.path.name == "<memory>" and held.attrs["dataset"] == "batches" and held.attrs["data_sha256"]
+    assert held.attrs["command"].startswith("landscape.surface(<ResNet>, data=<2 batches>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.h5", "tiny.pt"]  # nothing written without out=
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters()) and not model.training
+    by_spec = landscape.hessian(model, "digits", top_k=1, samples=24, batch_size=12, progress=False)
+    assert by_spec.attrs["dataset"] == "digits" and by_spec["eigenvalues"].shape == (1,)
+
+
+def test_out_writes_the_file_and_the_same_weights_resume_it(tmp_path):
+    _, model = tiny_resnet_checkpoint(tmp_path)
+    out = tmp_path / "h.h5"
+    first = landscape.hessian(model, "digits", out=out, top_k=1, samples=24, batch_size=12, progress=False)
+    again = landscape.hessian(model, "digits", out=out, top_k=1, samples=24, batch_size=12, progress=False)
+    assert out.exists() and again["eigenvalues"] == first["eigenvalues"]
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    one_line_error(landscape.hessian, model, "digits", out=out, top_k=1, samples=24, progress=False, match="differs in")
+
+
+def test_options_are_given_once():
+    one_line_error(landscape.surface, torch.nn.Linear(2, 2), options=SurfaceOptions(), x="-1:1:3", match="not both")
+    one_line_error(landscape.surface, torch.nn.Linear(2, 2), "digits", samples=0, match="--samples")
