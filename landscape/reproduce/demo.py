@@ -320,7 +320,8 @@ def run_demo(
         bar.set_postfix(model=model)
         say(f"[demo] {model}: train, surface, spectrum, fourier")
         ckpt, files = _model_stages(model, settings, out, device=device, force=force, quiet=quiet)
-        figures = plot_files([files[0]], ensure_subfolder(out, "figures", model), "png", force=force)
+        # the demo's own figures folder: its figures are replaced, also those of releases without the mark
+        figures = plot_files([files[0]], ensure_subfolder(out, "figures", model), "png", force=True)
         all_files[model] = files
         reports.append(_report(model, ckpt, files, [p for p in figures if p.suffix == ".png"]))
     say("[demo] figures of all models overlaid")
@@ -328,7 +329,7 @@ def run_demo(
         [files[1] for files in all_files.values()] + [files[2] for files in all_files.values()],
         ensure_subfolder(out, "figures", "overlay"),
         "png",
-        force=force,
+        force=True,
     )
     if settings.data_fractions:
         say(f"[demo] vit_mini on {', '.join(f'{f:g}' for f in settings.data_fractions)} of the data: train, spectrum")
