@@ -234,8 +234,6 @@ def convert_checkpoint(
     """
     sharpness, k_std, q_std = check_options(sharpness, k_std, q_std)
     samples = checks.positive_int(samples, "--samples")
-    import landscape.models.vit_rpe  # noqa: F401  (registers the convvit_* / vit_rpe_* models)
-
     out = Path(out)
     if out.exists() and not force:
         raise LandscapeError(f"{out} exists; use --force to overwrite it or --out to write elsewhere")

@@ -17,6 +17,7 @@ from typing import Any
 from landscape.analyses.registry import analysis_of
 from landscape.errors import LandscapeError
 from landscape.options.checks import finite, positive_int
+from landscape.plot.common import check_name
 from landscape.store.files import ensure_folder
 from landscape.store.read import Result, read_result
 
@@ -85,8 +86,6 @@ def check_options(fmt: str, options: dict[str, Any]) -> dict[str, Any]:
     if "spectrum_style" in checked:
         one_of(checked["spectrum_style"], "spectrum style (--spectrum-style)", SPECTRUM_STYLES)
     if "name" in checked:
-        from landscape.plot.common import check_name
-
         checked["name"] = check_name(checked["name"])
     return checked
 

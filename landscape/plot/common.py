@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -322,6 +323,4 @@ def wrapped(text: str, width: int = 48) -> str:
     Returns:
         ``text`` with newlines between its lines (a word longer than ``width`` stays whole).
     """
-    import textwrap
-
     return "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)) or text

@@ -16,8 +16,10 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
+import resource
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -157,8 +159,6 @@ def _failed_write_errno(path: Path) -> int | None:
     The file size limit (``RLIMIT_FSIZE``) reached by ``path``, or a file system with less than
     :data:`NEARLY_FULL` bytes free; None when neither holds.
     """
-    import resource
-
     soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
     try:
         size = os.stat(path).st_size
@@ -443,8 +443,6 @@ class WriterLock:
     """
 
     def __init__(self, path: str | Path, identity: str) -> None:
-        import fcntl
-
         self.path = Path(path)
         self.file = lock_path(path)
         self.failed = False
@@ -506,8 +504,6 @@ def live_writer(path: str | Path) -> int | None:
         The pid recorded in the sidecar (``-1`` if the lock is held but no pid is recorded), or ``None`` when
         there is no sidecar or its lock is free.
     """
-    import fcntl
-
     file = lock_path(path)
     try:
         fd = _open_sidecar(file, os.O_RDONLY)
