@@ -50,3 +50,11 @@ def test_a_bad_option_value_is_one_line_naming_the_option_and_the_help():
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error: ") and option in lines[0], result.output
         assert f"'landscape {args[0]} --help'" in lines[0] and "Usage" not in result.output
+
+
+def test_models_counts_for_the_default_data_as_the_docs_table():
+    result = CliRunner().invoke(cli, ["models", "--pattern", "resnet_mini"])
+    assert result.exit_code == 0, result.output
+    assert "1 input channel, 10 classes" in result.output and "223,034" in result.output
+    three = CliRunner().invoke(cli, ["models", "--pattern", "resnet_mini", "--in-chans", "3"])
+    assert "3 input channels" in three.output and "223,034" not in three.output
