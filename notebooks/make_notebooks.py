@@ -105,8 +105,8 @@ def table(header, rows):
 
 SURFACES = """\
 # 2D filter-normalised loss surfaces (BatchNorm in eval mode), one HDF5 file per model; a complete file is reused.
-from landscape.options.surface import SurfaceOptions
 from landscape.analyses.surface.run import run_surface
+from landscape.options.surface import SurfaceOptions
 
 GRID = f"-1:1:{SIZES['grid']}"
 SURFACE_OPTIONS = SurfaceOptions(
@@ -123,8 +123,8 @@ for model in MODELS:
 
 SPECTRA = '''\
 # Per-mini-batch top-k Hessian eigenvalues (largest magnitude) of NLL + the SPECTRUM_REGULARIZER term.
-from landscape.options.hessian import SpectrumOptions
 from landscape.analyses.hessian.run import run_spectrum
+from landscape.options.hessian import SpectrumOptions
 
 SPECTRUM = SpectrumOptions(
     data=DATA, batch_size=SIZES["spectrum_batch"], fraction=SIZES["spectrum_fraction"],
@@ -150,8 +150,8 @@ def spectrum(model, stage):
 
 FOURIER = """\
 # Fourier profile, high-frequency value, feature-map variance and band-noise accuracy of every block's output.
-from landscape.options.fourier import FourierOptions
 from landscape.analyses.fourier.run import run_fourier
+from landscape.options.fourier import FourierOptions
 
 FOURIER_OPTIONS = FourierOptions(data=DATA, samples=SIZES["fourier_samples"], noise_bands=True)
 fourier = {
@@ -430,9 +430,9 @@ FOURIER_TIMM = """\
 # each model's own preprocessing; CIFAR images are too small for them. QUICK runs the same code on small
 # random-init timm models and digits. Blocks are found by landscape.models.taps.FeatureTaps (timm's ResNet and ViT
 # rules).
-from landscape.options.fourier import FourierOptions
 from landscape.analyses.fourier.run import run_fourier
 from landscape.core.front import ModelSource
+from landscape.options.fourier import FourierOptions
 
 if QUICK:
     FOURIER_MODELS = {
@@ -674,10 +674,10 @@ result); full: `convvit_ti`/`vit_rpe_ti` on CIFAR-100 subsets (for a multi-seed 
 `benchmarks/cnn_init_vit.py`).
 """),
         code("""
+from landscape.core.front import resolve_device
+from landscape.data.loading import load_dataset
 from landscape.models.checkpoint import load_model, read_checkpoint
 from landscape.models.convert import convert_checkpoint
-from landscape.data.loading import load_dataset
-from landscape.core.front import resolve_device
 from landscape.train import evaluate_model
 
 SIZE = "mini" if QUICK else "ti"
