@@ -727,13 +727,15 @@ def nb_findings() -> list[nbformat.NotebookNode]:
 `landscape demo` trains `resnet_mini`, `vit_mini` and `alternet_mini` on digits, computes their surfaces, spectra
 and Fourier profiles, and `landscape.reproduce.findings` turns the files into one row per claim of Paper A and Paper
 B: the
-statistic measured, a 95% bootstrap interval over its natural unit (mini-batches, images, batches of images or
-seeds) and a verdict: reproduced (the interval lies on the claimed side), contradicted (on the other side),
-inconclusive (it contains the threshold) or not measured (the inputs are absent; the row names the command).
+statistic measured on every seed's trained model, a 95% hierarchical bootstrap interval (seeds with replacement,
+then each drawn seed's units: mini-batches, images, batches of images) and a verdict: reproduced (the interval
+lies on the claimed side), contradicted (on the other side), inconclusive (it contains the threshold) or not
+measured (the inputs are absent; the row names the command).
 
-`QUICK = True` runs the quick demo (smoke sizes: the verdicts mean little); `QUICK = False` runs the full demo on
-the CPU (about ten minutes). Paper B's row needs the rows of `benchmarks/cnn_init_vit.py --json FILE`
-(`PAPER_B_JSON`). The verdicts hold for these small models on digits, not for the papers' models.
+`QUICK = True` runs the quick demo (two seeds, smoke sizes: the verdicts mean little; no Paper B row);
+`QUICK = False` runs the full demo on the CPU (three seeds per model and a small Paper B run of its own). With
+`PAPER_B_JSON`, the rows of `benchmarks/cnn_init_vit.py --json FILE` give Paper B's row instead. The verdicts hold
+for these small models on digits, not for the papers' models.
 """
         ),
         parameters("PAPER_B_JSON = None  # the rows file of `benchmarks/cnn_init_vit.py --json FILE` (Paper B)"),

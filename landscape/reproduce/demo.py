@@ -1,13 +1,17 @@
 """``landscape demo``: the main job on the bundled digits data, end to end, resumable.
 
-For each of ``resnet_mini``, ``vit_mini`` and ``alternet_mini``: train (or reuse the checkpoint), compute a 2D
-filter-normalised loss surface, Paper A's per-mini-batch max-eigenvalue spectrum and the Fourier profile of the
-feature maps; draw every figure; write ``summary.md`` that puts the three models side by side and gives a verdict
-on every claim of both papers with a bootstrap interval (:mod:`landscape.reproduce.findings`; with
-``DemoSettings.data_fractions``, FULL only, ``vit_mini`` is also trained on shares of the data into ``data_size/``
-for the data-size claim), and ``report.html``
-(:func:`landscape.plot.report.write_report`: the table and every figure in one self-contained page). Every stage writes
-its own file and is skipped when its file is complete, so a rerun resumes rather than recomputes.
+For each of ``resnet_mini``, ``vit_mini`` and ``alternet_mini`` and each training seed of
+``DemoSettings.seeds`` (FULL: 0, 1, 2; QUICK: 0, 1): train (or reuse the checkpoint), compute Paper A's
+per-mini-batch max-eigenvalue spectrum and the Fourier profile of the feature maps; for the first seed's models
+also a 2D filter-normalised loss surface and every figure. Seed 0's files are in the demo folder, seed K's in
+``seedK/`` (:func:`landscape.reproduce.inputs.seed_folder`). With ``DemoSettings.data_fractions`` (FULL only),
+``vit_mini`` is also trained on shares of the data into ``data_size/`` of each seed's folder (the data-size
+claim); with ``DemoSettings.paper_b`` (FULL only) Paper B's low-data experiment runs at a small size
+(:mod:`landscape.reproduce.paper_b`, ``paper_b/`` and ``paper_b.json``). Then ``summary.md`` puts the models side
+by side and gives a verdict on every claim of both papers with a hierarchical bootstrap interval over seeds and
+units (:mod:`landscape.reproduce.findings`), and ``report.html`` (:func:`landscape.plot.report.write_report`: the
+tables and every figure in one self-contained page). Every stage writes its own file and is skipped when its
+file is complete, so a rerun resumes rather than recomputes.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from landscape import __version__
 from landscape.analyses.fourier.run import run_fourier
 from landscape.analyses.hessian.run import run_spectrum
 from landscape.analyses.surface.run import run_surface
@@ -33,9 +36,13 @@ from landscape.options.surface import SurfaceOptions
 from landscape.plot import plot_files
 from landscape.plot.report import write_report
 from landscape.reproduce.findings import findings, findings_markdown
-from landscape.store.files import WRITTEN_BY, ensure_folder, ensure_subfolder, write_text
+from landscape.reproduce.inputs import seed_folder, seeds_text
+from landscape.reproduce.paper_b import PaperBSettings, measure_paper_b
+from landscape.reproduce.summary import FindingsText, ModelReport, write_summary
+from landscape.reproduce.training import train_or_reuse
+from landscape.store.files import ensure_folder, ensure_subfolder
 from landscape.store.read import read_result
-from landscape.train import TrainConfig, train_model
+from landscape.train import TrainConfig
 
 MODELS = ("resnet_mini", "vit_mini", "alternet_mini")
 
@@ -44,10 +51,13 @@ MODELS = ("resnet_mini", "vit_mini", "alternet_mini")
 class DemoSettings:
     """The sizes of one demo run: training per model, surface grid, spectrum and Fourier samples.
 
-    ``data_fractions``: the shares of the training data on which ``vit_mini`` is trained again (same options
-    otherwise) for Paper A's data-size claim; each gets a checkpoint and a spectrum in ``data_size/`` (the main
-    models' files are not touched). ``resamples`` and ``fourier_unit``: the bootstrap of the findings table
-    (:func:`landscape.reproduce.findings.findings`).
+    ``seeds``: the training seeds; every model is trained with each, and its spectrum and Fourier profile
+    computed (the findings' hierarchical bootstrap resamples them); the surface and the figures are of the first
+    seed's models. ``data_fractions``: the shares of the training data on which ``vit_mini`` is trained again
+    (same options otherwise, each seed) for Paper A's data-size claim; each gets a checkpoint and a spectrum in
+    ``data_size/`` (the main models' files are not touched). ``paper_b``: the size of Paper B's run, or None to
+    leave it out (its row is then "not measured" unless a ``paper_b.json`` is there). ``resamples`` and
+    ``fourier_unit``: the bootstrap of the findings table (:func:`landscape.reproduce.findings.findings`).
     """
 
     train: dict[str, dict[str, Any]]
@@ -61,6 +71,8 @@ class DemoSettings:
     data_fractions: tuple[float, ...] = ()
     resamples: int = 1000
     fourier_unit: int = 16
+    seeds: tuple[int, ...] = (0, 1, 2)
+    paper_b: PaperBSettings | None = None
 
 
 FULL = DemoSettings(
@@ -75,6 +87,7 @@ FULL = DemoSettings(
     spectrum_batch=16,
     fourier_samples=256,
     data_fractions=(0.06, 0.3),
+    paper_b=PaperBSettings(),
 )
 QUICK = DemoSettings(
     train={m: {"epochs": 1, "batch_size": 64, "lr": 2e-3, "subset": 0.25} for m in MODELS},
@@ -85,21 +98,12 @@ QUICK = DemoSettings(
     fourier_samples=32,
     resamples=200,
     fourier_unit=4,
+    seeds=(0, 1),
 )
 
 
-@dataclass
-class ModelReport:
-    """What the summary says about one model."""
-
-    model: str
-    checkpoint: Path
-    test_accuracy: float
-    top_eigenvalue: float
-    negative_share: float
-    hf_msa: float
-    hf_conv: float
-    figures: list[Path]
+def _progress(quiet: bool) -> bool | None:
+    return False if quiet else None
 
 
 def _train_stage(
@@ -107,112 +111,103 @@ def _train_stage(
     settings: DemoSettings,
     out: Path,
     *,
+    seed: int = 0,
     device: str,
     force: bool,
     quiet: bool,
     subset: float | None = None,
 ) -> Path:
-    """Train ``model`` into ``out`` unless a checkpoint of the same model and options is already there.
+    """Train ``model`` with ``seed`` into ``out`` unless a checkpoint of the same model and options is there.
 
     ``subset`` replaces the training share of the model's settings (the data-size runs).
     """
     train = dict(settings.train[model]) if subset is None else {**settings.train[model], "subset": subset}
-    config = TrainConfig(model=model, data="digits", seed=0, device=device, **train)
-    if out.exists() and not force:
-        ckpt = read_checkpoint(out)
-        options = ckpt.meta.get("train_options") or {}
-        same = ckpt.model_name == model and all(options.get(k) == v for k, v in train.items() if k != "device")
-        if not same:
-            raise LandscapeError(f"{out} holds a checkpoint from other options; use --force or another --out")
-        return out
-    train_model(config, out, force=True, quiet=quiet)
-    return out
+    config = TrainConfig(model=model, data="digits", seed=seed, device=device, **train)
+    return train_or_reuse(config, out, force=force, quiet=quiet)
 
 
 def _mean_or_nan(values: np.ndarray) -> float:
     return float(np.mean(values)) if values.size else math.nan
 
 
+def _spectrum_stage(ckpt: Path, settings: DemoSettings, out: Path, *, device: str, force: bool, quiet: bool) -> Path:
+    """Paper A's per-mini-batch top-5 spectrum of ``ckpt`` into ``out``."""
+    options = SpectrumOptions(
+        batch_size=settings.spectrum_batch, fraction=settings.spectrum_fraction, top_k=5, which="LM"
+    )
+    run_spectrum(ckpt, options, out=out, device=device, force=force, progress=_progress(quiet))
+    return out
+
+
 def _model_stages(
-    model: str, settings: DemoSettings, out_dir: Path, *, device: str, force: bool, quiet: bool
-) -> tuple[Path, list[Path]]:
-    """Run train, surface, spectrum and Fourier for one model; return the checkpoint and the result files."""
-    ckpt = _train_stage(model, settings, out_dir / f"{model}.pt", device=device, force=force, quiet=quiet)
-    grid = f"-1:1:{settings.grid}"
-    surface = out_dir / f"{model}_surface.h5"
-    run_surface(
-        ckpt,
-        SurfaceOptions(
+    model: str, settings: DemoSettings, out_dir: Path, *, seed: int = 0, device: str, force: bool, quiet: bool
+) -> tuple[Path, dict[str, Path]]:
+    """Run train, spectrum and Fourier (and the surface for the first seed) for one model and seed.
+
+    Returns:
+        The checkpoint and the result files by analysis (``surface``, ``spectrum``, ``fourier``).
+    """
+    folder = ensure_folder(seed_folder(out_dir, seed))
+    ckpt = _train_stage(model, settings, folder / f"{model}.pt", seed=seed, device=device, force=force, quiet=quiet)
+    files: dict[str, Path] = {}
+    if seed == settings.seeds[0]:
+        grid = f"-1:1:{settings.grid}"
+        files["surface"] = folder / f"{model}_surface.h5"
+        options = SurfaceOptions(
             x=grid,
             y=grid,
             samples=settings.surface_samples,
             norm="filter",
             regularizer="norm-sum",
             reg_coef=settings.reg_coef,
-        ),
-        out=surface,
-        force=force,
-        device=device,
-        progress=False if quiet else None,
-    )
-    spectrum = out_dir / f"{model}_spectrum.h5"
-    run_spectrum(
-        ckpt,
-        SpectrumOptions(batch_size=settings.spectrum_batch, fraction=settings.spectrum_fraction, top_k=5, which="LM"),
-        out=spectrum,
-        device=device,
-        force=force,
-        progress=False if quiet else None,
-    )
-    fourier = out_dir / f"{model}_fourier.h5"
+        )
+        run_surface(ckpt, options, out=files["surface"], force=force, device=device, progress=_progress(quiet))
+    spectrum = folder / f"{model}_spectrum.h5"
+    files["spectrum"] = _spectrum_stage(ckpt, settings, spectrum, device=device, force=force, quiet=quiet)
+    files["fourier"] = folder / f"{model}_fourier.h5"
     run_fourier(
         ckpt,
         FourierOptions(samples=settings.fourier_samples),
-        out=fourier,
+        out=files["fourier"],
         device=device,
         force=force,
-        progress=False if quiet else None,
+        progress=_progress(quiet),
     )
-    return ckpt, [surface, spectrum, fourier]
+    return ckpt, files
 
 
-def _data_size_stages(settings: DemoSettings, out_dir: Path, *, device: str, force: bool, quiet: bool) -> list[Path]:
-    """Train ``vit_mini`` on each of ``settings.data_fractions`` of the data and take its spectrum (``data_size/``)."""
+def _data_size_stages(
+    settings: DemoSettings, out_dir: Path, *, seed: int = 0, device: str, force: bool, quiet: bool
+) -> list[Path]:
+    """Train ``vit_mini`` on each of ``settings.data_fractions`` of the data and take its spectrum (``data_size/``).
+
+    The files go to ``data_size/`` of the seed's folder (:func:`landscape.reproduce.inputs.seed_folder`).
+    """
     model = "vit_mini"
-    folder = out_dir / "data_size"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = ensure_folder(seed_folder(out_dir, seed) / "data_size")
     files = []
     for fraction in settings.data_fractions:
         stem = f"{model}_data{fraction:g}"  # e.g. vit_mini_data0.06: a name, not a path with a suffix
         ckpt = _train_stage(
-            model, settings, folder / f"{stem}.pt", device=device, force=force, quiet=quiet, subset=fraction
+            model, settings, folder / f"{stem}.pt", seed=seed, device=device, force=force, quiet=quiet, subset=fraction
         )
         spectrum = folder / f"{stem}_spectrum.h5"
-        run_spectrum(
-            ckpt,
-            SpectrumOptions(
-                batch_size=settings.spectrum_batch, fraction=settings.spectrum_fraction, top_k=5, which="LM"
-            ),
-            out=spectrum,
-            device=device,
-            force=force,
-            progress=False if quiet else None,
-        )
-        files.append(spectrum)
+        files.append(_spectrum_stage(ckpt, settings, spectrum, device=device, force=force, quiet=quiet))
     return files
 
 
-def _report(model: str, ckpt: Path, files: list[Path], figures: list[Path]) -> ModelReport:
+def _report(model: str, seed: int, ckpt: Path, files: dict[str, Path], figures: list[Path]) -> ModelReport:
     """Read the numbers the summary needs back from the files."""
     metrics = read_checkpoint(ckpt).meta.get("metrics") or {}
-    spectrum = read_result(files[1])
+    spectrum = read_result(files["spectrum"])
     eig = np.asarray(spectrum["eigenvalues"], dtype=float).ravel()
     eig = eig[np.isfinite(eig)]
-    fourier = read_result(files[2])
+    fourier = read_result(files["fourier"])
     kinds = np.asarray(fourier["layer_kinds"]).astype(str)
     hf = np.asarray(fourier["high_frequency"], dtype=float)
     return ModelReport(
         model=model,
+        seed=seed,
         checkpoint=ckpt,
         test_accuracy=float(metrics.get("test_accuracy", math.nan)),
         top_eigenvalue=float(eig.max()) if eig.size else math.nan,
@@ -223,78 +218,61 @@ def _report(model: str, ckpt: Path, files: list[Path], figures: list[Path]) -> M
     )
 
 
-def _fmt(value: float, spec: str) -> str:
-    return "–" if math.isnan(value) else format(value, spec)
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
-def write_summary(
-    reports: list[ModelReport],
-    shared_figures: list[Path],
-    out_dir: Path,
-    *,
-    quick: bool,
-    findings_table: str | None = None,
-    force: bool = False,
-) -> Path:
-    """Write ``summary.md``: a table of the models side by side, the findings table, then every figure embedded.
+@dataclass
+class _Trained:
+    """The models of every seed, analysed: the first seed's reports and files, and every seed's reports."""
 
-    Args:
-        reports: the numbers of each model.
-        shared_figures: the figures that overlay the models.
-        out_dir: the demo folder.
-        quick: the quick demo (said in the title).
-        findings_table: the Markdown table of :func:`landscape.reproduce.findings.findings_markdown` (a
-            "Findings" section after the main table), or None to leave it out.
-        force: replace a ``summary.md`` that landscape did not write (see
-            :func:`landscape.store.files.check_replaceable`).
+    reports: list[ModelReport]
+    seed_reports: list[ModelReport]
+    first_files: dict[str, dict[str, Path]]
 
-    Returns:
-        The path of ``summary.md``.
-    """
-    lines = [
-        "# landscape demo" + (" (quick)" if quick else ""),
-        "",
-        "Digits data (scikit-learn, 1x32x32). Surfaces: loss = NLL + 0.05 * sum_p ||theta_p|| (Paper A's plotted",
-        "loss) on filter-normalised directions. Spectrum: top-5 largest-magnitude Hessian eigenvalues of the NLL of",
-        "every mini-batch of 16 (BN in eval mode; the norm-sum term is left out because its Hessian, 0.05/||theta_p||",
-        "on each tensor, swamps the data term for small tensors). High-frequency value: Delta log amplitude at the",
-        "highest frequency, averaged over the blocks of each kind (MSA vs Conv/MLP; downsampling counts as Conv).",
-        "",
-        "| model | test accuracy | top Hessian eigenvalue | share of negative eigenvalues "
-        "| high-freq Delta log amp, MSA | high-freq Delta log amp, Conv/MLP |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for r in reports:
-        lines.append(
-            f"| {r.model} | {_fmt(r.test_accuracy, '.4f')} | {_fmt(r.top_eigenvalue, '.4g')} "
-            f"| {_fmt(r.negative_share, '.3f')} | {_fmt(r.hf_msa, '.3f')} | {_fmt(r.hf_conv, '.3f')} |"
-        )
-    lines.append("")
-    if findings_table:
-        lines += [
-            "## Findings",
-            "",
-            "A verdict for each claim of Paper A and Paper B (landscape.reproduce.findings): the value on all units",
-            "and its 95% percentile bootstrap interval over the units (mini-batches, test images, batches of images",
-            "or seeds);",
-            "reproduced when the interval lies on the claimed side of zero (or of the stated threshold),",
-            "contradicted when it lies on the other side, inconclusive when it contains it.",
-            "",
-            findings_table,
-            "",
-        ]
-    for r in reports:
-        lines += [f"## {r.model}", ""]
-        lines += [f"![{p.stem}]({p.relative_to(out_dir).as_posix()})" for p in r.figures]
-        lines.append("")
-    if shared_figures:
-        lines += ["## All models", ""]
-        lines += [f"![{p.stem}]({p.relative_to(out_dir).as_posix()})" for p in shared_figures]
-        lines.append("")
-    lines.append(f"<!-- landscape {__version__} ({WRITTEN_BY}) -->")
-    path = out_dir / "summary.md"
-    write_text(path, "\n".join(lines) + "\n", force=force)
-    return path
+
+def _train_and_analyse(
+    settings: DemoSettings, out: Path, *, device: str, force: bool, quiet: bool, say: Callable[[str], None]
+) -> _Trained:
+    """Every model with every seed: train, analyse, read back; the first seed's surfaces drawn."""
+    from tqdm.auto import tqdm
+
+    first = settings.seeds[0]
+    done = _Trained([], [], {})
+    runs = [(model, seed) for model in settings.models for seed in settings.seeds]
+    bar = tqdm(runs, desc="demo", disable=quiet or not sys.stderr.isatty())
+    for model, seed in bar:
+        bar.set_postfix(model=model, seed=seed)
+        say(f"[demo] {model}, seed {seed}: train, {'surface, ' if seed == first else ''}spectrum, fourier")
+        ckpt, files = _model_stages(model, settings, out, seed=seed, device=device, force=force, quiet=quiet)
+        figures: list[Path] = []
+        if seed == first:
+            # the demo's own figures folder: its figures are replaced, also those of releases without the mark
+            drawn = plot_files([files["surface"]], ensure_subfolder(out, "figures", model), "png", force=True)
+            figures = [p for p in drawn if p.suffix == ".png"]
+            done.first_files[model] = files
+        report = _report(model, seed, ckpt, files, figures)
+        done.seed_reports.append(report)
+        if seed == first:
+            done.reports.append(report)
+    return done
+
+
+def _findings_text(settings: DemoSettings, out: Path) -> FindingsText:
+    """The findings of the demo folder as the summary shows them."""
+    rows = findings(
+        out,
+        settings.models,
+        training_seeds=settings.seeds,
+        seed=0,
+        resamples=settings.resamples,
+        fourier_unit=settings.fourier_unit,
+    )
+    return FindingsText(
+        findings_markdown(rows), settings.seeds, settings.resamples, settings.spectrum_batch, settings.fourier_unit
+    )
 
 
 def run_demo(
@@ -307,40 +285,56 @@ def run_demo(
     settings: DemoSettings | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Path:
-    """Run the whole demo into ``out_dir`` and return the path of ``summary.md`` (``report.html`` is beside it)."""
-    from tqdm.auto import tqdm
+    """Run the whole demo into ``out_dir`` (see the module doc); every stage whose file is complete is skipped.
 
+    Args:
+        out_dir: the demo folder (created).
+        quick: the small settings :data:`QUICK` instead of :data:`FULL`.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        force: recompute and overwrite every file.
+        quiet: no progress output.
+        settings: the sizes (default: :data:`QUICK` or :data:`FULL`).
+        log: where the stage lines go (default: stderr unless ``quiet``).
+
+    Returns:
+        The path of ``summary.md`` (``report.html`` is beside it).
+
+    Raises:
+        LandscapeError: no training seed in the settings, or any stage's error.
+    """
     settings = settings or (QUICK if quick else FULL)
+    if not settings.seeds:
+        raise LandscapeError("the demo needs at least one training seed")
     out = ensure_folder(out_dir)
     say = log or (lambda msg: None if quiet else print(msg, file=sys.stderr))
-    reports: list[ModelReport] = []
-    all_files: dict[str, list[Path]] = {}
-    bar = tqdm(settings.models, desc="demo", disable=quiet or not sys.stderr.isatty())
-    for model in bar:
-        bar.set_postfix(model=model)
-        say(f"[demo] {model}: train, surface, spectrum, fourier")
-        ckpt, files = _model_stages(model, settings, out, device=device, force=force, quiet=quiet)
-        # the demo's own figures folder: its figures are replaced, also those of releases without the mark
-        figures = plot_files([files[0]], ensure_subfolder(out, "figures", model), "png", force=True)
-        all_files[model] = files
-        reports.append(_report(model, ckpt, files, [p for p in figures if p.suffix == ".png"]))
+    trained = _train_and_analyse(settings, out, device=device, force=force, quiet=quiet, say=say)
     say("[demo] figures of all models overlaid")
+    files = trained.first_files.values()
     shared = plot_files(
-        [files[1] for files in all_files.values()] + [files[2] for files in all_files.values()],
+        [f["spectrum"] for f in files] + [f["fourier"] for f in files],
         ensure_subfolder(out, "figures", "overlay"),
         "png",
         force=True,
     )
     if settings.data_fractions:
-        say(f"[demo] vit_mini on {', '.join(f'{f:g}' for f in settings.data_fractions)} of the data: train, spectrum")
-        _data_size_stages(settings, out, device=device, force=force, quiet=quiet)
-
-    say("[demo] findings: a verdict for every claim, bootstrap intervals")
-    table = findings_markdown(
-        findings(out, settings.models, seed=0, resamples=settings.resamples, fourier_unit=settings.fourier_unit)
+        fractions = ", ".join(f"{f:g}" for f in settings.data_fractions)
+        for seed in settings.seeds:
+            say(f"[demo] vit_mini on {fractions} of the data, seed {seed}: train, spectrum")
+            _data_size_stages(settings, out, seed=seed, device=device, force=force, quiet=quiet)
+    if settings.paper_b is not None:
+        say(f"[demo] Paper B: {settings.paper_b.describe()}")
+        measure_paper_b(settings.paper_b, out, device=device, force=force, quiet=quiet, log=say)
+    say(f"[demo] findings: a verdict for every claim, hierarchical bootstrap over {seeds_text(settings.seeds)}")
+    summary = write_summary(
+        trained.reports,
+        [p for p in shared if p.suffix == ".png"],
+        out,
+        quick=quick,
+        findings_text=_findings_text(settings, out),
+        seed_reports=trained.seed_reports,
+        threads=_threads(),
+        force=force,
     )
-    shared_png = [p for p in shared if p.suffix == ".png"]
-    summary = write_summary(reports, shared_png, out, quick=quick, findings_table=table, force=force)
     say(f"[demo] wrote {summary}")
     say(f"[demo] wrote {write_report(out, force=force)} (every figure embedded; open it in a browser)")
     return summary

@@ -1,8 +1,11 @@
-"""`landscape demo --quick` end to end through the installed entry point, then a rerun that resumes."""
+"""`landscape demo --quick` end to end through the installed entry point, then a rerun that resumes, and a run
+with two threads whose verdicts must not contradict those of one thread."""
 
+import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +15,7 @@ import torch
 from landscape.data.loading import load_dataset
 from landscape.models.checkpoint import load_model, read_checkpoint
 from landscape.reproduce.demo import MODELS, QUICK
+from landscape.reproduce.inputs import seed_folder
 from landscape.store.read import read_result
 
 ENTRY = str(Path(sys.executable).parent / "landscape")
@@ -28,38 +32,64 @@ def demo_dir(tmp_path_factory):
 
 
 def test_every_file_is_written_and_complete(demo_dir):
+    assert QUICK.seeds == (0, 1) and sorted(p.name for p in demo_dir.glob("seed*")) == ["seed1"]
+    x, y = load_dataset("digits", "test").tensors()
+    weights = {}
     for model in MODELS:
-        ckpt = read_checkpoint(demo_dir / f"{model}.pt")
-        assert ckpt.model_name == model
-        net, _ = load_model(demo_dir / f"{model}.pt")
-        x, y = load_dataset("digits", "test").tensors()
-        with torch.no_grad():
-            hits = int((net.eval()(x).argmax(-1) == y).sum())
-        assert ckpt.meta["metrics"]["test_accuracy"] == hits / len(y)  # the recorded number is the checkpoint's
-        surface = read_result(demo_dir / f"{model}_surface.h5")
+        for seed in QUICK.seeds:
+            folder = seed_folder(demo_dir, seed)
+            ckpt = read_checkpoint(folder / f"{model}.pt")
+            assert ckpt.model_name == model and ckpt.meta["train_options"]["seed"] == seed
+            net, _ = load_model(folder / f"{model}.pt")
+            weights[model, seed] = next(net.parameters()).detach()
+            with torch.no_grad():
+                hits = int((net.eval()(x).argmax(-1) == y).sum())
+            assert ckpt.meta["metrics"]["test_accuracy"] == hits / len(y)  # the recorded number is the checkpoint's
+            spectrum = read_result(folder / f"{model}_spectrum.h5")
+            assert spectrum.attrs["complete"] and spectrum["eigenvalues"].shape[1] == 5
+            fourier = read_result(folder / f"{model}_fourier.h5")
+            assert fourier.attrs["complete"] and len(fourier["layer_names"]) == len(fourier["high_frequency"])
+        assert not torch.equal(weights[model, 0], weights[model, 1])  # two trainings, not one twice
+        surface = read_result(demo_dir / f"{model}_surface.h5")  # the first seed's model only
         assert surface.attrs["complete"] and surface["done"].all()
         assert surface["loss"].shape == (QUICK.grid, QUICK.grid) and np.isfinite(surface["loss"]).all()
-        spectrum = read_result(demo_dir / f"{model}_spectrum.h5")
-        assert spectrum.attrs["complete"] and spectrum["eigenvalues"].shape[1] == 5
-        fourier = read_result(demo_dir / f"{model}_fourier.h5")
-        assert fourier.attrs["complete"] and len(fourier["layer_names"]) == len(fourier["high_frequency"])
+        assert not (demo_dir / "seed1" / f"{model}_surface.h5").exists()
+    assert not (demo_dir / "paper_b.json").exists()  # the quick demo leaves Paper B out
+
+
+def _table(text, first_cell):
+    """The rows of the Markdown table whose header starts with ``| first_cell |``, as lists of stripped cells."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_cell} |"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("| "):
+            break
+        rows.append([c.strip() for c in line.split("|")[1:-1]])
+    return rows
+
+
+def _check_row(cells, folder, model):
+    accuracy = read_checkpoint(folder / f"{model}.pt").meta["metrics"]["test_accuracy"]
+    assert float(cells[0]) == pytest.approx(accuracy, abs=1e-4)
+    eig = read_result(folder / f"{model}_spectrum.h5")["eigenvalues"]
+    assert float(cells[1]) == pytest.approx(eig.max(), rel=1e-3)
+    assert float(cells[2]) == pytest.approx((eig < 0).mean(), abs=1e-3)
 
 
 def test_summary_puts_the_models_side_by_side(demo_dir):
     text = (demo_dir / "summary.md").read_text()
-    main_table = text.split("## Findings", 1)[0]
-    rows = [line for line in main_table.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert [row.split("|")[1].strip() for row in rows] == list(MODELS)
+    assert "Computed with 1 torch thread." in text  # the tests' OMP_NUM_THREADS=1
+    rows = _table(text, "model")  # the first table: the first seed's models
+    assert [row[0] for row in rows] == list(MODELS)
     for model, row in zip(MODELS, rows):
-        cells = [c.strip() for c in row.split("|")[2:-1]]
-        accuracy = read_checkpoint(demo_dir / f"{model}.pt").meta["metrics"]["test_accuracy"]
-        assert float(cells[0]) == pytest.approx(accuracy, abs=1e-4)
-        eig = read_result(demo_dir / f"{model}_spectrum.h5")["eigenvalues"]
-        assert float(cells[1]) == pytest.approx(eig.max(), rel=1e-3)
-        assert float(cells[2]) == pytest.approx((eig < 0).mean(), abs=1e-3)
+        _check_row(row[1:], demo_dir, model)
     # MSA column: empty for the pure CNN, a number for the models with attention
-    assert rows[0].split("|")[5].strip() == "–"
-    assert rows[1].split("|")[5].strip() != "–"
+    assert rows[0][4] == "–" and rows[1][4] != "–"
+    every = _table(text, "model | seed")
+    assert [(row[0], int(row[1])) for row in every] == [(m, s) for m in MODELS for s in QUICK.seeds]
+    for row in every:
+        _check_row(row[2:], seed_folder(demo_dir, int(row[1])), row[0])
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert len(links) >= 3 * len(MODELS)
     for link in links:
@@ -81,6 +111,11 @@ def test_summary_has_a_findings_table_with_a_verdict_per_claim(demo_dir):
         verdict = row.split("|")[-2].strip()
         assert any(verdict.startswith(word) for word in VERDICTS), row
         assert verdict.startswith(finding.verdict) and row.split("|")[1].strip() == finding.claim
+        assert finding.verdict == "not measured" or (finding.seeds == 2 and "(2 seeds, n = " in row)
+    paragraph = " ".join(section.split("| claim |", 1)[0].split())
+    assert "hierarchical bootstrap (200 resamples)" in paragraph and "seeds 0, 1" in paragraph
+    assert "draws the seeds with replacement, then within each drawn seed's model its units" in paragraph
+    assert "quick demo" in expected[-1].where and expected[-1].verdict == "not measured"
     html = (demo_dir / "report.html").read_text(encoding="utf-8")
     assert "<h3>Findings</h3>" in html and html.count("<table>") >= 2
 
@@ -112,13 +147,14 @@ def test_report_embeds_every_figure_of_the_demo(demo_dir):
 
 
 def _snapshot(demo_dir):
-    """Checkpoint modification times and the arrays and creation time of every result file."""
-    stamps = {p.name: p.stat().st_mtime_ns for p in demo_dir.glob("*.pt")}
+    """Checkpoint modification times and the arrays and creation time of every result file, of every seed."""
+    stamps = {p.relative_to(demo_dir): p.stat().st_mtime_ns for p in demo_dir.rglob("*.pt")}
     results = {}
-    for path in sorted(demo_dir.glob("*.h5")):
+    for path in sorted(demo_dir.rglob("*.h5")):
         res = read_result(path)
         arrays = {k: v.tolist() if v.dtype.kind in "OUS" else v.tobytes() for k, v in res.arrays.items()}
-        results[path.name] = (res.attrs["created"], arrays)
+        results[path.relative_to(demo_dir)] = (res.attrs["created"], arrays)
+    assert len(stamps) == 2 * len(MODELS)
     return stamps, results
 
 
@@ -142,3 +178,31 @@ def test_data_size_stages_keep_one_checkpoint_and_spectrum_per_fraction(tmp_path
     assert subsets == {"vit_mini_data0.06.pt": 0.06, "vit_mini_data0.3.pt": 0.3}
     for path in files:
         assert read_result(path).attrs["complete"]
+
+
+def _verdicts(folder):
+    """``{claim: verdict}`` of a demo folder's findings table (the first word of "not measured: ...")."""
+    section = (folder / "summary.md").read_text().split("## Findings", 1)[1]
+    rows = _table(section, "claim")
+    return {row[0]: "not measured" if row[-1].startswith("not measured") else row[-1] for row in rows}
+
+
+def test_verdicts_of_one_and_two_threads_do_not_contradict(demo_dir, tmp_path):
+    # The fixture ran with one thread (conftest's OMP_NUM_THREADS=1); the same quick demo with torch's two
+    # threads sums floats in another order, so its models differ. A claim may be reproduced in one and
+    # inconclusive in the other, but never reproduced in one and contradicted in the other.
+    # OMP_WAIT_POLICY=PASSIVE: idle OpenMP threads sleep instead of spinning, which changes no number (the
+    # work is split by the thread count alone; measured: the same summary.md to the byte) but keeps two threads
+    # on two shared cores from running 5x slower (quick demo: 110 s passive, 556 s spinning, other jobs running).
+    start = time.perf_counter()
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"}
+    proc = subprocess.run(
+        [ENTRY, "demo", "--quick", "--out", str(tmp_path), "--quiet"], capture_output=True, text=True, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Computed with 2 torch threads." in (tmp_path / "summary.md").read_text()
+    one, two = _verdicts(demo_dir), _verdicts(tmp_path)
+    assert list(one) == list(two) and len(one) == 16
+    clashes = {c: (one[c], two[c]) for c in one if {one[c], two[c]} == {"reproduced", "contradicted"}}
+    assert not clashes, clashes
+    print(f"quick demo with 2 threads: {time.perf_counter() - start:.0f} s; verdicts 1 vs 2 threads: {one} {two}")

@@ -1,0 +1,203 @@
+"""The demo's ``summary.md``: the models side by side, the findings, Paper B's run, then every figure.
+
+The first table holds the first seed's models (whose figures follow), a second one every seed's; the paragraph
+above the findings table says what its intervals cover (the hierarchical bootstrap over seeds, then units).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from landscape import __version__
+from landscape.reproduce.inputs import read_paper_b, seeds_text
+from landscape.reproduce.paper_b import written_by_demo
+from landscape.store.files import WRITTEN_BY, write_text
+
+
+@dataclass
+class ModelReport:
+    """What the summary says about one model trained with one seed."""
+
+    model: str
+    seed: int
+    checkpoint: Path
+    test_accuracy: float
+    top_eigenvalue: float
+    negative_share: float
+    hf_msa: float
+    hf_conv: float
+    figures: list[Path]
+
+
+@dataclass(frozen=True)
+class FindingsText:
+    """What the paragraph above the findings table says about the bootstrap.
+
+    Attributes:
+        table: the Markdown table of :func:`landscape.reproduce.findings.findings_markdown`.
+        seeds: the training seeds.
+        resamples: bootstrap resamples per interval.
+        spectrum_batch: images per mini-batch of the spectra.
+        fourier_unit: images per batch, the Fourier statistics' unit.
+    """
+
+    table: str
+    seeds: tuple[int, ...]
+    resamples: int
+    spectrum_batch: int
+    fourier_unit: int
+
+
+def _fmt(value: float, spec: str) -> str:
+    return "–" if math.isnan(value) else format(value, spec)
+
+
+def _cells(r: ModelReport) -> str:
+    return (
+        f"{_fmt(r.test_accuracy, '.4f')} | {_fmt(r.top_eigenvalue, '.4g')} | {_fmt(r.negative_share, '.3f')} "
+        f"| {_fmt(r.hf_msa, '.3f')} | {_fmt(r.hf_conv, '.3f')} |"
+    )
+
+
+_COLUMNS = (
+    "test accuracy | top Hessian eigenvalue | share of negative eigenvalues "
+    "| high-freq Delta log amp, MSA | high-freq Delta log amp, Conv/MLP |"
+)
+
+
+def _models_tables(reports: Sequence[ModelReport], seed_reports: Sequence[ModelReport]) -> list[str]:
+    """The first seed's models side by side; then, with several seeds, one row per model and seed."""
+    lines = [f"| model | {_COLUMNS}", "| --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {r.model} | {_cells(r)}" for r in reports]
+    lines.append("")
+    if len({r.seed for r in seed_reports}) > 1:
+        lines += [
+            "Every training seed (seed K's files in `seedK/`; the first seed's are the table above):",
+            "",
+            f"| model | seed | {_COLUMNS}",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        lines += [f"| {r.model} | {r.seed} | {_cells(r)}" for r in seed_reports]
+        lines.append("")
+    return lines
+
+
+def _paragraph(text: str) -> list[str]:
+    return textwrap.wrap(text, width=112, break_on_hyphens=False)
+
+
+def _findings_section(text: FindingsText) -> list[str]:
+    """The "Findings" heading, the paragraph that says what the value and the interval are, and the table."""
+    paragraph = (
+        "A verdict for each claim of Paper A and Paper B (landscape.reproduce.findings). Each model is trained "
+        f"with {seeds_text(text.seeds)}; the value is the statistic on all units of all these trainings. The 95% "
+        f"interval is a percentile interval from a hierarchical bootstrap ({text.resamples} resamples): each "
+        "resample draws the seeds with replacement, then within each drawn seed's model its units with replacement "
+        f"(mini-batches of {text.spectrum_batch} for the spectra, the test images for accuracy, batches of "
+        f"{text.fourier_unit} of the Fourier file's images), and computes the statistic on the pooled resample. So "
+        "the interval covers the randomness of training as well as that of the units, and a claim is reproduced or "
+        "contradicted only when it holds across the trainings (one seed gives no interval); Paper B's interval "
+        "resamples its seeds. Reproduced when the interval lies on the claimed side of zero (or of the stated "
+        "threshold), contradicted when it lies on the other side, inconclusive when it contains it."
+    )
+    return ["## Findings", "", *_paragraph(paragraph), "", text.table, ""]
+
+
+def _pct(value: float) -> str:
+    return _fmt(100 * float(value), ".1f")
+
+
+def _paper_b_section(path: Path, quick: bool) -> list[str]:
+    """Paper B's run: where the rows come from, its size, and one row per seed (nothing when there is no file)."""
+    if not path.is_file():
+        why = "the quick demo leaves it out (its trainings take minutes)" if quick else "no paper_b.json"
+        return ["## Paper B", "", f"Not measured: {why}; the full demo measures it.", ""]
+    rows = read_paper_b(path)
+    if written_by_demo(path):
+        source = f"the demo's own run ({json.loads(path.read_text(encoding='utf-8')).get('description', '')})"
+    else:
+        source = f"the rows of `{path.name}`, which the demo did not write (e.g. `benchmarks/cnn_init_vit.py`)"
+    about = (
+        f"Paper B's row comes from {source}: test accuracy (%) on the digits test split; the CNN-initialised ViT "
+        "is trained for the CNN's steps and as many again, the random-init control for twice the steps."
+    )
+    lines = [
+        "## Paper B",
+        "",
+        *_paragraph(about),
+        "",
+        "| fraction | seed | train images | steps per stage | convvit (CNN) | vit_rpe, CNN init "
+        "| vit_rpe, random init, 2x steps |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.get('fraction', '–')} | {r.get('seed', '–')} | {r.get('n_train', '–')} | {r.get('steps', '–')} "
+            f"| {_pct(r.get('cnn', math.nan))} | {_pct(r.get('vit_cnn_init', math.nan))} "
+            f"| {_pct(r.get('vit_random_2x', math.nan))} |"
+        )
+    return [*lines, ""]
+
+
+def write_summary(
+    reports: list[ModelReport],
+    shared_figures: list[Path],
+    out_dir: Path,
+    *,
+    quick: bool,
+    findings_text: FindingsText | None = None,
+    seed_reports: Sequence[ModelReport] = (),
+    threads: int | None = None,
+    force: bool = False,
+) -> Path:
+    """Write ``summary.md``: the models side by side, the findings, Paper B's run, then every figure embedded.
+
+    Args:
+        reports: the numbers of each model of the first seed (the figures are theirs).
+        shared_figures: the figures that overlay the models.
+        out_dir: the demo folder.
+        quick: the quick demo (said in the title).
+        findings_text: the findings table and its bootstrap's settings (a "Findings" section after the models'
+            tables, then a "Paper B" section), or None to leave both out.
+        seed_reports: the numbers of each model and seed (a second table when there are several seeds).
+        threads: the torch threads the demo ran with (said in the opening paragraph), or None.
+        force: replace a ``summary.md`` that landscape did not write (see
+            :func:`landscape.store.files.check_replaceable`).
+
+    Returns:
+        The path of ``summary.md``.
+    """
+    first = reports[0].seed if reports else 0
+    ran = f"Computed with {threads} torch thread{'s' if threads != 1 else ''}. " if threads else ""
+    lines = [
+        "# landscape demo" + (" (quick)" if quick else ""),
+        "",
+        "Digits data (scikit-learn, 1x32x32). Surfaces: loss = NLL + 0.05 * sum_p ||theta_p|| (Paper A's plotted",
+        "loss) on filter-normalised directions. Spectrum: top-5 largest-magnitude Hessian eigenvalues of the NLL of",
+        "every mini-batch of 16 (BN in eval mode; the norm-sum term is left out because its Hessian, 0.05/||theta_p||",
+        "on each tensor, swamps the data term for small tensors). High-frequency value: Delta log amplitude at the",
+        "highest frequency, averaged over the blocks of each kind (MSA vs Conv/MLP; downsampling counts as Conv).",
+        f"{ran}The models trained with seed {first}, whose surfaces and figures follow:",
+        "",
+    ]
+    lines += _models_tables(reports, seed_reports)
+    if findings_text is not None:
+        lines += _findings_section(findings_text)
+        lines += _paper_b_section(out_dir / "paper_b.json", quick)
+    for r in reports:
+        lines += [f"## {r.model}", ""]
+        lines += [f"![{p.stem}]({p.relative_to(out_dir).as_posix()})" for p in r.figures]
+        lines.append("")
+    if shared_figures:
+        lines += ["## All models", ""]
+        lines += [f"![{p.stem}]({p.relative_to(out_dir).as_posix()})" for p in shared_figures]
+        lines.append("")
+    lines.append(f"<!-- landscape {__version__} ({WRITTEN_BY}) -->")
+    path = out_dir / "summary.md"
+    write_text(path, "\n".join(lines) + "\n", force=force)
+    return path
