@@ -15,7 +15,11 @@ def _parse_subset(value: str | None) -> float | int | None:
 
 
 @click.command("train")
-@click.option("--model", required=True, help="Zoo model name (see `landscape models`).")
+@click.option(
+    "--model",
+    required=True,
+    help="Model: a zoo name (see `landscape models`), timm:NAME, torchvision:NAME or py:module:factory.",
+)
 @click.option("--data", default="digits", show_default=True, help="Dataset spec: digits, cifar10:PATH, ...")
 @click.option("--epochs", default=None, type=int, help="Epochs [default: 10; paper-a: 305].")
 @click.option("--batch-size", default=None, type=int, help="Mini-batch size [default: 64].")
