@@ -30,7 +30,7 @@ from landscape.data.loading import dataset_info, load_dataset
 from landscape.errors import LandscapeError
 from landscape.models import create_model
 from landscape.models.checkpoint import load_model, save_checkpoint, snapshot_path
-from landscape.models.external import data_kwargs
+from landscape.models.registry import data_kwargs
 from landscape.options import checks
 from landscape.options.names import matches_any
 from landscape.runtime.distributed import resolve_device
