@@ -4,8 +4,11 @@ import sys
 import textwrap
 
 import pytest
+import torch
 from click.testing import CliRunner
+from torch import nn
 
+import landscape
 from landscape.cli import cli
 from landscape.errors import ForeignError, LandscapeError, calling
 
@@ -94,3 +97,18 @@ def test_calling_classifies_by_where_the_call_was_made():
         raise LandscapeError("ours")
     with pytest.raises(MemoryError), calling("your factory py:m:f", passing=(MemoryError,)):
         raise MemoryError
+
+
+def test_a_module_given_from_python_whose_forward_raises_is_named_by_its_class():
+    class Refusing(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = nn.Linear(4, 3)
+
+        def forward(self, x):
+            raise IndexError("tuple index out of range")
+
+    batches = [(torch.zeros(2, 1, 2, 2), torch.zeros(2, dtype=torch.long))]
+    with pytest.raises(ForeignError) as e:
+        landscape.surface(Refusing(), batches, x="-1:1:3", progress=False)
+    assert str(e.value).startswith("your model's forward (Refusing) raised IndexError: tuple index out of range;")
