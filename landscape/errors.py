@@ -1,4 +1,15 @@
-"""The one exception type for errors a user can cause."""
+"""The exception types for errors a user can cause, and the one way code we did not write is called.
+
+:class:`LandscapeError` is a mistake a user can make, with a one-line message that says what to do.
+:class:`ForeignError` is a :class:`LandscapeError` for an exception raised by code landscape did not write (a
+``py:`` factory, a model's forward pass, timm's or torchvision's constructors): :func:`calling` wraps each such
+call, so that the error is classified by where the call was made, never by the words of its message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class LandscapeError(Exception):
@@ -6,3 +17,69 @@ class LandscapeError(Exception):
 
     The CLI prints the message without a traceback and exits with status 2.
     """
+
+
+class LandscapeWarning(UserWarning):
+    """An option that has no effect as given (or is applied only in part); the CLI prints it as one line."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The exception's type and the first line of its message: ``"KeyError: 'x'"``.
+
+    Args:
+        exc: any exception.
+
+    Returns:
+        ``"Type: first line"``, or ``"Type"`` when the message is empty.
+    """
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+class ForeignError(LandscapeError):
+    """An exception raised by code landscape did not write, quoted in one line with where it was called.
+
+    The message is ``"{origin} raised {Type}: {first line of its message}[; {hint}]"``; the original exception
+    is the ``__cause__`` (its traceback is kept: the CLI shows it with ``--traceback``).
+
+    Args:
+        origin: who raised it, e.g. ``"your factory py:pkg.mod:make"`` or ``"timm's constructor of timm:resnet18"``.
+        exception: the exception raised.
+        hint: what to do, appended after ``;`` (empty: nothing).
+
+    Attributes:
+        origin: as given.
+        exception: as given.
+    """
+
+    def __init__(self, origin: str, exception: BaseException, hint: str = "") -> None:
+        self.origin, self.exception = origin, exception
+        super().__init__(f"{origin} raised {first_line(exception)}" + (f"; {hint}" if hint else ""))
+
+
+@contextmanager
+def calling(origin: str, hint: str = "", *, passing: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Call code landscape did not write: an exception it raises becomes a :class:`ForeignError` naming ``origin``.
+
+    A :class:`LandscapeError` (raised by landscape code the foreign code called back, such as a hook) and the
+    exception types in ``passing`` go through unchanged, and so do ``KeyboardInterrupt`` and ``SystemExit``.
+
+    Args:
+        origin: who is called, for the message (see :class:`ForeignError`).
+        hint: what to do, for the message.
+        passing: exception types that are not the foreign code's fault (e.g. out of memory) and keep their type.
+
+    Yields:
+        Nothing; the foreign call runs inside the ``with`` block.
+
+    Raises:
+        ForeignError: the code inside the block raised any other ``Exception``.
+    """
+    try:
+        yield
+    except LandscapeError:
+        raise
+    except Exception as exc:
+        if passing and isinstance(exc, passing):
+            raise
+        raise ForeignError(origin, exc, hint) from exc

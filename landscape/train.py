@@ -13,6 +13,7 @@ import dataclasses
 import math
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,13 +28,21 @@ from landscape.core.source import resolve_preprocess
 from landscape.data.augment import batch_mixer, randaugment
 from landscape.data.batches import make_loader
 from landscape.data.loading import dataset_info, load_dataset
-from landscape.errors import LandscapeError
+from landscape.errors import LandscapeError, LandscapeWarning
 from landscape.models import create_model
-from landscape.models.checkpoint import load_model, save_checkpoint, snapshot_path
-from landscape.models.external import data_kwargs
+from landscape.models.checkpoint import (
+    load_weights,
+    non_finite_weight,
+    read_checkpoint,
+    require_finite_weights,
+    save_checkpoint,
+    snapshot_path,
+)
+from landscape.models.external import calling_forward
+from landscape.models.registry import data_kwargs
 from landscape.options import checks
 from landscape.options.names import matches_any
-from landscape.runtime.distributed import resolve_device
+from landscape.runtime.distributed import launched, resolve_device
 from landscape.store.files import ensure_folder, temporary_path
 
 OPTIMIZERS = ("adamw", "sgd")
@@ -55,24 +64,27 @@ class TrainConfig:
         momentum: SGD momentum, in (0, 1) (used with ``sgd`` only).
         warmup_epochs: epochs of linear warm-up, in ``[0, epochs]``.
         label_smoothing: label smoothing of the cross-entropy, in [0, 1].
-        clip_grad: gradient-norm clip (non-negative; None or 0: no clipping).
+        clip_grad: gradient-norm clip (non-negative; None: no clipping; 0 turns off a recipe's clipping, and
+            without a recipe clips nothing, which is warned of).
         seed: seeds the whole run.
         subset: a fraction in (0, 1] or a count of training images to keep; None keeps all.
         randaugment: apply RandAugment to each training image.
         mixup: MixUp alpha (0: off).
         cutmix: CutMix alpha (0: off).
-        drop_path: stochastic depth rate, in [0, 1) (for models that take it).
-        amp: bfloat16 autocast on CUDA.
+        drop_path: stochastic depth rate, in [0, 1) (refused for a model that has none; a recipe's is applied
+            only to models that take it).
+        amp: bfloat16 autocast on CUDA (on another device: warned of, and recorded as not applied).
         device: ``auto``, ``cpu`` or ``cuda``.
         init: a checkpoint whose weights start the run; None: the model's own initialisation.
         model_kwargs: model constructor options (``--model-kw``).
         snapshot_initial: save a snapshot before training (``run.init.pt``).
         snapshot_warmup: save a snapshot after the epoch that ends the warm-up (``run.warmup.pt``).
-        snapshot_every: save a snapshot every N epochs (``run.epochNNN.pt``); None: none.
+        snapshot_every: save a snapshot every N epochs (``run.epochNNN.pt``), ``N < epochs``; None: none.
         recipe: the recipe applied (``paper-a``), or None.
 
     Raises:
-        LandscapeError: an unknown optimizer or recipe, or an option out of range, NaN or infinite.
+        LandscapeError: an unknown optimizer or recipe, an option out of range, NaN or infinite, or options that
+            would have no effect together (``snapshot_every >= epochs``, ``snapshot_warmup`` without warm-up).
     """
 
     model: str
@@ -126,14 +138,30 @@ class TrainConfig:
         checks.in_range(self.drop_path, "drop_path", 0.0, 1.0, high_open=True)
         if self.snapshot_every is not None:
             checks.positive_int(self.snapshot_every, "--snapshot-every")
+            if self.snapshot_every >= self.epochs:
+                raise LandscapeError(
+                    f"--snapshot-every {self.snapshot_every} saves no snapshot in {self.epochs} epoch(s) (they come "
+                    f"at epochs N, 2N, ... before the last, which is --out): give N < --epochs"
+                )
+        if self.snapshot_warmup and self.warmup_epochs == 0:
+            raise LandscapeError(
+                "--snapshot-warmup saves the weights after the warm-up, and there is none: give "
+                "--warmup-epochs > 0 or drop --snapshot-warmup"
+            )
+        if self.clip_grad == 0 and self.recipe is None:
+            warnings.warn(
+                "--clip-grad 0 clips nothing, as without --clip-grad (0 only turns off the clipping of a --recipe)",
+                LandscapeWarning,
+                stacklevel=3,
+            )
 
     @classmethod
     def paper_a(cls, model: str, **overrides: Any) -> TrainConfig:
         """Paper A's CIFAR-100 recipe (docs/analyses.md, models and training recipe), with ``overrides`` applied on top.
 
         AdamW 1.25e-4, wd 0.05, batch 96, 5 warm-up + 300 cosine epochs, RandAugment, MixUp 0.8 / CutMix 1.0,
-        label smoothing 0.1, gradient clip 5, stochastic depth 0.1. With fewer epochs than the warm-up, the
-        warm-up is cut to the number of epochs unless ``warmup_epochs`` is given.
+        label smoothing 0.1, gradient clip 5, stochastic depth 0.1 (applied to the models that have it). With fewer
+        epochs than the warm-up, the warm-up is cut to the number of epochs unless ``warmup_epochs`` is given.
 
         Args:
             model: the model spec.
@@ -197,16 +225,32 @@ def lr_factor(step: int, total_steps: int, warmup_steps: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup_steps) / span)))
 
 
-def _build_model(config: TrainConfig, num_classes: int, in_chans: int, img_size: int) -> nn.Module:
+def _build_model(config: TrainConfig, num_classes: int, in_chans: int, img_size: int) -> tuple[nn.Module, float]:
     """The model of ``config`` fitted to the data (channels, image size, classes where it takes them).
 
     A ``num_classes`` among ``config.model_kwargs`` (``--model-kw num_classes=N``) sizes the head instead of
-    the data's class count; :func:`_check_head` then refuses a head too small for the labels.
+    the data's class count; :func:`_check_head` then refuses a head too small for the labels. Returns the model
+    and the stochastic depth applied: ``config.drop_path`` where the model takes ``drop_path_rate``, else 0 for
+    a recipe's (with a warning), while a ``drop_path`` asked for without a recipe is refused.
     """
     fitted = data_kwargs(config.model, in_chans=in_chans, img_size=img_size, drop_path=config.drop_path)
+    applied = config.drop_path
+    if config.drop_path > 0 and "drop_path_rate" not in fitted:
+        if config.recipe is None:
+            raise LandscapeError(
+                f"model {config.model} has no stochastic depth (drop_path_rate): drop_path {config.drop_path:g} is "
+                "for models that take it (vit_*, alternet_*, convvit_*, vit_rpe_*, timm models); set drop_path=0"
+            )
+        warnings.warn(
+            f"{config.model} has no stochastic depth: --recipe {config.recipe} is applied without its drop_path "
+            f"{config.drop_path:g} (it is for the ViTs and AlterNets)",
+            LandscapeWarning,
+            stacklevel=4,
+        )
+        applied = 0.0
     kwargs = {**fitted, **config.model_kwargs}
     num_classes = kwargs.pop("num_classes", num_classes)
-    return create_model(config.model, num_classes=num_classes, **kwargs)
+    return create_model(config.model, num_classes=num_classes, **kwargs), applied
 
 
 def _check_head(outputs: int, config: TrainConfig, num_classes: int) -> None:
@@ -226,6 +270,15 @@ def _check_head(outputs: int, config: TrainConfig, num_classes: int) -> None:
             f"{config.model}'s head has {outputs} classes; build it with num_classes={num_classes} (drop "
             "--model-kw num_classes, or give a py: factory a num_classes argument)"
         )
+
+
+def _diverged(config: TrainConfig, epoch: int, optimizer: torch.optim.Optimizer, what: str) -> LandscapeError:
+    """The error of a run whose loss or weights stopped being finite, with the epoch and the learning rate."""
+    lr = optimizer.param_groups[0]["lr"]
+    return LandscapeError(
+        f"training diverged in epoch {epoch} of {config.epochs} at learning rate {lr:.3g} (--lr {config.lr:g}): "
+        f"{what}; nothing of this epoch was saved: lower --lr (or clip with --clip-grad)"
+    )
 
 
 def _augmentation(config: TrainConfig) -> Callable[[Tensor], Tensor] | None:
@@ -297,8 +350,15 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
 
     Raises:
         LandscapeError: ``out`` exists without ``force``, a model or data the run cannot use (e.g. a head
-            with fewer classes than the labels), an ``--init`` that does not fit, or a diverged loss.
+            with fewer classes than the labels), an ``--init`` that does not fit or is not finite, a run under
+            torchrun with several processes, or training that diverged (a loss or weight no longer finite:
+            nothing of that epoch is saved).
     """
+    if launched():
+        raise LandscapeError(
+            "landscape train runs in one process: under torchrun every rank would train the same model and write "
+            "the same checkpoint (data-parallel training is not supported); run it without torchrun"
+        )
     out = Path(out)
     if out.exists() and not force:
         raise LandscapeError(f"{out} exists; use --force to overwrite it or --out to write elsewhere")
@@ -320,7 +380,8 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
     generator = torch.Generator().manual_seed(config.seed)
 
     info = dataset_info(config.data)
-    model = _build_model(config, info.num_classes, info.in_chans, info.image_size).to(device)
+    model, drop_path = _build_model(config, info.num_classes, info.in_chans, info.image_size)
+    model = model.to(device)
     preprocess = resolve_preprocess(model, config.data)
     train_set = load_dataset(
         config.data,
@@ -332,13 +393,11 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
     )
     test_set = load_dataset(config.data, "test", preprocess=preprocess)
     info = train_set.info
-    if config.init is not None:
-        source, _ = load_model(config.init)
-        try:
-            model.load_state_dict(source.state_dict())
-        except RuntimeError as exc:
-            first = str(exc).strip().splitlines()[0]
-            raise LandscapeError(f"--init {config.init} does not fit model {config.model}: {first}") from exc
+    if config.init is not None:  # the weights alone, loaded into this run's model: a plain state dict will do
+        load_weights(
+            model, read_checkpoint(config.init).state_dict, f"--init {config.init} does not fit {config.model}"
+        )
+        require_finite_weights(model, f"--init {config.init}")
     mixer = _batch_mixer(config, info.num_classes)
 
     decay, no_decay = [], []  # no weight decay: biases, norm affine parameters (ndim < 2), position parameters
@@ -353,7 +412,14 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
     total_steps = steps_per_epoch * config.epochs
     warmup_steps = round(config.warmup_epochs * steps_per_epoch)
 
-    options = dataclasses.asdict(config)
+    autocast = device.type == "cuda" and config.amp
+    if config.amp and not autocast:
+        warnings.warn(
+            f"--amp (bfloat16 autocast) works on CUDA only: training on {device} in float32 (recorded as amp: false)",
+            LandscapeWarning,
+            stacklevel=3,
+        )
+    options = {**dataclasses.asdict(config), "drop_path": drop_path, "amp": autocast}  # what was applied
     model_name = getattr(model, "model_name", config.model)
     model_kwargs = dict(getattr(model, "model_kwargs", {}))
     head_classes = config.model_kwargs.get("num_classes", info.num_classes)  # as given to create_model
@@ -380,7 +446,6 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
     start = time.perf_counter()
     step = 0
     warmup_saved = False
-    autocast = device.type == "cuda" and config.amp
     for epoch in range(1, config.epochs + 1):
         model.train()
         seen, loss_sum, correct = 0, 0.0, 0
@@ -398,13 +463,13 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
                 x, target = mixer(x, y)
             for group in optimizer.param_groups:
                 group["lr"] = config.lr * lr_factor(step, total_steps, warmup_steps)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast), calling_forward(model, x):
                 logits = model(x)
             if step == 0:  # the head's true width, whatever the model (a py: factory may ignore num_classes)
                 _check_head(logits.shape[-1], config, info.num_classes)
             loss = F.cross_entropy(logits.float(), target, label_smoothing=config.label_smoothing)
             if not torch.isfinite(loss):
-                raise LandscapeError(f"training diverged (loss {float(loss)}) at epoch {epoch}; lower --lr")
+                raise _diverged(config, epoch, optimizer, f"the loss is {float(loss.detach())}")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if config.clip_grad:
@@ -415,6 +480,9 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
             loss_sum += float(loss.detach()) * len(y)
             correct += int((logits.argmax(-1) == y).sum())
             bar.set_postfix(loss=f"{loss_sum / seen:.3f}")
+        bad = non_finite_weight(model)  # a last step can break the weights with a finite loss: checked each epoch
+        if bad is not None:
+            raise _diverged(config, epoch, optimizer, bad)
         record = {"epoch": epoch, "train_loss": loss_sum / seen, "train_accuracy": correct / seen}
         history.append(record)
         if config.snapshot_warmup and not warmup_saved and step >= warmup_steps:

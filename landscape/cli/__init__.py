@@ -7,6 +7,9 @@ that parses options and calls one library function. torch is never imported by `
 from __future__ import annotations
 
 import importlib
+import traceback
+import warnings
+from collections.abc import Callable
 
 import click
 
@@ -53,18 +56,30 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
 
     def invoke(self, ctx: click.Context) -> object:
-        """Run the subcommand; a :class:`LandscapeError` or a bad option value becomes one line and exit status 2."""
-        try:
-            return super().invoke(ctx)
-        except Exception as exc:
-            from landscape.errors import LandscapeError
+        """Run the subcommand; a :class:`LandscapeError` or a bad option value becomes one line and exit status 2.
 
+        A :class:`~landscape.errors.LandscapeWarning` is printed as one line ``Warning: ...``. With ``--traceback``
+        (or ``LANDSCAPE_TRACEBACK=1``) the full trace of a :class:`LandscapeError` is printed before its line,
+        with the trace of the exception it stands for (that of the user's code, for a ``ForeignError``).
+        """
+        from landscape.errors import ForeignError, LandscapeError, LandscapeWarning
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("always", LandscapeWarning)
+                warnings.showwarning = _one_line_warnings(warnings.showwarning)
+                return super().invoke(ctx)
+        except Exception as exc:
             if isinstance(exc, click.UsageError) and exc.ctx is not None and exc.ctx is not ctx:
                 where = exc.ctx.command_path
                 click.echo(f"Error: {exc.format_message()} ('{where} --help' lists the options)", err=True)
                 ctx.exit(2)
 
             if isinstance(exc, LandscapeError):
+                if ctx.params.get("traceback"):
+                    traceback.print_exception(exc)
+                elif isinstance(exc, ForeignError):
+                    exc = f"{exc} ({TRACEBACK_HINT})"
                 click.echo(f"Error: {exc}", err=True)
                 ctx.exit(2)
             if isinstance(exc, BrokenPipeError):  # the reader went away (`landscape models | head`): nothing to say
@@ -77,9 +92,32 @@ class LazyGroup(click.Group):
             raise
 
 
+def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
+    """``warnings.showwarning`` that prints a :class:`~landscape.errors.LandscapeWarning` as ``Warning: ...``."""
+    from landscape.errors import LandscapeWarning
+
+    def one_line(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
+        if issubclass(category, LandscapeWarning):
+            click.echo(f"Warning: {message}", err=True)
+        else:
+            show(message, category, *args, **kwargs)
+
+    return one_line
+
+
+#: how the one line of an error raised by the user's code (or a library's) says where to see its trace
+TRACEBACK_HINT = "landscape --traceback ... shows its full trace"
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="landscape")
-def cli() -> None:
+@click.option(
+    "--traceback",
+    is_flag=True,
+    envvar="LANDSCAPE_TRACEBACK",
+    help="Print the full trace of an error before its one line (also: LANDSCAPE_TRACEBACK=1).",
+)
+def cli(traceback: bool) -> None:
     """Loss surfaces, Hessian spectra and Fourier spectra of feature maps of vision networks."""
 
 

@@ -17,13 +17,14 @@ from torch import Tensor, nn
 
 from landscape.core.criteria import select_logits
 from landscape.core.objective import Objective
-from landscape.core.params import require_finite
 from landscape.core.source import AnalysisInputs, ModelSource, resolve_preprocess
 from landscape.data.augment import augmented_batches
 from landscape.data.batches import fixed_batches
 from landscape.data.labels import check_label_range, label_range
 from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
+from landscape.models.checkpoint import require_finite_weights
+from landscape.models.external import calling_forward
 from landscape.options.common import AUGMENTED_CRITERION
 from landscape.runtime import distributed
 from landscape.runtime.distributed import resolve_device
@@ -60,8 +61,7 @@ def load_inputs(
     source = ModelSource.of(checkpoint, model_name)
     dev = resolve_device(device)
     model, meta = source.build(data or "digits")
-    require_finite(dict(model.named_parameters()), "parameter")  # one rule for every analysis: finite weights
-    require_finite(dict(model.named_buffers()), "buffer")
+    require_finite_weights(model)  # one rule for every analysis (and convert, --init, training): finite weights
     model = model.to(dev).eval()
     spec = data or meta.get("dataset") or "digits"
     return AnalysisInputs(
@@ -110,12 +110,6 @@ def _check_sizes(batch_size: int, n_samples: int | None) -> None:
         raise LandscapeError(f"--samples must be positive, got {n_samples}")
 
 
-def _cannot_run(inputs: AnalysisInputs, exc: RuntimeError) -> LandscapeError:
-    """The error for a model that fails on the inputs' data: the first line of the original message kept."""
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return LandscapeError(f"the model cannot run on {inputs.dataset_spec}: {first}")
-
-
 def augmented_batches_for(
     inputs: AnalysisInputs,
     *,
@@ -150,11 +144,10 @@ def augmented_batches_for(
     _check_sizes(batch_size, n_samples)
     dataset = load_dataset(inputs.dataset_spec, inputs.split, preprocess=inputs.preprocess)
     one = dataset.images(torch.arange(1)).to(inputs.device)
-    try:  # the width of the targets is the model's: one un-augmented image through it
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
-            outputs = int(select_logits(inputs.model(one), inputs.source.output).shape[-1])
-    except RuntimeError as exc:
-        raise _cannot_run(inputs, exc) from exc
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):  # the targets' width is the model's: one image through it
+        with calling_forward(inputs.model, one):
+            output = inputs.model(one)
+        outputs = int(select_logits(output, inputs.source.output).shape[-1])
     return augmented_batches(
         dataset,
         batch_size,
@@ -200,8 +193,8 @@ def build_objective(
         The objective.
 
     Raises:
-        LandscapeError: the device ran out of memory (with the batch size to lower), or the model cannot run
-            on the data (the original message kept, with the dataset named).
+        LandscapeError: the device ran out of memory (with the batch size to lower), or the Objective's checks.
+        ForeignError: the model's forward raised on the data (its type and message quoted).
     """
     try:
         return Objective(inputs.model, batches, device=inputs.device, output=inputs.source.output, **options)
@@ -210,8 +203,6 @@ def build_objective(
         raise LandscapeError(
             f"out of memory on {inputs.device} with batches of {size} samples; lower --batch-size (or --samples)"
         ) from exc
-    except RuntimeError as exc:
-        raise _cannot_run(inputs, exc) from exc
 
 
 def check_labels(model: nn.Module, batches: Sequence[Sequence[Tensor]], output: str | int | None = None) -> None:
@@ -230,8 +221,11 @@ def check_labels(model: nn.Module, batches: Sequence[Sequence[Tensor]], output: 
     """
     if not batches or label_range(y for _, y in batches) is None:
         return
+    one = batches[0][0][:1]
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        n_out = int(select_logits(model(batches[0][0][:1]), output).shape[-1])
+        with calling_forward(model, one):
+            logits = model(one)
+        n_out = int(select_logits(logits, output).shape[-1])
     check_label_range((y for _, y in batches), n_out)
 
 

@@ -32,10 +32,12 @@ from landscape.core.criteria import (
     prediction_hits,
     select_logits,
 )
-from landscape.core.params import ParamDict, require_finite, weighted_sum
+from landscape.core.params import ParamDict, weighted_sum
 from landscape.core.regularizer import Regularizer
 from landscape.data.labels import check_label_range, label_range
 from landscape.errors import LandscapeError
+from landscape.models.checkpoint import require_finite
+from landscape.models.external import calling_forward
 
 
 def fused_attention_modules(module: nn.Module) -> list[nn.Module]:
@@ -116,6 +118,7 @@ class Objective:
     Raises:
         LandscapeError: no batches, an unknown criterion or parameter name, or (with ``check``) non-finite
             weights, labels the model cannot output, a non-finite loss or a stochastic model.
+        ForeignError: (with ``check``) the model's forward raised on the first batch (:meth:`check_forward`).
     """
 
     def __init__(
@@ -163,6 +166,7 @@ class Objective:
         self.allow_stochastic = allow_stochastic
         if check:
             self.check_finite()
+            self.check_forward()
             self.check_labels()
             self.check_determinism()
 
@@ -188,8 +192,12 @@ class Objective:
             LandscapeError: the model's output holds no logits tensor.
         """
         state = {**self.fixed, **params, **(self.buffers if buffers is None else buffers)}
+        return select_logits(self._output(state, x), self.output)
+
+    def _output(self, state: Mapping[str, Tensor], x: Tensor) -> object:
+        """The model's own output for ``x`` with the parameters and buffers ``state`` (math attention kernels)."""
         with sdpa_kernel(SDPBackend.MATH):
-            return select_logits(functional_call(self.module, state, (x,)), self.output)
+            return functional_call(self.module, dict(state), (x,))
 
     def batch_loss_fn(self, batch: Batch) -> Callable[[ParamDict], Tensor]:
         """The function ``params -> L_b(params)`` (data loss of one batch, no regulariser).
@@ -331,6 +339,21 @@ class Objective:
         """
         require_finite({**self.params, **self.fixed}, "parameter")
         require_finite(self.buffers, "buffer")
+
+    @torch.no_grad()
+    def check_forward(self) -> None:
+        """Run the model once on the first batch: an exception its forward raises is named as the model's.
+
+        This first plain pass (no transform around it) is where a model that cannot run on the data is told
+        apart from a fault of landscape: what it raises is quoted with the model's origin
+        (`landscape.models.external.forward_origin`) and the shape of the inputs.
+
+        Raises:
+            ForeignError: the model's forward raised.
+        """
+        x = self.batches[0][0]
+        with calling_forward(self.module, x):
+            self._output({**self.fixed, **self.params, **self.buffers}, x)
 
     @torch.no_grad()
     def check_labels(self) -> None:

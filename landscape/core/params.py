@@ -11,8 +11,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from landscape.errors import LandscapeError
-
 ParamDict = dict[str, Tensor]
 
 
@@ -76,26 +74,6 @@ def norm(a: Mapping[str, Tensor]) -> Tensor:
         A 0-dim tensor in the dtype of ``a``'s first tensor (the sum is accumulated in float64).
     """
     return torch.sqrt(sum((t.double() ** 2).sum() for t in a.values())).to(next(iter(a.values())).dtype)
-
-
-def require_finite(named: Mapping[str, Tensor], kind: str = "parameter") -> None:
-    """Refuse tensors holding NaN or Inf: name the first such tensor and how many of its entries.
-
-    Args:
-        named: names to tensors (integer tensors are skipped).
-        kind: what they are, for the message (``"parameter"`` or ``"buffer"``).
-
-    Raises:
-        LandscapeError: a floating or complex tensor holds a non-finite value.
-    """
-    for name, t in named.items():
-        if t.is_floating_point() or t.is_complex():
-            bad = int((~torch.isfinite(t)).sum())
-            if bad:
-                raise LandscapeError(
-                    f"{kind} {name!r} holds {bad} non-finite value(s) (NaN or Inf) of {t.numel()}: the "
-                    "checkpoint is damaged or its training diverged; analyse another checkpoint"
-                )
 
 
 def weighted_sum(

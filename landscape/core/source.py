@@ -16,10 +16,11 @@ from torch import nn
 from landscape.data.loading import dataset_info
 from landscape.data.preprocess import Preprocess
 from landscape.data.specs import parse_spec
-from landscape.errors import LandscapeError
+from landscape.errors import LandscapeError, calling
 from landscape.models import create_model
 from landscape.models.checkpoint import load_model, weights_sha256
-from landscape.models.external import data_kwargs, model_preprocess
+from landscape.models.external import model_preprocess
+from landscape.models.registry import data_kwargs
 
 
 @dataclass(frozen=True)
@@ -114,9 +115,12 @@ class ModelSource:
             LandscapeError: an unreadable checkpoint, weights that do not fit the model, an unknown model name or
                 bad options (`models.checkpoint.load_model`, `models.registry.create_model`), or a bad
                 ``data_spec`` (with ``random_init``).
+            ForeignError: a ``py:`` factory or a library's constructor raised, or a module cannot be copied.
         """
         if self.module is not None:
-            model = copy.deepcopy(self.module).cpu().eval()
+            with calling(f"copying your model ({type(self.module).__name__}) with copy.deepcopy", "make it copyable"):
+                model = copy.deepcopy(self.module)
+            model = model.cpu().eval()
             meta = {
                 "model_name": getattr(self.module, "model_name", None) or type(self.module).__name__,
                 "model_kwargs": dict(getattr(self.module, "model_kwargs", {}) or {}),

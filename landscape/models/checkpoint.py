@@ -29,6 +29,7 @@ import hashlib
 import io
 import os
 import pickle
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from landscape import __version__
-from landscape.errors import LandscapeError
+from landscape.errors import LandscapeError, first_line
 from landscape.models import create_model
 from landscape.models.external import is_external, split_spec
 from landscape.models.registry import resolve_model_name
@@ -285,9 +286,9 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
                 f"refusing to load {path}: it needs arbitrary pickled code (not only tensors and plain data); "
                 "if you trust it, re-save it as a plain state dict: torch.save(model.state_dict(), PATH)"
             ) from None
-        raise LandscapeError(f"cannot read {path}: not a PyTorch checkpoint ({_first_line(e)})") from None
+        raise LandscapeError(f"cannot read {path}: not a PyTorch checkpoint ({first_line(e)})") from None
     except Exception as e:  # any other failure means a damaged or foreign file
-        raise LandscapeError(f"cannot read {path}: not a PyTorch checkpoint ({_first_line(e)})") from None
+        raise LandscapeError(f"cannot read {path}: not a PyTorch checkpoint ({first_line(e)})") from None
     sha = file_sha256(path)
 
     if isinstance(obj, dict) and "format_version" in obj:
@@ -332,15 +333,10 @@ def _read_safetensors(path: Path) -> dict[str, Tensor]:
     try:
         state = load_file(path, device="cpu")
     except Exception as e:  # safetensors raises its own error types, and OSError/ValueError on damaged files
-        raise LandscapeError(f"cannot read {path}: not a safetensors file ({_first_line(e)})") from None
+        raise LandscapeError(f"cannot read {path}: not a safetensors file ({first_line(e)})") from None
     if not state:
         raise LandscapeError(f"{path} holds no tensors: re-save it with safetensors.torch.save_file")
     return state
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
 
 
 def _keys(keys: list[str], n: int = 3) -> str:
@@ -367,7 +363,8 @@ def load_model(
         The model in eval mode on CPU, and what was read from the file.
 
     Raises:
-        LandscapeError: unreadable file, no model name, weights that do not fit the model.
+        LandscapeError: unreadable file, no model name, weights that do not fit the model, a weight that is not
+            finite (:func:`require_finite_weights`).
     """
     ck = read_checkpoint(path)
     name = model_name or ck.model_name
@@ -395,8 +392,76 @@ def load_model(
         raise LandscapeError(f"cannot tell the number of classes of {ck.path}: pass --num-classes")
     model = create_model(name, num_classes=n_classes, **kwargs)
     load_weights(model, ck.state_dict, f"{ck.path} does not fit model {name!r} (num_classes={n_classes}, {kwargs})")
+    require_finite_weights(model, str(ck.path))
     model.eval()
     return model, ck
+
+
+def non_finite(named: Mapping[str, Tensor], kind: str = "parameter") -> str | None:
+    """The first tensor holding NaN or Inf, described; None when every one is finite.
+
+    The one test of finite weights: every analysis, ``landscape convert``, ``--init`` and training apply it.
+
+    Args:
+        named: names to tensors (integer tensors are skipped).
+        kind: what they are, for the description (``"parameter"`` or ``"buffer"``).
+
+    Returns:
+        ``"parameter 'fc.weight' holds 3 non-finite value(s) (NaN or Inf) of 640"``, or None.
+    """
+    for name, t in named.items():
+        if t.is_floating_point() or t.is_complex():
+            bad = int((~torch.isfinite(t)).sum())
+            if bad:
+                return f"{kind} {name!r} holds {bad} non-finite value(s) (NaN or Inf) of {t.numel()}"
+    return None
+
+
+def non_finite_weight(model: nn.Module) -> str | None:
+    """The first parameter, else buffer, of ``model`` holding NaN or Inf, described (:func:`non_finite`).
+
+    Args:
+        model: the model.
+
+    Returns:
+        The description, or None when every parameter and buffer is finite.
+    """
+    return non_finite(dict(model.named_parameters()), "parameter") or non_finite(dict(model.named_buffers()), "buffer")
+
+
+def _damaged(found: str | None, where: str) -> None:
+    if found is not None:
+        raise LandscapeError(
+            f"{where + ': ' if where else ''}{found}: the checkpoint is damaged or its training diverged; "
+            "use another checkpoint"
+        )
+
+
+def require_finite(named: Mapping[str, Tensor], kind: str = "parameter", where: str = "") -> None:
+    """Refuse tensors holding NaN or Inf: name the first such tensor and how many of its entries (:func:`non_finite`).
+
+    Args:
+        named: names to tensors (integer tensors are skipped).
+        kind: what they are, for the message (``"parameter"`` or ``"buffer"``).
+        where: what holds them (e.g. the checkpoint's path), put before the message; empty: nothing.
+
+    Raises:
+        LandscapeError: a floating or complex tensor holds a non-finite value.
+    """
+    _damaged(non_finite(named, kind), where)
+
+
+def require_finite_weights(model: nn.Module, where: str = "") -> None:
+    """Refuse a model with a parameter or buffer holding NaN or Inf (:func:`non_finite_weight`).
+
+    Args:
+        model: the model.
+        where: what holds it, for the message (e.g. the checkpoint's path); empty: nothing.
+
+    Raises:
+        LandscapeError: naming the first non-finite parameter, else buffer.
+    """
+    _damaged(non_finite_weight(model), where)
 
 
 def load_weights(model: nn.Module, state_dict: dict[str, Tensor], what: str) -> None:

@@ -32,7 +32,7 @@ from landscape.data.batches import fixed_batches
 from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
 from landscape.models import create_model
-from landscape.models.checkpoint import load_model, save_checkpoint
+from landscape.models.checkpoint import load_model, require_finite_weights, save_checkpoint
 from landscape.models.vit_rpe import ConvViT, RingAttention, ShiftAttention
 from landscape.options import checks
 
@@ -107,10 +107,12 @@ def convert_model(
         and ``model_kwargs``.
 
     Raises:
-        LandscapeError: if ``cnn`` is no ``convvit_*`` model or an option is negative, NaN or infinite.
+        LandscapeError: if ``cnn`` is no ``convvit_*`` model, a weight of it is not finite, or an option is
+            negative, NaN or infinite.
     """
     if not isinstance(cnn, ConvViT):
         raise LandscapeError(f"{type(cnn).__name__} is not a convvit_* model; only those convert exactly")
+    require_finite_weights(cnn, getattr(cnn, "model_name", "the model"))
     sharpness, k_std, q_std = check_options(sharpness, k_std, q_std)
     name = target_model_name(getattr(cnn, "model_name", "convvit_?"))
     ref = next(cnn.parameters())
@@ -156,17 +158,17 @@ def max_logit_difference(a: nn.Module, b: nn.Module, batches: list[tuple[Tensor,
         batches: ``(x, y)`` batches; only ``x`` is used.
 
     Returns:
-        The largest absolute logit difference (0.0 for no batches).
+        The largest absolute logit difference (0.0 for no batches; NaN when a logit is NaN).
     """
     modes = (a.training, b.training)
     a.eval()
     b.eval()
-    worst = 0.0
+    worst = torch.zeros(())
     for x, _ in batches:
-        worst = max(worst, float((a(x) - b(x)).abs().max()))
+        worst = torch.maximum(worst, (a(x) - b(x)).abs().max().cpu())  # NaN, where a logit is, propagates
     a.train(modes[0])
     b.train(modes[1])
-    return worst
+    return float(worst)
 
 
 @dataclass
@@ -230,7 +232,8 @@ def convert_checkpoint(
 
     Raises:
         LandscapeError: for a negative, NaN or infinite option (before anything is read), ``samples < 1``, an
-            existing ``out`` without ``force``, a checkpoint of another model, or data of another image size.
+            existing ``out`` without ``force``, a checkpoint of another model or with a weight that is not finite
+            (NaN or Inf), or data of another image size.
     """
     sharpness, k_std, q_std = check_options(sharpness, k_std, q_std)
     samples = checks.positive_int(samples, "--samples")

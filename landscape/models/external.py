@@ -20,13 +20,14 @@ import difflib
 import importlib
 import inspect
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from landscape.data.preprocess import Preprocess
-from landscape.errors import LandscapeError
+from landscape.errors import LandscapeError, calling
 
 if TYPE_CHECKING:
     from landscape.data.preprocess import Preprocess
@@ -91,8 +92,29 @@ def _download_error(spec: str, exc: OSError) -> LandscapeError:
     )
 
 
-def _option_error(spec: str, exc: TypeError) -> LandscapeError:
-    return LandscapeError(f"model {spec!r} does not take these options ({exc}); check --model-kw")
+#: what to do when a library's constructor or a user's factory refuses its arguments
+CONSTRUCTOR_HINT = "check --model-kw and --num-classes"
+
+
+def _timm_create(name: str, **kwargs: Any) -> nn.Module:
+    """``timm.create_model(name, **kwargs)``: what timm raises is named as timm's (a download failure as such)."""
+    timm = _timm()
+    with calling(f"timm's constructor of timm:{name}", CONSTRUCTOR_HINT):
+        try:
+            return timm.create_model(name, **kwargs)
+        except OSError as exc:
+            raise _download_error(f"timm:{name}", exc) from None
+
+
+def _torchvision_get(name: str, **kwargs: Any) -> nn.Module:
+    """``torchvision.models.get_model(name, **kwargs)``: what it raises is named as torchvision's."""
+    import torchvision
+
+    with calling(f"torchvision's constructor of torchvision:{name}", CONSTRUCTOR_HINT):
+        try:
+            return torchvision.models.get_model(name, **kwargs)
+        except OSError as exc:
+            raise _download_error(f"torchvision:{name}", exc) from None
 
 
 def _build_timm(name: str, num_classes: int | None, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:
@@ -101,12 +123,7 @@ def _build_timm(name: str, num_classes: int | None, pretrained: bool, kwargs: di
         raise _unknown("timm", name, timm.list_models(), "python -c 'import timm; print(timm.list_models())'")
     if num_classes is not None:
         kwargs = {**kwargs, "num_classes": num_classes}
-    try:
-        return timm.create_model(name, pretrained=pretrained, **kwargs)
-    except OSError as exc:
-        raise _download_error(f"timm:{name}", exc) from None
-    except TypeError as exc:
-        raise _option_error(f"timm:{name}", exc) from None
+    return _timm_create(name, pretrained=pretrained, **kwargs)
 
 
 def _check_torchvision(name: str) -> None:
@@ -122,7 +139,8 @@ def _build_torchvision(name: str, num_classes: int | None, pretrained: bool, kwa
 
     _check_torchvision(name)
     if pretrained:
-        weights = torchvision.models.get_model_weights(name).DEFAULT
+        with calling(f"torchvision's weights of torchvision:{name}", "pass --ckpt with a state dict instead"):
+            weights = torchvision.models.get_model_weights(name).DEFAULT
         n_weights = len(weights.meta.get("categories") or [])
         if num_classes is not None and num_classes != n_weights:
             raise LandscapeError(
@@ -132,12 +150,7 @@ def _build_torchvision(name: str, num_classes: int | None, pretrained: bool, kwa
         kwargs = {**kwargs, "weights": weights}
     elif num_classes is not None:
         kwargs = {**kwargs, "num_classes": num_classes}
-    try:
-        return torchvision.models.get_model(name, **kwargs)
-    except OSError as exc:
-        raise _download_error(f"torchvision:{name}", exc) from None
-    except TypeError as exc:
-        raise _option_error(f"torchvision:{name}", exc) from None
+    return _torchvision_get(name, **kwargs)
 
 
 def resolve_factory(path: str) -> Callable[..., nn.Module]:
@@ -150,14 +163,16 @@ def resolve_factory(path: str) -> Callable[..., nn.Module]:
         The callable named by ``path``.
 
     Raises:
-        LandscapeError: If ``path`` lacks the module or the factory part, the module cannot be imported, it has
+        LandscapeError: If ``path`` lacks the module or the factory part, the module cannot be found, it has
             no such attribute, or the attribute is not callable.
+        ForeignError: the module raised another exception while it was imported.
     """
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise LandscapeError(f"py: model spec needs package.module:factory, got {path!r}")
     try:
-        module = importlib.import_module(module_name)
+        with calling(f"your module {module_name} (imported for py:{path})", "fix the module", passing=(ImportError,)):
+            module = importlib.import_module(module_name)
     except ImportError as exc:
         raise LandscapeError(f"py:{path}: cannot import {module_name} ({exc}); check PYTHONPATH") from None
     factory = module
@@ -170,8 +185,15 @@ def resolve_factory(path: str) -> Callable[..., nn.Module]:
     return factory  # type: ignore[return-value]
 
 
-def _named_parameters(fn: Callable[..., Any]) -> set[str]:
-    """Keyword names ``fn`` accepts explicitly (a ``**kwargs`` catch-all does not count)."""
+def keyword_names(fn: Callable[..., Any]) -> set[str]:
+    """Keyword names ``fn`` accepts explicitly (a ``**kwargs`` catch-all does not count).
+
+    Args:
+        fn: a function or class (``inspect.signature`` of it).
+
+    Returns:
+        The names of its positional-or-keyword and keyword-only parameters; empty when it has no signature.
+    """
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
@@ -183,12 +205,10 @@ def _build_py(path: str, num_classes: int | None, pretrained: bool, kwargs: dict
     if pretrained:
         raise LandscapeError(f"py:{path} has no published weights: pass --ckpt with a state dict instead")
     factory = resolve_factory(path)
-    if num_classes is not None and "num_classes" in _named_parameters(factory):
+    if num_classes is not None and "num_classes" in keyword_names(factory):
         kwargs = {**kwargs, "num_classes": num_classes}
-    try:
+    with calling(f"your factory py:{path}", "fix the factory or check --model-kw"):
         model = factory(**kwargs)
-    except TypeError as exc:
-        raise _option_error(f"py:{path}", exc) from None
     if not isinstance(model, nn.Module):
         raise LandscapeError(f"py:{path} returned {type(model).__name__}, not a torch.nn.Module")
     return model
@@ -210,12 +230,49 @@ def create_external(spec: str, num_classes: int | None, pretrained: bool, kwargs
         The module, in the mode its library builds it (training).
 
     Raises:
-        LandscapeError: unknown name, missing timm, refused options, no network for ``pretrained``.
+        LandscapeError: unknown name, missing timm, no network for ``pretrained``.
+        ForeignError: the factory or the library's constructor raised (refused options, ...).
     """
     source, name = split_spec(spec)
     if source is None:
         raise LandscapeError(f"{spec!r} is not a timm:, torchvision: or py: model spec")
     return _BUILDERS[source](name, num_classes, pretrained, dict(kwargs))
+
+
+def forward_origin(model: nn.Module) -> str:
+    """Who wrote ``model``'s forward pass, as an error raised in it names it (see `landscape.errors.calling`).
+
+    Args:
+        model: the model, carrying ``model_name`` when ``create_model`` built it.
+
+    Returns:
+        ``"your model's forward (py:pkg.mod:make)"`` for ``py:`` models, ``"your model's forward (ClassName)"``
+        for a module without a model name (one given from Python), ``"timm's forward of timm:NAME"``,
+        ``"torchvision's forward of torchvision:NAME"``, else (a zoo model) ``"the forward of model NAME"``.
+    """
+    spec = getattr(model, "model_name", None)
+    if not isinstance(spec, str):
+        return f"your model's forward ({type(model).__name__})"
+    source = spec.partition(":")[0] if is_external(spec) else None
+    if source == "py":
+        return f"your model's forward ({spec})"
+    if source is not None:
+        return f"{source}'s forward of {spec}"
+    return f"the forward of model {spec}"
+
+
+def calling_forward(model: nn.Module, x: Tensor) -> AbstractContextManager[None]:
+    """The context of a forward pass of ``model`` on ``x``: what the pass raises is named as the model's.
+
+    Args:
+        model: the model whose forward runs inside the ``with`` block.
+        x: its inputs (their shape is quoted in the message).
+
+    Returns:
+        `landscape.errors.calling` with the :func:`forward_origin` of ``model``; running out of memory keeps its type.
+    """
+    hint = f"it was given inputs of shape {tuple(x.shape)}: check the model and the data"
+    return calling(forward_origin(model), hint, passing=(torch.OutOfMemoryError,))
 
 
 def output_classes(model: nn.Module) -> int | None:
@@ -235,16 +292,15 @@ def output_classes(model: nn.Module) -> int | None:
     return linears[-1].out_features if linears else None
 
 
-def data_kwargs(spec: str, *, in_chans: int, img_size: int, drop_path: float = 0.0) -> dict[str, Any]:
-    """Constructor options that fit a model to data (``in_chans``, ``img_size``, ``drop_path_rate``).
+def external_data_kwargs(spec: str, *, in_chans: int, img_size: int, drop_path: float = 0.0) -> dict[str, Any]:
+    """Constructor options that fit a ``timm:`` / ``torchvision:`` / ``py:`` model to data (see `data_kwargs`).
 
-    Zoo models take all three. timm models take ``in_chans`` and ``drop_path_rate``, and ``img_size`` when
-    their class names it (probed on the meta device, no memory used). torchvision models take only
-    ``image_size`` where their class names it (ViT); data with other than 3 channels is refused. A ``py:``
-    factory gets the ones it names.
+    timm models take ``in_chans`` and ``drop_path_rate``, and ``img_size`` when their class names it (probed on
+    the meta device, no memory used). torchvision models take only ``image_size`` where their class names it
+    (ViT); data with other than 3 channels is refused. A ``py:`` factory gets the ones it names.
 
     Args:
-        spec: The model spec (zoo name, ``timm:``, ``torchvision:`` or ``py:``).
+        spec: The model spec (``timm:``, ``torchvision:`` or ``py:``).
         in_chans: Number of channels of the data.
         img_size: Side of the data's images, in pixels.
         drop_path: Stochastic-depth rate; passed as ``drop_path_rate`` only when > 0 (not to torchvision).
@@ -253,22 +309,22 @@ def data_kwargs(spec: str, *, in_chans: int, img_size: int, drop_path: float = 0
         The keyword arguments to pass to the model's constructor.
 
     Raises:
-        LandscapeError: If the timm or torchvision name is unknown, timm is not installed, a torchvision model
-            is given data with ``in_chans != 3``, or a ``py:`` factory cannot be resolved.
+        LandscapeError: If ``spec`` is a zoo name, the timm or torchvision name is unknown, timm is not installed,
+            a torchvision model is given data with ``in_chans != 3``, or a ``py:`` factory cannot be resolved.
     """
     wanted: dict[str, Any] = {"in_chans": in_chans, "img_size": img_size}
     if drop_path > 0:
         wanted["drop_path_rate"] = drop_path
     source, name = split_spec(spec)
     if source is None:
-        return wanted
+        raise LandscapeError(f"{spec!r} is not a timm:, torchvision: or py: model spec")
     if source == "timm":
         timm = _timm()
         if not timm.is_model(name):
             raise _unknown("timm", name, timm.list_models(), "python -c 'import timm; print(timm.list_models())'")
         with torch.device("meta"):
-            probe = timm.create_model(name)
-        if "img_size" not in _named_parameters(type(probe).__init__):
+            probe = _timm_create(name)
+        if "img_size" not in keyword_names(type(probe).__init__):
             wanted.pop("img_size")
         return wanted
     if source == "torchvision":
@@ -277,13 +333,11 @@ def data_kwargs(spec: str, *, in_chans: int, img_size: int, drop_path: float = 0
                 f"{spec} takes 3-channel images and the data has {in_chans}: use RGB data (cifar10:, imagefolder:, "
                 "synthetic) or a timm: model, which accepts in_chans"
             )
-        import torchvision
-
         _check_torchvision(name)
         with torch.device("meta"):
-            probe = torchvision.models.get_model(name)
-        return {"image_size": img_size} if "image_size" in _named_parameters(type(probe).__init__) else {}
-    names = _named_parameters(resolve_factory(name))
+            probe = _torchvision_get(name)
+        return {"image_size": img_size} if "image_size" in keyword_names(type(probe).__init__) else {}
+    names = keyword_names(resolve_factory(name))
     return {k: v for k, v in wanted.items() if k in names}
 
 

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import inspect
 import json
+import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from torch import nn
 
 from landscape.errors import LandscapeError
-from landscape.models.external import create_external, is_external, output_classes
+from landscape.models.external import create_external, external_data_kwargs, is_external, keyword_names, output_classes
 
 ModelFn = TypeVar("ModelFn", bound=Callable[..., nn.Module])
 
@@ -156,3 +158,59 @@ def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
         ``sum_p p.numel()`` over the (trainable) parameters.
     """
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def zoo_options(name: str) -> frozenset[str] | None:
+    """The keyword options a zoo model takes: those its class names, through ``**kwargs`` its bases' too.
+
+    The class is the one the constructor's return annotation names (``def resnet18(...) -> ResNet``).
+
+    Args:
+        name: a zoo name or alias.
+
+    Returns:
+        The option names, or None when the constructor names no class (then any option may be taken).
+
+    Raises:
+        LandscapeError: ``name`` is not a zoo model.
+    """
+    factory = _MODELS[resolve_model_name(name)]
+    cls = typing.get_type_hints(factory).get("return")
+    if not isinstance(cls, type):
+        return None
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        names |= keyword_names(klass.__init__) - {"self"}
+        if not any(p.kind == p.VAR_KEYWORD for p in inspect.signature(klass.__init__).parameters.values()):
+            break
+    return frozenset(names)
+
+
+def data_kwargs(spec: str, *, in_chans: int, img_size: int, drop_path: float = 0.0) -> dict[str, Any]:
+    """The constructor options that fit a model to data: ``in_chans``, ``img_size``, ``drop_path_rate``.
+
+    Each is given only to a model that takes it: a zoo model gets those its class names (:func:`zoo_options`:
+    every zoo model takes ``in_chans`` and ``img_size``, the ViTs and AlterNets also ``drop_path_rate``);
+    ``timm:`` / ``torchvision:`` / ``py:`` models follow `landscape.models.external.external_data_kwargs`.
+
+    Args:
+        spec: the model spec (zoo name, ``timm:``, ``torchvision:`` or ``py:``).
+        in_chans: number of channels of the data.
+        img_size: side of the data's images, in pixels.
+        drop_path: stochastic-depth rate; asked for as ``drop_path_rate`` only when > 0.
+
+    Returns:
+        The keyword arguments to pass to the model's constructor (``drop_path_rate`` absent where not taken).
+
+    Raises:
+        LandscapeError: an unknown model, or as `landscape.models.external.external_data_kwargs` does.
+    """
+    if is_external(spec):
+        return external_data_kwargs(spec, in_chans=in_chans, img_size=img_size, drop_path=drop_path)
+    wanted: dict[str, Any] = {"in_chans": in_chans, "img_size": img_size}
+    if drop_path > 0:
+        wanted["drop_path_rate"] = drop_path
+    taken = zoo_options(spec)
+    return wanted if taken is None else {k: v for k, v in wanted.items() if k in taken}

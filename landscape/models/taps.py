@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from landscape.errors import LandscapeError
+from landscape.models.external import calling_forward
 from landscape.models.layers import FEATURE_KINDS, Feature
 from landscape.models.tap_rules import (
     Call,
@@ -313,15 +314,18 @@ class FeatureTaps:
         Raises:
             LandscapeError: If a captured value is not a readable map, or was changed in place later in the
                 forward pass.
+            ForeignError: the model's forward raised.
         """
         if self._plan is None:
-            return list(self.model.block_features(x))
+            with calling_forward(self.model, x):
+                return list(self.model.block_features(x))
         owner = not self._handles
         if owner:
             self._attach()
         try:
             self._records, self._armed = [], {}
-            self.model(x)
+            with calling_forward(self.model, x):
+                self.model(x)
             records = self._records
         finally:
             if owner:

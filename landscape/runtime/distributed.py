@@ -10,13 +10,17 @@ Every analysis does the same four things through this module:
    / :func:`all_gather_objects` combine what the ranks computed;
 4. :func:`barrier` waits for every rank before the result file is read back.
 
-Without torchrun all of these are no-ops on one process.
+Without torchrun all of these are no-ops on one process. Every collective runs inside :func:`collective`: when
+one fails (a rank was killed, so its peers lose their connection to it), the surviving ranks end with one line
+that names the ranks lost and says that the same command resumes, not with the backend's traceback.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import torch
@@ -25,6 +29,9 @@ import torch.distributed as dist
 from landscape.errors import LandscapeError
 
 T = TypeVar("T")
+
+#: how long a rank whose collective failed waits for the others to say they are alive, in seconds
+LOST_RANK_WAIT_S = 3.0
 
 
 def launched() -> bool:
@@ -181,7 +188,8 @@ def sum_tensor(tensor: torch.Tensor) -> torch.Tensor:
         ``tensor`` (the same object), now holding the sum over ranks.
     """
     if active():
-        dist.all_reduce(tensor)
+        with collective("all_reduce"):
+            dist.all_reduce(tensor)
     return tensor
 
 
@@ -197,7 +205,8 @@ def all_gather_objects(obj: Any) -> list[Any]:
     if not active():
         return [obj]
     out: list[Any] = [None] * world_size()
-    dist.all_gather_object(out, obj)
+    with collective("all_gather_object"):
+        dist.all_gather_object(out, obj)
     return out
 
 
@@ -214,11 +223,66 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     if not active():
         return obj
     box = [obj]
-    dist.broadcast_object_list(box, src=src)
+    with collective("broadcast_object_list"):
+        dist.broadcast_object_list(box, src=src)
     return box[0]
 
 
 def barrier() -> None:
     """Wait for every rank (no-op in a single process)."""
     if active():
-        dist.barrier()
+        with collective("barrier"):
+            dist.barrier()
+
+
+@contextmanager
+def collective(name: str) -> Iterator[None]:
+    """Run one ``torch.distributed`` collective: its failure ends this rank with one line naming the lost ranks.
+
+    A collective fails when a peer is gone (killed, out of memory, ...): gloo and nccl then raise a
+    ``RuntimeError`` (``DistBackendError`` is one) on the ranks left. Whatever that error says, it is this
+    call that failed; the ranks lost are those that do not answer within :data:`LOST_RANK_WAIT_S`
+    (:func:`lost_ranks`). A file of an analysis holds every finished piece, so the same command resumes it.
+
+    Args:
+        name: the collective, for the message (``"all_reduce"``, ``"barrier"``, ...).
+
+    Yields:
+        Nothing; the collective runs inside the ``with`` block.
+
+    Raises:
+        LandscapeError: the collective raised a ``RuntimeError`` (the original is the ``__cause__``).
+    """
+    try:
+        yield
+    except RuntimeError as exc:
+        lost = lost_ranks()
+        who = f"rank {', '.join(map(str, lost))}" if lost else "another rank"
+        raise LandscapeError(
+            f"{who} of {world_size()} stopped during the run (rank {rank()}'s {name} lost its connection to it); "
+            "run the same command again: it resumes from what its file holds"
+        ) from exc
+
+
+def lost_ranks(wait_s: float = LOST_RANK_WAIT_S) -> list[int]:
+    """The ranks that do not answer after a collective failed: each rank left writes its name in the store.
+
+    Args:
+        wait_s: how long to wait for the others, in seconds.
+
+    Returns:
+        The ranks that wrote nothing within ``wait_s``; empty when the store itself cannot be reached (then
+        who was lost cannot be told).
+    """
+    me, keys = rank(), [f"landscape/alive-after-failure/{r}" for r in range(world_size())]
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        store.set(keys[me], "1")
+        deadline = time.monotonic() + wait_s
+        while True:
+            missing = [r for r, key in enumerate(keys) if r != me and not store.check([key])]
+            if not missing or time.monotonic() > deadline:
+                return missing
+            time.sleep(0.1)
+    except Exception:  # the store was held by the lost rank, or is gone: nobody can be named
+        return []

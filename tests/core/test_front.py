@@ -6,7 +6,7 @@ import torch
 import landscape.core.objective
 from landscape.core.front import batches_for, build_objective, load_inputs
 from landscape.core.source import ModelSource
-from landscape.errors import LandscapeError
+from landscape.errors import ForeignError, LandscapeError
 
 
 @pytest.fixture(scope="module")
@@ -29,15 +29,25 @@ def test_out_of_memory_names_the_batch_size_to_lower(inputs, monkeypatch):
         build_objective(inputs, batches)
 
 
-def test_another_runtime_error_keeps_its_own_message(inputs, monkeypatch):
+def test_a_runtime_error_of_our_own_code_stays_a_traceback(inputs, monkeypatch):
+    batches = batches_for(inputs, batch_size=12, n_samples=24)
+    monkeypatch.setattr(landscape.core.objective.Objective, "__init__", _raising(RuntimeError("a bug of landscape")))
+    with pytest.raises(RuntimeError, match="a bug of landscape"):
+        build_objective(inputs, batches)
+
+
+def test_a_forward_that_cannot_run_on_the_data_is_named_as_the_models(inputs, monkeypatch):
     batches = batches_for(inputs, batch_size=12, n_samples=24)
     message = "mat1 and mat2 shapes cannot be multiplied (12x64 and 96x10)"
-    monkeypatch.setattr(
-        landscape.core.objective.Objective, "__init__", _raising(RuntimeError(message + "\nmore detail"))
-    )
-    with pytest.raises(LandscapeError) as e:
+
+    def forward(self, x):
+        raise RuntimeError(message + "\nmore detail")
+
+    monkeypatch.setattr(type(inputs.model), "forward", forward)
+    with pytest.raises(ForeignError) as e:
         build_objective(inputs, batches)
-    assert str(e.value) == f"the model cannot run on digits: {message}"
+    assert str(e.value).startswith(f"the forward of model resnet_mini raised RuntimeError: {message}; ")
+    assert "inputs of shape (12, 1, 32, 32)" in str(e.value) and isinstance(e.value.__cause__, RuntimeError)
 
 
 def test_the_real_objective_is_built(inputs):
