@@ -1,0 +1,90 @@
+"""``landscape hessian --per-block``: the blocks/ section equals the dense diagonal blocks, resumes by block."""
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from helpers import one_line_error, tiny_resnet_checkpoint
+
+import landscape
+from analyses.hessian.test_blocks import dense_block
+from analyses.hessian.test_operator import dense_hessian, tiny_batches, tiny_model
+from landscape.analyses.registry import summarize
+from landscape.cli import cli
+from landscape.core.objective import Objective
+from landscape.core.regularizer import Regularizer
+from landscape.options.hessian import HessianOptions
+from landscape.plot import plot_files
+from landscape.store.read import read_result
+
+F64 = torch.float64
+EXACT = {"dtype": "float64", "tol": 1e-12, "trace_samples": 63, "top_k": 0, "samples": None}
+
+
+def test_per_block_through_run_hessian_equals_the_dense_diagonal_blocks():
+    model, batches = tiny_model(), tiny_batches()
+    blocks = ("norm=1", "last=3.weight,3.bias")
+    res = landscape.hessian(
+        model, batches, per_block=True, block=blocks, regularizer="l2", reg_coef=0.1, progress=False, **EXACT
+    )
+    obj = Objective(model, batches, dtype=F64, regularizer=Regularizer("l2", 0.1))
+    H = dense_hessian(obj)
+    names = [str(n) for n in res["blocks/names"]]
+    assert names == ["norm", "last", "other"] and [str(k) for k in res["blocks/kinds"]] == ["pattern"] * 2 + ["other"]
+    groups = {"norm": ["1.weight", "1.bias"], "last": ["3.weight", "3.bias"], "other": ["0.weight", "0.bias"]}
+    for i, name in enumerate(names):
+        Hb = dense_block(H, obj.params, groups[name])
+        assert res["blocks/size"][i] == Hb.shape[0]
+        assert res["blocks/top_eigenvalue"][i] == pytest.approx(float(torch.linalg.eigvalsh(Hb).max()), rel=1e-9)
+        # Hutch++ is exact once its sketch (63 // 3 = 21 columns) spans the block (at most 30 entries: 21 here)
+        if Hb.shape[0] <= 21:
+            assert res["blocks/trace"][i] == pytest.approx(float(torch.trace(Hb)), rel=1e-9)
+    assert res["blocks/done"].all() and res["blocks/converged"].all()
+    np.testing.assert_allclose(res["blocks/depth"], [0.0, 0.5, 1.0])
+    assert "per block (3 of 3): top eigenvalue" in summarize(res)
+
+
+def test_bad_blocks_are_refused_in_one_line():
+    one_line_error(HessianOptions, per_block=True, block=("nameless",), match="--block takes NAME=PATTERN")
+    one_line_error(HessianOptions, per_block=True, block=("a=x", "a=y"), match="given twice")
+    one_line_error(HessianOptions, block=("a=x",), match="add --per-block")
+    one_line_error(
+        landscape.hessian, tiny_model(), tiny_batches(), per_block=True, block=("x=fc.*",), top_k=0, match="fc"
+    )
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    path, _ = tiny_resnet_checkpoint(tmp_path_factory.mktemp("ckpt"))
+    return path
+
+
+OPTS = ["--samples", "16", "--batch-size", "8", "--top-k", "1", "--trace-samples", "12", "--device", "cpu"]
+
+
+def test_the_taps_blocks_resume_by_block_and_are_drawn(checkpoint, tmp_path):
+    out = tmp_path / "h.h5"
+    result = CliRunner().invoke(cli, ["hessian", "--ckpt", str(checkpoint), *OPTS, "--per-block", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "per block (" in result.output
+    full = read_result(out)
+    names = [str(n) for n in full["blocks/names"]]
+    assert len(names) >= 3 and names[-1] == "other" and full["blocks/done"].all()
+    with h5py.File(out, "r") as f:  # every parameter in exactly one block
+        owned = [n for block in json.loads(f["blocks"].attrs["parameters"]).values() for n in block]
+    assert sorted(owned) == sorted(full.attrs["parameter_names"])
+    with h5py.File(out, "r+") as f:  # as a run killed after its first block leaves it
+        f["blocks/done"][1:] = False
+        f["blocks/top_eigenvalue"][1:] = np.nan
+        f.attrs["complete"] = False
+    again = CliRunner().invoke(cli, ["hessian", "--ckpt", str(checkpoint), *OPTS, "--per-block", "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    resumed = read_result(out)
+    for name in ("top_eigenvalue", "trace", "trace_stderr", "residual", "done"):
+        np.testing.assert_array_equal(resumed[f"blocks/{name}"], full[f"blocks/{name}"], err_msg=name)
+    np.testing.assert_array_equal(resumed["eigenvalues"], full["eigenvalues"])
+    figures = plot_files([out], tmp_path / "figs")
+    assert any(p.name.endswith("_blocks.png") for p in figures)
