@@ -37,8 +37,11 @@ INITS = ("random", "zero")
 #: the default radii of ``landscape sharpness`` (relative to ``|w|`` in the adaptive measures)
 RHO = (0.01, 0.02, 0.05, 0.1)
 
-#: ``landscape train --track-sharpness``: images of the fixed tracking batch (the first of the seeded order)
-TRACK_BATCH_SIZE = 32
+#: ``landscape train --track-sharpness``: images of the fixed tracking batch (the first of the seeded order; 16
+#: keeps a record near one training step of resnet_mini on digits: benchmarks/tracking.py)
+TRACK_BATCH_SIZE = 16
+#: ... how its Hessian-vector products are made: a kept gradient graph (on the CPU cheaper than jvp(grad))
+TRACK_HVP = "graph"
 #: ... Lanczos' relative tolerance of the top eigenvalue (1% is finer than what edge-of-stability plots show)
 TRACK_TOL = 1e-2
 #: ... Lanczos' basis size (a warm start converges within a few vectors)
