@@ -92,3 +92,21 @@ def top_eigenvalue(result: Result) -> dict[str, str]:
     """
     eig = finite(result["eigenvalues"]) if "eigenvalues" in result else np.zeros(0)
     return {"top Hessian eigenvalue": number(eig.max()) if eig.size else MISSING}
+
+
+def hessian_numbers(result: Result) -> dict[str, str]:
+    """The report's cells of a hessian file: its largest eigenvalue and, with ``--per-block``, the sharpest block.
+
+    Args:
+        result: a hessian file.
+
+    Returns:
+        ``{"top Hessian eigenvalue": "252.6", "sharpest block": "54.19 (blocks.0.mlp)"}``.
+    """
+    cell = MISSING
+    if "blocks/done" in result and np.asarray(result["blocks/done"], dtype=bool).any():
+        done = np.flatnonzero(np.asarray(result["blocks/done"], dtype=bool))
+        top = np.asarray(result["blocks/top_eigenvalue"], dtype=float)
+        peak = int(done[np.argmax(top[done])])
+        cell = f"{number(float(top[peak]))} ({result['blocks/names'][peak]})"
+    return {**top_eigenvalue(result), "sharpest block": cell}

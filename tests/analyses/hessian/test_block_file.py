@@ -12,7 +12,7 @@ from helpers import one_line_error, tiny_resnet_checkpoint
 import landscape
 from analyses.hessian.test_blocks import dense_block
 from analyses.hessian.test_operator import dense_hessian, tiny_batches, tiny_model
-from landscape.analyses.registry import summarize
+from landscape.analyses.registry import analysis_of, summarize
 from landscape.cli import cli
 from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
@@ -45,6 +45,8 @@ def test_per_block_through_run_hessian_equals_the_dense_diagonal_blocks():
     assert res["blocks/done"].all() and res["blocks/converged"].all()
     np.testing.assert_allclose(res["blocks/depth"], [0.0, 0.5, 1.0])
     assert "per block (3 of 3): top eigenvalue" in summarize(res)
+    peak = int(np.argmax(res["blocks/top_eigenvalue"]))
+    assert analysis_of("hessian").numbers(res)["sharpest block"].endswith(f"({names[peak]})")
 
 
 def test_bad_blocks_are_refused_in_one_line():
@@ -62,7 +64,21 @@ def checkpoint(tmp_path_factory):
     return path
 
 
-OPTS = ["--samples", "16", "--batch-size", "8", "--top-k", "1", "--trace-samples", "12", "--device", "cpu"]
+# one way of making products (--hvp auto may pick another on the rerun: the same numbers to rounding only)
+OPTS = [
+    "--samples",
+    "16",
+    "--batch-size",
+    "8",
+    "--top-k",
+    "1",
+    "--trace-samples",
+    "12",
+    "--hvp",
+    "jvp",
+    "--device",
+    "cpu",
+]
 
 
 def test_the_taps_blocks_resume_by_block_and_are_drawn(checkpoint, tmp_path):
