@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from helpers import one_line_error, tiny_resnet_checkpoint
+from helpers import one_line_error, tiny_resnet_checkpoint, torchrun
 
 import landscape
 from analyses.hessian.test_blocks import dense_block
@@ -104,3 +104,16 @@ def test_the_taps_blocks_resume_by_block_and_are_drawn(checkpoint, tmp_path):
     np.testing.assert_array_equal(resumed["eigenvalues"], full["eigenvalues"])
     figures = plot_files([out], tmp_path / "figs")
     assert any(p.name.endswith("_blocks.png") for p in figures)
+
+
+def test_two_rank_torchrun_shares_the_blocks_and_equals_one_process(checkpoint, tmp_path):
+    one, two = tmp_path / "one.h5", tmp_path / "two.h5"
+    opts = [*OPTS[: OPTS.index("--top-k")], "--top-k", "0", *OPTS[OPTS.index("--top-k") + 2 :]]  # the blocks alone
+    single = CliRunner().invoke(cli, ["hessian", "--ckpt", str(checkpoint), *opts, "--per-block", "--out", str(one)])
+    assert single.exit_code == 0, single.output
+    proc = torchrun("-m", "landscape", "hessian", "--ckpt", checkpoint, *opts, "--per-block", "--out", two, "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    a, b = read_result(one), read_result(two)
+    assert [str(n) for n in a["blocks/names"]] == [str(n) for n in b["blocks/names"]] and b["blocks/done"].all()
+    for name in ("top_eigenvalue", "trace", "trace_stderr", "size"):  # each block on one rank, whole
+        np.testing.assert_array_equal(b[f"blocks/{name}"], a[f"blocks/{name}"], err_msg=name)
