@@ -70,9 +70,9 @@ class TrainConfig:
         snapshot_initial: save a snapshot before training (``run.init.pt``).
         snapshot_warmup: save a snapshot after the epoch that ends the warm-up (``run.warmup.pt``).
         snapshot_every: save a snapshot every N epochs (``run.epochNNN.pt``); None: none.
+        recipe: the recipe applied (``paper-a``), or None.
         track_sharpness: every N optimiser steps, the sharpness and its stability threshold into ``run.sharpness.h5``
             (:mod:`landscape.analyses.sharpness.track_file`); None: no tracking.
-        recipe: the recipe applied (``paper-a``), or None.
 
     Raises:
         LandscapeError: an unknown optimizer or recipe, or an option out of range, NaN or infinite.
@@ -102,8 +102,8 @@ class TrainConfig:
     snapshot_initial: bool = False
     snapshot_warmup: bool = False
     snapshot_every: int | None = None
-    track_sharpness: int | None = None
     recipe: str | None = None
+    track_sharpness: int | None = None
 
     def __post_init__(self) -> None:
         """Refuse unknown names and numbers that are out of range, NaN or infinite (one-line errors).
@@ -123,6 +123,8 @@ class TrainConfig:
             checks.in_range(self.momentum, "momentum", 0.0, 1.0, low_open=True, high_open=True)
         checks.in_range(self.warmup_epochs, f"--warmup-epochs (at most epochs={self.epochs})", 0.0, self.epochs)
         checks.in_range(self.label_smoothing, "--label-smoothing", 0.0, 1.0)
+        if self.track_sharpness is not None:
+            checks.positive_int(self.track_sharpness, "--track-sharpness")
         if self.clip_grad is not None:
             checks.non_negative(self.clip_grad, "--clip-grad (0 turns clipping off)")
         checks.non_negative(self.mixup, "mixup alpha (0 turns MixUp off)")
@@ -130,8 +132,6 @@ class TrainConfig:
         checks.in_range(self.drop_path, "drop_path", 0.0, 1.0, high_open=True)
         if self.snapshot_every is not None:
             checks.positive_int(self.snapshot_every, "--snapshot-every")
-        if self.track_sharpness is not None:
-            checks.positive_int(self.track_sharpness, "--track-sharpness")
 
     @classmethod
     def paper_a(cls, model: str, **overrides: Any) -> TrainConfig:
