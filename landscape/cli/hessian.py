@@ -69,13 +69,18 @@ D = HessianOptions
     metavar="NAME=PATTERN[,PATTERN]",
     help="A block of --per-block by parameter-name patterns (repeatable; instead of the taps' blocks).",
 )
+@click.option(
+    "--taps",
+    multiple=True,
+    help="PATTERN=KIND: a module (glob on names) whose output is a block of --per-block, for models no rule knows.",
+)
 def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
     """Hessian eigenvalues (Lanczos), spectral density (SLQ) and trace of a checkpoint's loss."""
     from landscape.analyses.hessian.run import run_hessian
     from landscape.analyses.hessian.summary import block_summary
     from landscape.runtime import distributed
 
-    opts = HessianOptions(**{**options, "block": tuple(options["block"])})
+    opts = HessianOptions(**{**options, "block": tuple(options["block"]), "taps": tuple(options["taps"])})
     result = run_hessian(
         source, opts, out=out, device=device, force=force, progress=False if quiet else None, command=command_line()
     )

@@ -202,6 +202,8 @@ class HessianOptions(_LossOptions):
         per_block: also the top eigenvalue and the trace of every block's diagonal Hessian block.
         block: the blocks of ``per_block`` as ``NAME=PATTERN[,PATTERN]`` items (:func:`parse_block_groups`);
             empty: the model's blocks as its feature taps find them.
+        taps: ``'PATTERN=KIND'`` items naming the modules whose outputs are the blocks of ``per_block``, for models
+            no family rule knows (as ``landscape fourier --taps``); empty: the family rules.
 
     Raises:
         LandscapeError: an invalid value (non-finite or out-of-range number, unknown choice, a bad ``--block``
@@ -239,6 +241,7 @@ class HessianOptions(_LossOptions):
     augment_copies: int = 1
     per_block: bool = False
     block: tuple[str, ...] = ()
+    taps: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _common(self)
@@ -247,8 +250,17 @@ class HessianOptions(_LossOptions):
             self, "block", tuple(str(b) for b in ([self.block] if isinstance(self.block, str) else self.block))
         )
         parse_block_groups(self.block)
-        if self.block and not self.per_block:
-            raise LandscapeError("--block groups the blocks of --per-block; add --per-block")
+        object.__setattr__(
+            self, "taps", tuple(str(t) for t in ([self.taps] if isinstance(self.taps, str) else self.taps))
+        )
+        if (self.block or self.taps) and not self.per_block:
+            raise LandscapeError(
+                f"--{'block' if self.block else 'taps'} chooses the blocks of --per-block; add --per-block"
+            )
+        if self.block and self.taps:
+            raise LandscapeError(
+                "give the blocks of --per-block by --block (parameter names) or --taps (modules), not both"
+            )
         for name in ("eigenvectors", "density", "trace", "per_block"):
             _flag(getattr(self, name), f"--{name}")
         checks.positive_int(self.probes, "--probes")
@@ -293,7 +305,7 @@ class HessianOptions(_LossOptions):
         Returns:
             A dict of attribute name to value; a file whose attributes differ was made with other options.
         """
-        blocks = {"per_block": True, "blocks": self.block_groups} if self.per_block else {}
+        blocks = {"per_block": True, "blocks": self.block_groups, "taps": list(self.taps)} if self.per_block else {}
         return {
             **blocks,
             "batch_size": self.batch_size,

@@ -44,11 +44,11 @@ COLUMNS: dict[str, tuple[str, Callable[[BlockCurvature], float]]] = {
 
 
 def hessian_blocks(objective: Objective, options: HessianOptions, names: Sequence[str]) -> list[ParameterBlock]:
-    """The blocks of ``--per-block``: the ``--block`` groups, else the model's blocks by its feature taps.
+    """The blocks of ``--per-block``: the ``--block`` groups, else the model's blocks by its feature taps (``--taps``).
 
     Args:
         objective: the loss (its model and first batch find the taps' blocks).
-        options: the ``--block`` groups, if any.
+        options: the ``--block`` groups or the ``--taps``, if any.
         names: the parameters of the Hessian (``--params``); the blocks keep only these.
 
     Returns:
@@ -58,7 +58,10 @@ def hessian_blocks(objective: Objective, options: HessianOptions, names: Sequenc
         LandscapeError: a group that matches no parameter, or no block left among ``names``.
     """
     groups = options.block_groups
-    blocks = pattern_blocks(list(names), groups) if groups else restrict_blocks(objective_blocks(objective), names)
+    if groups:
+        blocks = pattern_blocks(list(names), groups)
+    else:
+        blocks = restrict_blocks(objective_blocks(objective, taps=list(options.taps) or None), names)
     if not blocks:
         raise LandscapeError("--per-block found no block among the Hessian's parameters; widen --params")
     return blocks

@@ -53,6 +53,9 @@ def test_bad_blocks_are_refused_in_one_line():
     one_line_error(HessianOptions, per_block=True, block=("nameless",), match="--block takes NAME=PATTERN")
     one_line_error(HessianOptions, per_block=True, block=("a=x", "a=y"), match="given twice")
     one_line_error(HessianOptions, block=("a=x",), match="add --per-block")
+    one_line_error(HessianOptions, taps=("0=stem",), match="add --per-block")
+    one_line_error(HessianOptions, per_block=True, block=("a=x",), taps=("0=stem",), match="not both")
+    one_line_error(landscape.hessian, tiny_model(), tiny_batches(), per_block=True, top_k=0, match="--taps")
     one_line_error(
         landscape.hessian, tiny_model(), tiny_batches(), per_block=True, block=("x=fc.*",), top_k=0, match="fc"
     )
@@ -104,6 +107,10 @@ def test_the_taps_blocks_resume_by_block_and_are_drawn(checkpoint, tmp_path):
     np.testing.assert_array_equal(resumed["eigenvalues"], full["eigenvalues"])
     figures = plot_files([out], tmp_path / "figs")
     assert any(p.name.endswith("_blocks.png") for p in figures)
+    taps = ["--taps", "stem=stem", "--taps", "layer?.0=conv", "--per-block", "--out", str(tmp_path / "t.h5")]
+    tapped = CliRunner().invoke(cli, ["hessian", "--ckpt", str(checkpoint), *OPTS, *taps])
+    assert tapped.exit_code == 0, tapped.output
+    assert [str(n) for n in read_result(tmp_path / "t.h5")["blocks/names"]] == ["stem", "layer1.0", "layer2.0", "other"]
 
 
 def test_two_rank_torchrun_shares_the_blocks_and_equals_one_process(checkpoint, tmp_path):
