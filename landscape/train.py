@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from landscape.analyses.sharpness.track_file import start_tracking
 from landscape.analyses.surface.directions import POSITION_PARAMETER_PATTERNS
 from landscape.core.source import resolve_preprocess
 from landscape.data.augment import batch_mixer, randaugment
@@ -81,6 +82,8 @@ class TrainConfig:
         snapshot_warmup: save a snapshot after the epoch that ends the warm-up (``run.warmup.pt``).
         snapshot_every: save a snapshot every N epochs (``run.epochNNN.pt``), ``N < epochs``; None: none.
         recipe: the recipe applied (``paper-a``), or None.
+        track_sharpness: every N optimiser steps, the sharpness and its stability threshold into ``run.sharpness.h5``
+            (:mod:`landscape.analyses.sharpness.track_file`); None: no tracking.
 
     Raises:
         LandscapeError: an unknown optimizer or recipe, an option out of range, NaN or infinite, or options that
@@ -112,6 +115,7 @@ class TrainConfig:
     snapshot_warmup: bool = False
     snapshot_every: int | None = None
     recipe: str | None = None
+    track_sharpness: int | None = None
 
     def __post_init__(self) -> None:
         """Refuse unknown names and numbers that are out of range, NaN or infinite (one-line errors).
@@ -131,6 +135,8 @@ class TrainConfig:
             checks.in_range(self.momentum, "momentum", 0.0, 1.0, low_open=True, high_open=True)
         checks.in_range(self.warmup_epochs, f"--warmup-epochs (at most epochs={self.epochs})", 0.0, self.epochs)
         checks.in_range(self.label_smoothing, "--label-smoothing", 0.0, 1.0)
+        if self.track_sharpness is not None:
+            checks.positive_int(self.track_sharpness, "--track-sharpness")
         if self.clip_grad is not None:
             checks.non_negative(self.clip_grad, "--clip-grad (0 turns clipping off)")
         checks.non_negative(self.mixup, "mixup alpha (0 turns MixUp off)")
@@ -423,6 +429,21 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
     model_name = getattr(model, "model_name", config.model)
     model_kwargs = dict(getattr(model, "model_kwargs", {}))
     head_classes = config.model_kwargs.get("num_classes", info.num_classes)  # as given to create_model
+    track = None
+    if config.track_sharpness is not None:  # before training: a sidecar of other options is refused now
+        track = start_tracking(
+            model,
+            optimizer,
+            every=config.track_sharpness,
+            checkpoint=out,
+            data=config.data,
+            subset=config.subset,
+            seed=config.seed,
+            preprocess=preprocess,
+            total_steps=total_steps,
+            attrs={"model": model_name, "train_options": options},
+            force=force,
+        )
 
     def save(path: Path, epoch: int, metrics: dict[str, float]) -> Path:
         return save_checkpoint(
@@ -476,6 +497,8 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
                 nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad)
             optimizer.step()
             step += 1
+            if track is not None:
+                track.after_step(step)
             seen += len(y)
             loss_sum += float(loss.detach()) * len(y)
             correct += int((logits.argmax(-1) == y).sum())
@@ -502,4 +525,6 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
         "minutes": (time.perf_counter() - start) / 60.0,
     }
     path = save(out, config.epochs, metrics)
+    if track is not None:
+        track.finish()
     return TrainResult(path, metrics, history, snapshots)

@@ -57,12 +57,30 @@ D = HessianOptions
 @click.option("--trace-samples", default=D.trace_samples, show_default=True, type=int, help="HVPs spent on the trace.")
 @click.option("--trace-method", default=D.trace_method, show_default=True, type=click.Choice(TRACE_METHODS))
 @click.option("--params", default=D.params, help="Comma-separated parameter-name globs: a per-layer Hessian block.")
+@click.option(
+    "--per-block",
+    is_flag=True,
+    default=D.per_block,
+    help="Also the top eigenvalue and trace of every block's diagonal Hessian block (blocks of the feature taps).",
+)
+@click.option(
+    "--block",
+    multiple=True,
+    metavar="NAME=PATTERN[,PATTERN]",
+    help="A block of --per-block by parameter-name patterns (repeatable; instead of the taps' blocks).",
+)
+@click.option(
+    "--taps",
+    multiple=True,
+    help="PATTERN=KIND: a module (glob on names) whose output is a block of --per-block, for models no rule knows.",
+)
 def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
     """Hessian eigenvalues (Lanczos), spectral density (SLQ) and trace of a checkpoint's loss."""
     from landscape.analyses.hessian.run import run_hessian
+    from landscape.analyses.hessian.summary import block_summary
     from landscape.runtime import distributed
 
-    opts = HessianOptions(**options)
+    opts = HessianOptions(**{**options, "block": tuple(options["block"]), "taps": tuple(options["taps"])})
     result = run_hessian(
         source, opts, out=out, device=device, force=force, progress=False if quiet else None, command=command_line()
     )
@@ -78,4 +96,6 @@ def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool
         lines.append(f"trace: {s.mean():.6g} +- {s.std(ddof=1) / len(s) ** 0.5:.2g}")
     if "density/values" in result:
         lines.append(f"density: {result['density/nodes'].shape[0]} probes, grid of {len(result['density/grid'])}")
+    if "blocks/done" in result:
+        lines.append(block_summary(result))
     click.echo("\n".join(lines))

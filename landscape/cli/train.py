@@ -37,6 +37,13 @@ def _parse_subset(value: str | None) -> float | int | None:
 @click.option("--snapshot-initial", is_flag=True, help="Also save the initial weights as OUT.init.pt.")
 @click.option("--snapshot-warmup", is_flag=True, help="Also save the weights after warm-up as OUT.warmup.pt.")
 @click.option("--snapshot-every", default=None, type=int, help="Also save OUT.epochNNN.pt every N epochs.")
+@click.option(
+    "--track-sharpness",
+    default=None,
+    type=int,
+    metavar="N",
+    help="Every N steps, the sharpness and its stability threshold into OUT.sharpness.h5.",
+)
 @click.option("--amp", is_flag=True, help="bf16 autocast on CUDA.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Checkpoint path, e.g. run.pt.")
@@ -67,3 +74,7 @@ def command(
     )
     for snap in result.snapshots:
         click.echo(f"snapshot {snap}")
+    if config.track_sharpness is not None:
+        from landscape.analyses.sharpness.track_file import sidecar_path
+
+        click.echo(f"sharpness {sidecar_path(result.checkpoint)}")

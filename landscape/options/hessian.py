@@ -55,6 +55,31 @@ def split_patterns(params: str | None) -> list[str]:
     return [p.strip() for p in params.split(",") if p.strip()]
 
 
+def parse_block_groups(items: Any, name: str = "--block") -> dict[str, list[str]]:
+    """The parameter-name groups of ``--block NAME=PATTERN[,PATTERN]`` items: block name -> patterns, in order.
+
+    Args:
+        items: a sequence of ``"NAME=PATTERN[,PATTERN...]"`` strings (a single string is one item).
+        name: the option's name, for the message.
+
+    Returns:
+        The groups in the order given (empty for no item).
+
+    Raises:
+        LandscapeError: an item without ``=``, with an empty name or no pattern, or a name given twice.
+    """
+    groups: dict[str, list[str]] = {}
+    for item in [items] if isinstance(items, str) else list(items):
+        block, sep, patterns = str(item).partition("=")
+        block = block.strip()
+        if not sep or not block or not split_patterns(patterns):
+            raise LandscapeError(f"{name} takes NAME=PATTERN[,PATTERN], e.g. 'early=layer1.*,stem.*'; got {item!r}")
+        if block in groups:
+            raise LandscapeError(f"{name}: block {block!r} is given twice; give each block once")
+        groups[block] = split_patterns(patterns)
+    return groups
+
+
 def describe_regularizer(kind: str, coef: float | None) -> str:
     """The JSON description of a regulariser that result files record (None: the kind's default coefficient).
 
@@ -174,10 +199,16 @@ class HessianOptions(_LossOptions):
         augment: the data, one of :data:`~landscape.options.common.AUGMENTATIONS` (``paper-a``: Paper A's training
             augmentation drawn once from ``seed`` and held fixed for every product; soft-target cross-entropy).
         augment_copies: augmented copies drawn of each sample (``paper-a``).
+        per_block: also the top eigenvalue and the trace of every block's diagonal Hessian block.
+        block: the blocks of ``per_block`` as ``NAME=PATTERN[,PATTERN]`` items (:func:`parse_block_groups`);
+            empty: the model's blocks as its feature taps find them.
+        taps: ``'PATTERN=KIND'`` items naming the modules whose outputs are the blocks of ``per_block``, for models
+            no family rule knows (as ``landscape fourier --taps``); empty: the family rules.
 
     Raises:
-        LandscapeError: an invalid value (non-finite or out-of-range number, unknown choice), or nothing to
-            compute (``top_k=0`` without ``density`` or ``trace``).
+        LandscapeError: an invalid value (non-finite or out-of-range number, unknown choice, a bad ``--block``
+            item or ``--block`` without ``--per-block``), or nothing to compute (``top_k=0`` without
+            ``density``, ``trace`` or ``per_block``).
     """
 
     data: str | None = None
@@ -208,11 +239,29 @@ class HessianOptions(_LossOptions):
     allow_stochastic: bool = False
     augment: str = "none"
     augment_copies: int = 1
+    per_block: bool = False
+    block: tuple[str, ...] = ()
+    taps: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _common(self)
         _whole_non_negative(self.top_k, "--top-k")
-        for name in ("eigenvectors", "density", "trace"):
+        object.__setattr__(
+            self, "block", tuple(str(b) for b in ([self.block] if isinstance(self.block, str) else self.block))
+        )
+        parse_block_groups(self.block)
+        object.__setattr__(
+            self, "taps", tuple(str(t) for t in ([self.taps] if isinstance(self.taps, str) else self.taps))
+        )
+        if (self.block or self.taps) and not self.per_block:
+            raise LandscapeError(
+                f"--{'block' if self.block else 'taps'} chooses the blocks of --per-block; add --per-block"
+            )
+        if self.block and self.taps:
+            raise LandscapeError(
+                "give the blocks of --per-block by --block (parameter names) or --taps (modules), not both"
+            )
+        for name in ("eigenvectors", "density", "trace", "per_block"):
             _flag(getattr(self, name), f"--{name}")
         checks.positive_int(self.probes, "--probes")
         checks.positive_int(self.steps, "--steps")
@@ -235,21 +284,30 @@ class HessianOptions(_LossOptions):
                 f"--params names no pattern (got {self.params!r}); give comma-separated globs "
                 "such as 'fc.*' or leave it out for every parameter"
             )
-        if self.top_k == 0 and not self.density and not self.trace:
-            raise LandscapeError("nothing to compute: give --top-k >= 1, --density or --trace")
+        if self.top_k == 0 and not self.density and not self.trace and not self.per_block:
+            raise LandscapeError("nothing to compute: give --top-k >= 1, --density, --trace or --per-block")
 
     @property
     def patterns(self) -> list[str]:
         """The parameter-name patterns of :attr:`params` as a list (empty: every parameter)."""
         return split_patterns(self.params)
 
+    @property
+    def block_groups(self) -> dict[str, list[str]]:
+        """The ``--block`` groups: block name -> patterns (empty: the blocks of the model's feature taps)."""
+        return parse_block_groups(self.block)
+
     def attrs(self) -> dict[str, Any]:
         """The options a hessian result file records as root attributes (besides split, seed and samples).
+
+        ``per_block`` and ``blocks`` only with ``per_block`` (a file without blocks keeps the identity it had).
 
         Returns:
             A dict of attribute name to value; a file whose attributes differ was made with other options.
         """
+        blocks = {"per_block": True, "blocks": self.block_groups, "taps": list(self.taps)} if self.per_block else {}
         return {
+            **blocks,
             "batch_size": self.batch_size,
             "top_k": self.top_k,
             "which": self.which,

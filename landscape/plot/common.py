@@ -57,12 +57,14 @@ class Schema:
         required: arrays every file of the kind holds.
         optional: arrays a file may hold; a name ending in ``/*`` stands for every array of that group.
         together: groups of optional names that a file holds all or none of.
+        writer: the command that writes the kind, named in the errors (None: ``landscape <kind>``).
     """
 
     kind: str
     required: Mapping[str, Array]
     optional: Mapping[str, Array] = field(default_factory=dict)
     together: Sequence[Sequence[str]] = ()
+    writer: str | None = None
 
 
 def check_arrays(result: Result, schema: Schema) -> None:
@@ -77,7 +79,7 @@ def check_arrays(result: Result, schema: Schema) -> None:
     """
     if result.kind != schema.kind:
         raise LandscapeError(f"{result.path} holds a {result.kind} result, not a {schema.kind} result")
-    redo = f"recompute it with `landscape {schema.kind} ... --force`"
+    redo = f"recompute it with `{schema.writer or 'landscape ' + schema.kind} ... --force`"
     for name in schema.required:
         if name not in result:
             raise LandscapeError(

@@ -1,7 +1,9 @@
 """Figures of Hessian results: the SLQ spectral density and Paper A's max-eigenvalue spectra.
 
 - ``hessian`` files: the SLQ density on a log y axis (one curve per file, the computed top/bottom
-  eigenvalues as ticks along the bottom), and the computed eigenvalues when a file has them.
+  eigenvalues as ticks along the bottom), and the computed eigenvalues when a file has them; with a ``blocks/``
+  section (``--per-block``) the top eigenvalue and the trace of every block's diagonal Hessian block against
+  its depth, MSA blocks shaded as in Paper A's Fig 8 (the depth axis of :mod:`landscape.plot.fourier`).
 - ``spectrum`` files (Paper A Fig 1c/4): the pooled per-mini-batch eigenvalues as densities in two panels,
   negative and positive eigenvalues, linear axes, one curve per file labelled with its model name: a Gaussian
   kernel density estimate (:class:`scipy.stats.gaussian_kde`, Scott's bandwidth) for a file of at least
@@ -36,12 +38,15 @@ from landscape.plot.common import (
     single_axes,
     zero_line,
 )
+from landscape.plot.fourier import DEPTH_LABEL, name_blocks, shade_layers
 from landscape.store.read import Result
 
 #: points at which a kernel density estimate is drawn in each panel
 KDE_POINTS = 400
 #: characters per line of a panel's note on the files without eigenvalues of its sign
 NOTE_WIDTH = 32
+#: the per-block numbers of a ``hessian`` file's ``blocks/`` section (NaN where a block is not done)
+BLOCK_ARRAYS = ("top_eigenvalue", "trace", "trace_stderr", "residual", "done")
 #: the arrays of a ``hessian`` file; each part (eigenvalues, density, trace) is there when it was computed
 HESSIAN = Schema(
     kind="hessian",
@@ -53,8 +58,15 @@ HESSIAN = Schema(
         "density/grid": Array(("grid",), finite=True),
         "density/values": Array(("grid",), finite=True),
         "trace/samples": Array(("probe",), finite=True),
+        **{f"blocks/{name}": Array(("block",)) for name in BLOCK_ARRAYS},
+        "blocks/names": Array(("block",), text=True),
+        "blocks/kinds": Array(("block",), text=True),
+        "blocks/depth": Array(("block",), finite=True),
     },
-    together=(("density/grid", "density/values"),),
+    together=(
+        ("density/grid", "density/values"),
+        ("blocks/names", "blocks/kinds", "blocks/depth", *(f"blocks/{name}" for name in BLOCK_ARRAYS)),
+    ),
 )
 #: the arrays of a ``spectrum`` file: the top eigenvalues of each mini-batch (NaN where not done)
 SPECTRUM = Schema(
@@ -76,10 +88,10 @@ def check(result: Result) -> None:
         LandscapeError: naming the array that is missing or does not fit, and what to do.
     """
     check_arrays(result, SPECTRUM if result.kind == "spectrum" else HESSIAN)
-    if result.kind == "hessian" and "eigenvalues" not in result and "density/values" not in result:
+    if result.kind == "hessian" and not any(k in result for k in ("eigenvalues", "density/values", "blocks/done")):
         raise LandscapeError(
-            f"{result.path}: the hessian result has neither eigenvalues nor a density to draw; "
-            "compute them with `landscape hessian` (--top-k, --density)"
+            f"{result.path}: the hessian result has neither eigenvalues, a density nor blocks to draw; "
+            "compute them with `landscape hessian` (--top-k, --density, --per-block)"
         )
 
 
@@ -147,6 +159,49 @@ def eigenvalue_figure(results: list[Result]) -> Figure:
     ax.set_ylabel("eigenvalue (bars: residual ||Hv - λv||)")
     ax.set_title("Hessian eigenvalues")
     ax.legend(fontsize=8)
+    return fig
+
+
+def blocks_figure(results: list[Result]) -> Figure:
+    """The top eigenvalue and the trace of every block's diagonal Hessian block against depth (two panels).
+
+    One curve per file (the blocks done), the trace with its standard error as bars; the first file's MSA (and
+    downsampling) blocks are shaded and its block names tick the depth axis, as in the Fourier figures.
+
+    Args:
+        results: ``hessian`` results with a ``blocks/`` section.
+
+    Returns:
+        The figure.
+    """
+    fig = Figure(figsize=(6.4, 6.4), layout="constrained")
+    top_ax, trace_ax = fig.subplots(2, 1, sharex=True)
+    first = results[0]
+    depth = np.asarray(first["blocks/depth"], dtype=float)
+    patches = shade_layers(top_ax, depth, [str(k) for k in first["blocks/kinds"]])
+    shade_layers(trace_ax, depth, [str(k) for k in first["blocks/kinds"]])
+    for i, (label, res) in enumerate(zip(labels(results), results)):
+        done = np.asarray(res["blocks/done"], dtype=bool)
+        d = np.asarray(res["blocks/depth"], dtype=float)[done]
+        top_ax.plot(d, np.asarray(res["blocks/top_eigenvalue"])[done], "o-", color=color(i), ms=4, label=label)
+        trace_ax.errorbar(
+            d,
+            np.asarray(res["blocks/trace"])[done],
+            yerr=np.asarray(res["blocks/trace_stderr"])[done],
+            fmt="o-",
+            color=color(i),
+            ms=4,
+            capsize=2,
+        )
+    name_blocks(trace_ax, depth, [str(n) for n in first["blocks/names"]])
+    for ax in (top_ax, trace_ax):
+        zero_line(ax)
+    top_ax.set_ylabel("λ_max(H[B, B])")
+    trace_ax.set_ylabel("tr(H[B, B]) (bars: stderr)")
+    trace_ax.set_xlabel(DEPTH_LABEL)
+    top_ax.set_title("Curvature per block: diagonal Hessian blocks")
+    handles, texts = top_ax.get_legend_handles_labels()
+    top_ax.legend(handles + patches, texts + [p.get_label() for p in patches], fontsize=8, frameon=False)
     return fig
 
 
@@ -256,11 +311,12 @@ def _panel(ax: Axes, sign: str, limits: tuple[float, float], without: list[str])
 def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:
     """Write the figures of ``hessian`` or ``spectrum`` results (one kind per call) to ``out_dir``.
 
-    ``hessian``: a ``density`` figure (files with a density) and an ``eigenvalues`` figure (files with
-    eigenvalues). ``spectrum``: a ``spectrum`` figure; ``bins`` (option, default 40) per panel and
-    ``spectrum_style`` (option, default ``auto``, see :func:`spectrum_figure`). Each figure is named by
-    :func:`landscape.plot.common.figure_name`: ``<stem>_spectrum`` for one file, ``spectrum_<a>_vs_<b>``
-    for several, ``<name>_spectrum`` with the ``name`` option.
+    ``hessian``: a ``density`` figure (files with a density), an ``eigenvalues`` figure (files with
+    eigenvalues) and a ``blocks`` figure (files with blocks done). ``spectrum``: a ``spectrum`` figure;
+    ``bins`` (option, default 40) per panel and ``spectrum_style`` (option, default ``auto``, see
+    :func:`spectrum_figure`). Each figure is named by :func:`landscape.plot.common.figure_name`:
+    ``<stem>_spectrum`` for one file, ``spectrum_<a>_vs_<b>`` for several, ``<name>_spectrum`` with the
+    ``name`` option.
 
     Args:
         results: results of one kind, checked by :func:`check` (at least one; the first decides the kind).
@@ -287,4 +343,7 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
             figures.append((figure_name("density", with_density, name), density_figure(with_density)))
         if with_eigen:
             figures.append((figure_name("eigenvalues", with_eigen, name), eigenvalue_figure(with_eigen)))
+        with_blocks = [r for r in results if "blocks/done" in r and np.asarray(r["blocks/done"]).any()]
+        if with_blocks:
+            figures.append((figure_name("blocks", with_blocks, name), blocks_figure(with_blocks)))
     return save_figures(figures, out_dir, fmt, force=options.get("force", False))

@@ -62,8 +62,20 @@ def _toy_file(path, values):
 
 
 def test_the_builtin_analyses_are_registered_once_each_in_report_order():
-    assert kinds() == ("surface", "hessian", "spectrum", "fourier", "lesion", "similarity", "trajectory")
-    assert all(a.options is not None and a.run and a.command and a.docs for a in analyses())
+    assert kinds() == (
+        "surface",
+        "hessian",
+        "spectrum",
+        "sharpness",
+        "fourier",
+        "lesion",
+        "similarity",
+        "trajectory",
+        "sharpness_track",
+    )
+    assert all(a.options is not None and a.run and a.api for a in analyses() if a.command)
+    assert all(a.docs for a in analyses())
+    assert [a.kind for a in analyses() if not a.command] == ["sharpness_track"]  # written by landscape train
     with pytest.raises(ValueError, match="declared twice"):
         register_analysis(Analysis(kind="surface", title="x", description="x", summary=str, figures="x"))
     with pytest.raises(LandscapeError, match="no analysis writes result kind 'nothing'"):

@@ -451,8 +451,15 @@ RUNS = {
     "hessian": ["--samples", "4", "--batch-size", "4", "--top-k", "1", "--ncv", "4", "--maxiter", "2", "--tol", "0.1"],
     "spectrum": ["--samples", "4", "--batch-size", "2", "--top-k", "1", "--ncv", "4", "--maxiter", "2"],
     "fourier": ["--samples", "4", "--batch-size", "4"],
+    "sharpness": ["--samples", "4", "--batch-size", "2", "--rho", "0.01", "--steps", "1", "--resamples", "10"],
 }
-ARRAY = {"surface": "loss", "hessian": "eigenvalues", "spectrum": "eigenvalues", "fourier": "high_frequency"}
+ARRAY = {
+    "surface": "loss",
+    "hessian": "eigenvalues",
+    "spectrum": "eigenvalues",
+    "fourier": "high_frequency",
+    "sharpness": "mean",
+}
 
 
 @pytest.mark.parametrize("command", sorted(RUNS))

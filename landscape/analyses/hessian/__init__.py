@@ -12,7 +12,7 @@
   a model source in, an HDF5 result out.
 """
 
-from landscape.analyses.hessian.summary import hessian_summary, spectrum_summary, top_eigenvalue
+from landscape.analyses.hessian.summary import hessian_numbers, hessian_summary, spectrum_summary, top_eigenvalue
 from landscape.analyses.registry import Analysis, register_analysis
 from landscape.options.hessian import HessianOptions, SpectrumOptions
 
@@ -22,7 +22,7 @@ HESSIAN = register_analysis(
         title="Hessian",
         description="Top eigenpairs (Lanczos), spectral density (SLQ) and trace (Hutch++) of the loss Hessian.",
         summary=hessian_summary,
-        numbers=top_eigenvalue,
+        numbers=hessian_numbers,
         figures="landscape.plot.hessian",
         options=HessianOptions,
         run="landscape.analyses.hessian.run:run_hessian",

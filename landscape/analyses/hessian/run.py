@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from landscape import store
+from landscape.analyses.hessian.block_file import hessian_blocks, write_blocks
 from landscape.analyses.hessian.density import spectral_density
 from landscape.analyses.hessian.lanczos import check_request, lanczos
 from landscape.analyses.hessian.linalg import require_memory
@@ -88,8 +89,10 @@ def run_hessian(
     Computes the ``options.top_k`` eigenpairs of kind ``options.which`` by Lanczos (``top_k=0`` skips
     them), with ``options.density`` the SLQ density (``probes`` x ``steps`` products, broadening ``sigma``),
     with ``options.trace`` the trace estimate (``trace_samples`` products by ``trace_method``).
-    ``options.params``: comma-separated name patterns for a per-layer Hessian block. The root attributes
-    are the provenance plus :meth:`HessianOptions.attrs`.
+    ``options.params``: comma-separated name patterns for a per-layer Hessian block. With ``options.per_block``
+    the top eigenvalue and the trace of every block's diagonal Hessian block ``H[B, B]`` (the ``blocks/``
+    section, resumed block by block: :mod:`~landscape.analyses.hessian.block_file`). The root attributes are
+    the provenance plus :meth:`HessianOptions.attrs`.
 
     Args:
         source: the model: a :class:`~landscape.core.source.ModelSource` or a checkpoint path.
@@ -141,6 +144,7 @@ def run_hessian(
         require_memory(
             steps, op.shape[0], op.dtype, op.device, f"a Lanczos quadrature of {steps} steps", "lower --steps"
         )
+    blocks = hessian_blocks(objective, o, op.names) if o.per_block else []  # a bad --block: before the file
     session = AnalysisFile(out, "hessian", attrs, force=force)
     with session as (f, _):
         if _todo(f, "eigenvalues", o.top_k > 0):
@@ -199,6 +203,8 @@ def run_hessian(
                 )
                 f.write("trace/samples", t.samples.numpy(), axes=["probe"])  # last: marks the section done
                 f.mark_done()
+        if blocks and not distributed.broadcast_object(f is not None and f.complete):
+            write_blocks(f, objective, blocks, o)
     return session.result
 
 

@@ -29,7 +29,32 @@ def hessian_summary(result: Result) -> str:
         parts.append(f"trace: {s.mean():.6g} +- {error:.2g}")
     if "density/values" in result:
         parts.append(f"density: {result['density/nodes'].shape[0]} probes, grid of {len(result['density/grid'])}")
+    if "blocks/done" in result:
+        parts.append(block_summary(result))
     return "; ".join(parts)
+
+
+def block_summary(result: Result) -> str:
+    """``per block (12 of 12): top eigenvalue 0.31..45.2 (max at layer3.0), trace 1.2..310``.
+
+    Args:
+        result: a hessian file with a ``blocks/`` section, finished or not.
+
+    Returns:
+        The blocks done and the range of their top eigenvalues and traces.
+    """
+    done = np.asarray(result["blocks/done"], dtype=bool)
+    head = f"per block ({int(done.sum())} of {done.size})"
+    if not done.any():
+        return f"{head}: no block done yet"
+    top = np.asarray(result["blocks/top_eigenvalue"], dtype=float)
+    tr = np.asarray(result["blocks/trace"], dtype=float)[done]
+    names = [str(n) for n in result["blocks/names"]]
+    peak = int(np.flatnonzero(done)[np.argmax(top[done])])
+    return (
+        f"{head}: top eigenvalue {number(float(top[done].min()))}..{number(float(top[done].max()))} "
+        f"(max at {names[peak]}), trace {number(float(tr.min()))}..{number(float(tr.max()))}"
+    )
 
 
 def spectrum_summary(result: Result) -> str:
@@ -67,3 +92,21 @@ def top_eigenvalue(result: Result) -> dict[str, str]:
     """
     eig = finite(result["eigenvalues"]) if "eigenvalues" in result else np.zeros(0)
     return {"top Hessian eigenvalue": number(eig.max()) if eig.size else MISSING}
+
+
+def hessian_numbers(result: Result) -> dict[str, str]:
+    """The report's cells of a hessian file: its largest eigenvalue and, with ``--per-block``, the sharpest block.
+
+    Args:
+        result: a hessian file.
+
+    Returns:
+        ``{"top Hessian eigenvalue": "252.6", "sharpest block": "54.19 (blocks.0.mlp)"}``.
+    """
+    cell = MISSING
+    if "blocks/done" in result and np.asarray(result["blocks/done"], dtype=bool).any():
+        done = np.flatnonzero(np.asarray(result["blocks/done"], dtype=bool))
+        top = np.asarray(result["blocks/top_eigenvalue"], dtype=float)
+        peak = int(done[np.argmax(top[done])])
+        cell = f"{number(float(top[peak]))} ({result['blocks/names'][peak]})"
+    return {**top_eigenvalue(result), "sharpest block": cell}

@@ -24,7 +24,6 @@ moved), so the caller's global random state is never touched; the objective is n
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -37,11 +36,7 @@ from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
 from landscape.options import checks
 from landscape.options.names import select
-
-#: the norms of the worst case's ball: Euclidean and max-norm
-NORMS = (2.0, math.inf)
-#: where the worst case's ascent starts
-INITS = ("random", "zero")
+from landscape.options.sharpness import INITS, check_radii, norm_name
 
 
 @dataclass(frozen=True)
@@ -82,24 +77,6 @@ class SharpnessEstimate:
 
 
 # ------------------------------------------------------------------------------------------------- checks
-def check_radii(rho: float | Sequence[float]) -> tuple[float, ...]:
-    """The radii as a tuple of floats; an error unless each is finite and ``>= 0``.
-
-    Args:
-        rho: one radius or a non-empty sequence of radii.
-
-    Returns:
-        The radii, in the order given.
-
-    Raises:
-        LandscapeError: an empty list, or a radius that is NaN, infinite, negative or not a number.
-    """
-    radii = [rho] if isinstance(rho, (numbers.Real, str)) else list(rho)
-    if not radii:
-        raise LandscapeError("rho must be a radius or a non-empty list of radii")
-    return tuple(checks.non_negative(r, "rho") for r in radii)
-
-
 def check_norm(p: float | str) -> float:
     """The worst case's norm as ``2.0`` or ``math.inf``; an error for any other.
 
@@ -112,12 +89,7 @@ def check_norm(p: float | str) -> float:
     Raises:
         LandscapeError: ``p`` is neither 2 nor inf.
     """
-    text = str(p).strip().lower()
-    if text in ("2", "2.0", "l2"):
-        return 2.0
-    if text in ("inf", "linf", "l-inf", "infinity"):
-        return math.inf
-    raise LandscapeError(f"p must be 2 or inf (the norm of the perturbation ball), got {p!r}")
+    return math.inf if norm_name(p) == "inf" else 2.0
 
 
 def _check_batches(objective: Objective, batches: Sequence[int] | None) -> list[int]:

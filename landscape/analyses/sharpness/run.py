@@ -1,0 +1,249 @@
+"""``landscape sharpness``: m-sharpness of a model over mini-batches and radii, written to HDF5 batch by batch.
+
+Each of the fixed batches (``--batch-size`` = m images) is one draw of ``S``; the measure of each batch is
+:func:`~landscape.analyses.sharpness.measures.average_sharpness` or
+:func:`~landscape.analyses.sharpness.measures.worst_sharpness` on that batch alone, with the seed ``seed + b``
+(so a batch's numbers depend on its index only, not on which rank or which run computes it). The file
+(docs/schema.md, sharpness) holds ``rho`` (R), ``batch_sizes``, ``base_loss`` and ``done`` (B), ``values`` (B, R)
+(and ``stderr`` for the average case), each row flushed and marked done as it finishes, so a killed run resumes
+at the next batch with the same numbers; once every batch is done the mean over batches and its percentile
+bootstrap interval, ``mean``, ``low`` and ``high`` (R), are written. Under torchrun the batches are shared among
+ranks and only rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from landscape import store
+from landscape.analyses.sharpness.measures import (
+    SharpnessEstimate,
+    average_sharpness,
+    bootstrap_interval,
+    worst_sharpness,
+)
+from landscape.core.front import build_objective, prepare, python_call, run_from_python
+from landscape.core.objective import Objective
+from landscape.core.regularizer import Regularizer
+from landscape.errors import LandscapeError
+from landscape.options.names import select
+from landscape.options.sharpness import SharpnessOptions
+from landscape.runtime import distributed as D
+from landscape.runtime.lifecycle import AnalysisFile
+
+if TYPE_CHECKING:
+    from landscape.core.source import ModelSource
+
+
+def measure_batch(objective: Objective, options: SharpnessOptions, index: int) -> SharpnessEstimate:
+    """The measure of ``options`` on batch ``index`` of ``objective`` alone, seeded by ``options.seed + index``.
+
+    Args:
+        objective: the loss over the fixed batches (its params are ``w``; never changed).
+        options: the measure, its radii and settings.
+        index: the batch.
+
+    Returns:
+        The :class:`~landscape.analyses.sharpness.measures.SharpnessEstimate` of the one batch (``values`` of
+        shape ``(1, R)``).
+    """
+    o = options
+    common: dict[str, Any] = {
+        "adaptive": o.adaptive,
+        "patterns": o.patterns or None,
+        "batches": [index],
+        "include_regularizer": objective.regularizer.active,
+        "seed": o.seed + index,
+        "confidence": o.confidence,
+        "resamples": o.resamples,
+    }
+    if o.measure == "average":
+        return average_sharpness(objective, o.rho, samples=o.draws, antithetic=o.antithetic, **common)
+    return worst_sharpness(objective, o.rho, p=o.p, steps=o.steps, step_size=o.step_size, init=o.init, **common)
+
+
+def _allocate(f: store.ResultFile, options: SharpnessOptions, batch_sizes: list[int]) -> list[int]:
+    """Rank 0: the arrays of a new file (kept when resuming); the batches already done."""
+    n, radii = len(batch_sizes), len(options.rho)
+    if "rho" not in f:
+        f.write("rho", np.asarray(options.rho, dtype=np.float64), axes=["radius"])
+        f.write("batch_sizes", np.asarray(batch_sizes, dtype=np.int64), axes=["batch"])
+    f.allocate("values", (n, radii), "f8", fill=np.nan, axes=["batch", "radius"])
+    if options.measure == "average":
+        f.allocate("stderr", (n, radii), "f8", fill=np.nan, axes=["batch", "radius"])
+    f.allocate("base_loss", (n,), "f8", fill=np.nan, axes=["batch"])
+    f.allocate("done", (n,), bool, fill=False, axes=["batch"])
+    return [int(i) for i in np.flatnonzero(f.read("done"))]
+
+
+def _write_interval(f: store.ResultFile, options: SharpnessOptions) -> None:
+    """Rank 0, every batch done: the mean over batches and its bootstrap interval at each radius."""
+    values = torch.from_numpy(f.read("values"))
+    low, high = bootstrap_interval(
+        values, confidence=options.confidence, resamples=options.resamples, seed=options.seed
+    )
+    f.write("low", low.numpy(), axes=["radius"])
+    f.write("high", high.numpy(), axes=["radius"])
+    f.write("mean", values.mean(dim=0).numpy(), axes=["radius"])  # last: marks the interval written
+    f.mark_done()
+
+
+def run_sharpness(
+    source: ModelSource | str | Path,
+    options: SharpnessOptions = SharpnessOptions(),
+    *,
+    out: str | Path | None = "sharpness.h5",
+    model_name: str | None = None,
+    force: bool = False,
+    device: str = "auto",
+    progress: bool | None = None,
+    command: str | None = None,
+    batches: Iterable[Any] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> store.Result:
+    """Average- or worst-case m-sharpness of a model at every radius of ``options.rho``, written to ``out``.
+
+    ``options.samples`` images of ``options.data`` (``options.split``) in a ``seed``-ed order, cut into batches of
+    ``options.batch_size`` (the last may be smaller), each one draw of ``S``; the model in eval mode (BatchNorm's
+    running statistics); with an active ``options.regularizer`` the loss ``L_S`` includes it. See
+    :mod:`landscape.analyses.sharpness.measures` for the measures. Works in one process or under torchrun (the
+    batches shared among ranks, only rank 0 writes).
+
+    Args:
+        source: the model: a checkpoint path, a :class:`~landscape.core.source.ModelSource` or an ``nn.Module``.
+        options: what to compute (validated when built); its :meth:`SharpnessOptions.attrs` are recorded.
+        out: the HDF5 result file (a complete one of the same options is returned as is, an incomplete one
+            resumed batch by batch); None keeps the result in memory.
+        model_name: the model's name when ``source`` is a path whose checkpoint does not name it.
+        force: overwrite a file made with other options.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        progress: a bar of the batches on rank 0 (None: only when stderr is a terminal).
+        command: how the run was asked for, recorded as ``command`` (default: this call).
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+            ``options.data`` (:func:`~landscape.core.front.prepare`): each given batch is one ``S``.
+        on_batch: called on every rank with a batch's index once its row is written (progress reports, tests).
+
+    Returns:
+        The file read back (:class:`landscape.store.read.Result`), on every rank.
+
+    Raises:
+        LandscapeError: the options are not a :class:`SharpnessOptions`, ``--params`` matches no parameter, the
+            model or data cannot be loaded, or the file belongs to other options (without ``force``).
+    """
+    from tqdm.auto import tqdm
+
+    if not isinstance(options, SharpnessOptions):
+        raise LandscapeError(f"run_sharpness takes its options as a SharpnessOptions, got {type(options).__name__}")
+    o = options
+    reg = Regularizer.from_options(o.regularizer, o.reg_coef)
+    call = command or python_call("run_sharpness", source, o, out=out, model_name=model_name)
+    prepared = prepare(source, o, model_name=model_name, device=device, command=call, batches=batches)
+    objective = build_objective(
+        prepared.inputs,
+        prepared.batches,
+        criterion=o.loss_criterion,
+        regularizer=reg,
+        dtype=getattr(torch, o.dtype),
+        allow_stochastic=o.allow_stochastic,
+    )
+    attrs = prepared.attrs
+    attrs["fused_attention_off"] = objective.fused_attention_off
+    perturbed = select(list(objective.params), o.patterns or None)  # a pattern matching nothing: before the file
+    sizes = [int(y.shape[0]) for _, y in objective.batches]
+
+    def resume(f: store.ResultFile) -> dict[str, Any]:
+        if f.complete:
+            return {"complete": True, "done": list(range(len(sizes))), "interval": True}
+        return {"complete": False, "done": _allocate(f, o, sizes), "interval": "mean" in f}
+
+    show = D.is_main() and (sys.stderr.isatty() if progress is None else bool(progress))
+    session = AnalysisFile(out, "sharpness", attrs, force=force, resume=resume)
+    with session as (f, state):
+        assert state is not None
+        todo = [b for b in range(len(sizes)) if b not in set(state["done"])]
+        with tqdm(
+            total=len(sizes), initial=len(sizes) - len(todo), desc="sharpness", unit="batch", disable=not show
+        ) as bar:
+            step = D.world_size()
+            for start in range(0, len(todo), step):
+                mine = D.shard(todo[start : start + step])
+                rows = [(b, measure_batch(objective, o, b)) for b in mine]
+                shared = [
+                    (b, e.values[0].numpy(), None if e.stderr is None else e.stderr[0].numpy(), float(e.base_loss[0]))
+                    for b, e in rows
+                ]
+                gathered = sorted(
+                    (row for part in D.all_gather_objects(shared) for row in part), key=lambda row: row[0]
+                )
+                for b, values, stderr, base in gathered:
+                    if f is not None:
+                        f.write_at("values", b, values)
+                        if stderr is not None:
+                            f.write_at("stderr", b, stderr)
+                        f.write_at("base_loss", b, base)
+                        f.mark_done("done", b)
+                    bar.update(1)
+                    if on_batch is not None:
+                        on_batch(b)
+        if f is not None and not state["interval"]:
+            f.set_attrs({"parameters": len(perturbed)})
+            _write_interval(f, o)
+    return session.result
+
+
+def sharpness(
+    model: Any,
+    data: Any = None,
+    *,
+    out: str | Path | None = None,
+    options: SharpnessOptions | None = None,
+    device: str = "auto",
+    force: bool = False,
+    progress: bool | None = None,
+    **fields: Any,
+) -> store.Result:
+    """Average- or worst-case m-sharpness of ``model`` on ``data`` at each radius (``landscape sharpness``).
+
+    Per mini-batch ``S`` of ``batch_size`` images, ``E_delta[L_S(w + delta) - L_S(w)]`` with ``delta ~ N(0, rho^2
+    diag(c^2))`` (``measure="average"``) or ``max_{||delta / c||_p <= rho} L_S(w + delta) - L_S(w)``
+    (``measure="worst"``), ``c = |w|`` (``adaptive``) or 1; the mean over batches with a bootstrap interval. See
+    :class:`~landscape.options.sharpness.SharpnessOptions` for every keyword.
+
+    Args:
+        model: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
+            :class:`~landscape.core.source.ModelSource`.
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
+            batches (used whole, in order, each one ``S``), or None for the checkpoint's dataset (else digits).
+        out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
+        options: a :class:`~landscape.options.sharpness.SharpnessOptions`, instead of keywords.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        force: replace a file of other options at ``out``.
+        progress: a progress display (None: on a terminal only).
+        **fields: the options as keywords (the fields of the options class).
+
+    Returns:
+        The result (:class:`~landscape.store.Result`): its ``attrs`` and arrays (``mean``, ``low``, ``high`` per
+        radius; ``values`` per batch and radius).
+
+    Raises:
+        LandscapeError: bad options, a model or data that cannot be used, or a file of other options at ``out``.
+    """
+    return run_from_python(
+        run_sharpness,
+        "landscape.sharpness",
+        SharpnessOptions,
+        model,
+        data,
+        options=options,
+        fields=fields,
+        out=out,
+        device=device,
+        force=force,
+        progress=progress,
+    )

@@ -1,0 +1,129 @@
+"""The one-line summaries and report cells of sharpness files and of training's sharpness-tracking files."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from landscape.analyses.numbers import MISSING, finite, number
+from landscape.store.read import Result
+
+
+def measure_name(attrs: dict) -> str:
+    """How a sharpness file's measure is named: ``worst-case adaptive l2``, ``average-case plain``, ...
+
+    Args:
+        attrs: the file's root attributes.
+
+    Returns:
+        The measure, its scale and (worst case) its norm.
+    """
+    measure = attrs.get("measure", "?")
+    scale = "adaptive" if attrs.get("adaptive", True) else "plain"
+    norm = f" l{attrs.get('p', '?')}" if measure == "worst" else ""
+    return f"{measure}-case {scale}{norm}"
+
+
+def _done(result: Result) -> np.ndarray:
+    values = np.asarray(result["values"], dtype=float)
+    if "done" in result:
+        return np.asarray(result["done"], dtype=bool)
+    return np.isfinite(values).all(axis=1)
+
+
+def _interval(result: Result, r: int) -> str:
+    """``" [low, high]"`` of radius ``r`` when the file holds the bootstrap interval, else nothing."""
+    if "low" not in result or "high" not in result:
+        return ""
+    low, high = float(result["low"][r]), float(result["high"][r])
+    return f" [{number(low)}, {number(high)}]" if np.isfinite(low) and np.isfinite(high) else ""
+
+
+def sharpness_summary(result: Result) -> str:
+    """``worst-case adaptive l2 sharpness of 8 batches of 128: rho 0.05: 0.0123 [0.0101, 0.015]; ...``.
+
+    The mean over the finished batches at each radius, with the bootstrap interval once every batch is done.
+
+    Args:
+        result: a sharpness file, finished or not.
+
+    Returns:
+        The measure, the batches, and the mean (and interval) at each radius.
+    """
+    if "values" not in result or "rho" not in result:
+        return "sharpness, no batch yet"
+    values = np.asarray(result["values"], dtype=float)
+    done = _done(result)
+    head = (
+        f"{measure_name(result.attrs)} sharpness of {values.shape[0]} batches of {result.attrs.get('batch_size', '?')}"
+    )
+    if not done.any():
+        return f"{head}, no batch done yet"
+    means = values[done].mean(axis=0)
+    parts = [
+        f"rho {float(rho):g}: {number(float(m))}{_interval(result, r)}"
+        for r, (rho, m) in enumerate(zip(result["rho"], means))
+    ]
+    left = "" if done.all() else f" ({int(done.sum())} of {done.size} batches done)"
+    return f"{head}: " + "; ".join(parts) + left
+
+
+def sharpness_numbers(result: Result) -> dict[str, str]:
+    """The report's cell of a sharpness file: the mean at its largest radius, with its interval and measure.
+
+    Args:
+        result: a sharpness file.
+
+    Returns:
+        ``{"sharpness": "0.0123 [0.0101, 0.015] (worst, rho 0.1)"}``.
+    """
+    if "values" not in result or "rho" not in result:
+        return {"sharpness": MISSING}
+    values = np.asarray(result["values"], dtype=float)
+    done = _done(result)
+    if not done.any():
+        return {"sharpness": MISSING}
+    r = int(np.argmax(np.asarray(result["rho"], dtype=float)))
+    mean = float(values[done, r].mean())
+    rho = float(result["rho"][r])
+    return {"sharpness": f"{number(mean)}{_interval(result, r)} ({result.attrs.get('measure', '?')}, rho {rho:g})"}
+
+
+def track_summary(result: Result) -> str:
+    """``12 of 12 records every 10 steps: sharpness 3.2..45.1, at most 0.83 of the threshold (SGD)``.
+
+    Args:
+        result: a sharpness-tracking file (``landscape train --track-sharpness``), finished or not.
+
+    Returns:
+        The records written, the range of the sharpness and its largest ratio to the threshold.
+    """
+    if "sharpness" not in result:
+        return "sharpness tracking, no record yet"
+    done = np.asarray(result["done"], dtype=bool) if "done" in result else np.isfinite(result["sharpness"])
+    every = result.attrs.get("every", "?")
+    head = f"{int(done.sum())} of {done.size} records every {every} steps"
+    if not done.any():
+        return f"{head}, none written yet"
+    sharp = np.asarray(result["sharpness"], dtype=float)[done]
+    ratio = sharp / np.asarray(result["threshold"], dtype=float)[done]
+    kind = "Adam's preconditioned sharpness" if result.attrs.get("preconditioned") else "sharpness"
+    return (
+        f"{head}: {kind} {number(float(sharp.min()))}..{number(float(sharp.max()))}, at most "
+        f"{number(float(np.nanmax(ratio)), '.3g')} of the stability threshold"
+    )
+
+
+def track_numbers(result: Result) -> dict[str, str]:
+    """The report's cell of a sharpness-tracking file: the largest ratio of sharpness to its threshold.
+
+    Args:
+        result: a sharpness-tracking file.
+
+    Returns:
+        ``{"sharpness / threshold (max)": "0.83"}``.
+    """
+    if "sharpness" not in result or "threshold" not in result:
+        return {"sharpness / threshold (max)": MISSING}
+    done = np.asarray(result["done"], dtype=bool) if "done" in result else np.isfinite(result["sharpness"])
+    ratio = finite(np.asarray(result["sharpness"], dtype=float)[done] / np.asarray(result["threshold"])[done])
+    return {"sharpness / threshold (max)": number(float(ratio.max()), ".3g") if ratio.size else MISSING}

@@ -1,0 +1,221 @@
+"""run_sharpness: closed forms on a quadratic through the runner, resume after kill -9, torchrun 2 ranks = 1."""
+
+import math
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from helpers import one_line_error, tiny_resnet_checkpoint, torchrun
+from torch import nn
+
+import landscape
+from landscape.analyses.registry import summarize
+from landscape.analyses.sharpness.measures import bootstrap_interval
+from landscape.analyses.sharpness.run import run_sharpness
+from landscape.cli import cli
+from landscape.options.sharpness import SharpnessOptions
+from landscape.plot import plot_files
+from landscape.store.read import read_result
+
+F64 = torch.float64
+# a bias-free linear model under MSE: L_b(W) = ||X_b W^T - T_b||^2 / (N_b C), a quadratic in W with the Hessian
+# A_b = (2 / (N_b C)) I_C (x) X_b^T X_b in the row-major order of W (C x K)
+K, C, M, B = 16, 2, 4, 3
+
+
+def linear_problem():
+    g = torch.Generator().manual_seed(7)
+    X = torch.randn(M * B, K, generator=g, dtype=F64)
+    y = torch.randint(0, C, (M * B,), generator=g)
+    batches = [(X[i : i + M].reshape(M, 1, 1, K), y[i : i + M]) for i in range(0, M * B, M)]
+    T = torch.nn.functional.one_hot(y, C).to(F64)
+    W_min = (torch.linalg.pinv(X) @ T).T  # K > M B: every batch is fitted exactly, W_min minimises every L_b
+    W_away = W_min + 0.3 * torch.randn(C, K, generator=g, dtype=F64)
+    return batches, W_min, W_away
+
+
+def linear_model(W):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(K, C, bias=False)).to(F64)
+    with torch.no_grad():
+        model[1].weight.copy_(W)
+    return model
+
+
+def batch_hessian(x):
+    X = x.reshape(M, K)
+    return torch.block_diag(*[2 * X.T @ X / (M * C)] * C)
+
+
+def batch_gradient(x, y, W):
+    X, T = x.reshape(M, K), torch.nn.functional.one_hot(y, C).to(F64)
+    return (2 * (X @ W.T - T).T @ X / (M * C)).reshape(-1)
+
+
+QUADRATIC = {"criterion": "mse", "dtype": "float64", "batch_size": M, "samples": None}
+
+
+def test_worst_case_through_the_runner_is_half_rho_squared_lambda_max_at_the_minimum():
+    batches, W_min, _ = linear_problem()
+    w = W_min.reshape(-1)
+    radii = [0.0, 0.1, 0.4]
+    for adaptive in (False, True):
+        res = landscape.sharpness(
+            linear_model(W_min), batches, rho=radii, steps=60, adaptive=adaptive, progress=False, **QUADRATIC
+        )
+        c = w.abs() if adaptive else torch.ones_like(w)
+        for b, (x, _) in enumerate(batches):
+            top = float(torch.linalg.eigvalsh(c[:, None] * batch_hessian(x) * c[None, :]).max())
+            np.testing.assert_allclose(res["values"][b], np.square(radii) * top / 2, rtol=1e-3, atol=1e-15)
+        np.testing.assert_allclose(res["mean"], res["values"].mean(0), rtol=1e-15)
+        assert res["done"].all() and res.attrs["complete"] and res.attrs["measure"] == "worst"
+        assert res.attrs["adaptive"] is adaptive and res.attrs["p"] == "2" and res.attrs["parameters"] == 1
+        assert res["base_loss"] == pytest.approx(0.0, abs=1e-20)
+
+
+def test_average_case_through_the_runner_replays_each_batch_s_draws_exactly():
+    batches, _, W = linear_problem()
+    w = W.reshape(-1)
+    radii, draws, seed = [0.05, 0.2], 50, 3
+    opts = SharpnessOptions(measure="average", rho=radii, draws=draws, seed=seed, resamples=200, **QUADRATIC)
+    res = run_sharpness(linear_model(W), opts, out=None, batches=batches, progress=False)
+    c = w.abs()
+    for b, (x, y) in enumerate(batches):
+        gen = torch.Generator().manual_seed(seed + b)  # each batch's own noise: seed + its index
+        eps = torch.stack([torch.randn(C, K, generator=gen, dtype=F64).reshape(-1) for _ in range(draws)])
+        A, g = batch_hessian(x), batch_gradient(x, y, W)
+        for r, rho in enumerate(radii):
+            d = rho * c * eps  # L_b(w + d) - L_b(w) = g.d + d^T A d / 2, exactly
+            rise = d @ g + 0.5 * ((d @ A) * d).sum(1)
+            assert res["values"][b, r] == pytest.approx(float(rise.mean()), rel=1e-9, abs=1e-15)
+            assert res["stderr"][b, r] == pytest.approx(float(rise.std() / math.sqrt(draws)), rel=1e-7)
+            exact = rho**2 * float((c**2 * torch.diag(A)).sum()) / 2  # E: the linear term has mean zero
+            assert abs(res["values"][b, r] - exact) < 5 * res["stderr"][b, r]
+    low, high = bootstrap_interval(torch.from_numpy(res["values"]), resamples=200, seed=seed)
+    np.testing.assert_array_equal(res["low"], low.numpy())
+    np.testing.assert_array_equal(res["high"], high.numpy())
+    assert (res["low"] <= res["mean"]).all() and (res["mean"] <= res["high"]).all()
+    assert res.path.name == "<memory>" and res.attrs["dataset"] == "batches" and res.attrs["draws"] == draws
+
+
+def test_a_regulariser_is_part_of_the_loss():
+    batches, _, W = linear_problem()
+    base = {"measure": "average", "rho": [0.1], "draws": 4, "antithetic": True, **QUADRATIC}
+    plain = landscape.sharpness(linear_model(W), batches, progress=False, **base)
+    l2 = landscape.sharpness(linear_model(W), batches, progress=False, regularizer="l2", reg_coef=2.0, **base)
+    w = W.reshape(-1)
+    for b in range(B):
+        gen = torch.Generator().manual_seed(b)
+        d = 0.1 * w.abs() * torch.stack([torch.randn(C, K, generator=gen, dtype=F64).reshape(-1) for _ in range(4)])
+        # antithetic: the l2 penalty 0.5 * coef * ||w + d||^2 adds 0.5 * coef * ||d||^2 to each draw
+        assert l2["values"][b, 0] - plain["values"][b, 0] == pytest.approx(float((d**2).sum(1).mean()), rel=1e-9)
+    assert l2["base_loss"] - plain["base_loss"] == pytest.approx(float((w**2).sum()), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("rho", math.nan, "--rho must be a finite number"),
+        ("rho", [0.1, -0.1], "--rho must be a finite number >= 0"),
+        ("rho", [], "--rho must be a radius"),
+        ("p", 1, "--p must be 2 or inf"),
+        ("steps", 0, "--steps must be a whole number >= 1"),
+        ("draws", -1, "--draws"),
+        ("measure", "mean", "--measure"),
+        ("confidence", 1.0, "--confidence"),
+        ("step_size", 0.0, "--step-size"),
+        ("params", ",", "--params"),
+    ],
+)
+def test_bad_options_are_refused_in_one_line(field, value, match):
+    one_line_error(SharpnessOptions, **{field: value}, match=match)
+
+
+def test_the_norm_and_radii_are_read_in_every_spelling():
+    assert SharpnessOptions(p="linf").p == SharpnessOptions(p=math.inf).p == "inf"
+    assert SharpnessOptions(p=2).p == "2" and SharpnessOptions(rho="0.1, 0.2").rho == (0.1, 0.2)
+    assert SharpnessOptions(rho=0.5).rho == (0.5,)
+
+
+# ------------------------------------------------------------------------------ a checkpoint, files and ranks
+OPTS = ["--samples", "20", "--batch-size", "4", "--rho", "0.02,0.1", "--steps", "3", "--device", "cpu"]
+KW = {"samples": 20, "batch_size": 4, "rho": (0.02, 0.1), "steps": 3}
+JOB = """
+import sys, time
+from landscape.analyses.sharpness.run import run_sharpness
+from landscape.options.sharpness import SharpnessOptions
+
+def report(b):
+    print("BATCH", b, flush=True)
+    time.sleep(60 if b >= 1 else 0)
+
+run_sharpness(sys.argv[1], SharpnessOptions(**{kw}), out=sys.argv[2], device="cpu", progress=False, on_batch=report)
+"""
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    path, _ = tiny_resnet_checkpoint(tmp_path_factory.mktemp("ckpt"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(checkpoint, tmp_path_factory):
+    return run_sharpness(
+        checkpoint, SharpnessOptions(**KW), out=tmp_path_factory.mktemp("ref") / "ref.h5", device="cpu", progress=False
+    )
+
+
+def test_a_killed_run_resumes_to_the_same_numbers(checkpoint, reference, tmp_path):
+    job = tmp_path / "job.py"
+    job.write_text(JOB.format(kw=KW))
+    out = tmp_path / "k.h5"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, str(job), str(checkpoint), str(out)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        for line in proc.stdout:
+            if line.startswith("BATCH 1"):
+                break
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    part = read_result(out)
+    assert part["done"].tolist() == [True, True, False, False, False] and "mean" not in part
+    assert "2 of 5 batches done" in summarize(part)
+    seen = []
+    res = run_sharpness(checkpoint, SharpnessOptions(**KW), out=out, device="cpu", progress=False, on_batch=seen.append)
+    assert seen == [2, 3, 4] and res.attrs["created"] == part.attrs["created"]
+    for name in ("values", "base_loss", "done", "mean", "low", "high", "rho", "batch_sizes"):
+        np.testing.assert_array_equal(res[name], reference[name], err_msg=name)
+    one_line_error(run_sharpness, checkpoint, SharpnessOptions(**{**KW, "steps": 4}), out=out, match="--force")
+
+
+def test_two_rank_torchrun_equals_one_process(checkpoint, reference, tmp_path):
+    out = tmp_path / "two.h5"
+    proc = torchrun("-m", "landscape", "sharpness", "--ckpt", checkpoint, *OPTS, "--out", out, "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("wrote") == 1  # rank 0 alone reports and writes
+    two = read_result(out)
+    for name in ("values", "base_loss", "done", "mean", "low", "high"):
+        np.testing.assert_allclose(two[name], reference[name], rtol=1e-12, err_msg=name)
+
+
+def test_the_command_line_info_and_figure(checkpoint, reference, tmp_path):
+    out = tmp_path / "c.h5"
+    result = CliRunner().invoke(cli, ["sharpness", "--ckpt", str(checkpoint), *OPTS, "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "worst-case adaptive l2 sharpness of 5 batches of 4: rho 0.02: " in result.output
+    np.testing.assert_array_equal(read_result(out)["values"], reference["values"])
+    bad = CliRunner().invoke(
+        cli, ["sharpness", "--ckpt", str(checkpoint), "--rho", "-1", "--out", str(tmp_path / "x.h5")]
+    )
+    assert bad.exit_code == 2 and bad.output.count("\n") == 1 and "--rho" in bad.output
+    assert not (tmp_path / "x.h5").exists()
+    (figure,) = plot_files([out, reference.path], tmp_path / "figs")
+    assert figure.name.startswith("sharpness_") and figure.read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,81 @@
+"""``landscape train --track-sharpness``: the sidecar's records on a quadratic, warm starts, training unchanged."""
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from helpers import one_line_error
+
+from analyses.sharpness.test_measures import dummy_batches, mean_output
+from analyses.sharpness.test_tracking import EIGENVALUES, quadratic_model
+from landscape.analyses.registry import summarize
+from landscape.analyses.sharpness.track_file import TrainingTrack, sidecar_path
+from landscape.analyses.sharpness.tracking import SharpnessTracker
+from landscape.cli import cli
+from landscape.models.checkpoint import load_model
+from landscape.plot import plot_files
+from landscape.store.read import read_result
+from landscape.train import TrainConfig, train_model
+
+TINY = dict(model="resnet_mini", data="digits:16", epochs=1, batch_size=16, subset=64, warmup_epochs=0, seed=3)
+
+
+def test_sgd_on_a_quadratic_records_lambda_max_at_every_record(tmp_path):
+    model = quadratic_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    batch = dummy_batches(1)[0]
+    tracker = SharpnessTracker(model, optimizer, batch, every=3, criterion=mean_output, tol=1e-10, seed=1)
+    track = TrainingTrack(tracker, tmp_path / "q.sharpness.h5", {"model": "quadratic"}, total_steps=10, force=False)
+    for step in range(1, 11):
+        for group in optimizer.param_groups:  # a schedule: the threshold 2 / lr follows it
+            group["lr"] = 0.05 / step
+        optimizer.zero_grad()
+        mean_output(model(batch[0]), batch[1]).backward()
+        optimizer.step()
+        track.after_step(step)
+    res = track.finish()
+    assert res.kind == "sharpness_track" and res.attrs["complete"] and res["done"].all()
+    assert res["step"].tolist() == [3, 6, 9]
+    np.testing.assert_allclose(res["sharpness"], max(EIGENVALUES), rtol=1e-10)
+    np.testing.assert_allclose(res["lr"], [0.05 / 3, 0.05 / 6, 0.05 / 9], rtol=1e-15)
+    np.testing.assert_allclose(res["threshold"], 2 / res["lr"], rtol=1e-12)
+    assert res["warm"].tolist() == [False, True, True] and res["converged"].all()
+    assert all(n < res["n_products"][0] for n in res["n_products"][1:])  # warm starts need fewer products
+    assert "3 of 3 records every 3 steps: sharpness 6..6" in summarize(res)
+
+
+def test_tracking_leaves_training_unchanged_and_writes_the_sidecar(tmp_path):
+    plain = train_model(TrainConfig(**TINY), tmp_path / "plain.pt", quiet=True)
+    tracked = train_model(TrainConfig(**TINY, track_sharpness=2), tmp_path / "tracked.pt", quiet=True)
+    a, b = (load_model(r.checkpoint)[0].state_dict() for r in (plain, tracked))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    side = read_result(sidecar_path(tracked.checkpoint))
+    assert side.path.name == "tracked.sharpness.h5" and side["step"].tolist() == [2, 4] and side["done"].all()
+    assert side.attrs["preconditioned"] and side.attrs["optimizer"] == "AdamW" and side.attrs["model"] == "resnet_mini"
+    assert np.isfinite(side["sharpness"]).all() and (side["threshold"] > 0).all()
+    (figure,) = plot_files([side.path], tmp_path / "figs")
+    assert figure.read_bytes()[:4] == b"\x89PNG"
+    with h5py.File(side.path, "r+") as f:  # as a run killed after its first record leaves it
+        f["done"][1] = False
+        f["sharpness"][1] = np.nan
+        f.attrs["complete"] = False
+    again = train_model(TrainConfig(**TINY, track_sharpness=2), tmp_path / "tracked.pt", force=True, quiet=True)
+    rerun = read_result(sidecar_path(again.checkpoint))
+    for name in ("sharpness", "threshold", "lr", "n_products", "done"):  # the same seed: the same records
+        np.testing.assert_array_equal(rerun[name], side[name], err_msg=name)
+    (tmp_path / "tracked.pt").unlink()  # a sidecar of other options is refused before training, and kept
+    one_line_error(train_model, TrainConfig(**TINY, track_sharpness=1), tmp_path / "tracked.pt", match="--force")
+    assert not (tmp_path / "tracked.pt").exists()
+    np.testing.assert_array_equal(read_result(side.path)["sharpness"], side["sharpness"])
+
+
+@pytest.mark.parametrize("every", [0, -3])
+def test_a_non_positive_interval_is_refused_in_one_line(every, tmp_path):
+    one_line_error(TrainConfig, **TINY, track_sharpness=every, match="--track-sharpness must be")
+    out = tmp_path / "x.pt"
+    result = CliRunner().invoke(
+        cli, ["train", "--model", "resnet_mini", "--track-sharpness", str(every), "--out", str(out)]
+    )
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "--track-sharpness" in result.output
+    assert not out.exists()
