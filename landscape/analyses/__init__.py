@@ -1,10 +1,18 @@
 """The analyses, one folder each, each registered once (:mod:`landscape.analyses.registry`).
 
-surface, hessian (and spectrum), fourier, lesion, similarity, trajectory. Importing this package registers
+surface, connect, hessian (and spectrum), fourier, lesion, similarity, trajectory. Importing this package registers
 them all; none of their ``__init__`` modules imports torch.
 """
 
-from landscape.analyses import fourier, hessian, lesion, similarity, surface, trajectory  # noqa: F401 (registers)
+from landscape.analyses import (  # noqa: F401 (registers)
+    connect,
+    fourier,
+    hessian,
+    lesion,
+    similarity,
+    surface,
+    trajectory,
+)
 from landscape.analyses.registry import Analysis, analyses, analysis_of, kinds, register_analysis
 
 __all__ = ["Analysis", "analyses", "analysis_of", "kinds", "register_analysis"]

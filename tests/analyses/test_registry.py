@@ -62,7 +62,7 @@ def _toy_file(path, values):
 
 
 def test_the_builtin_analyses_are_registered_once_each_in_report_order():
-    assert kinds() == ("surface", "hessian", "spectrum", "fourier", "lesion", "similarity", "trajectory")
+    assert kinds() == ("surface", "connect", "hessian", "spectrum", "fourier", "lesion", "similarity", "trajectory")
     assert all(a.options is not None and a.run and a.command and a.docs for a in analyses())
     with pytest.raises(ValueError, match="declared twice"):
         register_analysis(Analysis(kind="surface", title="x", description="x", summary=str, figures="x"))
