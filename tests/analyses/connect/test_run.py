@@ -143,14 +143,22 @@ def test_an_interrupted_run_resumes_from_the_bend_and_points_with_identical_numb
     options = ConnectOptions(**BEZIER)
     whole = run_connect(*ckpts, options, out=tmp_path / "w.h5", device="cpu", progress=False)
     out = tmp_path / "r.h5"
+    seen = []
     for stop_at in (("line", 3), ("bend", 1), ("curve", 2), ("plane", 4)):
 
         def stop(stage, done, total, at=stop_at):
+            seen.append((stage, done))
             if (stage, done) == at:
                 raise KeyboardInterrupt
 
         with pytest.raises(KeyboardInterrupt):
             run_connect(*ckpts, options, out=out, device="cpu", progress=False, on_progress=stop)
+        if stop_at[0] == "bend":
+            assert read_checkpoint(bend_path(out)).meta["epoch"] == 1  # saved before the interruption
+    # every point and epoch was done once: each run went on from where the one before stopped
+    assert seen == [*(("line", i) for i in (1, 2, 3, 4, 5)), ("bend", 1), ("bend", 2)] + [
+        ("curve", i) for i in (1, 2, 3, 4, 5)
+    ] + [("plane", i) for i in range(1, 5)]
     assert read_checkpoint(bend_path(out)).meta["epoch"] == 2
     res = run_connect(*ckpts, options, out=out, device="cpu", progress=False)
     for name in whole.arrays:
