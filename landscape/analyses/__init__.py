@@ -1,10 +1,12 @@
 """The analyses, one folder each, each registered once (:mod:`landscape.analyses.registry`).
 
-surface, hessian (and spectrum), sharpness (and training's sharpness tracking), fourier, lesion, similarity,
-trajectory. Importing this package registers them all; none of their ``__init__`` modules imports torch.
+surface, connect, hessian (and spectrum), sharpness (and training's sharpness tracking), fourier, lesion,
+similarity, trajectory. Importing this package registers them all; none of their ``__init__`` modules imports
+torch.
 """
 
 from landscape.analyses import (  # noqa: F401 (registers)
+    connect,
     fourier,
     hessian,
     lesion,

@@ -122,29 +122,50 @@ _MODEL_OPTIONS = (
 )
 
 
-def checkpoint_options(*, split: str = "train") -> Callable[[F], F]:
+def checkpoint_options(
+    *, split: str = "train", splits: tuple[str, ...] = SPLIT_CHOICES, endpoints: int = 1
+) -> Callable[[F], F]:
     """The model to analyse and the data to analyse it on; the command receives ``source`` (a ModelSource).
 
     ``--ckpt``, ``--model``, ``--model-kw``, ``--num-classes``, ``--pretrained``, ``--random-init``,
     ``--model-output``, ``--input-size``, ``--mean``, ``--std`` become one ``source`` argument; ``--data`` and
-    ``--split`` are passed as they are.
+    ``--split`` are passed as they are. With ``endpoints=2`` (the two ends of a path) ``--ckpt`` is given twice,
+    or once after ``--pretrained`` / ``--random-init`` (which then make the first end), every other model option
+    holds for both, and the command receives ``sources``: the two ModelSources, in order.
+
+    Args:
+        split: the default of ``--split``.
+        splits: the choices of ``--split``.
+        endpoints: 1 (one model) or 2 (two models of one architecture).
+
+    Returns:
+        The decorator.
     """
 
     def wrap(func: F) -> F:
         @functools.wraps(func)
         def command(**kwargs: Any) -> Any:
             given = {name: kwargs.pop(name) for name in _MODEL_OPTIONS}
-            source = model_source(**given, seed=int(kwargs.get("seed") or 0))
-            return func(source=source, **kwargs)
+            seed = int(kwargs.get("seed") or 0)
+            if endpoints == 1:
+                return func(source=model_source(**given, seed=seed), **kwargs)
+            return func(sources=_two_sources(given, seed), **kwargs)
 
+        ckpt_help = (
+            "Weights: a landscape checkpoint, a state dict (.pt/.pth) or .safetensors."
+            if endpoints == 1
+            else "Weights of an end (give twice: theta_A, then theta_B; once after --pretrained or --random-init, "
+            "which make theta_A): a landscape checkpoint, a state dict (.pt/.pth) or .safetensors."
+        )
         return _apply(
             command,  # type: ignore[arg-type]
             [
                 click.option(
                     "--ckpt",
-                    default=None,
+                    default=None if endpoints == 1 else (),
+                    multiple=endpoints != 1,
                     type=click.Path(dir_okay=False),
-                    help="Weights: a landscape checkpoint, a state dict (.pt/.pth) or .safetensors.",
+                    help=ckpt_help,
                 ),
                 click.option(
                     "--model",
@@ -181,13 +202,30 @@ def checkpoint_options(*, split: str = "train") -> Callable[[F], F]:
                     "--split",
                     default=split,
                     show_default=True,
-                    type=click.Choice(SPLIT_CHOICES),
-                    help="val is another name for test.",
+                    type=click.Choice(splits),
+                    help="val is another name for test" + ("; both: train, then test." if "both" in splits else "."),
                 ),
             ],
         )
 
     return wrap
+
+
+def _two_sources(given: dict[str, Any], seed: int) -> tuple[ModelSource, ModelSource]:
+    """The two ends of a path: two ``--ckpt``, or one after ``--pretrained`` / ``--random-init`` (theta_A)."""
+    from landscape.errors import LandscapeError
+
+    ckpts = tuple(given.pop("ckpt") or ())
+    flag = given["pretrained"] or given["random_init"]
+    if len(ckpts) + int(bool(flag)) != 2:
+        made = f"{len(ckpts)} --ckpt" + (" and --pretrained/--random-init" if flag else "")
+        raise LandscapeError(
+            f"give the two ends as --ckpt A.pt --ckpt B.pt (or --pretrained/--random-init for theta_A and one "
+            f"--ckpt for theta_B), got {made}"
+        )
+    first = model_source(ckpt=None if flag else ckpts[0], **given, seed=seed)
+    second = model_source(ckpt=ckpts[-1], **{**given, "pretrained": False, "random_init": False}, seed=seed)
+    return first, second
 
 
 def other_model_options(func: F) -> F:

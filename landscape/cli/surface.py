@@ -14,7 +14,14 @@ if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
 from landscape.cli.options import augment_options, checkpoint_options, command_line, output_options, regularizer_options
-from landscape.options.surface import BN_MODES, COMPILE_MODES, NORMS, SurfaceOptions
+from landscape.options.surface import (
+    BN_MODES,
+    COMPILE_MODES,
+    DIRECTION_KINDS,
+    DIRECTION_WHICH,
+    NORMS,
+    SurfaceOptions,
+)
 
 DEFAULTS = SurfaceOptions.defaults()
 
@@ -39,6 +46,35 @@ DEFAULTS = SurfaceOptions.defaults()
 )
 @click.option(
     "--seed", default=DEFAULTS["seed"], show_default=True, type=int, help="Seed of the directions and the samples."
+)
+@click.option(
+    "--directions",
+    default=DEFAULTS["directions"],
+    show_default=True,
+    type=click.Choice(DIRECTION_KINDS),
+    help="random (normalised by --norm), or hessian: x (and y) the top-1 (and top-2) unit eigenvectors of this "
+    "objective's Hessian (coordinates are distances in parameter space).",
+)
+@click.option(
+    "--which",
+    default=DEFAULTS["which"],
+    show_default=True,
+    type=click.Choice(DIRECTION_WHICH),
+    help="Hessian directions: the largest (LA), smallest (SA) or largest-magnitude (LM) eigenvalues first.",
+)
+@click.option(
+    "--eigen-tol",
+    default=DEFAULTS["eigen_tol"],
+    show_default=True,
+    type=float,
+    help="Hessian directions: the Lanczos relative tolerance (tighten it for float64 models).",
+)
+@click.option(
+    "--eigenvectors",
+    default=DEFAULTS["eigenvectors"],
+    type=click.Path(dir_okay=False),
+    help="Hessian directions read from a `landscape hessian --eigenvectors` file of the same checkpoint and "
+    "objective (default: computed by Lanczos).",
 )
 @click.option(
     "--target",

@@ -436,11 +436,14 @@ def run_from_python(
     model: Any,
     data: Any,
     *,
+    others: Sequence[Any] = (),
     options: Any = None,
     fields: dict[str, Any] | None = None,
     **run_kwargs: Any,
 ) -> Any:
     """What every ``landscape.<analysis>(model, data, ...)`` function does: options, data, the call's record.
+
+    The runner is called as ``run(model, *others, options, command=..., batches=..., **run_kwargs)``.
 
     Args:
         run: the analysis's runner (``run_surface``, ...).
@@ -449,6 +452,7 @@ def run_from_python(
         model: an ``nn.Module``, a checkpoint path or a :class:`~landscape.core.source.ModelSource`.
         data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or list of ``(x, y)``
             batches (used whole), or None for the checkpoint's dataset (else digits).
+        others: more models the runner takes after ``model`` (e.g. the second end of a path), recorded too.
         options: an options object, instead of ``fields``.
         fields: the options as keywords (the options class's fields, the CLI's option names with ``_``).
         **run_kwargs: the runner's own keywords (``out``, ``device``, ``force``, ``progress``, ...).
@@ -468,5 +472,5 @@ def run_from_python(
     elif not isinstance(options, options_class):
         raise LandscapeError(f"{name} takes a {options_class.__name__}, got {type(options).__name__}")
     given = None if data is None or spec is not None else data
-    record = python_call(name, model, data=spec or given, out=run_kwargs.get("out"), **fields)
-    return run(model, options, command=record, batches=given, **run_kwargs)
+    record = python_call(name, model, *others, data=spec or given, out=run_kwargs.get("out"), **fields)
+    return run(model, *others, options, command=record, batches=given, **run_kwargs)

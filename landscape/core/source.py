@@ -211,6 +211,23 @@ class AnalysisInputs:
             **options,
         }
 
+    def other_provenance(self) -> dict[str, Any]:
+        """This model's provenance as the second model of a run: the ``other_*`` root attributes.
+
+        Returns:
+            ``other_model``, ``other_model_kwargs``, ``other_checkpoint``, ``other_checkpoint_sha256``,
+            ``other_pretrained``, ``other_num_classes`` and ``other_preprocess`` (docs/schema.md).
+        """
+        return {
+            "other_model": self.model_name,
+            "other_model_kwargs": self.model_kwargs,
+            "other_checkpoint": self.checkpoint,
+            "other_checkpoint_sha256": self.checkpoint_sha256,
+            "other_pretrained": bool(self.source.pretrained),
+            "other_num_classes": getattr(self.model, "num_classes", None),
+            "other_preprocess": None if self.preprocess is None else self.preprocess.as_dict(),
+        }
+
 
 def resolve_preprocess(
     model: nn.Module, data_spec: str, *, pretrained: bool = False, overrides: Preprocess | None = None

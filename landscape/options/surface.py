@@ -32,11 +32,17 @@ from landscape.options.common import (
     check_regularizer,
     choice,
 )
+from landscape.options.hessian import HessianOptions
 
 #: normalisations of a random direction against the centre (see :mod:`landscape.analyses.surface.directions`)
 NORMS = ("filter", "dim0", "layer", "weight", "none")
 #: BatchNorm statistics at each grid point: the centre model's (eval) or re-estimated at the point (recompute)
 BN_MODES = ("eval", "recompute")
+#: ``--directions``: seeded random directions (normalised by ``--norm``), or the top unit eigenvectors of the
+#: surface's own Hessian (computed by Lanczos, or read from a ``landscape hessian --eigenvectors`` file)
+DIRECTION_KINDS = ("random", "hessian")
+#: which eigenvectors are "top" for Hessian directions: largest (LA), smallest (SA) or largest in magnitude (LM)
+DIRECTION_WHICH = ("LA", "SA", "LM")
 #: the one definition of position parameters (fnmatch globs over parameter names): learned position embeddings
 #: and relative-position tables of the zoo (``pos_embed``, ``*.rel_pos.table``, ``*.rel_pos.cls_bias``), timm
 #: (``pos_embed``, ``relative_position_bias_table``, ``rel_pos_h``) and torchvision (``encoder.pos_embedding``,
@@ -161,6 +167,14 @@ class SurfaceOptions(FieldDefaults):
         y: y grid ``MIN:MAX:NUM``; None makes the surface 1D.
         norm: normalisation of random directions, one of :data:`NORMS`.
         seed: seed of the directions and of the sample choice.
+        directions: ``random`` or ``hessian`` (:data:`DIRECTION_KINDS`): x (and y) the top-1 (and top-2) unit
+            eigenvectors of the objective's Hessian at the centre, so coordinates are distances in parameter space;
+            not with ``target`` or ``trajectory``.
+        which: which eigenvectors are "top" for ``directions="hessian"``, one of :data:`DIRECTION_WHICH`.
+        eigen_tol: the Lanczos relative tolerance of computed Hessian directions (> 0; the default of
+            ``landscape hessian --tol``; tighten it for float64 models, where the directions' accuracy matters).
+        eigenvectors: a ``landscape hessian --eigenvectors`` file of the same checkpoint and objective to read the
+            Hessian directions from (``directions="hessian"``); None computes them (Lanczos).
         target: second checkpoint: x = target - centre (x = 1 lands on it); y random for a plane.
         trajectory: training snapshots: PCA directions of the trajectory (not with ``target``).
         regularizer: penalty added to the data loss, one of :data:`~landscape.options.common.REGULARIZERS`.
@@ -193,6 +207,10 @@ class SurfaceOptions(FieldDefaults):
     y: str | None = None
     norm: str = "filter"
     seed: int = 0
+    directions: str = "random"
+    which: str = "LA"
+    eigen_tol: float = HessianOptions.tol
+    eigenvectors: str | Path | None = None
     target: str | Path | None = None
     trajectory: tuple[str | Path, ...] = ()
     regularizer: str = "none"
@@ -231,6 +249,7 @@ class SurfaceOptions(FieldDefaults):
         object.__setattr__(self, "trajectory", tuple(trajectory))
         if self.target is not None and self.trajectory:
             raise LandscapeError("give either --target or --trajectory, not both")
+        self._check_hessian_directions()
         if self.trajectory and len(self.trajectory) < self.ndim + 1:
             raise LandscapeError(
                 f"PCA directions of a {self.ndim}D surface need at least {self.ndim + 1} --trajectory "
@@ -247,6 +266,21 @@ class SurfaceOptions(FieldDefaults):
                 f"--batch-points {self.batch_points} is more than the {nx * ny} points of the grid; "
                 f"give at most {nx * ny} (or auto)"
             )
+
+    def _check_hessian_directions(self) -> None:
+        """``--directions``, ``--which`` and ``--eigenvectors``: known choices, used together, alone."""
+        choice(self.directions, "--directions", DIRECTION_KINDS)
+        choice(self.which, "--which", DIRECTION_WHICH)
+        object.__setattr__(self, "eigen_tol", checks.positive(self.eigen_tol, "--eigen-tol"))
+        if self.eigenvectors is not None and not isinstance(self.eigenvectors, (str, Path)):
+            raise LandscapeError(f"--eigenvectors must be the path of a hessian file, got {self.eigenvectors!r}")
+        if self.directions != "hessian":
+            if self.eigenvectors is not None:
+                raise LandscapeError("--eigenvectors gives Hessian directions; add --directions hessian")
+            return
+        if self.target is not None or self.trajectory:
+            given = "--target" if self.target is not None else "--trajectory"
+            raise LandscapeError(f"--directions hessian makes its own directions; drop {given}")
 
     @property
     def xcoords(self) -> np.ndarray:
@@ -273,7 +307,9 @@ class SurfaceOptions(FieldDefaults):
 
         These are the options' part of the file's identity: ``split``, ``seed``/``direction_seed``,
         ``batch_size``, the direction attributes (``direction_type``, ``norm``, ``ignore_1d``/``zero_patterns``
-        where they shape a random direction, ``target``, ``trajectory``/``n_snapshots``), ``surface_ndim``,
+        where they shape a random direction, ``target``, ``trajectory``/``n_snapshots``, ``which`` and
+        ``eigen_tol`` of computed Hessian directions; the directions add ``eigen_source``, the eigenvector
+        file's ``which`` and the block ``hessian_params``), ``surface_ndim``,
         ``xgrid``/``ygrid``, ``bn``, ``regularizer`` and ``compile`` (``auto``, or True/False for ``on``/``off``,
         as files made before ``auto`` existed recorded them); ``dataset`` when :attr:`data` is given;
         ``augment``, ``augment_copies`` and ``criterion`` only with an augmentation (so that files made before
@@ -301,6 +337,10 @@ class SurfaceOptions(FieldDefaults):
             )
             if self.ndim == 2:  # these options shape the random y direction only
                 out.update(shaping)
+        elif self.directions == "hessian":
+            out.update(direction_type="hessian", norm="none")
+            if self.eigenvectors is None:
+                out.update(which=self.which, eigen_tol=float(self.eigen_tol))
         elif self.trajectory:
             out.update(
                 trajectory=[str(p) for p in self.trajectory],

@@ -339,10 +339,11 @@ def _numbers(entry: _File) -> dict[str, str]:
 
 
 def _summary_from_files(files: Sequence[_File]) -> str:
-    """The summary table: model, kind, file, then the key numbers of every registered analysis that has any."""
+    """The summary table: model, kind, file, then the key numbers of every analysis of ``files`` that has any."""
+    present = {f.kind for f in files}
     columns: list[str] = []
     for item in analyses():
-        if item.numbers is not None:
+        if item.numbers is not None and item.kind in present:
             columns += [c for c in item.numbers(_EMPTY) if c not in columns]
     models = _models_in_order(files)
     order = {kind: i for i, kind in enumerate(_kinds_in_order(files))}

@@ -27,6 +27,7 @@ from matplotlib import colors
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from landscape.analyses.surface.quadratic import quadratic_model
 from landscape.errors import LandscapeError
 from landscape.plot import LEVEL_SPACINGS, STYLES, one_of
 from landscape.plot.common import (
@@ -251,6 +252,7 @@ def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
     elif log or wide:
         note = f"linear loss axis: the loss is {'zero' if values.min() == 0 else 'negative'} at some points"
         ax.text(0.02, 0.02, note, transform=ax.transAxes, fontsize=9, color="0.3")
+    _quadratic_models(ax, results)
     if results[0].attrs.get("direction_type") == "target":
         for alpha in (0.0, 1.0):  # the centre and the target model
             ax.axvline(alpha, color="0.6", lw=0.8, ls=":", label="_nolegend_")
@@ -262,6 +264,27 @@ def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
     ax.legend(lines, [ln.get_label() for ln in lines], fontsize=9, loc="upper center")
     ax.set_title(title_of(results[0]), fontsize=TITLE_SIZE)
     return fig
+
+
+def _quadratic_models(ax: Any, results: Sequence[Result]) -> None:
+    """Along a unit Hessian eigenvector, the quadratic model ``L(0) + lambda_1 a^2 / 2``, dotted, within the axis.
+
+    Drawn for each file with ``direction_eigenvalues`` whose grid holds the centre ``a = 0``; the loss axis keeps
+    the range of the measured curves.
+    """
+    drawn = [(k, r) for k, r in enumerate(results) if isinstance(r.attrs.get("direction_eigenvalues"), list)]
+    limits = ax.get_ylim()
+    for k, result in drawn:
+        xs, _, loss, _ = grid_of(result)
+        centre = np.flatnonzero(xs == 0.0)
+        if centre.size == 0 or not np.isfinite(loss[0, centre[0]]):
+            continue
+        top = float(result.attrs["direction_eigenvalues"][0])
+        dense = np.linspace(float(xs[0]), float(xs[-1]), 201)
+        model = quadratic_model(float(loss[0, centre[0]]), [top], dense)
+        ax.plot(dense, model, ":", color=color(k), lw=1.4, label=f"{result.path.stem} L(0) + λa²/2 (λ = {top:.3g})")
+    if drawn:
+        ax.set_ylim(limits)
 
 
 def plot(

@@ -64,6 +64,7 @@ def _toy_file(path, values):
 def test_the_builtin_analyses_are_registered_once_each_in_report_order():
     assert kinds() == (
         "surface",
+        "connect",
         "hessian",
         "spectrum",
         "sharpness",

@@ -474,3 +474,22 @@ def test_every_command_on_every_kind_of_model(kind, command, user_module, tmp_pa
     res = read_result(out)
     assert res.attrs["complete"] and np.isfinite(res[ARRAY[command]]).all()
     assert res.attrs["model"] == KINDS[kind][1] and res.attrs["checkpoint"] == "random-init (seed 0)"
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_connect_between_two_inits_of_every_kind_of_model(kind, user_module, tmp_path):
+    """theta_A a seeded random init (``--random-init``), theta_B another init saved as a plain state dict."""
+    channels = ["--model-kw", "in_chans=1"] if kind.startswith("timm") else []  # a state dict keeps its stem
+    given = [*KINDS[kind][:-2], *channels, *KINDS[kind][-2:]]
+    spec, data = given[1], given[-1]
+    kwargs = {k: int(v) for k, v in (a.split("=") for a in given[3:-2:2])}
+    other = load_inputs(ModelSource(model=spec, model_kwargs=kwargs, random_init=True, seed=1), data=data, device="cpu")
+    torch.save(other.model.state_dict(), tmp_path / "b.pth")
+    out = tmp_path / "c.h5"
+    args = ["--random-init", "--ckpt", tmp_path / "b.pth", "--steps", "3", "--samples", "4", "--batch-size", "4"]
+    result = invoke("connect", *given, *args, "--device", "cpu", "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    res = read_result(out)
+    assert res.attrs["complete"] and np.isfinite(res["line/loss"]).all()
+    assert res.attrs["model"] == spec and res.attrs["other_checkpoint"] == str(tmp_path / "b.pth")
+    assert res.attrs["checkpoint"] == "random-init (seed 0)"

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from torch import Tensor
 
+from landscape.analyses.connect.barrier import Barrier, barrier, path_barrier  # noqa: F401 (re-exported)
 from landscape.analyses.connect.path import (
     Endpoint,
     bezier_point,
@@ -40,28 +41,7 @@ from landscape.core.objective import Evaluation, Objective
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
 from landscape.options import checks
-
-#: how BatchNorm statistics are set at a point of a path
-BN_MODES = ("recompute", "eval")
-#: the points of a path by default (``a = 0, 0.05, ..., 1``)
-DEFAULT_POINTS = 21
-
-
-@dataclass(frozen=True)
-class Barrier:
-    """The barriers of a path: ``max_a [v(a) - ((1 - a) v(0) + a v(1))]`` for the loss and the error.
-
-    Attributes:
-        loss: the loss barrier (NaN when a loss on the path is NaN).
-        loss_at: the coordinate where it peaks.
-        error: the error (``1 - accuracy``) barrier.
-        error_at: the coordinate where it peaks.
-    """
-
-    loss: float
-    loss_at: float
-    error: float
-    error_at: float
+from landscape.options.connect import BN_MODES, DEFAULT_POINTS  # noqa: F401 (defined there; re-exported)
 
 
 @dataclass(frozen=True)
@@ -90,40 +70,12 @@ class PathCurve:
         return 1.0 - self.accuracy
 
     def barrier(self) -> Barrier:
-        """The loss and error barriers of this path (see :func:`barrier`).
+        """The loss and error barriers of this path (see :func:`~landscape.analyses.connect.barrier.barrier`).
 
         Returns:
             The :class:`Barrier`.
         """
-        loss, loss_at = barrier(self.coords, self.loss)
-        error, error_at = barrier(self.coords, self.error)
-        return Barrier(loss, loss_at, error, error_at)
-
-
-def barrier(coords: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray) -> tuple[float, float]:
-    """``max_a [v(a) - ((1 - a) v(0) + a v(1))]`` over the given points, and the ``a`` where it peaks.
-
-    Args:
-        coords: the coordinates ``a`` of the points; 0 and 1 must be among them.
-        values: ``v(a)`` at each coordinate.
-
-    Returns:
-        ``(barrier, a)``: the largest excess over the line between the end values, and the first coordinate
-        where it is reached; ``(nan, a)`` with the first NaN's coordinate when a value is NaN.
-
-    Raises:
-        LandscapeError: ``coords`` and ``values`` differ in length, or 0 or 1 is not among the coordinates.
-    """
-    a = np.asarray(coords, dtype=np.float64).reshape(-1)
-    v = np.asarray(values, dtype=np.float64).reshape(-1)
-    if a.shape != v.shape:
-        raise LandscapeError(f"{a.size} coordinates but {v.size} values; give one value per point")
-    if not (np.any(a == 0.0) and np.any(a == 1.0)):
-        raise LandscapeError("the coordinates must include both ends of the path (0 and 1)")
-    v0, v1 = v[np.flatnonzero(a == 0.0)[0]], v[np.flatnonzero(a == 1.0)[0]]
-    excess = v - ((1.0 - a) * v0 + a * v1)
-    i = int(np.argmax(excess))  # the first maximum; the first NaN when there is one
-    return float(excess[i]), float(a[i])
+        return path_barrier(self.coords, self.loss, self.accuracy)
 
 
 def path_coords(points: int | Sequence[float]) -> np.ndarray:

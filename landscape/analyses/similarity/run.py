@@ -352,16 +352,7 @@ def _other_attrs(inputs: Any) -> dict[str, Any]:
     """The second model's provenance, as ``other_*`` root attributes."""
     if inputs is None:
         return {"comparison": "within"}
-    return {
-        "comparison": "between",
-        "other_model": inputs.model_name,
-        "other_model_kwargs": inputs.model_kwargs,
-        "other_checkpoint": inputs.checkpoint,
-        "other_checkpoint_sha256": inputs.checkpoint_sha256,
-        "other_pretrained": bool(inputs.source.pretrained),
-        "other_num_classes": getattr(inputs.model, "num_classes", None),
-        "other_preprocess": None if inputs.preprocess is None else inputs.preprocess.as_dict(),
-    }
+    return {"comparison": "between", **inputs.other_provenance()}
 
 
 def run_similarity(

@@ -28,6 +28,10 @@ from landscape.options.surface import (  # noqa: F401 (re-exported)
 from landscape.runtime import distributed as D
 from landscape.runtime.devices import synchronize
 
+#: what the directions measure rather than what the options ask for (the directions' norms and cosine, the
+#: eigenvalues of Hessian directions): written once with the directions, kept out of the file's identity
+MEASURED_META = ("x_norm", "y_norm", "cosine", "direction_eigenvalues", "direction_residuals")
+
 
 def write_directions(f: store.ResultFile, directions: Directions) -> None:
     """Write the directions (``directions/x/<param>``, ``directions/y/<param>``, trajectory coordinates), flush.
@@ -144,7 +148,7 @@ def resume_surface(
     f.delete("directions")  # a new file, or one killed before its directions were complete: (re)write them
     create_arrays(f, xs, ys)
     write_directions(f, directions)
-    f.set_attrs({k: directions.meta[k] for k in ("x_norm", "y_norm", "cosine") if k in directions.meta})
+    f.set_attrs({k: directions.meta[k] for k in MEASURED_META if k in directions.meta})
     f.set_attrs({"directions_written": True})
     f.flush()
     return {"dirs": None, "done": f.read("done"), "bp": None, "complete": False}

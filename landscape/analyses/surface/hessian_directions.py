@@ -8,9 +8,9 @@ distances in parameter space, and along ``v_i`` the quadratic model of the loss 
 
     L(theta + a v_i) ~ L(theta) + lambda_i a^2 / 2
 
-(:func:`quadratic_model`). An eigenvector of a Hessian block (``patterns``, or a file of ``landscape hessian
---params``) is zero on every other parameter. An eigenvector's sign is arbitrary; it is fixed so that its
-largest-magnitude entry is positive (as for PCA directions).
+(:func:`~landscape.analyses.surface.quadratic.quadratic_model`). An eigenvector of a Hessian block
+(``patterns``, or a file of ``landscape hessian --params``) is zero on every other parameter. An eigenvector's
+sign is arbitrary; it is fixed so that its largest-magnitude entry is positive (as for PCA directions).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from landscape.analyses.hessian.lanczos import lanczos
 from landscape.analyses.hessian.linalg import rank_ritz
 from landscape.analyses.hessian.operator import HessianOperator
 from landscape.analyses.surface.directions import Directions
+from landscape.analyses.surface.quadratic import quadratic_model  # noqa: F401 (re-exported)
 from landscape.core import params as P
 from landscape.core.criteria import criterion_name
 from landscape.core.objective import Objective
@@ -89,7 +90,8 @@ class EigenDirections:
 
         Returns:
             :class:`~landscape.analyses.surface.directions.Directions` of kind ``hessian``; ``meta`` holds
-            ``direction_type``, ``norm`` (``none``), ``which``, ``eigenvalues`` (of the directions used),
+            ``direction_type``, ``norm`` (``none``), ``which``, ``direction_eigenvalues`` and ``direction_residuals``
+            (of the directions used),
             ``hessian_params`` (the block), ``eigen_source``, ``x_norm`` (``y_norm``, ``cosine``).
 
         Raises:
@@ -106,7 +108,8 @@ class EigenDirections:
             "direction_type": "hessian",
             "norm": "none",
             "which": self.which,
-            "eigenvalues": [float(v) for v in self.eigenvalues[:ndim]],
+            "direction_eigenvalues": [float(v) for v in self.eigenvalues[:ndim]],
+            "direction_residuals": [float(v) for v in self.residuals[:ndim]],
             "hessian_params": list(self.names),
             "eigen_source": self.source,
         }
@@ -349,24 +352,3 @@ def file_hessian_directions(
         LandscapeError: any error of :func:`read_eigendirections`, or fewer than ``ndim`` eigenvectors.
     """
     return read_eigendirections(source, theta, expected=expected).directions(ndim)
-
-
-def quadratic_model(
-    loss0: float, eigenvalues: Sequence[float], a: np.ndarray | Sequence[float], b: np.ndarray | None = None
-) -> np.ndarray:
-    """The quadratic model ``L(0) + (lambda_1 a^2 + lambda_2 b^2) / 2`` along unit eigenvectors.
-
-    Args:
-        loss0: the loss at the centre, ``L(0)``.
-        eigenvalues: ``lambda_1`` (and ``lambda_2`` with ``b``).
-        a: the x coordinates (distances along ``v_1``).
-        b: the y coordinates (distances along ``v_2``), broadcast against ``a``; None for a line.
-
-    Returns:
-        The model's values, float64, of the broadcast shape of ``a`` and ``b``.
-    """
-    a = np.asarray(a, dtype=np.float64)
-    out = loss0 + 0.5 * float(eigenvalues[0]) * a**2
-    if b is not None:
-        out = out + 0.5 * float(eigenvalues[1]) * np.asarray(b, dtype=np.float64) ** 2
-    return out

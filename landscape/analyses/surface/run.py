@@ -24,12 +24,18 @@ from landscape.analyses.surface import directions as dirs
 from landscape.analyses.surface.directions import Directions
 from landscape.analyses.surface.evaluator import PointEvaluator, choose_compile
 from landscape.analyses.surface.file import (
+    MEASURED_META,
     check_finite_surface,
     check_grid_size,
     direction_fingerprint,
     portable_state,
     resume_surface,
     write_points,
+)
+from landscape.analyses.surface.hessian_directions import (
+    file_hessian_directions,
+    hessian_directions,
+    objective_attrs,
 )
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
 from landscape.core.objective import Objective
@@ -123,7 +129,7 @@ def compute_surface(
     ndim = directions.ndim
     full = {
         **(attrs or {}),
-        **{k: v for k, v in directions.meta.items() if k not in ("x_norm", "y_norm", "cosine")},
+        **{k: v for k, v in directions.meta.items() if k not in MEASURED_META},
         "surface_ndim": ndim,
         "xgrid": [float(xs[0]), float(xs[-1]), int(xs.size)],
         "ygrid": None if ndim == 1 else [float(ys[0]), float(ys[-1]), int(ys.size)],
@@ -227,8 +233,11 @@ def run_surface(
     """The ``landscape surface`` command: model source -> Objective -> directions -> :func:`compute_surface`.
 
     Directions: ``options.target`` (x = target - theta, alpha = 1 lands on it; y random for a plane), else
-    ``options.trajectory`` snapshots (PCA plane of the trajectory around the centre), else seeded random
-    directions normalised by ``options.norm``. ``options.samples`` images of ``options.data``
+    ``options.trajectory`` snapshots (PCA plane of the trajectory around the centre), else with
+    ``options.directions == "hessian"`` the top-1 (and top-2) unit eigenvectors of this objective's Hessian at
+    theta (in the order of ``options.which``, by Lanczos; or read from ``options.eigenvectors``, a hessian file
+    that must be of the same checkpoint and objective), else seeded random directions normalised by
+    ``options.norm``. ``options.samples`` images of ``options.data``
     (``options.split``), picked and ordered by ``options.seed``, in fixed batches of ``options.batch_size``;
     with ``options.augment == "paper-a"`` the batches are Paper A's augmented data instead
     (``options.augment_copies`` copies of each sample, drawn once from the seed, see :mod:`landscape.data.augment`)
@@ -254,8 +263,9 @@ def run_surface(
         The file read back (:class:`landscape.store.read.Result`), on every rank.
 
     Raises:
-        LandscapeError: the options are not a :class:`SurfaceOptions`, the model, data, target or snapshots
-            cannot be loaded, or the file belongs to other options (without ``force``).
+        LandscapeError: the options are not a :class:`SurfaceOptions`, the model, data, target, snapshots or
+            eigenvector file cannot be loaded, the eigenvector file is of another checkpoint or objective (the
+            first difference named), or the file belongs to other options (without ``force``).
     """
     if not isinstance(options, SurfaceOptions):
         raise LandscapeError(f"run_surface takes its options as a SurfaceOptions, got {type(options).__name__}")
@@ -277,6 +287,8 @@ def run_surface(
             objective.params, other, ndim=ndim, seed=o.seed, norm=o.norm, ignore_1d=o.ignore_1d, zero_patterns=patterns
         )
         attrs["target_sha256"] = file_sha256(o.target)
+    elif o.directions == "hessian":
+        directions = _hessian_directions(objective, o, {**attrs, **objective_attrs(objective)})
     elif o.trajectory:
         snaps = [
             dict(load_model(p, inputs.source.model, **inputs.source.model_kwargs)[0].named_parameters())
@@ -300,6 +312,13 @@ def run_surface(
         progress=progress,
         compile=o.compile,
     )
+
+
+def _hessian_directions(objective: Objective, o: SurfaceOptions, expected: Mapping[str, Any]) -> Directions:
+    """The directions along the top unit eigenvectors of the Hessian, from ``o.eigenvectors`` or by Lanczos."""
+    if o.eigenvectors is not None:
+        return file_hessian_directions(o.eigenvectors, objective.params, expected=expected, ndim=o.ndim)
+    return hessian_directions(objective, ndim=o.ndim, which=o.which, tol=o.eigen_tol, seed=o.seed)
 
 
 def surface(

@@ -68,14 +68,14 @@ def test_directions_are_the_dense_eigenvectors_up_to_sign(which):
         assert float(torch.linalg.vector_norm(got)) == pytest.approx(1.0, abs=1e-14)
         assert got[got.abs().argmax()] > 0  # the sign rule
     d = eig.directions(2)
-    assert d.kind == "hessian" and d.meta["which"] == which and d.meta["eigenvalues"] == eig.eigenvalues
+    assert d.kind == "hessian" and d.meta["which"] == which and d.meta["direction_eigenvalues"] == eig.eigenvalues
     assert d.meta["x_norm"] == pytest.approx(1.0, abs=1e-14) and abs(d.meta["cosine"]) < 1e-10
 
 
 def test_second_difference_along_the_top_eigenvector_is_the_top_eigenvalue():
     obj = small_objective()
     d = hessian_directions(obj, ndim=1, tol=1e-12, hvp="jvp")
-    top = d.meta["eigenvalues"][0]
+    top = d.meta["direction_eigenvalues"][0]
     h = 1e-3
     (lm, _, _), (l0, _, _), (lp, _, _) = PointEvaluator(obj, d.x, None).loop([(-h, 0.0), (0.0, 0.0), (h, 0.0)])
     assert (lp - 2 * l0 + lm) / h**2 == pytest.approx(top, rel=1e-3)

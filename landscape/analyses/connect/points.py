@@ -1,0 +1,129 @@
+"""The points of a connect run: each evaluated on every split, shared among ranks, written as they finish.
+
+A point (of the line, the curve or the plane) is one network, :class:`~landscape.analyses.connect.path.Endpoint`.
+Its BatchNorm statistics are set once (:func:`~landscape.analyses.connect.evaluate.point_buffers`: re-estimated
+from the BatchNorm objective's batches, the training samples, or the point's own) and every split's objective
+evaluates it with them, so the test split is never used to estimate statistics. The points left are taken in
+rounds of one per rank; rank 0 writes each round's values, flushes them, then marks them done, so a run killed
+at any moment leaves a file whose done points are final and whose others are NaN.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from landscape import store
+from landscape.analyses.connect.evaluate import point_buffers
+from landscape.analyses.connect.path import Endpoint
+from landscape.core.objective import Objective
+from landscape.runtime import distributed as D
+
+#: the values of one point on one split: loss (data loss + regulariser), data loss, accuracy
+Values = tuple[float, float, float]
+#: the quantities of a path or plane, in the order of :data:`Values`
+QUANTITIES = ("loss", "data_loss", "accuracy")
+
+
+@dataclass
+class SplitEvaluator:
+    """Evaluates a point on every split with BatchNorm statistics from one source.
+
+    Attributes:
+        objectives: one objective per split, in the file's order (the same model, device and dtype).
+        bn_source: the objective whose batches re-estimate BatchNorm statistics (the training samples).
+        bn: ``recompute`` or ``eval``.
+    """
+
+    objectives: Sequence[Objective]
+    bn_source: Objective
+    bn: str
+
+    def __call__(self, point: Endpoint) -> list[Values]:
+        """The loss, data loss and accuracy of ``point`` on each split.
+
+        Args:
+            point: the network, on the objectives' device and dtype.
+
+        Returns:
+            One :data:`Values` per split.
+        """
+        buffers = point_buffers(self.bn_source, point, self.bn)
+        out = []
+        for objective in self.objectives:
+            ev = objective.evaluate(point.params, buffers)
+            out.append((ev.loss, ev.data_loss, ev.accuracy))
+        return out
+
+
+def allocate(f: store.ResultFile, group: str, n_splits: int, shape: tuple[int, ...], axes: Sequence[str]) -> None:
+    """Allocate ``group/loss``, ``data_loss``, ``accuracy`` (NaN; ``(n_splits, *shape)``) and ``group/done``.
+
+    Args:
+        f: the connect file, open for writing.
+        group: ``line``, ``curve`` or ``plane``.
+        n_splits: how many splits are measured.
+        shape: the points' shape (``(n,)`` for a path, ``(ny, nx)`` for the plane).
+        axes: the names of the points' axes.
+    """
+    for name in QUANTITIES:
+        f.allocate(f"{group}/{name}", (n_splits, *shape), "f8", fill=np.nan, axes=["split", *axes])
+    f.allocate(f"{group}/done", shape, bool, fill=False, axes=list(axes))
+
+
+def run_points(
+    evaluate: Callable[[tuple[int, ...]], list[Values]],
+    done: np.ndarray,
+    f: store.ResultFile | None,
+    group: str,
+    *,
+    progress: bool | None = None,
+    on_point: Callable[[int, int], None] | None = None,
+) -> None:
+    """Evaluate every point of ``group`` not yet done, one per rank per round; rank 0 writes each round.
+
+    Args:
+        evaluate: the values of the point at an index of ``done`` (on every split).
+        done: the points' done mask, the same on every rank.
+        f: the open file on rank 0, None elsewhere.
+        group: ``line``, ``curve`` or ``plane``.
+        progress: a progress bar on rank 0 (None: only when stderr is a terminal).
+        on_point: called on every rank after each round with ``(points done, total)``.
+    """
+    from tqdm import tqdm
+
+    todo = [tuple(int(i) for i in idx) for idx in np.argwhere(~done.astype(bool))]
+    total = int(done.size)
+    n_done = total - len(todo)
+    show = D.is_main() and (sys.stderr.isatty() if progress is None else progress)
+    step = D.world_size()
+    with tqdm(total=total, initial=n_done, disable=not show, unit="pt", desc=group, dynamic_ncols=True) as bar:
+        for s in range(0, len(todo), step):
+            mine = [(idx, evaluate(idx)) for idx in D.shard(todo[s : s + step])]
+            gathered = [item for part in D.all_gather_objects(mine) for item in part]
+            if f is not None:
+                write_round(f, group, gathered)
+            n_done += len(gathered)
+            bar.update(len(gathered))
+            if on_point is not None:
+                on_point(n_done, total)
+
+
+def write_round(f: store.ResultFile, group: str, results: Sequence[tuple[tuple[int, ...], list[Values]]]) -> None:
+    """Write the values of some points, flush, then mark them done (a kill in between leaves them not done).
+
+    Args:
+        f: the connect file, open for writing.
+        group: ``line``, ``curve`` or ``plane``.
+        results: ``(index, values per split)`` of each point.
+    """
+    for idx, values in results:
+        for k, name in enumerate(QUANTITIES):
+            f.write_at(f"{group}/{name}", (slice(None), *idx), np.array([v[k] for v in values], dtype=np.float64))
+    f.flush()
+    for idx, _ in results:
+        f.write_at(f"{group}/done", idx, True)
+    f.mark_done()

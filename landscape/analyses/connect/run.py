@@ -1,0 +1,442 @@
+"""Mode connectivity between two networks: the line, the trained Bezier curve and the plane, to HDF5 as it goes.
+
+For two networks ``theta_A`` and ``theta_B`` of one architecture, on every split asked for:
+
+1. the line ``theta(a) = (1 - a) theta_A + a theta_B`` at ``steps`` evenly spaced ``a`` (Frankle et al. 2020),
+2. with ``curve="bezier"``: the quadratic Bezier curve ``phi(t) = (1-t)^2 theta_A + 2t(1-t) theta_c + t^2 theta_B``
+   whose bend ``theta_c`` is trained first by SGD on ``E_t L(phi(t))`` over the training samples (Garipov et al.
+   2018; :mod:`landscape.analyses.connect.bezier`), at ``steps`` evenly spaced ``t``,
+3. and the plane through ``theta_A``, ``theta_B`` and ``theta_c`` on a ``plane_steps x plane_steps`` grid
+   (:mod:`landscape.analyses.connect.plane`),
+
+each point's loss, data loss and accuracy (:mod:`landscape.analyses.connect.points`), and the loss and error
+barriers of both paths, ``max_a [v(a) - ((1 - a) v(0) + a v(1))]`` with the coordinate where each peaks
+(:mod:`landscape.analyses.connect.barrier`). BatchNorm statistics are re-estimated at every point from the training
+samples by default (``bn="recompute"``), or interpolated between the ends' (``bn="eval"``).
+
+The file (docs/schema.md, connect) is written point by point and flushed: a killed run resumes from the ``done``
+masks and from the bend saved after every epoch beside it (``NAME.bend.pt``, :mod:`landscape.analyses.connect.
+bendfile`), with the same numbers. Under torchrun the points of each round are shared among ranks, rank 0 trains
+the bend (its state is sent to every rank after each epoch) and only rank 0 writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from landscape import store
+from landscape.analyses.connect.barrier import path_barrier
+from landscape.analyses.connect.bendfile import bend_network, bend_path, read_bend, save_bend
+from landscape.analyses.connect.bezier import BendState, init_bend, train_bend_epoch
+from landscape.analyses.connect.evaluate import path_coords, prepare_path
+from landscape.analyses.connect.path import Endpoint, bezier_point, linear_point
+from landscape.analyses.connect.plane import PlaneGrid, plane_grid, plane_point
+from landscape.analyses.connect.points import SplitEvaluator, allocate, run_points
+from landscape.core.front import batches_for, build_objective, load_inputs, prepare, python_call, run_from_python
+from landscape.core.objective import Objective
+from landscape.core.regularizer import Regularizer
+from landscape.errors import LandscapeError
+from landscape.options.connect import BOTH, ConnectOptions
+from landscape.runtime import distributed as D
+from landscape.runtime.lifecycle import AnalysisFile
+
+if TYPE_CHECKING:
+    from landscape.core.source import AnalysisInputs, ModelSource
+
+#: what ``on_progress(stage, done, total)`` is told: the stages of a run, in order
+STAGES = ("line", "bend", "curve", "plane")
+
+
+@dataclass
+class Inputs:
+    """Everything a connect run works with, checked before any file is opened.
+
+    Attributes:
+        inputs: theta_A's model with its data, device and provenance.
+        a: theta_A.
+        b: theta_B (same architecture).
+        splits: the splits measured, in order.
+        evaluator: evaluates a point on every split.
+        train: the training objective (bend training, BatchNorm statistics), or None when none is needed.
+        attrs: the file's root attributes.
+    """
+
+    inputs: AnalysisInputs
+    a: Endpoint
+    b: Endpoint
+    splits: tuple[str, ...]
+    evaluator: SplitEvaluator
+    train: Objective | None
+    attrs: dict[str, Any]
+
+    @property
+    def objective(self) -> Objective:
+        """The first split's objective (its device and dtype are every point's)."""
+        return self.evaluator.objectives[0]
+
+
+def _bn_statistics(o: ConnectOptions, has_batchnorm: bool, source: str) -> str:
+    """How a point's BatchNorm statistics are set, in words (recorded as ``bn_statistics``)."""
+    if not has_batchnorm:
+        return "none: the model has no BatchNorm layer with running statistics"
+    if o.bn == "eval":
+        return "the endpoints' running statistics interpolated with the point (--bn eval), not re-estimated"
+    return f"re-estimated at every point from the {source} samples (cumulative average over their batches)"
+
+
+def load_connect_inputs(
+    source_a: ModelSource | str | Path,
+    source_b: ModelSource | str | Path,
+    o: ConnectOptions,
+    *,
+    model_name: str | None,
+    other_model_name: str | None,
+    device: str,
+    command: str,
+    batches: Iterable[Any] | None,
+) -> Inputs:
+    """Both ends, the data of every split, the objectives and the attributes; every check made here.
+
+    Raises:
+        LandscapeError: a model or the data cannot be loaded, the ends are not the same architecture (the first
+            mismatch named), they take differently preprocessed inputs, or ``both`` splits with given batches.
+    """
+    if batches is not None and o.split == BOTH:
+        raise LandscapeError("data given as batches are one split; use split='train' (or 'test'), not 'both'")
+    prepared = prepare(
+        source_a, replace(o, split=o.splits[0]), model_name=model_name, device=device, command=command, batches=batches
+    )
+    inputs = prepared.inputs
+    reg = Regularizer.from_options(o.regularizer, o.reg_coef)
+
+    def objective(held: list[Any]) -> Objective:
+        return build_objective(
+            inputs, held, criterion=prepared.criterion, regularizer=reg, allow_stochastic=o.allow_stochastic
+        )
+
+    objectives = [objective(prepared.batches)]
+    for split in o.splits[1:]:
+        held = batches_for(replace(inputs, split=split), batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
+        objectives.append(objective(held))
+    first = objectives[0]
+    needs_train = o.curve == "bezier" or (o.bn == "recompute" and first.has_batchnorm())
+    if batches is not None or o.splits[0] == "train":
+        train: Objective | None = first
+    elif needs_train:
+        held = batches_for(replace(inputs, split="train"), batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
+        train = objective(held)
+    else:
+        train = None
+    spec = inputs.dataset_spec if batches is None else (o.data or "digits")
+    inputs_b = load_inputs(source_b, model_name=other_model_name, data=spec, split=o.splits[0], device=inputs.device)
+    if batches is None and inputs_b.preprocess != inputs.preprocess:
+        raise LandscapeError(
+            f"theta_A and theta_B take differently preprocessed inputs ({inputs.preprocess} and "
+            f"{inputs_b.preprocess}); give both the same --mean, --std and --input-size"
+        )
+    a, b = Endpoint.of(inputs.model), Endpoint.of(inputs_b.model)
+    prepare_path(first, a, b)  # the same architecture (one line naming the first mismatch), finite weights
+    attrs = prepared.attrs
+    attrs.update({k: v for k, v in o.attrs().items() if k != "seed"})
+    attrs.update(inputs_b.other_provenance())
+    bn_source = "given" if batches is not None else "train split's"
+    attrs.update(
+        criterion=prepared.criterion,
+        regularizer=reg.describe(),
+        split_samples={s: int(obj.n_samples) for s, obj in zip(o.splits, objectives)},
+        has_batchnorm=first.has_batchnorm(),
+        bn_statistics=_bn_statistics(o, first.has_batchnorm(), bn_source),
+        fused_attention_off=first.fused_attention_off,
+    )
+    if batches is not None:
+        attrs["split"], attrs["splits"] = o.splits[0], list(o.splits)
+    evaluator = SplitEvaluator(objectives, train if train is not None else first, o.bn)
+    return Inputs(inputs, a, b, o.splits, evaluator, train, attrs)
+
+
+# ------------------------------------------------------------------------------------------------- the file
+def _resume(f: store.ResultFile, run: Inputs, o: ConnectOptions) -> dict[str, Any]:
+    """Rank 0: allocate what a new file lacks; return how far an earlier run got (the same on every rank)."""
+    if f.complete:
+        return {"complete": True}
+    f.write("splits", np.array(list(run.splits)), axes=["split"])
+    state: dict[str, Any] = {"complete": False}
+    for group, stage in (("line", "point"), ("curve", "curve_point")):
+        if group == "curve" and o.curve != "bezier":
+            continue
+        f.write(f"{group}/coords", path_coords(o.steps), axes=[stage])
+        allocate(f, group, len(run.splits), (o.steps,), [stage])
+        state[group] = f.read(f"{group}/done")
+    state["plane"] = f.read("plane/done") if "plane/done" in f else None
+    f.flush()
+    return state
+
+
+def _barriers(f: store.ResultFile, splits: tuple[str, ...]) -> dict[str, dict[str, dict[str, float]]]:
+    """The loss and error barriers of each path on each split, from the file's arrays."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for group in ("line", "curve"):
+        if f"{group}/done" not in f:
+            continue
+        coords, loss, acc = (f.read(f"{group}/{n}") for n in ("coords", "loss", "accuracy"))
+        out[group] = {s: path_barrier(coords, loss[k], acc[k]).as_dict() for k, s in enumerate(splits)}
+    return out
+
+
+# --------------------------------------------------------------------------------------------- the bend
+def _train_bend(
+    run: Inputs,
+    o: ConnectOptions,
+    saved: BendState | None,
+    path: Path | None,
+    identity: str,
+    force: bool,
+    on_progress: Callable[[str, int, int], None] | None,
+) -> BendState:
+    """Train the bend to ``o.bend_epochs`` epochs from ``saved`` (or the midpoint); rank 0 trains and saves."""
+    assert run.train is not None
+    state = init_bend(run.a, run.b) if saved is None else saved
+    first = run.objective
+    outputs = int(first.logits(first.params, first.batches[0][0][:1]).shape[-1])
+    meta = {
+        "model_name": run.inputs.model_name,
+        "model_kwargs": run.inputs.model_kwargs,
+        "num_classes": run.attrs.get("num_classes") or outputs,
+        "dataset": run.inputs.dataset_spec,
+    }
+    options = {"lr": o.bend_lr, "momentum": o.bend_momentum, "weight_decay": o.bend_weight_decay, "seed": int(o.seed)}
+    train = run.train
+    recorded = {**options, "epochs": o.bend_epochs}
+
+    def epoch(before: BendState) -> dict[str, Any]:
+        new = train_bend_epoch(train, run.a, run.b, before, **options)  # type: ignore[arg-type]
+        if path is not None:
+            network = bend_network(run.inputs.model, new, run.a, run.b)
+            save_bend(path, network, new, identity, meta=meta, train_options=recorded, force=force)
+        return new.state_dict()
+
+    while state.epoch < o.bend_epochs:
+        state = BendState.from_state_dict(D.on_main(lambda s=state: epoch(s)))
+        if on_progress is not None:
+            on_progress("bend", state.epoch, o.bend_epochs)
+    return state
+
+
+def _plane(run: Inputs, bend: BendState, steps: int) -> PlaneGrid | str:
+    """The plane through the ends and the bend (rank 0's, sent to every rank)."""
+    theta_c = {n: t.to(run.a.params[n]) for n, t in bend.bend.items()}
+    return D.on_main(lambda: plane_grid(run.a.params, theta_c, run.b.params, steps))
+
+
+# ---------------------------------------------------------------------------------------------- the run
+def run_connect(
+    source_a: ModelSource | str | Path,
+    source_b: ModelSource | str | Path,
+    options: ConnectOptions | None = None,
+    *,
+    out: str | Path | None = "connect.h5",
+    model_name: str | None = None,
+    other_model_name: str | None = None,
+    force: bool = False,
+    device: str = "auto",
+    progress: bool | None = None,
+    command: str | None = None,
+    batches: Iterable[Any] | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
+) -> store.Result:
+    """The ``landscape connect`` command: two model sources -> the line (and curve, plane) -> ``out``.
+
+    Both ends are rebuilt from their sources (:func:`~landscape.core.front.prepare` for theta_A, whose dataset
+    and preprocessing both take; :func:`~landscape.core.front.load_inputs` for theta_B) and must be the same
+    architecture. Each split's data are ``options.samples`` images (seeded by ``options.seed``) in fixed batches.
+    See the module doc for what is computed and written.
+
+    Args:
+        source_a: theta_A: a checkpoint path, a :class:`~landscape.core.source.ModelSource` or an ``nn.Module``.
+        source_b: theta_B, of the same architecture.
+        options: every analysis option (validated when it was built); None: the defaults.
+        out: the HDF5 file (resumed when it holds the same run, refused when it holds another, unless
+            ``force``); the bend is saved beside it as ``NAME.bend.pt``. None keeps the result in memory.
+        model_name: the model of a first checkpoint that does not name it.
+        other_model_name: the model of a second checkpoint that does not name it (default: ``model_name``).
+        force: replace a file of other options (and a bend of another run beside it).
+        device: ``auto``, ``cpu`` or ``cuda``.
+        progress: progress bars on rank 0 (None: only when stderr is a terminal).
+        command: how the run was asked for, recorded as ``command`` (default: this call).
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+            ``options.data`` for evaluating, re-estimating BatchNorm statistics and training the bend.
+        on_progress: called on every rank as ``on_progress(stage, done, total)`` after each round of points
+            (stages ``line``, ``curve``, ``plane``) and each epoch of the bend (``bend``).
+
+    Returns:
+        The file read back (:class:`landscape.store.read.Result`), on every rank.
+
+    Raises:
+        LandscapeError: the options are not a :class:`ConnectOptions`, a model or the data cannot be loaded, the
+            ends are not the same architecture, the file (or the bend beside it) belongs to other options
+            (without ``force``), or the bend's training diverged.
+    """
+    options = ConnectOptions() if options is None else options
+    if not isinstance(options, ConnectOptions):
+        raise LandscapeError(f"run_connect takes its options as a ConnectOptions, got {type(options).__name__}")
+    o = options
+    call = command or python_call("run_connect", source_a, source_b, o, out=out, model_name=model_name)
+    run = load_connect_inputs(
+        source_a,
+        source_b,
+        o,
+        model_name=model_name,
+        other_model_name=other_model_name or model_name,
+        device=device,
+        command=call,
+        batches=batches,
+    )
+    identity = store.identity_of({"kind": "connect", **run.attrs})
+    path = None if out is None else bend_path(out)
+    saved = None
+    if o.curve == "bezier" and path is not None:
+        found = D.on_main(lambda: _portable(read_bend(path, identity, force=force)))
+        saved = None if found is None else BendState.from_state_dict(found)
+
+    def tell(stage: str) -> Callable[[int, int], None] | None:
+        return None if on_progress is None else (lambda done, total: on_progress(stage, done, total))
+
+    session = AnalysisFile(out, "connect", run.attrs, force=force, resume=lambda f: _resume(f, run, o))
+    with session as (f, state):
+        assert state is not None
+        if not state["complete"]:
+            a, b, _ = prepare_path(run.objective, run.a, run.b)
+            coords = path_coords(o.steps)
+            run_points(
+                lambda i: run.evaluator(linear_point(a, b, float(coords[i[0]]))),
+                state["line"],
+                f,
+                "line",
+                progress=progress,
+                on_point=tell("line"),
+            )
+            if o.curve == "bezier":
+                _curve_and_plane(run, o, state, f, saved, path, identity, force, progress, on_progress, tell)
+            if f is not None:
+                f.set_attrs({"barriers": _barriers(f, run.splits)})
+                f.flush()
+    return session.result
+
+
+def _portable(state: BendState | None) -> dict[str, Any] | None:
+    """A bend state as plain data on the CPU (it is sent to every rank), or None."""
+    return None if state is None else state.state_dict()
+
+
+def _curve_and_plane(
+    run: Inputs,
+    o: ConnectOptions,
+    state: dict[str, Any],
+    f: store.ResultFile | None,
+    saved: BendState | None,
+    path: Path | None,
+    identity: str,
+    force: bool,
+    progress: bool | None,
+    on_progress: Callable[[str, int, int], None] | None,
+    tell: Callable[[str], Callable[[int, int], None] | None],
+) -> None:
+    """Train the bend (or take it from its checkpoint), then evaluate the curve and the plane."""
+    bend = _train_bend(run, o, saved, path, identity, force, on_progress)
+    if f is not None:
+        f.write("bend/history", np.asarray(bend.history, dtype=np.float64), axes=["epoch"])
+        f.set_attrs({"bend_checkpoint": None if path is None else str(path), "bend_epochs_done": bend.epoch})
+        f.flush()
+    a, b, theta_c = prepare_path(run.objective, run.a, run.b, bend.bend)
+    assert theta_c is not None
+    coords = path_coords(o.steps)
+    run_points(
+        lambda i: run.evaluator(bezier_point(a, theta_c, b, float(coords[i[0]]))),
+        state["curve"],
+        f,
+        "curve",
+        progress=progress,
+        on_point=tell("curve"),
+    )
+    grid = _plane(run, bend, o.plane_steps)
+    if isinstance(grid, str):
+        if f is not None:
+            f.set_attrs({"plane_note": f"no plane: {grid}"})
+        return
+    done = state["plane"]
+    if f is not None:
+        f.write("plane/x", grid.xs, axes=["x"])
+        f.write("plane/y", grid.ys, axes=["y"])
+        f.write("plane/points", grid.points, axes=["end", "xy"])
+        f.write("plane/curve", grid.curve(coords), axes=["curve_point", "xy"])
+        allocate(f, "plane", len(run.splits), (grid.ys.size, grid.xs.size), ["y", "x"])
+        f.flush()
+    if done is None:
+        done = np.zeros((grid.ys.size, grid.xs.size), dtype=bool)
+    run_points(
+        lambda ji: run.evaluator(plane_point(a, theta_c, b, grid, float(grid.xs[ji[1]]), float(grid.ys[ji[0]]))),
+        done,
+        f,
+        "plane",
+        progress=progress,
+        on_point=tell("plane"),
+    )
+
+
+def connect(
+    model_a: Any,
+    model_b: Any,
+    data: Any = None,
+    *,
+    out: str | Path | None = None,
+    options: ConnectOptions | None = None,
+    device: str = "auto",
+    force: bool = False,
+    progress: bool | None = None,
+    **fields: Any,
+) -> store.Result:
+    """Loss, accuracy and barriers on the line (and curve) between ``model_a`` and ``model_b`` (``landscape connect``).
+
+    ``theta(a) = (1 - a) theta_A + a theta_B`` at ``steps`` points, with ``curve="bezier"`` also the trained
+    Bezier curve and the plane through the three points; see
+    :class:`~landscape.options.connect.ConnectOptions` for every keyword.
+
+    Args:
+        model_a: theta_A: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
+            :class:`~landscape.core.source.ModelSource`.
+        model_b: theta_B, of the same architecture.
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
+            batches (used whole, in order), or None for the first checkpoint's dataset (else digits).
+        out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
+        options: a :class:`~landscape.options.connect.ConnectOptions`, instead of keywords.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        force: replace a file of other options at ``out``.
+        progress: a progress display (None: on a terminal only).
+        **fields: the options as keywords (the fields of the options class).
+
+    Returns:
+        The result (:class:`~landscape.store.Result`): its ``attrs`` and arrays.
+
+    Raises:
+        LandscapeError: bad options, models or data that cannot be used, ends of different architectures, or a
+            file of other options at ``out``.
+    """
+    return run_from_python(
+        run_connect,
+        "landscape.connect",
+        ConnectOptions,
+        model_a,
+        data,
+        others=(model_b,),
+        options=options,
+        fields=fields,
+        out=out,
+        device=device,
+        force=force,
+        progress=progress,
+    )

@@ -1,0 +1,94 @@
+"""The one-line summary of a connect file and its cells of the report's table (no torch)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from landscape.analyses.connect.barrier import Barrier, path_barrier
+from landscape.analyses.numbers import MISSING, number
+from landscape.store.read import Result
+
+#: the paths of a connect file, with the name of each one's coordinate
+PATHS = (("line", "α"), ("curve", "t"))
+
+
+def path_barriers(result: Result, group: str) -> dict[str, Barrier] | None:
+    """The barriers of one path of a connect file on each split, or None while the path is not done.
+
+    Args:
+        result: a connect file.
+        group: ``line`` or ``curve``.
+
+    Returns:
+        Split -> :class:`~landscape.analyses.connect.barrier.Barrier`, in the file's order; None when the path is
+        absent or some of its points are not done.
+    """
+    if f"{group}/done" not in result or not np.asarray(result[f"{group}/done"], dtype=bool).all():
+        return None
+    coords, loss, acc = (np.asarray(result[f"{group}/{n}"], dtype=float) for n in ("coords", "loss", "accuracy"))
+    splits = [str(s) for s in result["splits"]]
+    return {s: path_barrier(coords, loss[k], acc[k]) for k, s in enumerate(splits)}
+
+
+def connect_summary(result: Result) -> str:
+    """``line (train): loss barrier 0.8 at α=0.5, error barrier 0.3 at α=0.5; curve (20 epochs): ...``.
+
+    Args:
+        result: a connect file, finished or not.
+
+    Returns:
+        The barriers of the first split on each path done, or how many points are done.
+    """
+    if "line/done" not in result:
+        return "connect, no point yet"
+    parts = []
+    for group, coord in PATHS:
+        if f"{group}/done" not in result:
+            continue
+        done = np.asarray(result[f"{group}/done"], dtype=bool)
+        barriers = path_barriers(result, group)
+        if barriers is None:
+            parts.append(f"{group}: {int(done.sum())} of {done.size} points done")
+            continue
+        split, b = next(iter(barriers.items()))
+        epochs = result.attrs.get("bend_epochs_done")
+        name = f"curve ({epochs} epochs, {split})" if group == "curve" and epochs is not None else f"{group} ({split})"
+        parts.append(
+            f"{name}: loss barrier {b.loss:.4g} at {coord}={b.loss_at:.3g}, "
+            f"error barrier {b.error:.4g} at {coord}={b.error_at:.3g}"
+        )
+    if "plane/done" in result:
+        plane = np.asarray(result["plane/done"], dtype=bool)
+        parts.append(
+            f"plane {plane.shape[1]}x{plane.shape[0]}" + ("" if plane.all() else f" ({int(plane.sum())} done)")
+        )
+    return "; ".join(parts)
+
+
+def _cell(barriers: dict[str, Barrier] | None, which: str, coord: str) -> str:
+    if barriers is None:
+        return MISSING
+    cells = [
+        f"{number(getattr(b, which))} at {coord}={number(getattr(b, f'{which}_at'), '.2g')}" for b in barriers.values()
+    ]
+    if len(cells) == 1:
+        return cells[0]
+    return ", ".join(f"{s} {c}" for s, c in zip(barriers, cells))
+
+
+def connect_numbers(result: Result) -> dict[str, str]:
+    """The report's cells of a connect file: the loss and error barriers of the line and of the curve.
+
+    Args:
+        result: a connect file.
+
+    Returns:
+        ``{"loss barrier (line)": "0.81 at α=0.5", "error barrier (line)": ..., "loss barrier (curve)": ...,
+        "error barrier (curve)": ...}``; each split named when there are several.
+    """
+    out = {}
+    for group, coord in PATHS:
+        barriers = path_barriers(result, group)
+        out[f"loss barrier ({group})"] = _cell(barriers, "loss", coord)
+        out[f"error barrier ({group})"] = _cell(barriers, "error", coord)
+    return out

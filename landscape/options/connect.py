@@ -1,0 +1,165 @@
+"""The options of mode connectivity: the line and the Bezier curve between two networks, and their choices.
+
+Used by ``landscape connect`` and :func:`landscape.analyses.connect.run.run_connect`.
+
+:class:`ConnectOptions` holds every option but the two model sources, the output file and the run-time choices
+(device, ``force``, progress bar) and validates them when it is built, so that a bad value is a one-line error
+before any model, data or file is touched. The BatchNorm modes (:data:`BN_MODES`), curves (:data:`CURVES`), the
+splits a path is measured on (:data:`CONNECT_SPLITS`) and the plane's margin (:data:`PLANE_MARGIN`) are defined
+here, once: the cores (:mod:`landscape.analyses.connect.evaluate`) and the CLI import them. No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from landscape.errors import LandscapeError
+from landscape.options import checks
+from landscape.options.common import (
+    REG_COEF_DEFAULTS,
+    SPLIT_CHOICES,
+    FieldDefaults,
+    canonical_split,
+    check_data_options,
+    check_regularizer,
+    choice,
+)
+
+#: how BatchNorm statistics are set at a point of a path: re-estimated there (default) or interpolated
+BN_MODES = ("recompute", "eval")
+#: the points of a path by default (``a = 0, 0.05, ..., 1``)
+DEFAULT_POINTS = 21
+#: the paths besides the line: none, or the quadratic Bezier curve of Garipov et al. 2018
+CURVES = ("none", "bezier")
+#: ``--split`` of a path: one split, or ``both`` (train and test, in that order)
+BOTH = "both"
+CONNECT_SPLITS = (*SPLIT_CHOICES, BOTH)
+#: the plane's grid reaches this share of the three points' extent beyond them on every side (Garipov et al.)
+PLANE_MARGIN = 0.2
+
+
+def _whole(value: Any, name: str, least: int) -> int:
+    """``value`` as an int; an error unless it is a whole number ``>= least``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise LandscapeError(f"{name} must be a whole number >= {least}, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class ConnectOptions(FieldDefaults):
+    """Every option of a connectivity run but the two model sources, the output file and the run-time choices.
+
+    Built, it is valid: ``__post_init__`` checks every value, raising a one-line
+    :class:`~landscape.errors.LandscapeError` (before anything is loaded or written) otherwise.
+
+    Attributes:
+        data: dataset spec (None: the first checkpoint's dataset, else ``digits``).
+        split: the split the paths are measured on, one of :data:`CONNECT_SPLITS` (``both``: train, then test).
+        samples: images of each split (fixed, seeded); None for the whole split.
+        batch_size: images per fixed batch.
+        seed: seed of the sample choice and of the bend's training.
+        steps: evenly spaced points on the line and on the curve, both ends included (at least 2).
+        bn: BatchNorm statistics at a point, one of :data:`BN_MODES`: ``recompute`` (re-estimated there from the
+            training samples) or ``eval`` (the endpoints' statistics interpolated with the point).
+        curve: ``none`` (the line only) or ``bezier`` (also the trained quadratic Bezier curve, and the plane
+            through theta_A, theta_B and its bend).
+        bend_epochs: epochs of SGD on the bend (``curve="bezier"``).
+        bend_lr: the bend's learning rate.
+        bend_momentum: SGD momentum, in ``[0, 1)``.
+        bend_weight_decay: SGD weight decay of the bend.
+        plane_steps: grid points along each axis of the plane (``curve="bezier"``; at least 2).
+        regularizer: penalty added to the data loss, one of :data:`~landscape.options.common.REGULARIZERS`.
+        reg_coef: its coefficient (None: the kind's default).
+        allow_stochastic: do not refuse a model whose two forward passes differ.
+
+    Raises:
+        LandscapeError: an invalid value (unknown choice, a count that is not a whole number in range, a number
+            that is NaN, infinite or out of range), naming the CLI option.
+    """
+
+    data: str | None = None
+    split: str = "train"
+    samples: int | None = 1000
+    batch_size: int = 128
+    seed: int = 0
+    steps: int = DEFAULT_POINTS
+    bn: str = "recompute"
+    curve: str = "none"
+    bend_epochs: int = 20
+    bend_lr: float = 0.05
+    bend_momentum: float = 0.9
+    bend_weight_decay: float = 0.0
+    plane_steps: int = 11
+    regularizer: str = "none"
+    reg_coef: float | None = None
+    allow_stochastic: bool = False
+
+    def __post_init__(self) -> None:
+        split = choice(str(self.split).lower(), "--split", CONNECT_SPLITS)
+        first = "train" if split == BOTH else split
+        check_data_options(first, self.samples, self.batch_size, self.seed)
+        object.__setattr__(self, "split", split if split == BOTH else canonical_split(split))
+        if self.data is not None and not isinstance(self.data, str):
+            raise LandscapeError(f"--data must be a dataset spec string, got {self.data!r}")
+        _whole(self.steps, "--steps", 2)
+        choice(self.bn, "--bn", BN_MODES)
+        choice(self.curve, "--curve", CURVES)
+        _whole(self.bend_epochs, "--bend-epochs", 1)
+        object.__setattr__(self, "bend_lr", checks.positive(self.bend_lr, "--bend-lr"))
+        object.__setattr__(
+            self, "bend_momentum", checks.in_range(self.bend_momentum, "--bend-momentum", 0.0, 1.0, high_open=True)
+        )
+        object.__setattr__(
+            self, "bend_weight_decay", checks.non_negative(self.bend_weight_decay, "--bend-weight-decay")
+        )
+        _whole(self.plane_steps, "--plane-steps", 2)
+        check_regularizer(self.regularizer, self.reg_coef)
+        if self.reg_coef is not None:
+            object.__setattr__(self, "reg_coef", checks.non_negative(self.reg_coef, "--reg-coef"))
+        if not isinstance(self.allow_stochastic, bool):
+            raise LandscapeError(f"allow_stochastic must be True or False, got {self.allow_stochastic!r}")
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The splits measured, in order: ``("train",)``, ``("test",)`` or ``("train", "test")``."""
+        return ("train", "test") if self.split == BOTH else (self.split,)
+
+    @property
+    def coef(self) -> float:
+        """The regulariser's coefficient in force (:attr:`reg_coef`, else the kind's default)."""
+        return REG_COEF_DEFAULTS[self.regularizer] if self.reg_coef is None else float(self.reg_coef)
+
+    def attrs(self) -> dict[str, Any]:
+        """The root attributes these options write into the connect file (docs/schema.md, connect).
+
+        ``split`` (``train``, ``test`` or ``both``), ``splits`` (the list measured), ``seed``, ``batch_size``,
+        ``steps``, ``bn``, ``curve``, ``regularizer`` (JSON ``{"kind", "coef"}``, as the objective describes
+        it), ``allow_stochastic``;
+        ``dataset`` when :attr:`data` is given; with ``curve="bezier"`` also ``bend_epochs``, ``bend_lr``,
+        ``bend_momentum``, ``bend_weight_decay`` and ``plane_steps`` (a line's identity does not depend on them).
+
+        Returns:
+            Attribute name -> value, as the file records it.
+        """
+        out: dict[str, Any] = {"split": self.split, "splits": list(self.splits), "seed": int(self.seed)}
+        if self.data is not None:
+            out["dataset"] = self.data
+        out.update(
+            batch_size=int(self.batch_size),
+            steps=int(self.steps),
+            bn=self.bn,
+            curve=self.curve,
+            regularizer=json.dumps({"kind": self.regularizer, "coef": self.coef}),
+            allow_stochastic=bool(self.allow_stochastic),
+        )
+        if self.curve == "bezier":
+            out.update(
+                bend_epochs=int(self.bend_epochs),
+                bend_lr=float(self.bend_lr),
+                bend_momentum=float(self.bend_momentum),
+                bend_weight_decay=float(self.bend_weight_decay),
+                plane_steps=int(self.plane_steps),
+            )
+        return out
