@@ -11,7 +11,6 @@ section; spectrum: by batch); one of other options needs ``force``.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,37 +37,10 @@ if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
 
-def _show(progress: bool | None) -> bool:
-    """Whether this rank shows progress: only rank 0, and with ``None`` only when stderr is a terminal."""
-    if not distributed.is_main():
-        return False
-    return sys.stderr.isatty() if progress is None else bool(progress)
-
-
 def _dtype(name: str) -> Any:
     import torch
 
     return getattr(torch, choice(name, "--dtype", DTYPES))
-
-
-class _Products:
-    """A progress bar of Hessian-vector products for a solver's ``callback`` (no bar when not shown)."""
-
-    def __init__(self, desc: str, show: bool) -> None:
-        self.bar = None
-        if show:
-            from tqdm import tqdm
-
-            self.bar = tqdm(desc=desc, unit="HVP")
-
-    def __call__(self, n_matvec: int, *_: Any) -> None:
-        if self.bar is not None:
-            self.bar.update(n_matvec - self.bar.n)
-
-    def close(self) -> None:
-        """Close the progress bar (nothing to do when it is not shown)."""
-        if self.bar is not None:
-            self.bar.close()
 
 
 def run_hessian(
@@ -144,8 +116,7 @@ def run_hessian(
     session = AnalysisFile(out, "hessian", attrs, force=force)
     with session as (f, _):
         if _todo(f, "eigenvalues", o.top_k > 0):
-            bar = _Products("lanczos", _show(progress))
-            try:
+            with session.progress("lanczos", None, unit="product", progress=progress) as bar:
                 res = lanczos(
                     op,
                     k=o.top_k,
@@ -155,10 +126,8 @@ def run_hessian(
                     maxiter=o.maxiter,
                     seed=o.seed,
                     return_eigenvectors=o.eigenvectors,
-                    callback=bar,
+                    callback=lambda n_matvec, *_: bar.to(n_matvec),
                 )
-            finally:
-                bar.close()
             if f is not None:
                 if o.eigenvectors:
                     f.write("eigenvectors", res.eigenvectors.cpu().numpy(), axes=["parameter", "pair"])
@@ -282,30 +251,31 @@ def run_spectrum(
                 f.write_at("eigenvalues", item.index, item.eigenvalues)
                 f.write_at("n_matvec", item.index, item.n_matvec)
                 f.mark_done("done", item.index)
+            bar.update(1)
 
         if len(skip) < len(batches):
-            spectrum = max_eigenvalue_spectrum(
-                inputs.model,
-                batches,
-                k=top_k,
-                which=o.which,
-                solver=o.solver,
-                criterion=o.loss_criterion,
-                regularizer=reg,
-                tol=o.tol,
-                ncv=o.ncv,
-                maxiter=o.maxiter,
-                seed=o.seed,
-                hvp=o.hvp,
-                group=o.group,
-                device=inputs.device,
-                dtype=_dtype(o.dtype),
-                allow_stochastic=o.allow_stochastic,
-                output=inputs.source.output,
-                skip=skip,
-                on_batch=write,
-                progress=_show(progress),
-            )
+            with session.progress("spectrum", len(batches), unit="batch", done=len(skip), progress=progress) as bar:
+                spectrum = max_eigenvalue_spectrum(
+                    inputs.model,
+                    batches,
+                    k=top_k,
+                    which=o.which,
+                    solver=o.solver,
+                    criterion=o.loss_criterion,
+                    regularizer=reg,
+                    tol=o.tol,
+                    ncv=o.ncv,
+                    maxiter=o.maxiter,
+                    seed=o.seed,
+                    hvp=o.hvp,
+                    group=o.group,
+                    device=inputs.device,
+                    dtype=_dtype(o.dtype),
+                    allow_stochastic=o.allow_stochastic,
+                    output=inputs.source.output,
+                    skip=skip,
+                    on_batch=write,
+                )
             if f is not None:  # how this (last) run made its products; not part of the file's identity
                 f.set_attrs(
                     {
