@@ -143,6 +143,11 @@ def run_fourier(
             "bands": [int(i) for i in np.flatnonzero(f.read("noise/done"))] if "noise/done" in f else [],
         }
 
+    plan = f"fourier: {o.profile} profile of every block's feature maps" + (
+        f", accuracy under {len(o.bands)} noise bands" if o.noise_bands else ""
+    )
+    passes = 1 + (1 + len(o.bands) if o.noise_bands else 0)  # the profile; the clean and each band's accuracy
+    prepared.announce(plan, passes, "pass", prepared.seconds_per_pass, progress)
     mine = D.shard(list(enumerate(batches)))
     session = AnalysisFile(out, "fourier", attrs, force=force, resume=resume)
     with session as (f, state):

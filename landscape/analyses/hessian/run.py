@@ -113,6 +113,9 @@ def run_hessian(
         require_memory(
             steps, op.shape[0], op.dtype, op.device, f"a Lanczos quadrature of {steps} steps", "lower --steps"
         )
+    products = _planned_products(o, op.shape[0])
+    per_product = PASSES_PER_PRODUCT * prepared.seconds_per_pass
+    prepared.announce(_plan(o, op.shape[0]), products, "product", per_product, progress)
     session = AnalysisFile(out, "hessian", attrs, force=force)
     with session as (f, _):
         if _todo(f, "eigenvalues", o.top_k > 0):
@@ -169,6 +172,26 @@ def run_hessian(
                 f.write("trace/samples", t.samples.numpy(), axes=["probe"])  # last: marks the section done
                 f.mark_done()
     return session.result
+
+
+#: a Hessian-vector product costs about this many forward passes (a forward, a backward and their double)
+PASSES_PER_PRODUCT = 4
+
+
+def _planned_products(o: HessianOptions, n: int) -> int:
+    """The products a hessian run makes at least: one Lanczos basis, the density's probes x steps, the trace's."""
+    eigen = check_request(n, o.top_k, o.which, o.ncv) if o.top_k > 0 else 0  # one Lanczos basis
+    return eigen + (o.probes * min(o.steps, n) if o.density else 0) + (o.trace_samples if o.trace else 0)
+
+
+def _plan(o: HessianOptions, n: int) -> str:
+    """What a hessian run will compute, in words."""
+    parts = [f"top {o.top_k} eigenvalues ({o.which}) by Lanczos"] if o.top_k > 0 else []
+    if o.density:
+        parts.append(f"SLQ density ({o.probes} probes x {min(o.steps, n)} steps)")
+    if o.trace:
+        parts.append(f"trace ({o.trace_samples} {o.trace_method} samples)")
+    return f"hessian of {n} parameters: " + (", ".join(parts) or "nothing")
 
 
 def _todo(f: store.ResultFile | None, name: str, wanted: bool) -> bool:
@@ -242,6 +265,12 @@ def run_spectrum(
                 f.write("batch_sizes", np.array([int(y.shape[0]) for _, y in batches]), axes=["batch"])
         return [int(i) for i in np.flatnonzero(f.read("done"))]
 
+    per_batch = None  # a batch's products: at least one Lanczos basis (PyHessian's iterations are not known)
+    if o.solver == "lanczos":
+        basis = check_request(n_params, top_k, o.which, o.ncv)
+        per_batch = PASSES_PER_PRODUCT * prepared.seconds_per_pass / len(batches) * basis
+    plan = f"spectrum: top {top_k} Hessian eigenvalues ({o.which}) of each of {len(batches)} batches by {o.solver}"
+    prepared.announce(plan, len(batches), "batch", per_batch, progress)
     session = AnalysisFile(out, "spectrum", attrs, force=force, resume=resume)
     with session as (f, skip):
         assert skip is not None

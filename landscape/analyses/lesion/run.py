@@ -453,6 +453,8 @@ def run_lesion(
         f.allocate("done", (n,), bool, fill=False, axes=["block"])
         return state
 
+    plan = f"lesion: {n} blocks removed one at a time, each scored over the samples"
+    prepared.announce(plan, n + 1, "pass", prepared.seconds_per_pass, progress)  # + the intact model's pass
     mine = D.shard(batches)
     session = AnalysisFile(out, "lesion", attrs, force=force, resume=resume)
     with session as (f, state):

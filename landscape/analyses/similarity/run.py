@@ -435,6 +435,9 @@ def run_similarity(
             batches_b = batches
     attrs["n_samples"] = sum(int(x.shape[0]) for x, _ in batches)
     attrs.update(_other_attrs(inputs_b))
+    plan = "similarity: CKA between the blocks of " + ("the model and itself" if other is None else "the two models")
+    passes = 1 if other is None else 2  # a pass of each model over the samples
+    prepared.announce(plan, passes, "pass", prepared.seconds_per_pass, progress)
     session = AnalysisFile(out, "similarity", attrs, force=force, resume=lambda f: f.complete)
     with session as (f, complete):
         if not complete:

@@ -287,6 +287,9 @@ def run_surface(
         directions = dirs.random_directions(
             objective.params, ndim=ndim, seed=o.seed, norm=o.norm, ignore_1d=o.ignore_1d, zero_patterns=patterns
         )
+    n_points = xs.size * (1 if ys is None else ys.size)
+    per_point = prepared.seconds_per_pass * (2 if o.bn == "recompute" else 1)  # + the re-estimation pass
+    prepared.announce(_plan(xs, ys), n_points, "point", per_point, progress)
     return compute_surface(
         objective,
         directions,
@@ -300,6 +303,14 @@ def run_surface(
         progress=progress,
         compile=o.compile,
     )
+
+
+def _plan(xs: np.ndarray, ys: np.ndarray | None) -> str:
+    """What a surface run will compute, in words: its grid and number of points."""
+    x = f"[{xs[0]:g}, {xs[-1]:g}]"
+    if ys is None:
+        return f"surface: a 1D line of {xs.size} points over {x}"
+    return f"surface: {xs.size} x {ys.size} grid over {x} x [{ys[0]:g}, {ys[-1]:g}] ({xs.size * ys.size} points)"
 
 
 def surface(
