@@ -32,6 +32,7 @@ from landscape.options.common import DTYPES, choice
 from landscape.options.hessian import HessianOptions, SpectrumOptions
 from landscape.runtime import distributed
 from landscape.runtime.lifecycle import AnalysisFile
+from landscape.runtime.progress import Progress
 
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
@@ -148,7 +149,10 @@ def run_hessian(
                 f.write("eigenvalues", res.eigenvalues.numpy(), axes=["pair"])
                 f.mark_done()
         if _todo(f, "density/values", o.density):
-            d = spectral_density(op, o.probes, o.steps, o.sigma, grid_points=o.grid_points, seed=o.seed)
+            n_products = o.probes * min(o.steps, op.shape[0])
+            with session.progress("density", n_products, unit="product", progress=progress) as bar:
+                counted = _Counted(op, bar)
+                d = spectral_density(counted, o.probes, o.steps, o.sigma, grid_points=o.grid_points, seed=o.seed)
             if f is not None:
                 f.write("density/nodes", d.nodes.numpy(), axes=["probe", "node"])
                 f.write("density/weights", d.weights.numpy(), axes=["probe", "node"])
@@ -157,7 +161,8 @@ def run_hessian(
                 f.write("density/values", d.values.numpy(), axes=["eigenvalue"])
                 f.mark_done()
         if _todo(f, "trace/samples", o.trace):
-            t = trace_estimate(op, o.trace_samples, o.trace_method, seed=o.seed)
+            with session.progress("trace", o.trace_samples, unit="product", progress=progress) as bar:
+                t = trace_estimate(_Counted(op, bar), o.trace_samples, o.trace_method, seed=o.seed)
             if f is not None:
                 f.set_attrs(
                     {
@@ -172,6 +177,25 @@ def run_hessian(
                 f.write("trace/samples", t.samples.numpy(), axes=["probe"])  # last: marks the section done
                 f.mark_done()
     return session.result
+
+
+class _Counted:
+    """The operator ``op`` with each of its products counted on a :class:`~landscape.runtime.progress.Progress`.
+
+    Every other attribute is ``op``'s own (``shape``, ``dtype``, ``device``, ``plan_products``, ...).
+    """
+
+    def __init__(self, op: HessianOperator, bar: Progress) -> None:
+        self.op, self.bar = op, bar
+
+    def matvec(self, v: Any) -> Any:
+        """``H v`` by ``op``, one more product counted."""
+        out = self.op.matvec(v)
+        self.bar.update(1)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.op, name)
 
 
 #: a Hessian-vector product costs about this many forward passes (a forward, a backward and their double)
