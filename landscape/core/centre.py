@@ -82,8 +82,8 @@ def check_centre(inputs: AnalysisInputs, batches: Sequence[tuple[Tensor, Tensor]
     """Loss and accuracy of the model's own weights on ``batches``, and the time of that one pass.
 
     The :class:`~landscape.core.objective.Objective` of every analysis evaluates them (sample-weighted over
-    the batches), without its checks; nothing random is drawn. A first pass shorter than
-    :data:`WARM_PASS_SECONDS` is timed again (the first pays for warming up) and the shorter time kept.
+    the batches), without its checks, under a forked random state (the caller's is untouched). A first pass
+    shorter than :data:`WARM_PASS_SECONDS` is timed again (the first pays for warming up), the shorter kept.
 
     Args:
         inputs: the analysis inputs (model, device, logits selector).
@@ -94,11 +94,13 @@ def check_centre(inputs: AnalysisInputs, batches: Sequence[tuple[Tensor, Tensor]
         The :class:`CentreCheck`.
     """
     objective = Objective(inputs.model, batches, criterion=criterion, output=inputs.source.output, check=False)
-    with torch.no_grad():
-        classes = int(objective.logits(objective.params, objective.batches[0][0][:1]).shape[-1])
-    evaluation, seconds = _timed(objective)
-    if seconds < WARM_PASS_SECONDS:  # the first pass pays for warming up: time a second, cheap one
-        seconds = min(seconds, _timed(objective)[1])
+    devices = [objective.device] if objective.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):  # a model that draws in eval mode leaves the caller's state alone
+        with torch.no_grad():
+            classes = int(objective.logits(objective.params, objective.batches[0][0][:1]).shape[-1])
+        evaluation, seconds = _timed(objective)
+        if seconds < WARM_PASS_SECONDS:  # the first pass pays for warming up: time a second, cheap one
+            seconds = min(seconds, _timed(objective)[1])
     return CentreCheck(evaluation.data_loss, evaluation.accuracy, classes, seconds)
 
 

@@ -83,3 +83,29 @@ def test_default_standardisation_on_a_model_trained_on_unit_images_warns(trained
 def test_warning_thresholds(loss, accuracy, warned):
     # near chance: accuracy <= 1.5 / 10 = 0.15; far above a uniform guess: loss > 2 log(10) = 4.605
     assert bool(CentreCheck(loss, accuracy, 10, 0.1).warning()) is warned
+
+
+def test_the_check_is_the_weighted_mean_over_the_batches_and_leaves_the_random_state_alone():
+    from landscape.core.centre import check_centre
+    from landscape.core.front import load_inputs
+
+    class Noisy(torch.nn.Module):  # draws from the global generator in eval mode
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(x.flatten(1)) + 0 * torch.rand(())
+
+    torch.manual_seed(1)
+    net = Noisy().eval()
+    batches = [(torch.randn(3, 1, 2, 2), torch.tensor([0, 1, 2])), (torch.randn(1, 1, 2, 2), torch.tensor([2]))]
+    inputs = load_inputs(net, data="digits", device="cpu")
+    before = torch.get_rng_state()
+    check = check_centre(inputs, batches, "cross_entropy")
+    assert torch.equal(torch.get_rng_state(), before)
+    x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+    with torch.no_grad():
+        logits = net.fc(x.flatten(1))
+    assert check.loss == pytest.approx(float(F.cross_entropy(logits, y)), rel=1e-6)  # (3/4) L_1 + (1/4) L_2
+    assert check.accuracy == float((logits.argmax(-1) == y).float().mean()) and check.classes == 3
