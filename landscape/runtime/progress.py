@@ -191,7 +191,7 @@ def live_report(path: str, record: Mapping[str, Any], now: float | None = None) 
     except ValueError:
         identity = {}
     identity = identity if isinstance(identity, dict) else {}
-    for key in ("kind", "model_name", "dataset", "split", "n_samples"):
+    for key in ("kind", "model", "dataset", "split", "n_samples"):
         if identity.get(key) not in (None, ""):
             lines.append(f"  {key}: {identity[key]}")
     if "done" in record:

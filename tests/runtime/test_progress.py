@@ -80,7 +80,11 @@ def test_info_reads_a_live_file_and_the_log_shows_progress_lines(tmp_path):
                 time.sleep(0.05)
             info = CliRunner().invoke(cli, ["info", str(out)])
             assert info.exit_code == 0, info.output
-            assert f"(pid {writer.pid})" in info.output and "kind: surface" in info.output
+            assert (
+                f"(pid {writer.pid})" in info.output
+                and "kind: surface" in info.output
+                and "model: resnet_mini" in info.output
+            )
             assert "progress: surface: 1/3 points (33%)" in info.output
         finally:
             go.touch()
