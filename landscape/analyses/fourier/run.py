@@ -260,7 +260,8 @@ def fourier(
         options: a :class:`~landscape.options.fourier.FourierOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
-        progress: a progress display (None: on a terminal only).
+        progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
+            nothing (:mod:`landscape.runtime.progress`).
         **fields: the options as keywords (the fields of the options class).
 
     Returns:

@@ -72,7 +72,8 @@ def run_hessian(
         model_name: the model's name when ``source`` is a path whose checkpoint does not name it.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: overwrite a file made with other options.
-        progress: show a bar of the Lanczos products (None: only when stderr is a terminal).
+        progress: show what will run and the products on rank 0 (:mod:`landscape.runtime.progress`: a bar on a
+            terminal, a line every 30 s elsewhere); False: nothing.
         command: how the run was asked for, recorded as ``command`` (default: this call).
         batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
             ``options.data`` (:func:`~landscape.core.front.prepare`).
@@ -251,7 +252,8 @@ def run_spectrum(
         model_name: the model's name when ``source`` is a path whose checkpoint does not name it.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: overwrite a file made with other options.
-        progress: show a bar of the batches (None: only when stderr is a terminal).
+        progress: show what will run and the batches on rank 0 (:mod:`landscape.runtime.progress`: a bar on a
+            terminal, a line every 30 s elsewhere); False: nothing.
         command: how the run was asked for, recorded as ``command`` (default: this call).
         batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
             ``options.data`` (:func:`~landscape.core.front.prepare`).
@@ -366,7 +368,8 @@ def hessian(
         options: a :class:`~landscape.options.hessian.HessianOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
-        progress: a progress display (None: on a terminal only).
+        progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
+            nothing (:mod:`landscape.runtime.progress`).
         **fields: the options as keywords (the fields of the options class).
 
     Returns:
@@ -415,7 +418,8 @@ def spectrum(
         options: a :class:`~landscape.options.hessian.SpectrumOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
-        progress: a progress display (None: on a terminal only).
+        progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
+            nothing (:mod:`landscape.runtime.progress`).
         **fields: the options as keywords (the fields of the options class).
 
     Returns:

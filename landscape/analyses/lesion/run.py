@@ -513,7 +513,8 @@ def lesion(
         options: a :class:`~landscape.options.lesion.LesionOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
-        progress: a progress display (None: on a terminal only).
+        progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
+            nothing (:mod:`landscape.runtime.progress`).
         **fields: the options as keywords (the fields of the options class).
 
     Returns:

@@ -492,7 +492,8 @@ def similarity(
         options: a :class:`~landscape.options.similarity.SimilarityOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
-        progress: a progress display (None: on a terminal only).
+        progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
+            nothing (:mod:`landscape.runtime.progress`).
         **fields: the options as keywords (the fields of the options class).
 
     Returns:
