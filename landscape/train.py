@@ -383,7 +383,7 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
         model.train()
         seen, loss_sum, correct = 0, 0.0, 0
         desc = f"epoch {epoch}/{config.epochs}"
-        bar = Progress(desc, steps_per_epoch, unit="step", progress=False if quiet else None)
+        bar = Progress(desc, steps_per_epoch, unit="step", progress=False if quiet else None, last_line=False)
         for x, y in _batches(train_set, config.batch_size, generator):
             x, y = x.to(device), y.to(device)
             target: Tensor = y

@@ -215,6 +215,8 @@ class Progress:
         progress: the run's tri-state (see :func:`display`).
         record: called with the :data:`Record` at the start, at every change and at the end (e.g.
             :meth:`landscape.store.result.ResultFile.record_progress`); None for no record.
+        last_line: print the line that ends the phase (units, time, rate) when stderr is not a terminal;
+            False when the caller prints its own (``landscape train``'s line per epoch).
     """
 
     def __init__(
@@ -226,6 +228,7 @@ class Progress:
         done: int = 0,
         progress: bool | None = None,
         record: Callable[[Record], None] | None = None,
+        last_line: bool = True,
     ) -> None:
         self.desc, self.total, self.unit = desc, None if total is None else int(total), unit
         self.done = self.initial = int(done)
@@ -235,6 +238,7 @@ class Progress:
         self._last_line = self._clock
         self._interval = interval()
         self._record = record
+        self._last_line_wanted = last_line
         self._note = ""
         self._bar: Any = None
         self.closed = False
@@ -305,7 +309,7 @@ class Progress:
         self._save()
         if self._bar is not None:
             self._bar.close()
-        elif self.mode == "lines":
+        elif self.mode == "lines" and self._last_line_wanted:
             seconds = time.monotonic() - self._clock
             made = self.done - self.initial
             count = f"{self.done}/{self.total}" if self.total is not None else f"{self.done}"

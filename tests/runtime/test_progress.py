@@ -94,3 +94,10 @@ def test_info_reads_a_live_file_and_the_log_shows_progress_lines(tmp_path):
     assert "surface: 2/3 points (67%)" in "\n".join(lines) and lines[-1].startswith("surface: 3/3 points done in ")
     done = CliRunner().invoke(cli, ["info", str(out)])
     assert done.exit_code == 0 and "surface result" in done.output  # the finished file reads as before
+
+
+def test_a_phase_whose_caller_prints_its_own_summary_ends_without_a_line(monkeypatch, capsys):
+    monkeypatch.setenv(progress.INTERVAL_ENV, "3600")
+    with progress.Progress("epoch 1/1", 2, unit="step", progress=None, last_line=False) as bar:
+        bar.update(2)
+    assert capsys.readouterr().err == ""  # landscape train prints its own line per epoch
