@@ -109,3 +109,21 @@ def test_the_check_is_the_weighted_mean_over_the_batches_and_leaves_the_random_s
         logits = net.fc(x.flatten(1))
     assert check.loss == pytest.approx(float(F.cross_entropy(logits, y)), rel=1e-6)  # (3/4) L_1 + (1/4) L_2
     assert check.accuracy == float((logits.argmax(-1) == y).float().mean()) and check.classes == 3
+
+
+def test_the_issues_command_line_says_it_before_the_work(trained_on_unit_images, tmp_path):
+    from click.testing import CliRunner
+
+    from landscape.cli import cli
+
+    path, _ = trained_on_unit_images
+    common = ["--ckpt", str(path), "--model", "py:unit_nets:build", "--data", "digits:16", "--device", "cpu"]
+    grid = ["--x", "0:1:2", "--y", "none", "--samples", "64"]
+    result = CliRunner().invoke(cli, ["surface", *common, *grid, "--out", str(tmp_path / "s.h5")])
+    assert result.exit_code == 0, result.output
+    plan, preprocessing, centre, warning = result.stderr.splitlines()[:4]
+    assert plan.startswith("surface: a 1D line of 2 points over [0, 1] on 64 samples of digits:16 (train)")
+    assert preprocessing.startswith("preprocessing: 16 x 16 px") and centre.startswith("centre: loss ")
+    assert warning.startswith("warning: the centre's loss") and warning.endswith("check --mean, --std and --input-size")
+    quiet = CliRunner().invoke(cli, ["surface", *common, *grid, "--quiet", "--out", str(tmp_path / "q.h5")])
+    assert quiet.exit_code == 0 and quiet.stderr == ""
