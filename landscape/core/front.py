@@ -276,7 +276,14 @@ class Prepared:
         return self.centre.seconds
 
     def announce(
-        self, plan: str, units: float, unit: str, seconds_per_unit: float | None, progress: bool | None
+        self,
+        plan: str,
+        units: float,
+        unit: str,
+        seconds_per_unit: float | None,
+        progress: bool | None,
+        *,
+        at_least: bool = False,
     ) -> None:
         """Print, before the work, what will run, the preprocessing and the centre (rank 0; not with ``False``).
 
@@ -288,8 +295,9 @@ class Prepared:
             unit: the unit's name (``point``, ``product``, ``batch``, ...).
             seconds_per_unit: the measured seconds of one (None: no estimate).
             progress: the run's tri-state (``False``: ``--quiet``).
+            at_least: ``units`` is the fewest the work makes (a Lanczos solve restarts as it needs).
         """
-        estimate = progress_display.estimate(units, seconds_per_unit, unit)
+        estimate = progress_display.estimate(units, seconds_per_unit, unit, at_least=at_least)
         sources, values = self.preprocess
         data = (
             "the given batches"

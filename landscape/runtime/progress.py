@@ -108,7 +108,7 @@ def duration(seconds: float) -> str:
     return f"{whole // 3600} h {whole % 3600 // 60} min"
 
 
-def estimate(units: float, seconds_per_unit: float | None, unit: str) -> str:
+def estimate(units: float, seconds_per_unit: float | None, unit: str, *, at_least: bool = False) -> str:
     """The time ``units`` units will take at the measured ``seconds_per_unit``, in words.
 
     ``T = units * seconds_per_unit``, said to be an estimate.
@@ -117,13 +117,15 @@ def estimate(units: float, seconds_per_unit: float | None, unit: str) -> str:
         units: how many units the run will make.
         seconds_per_unit: the measured seconds of one, or None when none was measured.
         unit: the unit's name (singular).
+        at_least: ``units`` is the fewest the run makes (a solver's restarts add more): say so.
 
     Returns:
         E.g. ``estimated 3 min 2 s (0.41 s per point)``; ``""`` without a measurement.
     """
     if seconds_per_unit is None or not math.isfinite(seconds_per_unit):
         return ""
-    return f"estimated {duration(units * seconds_per_unit)} ({duration(seconds_per_unit)} per {unit})"
+    bound = "at least " if at_least else ""
+    return f"estimated {bound}{duration(units * seconds_per_unit)} ({duration(seconds_per_unit)} per {unit})"
 
 
 def announce(lines: Sequence[str], progress: bool | None) -> None:
@@ -285,7 +287,7 @@ class Progress:
             self._bar.update(done - self.done)
         self.done = done
         self._save()
-        if self.mode == "lines":
+        if self.mode == "lines" and (self.total is None or done < self.total):  # the last line ends the phase
             now = time.monotonic()
             if now - self._last_line >= self._interval:
                 self._last_line = now

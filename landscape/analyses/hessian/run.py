@@ -117,7 +117,7 @@ def run_hessian(
         )
     products = _planned_products(o, op.shape[0])
     per_product = PASSES_PER_PRODUCT * prepared.seconds_per_pass
-    prepared.announce(_plan(o, op.shape[0]), products, "product", per_product, progress)
+    prepared.announce(_plan(o, op.shape[0]), products, "product", per_product, progress, at_least=o.top_k > 0)
     session = AnalysisFile(out, "hessian", attrs, force=force)
     with session as (f, _):
         if _todo(f, "eigenvalues", o.top_k > 0):
@@ -296,7 +296,7 @@ def run_spectrum(
         basis = check_request(n_params, top_k, o.which, o.ncv)
         per_batch = PASSES_PER_PRODUCT * prepared.seconds_per_pass / len(batches) * basis
     plan = f"spectrum: top {top_k} Hessian eigenvalues ({o.which}) of each of {len(batches)} batches by {o.solver}"
-    prepared.announce(plan, len(batches), "batch", per_batch, progress)
+    prepared.announce(plan, len(batches), "batch", per_batch, progress, at_least=True)
     session = AnalysisFile(out, "spectrum", attrs, force=force, resume=resume)
     with session as (f, skip):
         assert skip is not None
