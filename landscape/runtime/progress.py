@@ -4,7 +4,8 @@
   time it will take from one measured unit.
 - :class:`Progress` counts the units of one phase of a run (points, products, batches, blocks, steps): a tqdm
   bar when stderr is a terminal; otherwise (a log file, a batch job, a notebook) a line with the rate and the
-  time left every :func:`interval` seconds and one at the end; nothing when quiet. Only rank 0 shows it.
+  time left every :func:`interval` seconds (used as a context manager: also while one unit takes longer, the
+  line then says how long ago the last unit ended) and one at the end; nothing when quiet. Only rank 0 shows it.
   Each change is also handed to ``record`` (a result file writes it into its writer lock sidecar, which
   ``landscape info`` reads while the run goes on).
 - :func:`describe` words such a record: done of total, rate and time left; :func:`live_report` words what
@@ -20,6 +21,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -31,6 +33,8 @@ from landscape.runtime import distributed
 INTERVAL_ENV = "LANDSCAPE_PROGRESS_SECONDS"
 #: the seconds between two progress lines by default
 DEFAULT_INTERVAL = 30.0
+#: the shortest wait of the steady lines' clock (a tiny interval must not spin)
+_MIN_TICK = 0.05
 #: the words of the units whose plural is not the word and an ``s``
 _PLURALS = {"batch": "batches"}
 
@@ -235,7 +239,7 @@ class Progress:
         self.desc, self.total, self.unit = desc, None if total is None else int(total), unit
         self.done = self.initial = int(done)
         self.mode = display(progress)
-        self.started = time.time()
+        self.started = self.updated = time.time()
         self._clock = time.monotonic()
         self._last_line = self._clock
         self._interval = interval()
@@ -243,6 +247,9 @@ class Progress:
         self._last_line_wanted = last_line
         self._note = ""
         self._bar: Any = None
+        self._lines_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
         self.closed = False
         if self.mode == "bar":
             from tqdm import tqdm
@@ -254,7 +261,8 @@ class Progress:
         """What :meth:`describe` and the writer lock sidecar read: phase, unit, counts and times.
 
         Returns:
-            ``desc``, ``unit``, ``done``, ``total``, ``initial``, ``started`` and ``updated``.
+            ``desc``, ``unit``, ``done``, ``total``, ``initial``, ``started`` and ``updated`` (when the last
+            unit ended; seconds since the epoch).
         """
         return {
             "desc": self.desc,
@@ -263,7 +271,7 @@ class Progress:
             "total": self.total,
             "initial": self.initial,
             "started": self.started,
-            "updated": time.time(),
+            "updated": self.updated,
         }
 
     def update(self, n: int = 1) -> None:
@@ -285,13 +293,23 @@ class Progress:
             return
         if self._bar is not None:
             self._bar.update(done - self.done)
-        self.done = done
+        self.done, self.updated = done, time.time()
         self._save()
         if self.mode == "lines" and (self.total is None or done < self.total):  # the last line ends the phase
-            now = time.monotonic()
-            if now - self._last_line >= self._interval:
-                self._last_line = now
-                self._line(describe(self.state()))
+            self._line_if_due()
+
+    def _line_if_due(self, now: float | None = None) -> None:
+        """Print the progress line when :func:`interval` seconds have passed since the last one."""
+        with self._lines_lock:
+            clock = time.monotonic()
+            if clock - self._last_line >= self._interval and not self.closed:
+                self._last_line = clock
+                self._line(describe(self.state(), now))
+
+    def _tick(self) -> None:
+        """The steady lines of a phase used as a context manager, also while one unit takes long."""
+        while not self._stop.wait(max(self._interval, _MIN_TICK)):
+            self._line_if_due(now=time.time())
 
     def note(self, text: str) -> None:
         """A short note shown after the counts (e.g. the running training loss).
@@ -307,7 +325,11 @@ class Progress:
         """End the phase: close the bar, or print the last line (units done, time taken, rate)."""
         if self.closed:
             return
-        self.closed = True
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+        with self._lines_lock:
+            self.closed = True
         self._save()
         if self._bar is not None:
             self._bar.close()
@@ -326,6 +348,13 @@ class Progress:
             self._record(self.state())
 
     def __enter__(self) -> Progress:
+        """Start the phase's steady lines (stderr not a terminal), until the ``with`` block ends.
+
+        One line every :func:`interval` seconds, also while no unit ends.
+        """
+        if self.mode == "lines" and self._ticker is None and not self.closed:
+            self._ticker = threading.Thread(target=self._tick, name="landscape-progress", daemon=True)
+            self._ticker.start()
         return self
 
     def __exit__(

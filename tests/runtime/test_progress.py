@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -102,3 +103,14 @@ def test_a_phase_whose_caller_prints_its_own_summary_ends_without_a_line(monkeyp
     with progress.Progress("epoch 1/1", 2, unit="step", progress=None, last_line=False) as bar:
         bar.update(2)
     assert capsys.readouterr().err == ""  # landscape train prints its own line per epoch
+
+
+def test_a_phase_prints_at_the_interval_while_one_unit_takes_long(monkeypatch, capsys):
+    monkeypatch.setenv(progress.INTERVAL_ENV, "0.05")
+    with progress.Progress("spectrum", 2, unit="batch", progress=None) as bar:
+        time.sleep(0.4)  # the first batch takes long: the lines keep coming, and say since when
+        bar.update(2)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) >= 3 and err[0].startswith("spectrum: 0/2 batches (0%), last update ")
+    assert err[-1].startswith("spectrum: 2/2 batches done in ")
+    assert not any(t.name == "landscape-progress" for t in threading.enumerate())  # the ticker has ended
