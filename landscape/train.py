@@ -44,6 +44,7 @@ from landscape.models.registry import data_kwargs
 from landscape.options import checks
 from landscape.options.names import matches_any
 from landscape.runtime.distributed import launched, resolve_device
+from landscape.runtime.progress import Progress
 from landscape.store.files import ensure_folder, temporary_path
 
 OPTIMIZERS = ("adamw", "sgd")
@@ -381,8 +382,6 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
 
 def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, force: bool) -> TrainResult:
     """The body of :func:`train_model`, run with the global generators already seeded (and forked)."""
-    from tqdm.auto import tqdm
-
     generator = torch.Generator().manual_seed(config.seed)
 
     info = dataset_info(config.data)
@@ -462,7 +461,6 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
     snapshots: list[Path] = []
     if config.snapshot_initial:
         snapshots.append(save(snapshot_path(out, "init"), 0, {}))
-    show = not quiet and sys.stderr.isatty()
     history: list[dict[str, float]] = []
     start = time.perf_counter()
     step = 0
@@ -470,14 +468,9 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
     for epoch in range(1, config.epochs + 1):
         model.train()
         seen, loss_sum, correct = 0, 0.0, 0
-        bar = tqdm(
-            _batches(train_set, config.batch_size, generator),
-            total=steps_per_epoch,
-            desc=f"epoch {epoch}/{config.epochs}",
-            disable=not show,
-            leave=False,
-        )
-        for x, y in bar:
+        desc = f"epoch {epoch}/{config.epochs}"
+        bar = Progress(desc, steps_per_epoch, unit="step", progress=False if quiet else None, last_line=False)
+        for x, y in _batches(train_set, config.batch_size, generator):
             x, y = x.to(device), y.to(device)
             target: Tensor = y
             if mixer is not None:
@@ -502,7 +495,9 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
             seen += len(y)
             loss_sum += float(loss.detach()) * len(y)
             correct += int((logits.argmax(-1) == y).sum())
-            bar.set_postfix(loss=f"{loss_sum / seen:.3f}")
+            bar.note(f"loss {loss_sum / seen:.3f}")
+            bar.update(1)
+        bar.close()
         bad = non_finite_weight(model)  # a last step can break the weights with a finite loss: checked each epoch
         if bad is not None:
             raise _diverged(config, epoch, optimizer, bad)

@@ -48,6 +48,9 @@ class Analysis:
         command: its command line (``landscape <command>``), or None.
         docs: its page in the docs, e.g. ``"analyses.md#surface"``.
         order: its place in the report's sections and the docs' list (smaller first).
+        captions: what each of its figures shows, by the figure's name without the file's stem (e.g.
+            ``"contour"`` for ``<stem>_contour``, ``"spectrum"`` for ``spectrum_<a>_vs_<b>``); the report's
+            captions (:meth:`caption`).
     """
 
     kind: str
@@ -63,6 +66,22 @@ class Analysis:
     docs: str = ""
     order: int = 100
     extra: dict[str, Any] = field(default_factory=dict)
+    captions: dict[str, str] = field(default_factory=dict)
+
+    def caption(self, figure: str) -> str:
+        """What the figure named ``figure`` (its file name without the suffix) shows, from :attr:`captions`.
+
+        A caption's key names the figure when the name is the key, ends with ``_KEY`` (one file's figure,
+        ``<stem>_KEY``) or starts with ``KEY_`` (several files', ``KEY_<a>_vs_<b>``); the longest such key wins.
+
+        Args:
+            figure: the figure's name, e.g. ``resnet_mini_surface_contour``.
+
+        Returns:
+            The caption, or ``""`` when no key names the figure.
+        """
+        keys = [k for k in self.captions if figure == k or figure.endswith(f"_{k}") or figure.startswith(f"{k}_")]
+        return self.captions[max(keys, key=len)] if keys else ""
 
     def figure_module(self) -> Any:
         """The module (or object) with ``check`` and ``plot`` that draws this kind's figures."""

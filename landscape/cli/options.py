@@ -341,7 +341,7 @@ def output_options(default_out: str) -> Callable[[F], F]:
                 click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda."),
                 click.option("--out", default=default_out, show_default=True, type=click.Path(dir_okay=False)),
                 click.option("--force", is_flag=True, help="Overwrite an existing result file from other options."),
-                click.option("--quiet", is_flag=True, help="No progress bar."),
+                click.option("--quiet", is_flag=True, help="No plan before the work, no progress."),
             ],
         )
 

@@ -1,4 +1,6 @@
-"""``landscape surface --ckpt run.pt --x MIN:MAX:NUM [--y MIN:MAX:NUM] ...``: a 1D/2D loss surface to HDF5.
+"""``landscape surface --ckpt run.pt [--x MIN:MAX:NUM] [--y MIN:MAX:NUM|none] ...``: a 2D (or 1D) loss surface to HDF5.
+
+Without grid options the surface is the 21 x 21 plane over [-1, 1]^2; ``--y none`` makes it a 1D line.
 
 The options' defaults and choices are those of :class:`~landscape.options.surface.SurfaceOptions`; the command
 builds one (every value validated there) and calls :func:`landscape.analyses.surface.run.run_surface` once.
@@ -19,6 +21,7 @@ from landscape.options.surface import (
     COMPILE_MODES,
     DIRECTION_KINDS,
     DIRECTION_WHICH,
+    NO_GRID,
     NORMS,
     SurfaceOptions,
 )
@@ -36,7 +39,13 @@ DEFAULTS = SurfaceOptions.defaults()
 )
 @click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=int)
 @click.option("--x", "x", default=DEFAULTS["x"], show_default=True, help="x grid MIN:MAX:NUM (inclusive).")
-@click.option("--y", "y", default=DEFAULTS["y"], help="y grid MIN:MAX:NUM; without it the surface is 1D.")
+@click.option(
+    "--y",
+    "y",
+    default=DEFAULTS["y"],
+    show_default=True,
+    help=f"y grid MIN:MAX:NUM (inclusive), or {NO_GRID} for a 1D line along x.",
+)
 @click.option(
     "--norm",
     default=DEFAULTS["norm"],

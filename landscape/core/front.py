@@ -15,6 +15,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from landscape.core.centre import (
+    CentreCheck,
+    announcement,
+    centre_attrs,
+    check_centre,
+    preprocess_sources,
+    preprocess_values,
+)
 from landscape.core.criteria import select_logits
 from landscape.core.objective import Objective
 from landscape.core.source import AnalysisInputs, ModelSource, resolve_preprocess
@@ -27,6 +35,7 @@ from landscape.models.checkpoint import require_finite_weights
 from landscape.models.external import calling_forward
 from landscape.options.common import AUGMENTED_CRITERION
 from landscape.runtime import distributed
+from landscape.runtime import progress as progress_display
 from landscape.runtime.distributed import resolve_device
 
 
@@ -237,18 +246,60 @@ class Prepared:
         inputs: the model rebuilt from its source, with its dataset, device and preprocessing.
         batches: the fixed ``(x, y)`` batches on the device (targets are label distributions when augmented).
         criterion: ``"cross_entropy"``, or ``"soft_cross_entropy"`` for Paper A's augmented batches.
-        attrs: the result file's root attributes: the provenance and the options' ``attrs()``.
+        attrs: the result file's root attributes: the provenance, the options' ``attrs()`` and the centre's
+            check (:func:`landscape.core.centre.centre_attrs`).
+        centre: the model's own weights measured once on the batches (loss, accuracy, time of the pass).
+        preprocess: where the preprocessing came from and its values (:mod:`landscape.core.centre`).
     """
 
     inputs: AnalysisInputs
     batches: list[tuple[Tensor, Tensor]]
     criterion: str
     attrs: dict[str, Any]
+    centre: CentreCheck
+    preprocess: tuple[dict[str, str], dict[str, Any]]
 
     @property
     def n_samples(self) -> int:
         """The number of samples over all batches."""
         return sum(int(y.shape[0]) for _, y in self.batches)
+
+    @property
+    def seconds_per_pass(self) -> float:
+        """The measured time of one forward pass over every batch at the centre (a unit to estimate with)."""
+        return self.centre.seconds
+
+    def announce(
+        self,
+        plan: str,
+        units: float,
+        unit: str,
+        seconds_per_unit: float | None,
+        progress: bool | None,
+        *,
+        at_least: bool = False,
+    ) -> None:
+        """Print, before the work, what will run, the preprocessing and the centre (rank 0; not with ``False``).
+
+        The time is estimated as ``units * seconds_per_unit`` from one measured unit.
+
+        Args:
+            plan: what will run, e.g. ``surface: 21 x 21 grid over [-1, 1] x [-1, 1] (441 points)``.
+            units: how many units the work makes.
+            unit: the unit's name (``point``, ``product``, ``batch``, ...).
+            seconds_per_unit: the measured seconds of one (None: no estimate).
+            progress: the run's tri-state (``False``: ``--quiet``).
+            at_least: ``units`` is the fewest the work makes (a Lanczos solve restarts as it needs).
+        """
+        estimate = progress_display.estimate(units, seconds_per_unit, unit, at_least=at_least)
+        sources, values = self.preprocess
+        data = (
+            "the given batches"
+            if self.inputs.dataset_spec == GIVEN
+            else f"{self.inputs.dataset_spec} ({self.inputs.split})"
+        )
+        lines = announcement(plan, data, self.n_samples, self.centre, sources, values, estimate)
+        progress_display.announce(lines, progress)
 
 
 def prepare(
@@ -305,7 +356,7 @@ def prepare(
         attrs = inputs.provenance(n_given, options.seed, command=command, **recorded)
         attrs["data_sha256"] = batches_sha256(held)
         criterion = AUGMENTED_CRITERION if held[0][1].is_floating_point() else "cross_entropy"
-        return Prepared(inputs, held, criterion, attrs)
+        return _checked(inputs, held, criterion, attrs, given=True)
     n = options.samples
     if n is None and fraction is not None:
         n = max(1, round(fraction * len(load_dataset(inputs.dataset_spec, inputs.split, preprocess=inputs.preprocess))))
@@ -325,7 +376,17 @@ def prepare(
     n_samples = sum(int(y.shape[0]) for _, y in batches)
     recorded = {k: v for k, v in options.attrs().items() if k != "seed"}  # the seed is the provenance's own
     attrs = inputs.provenance(n_samples, options.seed, command=command, **recorded)
-    return Prepared(inputs, batches, criterion, attrs)
+    return _checked(inputs, batches, criterion, attrs, given=False)
+
+
+def _checked(
+    inputs: AnalysisInputs, batches: list[tuple[Tensor, Tensor]], criterion: str, attrs: dict[str, Any], given: bool
+) -> Prepared:
+    """The :class:`Prepared` inputs with the centre measured and the preprocessing traced, both recorded."""
+    centre = check_centre(inputs, batches, criterion)
+    sources, values = preprocess_sources(inputs, given), preprocess_values(inputs, batches, given)
+    attrs.update(centre_attrs(centre, sources, values))
+    return Prepared(inputs, batches, criterion, attrs, centre, (sources, values))
 
 
 #: what the file records as the dataset and split of data given as batches

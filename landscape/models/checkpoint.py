@@ -58,6 +58,8 @@ UNTRUSTED_MODEL_KWARGS = frozenset(
     }
 )
 HEAD_NAMES = ("head", "fc", "linear", "classifier", "logits")
+#: what to do about weights that do not fit a model named by the user alone
+TRAINED_WITH = "pass the --model and --model-kw it was trained with"
 _PREFIXES = ("module.", "_orig_mod.")
 
 
@@ -391,7 +393,13 @@ def load_model(
     if n_classes is None:
         raise LandscapeError(f"cannot tell the number of classes of {ck.path}: pass --num-classes")
     model = create_model(name, num_classes=n_classes, **kwargs)
-    load_weights(model, ck.state_dict, f"{ck.path} does not fit model {name!r} (num_classes={n_classes}, {kwargs})")
+    hint = (
+        f"the checkpoint itself names model {ck.model_name!r}: drop --model to use it"
+        if model_name is not None and ck.model_name is not None and not same
+        else TRAINED_WITH
+    )
+    what = f"{ck.path} does not fit model {name!r} (num_classes={n_classes}, {kwargs})"
+    load_weights(model, ck.state_dict, what, hint=hint)
     require_finite_weights(model, str(ck.path))
     model.eval()
     return model, ck
@@ -464,13 +472,14 @@ def require_finite_weights(model: nn.Module, where: str = "") -> None:
     _damaged(non_finite_weight(model), where)
 
 
-def load_weights(model: nn.Module, state_dict: dict[str, Tensor], what: str) -> None:
+def load_weights(model: nn.Module, state_dict: dict[str, Tensor], what: str, *, hint: str = TRAINED_WITH) -> None:
     """Load ``state_dict`` into ``model`` strictly; a key or shape mismatch is a one-line error starting ``what``.
 
     Args:
         model: The model to load into (modified in place).
         state_dict: Parameter and buffer names to tensors.
         what: Start of the error message, naming the file and model.
+        hint: what to do, ending the error message.
 
     Raises:
         LandscapeError: If keys are missing or unexpected, or a tensor's shape differs from the model's.
@@ -481,7 +490,7 @@ def load_weights(model: nn.Module, state_dict: dict[str, Tensor], what: str) -> 
     if missing or unexpected:
         raise LandscapeError(
             f"{what}: {len(missing)} missing keys ({_keys(missing)}) and {len(unexpected)} unexpected keys "
-            f"({_keys(unexpected)}); pass the --model and --model-kw it was trained with"
+            f"({_keys(unexpected)}); {hint}"
         )
     shapes = [
         f"{k} {tuple(state_dict[k].shape)} vs {tuple(v.shape)}"
@@ -489,8 +498,5 @@ def load_weights(model: nn.Module, state_dict: dict[str, Tensor], what: str) -> 
         if state_dict[k].shape != v.shape
     ]
     if shapes:
-        raise LandscapeError(
-            f"{what}: {len(shapes)} tensors differ in shape (file vs model: {_keys(shapes)}); "
-            "pass the --model and --model-kw it was trained with"
-        )
+        raise LandscapeError(f"{what}: {len(shapes)} tensors differ in shape (file vs model: {_keys(shapes)}); {hint}")
     model.load_state_dict(state_dict, strict=True)

@@ -58,8 +58,10 @@ DEFAULT_ZERO_PATTERNS = POSITION_PARAMETER_PATTERNS + LEARNED_TOKEN_PATTERNS
 #: ``--compile``: ``auto`` (compile when the measured / recorded compile time pays back over the points left),
 #: ``on`` (compile; eager if compiling fails) or ``off`` (eager)
 COMPILE_MODES = ("auto", "on", "off")
-#: the default x grid (MIN:MAX:NUM)
+#: the default x and y grids (MIN:MAX:NUM): a 21 x 21 plane over [-1, 1]^2
 GRID = "-1:1:21"
+#: the y grid that makes a surface a 1D line (``--y none``; None in Python)
+NO_GRID = "none"
 #: the largest grid a surface may have (its arrays and its ``done`` mask are read into memory)
 MAX_POINTS = 1_000_000
 
@@ -164,7 +166,8 @@ class SurfaceOptions(FieldDefaults):
         samples: images used (fixed, seeded); None for the whole split.
         batch_size: images per fixed batch.
         x: x grid ``MIN:MAX:NUM`` (inclusive).
-        y: y grid ``MIN:MAX:NUM``; None makes the surface 1D.
+        y: y grid ``MIN:MAX:NUM`` (default :data:`GRID`, a plane); None or ``"none"`` (:data:`NO_GRID`) makes the
+            surface a 1D line.
         norm: normalisation of random directions, one of :data:`NORMS`.
         seed: seed of the directions and of the sample choice.
         directions: ``random`` or ``hessian`` (:data:`DIRECTION_KINDS`): x (and y) the top-1 (and top-2) unit
@@ -204,7 +207,7 @@ class SurfaceOptions(FieldDefaults):
     samples: int | None = 1000
     batch_size: int = 128
     x: str = GRID
-    y: str | None = None
+    y: str | None = GRID
     norm: str = "filter"
     seed: int = 0
     directions: str = "random"
@@ -225,6 +228,8 @@ class SurfaceOptions(FieldDefaults):
     augment_copies: int = 1
 
     def __post_init__(self) -> None:
+        if isinstance(self.y, str) and self.y.strip().lower() == NO_GRID:
+            object.__setattr__(self, "y", None)
         object.__setattr__(self, "split", check_data_options(self.split, self.samples, self.batch_size, self.seed))
         check_augment(self.augment, self.augment_copies)
         if self.data is not None and not isinstance(self.data, str):
@@ -254,6 +259,7 @@ class SurfaceOptions(FieldDefaults):
             raise LandscapeError(
                 f"PCA directions of a {self.ndim}D surface need at least {self.ndim + 1} --trajectory "
                 f"snapshots, got {len(self.trajectory)}; give more snapshots"
+                + (f" or --y {NO_GRID} for a line" if self.ndim == 2 else "")
             )
         if self.zero_patterns is not None:
             object.__setattr__(self, "zero_patterns", split_patterns(self.zero_patterns))

@@ -4,8 +4,11 @@
 :func:`landscape.plot.plot_files` into ``DIR/report_figures/`` (``model-<name>/`` per model, ``all-models/`` for the
 figures that overlay several models) and writes ``DIR/report.html``: the summary table (from ``DIR/summary.md``
 when there is one, else one built from the result files), every figure embedded (PNG as base64 ``data:`` URIs,
-SVG inline), grouped by model and by kind, and each file's provenance (:func:`landscape.store.read.describe`) folded
-under its figures. The page loads nothing from the network. With plotly installed (``pip install
+SVG inline), grouped by model and by kind, each captioned with what it shows (its analysis's
+:meth:`~landscape.analyses.registry.Analysis.caption`) and enlarged to the page's width by a click (no script),
+and each file's provenance (:func:`landscape.store.read.describe`) folded under its figures. The result files
+of DIR's sub-folders (e.g. the demo's ``data_size/``) get a section each, with the figures that overlay them.
+The page loads nothing from the network. With plotly installed (``pip install
 'landscape[interactive]'``) each 2D surface also gets a rotatable 3D view, plotly's JavaScript embedded once.
 
 Files that are not landscape results (not HDF5, no ``kind``, being written) and results whose figures cannot be
@@ -42,16 +45,19 @@ PLOTLY_HINT = "pip install 'landscape[interactive]'"
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
-       max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.4; }
+       max-width: 1400px; padding: 0 1em; color: #222; line-height: 1.4; }
 h1 { border-bottom: 2px solid #444; padding-bottom: .2em; }
 h2 { border-bottom: 1px solid #bbb; margin-top: 2em; }
 table { border-collapse: collapse; margin: 1em 0; }
 th, td { border: 1px solid #bbb; padding: .3em .6em; text-align: left; }
 th { background: #eee; }
 .figures { display: flex; flex-wrap: wrap; gap: 1em; }
-figure { margin: 0; border: 1px solid #ddd; padding: .5em; background: #fff; }
-figure img, figure svg { max-width: 540px; height: auto; display: block; }
-figcaption { font-size: .85em; color: #555; margin-top: .3em; }
+figure { margin: 0; border: 1px solid #ddd; padding: .5em; background: #fff; flex: 1 1 560px; max-width: 100%;
+         box-sizing: border-box; cursor: zoom-in; }
+figure:focus { flex-basis: 100%; cursor: zoom-out; outline: 2px solid #89a; }
+figure img, figure svg { width: 100%; height: auto; display: block; }
+figcaption { font-size: .9em; color: #333; margin-top: .3em; }
+figcaption small { color: #777; }
 details { margin: .5em 0 1.5em; }
 summary { cursor: pointer; color: #345; }
 pre { background: #f6f6f6; padding: .6em; overflow-x: auto; font-size: .85em; }
@@ -69,8 +75,14 @@ class _File:
     model: str
     created: str
     result: Any
+    section: str = ""
     figures: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The file's name in the page: ``NAME.h5``, or ``FOLDER/NAME.h5`` in a sub-folder."""
+        return f"{self.section}/{self.path.name}" if self.section else self.path.name
 
 
 def write_report(
@@ -90,8 +102,9 @@ def write_report(
     refused.
 
     Args:
-        folder: the folder holding the result files (``*.h5``; sub-folders are not searched) and, optionally,
-            a ``summary.md`` whose Markdown table becomes the page's summary table.
+        folder: the folder holding the result files (``*.h5``, and those of its sub-folders, one level down;
+            the report's own ``report_figures`` and hidden folders aside) and, optionally, a ``summary.md``
+            whose Markdown table becomes the page's summary table.
         out: the page to write; default ``folder/report.html``.
         fmt: the figure format, ``"png"`` (embedded as base64) or ``"svg"`` (embedded inline).
         interactive: add a rotatable 3D view (plotly) of each 2D surface: ``None`` when plotly is installed,
@@ -123,15 +136,23 @@ def write_report(
             f"no landscape result files (*.h5) in {folder}{reason}; run an analysis ('landscape --help' lists "
             "them) or `landscape demo` first"
         )
-    models = _models_in_order(files)
+    top = [f for f in files if not f.section]
+    models = _models_in_order(top)
     slugs = _slugs(models)
+    sections = list(dict.fromkeys(f.section for f in files if f.section))
+    section_slugs = _slugs(sections)
     for entry in files:
-        _draw(entry, ensure_subfolder(folder, FIGURES_FOLDER, f"model-{slugs[entry.model]}"), fmt)
-    shared = _draw_overlays(files, ensure_subfolder(folder, FIGURES_FOLDER, "all-models"), fmt)
+        where = f"folder-{section_slugs[entry.section]}" if entry.section else f"model-{slugs[entry.model]}"
+        _draw(entry, ensure_subfolder(folder, FIGURES_FOLDER, where), fmt)
+    shared = {"": _draw_overlays(top, ensure_subfolder(folder, FIGURES_FOLDER, "all-models"), fmt)}
+    for section in sections:
+        group = [f for f in files if f.section == section]
+        out_dir = ensure_subfolder(folder, FIGURES_FOLDER, f"folder-{section_slugs[section]}")
+        shared[section] = _draw_overlays(group, out_dir, fmt, models=1)
     summary = folder / "summary.md"
     if summary.is_symlink() and leads_outside(summary, folder):
         skipped.append((summary, f"is a symbolic link to a file outside {folder}; not read"))
-    text = _page(folder, page, files, skipped, models, slugs, shared, plotly)
+    text = _page(folder, page, files, skipped, models, slugs, section_slugs, shared, plotly)
     write_text(page, text, force=force)
     return page
 
@@ -151,10 +172,18 @@ def _plotly(interactive: bool | None) -> Any:
 
 
 def _read_files(folder: Path) -> tuple[list[_File], list[tuple[Path, str]]]:
-    """Every readable result file in ``folder`` (ordered by creation time, then name) and the skipped ones."""
+    """Every readable result file in ``folder`` and its sub-folders, by creation time then name; the skipped ones.
+
+    A file, or a sub-folder, that leads outside ``folder`` (a symbolic link) is not read.
+    """
     files: list[_File] = []
     skipped: list[tuple[Path, str]] = []
-    for path in sorted(p for p in folder.glob("*.h5") if not p.name.startswith(".")):
+    below = sorted(
+        p
+        for p in folder.glob("*/*.h5")
+        if p.parent.name != FIGURES_FOLDER and not p.parent.name.startswith(".") and not p.name.startswith(".")
+    )
+    for path in sorted(p for p in folder.glob("*.h5") if not p.name.startswith(".")) + below:
         if leads_outside(path, folder):
             skipped.append((path, f"is a symbolic link to a file outside {folder}; not read"))
             continue
@@ -167,7 +196,8 @@ def _read_files(folder: Path) -> tuple[list[_File], list[tuple[Path, str]]]:
             skipped.append((path, _reason(exc, path)))
             continue
         created = str(result.attrs.get("created", ""))
-        files.append(_File(path, result.kind, model_name(result), created, result))
+        section = "" if path.parent == folder else path.parent.name
+        files.append(_File(path, result.kind, model_name(result), created, result, section))
     files.sort(key=lambda f: (f.created, f.path.name))
     return files, skipped
 
@@ -222,24 +252,25 @@ def _draw(entry: _File, out_dir: Path, fmt: str) -> None:
     entry.figures = [p for p in written if _is_figure(p, fmt)]
 
 
-def _draw_overlays(files: Sequence[_File], out_dir: Path, fmt: str) -> list[Path]:
-    """The figures that overlay several models (one plot call per kind); figures of one file are left out.
+def _draw_overlays(files: Sequence[_File], out_dir: Path, fmt: str, models: int = 2) -> list[tuple[Path, str]]:
+    """The figures that overlay several files (one plot call per kind), with their kind; one file's are left out.
 
-    A kind is overlaid when files of at least two models have figures and its figure module lets them join
-    (``overlaid(result)``, e.g. a 1D surface but not a 2D one, whose figures are per file). A figure of the
-    overlay call that has the name of a file's own figure (a per-file figure drawn again) is removed, so every
-    figure is shown once.
+    A kind is overlaid when at least two files of at least ``models`` models have figures (several models for
+    DIR's own files; a sub-folder's files, e.g. one model trained on shares of the data, with one) and its figure
+    module lets them join (``overlaid(result)``, e.g. a 1D surface but not a 2D one, whose figures are per
+    file). A figure of the overlay call that has the name of a file's own figure (a per-file figure drawn again)
+    is removed, so every figure is shown once.
 
     Raises:
         LandscapeError: the figures cannot be written.
     """
-    shared: list[Path] = []
+    shared: list[tuple[Path, str]] = []
     for kind in _kinds_in_order(files):
         group = [f for f in files if f.kind == kind and f.figures]
         joins = getattr(figures_of(kind), "overlaid", None)
         if joins is not None:
             group = [f for f in group if joins(f.result)]
-        if len({f.model for f in group}) < 2:
+        if len(group) < 2 or len({f.model for f in group}) < models:
             continue
         own = {p.name for f in group for p in f.figures}
         written = plot_files([f.path for f in group], out_dir, fmt, vtp=False, force=True)
@@ -249,7 +280,7 @@ def _draw_overlays(files: Sequence[_File], out_dir: Path, fmt: str) -> list[Path
             if path.name in own:
                 path.unlink(missing_ok=True)
             else:
-                shared.append(path)
+                shared.append((path, kind))
     return shared
 
 
@@ -347,11 +378,11 @@ def _summary_from_files(files: Sequence[_File]) -> str:
             columns += [c for c in item.numbers(_EMPTY) if c not in columns]
     models = _models_in_order(files)
     order = {kind: i for i, kind in enumerate(_kinds_in_order(files))}
-    ordered = sorted(files, key=lambda f: (models.index(f.model), order[f.kind], f.path.name))
+    ordered = sorted(files, key=lambda f: (f.section, models.index(f.model), order[f.kind], f.path.name))
     rows = []
     for f in ordered:
         cells = _numbers(f)
-        rows.append([f.model, f.kind, f.path.name, *(cells.get(c, MISSING) for c in columns)])
+        rows.append([f.model, f.kind, f.name, *(cells.get(c, MISSING) for c in columns)])
     return _table(["model", "kind", "file", *columns], rows)
 
 
@@ -363,23 +394,35 @@ def _kinds_in_order(files: Sequence[_File]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ the page
-def _embed(path: Path, folder: Path) -> str:
-    """One figure as a ``<figure>``: PNG as a base64 ``data:`` URI, SVG inline (its XML prolog removed)."""
+def _caption(path: Path, kind: str) -> str:
+    """What the figure at ``path`` shows, from the analysis of ``kind`` (``""`` when it does not say)."""
+    return analysis_of(kind).caption(path.stem) if kind in kinds() else ""
+
+
+def _embed(path: Path, folder: Path, kind: str) -> str:
+    """One figure as a ``<figure>`` (a click enlarges it): PNG as a base64 ``data:`` URI, SVG inline.
+
+    Its caption says what it shows (:func:`_caption`), then its file name.
+    """
     rel = html.escape(path.relative_to(folder).as_posix())
     name = html.escape(path.name)
+    caption = _caption(path, kind)
     if path.suffix == ".svg":
         svg = path.read_text(encoding="utf-8")
         body = svg[svg.find("<svg") :]
     else:
         data = base64.b64encode(path.read_bytes()).decode("ascii")
-        body = f'<img alt="{name}" src="data:image/png;base64,{data}">'
-    return f'<figure data-file="{rel}">{body}<figcaption>{name}</figcaption></figure>'
+        body = f'<img alt="{html.escape(caption) or name}" src="data:image/png;base64,{data}">'
+    text = f"{html.escape(caption)}<br><small>{name}</small>" if caption else name
+    attributes = f'data-file="{rel}" tabindex="0" title="click to enlarge"'
+    return f"<figure {attributes}>{body}<figcaption>{text}</figcaption></figure>"
 
 
-def _figures_block(paths: Sequence[Path], folder: Path) -> str:
-    if not paths:
+def _figures_block(figures: Sequence[tuple[Path, str]], folder: Path) -> str:
+    """The figures ``(path, kind)`` side by side."""
+    if not figures:
         return ""
-    return '<div class="figures">\n' + "\n".join(_embed(p, folder) for p in paths) + "\n</div>"
+    return '<div class="figures">\n' + "\n".join(_embed(p, folder, kind) for p, kind in figures) + "\n</div>"
 
 
 def _provenance(entry: _File) -> str:
@@ -392,6 +435,16 @@ def _provenance(entry: _File) -> str:
         f'<details data-file="{html.escape(entry.path.name)}"><summary>Provenance of '
         f"{html.escape(entry.path.name)}</summary>\n<pre>{html.escape(text)}</pre>\n</details>"
     )
+
+
+def _kind_blocks(files: Sequence[_File], folder: Path, plotly: _Plotly | None, where: str) -> list[str]:
+    """The files' blocks under one heading per kind (in report order), ``where`` after each kind's title."""
+    out = []
+    for kind in _kinds_in_order(files):
+        title = analysis_of(kind).title if kind in kinds() else kind
+        out.append(f"<h3>{html.escape(title)}{where}</h3>")
+        out += [_file_block(f, folder, plotly) for f in files if f.kind == kind]
+    return out
 
 
 class _Plotly:
@@ -416,9 +469,9 @@ class _Plotly:
 
 
 def _file_block(entry: _File, folder: Path, plotly: _Plotly | None) -> str:
-    parts = [f"<h4>{html.escape(entry.path.name)}</h4>"]
+    parts = [f"<h4>{html.escape(entry.name)}</h4>"]
     parts += [f'<p class="note">{html.escape(note)}</p>' for note in entry.notes]
-    parts.append(_figures_block(entry.figures, folder))
+    parts.append(_figures_block([(p, entry.kind) for p in entry.figures], folder))
     if plotly is not None:
         parts.append(plotly.view(entry))
     parts.append(_provenance(entry))
@@ -432,31 +485,31 @@ def _page(
     skipped: Sequence[tuple[Path, str]],
     models: Sequence[str],
     slugs: dict[str, str],
-    shared: Sequence[Path],
+    section_slugs: dict[str, str],
+    shared: dict[str, list[tuple[Path, str]]],
     go: Any,
 ) -> str:
     plotly = _Plotly(go) if go is not None else None
+    top = [f for f in files if not f.section]
     title = f"landscape report: {folder.resolve().name or folder}"
     md = folder / "summary.md"
     summary = _summary_from_markdown(md) if md.is_file() and not leads_outside(md, folder) else None
     body = [f"<h1>{html.escape(title)}</h1>", "<nav><ul>"]
     body += [f'<li><a href="#model-{slugs[m]}">{html.escape(m)}</a></li>' for m in models]
-    if shared:
+    if shared[""]:
         body.append(f'<li><a href="#all-models">{ALL_MODELS}</a></li>')
+    body += [f'<li><a href="#folder-{slug}">{html.escape(name)}/</a></li>' for name, slug in section_slugs.items()]
     if skipped:
         body.append('<li><a href="#skipped">Skipped files</a></li>')
     body += ["</ul></nav>", '<h2 id="summary">Summary</h2>', summary or _summary_from_files(files)]
     for model in models:
         body.append(f'<h2 id="model-{slugs[model]}">{html.escape(model)}</h2>')
-        for kind in _kinds_in_order(files):
-            group = [f for f in files if f.model == model and f.kind == kind]
-            if not group:
-                continue
-            title = analysis_of(kind).title if kind in kinds() else kind
-            body.append(f"<h3>{html.escape(title)} ({html.escape(model)})</h3>")
-            body += [_file_block(f, folder, plotly) for f in group]
-    if shared:
-        body += [f'<h2 id="all-models">{ALL_MODELS}</h2>', _figures_block(shared, folder)]
+        body += _kind_blocks([f for f in top if f.model == model], folder, plotly, f" ({html.escape(model)})")
+    if shared[""]:
+        body += [f'<h2 id="all-models">{ALL_MODELS}</h2>', _figures_block(shared[""], folder)]
+    for section, slug in section_slugs.items():
+        body += [f'<h2 id="folder-{slug}">{html.escape(section)}/</h2>', _figures_block(shared[section], folder)]
+        body += _kind_blocks([f for f in files if f.section == section], folder, plotly, f" ({html.escape(section)}/)")
     if skipped:
         body += ['<h2 id="skipped">Skipped files</h2>', "<ul>"]
         body += [f"<li>{html.escape(p.name)}: {html.escape(note)}</li>" for p, note in skipped]

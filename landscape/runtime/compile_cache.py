@@ -13,6 +13,9 @@
   (:func:`record_key`) of the last compile: its seconds (first and latest), and the per-point seconds compiled and
   eager measured in the same run. Written atomically (:func:`landscape.store.files.write_text`), read without
   following a symlink.
+- :func:`quiet_cuda_home_probe` keeps the warning torch's extension builder logs when it is imported on a machine
+  with a CUDA toolkit but no CUDA runtime ("No CUDA runtime is found, using CUDA_HOME=...", inductor imports it)
+  from reaching the user: it says nothing about the run.
 - :func:`pays_back` is the rule ``compile_s + n * t_compiled < n * t_eager``; :func:`estimate` supplies its
   inputs from a record or from the conservative defaults below.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import stat
 from dataclasses import asdict, dataclass
@@ -76,13 +80,41 @@ def usable_cache_dir() -> tuple[Path | None, str]:
     return path, ""
 
 
+#: the logger of torch's C++/CUDA extension builder, and the function of it that probes for a CUDA toolkit
+_EXTENSION_LOGGER = "torch.utils.cpp_extension"
+_CUDA_HOME_PROBE = "_find_cuda_home"
+
+
+class _CudaHomeProbeFilter(logging.Filter):
+    """Drops the warnings of the CUDA toolkit probe that torch's extension builder runs when it is imported."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.funcName == _CUDA_HOME_PROBE and record.levelno == logging.WARNING)
+
+
+def quiet_cuda_home_probe() -> None:
+    """Silence the warning torch's extension builder logs on import without a CUDA runtime (a CPU-only run).
+
+    ``torch.utils.cpp_extension`` looks for a CUDA toolkit when it is imported (inductor imports it on the first
+    compile) and, finding one but no CUDA runtime, logs "No CUDA runtime is found, using CUDA_HOME=...". The record
+    is recognised by its logger and the function that logs it (never by its words) and dropped; the logger's other
+    records pass. Installing the filter twice is the same as once.
+    """
+    logger = logging.getLogger(_EXTENSION_LOGGER)
+    if not any(isinstance(f, _CudaHomeProbeFilter) for f in logger.filters):
+        logger.addFilter(_CudaHomeProbeFilter())
+
+
 def use_inductor_cache() -> str:
     """Point inductor's caches at ``<cache>/inductor`` unless ``TORCHINDUCTOR_CACHE_DIR`` is set to another folder.
+
+    Also silences torch's CUDA toolkit probe (:func:`quiet_cuda_home_probe`), which the compile that follows runs.
 
     Returns:
         The inductor cache folder in force ("" when neither is set and the cache folder is unusable: inductor
         then uses its own default).
     """
+    quiet_cuda_home_probe()
     current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if current and current != _inductor_default():  # torch sets its default itself on first use: not a choice
         return current

@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from landscape import store
 from landscape.runtime import distributed
+from landscape.runtime.progress import Progress
 from landscape.store.result import ResultFile
 
 T = TypeVar("T")
@@ -80,6 +81,27 @@ class AnalysisFile(Generic[T]):
         state = distributed.on_main(open_file)
         self.file = opened[0] if opened else None
         return self.file, state
+
+    def progress(
+        self, desc: str, total: int | None, *, unit: str, done: int = 0, progress: bool | None = None
+    ) -> Progress:
+        """The :class:`~landscape.runtime.progress.Progress` of one phase of the work, recorded in the file's lock.
+
+        Rank 0 records each change in the writer lock sidecar (:meth:`ResultFile.record_progress`), which
+        ``landscape info`` reads while the run goes on; only rank 0 shows it.
+
+        Args:
+            desc: what the phase is, e.g. ``"surface"``.
+            total: its units (None when unknown).
+            unit: the unit's name, singular.
+            done: units already done (a resumed file).
+            progress: the run's tri-state (``False``: show nothing; the record is kept all the same).
+
+        Returns:
+            The progress, to use as a context manager.
+        """
+        record = self.file.record_progress if self.file is not None else None
+        return Progress(desc, total, unit=unit, done=done, progress=progress, record=record)
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None

@@ -13,6 +13,15 @@ import numpy as np
 #: attributes that describe how a run happened, not what it computes; they never block a resume
 VOLATILE = frozenset(
     {"created", "command", "landscape_version", "torch_version", "device", "complete", "identity", "has_results"}
+) | frozenset(  # measured or derived before the work; a file from before these were written still resumes
+    {
+        "centre_loss",
+        "centre_accuracy",
+        "preprocess_source",
+        "preprocess_image_size",
+        "preprocess_mean",
+        "preprocess_std",
+    }
 )
 
 

@@ -5,7 +5,8 @@
   never followed and a failed write never leaves a half-written file under the final name.
 - :class:`WriterLock` is an advisory ``flock`` on a sidecar file ``.NAME.lock`` beside a result file. The
   kernel releases it when its process ends, however it ends, so a held lock always means a live writer.
-  The sidecar records the writer's pid and the identity of its run.
+  The sidecar records the writer's pid, the identity of its run and, as the run goes on, its progress
+  (:meth:`WriterLock.record`), which :func:`live_record` reads without disturbing the writer.
 - :func:`os_error` turns an ``OSError`` into a one-line :class:`~landscape.errors.LandscapeError` chosen by
   the exception's type and ``errno`` (never by the words of its message).
 - :func:`check_replaceable` is the one rule for replacing what is at a path: nothing that is not a regular
@@ -467,13 +468,39 @@ class WriterLock:
                 f"{self.path} is being written by a running analysis (pid {pid}); wait for that "
                 "run to end, or write elsewhere with --out"
             ) from None
-        record = json.dumps({"pid": os.getpid(), "identity": identity}).encode()
+        self._record: dict[str, Any] = {"pid": os.getpid(), "identity": identity}
+        self._written = 0
         try:
             os.ftruncate(self.fd, 0)
-            os.pwrite(self.fd, record, 0)
+            self._write()
         except OSError as exc:
             self.release()
             raise os_error(exc, self.path, "write") from exc
+
+    def _write(self) -> None:
+        """Write the record over the sidecar's start with one ``pwrite``, padded never to shrink.
+
+        The JSON ends at its closing brace; the spaces after it cover a longer record written before.
+        """
+        data = json.dumps(self._record).encode()
+        data = data.ljust(self._written)
+        os.pwrite(self.fd, data, 0)
+        self._written = len(data)
+
+    def record(self, values: dict[str, Any]) -> None:
+        """Add ``values`` (the writer's progress: done, total, started, updated, ...) to the sidecar's record.
+
+        One ``pwrite`` of a few hundred bytes, cheap enough for every unit of work. A failure is ignored: the
+        record only informs ``landscape info``, and the result file's own writes report a full disk.
+
+        Args:
+            values: JSON-ready entries; they replace entries of the same names.
+        """
+        if self.fd < 0:
+            return
+        self._record.update(values)
+        with suppress(OSError):
+            self._write()
 
     def release(self) -> None:
         """Release the lock; the sidecar is removed unless a write failed (it then tells a rerun what it was)."""
@@ -485,13 +512,22 @@ class WriterLock:
         self.fd = -1
 
 
-def _read_record(fd: int) -> dict[str, Any]:
-    try:
-        data = os.pread(fd, 4096, 0)
-        record = json.loads(data.decode() or "{}")
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
+#: the largest sidecar record read
+_MAX_RECORD_BYTES = 1 << 20
+
+
+def _read_record(fd: int, attempts: int = 3) -> dict[str, Any]:
+    """The sidecar's JSON record; ``{}`` when it cannot be read or parsed (a read that met a write is retried)."""
+    for _ in range(attempts):
+        try:
+            data = os.pread(fd, _MAX_RECORD_BYTES, 0)
+            record = json.loads(data.decode() or "{}")
+        except OSError:
+            return {}
+        except ValueError:
+            continue
+        return record if isinstance(record, dict) else {}
+    return {}
 
 
 def live_writer(path: str | Path) -> int | None:
@@ -502,18 +538,35 @@ def live_writer(path: str | Path) -> int | None:
 
     Returns:
         The pid recorded in the sidecar (``-1`` if the lock is held but no pid is recorded), or ``None`` when
-        there is no sidecar or its lock is free.
+        there is no sidecar or its lock is free (:func:`live_record`).
     """
-    file = lock_path(path)
+    record = live_record(path)
+    return None if record is None else int(record.get("pid") or -1)
+
+
+def live_record(path: str | Path) -> dict[str, Any] | None:
+    """What the live writer of result file ``path`` records in its sidecar, or None when no process writes it.
+
+    The sidecar is only read (a shared lock is tried and at once released when it is free), so the writer is
+    never disturbed.
+
+    Args:
+        path: the result file.
+
+    Returns:
+        The record (``pid``, ``identity`` and, once the run has started its work, its progress: ``desc``,
+        ``unit``, ``done``, ``total``, ``initial``, ``started``, ``updated``); None when there is no sidecar or
+        its lock is free.
+    """
     try:
-        fd = _open_sidecar(file, os.O_RDONLY)
-    except (OSError, LandscapeError):  # none, or no lock of ours: a writer would have been refused its lock
+        fd = _open_sidecar(lock_path(path), os.O_RDONLY)
+    except (OSError, LandscapeError):
         return None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return int(_read_record(fd).get("pid") or -1)
+            return _read_record(fd)
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:

@@ -441,6 +441,17 @@ class ResultFile:
 
         self._guard(put)
 
+    def record_progress(self, values: dict[str, Any]) -> None:
+        """Record the run's progress in the writer lock sidecar, for ``landscape info`` to read while it runs.
+
+        Nothing is recorded for a file held in memory or open read-only (no writer lock); a failure is ignored.
+
+        Args:
+            values: e.g. what a :class:`landscape.runtime.progress.Progress` hands over (done, total, times).
+        """
+        if self._lock is not None:
+            self._lock.record(values)
+
     def delete(self, name: str) -> None:
         """Remove array or group ``name`` if present.
 

@@ -107,6 +107,8 @@ def test_train_records_the_spec_and_surface_rebuilds_it_from_the_file(timm_resne
         timm_resnet_ckpt,
         "--x",
         "-1:1:3",
+        "--y",
+        "none",
         "--samples",
         "8",
         "--batch-size",
@@ -296,7 +298,7 @@ def test_torchvision_resnet_state_dict_and_safetensors(tmp_path):
     ]
     for weights in ("w.pth", "w.safetensors"):
         out = tmp_path / f"{weights}.h5"
-        result = invoke("surface", "--ckpt", tmp_path / weights, *common, "--x", "0:1:2", "--out", out)
+        result = invoke("surface", "--ckpt", tmp_path / weights, *common, "--x", "0:1:2", "--y", "none", "--out", out)
         assert result.exit_code == 0, result.output
     a, b = read_result(tmp_path / "w.pth.h5"), read_result(tmp_path / "w.safetensors.h5")
     np.testing.assert_array_equal(a["loss"], b["loss"])

@@ -49,7 +49,7 @@ def assert_one_line_error(code, output, *words):
 def test_a_nan_weight_is_named_and_no_file_is_left(tmp_path):
     ckpt = make_checkpoint(tmp_path / "bad.pt", poison="fc.weight")
     out = tmp_path / "s.h5"
-    code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--out", out)
+    code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--y", "none", "--out", out)
     assert_one_line_error(code, output, "'fc.weight'", "non-finite")
     assert "stochastic" not in output
     assert not out.exists()
@@ -58,10 +58,12 @@ def test_a_nan_weight_is_named_and_no_file_is_left(tmp_path):
 def test_the_same_checkpoint_by_another_path_resumes(tmp_path, monkeypatch):
     make_checkpoint(tmp_path / "a.pt")
     monkeypatch.chdir(tmp_path)
-    code, output = run("surface", "--ckpt", "a.pt", "--x", "-1:1:3", "--out", "s.h5")
+    code, output = run("surface", "--ckpt", "a.pt", "--x", "-1:1:3", "--y", "none", "--out", "s.h5")
     assert code == 0, output
     before = read_result(tmp_path / "s.h5")["loss"]
-    code, output = run("surface", "--ckpt", tmp_path / "a.pt", "--x", "-1:1:3", "--out", tmp_path / "s.h5")
+    code, output = run(
+        "surface", "--ckpt", tmp_path / "a.pt", "--x", "-1:1:3", "--y", "none", "--out", tmp_path / "s.h5"
+    )
     assert code == 0, output
     np.testing.assert_array_equal(read_result(tmp_path / "s.h5")["loss"], before)
 
@@ -69,10 +71,10 @@ def test_the_same_checkpoint_by_another_path_resumes(tmp_path, monkeypatch):
 def test_an_output_folder_that_cannot_be_created_is_one_line(tmp_path):
     ckpt = make_checkpoint(tmp_path / "a.pt")
     (tmp_path / "taken").write_text("a file, not a folder")
-    code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--out", tmp_path / "taken" / "s.h5")
+    code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--y", "none", "--out", tmp_path / "taken" / "s.h5")
     assert_one_line_error(code, output, "cannot")
     assert (tmp_path / "taken").read_text() == "a file, not a folder"
-    code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--out", tmp_path / "free" / "s.h5")
+    code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--y", "none", "--out", tmp_path / "free" / "s.h5")
     assert code == 0, output
 
 
@@ -88,7 +90,7 @@ def test_a_late_option_error_leaves_no_file_that_blocks_the_corrected_command(tm
 def test_a_surface_whose_losses_are_all_nan_says_so(tmp_path):
     ckpt = make_checkpoint(tmp_path / "a.pt")
     out = tmp_path / "s.h5"
-    code, output = run("surface", "--ckpt", ckpt, "--x", "1e30:2e30:2", "--norm", "none", "--out", out)
+    code, output = run("surface", "--ckpt", ckpt, "--x", "1e30:2e30:2", "--y", "none", "--norm", "none", "--out", out)
     assert_one_line_error(code, output, "NaN or Inf")
     res = read_result(out)  # the file is kept and readable, its points done
     assert res["done"].all() and not np.isfinite(res["loss"]).any()
@@ -108,27 +110,29 @@ def test_force_is_refused_while_a_running_analysis_writes_the_file(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "open"
         ckpt = make_checkpoint(tmp_path / "a.pt")
-        code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--out", out, "--force")
+        code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--y", "none", "--out", out, "--force")
         assert_one_line_error(code, output, "being written by a running analysis", str(holder.pid))
         assert out.exists()
     finally:
         holder.stdin.close()
         holder.wait()
-    code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--out", out, "--force")
+    code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--y", "none", "--out", out, "--force")
     assert code == 0, output
 
 
 def test_a_read_only_result_is_read_and_not_replaced(tmp_path):
     ckpt = make_checkpoint(tmp_path / "a.pt")
     out = tmp_path / "s.h5"
-    assert run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--out", out)[0] == 0
+    assert run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--y", "none", "--out", out)[0] == 0
     os.chmod(out, 0o444)
     try:
         code, output = CliRunner().invoke(cli, ["info", str(out)]).exit_code, ""
         assert code == 0
-        code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--out", out)  # same run: complete, as is
+        code, output = run(
+            "surface", "--ckpt", ckpt, "--x", "-1:1:3", "--y", "none", "--out", out
+        )  # same run: complete, as is
         assert code == 0, output
-        code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:5", "--out", out, "--force")
+        code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:5", "--y", "none", "--out", out, "--force")
         assert_one_line_error(code, output, "read-only")
         assert read_result(out)["loss"].shape == (1, 3)
     finally:
@@ -140,7 +144,7 @@ def test_a_plain_state_dict_of_a_non_default_model_loads_with_model_kw_and_val_i
         torch.manual_seed(0)
         model = create_model("resnet_mini", num_classes=10, in_chans=1, widths=(8, 8, 16, 16))
     torch.save(model.state_dict(), tmp_path / "sd.pt")
-    args = ["surface", "--ckpt", tmp_path / "sd.pt", "--model", "resnet_mini", "--x", "0:0:1"]
+    args = ["surface", "--ckpt", tmp_path / "sd.pt", "--model", "resnet_mini", "--x", "0:0:1", "--y", "none"]
     code, output = run(*args, "--out", tmp_path / "a.h5")
     assert_one_line_error(code, output)  # the default widths do not fit the file's tensors
     kw = ["--model-kw", "in_chans=1", "--model-kw", "widths=[8,8,16,16]"]

@@ -15,6 +15,7 @@ from landscape.data.loading import load_dataset
 from landscape.models import create_model
 from landscape.models.checkpoint import save_checkpoint
 from landscape.store.read import read_result
+from tests.helpers import tiny_resnet_checkpoint
 
 ENTRY = str(Path(sys.executable).parent / "landscape")
 COMMON = ["--samples", "48", "--batch-size", "20", "--device", "cpu", "--quiet"]
@@ -67,11 +68,26 @@ def test_surface_command_centre_resume_and_force(tmp_path):
     other = invoke("--ckpt", ckpt, "--x", "-1:1:3", "--y", "0:0.5:2", "--out", out, "--norm", "dim0")
     assert other.exit_code == 2 and "--force" in other.output and "norm" in other.output
     assert len(other.output.strip().splitlines()) == 1
-    forced = invoke("--ckpt", ckpt, "--x", "-1:1:3", "--out", out, "--norm", "dim0", "--force")
+    forced = invoke("--ckpt", ckpt, "--x", "-1:1:3", "--y", "none", "--out", out, "--norm", "dim0", "--force")
     assert forced.exit_code == 0, forced.output
     res1 = read_result(out)
     assert res1.attrs["norm"] == "dim0" and res1["loss"].shape == (1, 3)
     assert res1["loss"][0, 1] == pytest.approx(loss, rel=1e-6)
+
+
+def test_without_grid_options_the_surface_is_the_21_by_21_plane_and_y_none_is_a_line(tmp_path):
+    ckpt, _ = tiny_resnet_checkpoint(tmp_path)
+    tiny = ["--samples", "8", "--batch-size", "8", "--device", "cpu", "--quiet"]
+    plane = CliRunner().invoke(cli, ["surface", "--ckpt", str(ckpt), "--out", str(tmp_path / "p.h5"), *tiny])
+    assert plane.exit_code == 0, plane.output
+    res = read_result(tmp_path / "p.h5")
+    assert res["loss"].shape == (21, 21) and res.attrs["surface_ndim"] == 2
+    np.testing.assert_array_equal(res["xcoordinates"], np.linspace(-1, 1, 21))
+    np.testing.assert_array_equal(res["ycoordinates"], np.linspace(-1, 1, 21))
+    args = ["surface", "--ckpt", str(ckpt), "--x", "-1:1:3", "--y", "None", "--out", str(tmp_path / "l.h5"), *tiny]
+    line = CliRunner().invoke(cli, args)
+    assert line.exit_code == 0, line.output
+    assert "1D surface 3x1" in line.output and read_result(tmp_path / "l.h5").attrs["surface_ndim"] == 1
 
 
 @pytest.mark.parametrize("spec", ["-1:1", "1:-1:3", "0:1:x", "0:1:0"])
@@ -85,14 +101,14 @@ def test_target_direction_lands_on_the_target_and_mismatch_is_an_error(tmp_path)
     ckpt, _ = make_checkpoint(tmp_path / "a.pt", seed=0)
     target, target_model = make_checkpoint(tmp_path / "b.pt", seed=1)
     out = tmp_path / "t.h5"
-    r = invoke("--ckpt", ckpt, "--target", target, "--x", "0:1:2", "--out", out)
+    r = invoke("--ckpt", ckpt, "--target", target, "--x", "0:1:2", "--y", "none", "--out", out)
     assert r.exit_code == 0, r.output
     res = read_result(out)
     assert res.attrs["direction_type"] == "target"
     loss, _ = direct_loss(target_model)
     assert res["loss"][0, 1] == pytest.approx(loss, rel=1e-5)  # alpha = 1 is the target model
     wrong, _ = make_checkpoint(tmp_path / "c.pt", num_classes=5)
-    bad = invoke("--ckpt", ckpt, "--target", wrong, "--x", "0:1:2", "--out", tmp_path / "w.h5")
+    bad = invoke("--ckpt", ckpt, "--target", wrong, "--x", "0:1:2", "--y", "none", "--out", tmp_path / "w.h5")
     assert bad.exit_code == 2 and "does not match the centre model" in bad.output
     assert len(bad.output.strip().splitlines()) == 1
 
@@ -115,7 +131,7 @@ def test_trajectory_gives_pca_directions_and_coordinates(tmp_path):
 def test_bn_recompute_is_recorded(tmp_path):
     ckpt, _ = make_checkpoint(tmp_path / "a.pt")
     out = tmp_path / "bn.h5"
-    r = invoke("--ckpt", ckpt, "--x", "0:0.5:2", "--bn", "recompute", "--out", out)
+    r = invoke("--ckpt", ckpt, "--x", "0:0.5:2", "--y", "none", "--bn", "recompute", "--out", out)
     assert r.exit_code == 0, r.output
     res = read_result(out)
     assert res.attrs["bn"] == "recompute" and res.attrs["batch_points"] == 1
@@ -148,7 +164,7 @@ def test_entry_point_surface_info_and_plot(tmp_path):
         env=env,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == ""  # no progress bar when stderr is not a terminal
+    assert "Warning" not in proc.stderr and "\r" not in proc.stderr  # lines of its own, no bar, no warning
     info = subprocess.run([ENTRY, "info", str(out)], capture_output=True, text=True, env=env)
     assert info.returncode == 0 and "surface result" in info.stdout
     assert "directions/x/: " in info.stdout and "(6 of 6 done)" in info.stdout and "norm: filter" in info.stdout

@@ -135,7 +135,7 @@ def ckpt(tmp_path_factory):
 def test_surface_centre_is_the_soft_target_loss_on_the_same_augmented_batches(ckpt, tmp_path, digits):
     path, model = ckpt
     out = tmp_path / "aug.h5"
-    args = ["surface", "--ckpt", str(path), "--samples", "24", "--batch-size", "10", "--x", "-1:1:3"]
+    args = ["surface", "--ckpt", str(path), "--samples", "24", "--batch-size", "10", "--x", "-1:1:3", "--y", "none"]
     r = CliRunner().invoke(
         cli, [*args, "--augment", "paper-a", "--augment-copies", "2", "--out", str(out), "--device", "cpu", "--quiet"]
     )

@@ -193,6 +193,20 @@ def test_mismatch_lists_keys(tmp_path, fake_zoo):
     torch.save(TinyNet(width=4).state_dict(), tmp_path / "w4.pt")
     msg = one_line_error(load_model, tmp_path / "w4.pt", "tiny", width=8)
     assert "differ in shape" in msg and "features.0.weight (4, 1, 3, 3) vs (8, 1, 3, 3)" in msg
+    assert msg.endswith("pass the --model and --model-kw it was trained with")
+
+
+def test_a_wrong_model_for_a_checkpoint_that_names_its_own_says_so_and_that_model_can_be_dropped(tmp_path):
+    from landscape.models import create_model
+
+    model = create_model("resnet_mini", num_classes=10, in_chans=1, widths=(4, 8), layers=(1, 1))
+    path = save_checkpoint(
+        tmp_path / "r.pt", model, model_name="resnet_mini", model_kwargs=model.model_kwargs, num_classes=10
+    )
+    msg = one_line_error(load_model, path, "vit_mini")
+    assert "does not fit model 'vit_mini'" in msg and "missing keys" in msg
+    assert msg.endswith("the checkpoint itself names model 'resnet_mini': drop --model to use it")
+    assert load_model(path)[1].model_name == "resnet_mini"
 
 
 def test_infer_num_classes():

@@ -68,7 +68,7 @@ def ckpts(tmp_path_factory):
         ({"reg_coef": math.nan}, "--reg-coef"),
         ({"reg_coef": -1.0}, "--reg-coef"),
         ({"target": "a.pt", "trajectory": ("b.pt",)}, "--target or --trajectory"),
-        ({"trajectory": ("a.pt",)}, "at least 2 --trajectory snapshots"),
+        ({"y": None, "trajectory": ("a.pt",)}, "at least 2 --trajectory snapshots"),
         ({"y": "-1:1:3", "trajectory": ("a.pt", "b.pt")}, "at least 3 --trajectory snapshots"),
         ({"ignore_1d": "yes"}, "ignore_1d"),
     ],
@@ -103,7 +103,9 @@ def test_invalid_fourier_options_are_one_line_errors(kwargs, match):
 
 
 def test_options_are_normalised_and_frozen():
-    o = SurfaceOptions(batch_points="4", trajectory=["a.pt", "b.pt"], zero_patterns=("*a*,*b*", "*c*"), reg_coef=1)
+    o = SurfaceOptions(
+        batch_points="4", y=None, trajectory=["a.pt", "b.pt"], zero_patterns=("*a*,*b*", "*c*"), reg_coef=1
+    )
     assert o.batch_points == 4 and o.trajectory == ("a.pt", "b.pt") and o.zero_patterns == ("*a*", "*b*", "*c*")
     assert isinstance(o.reg_coef, float)
     assert SurfaceOptions(zero_patterns=()).patterns == ()
@@ -124,8 +126,10 @@ def test_cli_rejects_invalid_options_before_loading_anything(tmp_path):
     cases = [
         (["surface", "--x", "0:1:0"], "bad grid --x"),
         (["surface", "--batch-points", "0"], "--batch-points"),
-        (["surface", "--batch-points", "100000000"], "more than the 21 points"),
-        (["surface", "--x", "0:1:100000000"], "100000000 x 1 grid has 100,000,000 points"),
+        (["surface", "--batch-points", "100000000"], "more than the 441 points"),
+        (["surface", "--x", "0:1:100000000"], "100000000 x 21 grid has 2,100,000,000 points"),
+        (["surface", "--x", "0:1:100000000", "--y", "none"], "100000000 x 1 grid has 100,000,000 points"),
+        (["surface", "--trajectory", "a.pt", "--trajectory", "b.pt"], "or --y none for a line"),
         (["surface", "--y", "0:1:100000"], "21 x 100000 grid"),
         (["surface", "--reg-coef", "nan"], "--reg-coef"),
         (["fourier", "--noise-strength", "nan"], "--noise-strength"),
@@ -162,7 +166,7 @@ def test_surface_attrs_are_what_the_file_records(ckpts, tmp_path):
     changed = {k for k in default.attrs() if default.attrs()[k] != o.attrs()[k]}
     assert changed == {"batch_size", "xgrid"}
     cases = [
-        o,
+        dataclasses.replace(o, y="-1:1:2"),
         SurfaceOptions(
             **small,
             y="-0.5:0.5:2",
@@ -173,9 +177,9 @@ def test_surface_attrs_are_what_the_file_records(ckpts, tmp_path):
             zero_patterns=("layer1*",),
             ignore_1d=False,
         ),
-        SurfaceOptions(**small, target=str(ckpts[1])),
+        SurfaceOptions(**small, y=None, target=str(ckpts[1])),
         SurfaceOptions(**small, y="-1:1:2", target=str(ckpts[1]), regularizer="l2", reg_coef=0.1),
-        SurfaceOptions(**small, trajectory=(str(ckpts[1]), str(ckpts[2]))),
+        SurfaceOptions(**small, y="none", trajectory=(str(ckpts[1]), str(ckpts[2]))),
         SurfaceOptions(**small, y="-1:1:2", trajectory=tuple(str(p) for p in ckpts[1:])),
     ]
     for k, options in enumerate(cases):

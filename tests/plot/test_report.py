@@ -1,7 +1,9 @@
 """`landscape report DIR`: one self-contained page, every figure embedded, provenance folded, nothing from the net."""
 
 import base64
+import html
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -424,3 +426,45 @@ def test_a_file_that_keeps_data_elsewhere_is_skipped_with_a_note(tmp_path, how):
     text = write_report(folder, interactive=False).read_text()
     assert "crafted.h5: is refused" in text and "SECRET" not in text
     assert not list((folder / FIGURES_FOLDER).rglob("crafted*"))
+
+
+def test_every_figure_is_captioned_with_what_it_shows_and_enlarges_on_a_click(report):
+    from landscape.analyses.registry import analysis_of
+
+    _, path, page = report
+    text = path.read_text(encoding="utf-8")
+    figure = r'<figure data-file="([^"]+)" tabindex="0"[^>]*>.*?<figcaption>(.*?)</figcaption>'
+    captions = re.findall(figure, text, re.S)
+    assert len(captions) == len(page.figures)  # every figure takes the focus: a click enlarges it (CSS, no script)
+    assert "figure:focus" in text and all(src is None for src, _ in page.scripts)
+    for file, caption in captions:
+        shown, name = caption.split("<br><small>")
+        assert shown and name == f"{Path(file).name}</small>"  # what it shows first, its file name below
+    contour = analysis_of("surface").caption("toy_surface_contour")
+    assert contour.startswith("Loss contours") and html.escape(contour) in text
+    assert analysis_of("spectrum").caption("spectrum_a_vs_b") == analysis_of("spectrum").caption("x_spectrum")
+    assert analysis_of("surface").caption("toy_surface_contourf") != contour  # the longest name wins
+    assert analysis_of("surface").caption("unrelated") == ""
+
+
+def test_results_in_sub_folders_get_a_section_with_their_overlay_and_nothing_outside_is_read(tmp_path):
+    folder, outside = tmp_path / "demo", tmp_path / "outside"
+    (folder / "data_size").mkdir(parents=True)
+    outside.mkdir()
+    eig = spectrum_arrays(np.array([[1.0, 2.0], [0.5, 3.0]]))
+    write_result(folder / "m_spectrum.h5", "spectrum", eig, model="m")
+    for share in ("0.25", "0.5"):
+        write_result(folder / "data_size" / f"m_data{share}_spectrum.h5", "spectrum", eig, model="m")
+    write_result(outside / "theirs.h5", "spectrum", eig, model="theirs")
+    (folder / "elsewhere").symlink_to(outside)
+    page = Page(write_report(folder, interactive=False).read_text())
+    h2 = [text for tag, text in page.headings if tag == "h2"]
+    assert h2 == ["Summary", "m", "data_size/", "Skipped files"]
+    assert "Hessian spectrum (data_size/)" in [text for tag, text in page.headings if tag == "h3"]
+    drawn = {p.name for p in (folder / FIGURES_FOLDER / "folder-data_size").iterdir()}
+    overlay = "spectrum_m_data0.25_spectrum_vs_m_data0.5_spectrum.png"  # the "more data" comparison
+    assert drawn == {"m_data0.25_spectrum_spectrum.png", "m_data0.5_spectrum_spectrum.png", overlay}
+    assert_embeds_every_figure(folder, page)
+    notes = {line.split(":", 1)[0]: line for line in page.skipped}
+    assert "symbolic link to a file outside" in notes["theirs.h5"]
+    assert all("theirs" not in text for _, text in page.headings)

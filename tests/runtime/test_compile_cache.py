@@ -107,3 +107,28 @@ def test_inductor_cache_goes_to_the_cache_folder_unless_the_user_chose_one(cache
     assert cc.use_inductor_cache() == str(cache / "inductor") == os.environ["TORCHINDUCTOR_CACHE_DIR"]
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
     assert cc.use_inductor_cache() == str(cache / "inductor") and (cache / "inductor").is_dir()
+
+
+def test_the_cuda_home_probe_warning_of_a_cpu_only_run_is_silenced_and_other_records_pass(tmp_path):
+    import subprocess
+    import sys
+
+    toolkit = tmp_path / "cuda"  # a CUDA toolkit folder without a CUDA runtime: the probe warns on import
+    toolkit.mkdir()
+    script = """
+import sys
+import landscape.runtime.compile_cache as c
+c.use_inductor_cache()
+import torch.utils.cpp_extension as e
+e._find_cuda_home()
+e.logger.warning("another record")
+print("UNFILTERED", file=sys.stderr, flush=True)
+e.logger.filters.clear()
+e._find_cuda_home()
+"""
+    env = {**os.environ, "CUDA_HOME": str(toolkit), "CUDA_VISIBLE_DEVICES": ""}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    quiet, loud = run.stderr.split("UNFILTERED")
+    assert "No CUDA runtime is found" not in quiet and "another record" in quiet
+    assert "No CUDA runtime is found" in loud  # what a user saw without the filter

@@ -8,6 +8,7 @@ a variance sum and a count), never the maps of more than one batch.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ from landscape.core.front import batch_images, eval_model
 from landscape.errors import LandscapeError
 from landscape.models.taps import FeatureTaps, as_grid
 from landscape.options.fourier import FREQUENCY_AXES, PROFILES  # defined once, with the options
+from landscape.runtime.progress import Progress
 
 
 @dataclass
@@ -196,7 +198,7 @@ def fourier_profile(
     taps: Sequence[str] | Sequence[tuple[str, str]] | None = None,
     profile: str = "diagonal",
     maps: bool = False,
-    progress: bool = False,
+    progress: bool | Progress = False,
 ) -> FourierProfile:
     """Accumulate Paper A's Fourier profile and the variance of every block's feature map over ``batches``.
 
@@ -214,7 +216,8 @@ def fourier_profile(
         profile: ``"diagonal"`` or ``"radial"``.
         maps: also keep the full ``(h, w)`` map of each layer for a diagonal profile (see
             :meth:`FourierProfile.mean_map`).
-        progress: show a progress bar over the batches.
+        progress: count the batches on this :class:`~landscape.runtime.progress.Progress`, or ``True`` to show
+            one of its own (a bar on a terminal, lines elsewhere).
 
     Returns:
         The :class:`FourierProfile` with float64 running sums of every layer.
@@ -230,12 +233,10 @@ def fourier_profile(
     reader = FeatureTaps(net, taps)
     full_map = maps or profile == "radial"
     result = FourierProfile(profile)
-    batches = list(batches) if progress else batches
-    if progress:
-        from tqdm.auto import tqdm
-
-        batches = tqdm(batches, desc="fourier", unit="batch", leave=False)
-    with reader, torch.no_grad():
+    batches = list(batches)
+    own = not isinstance(progress, Progress)
+    bar = Progress("fourier", len(batches), unit="batch", progress=None if progress else False) if own else progress
+    with reader, torch.no_grad(), bar if own else contextlib.nullcontext():
         for batch in batches:
             x = batch_images(batch)
             features = reader(x)
@@ -258,6 +259,7 @@ def fourier_profile(
                     layer.variance_sum = layer.variance_sum + var
                 result.layers[i].count += grid.shape[0] * grid.shape[1]
             result.n_samples += x.shape[0]
+            bar.update(1)
     if not result.layers:
         raise LandscapeError("no batches to analyse; give at least one sample")
     return result

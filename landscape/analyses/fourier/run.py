@@ -18,7 +18,6 @@ File layout (kind ``fourier``; docs/schema.md, fourier):
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +33,7 @@ from landscape.errors import LandscapeError
 from landscape.options.fourier import FourierOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import AnalysisFile
+from landscape.runtime.progress import Progress
 
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
@@ -106,7 +106,8 @@ def run_fourier(
         model_name: the model of a checkpoint that does not name it.
         force: overwrite an existing file from other options.
         device: ``auto``, ``cpu`` or ``cuda``.
-        progress: progress bars on rank 0 (None: only when stderr is a terminal).
+        progress: show the progress on rank 0 (:mod:`landscape.runtime.progress`: a bar on a terminal, a line
+            every 30 s elsewhere); False: nothing.
         command: how the run was asked for, recorded as ``command`` (default: this call).
         batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
             ``options.data`` (:func:`~landscape.core.front.prepare`).
@@ -142,20 +143,25 @@ def run_fourier(
             "bands": [int(i) for i in np.flatnonzero(f.read("noise/done"))] if "noise/done" in f else [],
         }
 
-    show = D.is_main() and (sys.stderr.isatty() if progress is None else bool(progress))
+    plan = f"fourier: {o.profile} profile of every block's feature maps" + (
+        f", accuracy under {len(o.bands)} noise bands" if o.noise_bands else ""
+    )
+    passes = 1 + (1 + len(o.bands) if o.noise_bands else 0)  # the profile; the clean and each band's accuracy
+    prepared.announce(plan, passes, "pass", prepared.seconds_per_pass, progress)
     mine = D.shard(list(enumerate(batches)))
     session = AnalysisFile(out, "fourier", attrs, force=force, resume=resume)
     with session as (f, state):
         assert state is not None
         if not state["complete"]:
             if not state["profile"]:
-                part = (
-                    fourier_profile(
-                        net, [b for _, b in mine], profile=o.profile, maps=o.maps, progress=show, taps=o.taps
+                with session.progress("fourier", len(mine), unit="batch", progress=progress) as bar:
+                    part = (
+                        fourier_profile(
+                            net, [b for _, b in mine], profile=o.profile, maps=o.maps, progress=bar, taps=o.taps
+                        )
+                        if mine
+                        else None
                     )
-                    if mine
-                    else None
-                )
                 if part is not None and D.active():  # gathered by pickling: sums travel on the CPU
                     for la in part.layers:
                         la.log_amplitude_sum, la.variance_sum = la.log_amplitude_sum.cpu(), la.variance_sum.cpu()
@@ -163,7 +169,9 @@ def run_fourier(
                 if f is not None:
                     write_profile(f, result, o.frequency_axis, o.maps)
             if o.noise_bands:
-                _write_noise(f, net, mine, o, show, inputs.source.output, state["bands"])
+                done = len(state["bands"])
+                with session.progress("noise bands", len(o.bands), unit="band", done=done, progress=progress) as bar:
+                    _write_noise(f, net, mine, o, bar, inputs.source.output, state["bands"])
     return session.result
 
 
@@ -178,7 +186,7 @@ def _write_noise(
     net: nn.Module,
     mine: list,
     o: FourierOptions,
-    show: bool,
+    bar: Progress,
     output: str | int | None,
     done: Sequence[int],
 ) -> None:
@@ -189,12 +197,10 @@ def _write_noise(
         net: the classifier in eval mode.
         mine: this rank's ``(j, (x, y))`` batches.
         o: the options: bands, width, construction and its amplitude (``noise_strength`` or ``noise_eps``), seed.
-        show: show a progress bar.
+        bar: counts the bands done.
         output: where the logits are in the model's output.
         done: indices of the bands already in the file.
     """
-    from tqdm.auto import tqdm
-
     bands = list(o.bands)
     n = len(bands)
     if f is not None:
@@ -203,32 +209,30 @@ def _write_noise(
         f.allocate("noise/accuracy", (n,), "f8", fill=np.nan, axes=["band"])
         f.allocate("noise/accuracy_drop", (n,), "f8", fill=np.nan, axes=["band"])
         f.allocate("noise/done", (n,), bool, fill=False, axes=["band"])
-    bar = tqdm(total=n, initial=len(done), desc="noise bands", unit="band", disable=not show, leave=False)
     clean = 0.0
-    with bar:
-        for i, acc in band_accuracies(
-            net,
-            mine,
-            bands,
-            width=o.noise_width,
-            strength=o.noise_strength,
-            seed=o.seed,
-            output=output,
-            construction=o.noise_construction,
-            eps=o.noise_eps,
-            skip=done,
-            combine=_summed,
-        ):
-            if i is None:
-                clean = acc
-                if f is not None:
-                    f.set_attrs({"clean_accuracy": acc}, at="noise")
-                continue
+    for i, acc in band_accuracies(
+        net,
+        mine,
+        bands,
+        width=o.noise_width,
+        strength=o.noise_strength,
+        seed=o.seed,
+        output=output,
+        construction=o.noise_construction,
+        eps=o.noise_eps,
+        skip=done,
+        combine=_summed,
+    ):
+        if i is None:
+            clean = acc
             if f is not None:
-                f.write_at("noise/accuracy", i, acc)
-                f.write_at("noise/accuracy_drop", i, clean - acc)
-                f.mark_done("noise/done", i)
-            bar.update(1)
+                f.set_attrs({"clean_accuracy": acc}, at="noise")
+            continue
+        if f is not None:
+            f.write_at("noise/accuracy", i, acc)
+            f.write_at("noise/accuracy_drop", i, clean - acc)
+            f.mark_done("noise/done", i)
+        bar.update(1)
 
 
 def fourier(
@@ -256,7 +260,8 @@ def fourier(
         options: a :class:`~landscape.options.fourier.FourierOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
-        progress: a progress display (None: on a terminal only).
+        progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
+            nothing (:mod:`landscape.runtime.progress`).
         **fields: the options as keywords (the fields of the options class).
 
     Returns:

@@ -11,7 +11,6 @@ section; spectrum: by batch); one of other options needs ``force``.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,42 +33,16 @@ from landscape.options.common import DTYPES, choice
 from landscape.options.hessian import HessianOptions, SpectrumOptions
 from landscape.runtime import distributed
 from landscape.runtime.lifecycle import AnalysisFile
+from landscape.runtime.progress import Progress
 
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
-
-
-def _show(progress: bool | None) -> bool:
-    """Whether this rank shows progress: only rank 0, and with ``None`` only when stderr is a terminal."""
-    if not distributed.is_main():
-        return False
-    return sys.stderr.isatty() if progress is None else bool(progress)
 
 
 def _dtype(name: str) -> Any:
     import torch
 
     return getattr(torch, choice(name, "--dtype", DTYPES))
-
-
-class _Products:
-    """A progress bar of Hessian-vector products for a solver's ``callback`` (no bar when not shown)."""
-
-    def __init__(self, desc: str, show: bool) -> None:
-        self.bar = None
-        if show:
-            from tqdm import tqdm
-
-            self.bar = tqdm(desc=desc, unit="HVP")
-
-    def __call__(self, n_matvec: int, *_: Any) -> None:
-        if self.bar is not None:
-            self.bar.update(n_matvec - self.bar.n)
-
-    def close(self) -> None:
-        """Close the progress bar (nothing to do when it is not shown)."""
-        if self.bar is not None:
-            self.bar.close()
 
 
 def run_hessian(
@@ -102,7 +75,8 @@ def run_hessian(
         model_name: the model's name when ``source`` is a path whose checkpoint does not name it.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: overwrite a file made with other options.
-        progress: show a bar of the Lanczos products (None: only when stderr is a terminal).
+        progress: show what will run and the products on rank 0 (:mod:`landscape.runtime.progress`: a bar on a
+            terminal, a line every 30 s elsewhere); False: nothing.
         command: how the run was asked for, recorded as ``command`` (default: this call).
         batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
             ``options.data`` (:func:`~landscape.core.front.prepare`).
@@ -145,11 +119,13 @@ def run_hessian(
             steps, op.shape[0], op.dtype, op.device, f"a Lanczos quadrature of {steps} steps", "lower --steps"
         )
     blocks = hessian_blocks(objective, o, op.names) if o.per_block else []  # a bad --block: before the file
+    products = _planned_products(o, op.shape[0])
+    per_product = PASSES_PER_PRODUCT * prepared.seconds_per_pass
+    prepared.announce(_plan(o, op.shape[0]), products, "product", per_product, progress, at_least=o.top_k > 0)
     session = AnalysisFile(out, "hessian", attrs, force=force)
     with session as (f, _):
         if _todo(f, "eigenvalues", o.top_k > 0):
-            bar = _Products("lanczos", _show(progress))
-            try:
+            with session.progress("lanczos", None, unit="product", progress=progress) as bar:
                 res = lanczos(
                     op,
                     k=o.top_k,
@@ -159,10 +135,8 @@ def run_hessian(
                     maxiter=o.maxiter,
                     seed=o.seed,
                     return_eigenvectors=o.eigenvectors,
-                    callback=bar,
+                    callback=lambda n_matvec, *_: bar.to(n_matvec),
                 )
-            finally:
-                bar.close()
             if f is not None:
                 if o.eigenvectors:
                     f.write("eigenvectors", res.eigenvectors.cpu().numpy(), axes=["parameter", "pair"])
@@ -180,7 +154,10 @@ def run_hessian(
                 f.write("eigenvalues", res.eigenvalues.numpy(), axes=["pair"])
                 f.mark_done()
         if _todo(f, "density/values", o.density):
-            d = spectral_density(op, o.probes, o.steps, o.sigma, grid_points=o.grid_points, seed=o.seed)
+            n_products = o.probes * min(o.steps, op.shape[0])
+            with session.progress("density", n_products, unit="product", progress=progress) as bar:
+                counted = _Counted(op, bar)
+                d = spectral_density(counted, o.probes, o.steps, o.sigma, grid_points=o.grid_points, seed=o.seed)
             if f is not None:
                 f.write("density/nodes", d.nodes.numpy(), axes=["probe", "node"])
                 f.write("density/weights", d.weights.numpy(), axes=["probe", "node"])
@@ -189,7 +166,8 @@ def run_hessian(
                 f.write("density/values", d.values.numpy(), axes=["eigenvalue"])
                 f.mark_done()
         if _todo(f, "trace/samples", o.trace):
-            t = trace_estimate(op, o.trace_samples, o.trace_method, seed=o.seed)
+            with session.progress("trace", o.trace_samples, unit="product", progress=progress) as bar:
+                t = trace_estimate(_Counted(op, bar), o.trace_samples, o.trace_method, seed=o.seed)
             if f is not None:
                 f.set_attrs(
                     {
@@ -206,6 +184,45 @@ def run_hessian(
         if blocks and not distributed.broadcast_object(f is not None and f.complete):
             write_blocks(f, objective, blocks, o)
     return session.result
+
+
+class _Counted:
+    """The operator ``op`` with each of its products counted on a :class:`~landscape.runtime.progress.Progress`.
+
+    Every other attribute is ``op``'s own (``shape``, ``dtype``, ``device``, ``plan_products``, ...).
+    """
+
+    def __init__(self, op: HessianOperator, bar: Progress) -> None:
+        self.op, self.bar = op, bar
+
+    def matvec(self, v: Any) -> Any:
+        """``H v`` by ``op``, one more product counted."""
+        out = self.op.matvec(v)
+        self.bar.update(1)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.op, name)
+
+
+#: a Hessian-vector product costs about this many forward passes (a forward, a backward and their double)
+PASSES_PER_PRODUCT = 4
+
+
+def _planned_products(o: HessianOptions, n: int) -> int:
+    """The products a hessian run makes at least: one Lanczos basis, the density's probes x steps, the trace's."""
+    eigen = check_request(n, o.top_k, o.which, o.ncv) if o.top_k > 0 else 0  # one Lanczos basis
+    return eigen + (o.probes * min(o.steps, n) if o.density else 0) + (o.trace_samples if o.trace else 0)
+
+
+def _plan(o: HessianOptions, n: int) -> str:
+    """What a hessian run will compute, in words."""
+    parts = [f"top {o.top_k} eigenvalues ({o.which}) by Lanczos"] if o.top_k > 0 else []
+    if o.density:
+        parts.append(f"SLQ density ({o.probes} probes x {min(o.steps, n)} steps)")
+    if o.trace:
+        parts.append(f"trace ({o.trace_samples} {o.trace_method} samples)")
+    return f"hessian of {n} parameters: " + (", ".join(parts) or "nothing")
 
 
 def _todo(f: store.ResultFile | None, name: str, wanted: bool) -> bool:
@@ -241,7 +258,8 @@ def run_spectrum(
         model_name: the model's name when ``source`` is a path whose checkpoint does not name it.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: overwrite a file made with other options.
-        progress: show a bar of the batches (None: only when stderr is a terminal).
+        progress: show what will run and the batches on rank 0 (:mod:`landscape.runtime.progress`: a bar on a
+            terminal, a line every 30 s elsewhere); False: nothing.
         command: how the run was asked for, recorded as ``command`` (default: this call).
         batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
             ``options.data`` (:func:`~landscape.core.front.prepare`).
@@ -279,6 +297,12 @@ def run_spectrum(
                 f.write("batch_sizes", np.array([int(y.shape[0]) for _, y in batches]), axes=["batch"])
         return [int(i) for i in np.flatnonzero(f.read("done"))]
 
+    per_batch = None  # a batch's products: at least one Lanczos basis (PyHessian's iterations are not known)
+    if o.solver == "lanczos":
+        basis = check_request(n_params, top_k, o.which, o.ncv)
+        per_batch = PASSES_PER_PRODUCT * prepared.seconds_per_pass / len(batches) * basis
+    plan = f"spectrum: top {top_k} Hessian eigenvalues ({o.which}) of each of {len(batches)} batches by {o.solver}"
+    prepared.announce(plan, len(batches), "batch", per_batch, progress, at_least=True)
     session = AnalysisFile(out, "spectrum", attrs, force=force, resume=resume)
     with session as (f, skip):
         assert skip is not None
@@ -288,30 +312,31 @@ def run_spectrum(
                 f.write_at("eigenvalues", item.index, item.eigenvalues)
                 f.write_at("n_matvec", item.index, item.n_matvec)
                 f.mark_done("done", item.index)
+            bar.update(1)
 
         if len(skip) < len(batches):
-            spectrum = max_eigenvalue_spectrum(
-                inputs.model,
-                batches,
-                k=top_k,
-                which=o.which,
-                solver=o.solver,
-                criterion=o.loss_criterion,
-                regularizer=reg,
-                tol=o.tol,
-                ncv=o.ncv,
-                maxiter=o.maxiter,
-                seed=o.seed,
-                hvp=o.hvp,
-                group=o.group,
-                device=inputs.device,
-                dtype=_dtype(o.dtype),
-                allow_stochastic=o.allow_stochastic,
-                output=inputs.source.output,
-                skip=skip,
-                on_batch=write,
-                progress=_show(progress),
-            )
+            with session.progress("spectrum", len(batches), unit="batch", done=len(skip), progress=progress) as bar:
+                spectrum = max_eigenvalue_spectrum(
+                    inputs.model,
+                    batches,
+                    k=top_k,
+                    which=o.which,
+                    solver=o.solver,
+                    criterion=o.loss_criterion,
+                    regularizer=reg,
+                    tol=o.tol,
+                    ncv=o.ncv,
+                    maxiter=o.maxiter,
+                    seed=o.seed,
+                    hvp=o.hvp,
+                    group=o.group,
+                    device=inputs.device,
+                    dtype=_dtype(o.dtype),
+                    allow_stochastic=o.allow_stochastic,
+                    output=inputs.source.output,
+                    skip=skip,
+                    on_batch=write,
+                )
             if f is not None:  # how this (last) run made its products; not part of the file's identity
                 f.set_attrs(
                     {
@@ -349,7 +374,8 @@ def hessian(
         options: a :class:`~landscape.options.hessian.HessianOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
-        progress: a progress display (None: on a terminal only).
+        progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
+            nothing (:mod:`landscape.runtime.progress`).
         **fields: the options as keywords (the fields of the options class).
 
     Returns:
@@ -398,7 +424,8 @@ def spectrum(
         options: a :class:`~landscape.options.hessian.SpectrumOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
-        progress: a progress display (None: on a terminal only).
+        progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
+            nothing (:mod:`landscape.runtime.progress`).
         **fields: the options as keywords (the fields of the options class).
 
     Returns:

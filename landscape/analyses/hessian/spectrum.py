@@ -32,6 +32,7 @@ from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 from landscape.options.hessian import SOLVERS
 from landscape.runtime import distributed
+from landscape.runtime.progress import Progress
 
 
 @dataclass
@@ -165,8 +166,8 @@ def max_eigenvalue_spectrum(
     between iterations, ``maxiter`` its iterations per eigenvalue, default 100). Batches listed in ``skip``
     are not computed (their rows stay NaN: resuming). ``on_batch`` is called on every rank with each
     finished batch, in rounds of ``world_size`` batches. ``output`` selects the logits of a model that returns
-    a tuple or dict (:func:`~landscape.core.criteria.select_logits`). ``progress`` shows a bar of the batches on
-    rank 0 (to stderr, terminal or not). The model is never modified.
+    a tuple or dict (:func:`~landscape.core.criteria.select_logits`). ``progress`` shows the progress of the batches on
+    rank 0 (:class:`~landscape.runtime.progress.Progress`). The model is never modified.
 
     Args:
         model: the network.
@@ -190,7 +191,7 @@ def max_eigenvalue_spectrum(
         output: where the logits are in the model's output.
         skip: indices of batches not to compute (their rows stay NaN).
         on_batch: called on every rank with each finished :class:`BatchSpectrum`.
-        progress: show a progress bar of the batches on rank 0.
+        progress: show the progress of the batches on rank 0 (a bar on a terminal, lines elsewhere).
 
     Returns:
         The eigenvalues ``(n_batches, k)`` (rows ascending; NaN for skipped batches), batch sizes, products and
@@ -242,7 +243,7 @@ def max_eigenvalue_spectrum(
         threaded = partial(serial, mode="graph")  # worker threads use plain autograd only
         choice = distributed.on_main(lambda: choose_group(objective, same, serial, group, pool, threaded))
     out.group, out.group_choice = choice.group, choice.as_dict()
-    bar = _progress(len(todo), progress and distributed.is_main())
+    bar = Progress("spectrum", len(todo), unit="batch", progress=None if progress else False)
     per_round = world * choice.group * (8 if choice.way == "threads" else 1)  # threads take batches as they free
     solve = partial(_one_batch, k=k, which=which, solver=solver, tol=tol, ncv=ncv, maxiter=maxiter, seed=seed, hvp=hvp)
     for start in range(0, len(todo), per_round):
@@ -258,10 +259,8 @@ def max_eigenvalue_spectrum(
                 out.converged[item.index] = item.converged
                 if on_batch is not None:
                     on_batch(item)
-                if bar is not None:
-                    bar.update(1)
-    if bar is not None:
-        bar.close()
+                bar.update(1)
+    bar.close()
     out.hvp_choice = {"x".join(map(str, shape)): c.summary() for shape, c in costs.items()}
     return out
 
@@ -352,11 +351,3 @@ def _one_batch(
     op = _serial_operator(objective, index, hvp, costs)
     res = lanczos(op, k=k, which=which, ncv=ncv, tol=tol, maxiter=maxiter, seed=seed + index, return_eigenvectors=False)
     return BatchSpectrum(index, res.eigenvalues.numpy(), res.n_matvec, res.converged.numpy())
-
-
-def _progress(total: int, enabled: bool):  # noqa: ANN202
-    if not enabled:  # the caller decides (run_spectrum: only on a terminal unless asked)
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc="spectrum", unit="batch")

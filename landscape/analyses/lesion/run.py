@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -411,7 +410,8 @@ def run_lesion(
         model_name: the model of a checkpoint that does not name it.
         force: overwrite an existing file from other options.
         device: ``auto``, ``cpu`` or ``cuda``.
-        progress: progress bar on rank 0 (None: only when stderr is a terminal).
+        progress: show the progress on rank 0 (:mod:`landscape.runtime.progress`: a bar on a terminal, a line
+            every 30 s elsewhere); False: nothing.
         on_block: called with a block's index after its row is written (for progress reports and tests).
         command: how the run was asked for, recorded as ``command`` (default: this call).
         batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
@@ -424,8 +424,6 @@ def run_lesion(
         LandscapeError: the options are not a :class:`LesionOptions`, the model is not supported or cannot be
             loaded, the labels do not fit the model's outputs, or the file belongs to other options.
     """
-    from tqdm.auto import tqdm
-
     if options is None:
         options = LesionOptions()
     if not isinstance(options, LesionOptions):
@@ -455,15 +453,15 @@ def run_lesion(
         f.allocate("done", (n,), bool, fill=False, axes=["block"])
         return state
 
-    show = D.is_main() and (sys.stderr.isatty() if progress is None else bool(progress))
+    plan = f"lesion: {n} blocks removed one at a time, each scored over the samples"
+    prepared.announce(plan, n + 1, "pass", prepared.seconds_per_pass, progress)  # + the intact model's pass
     mine = D.shard(batches)
     session = AnalysisFile(out, "lesion", attrs, force=force, resume=resume)
     with session as (f, state):
         assert state is not None
         if not state["complete"]:
             intact = state["intact"]
-            bar = tqdm(total=n, initial=len(state["done"]), desc="lesions", unit="block", disable=not show, leave=False)
-            with bar:
+            with session.progress("lesions", n, unit="block", done=len(state["done"]), progress=progress) as bar:
                 scores = lesion_scores(
                     net,
                     mine,
@@ -515,7 +513,8 @@ def lesion(
         options: a :class:`~landscape.options.lesion.LesionOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
-        progress: a progress display (None: on a terminal only).
+        progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
+            nothing (:mod:`landscape.runtime.progress`).
         **fields: the options as keywords (the fields of the options class).
 
     Returns:

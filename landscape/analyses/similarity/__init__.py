@@ -17,5 +17,8 @@ SIMILARITY = register_analysis(
         command="similarity",
         docs="analyses.md#feature-similarity-cka",
         order=60,
+        captions={
+            "similarity": "The CKA similarity of every pair of blocks' outputs (rows: the first model's blocks).",
+        },
     )
 )

@@ -18,7 +18,7 @@ The file is written at the end of the run, ``cka`` last; a run killed before tha
 
 from __future__ import annotations
 
-import sys
+import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +43,7 @@ from landscape.models.taps import FeatureTaps, as_grid
 from landscape.options.similarity import MIN_BATCH, SimilarityOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import AnalysisFile
+from landscape.runtime.progress import Progress
 
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
@@ -247,7 +248,7 @@ def similarity_sums(
     *,
     taps_a: Sequence[str] | Sequence[tuple[str, str]] | None = None,
     taps_b: Sequence[str] | Sequence[tuple[str, str]] | None = None,
-    progress: bool = False,
+    progress: bool | Progress = False,
 ) -> SimilaritySums:
     """Accumulate the unbiased HSIC sums between the block outputs of ``model_a`` and ``model_b`` over batches.
 
@@ -264,7 +265,8 @@ def similarity_sums(
         batches_b: the second model's minibatches (same samples and sizes), or None for ``batches_a``.
         taps_a: ``'PATTERN=KIND'`` items choosing the first model's block outputs (None: its rule).
         taps_b: the same for the second model.
-        progress: show a progress bar over the batches.
+        progress: count the batches on this :class:`~landscape.runtime.progress.Progress`, or ``True`` to show
+            one of its own (a bar on a terminal, lines elsewhere).
 
     Returns:
         The :class:`SimilaritySums` (float64, on the CPU).
@@ -280,14 +282,13 @@ def similarity_sums(
     reader_a = FeatureTaps(net_a, taps_a)
     reader_b = None if within else FeatureTaps(net_b, taps_b)
     pairs: Iterable[Any] = zip(batches_a, batches_b) if (not within and batches_b is not None) else batches_a
-    if progress:
-        from tqdm.auto import tqdm
-
-        pairs = tqdm(list(pairs), desc="similarity", unit="batch", leave=False)
+    pairs = list(pairs)
+    own = not isinstance(progress, Progress)
+    bar = Progress("similarity", len(pairs), unit="batch", progress=None if progress else False) if own else progress
     sums: SimilaritySums | None = None
     names_a: list[str] | None = None
     names_b: list[str] | None = None
-    with reader_a, torch.no_grad():
+    with reader_a, torch.no_grad(), bar if own else contextlib.nullcontext():
         if reader_b is not None:
             reader_b.__enter__()
         try:
@@ -321,6 +322,7 @@ def similarity_sums(
                     int(xa.shape[0]),
                 )
                 sums = part if sums is None else sums.add(part)
+                bar.update(1)
         finally:
             if reader_b is not None:
                 reader_b.close()
@@ -387,7 +389,8 @@ def run_similarity(
         other_model_name: the model of a second checkpoint that does not name it.
         force: overwrite an existing file from other options.
         device: ``auto``, ``cpu`` or ``cuda``.
-        progress: progress bars on rank 0 (None: only when stderr is a terminal).
+        progress: show the progress on rank 0 (:mod:`landscape.runtime.progress`: a bar on a terminal, a line
+            every 30 s elsewhere); False: nothing.
         command: how the run was asked for, recorded as ``command`` (default: this call).
         batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
             ``options.data`` (:func:`~landscape.core.front.prepare`).
@@ -423,25 +426,28 @@ def run_similarity(
             batches_b = batches
     attrs["n_samples"] = sum(int(x.shape[0]) for x, _ in batches)
     attrs.update(_other_attrs(inputs_b))
-    show = D.is_main() and (sys.stderr.isatty() if progress is None else bool(progress))
+    plan = "similarity: CKA between the blocks of " + ("the model and itself" if other is None else "the two models")
+    passes = 1 if other is None else 2  # a pass of each model over the samples
+    prepared.announce(plan, passes, "pass", prepared.seconds_per_pass, progress)
     session = AnalysisFile(out, "similarity", attrs, force=force, resume=lambda f: f.complete)
     with session as (f, complete):
         if not complete:
             order = list(range(len(batches)))
             mine = D.shard(order)
-            part = (
-                similarity_sums(
-                    inputs.model,
-                    [batches[j] for j in mine],
-                    None if inputs_b is None else inputs_b.model,
-                    None if batches_b is None else [batches_b[j] for j in mine],
-                    taps_a=o.taps,
-                    taps_b=o.other_taps,
-                    progress=show,
+            with session.progress("similarity", len(mine), unit="batch", progress=progress) as bar:
+                part = (
+                    similarity_sums(
+                        inputs.model,
+                        [batches[j] for j in mine],
+                        None if inputs_b is None else inputs_b.model,
+                        None if batches_b is None else [batches_b[j] for j in mine],
+                        taps_a=o.taps,
+                        taps_b=o.other_taps,
+                        progress=bar,
+                    )
+                    if mine
+                    else None
                 )
-                if mine
-                else None
-            )
             parts = [p for p in D.all_gather_objects(part) if p is not None]
             total = parts[0]
             for p in parts[1:]:
@@ -477,7 +483,8 @@ def similarity(
         options: a :class:`~landscape.options.similarity.SimilarityOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
-        progress: a progress display (None: on a terminal only).
+        progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
+            nothing (:mod:`landscape.runtime.progress`).
         **fields: the options as keywords (the fields of the options class).
 
     Returns:

@@ -11,7 +11,6 @@ the points of each round are shared among ranks and only rank 0 writes.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,6 +54,7 @@ from landscape.options.surface import (  # noqa: F401 (re-exported)
 )
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import AnalysisFile
+from landscape.runtime.progress import Progress
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -87,7 +87,8 @@ def compute_surface(
         bn: ``eval`` (centre model's running statistics) or ``recompute`` (re-estimated at every point).
         batch_points: points per evaluation call: 1 = loop, k > 1 = vmap over k stacked points, ``auto`` =
             the faster of the two on a quick measurement (recorded, and reused on resume).
-        progress: tqdm bar on rank 0 (None: only when stderr is a terminal).
+        progress: show the progress on rank 0 (:mod:`landscape.runtime.progress`: a bar on a terminal, a line
+            every 30 s elsewhere); False: nothing.
         on_round: called on every rank after each round of points with ``(points done, total)``.
         compile: ``on`` (True): ``torch.compile`` the per-batch loss (one point at a time; eager if compiling
             fails); ``off`` (False): eager; ``auto``: compile only when the expected compile time pays back over
@@ -178,7 +179,9 @@ def compute_surface(
                     }
                 )
                 f.flush()
-            _run_points(evaluator, xs, ys, state["done"], int(bp), f, progress, on_round)
+            done = state["done"].astype(bool)
+            with session.progress("surface", done.size, unit="point", done=int(done.sum()), progress=progress) as bar:
+                _run_points(evaluator, xs, ys, done, int(bp), f, bar, on_round)
     result = session.result
     if D.is_main():
         check_finite_surface(result)
@@ -192,29 +195,25 @@ def _run_points(
     done: np.ndarray,
     batch_points: int,
     f: store.ResultFile | None,
-    progress: bool | None,
+    bar: Progress,
     on_round: Callable[[int, int], None] | None,
 ) -> None:
     """Evaluate the points not yet done, in rounds of ``batch_points * world_size``; rank 0 writes each round."""
-    from tqdm import tqdm
-
     todo = [(j, i) for j in range(ys.size) for i in range(xs.size) if not done[j, i]]
     total = int(done.size)
     n_done = total - len(todo)
-    show = D.is_main() and (sys.stderr.isatty() if progress is None else progress)
     step = batch_points * D.world_size()
-    with tqdm(total=total, initial=n_done, disable=not show, unit="pt", desc="surface", dynamic_ncols=True) as bar:
-        for s in range(0, len(todo), step):
-            mine = D.shard(todo[s : s + step])
-            values = evaluator.evaluate([(xs[i], ys[j]) for j, i in mine], batch_points) if mine else []
-            results = [(j, i, *v) for (j, i), v in zip(mine, values)]
-            gathered = [r for part in D.all_gather_objects(results) for r in part]
-            if f is not None:
-                write_points(f, gathered)
-            n_done += len(gathered)
-            bar.update(len(gathered))
-            if on_round is not None:
-                on_round(n_done, total)
+    for s in range(0, len(todo), step):
+        mine = D.shard(todo[s : s + step])
+        values = evaluator.evaluate([(xs[i], ys[j]) for j, i in mine], batch_points) if mine else []
+        results = [(j, i, *v) for (j, i), v in zip(mine, values)]
+        gathered = [r for part in D.all_gather_objects(results) for r in part]
+        if f is not None:
+            write_points(f, gathered)
+        n_done += len(gathered)
+        bar.update(len(gathered))
+        if on_round is not None:
+            on_round(n_done, total)
 
 
 # --------------------------------------------------------------------------------- from a checkpoint
@@ -253,7 +252,8 @@ def run_surface(
         model_name: the model of a checkpoint that does not name it.
         force: overwrite an existing file from other options.
         device: ``auto``, ``cpu`` or ``cuda``.
-        progress: tqdm bar on rank 0 (None: only when stderr is a terminal).
+        progress: show what will run and the progress on rank 0 (:mod:`landscape.runtime.progress`); False:
+            nothing.
         command: how the run was asked for, recorded as ``command`` (the CLI passes its command line; default:
             this call).
         batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
@@ -299,6 +299,9 @@ def run_surface(
         directions = dirs.random_directions(
             objective.params, ndim=ndim, seed=o.seed, norm=o.norm, ignore_1d=o.ignore_1d, zero_patterns=patterns
         )
+    n_points = xs.size * (1 if ys is None else ys.size)
+    per_point = prepared.seconds_per_pass * (2 if o.bn == "recompute" else 1)  # + the re-estimation pass
+    prepared.announce(_plan(xs, ys), n_points, "point", per_point, progress)
     return compute_surface(
         objective,
         directions,
@@ -319,6 +322,14 @@ def _hessian_directions(objective: Objective, o: SurfaceOptions, expected: Mappi
     if o.eigenvectors is not None:
         return file_hessian_directions(o.eigenvectors, objective.params, expected=expected, ndim=o.ndim)
     return hessian_directions(objective, ndim=o.ndim, which=o.which, tol=o.eigen_tol, seed=o.seed)
+
+
+def _plan(xs: np.ndarray, ys: np.ndarray | None) -> str:
+    """What a surface run will compute, in words: its grid and number of points."""
+    x = f"[{xs[0]:g}, {xs[-1]:g}]"
+    if ys is None:
+        return f"surface: a 1D line of {xs.size} points over {x}"
+    return f"surface: {xs.size} x {ys.size} grid over {x} x [{ys[0]:g}, {ys[-1]:g}] ({xs.size * ys.size} points)"
 
 
 def surface(
@@ -347,7 +358,8 @@ def surface(
         options: a :class:`~landscape.options.surface.SurfaceOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
-        progress: a progress display (None: on a terminal only).
+        progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
+            nothing (:mod:`landscape.runtime.progress`).
         **fields: the options as keywords (the fields of the options class).
 
     Returns:
