@@ -10,7 +10,6 @@ at any moment leaves a file whose done points are final and whose others are NaN
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from landscape.analyses.connect.evaluate import point_buffers
 from landscape.analyses.connect.path import Endpoint
 from landscape.core.objective import Objective
 from landscape.runtime import distributed as D
+from landscape.runtime.progress import Progress
 
 #: the values of one point on one split: loss (data loss + regulariser), data loss, accuracy
 Values = tuple[float, float, float]
@@ -93,14 +93,12 @@ def run_points(
         progress: a progress bar on rank 0 (None: only when stderr is a terminal).
         on_point: called on every rank after each round with ``(points done, total)``.
     """
-    from tqdm import tqdm
-
     todo = [tuple(int(i) for i in idx) for idx in np.argwhere(~done.astype(bool))]
     total = int(done.size)
     n_done = total - len(todo)
-    show = D.is_main() and (sys.stderr.isatty() if progress is None else progress)
     step = D.world_size()
-    with tqdm(total=total, initial=n_done, disable=not show, unit="pt", desc=group, dynamic_ncols=True) as bar:
+    record = f.record_progress if f is not None else None
+    with Progress(group, total, unit="point", done=n_done, progress=progress, record=record) as bar:
         for s in range(0, len(todo), step):
             mine = [(idx, evaluate(idx)) for idx in D.shard(todo[s : s + step])]
             gathered = [item for part in D.all_gather_objects(mine) for item in part]

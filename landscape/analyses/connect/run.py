@@ -44,6 +44,7 @@ from landscape.errors import LandscapeError
 from landscape.options.connect import BOTH, ConnectOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import AnalysisFile
+from landscape.runtime.progress import Progress
 
 if TYPE_CHECKING:
     from landscape.core.source import AnalysisInputs, ModelSource
@@ -99,8 +100,12 @@ def load_connect_inputs(
     device: str,
     command: str,
     batches: Iterable[Any] | None,
+    progress: bool | None = None,
 ) -> Inputs:
     """Both ends, the data of every split, the objectives and the attributes; every check made here.
+
+    Before it returns, it says what will run (:meth:`~landscape.core.front.Prepared.announce`): the points, the
+    samples, the estimated time, the preprocessing and theta_A's loss and accuracy.
 
     Raises:
         LandscapeError: a model or the data cannot be loaded, the ends are not the same architecture (the first
@@ -156,6 +161,16 @@ def load_connect_inputs(
     if batches is not None:
         attrs["split"], attrs["splits"] = o.splits[0], list(o.splits)
     evaluator = SplitEvaluator(objectives, train if train is not None else first, o.bn)
+    points = o.steps * (2 if o.curve == "bezier" else 1) + (o.plane_steps**2 if o.curve == "bezier" else 0)
+    passes = len(o.splits) + (1 if o.bn == "recompute" and first.has_batchnorm() else 0)  # + the re-estimation
+    plan = f"connect: the line of {o.steps} points" + (
+        f", the Bezier curve (bend trained {o.bend_epochs} epochs) of {o.steps} points and the "
+        f"{o.plane_steps} x {o.plane_steps} plane"
+        if o.curve == "bezier"
+        else ""
+    )
+    plan += f" on {' and '.join(o.splits)}"
+    prepared.announce(plan, points, "point", passes * prepared.seconds_per_pass, progress, at_least=True)
     return Inputs(inputs, a, b, o.splits, evaluator, train, attrs)
 
 
@@ -197,6 +212,7 @@ def _train_bend(
     identity: str,
     force: bool,
     on_progress: Callable[[str, int, int], None] | None,
+    progress: bool | None = None,
 ) -> BendState:
     """Train the bend to ``o.bend_epochs`` epochs from ``saved`` (or the midpoint); rank 0 trains and saves."""
     assert run.train is not None
@@ -220,10 +236,12 @@ def _train_bend(
             save_bend(path, network, new, identity, meta=meta, train_options=recorded, force=force)
         return new.state_dict()
 
-    while state.epoch < o.bend_epochs:
-        state = BendState.from_state_dict(D.on_main(lambda s=state: epoch(s)))
-        if on_progress is not None:
-            on_progress("bend", state.epoch, o.bend_epochs)
+    with Progress("bend", o.bend_epochs, unit="epoch", done=state.epoch, progress=progress) as bar:
+        while state.epoch < o.bend_epochs:
+            state = BendState.from_state_dict(D.on_main(lambda s=state: epoch(s)))
+            bar.update(1)
+            if on_progress is not None:
+                on_progress("bend", state.epoch, o.bend_epochs)
     return state
 
 
@@ -295,6 +313,7 @@ def run_connect(
         device=device,
         command=call,
         batches=batches,
+        progress=progress,
     )
     identity = store.identity_of({"kind": "connect", **run.attrs})
     path = None if out is None else bend_path(out)
@@ -347,7 +366,7 @@ def _curve_and_plane(
     tell: Callable[[str], Callable[[int, int], None] | None],
 ) -> None:
     """Train the bend (or take it from its checkpoint), then evaluate the curve and the plane."""
-    bend = _train_bend(run, o, saved, path, identity, force, on_progress)
+    bend = _train_bend(run, o, saved, path, identity, force, on_progress, progress)
     if f is not None:
         f.write("bend/history", np.asarray(bend.history, dtype=np.float64), axes=["epoch"])
         f.set_attrs({"bend_checkpoint": None if path is None else str(path), "bend_epochs_done": bend.epoch})

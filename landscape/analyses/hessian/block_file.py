@@ -27,6 +27,7 @@ from landscape.core.objective import Objective
 from landscape.errors import LandscapeError
 from landscape.options.hessian import HessianOptions
 from landscape.runtime import distributed as D
+from landscape.runtime.progress import Progress
 
 #: the group of the section in the hessian file
 GROUP = "blocks"
@@ -74,6 +75,7 @@ def write_blocks(
     options: HessianOptions,
     *,
     on_block: Callable[[int], None] | None = None,
+    progress: bool | None = None,
 ) -> None:
     """Compute and write every block's curvature not yet in ``f`` (rank 0's file; None on the other ranks).
 
@@ -86,22 +88,28 @@ def write_blocks(
         blocks: the blocks (:func:`hessian_blocks`), the same on every rank.
         options: the solver options.
         on_block: called on every rank with a block's index once its row is written.
+        progress: the run's progress tri-state (:class:`~landscape.runtime.progress.Progress`; ``False``: none).
 
     Raises:
         LandscapeError: a file whose blocks differ from ``blocks`` (another model), or an error of the solvers.
     """
     done = D.broadcast_object(_allocate(f, blocks) if f is not None else None)
     todo = [i for i in range(len(blocks)) if not done[i]]
-    for start in range(0, len(todo), D.world_size()):
-        mine = D.shard(todo[start : start + D.world_size()])
-        rows = [(i, _curvature(objective, blocks[i], options)) for i in mine]
-        for i, row in sorted((r for part in D.all_gather_objects(rows) for r in part), key=lambda r: r[0]):
-            if f is not None:
-                for name, value in row.items():
-                    f.write_at(f"{GROUP}/{name}", i, value)
-                f.mark_done(f"{GROUP}/done", i)
-            if on_block is not None:
-                on_block(i)
+    record = f.record_progress if f is not None else None
+    with Progress(
+        "blocks", len(blocks), unit="block", done=len(blocks) - len(todo), progress=progress, record=record
+    ) as bar:
+        for start in range(0, len(todo), D.world_size()):
+            mine = D.shard(todo[start : start + D.world_size()])
+            rows = [(i, _curvature(objective, blocks[i], options)) for i in mine]
+            for i, row in sorted((r for part in D.all_gather_objects(rows) for r in part), key=lambda r: r[0]):
+                if f is not None:
+                    for name, value in row.items():
+                        f.write_at(f"{GROUP}/{name}", i, value)
+                    f.mark_done(f"{GROUP}/done", i)
+                bar.update(1)
+                if on_block is not None:
+                    on_block(i)
 
 
 def _curvature(objective: Objective, block: ParameterBlock, options: HessianOptions) -> dict[str, float]:

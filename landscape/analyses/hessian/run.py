@@ -182,7 +182,7 @@ def run_hessian(
                 f.write("trace/samples", t.samples.numpy(), axes=["probe"])  # last: marks the section done
                 f.mark_done()
         if blocks and not distributed.broadcast_object(f is not None and f.complete):
-            write_blocks(f, objective, blocks, o)
+            write_blocks(f, objective, blocks, o, progress=progress)
     return session.result
 
 

@@ -13,7 +13,6 @@ ranks and only rank 0 writes.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -136,8 +135,6 @@ def run_sharpness(
         LandscapeError: the options are not a :class:`SharpnessOptions`, ``--params`` matches no parameter, the
             model or data cannot be loaded, or the file belongs to other options (without ``force``).
     """
-    from tqdm.auto import tqdm
-
     if not isinstance(options, SharpnessOptions):
         raise LandscapeError(f"run_sharpness takes its options as a SharpnessOptions, got {type(options).__name__}")
     o = options
@@ -162,13 +159,19 @@ def run_sharpness(
             return {"complete": True, "done": list(range(len(sizes))), "interval": True}
         return {"complete": False, "done": _allocate(f, o, sizes), "interval": "mean" in f}
 
-    show = D.is_main() and (sys.stderr.isatty() if progress is None else bool(progress))
+    radii = len(o.rho)
+    passes = radii * o.draws if o.measure == "average" else radii * 3 * o.steps  # an ascent step: ~3 passes
+    plan = f"sharpness: {o.measure}-case, {'adaptive' if o.adaptive else 'plain'}"
+    plan += f" (p = {o.p}, {o.steps} steps)" if o.measure == "worst" else f" ({o.draws} draws)"
+    plan += f", rho {', '.join(f'{r:g}' for r in o.rho)}, {len(sizes)} mini-batches of {o.batch_size}"
+    per_batch = (passes + 1) * prepared.seconds_per_pass / max(len(sizes), 1)
+    prepared.announce(plan, len(sizes), "batch", per_batch, progress)
     session = AnalysisFile(out, "sharpness", attrs, force=force, resume=resume)
     with session as (f, state):
         assert state is not None
         todo = [b for b in range(len(sizes)) if b not in set(state["done"])]
-        with tqdm(
-            total=len(sizes), initial=len(sizes) - len(todo), desc="sharpness", unit="batch", disable=not show
+        with session.progress(
+            "sharpness", len(sizes), unit="batch", done=len(sizes) - len(todo), progress=progress
         ) as bar:
             step = D.world_size()
             for start in range(0, len(todo), step):
