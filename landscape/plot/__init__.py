@@ -33,6 +33,45 @@ SPECTRUM_STYLES = ("auto", "kde", "hist")
 KDE_MIN_VALUES = 20
 
 
+class UndrawableError(LandscapeError):
+    """Result files whose figures failed while they were drawn: values their kind's check did not foresee.
+
+    The report gives the file this one-line note and goes on; ``plot`` prints it as its one-line error.
+    """
+
+
+def draw_kind(module: Any, kind: str, group: list[Result], out: Path, fmt: str, **options: Any) -> list[Path]:
+    """The figures of ``group`` (files of one ``kind``) drawn by ``module.plot``; a failure of drawing is one line.
+
+    Args:
+        module: the kind's figure module.
+        kind: the result kind.
+        group: its checked files.
+        out: an existing folder.
+        fmt: the figure format.
+        **options: the drawing options.
+
+    Returns:
+        The paths written.
+
+    Raises:
+        UndrawableError: drawing raised an error that is neither a :class:`LandscapeError` nor an ``OSError``
+            (the values of a file that matplotlib or numpy cannot draw), naming the files and the error.
+        LandscapeError: an option does not fit a file, or the folder cannot be written.
+    """
+    try:
+        return module.plot(group, out, fmt, **options)
+    except (LandscapeError, OSError, MemoryError):
+        raise
+    except Exception as exc:
+        names = ", ".join(str(r.path) for r in group)
+        detail = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise UndrawableError(
+            f"{names}: the {kind} figures cannot be drawn from the values the file holds ({type(exc).__name__}: "
+            f"{detail}); look at them with `landscape info`, or recompute it with `landscape {kind} ... --force`"
+        ) from exc
+
+
 def one_of(value: str, name: str, allowed: Sequence[str]) -> str:
     """Check a choice.
 
@@ -129,8 +168,8 @@ def plot_files(
         The written paths.
 
     Raises:
-        LandscapeError: a file is missing, unreadable or inconsistent, an option is invalid, or the folder
-            cannot be created or written.
+        LandscapeError: a file is missing, unreadable or inconsistent, an option is invalid, the folder
+            cannot be created or written, or (:class:`UndrawableError`) a file's values cannot be drawn.
     """
     options = check_options(fmt, options)
     if not paths:
@@ -146,5 +185,5 @@ def plot_files(
     out = ensure_folder(Path(out_dir) if out_dir is not None else Path(paths[0]).parent)
     written: list[Path] = []
     for kind, group in by_kind.items():
-        written += modules[kind].plot(group, out, fmt, **options)
+        written += draw_kind(modules[kind], kind, group, out, fmt, **options)
     return written
