@@ -140,7 +140,7 @@ def check_arrays(result: Result, schema: Schema) -> None:
 
 def _check_values(result: Result, name: str, arr: np.ndarray, spec: Array, redo: str) -> None:
     """Refuse values ``spec`` does not allow: not finite, negative, a flag not 0 or 1, coordinates that do not rise."""
-    if spec.finite and not np.all(np.isfinite(arr)):
+    if (spec.finite or spec.increasing) and not np.all(np.isfinite(arr)):
         raise LandscapeError(f"{result.path}: array {name!r} holds values that are not finite; {redo}")
     if spec.nonnegative and np.any(arr < 0):
         raise LandscapeError(f"{result.path}: array {name!r} holds negative values, which it cannot; {redo}")
@@ -149,7 +149,7 @@ def _check_values(result: Result, name: str, arr: np.ndarray, spec: Array, redo:
     if spec.increasing:
         with np.errstate(over="ignore", invalid="ignore"):
             steps = np.diff(np.asarray(arr, dtype=float))
-        if not np.all(np.isfinite(arr)) or not np.all(np.isfinite(steps) & (steps > 0)):
+        if not np.all(np.isfinite(steps) & (steps > 0)):
             raise LandscapeError(
                 f"{result.path}: array {name!r} does not rise strictly in finite steps (coordinates of a grid); {redo}"
             )
