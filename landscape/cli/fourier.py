@@ -13,7 +13,7 @@ import click
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
-from landscape.cli.options import checkpoint_options, command_line, output_options
+from landscape.cli.options import SEED, checkpoint_options, command_line, output_options
 from landscape.options.fourier import FREQUENCY_AXES, NOISE_CONSTRUCTIONS, PROFILES, FourierOptions
 
 DEFAULTS = FourierOptions.defaults()
@@ -44,7 +44,7 @@ def parse_bands(text: str) -> tuple[float, ...]:
 )
 @click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=int)
 @click.option(
-    "--seed", default=DEFAULTS["seed"], show_default=True, type=int, help="Seed of the sample choice and the noise."
+    "--seed", default=DEFAULTS["seed"], show_default=True, type=SEED, help="Seed of the sample choice and the noise."
 )
 @click.option(
     "--profile",

@@ -23,6 +23,7 @@ from landscape.analyses.hessian.density import spectral_density
 from landscape.analyses.hessian.lanczos import check_request, lanczos
 from landscape.analyses.hessian.linalg import require_memory
 from landscape.analyses.hessian.operator import HessianOperator
+from landscape.analyses.hessian.probes import require_probe_memory
 from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
 from landscape.analyses.hessian.trace import trace as trace_estimate
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
@@ -141,6 +142,7 @@ def run_hessian(
         require_memory(
             steps, op.shape[0], op.dtype, op.device, f"a Lanczos quadrature of {steps} steps", "lower --steps"
         )
+        require_probe_memory(op.shape[0], o.probes, op.device)
     session = AnalysisFile(out, "hessian", attrs, force=force)
     with session as (f, _):
         if _todo(f, "eigenvalues", o.top_k > 0):
