@@ -31,6 +31,8 @@ LEVEL_SPACINGS = ("auto", "linear", "above-min", "log")
 SPECTRUM_STYLES = ("auto", "kde", "hist")
 #: the fewest eigenvalues of a file that ``auto`` draws as a kernel density estimate
 KDE_MIN_VALUES = 20
+#: the most contour levels (``--levels``): more are neither readable nor cheap to draw
+MAX_LEVELS = 1000
 
 
 class UndrawableError(LandscapeError):
@@ -96,9 +98,10 @@ def check_options(fmt: str, options: dict[str, Any]) -> dict[str, Any]:
 
     Args:
         fmt: the figure format (one of :data:`FORMATS`).
-        options: ``zmax`` (None or finite), ``levels`` (whole number >= 2), ``style`` (one of :data:`STYLES`),
-            ``level_spacing`` (one of :data:`LEVEL_SPACINGS`), ``bins`` (whole number >= 1), ``spectrum_style``
-            (one of :data:`SPECTRUM_STYLES`), ``name`` (None or a plain file-name stem); others pass unchanged.
+        options: ``zmax`` (None or finite), ``levels`` (whole number from 2 to :data:`MAX_LEVELS`), ``style``
+            (one of :data:`STYLES`), ``level_spacing`` (one of :data:`LEVEL_SPACINGS`), ``bins`` (whole number >= 1),
+            ``spectrum_style`` (one of :data:`SPECTRUM_STYLES`), ``name`` (None or a plain file-name stem); others
+            pass unchanged.
 
     Returns:
         The checked options.
@@ -115,6 +118,10 @@ def check_options(fmt: str, options: dict[str, Any]) -> dict[str, Any]:
         if isinstance(levels, int) and not isinstance(levels, bool) and levels < 2:
             raise LandscapeError(f"--levels must be a whole number >= 2 (contours need two levels), got {levels}")
         checked["levels"] = positive_int(levels, "--levels")
+        if checked["levels"] > MAX_LEVELS:
+            raise LandscapeError(
+                f"--levels must be at most {MAX_LEVELS} (more lines than a figure can show), got {checked['levels']}"
+            )
     if "style" in checked:
         one_of(checked["style"], "surface style (--style)", STYLES)
     if "level_spacing" in checked:

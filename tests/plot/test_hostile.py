@@ -128,3 +128,23 @@ def test_the_report_notes_each_crafted_file_and_still_draws_the_sound_one(tmp_pa
     assert "huge.h5" in page and "undone.h5" in page
     assert page.count("no figures:") == 2 and "cannot be drawn" in page and "marked complete" in page
     assert "sound_trajectory.png" in page
+
+
+@pytest.mark.parametrize("style", ["default", "paper"])
+@pytest.mark.parametrize("log", [False, True])
+def test_a_zmax_at_the_lowest_loss_is_one_line_in_every_style_and_with_log(tmp_path, style, log):
+    path = crafted(tmp_path / "s.h5", "surface")
+    lowest = float(np.nanmin(read_result(path)["loss"]))
+    for zmax in (lowest, lowest - 1, -1e300):
+        with pytest.raises(LandscapeError, match="is not above the lowest loss") as caught:
+            plot_files([path], tmp_path / "figures", "png", zmax=zmax, style=style, log=log)
+        assert "\n" not in str(caught.value)
+    assert not list((tmp_path / "figures").iterdir())
+
+
+@pytest.mark.parametrize("levels", [10**9, 1001])
+def test_more_contour_levels_than_a_figure_shows_are_refused_before_any_figure(tmp_path, levels):
+    path = crafted(tmp_path / "s.h5", "surface")
+    with pytest.raises(LandscapeError, match="--levels must be at most 1000") as caught:
+        plot_files([path], tmp_path / "figures", "png", levels=levels)
+    assert "\n" not in str(caught.value) and not (tmp_path / "figures").exists()
