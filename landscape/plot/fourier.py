@@ -68,6 +68,7 @@ SCHEMA = Schema(
         "noise/frequencies": Array(("band",), finite=True),
         "noise/accuracy_drop": Array(("band",)),
         "noise/done": Array(("band",), flag=True),
+        "layer_sizes": Array(("layer", 2), finite=True, nonnegative=True),
         "maps/*": Array((None, None)),
     },
     together=(("noise/frequencies", "noise/accuracy_drop", "noise/done"),),
