@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -154,6 +155,27 @@ def check_augment(augment: Any, copies: Any, criterion: str = "cross_entropy") -
             f"--augment {augment} measures the soft-target cross-entropy of the mixed labels; "
             f"leave the criterion at cross_entropy (got {criterion!r})"
         )
+
+
+def refuse_without(options: Any, active: bool, switch: str, names: Sequence[str]) -> None:
+    """Refuse options set away from their defaults while the option they belong to is off: they would do nothing.
+
+    Args:
+        options: a dataclass of options.
+        active: whether the option they belong to is on.
+        switch: that option, as the user gives it (e.g. ``"--density"``).
+        names: the fields that only act with it.
+
+    Raises:
+        LandscapeError: one of ``names`` differs from its declared default while ``active`` is false.
+    """
+    if active:
+        return
+    defaults = {f.name: f.default for f in fields(options)}
+    for name in names:
+        if getattr(options, name) != defaults[name]:
+            flag = "--" + name.replace("_", "-")
+            raise LandscapeError(f"{flag} has no effect without {switch}; add {switch}, or leave {flag} out")
 
 
 class FieldDefaults:

@@ -25,6 +25,7 @@ from landscape.options.common import (
     check_data_options,
     check_regularizer,
     choice,
+    refuse_without,
 )
 
 #: kinds of eigenvalues: largest / smallest algebraic, both ends, largest magnitude (scipy's names)
@@ -176,8 +177,10 @@ class HessianOptions(_LossOptions):
         augment_copies: augmented copies drawn of each sample (``paper-a``).
 
     Raises:
-        LandscapeError: an invalid value (non-finite or out-of-range number, unknown choice), or nothing to
-            compute (``top_k=0`` without ``density`` or ``trace``).
+        LandscapeError: an invalid value (non-finite or out-of-range number, unknown choice), nothing to
+            compute (``top_k=0`` without ``density`` or ``trace``), or an option without the one it acts with
+            (``probes``, ``steps``, ``sigma``, ``grid_points`` without ``density``; ``trace_samples``,
+            ``trace_method`` without ``trace``; ``eigenvectors`` without ``top_k >= 1``).
     """
 
     data: str | None = None
@@ -237,6 +240,9 @@ class HessianOptions(_LossOptions):
             )
         if self.top_k == 0 and not self.density and not self.trace:
             raise LandscapeError("nothing to compute: give --top-k >= 1, --density or --trace")
+        refuse_without(self, self.density, "--density", ("probes", "steps", "sigma", "grid_points"))
+        refuse_without(self, self.trace, "--trace", ("trace_samples", "trace_method"))
+        refuse_without(self, self.top_k > 0, "--top-k >= 1", ("eigenvectors",))
 
     @property
     def patterns(self) -> list[str]:

@@ -39,3 +39,19 @@ def test_augmented_copies_without_augmentation_are_refused_as_having_no_effect(o
     msg = one_line_error(options, augment_copies=3)
     assert "--augment-copies 3 has no effect without augmentation" in msg and "--augment paper-a" in msg
     assert options(augment="paper-a", augment_copies=3).augment_copies == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "flag", "switch"),
+    [
+        ({"top_k": 1, "probes": 8}, "--probes", "--density"),
+        ({"top_k": 1, "steps": 10}, "--steps", "--density"),
+        ({"top_k": 1, "sigma": 0.1}, "--sigma", "--density"),
+        ({"top_k": 1, "grid_points": 50}, "--grid-points", "--density"),
+        ({"top_k": 1, "trace_samples": 30}, "--trace-samples", "--trace"),
+        ({"top_k": 1, "trace_method": "hutchinson"}, "--trace-method", "--trace"),
+        ({"top_k": 0, "density": True, "eigenvectors": True}, "--eigenvectors", "--top-k >= 1"),
+    ],
+)
+def test_a_hessian_option_without_the_one_it_acts_with_is_refused_as_having_no_effect(kwargs, flag, switch):
+    assert f"{flag} has no effect without {switch}" in one_line_error(HessianOptions, **kwargs)
