@@ -72,8 +72,8 @@ SPECTRUM = Schema(
 def consistent(result: Result) -> None:
     """Check that a ``hessian`` or ``spectrum`` file (finished or not) fits :data:`HESSIAN` or :data:`SPECTRUM`.
 
-    E.g. a spectrum's ``batch_sizes`` has one entry per row of ``eigenvalues``, and a spectrum marked complete
-    has every batch done.
+    E.g. a spectrum's ``batch_sizes`` has one entry per row of ``eigenvalues``, a spectrum marked complete
+    has every batch done, and a batch marked done has finite eigenvalues.
 
     Args:
         result: a result file read by :func:`landscape.store.read.read_result`.
@@ -82,6 +82,15 @@ def consistent(result: Result) -> None:
         LandscapeError: naming the array that is missing or does not fit, and what to do.
     """
     check_arrays(result, SPECTRUM if result.kind == "spectrum" else HESSIAN)
+    if result.kind == "spectrum" and "done" in result:
+        done = result["done"].astype(bool)
+        unfinished = ~np.isfinite(result["eigenvalues"]).all(axis=1) & done
+        if unfinished.any():
+            raise LandscapeError(
+                f"{result.path}: {int(unfinished.sum())} batches (the first: {int(np.flatnonzero(unfinished)[0])}) "
+                "are marked done but their eigenvalues are not finite; recompute it with `landscape spectrum ... "
+                "--force`"
+            )
 
 
 def check(result: Result) -> None:

@@ -59,6 +59,12 @@ INCONSISTENT = [
     ("hessian", "density grid not rising", _replace("density/grid", lambda a: a[::-1]), ["'density/grid'"]),
     ("spectrum", "complete, no batch done", _undone("done"), ["marked complete", "3 of the 3"]),
     ("spectrum", "batch sizes of another length", _replace("batch_sizes", np.full(2, 16)), ["'batch_sizes'", "batch"]),
+    (
+        "spectrum",
+        "done with NaN eigenvalues",
+        _replace("eigenvalues", lambda a: a * np.nan),
+        ["marked done", "3 batches"],
+    ),
     ("spectrum", "batch sizes NaN", _replace("batch_sizes", np.full(3, np.nan)), ["'batch_sizes'", "not finite"]),
     ("fourier", "layer names of another length", _replace("layer_names", np.array(["a", "b"])), ["'layer_names'"]),
     ("fourier", "frequencies not finite", _replace("frequencies", lambda a: a * np.inf), ["'frequencies'", "finite"]),
