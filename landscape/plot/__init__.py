@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from landscape.analyses.registry import analysis_of
 from landscape.errors import LandscapeError
 from landscape.options.checks import finite, positive_int
@@ -62,7 +64,8 @@ def draw_kind(module: Any, kind: str, group: list[Result], out: Path, fmt: str, 
         LandscapeError: an option does not fit a file, or the folder cannot be written.
     """
     try:
-        return module.plot(group, out, fmt, **options)
+        with np.errstate(all="ignore"):  # overflow in drawing extreme values: the figure or the one line says it
+            return module.plot(group, out, fmt, **options)
     except (LandscapeError, OSError, MemoryError):
         raise
     except Exception as exc:
