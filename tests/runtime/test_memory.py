@@ -32,3 +32,12 @@ def test_images_resized_beyond_the_memory_are_refused_before_they_are_allocated(
     assert resize(images, (8, 8), None).shape == (2, 3, 8, 8)
     msg = one_line_error(resize, images, (100_000, 100_000), None)
     assert "2 images of 3 x 100000 x 100000" in msg and "lower --input-size" in msg
+
+
+def test_a_density_grid_too_large_to_broaden_is_refused_before_it_is_allocated(small_machine):
+    from landscape.analyses.hessian.density import broadened_density
+
+    nodes, weights = torch.tensor([[0.0, 1.0]], dtype=torch.float64), torch.tensor([[0.5, 0.5]], dtype=torch.float64)
+    assert broadened_density(nodes, weights, 0.1, 100)[0].shape == (100,)
+    msg = one_line_error(broadened_density, nodes, weights, 0.1, 10**12)
+    assert "a density grid of 1,000,000,000,000 points over 2 nodes" in msg and "lower --grid-points" in msg

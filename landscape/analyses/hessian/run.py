@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from landscape import store
-from landscape.analyses.hessian.density import spectral_density
+from landscape.analyses.hessian.density import require_grid_memory, spectral_density
 from landscape.analyses.hessian.lanczos import check_request, lanczos
 from landscape.analyses.hessian.linalg import require_memory
 from landscape.analyses.hessian.operator import HessianOperator
@@ -143,6 +143,7 @@ def run_hessian(
             steps, op.shape[0], op.dtype, op.device, f"a Lanczos quadrature of {steps} steps", "lower --steps"
         )
         require_probe_memory(op.shape[0], o.probes, op.device)
+        require_grid_memory(o.grid_points, o.probes * steps)
     session = AnalysisFile(out, "hessian", attrs, force=force)
     with session as (f, _):
         if _todo(f, "eigenvalues", o.top_k > 0):
