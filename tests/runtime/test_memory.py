@@ -41,3 +41,14 @@ def test_a_density_grid_too_large_to_broaden_is_refused_before_it_is_allocated(s
     assert broadened_density(nodes, weights, 0.1, 100)[0].shape == (100,)
     msg = one_line_error(broadened_density, nodes, weights, 0.1, 10**12)
     assert "a density grid of 1,000,000,000,000 points over 2 nodes" in msg and "lower --grid-points" in msg
+
+
+def test_augmented_copies_beyond_the_memory_are_refused_before_they_are_drawn(small_machine):
+    from landscape.data.augment import augmented_batches
+    from landscape.data.loading import load_dataset
+
+    digits = load_dataset("digits", "train")  # 1 x 32 x 32 images: 4 kB each
+    assert len(augmented_batches(digits, 10, 10, copies=2, num_classes=10)) == 2
+    msg = one_line_error(augmented_batches, digits, 10, 10, copies=10**9, num_classes=10)
+    assert "10,000,000,000 augmented images (1000000000 copies of 10) of 1 x 32 x 32" in msg
+    assert "lower --augment-copies" in msg
