@@ -56,7 +56,7 @@ DEPTH_LABEL = "block, at its normalised depth"
 SCHEMA = Schema(
     kind="fourier",
     required={
-        "frequencies": Array(("frequency",), finite=True),
+        "frequencies": Array(("frequency",), increasing=True),
         "delta_log_amplitude": Array(("layer", "frequency")),
         "depth": Array(("layer",), finite=True),
         "layer_names": Array(("layer",), text=True),
