@@ -192,7 +192,7 @@ def summarize(result: Result) -> str:
         return f"{item.title}: inconsistent file, not summarised: {why}"
     try:
         return item.summary(result)
-    except (TypeError, ValueError, KeyError, IndexError) as exc:
+    except (TypeError, ValueError, KeyError, IndexError, ArithmeticError) as exc:
         return f"{item.title}: the arrays do not fit ({type(exc).__name__})"
 
 

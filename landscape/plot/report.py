@@ -343,7 +343,7 @@ def _numbers(entry: _File) -> dict[str, str]:
         return {}  # a file that contradicts itself is not summarised: its note says why
     try:
         return numbers(entry.result)
-    except (TypeError, ValueError, KeyError, IndexError):
+    except (TypeError, ValueError, KeyError, IndexError, ArithmeticError):
         return {}  # arrays that do not fit: the figures' notes say what is wrong
 
 

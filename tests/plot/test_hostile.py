@@ -6,6 +6,8 @@ info`` prints the inconsistency as the summary line, ``plot`` refuses it in one 
 note and goes on. Values the checks cannot foresee, which fail while a figure is drawn, are one line too.
 """
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -154,3 +156,17 @@ def test_more_contour_levels_than_a_figure_shows_are_refused_before_any_figure(t
     with pytest.raises(LandscapeError, match="--levels must be at most 1000") as caught:
         plot_files([path], tmp_path / "figures", "png", levels=levels)
     assert "\n" not in str(caught.value) and not (tmp_path / "figures").exists()
+
+
+def test_a_summary_that_overflows_is_a_line_that_says_so(tmp_path):
+    from landscape.analyses.registry import Analysis, register_analysis, unregister_analysis
+
+    def overflows(result):
+        return f"{int(float('inf'))}"
+
+    register_analysis(Analysis(kind="toy", title="Toy", description="d", summary=overflows, figures=SimpleNamespace()))
+    try:
+        path = write_result(tmp_path / "t.h5", "toy", {"a": np.zeros(2)})
+        assert summarize(read_result(path)) == "Toy: the arrays do not fit (OverflowError)"
+    finally:
+        unregister_analysis("toy")
