@@ -20,10 +20,15 @@ def bowl(x, y):
 
 
 def write_result(path, kind, arrays, **attrs):
-    """Write a result file of ``kind`` holding ``arrays`` (None values are left out); return its path."""
+    """Write a result file of ``kind`` holding ``arrays`` (None values are left out); return its path.
+
+    The file is marked complete (attribute ``complete``) when every done mask is all set, as the store does,
+    unless ``complete`` is given.
+    """
+    masks = [np.asarray(v) for k, v in arrays.items() if k.rpartition("/")[2] == "done" and v is not None]
     with h5py.File(path, "w") as f:
         f.attrs["kind"] = kind
-        f.attrs["complete"] = True
+        f.attrs["complete"] = attrs.pop("complete", all(bool(np.all(m)) for m in masks))
         for key, value in attrs.items():
             f.attrs[key] = json.dumps(value) if isinstance(value, (list, dict)) else value
         for name, data in arrays.items():
@@ -139,3 +144,58 @@ def foreign_surface(path, how, secret):
         else:
             f["loss"] = h5py.ExternalLink(str(secret), "/data")
     return path
+
+
+def lesion_arrays(n=4):
+    """A lesion result of ``n`` blocks, every block done."""
+    return {
+        "block_names": np.array([f"b{i}" for i in range(n)]),
+        "block_kinds": np.array((["conv", "msa"] * n)[:n]),
+        "depth": np.arange(n) / (n - 1),
+        "stage": np.arange(n) // 2,
+        "accuracy": np.linspace(0.5, 0.9, n),
+        "nll": np.linspace(1.0, 0.5, n),
+        "accuracy_drop": np.linspace(0.3, 0.05, n),
+        "done": np.ones(n, bool),
+    }
+
+
+def similarity_arrays(n=3):
+    """A within-model CKA result of ``n`` blocks."""
+    names, kinds = np.array([f"b{i}" for i in range(n)]), np.array((["msa", "mlp"] * n)[:n])
+    cka = np.eye(n) * 0.5 + 0.5
+    return {
+        "cka": cka,
+        "names_a": names,
+        "kinds_a": kinds,
+        "names_b": names,
+        "kinds_b": kinds,
+        "hsic_xy": cka,
+        "hsic_xx": np.ones(n),
+        "hsic_yy": np.ones(n),
+        "n_batches": np.array(4),
+    }
+
+
+def trajectory_arrays(n=4):
+    """A trajectory of ``n`` snapshots (the first one, theta_0, has no angle)."""
+    return {
+        "distance": np.arange(n, dtype=float),
+        "angle": np.concatenate([[np.nan], np.linspace(0.01, 0.1, n - 1)]),
+        "norm": np.full(n, 10.0),
+        "epoch": np.arange(n),
+        "snapshots": np.array([f"e{i}.pt" for i in range(n)]),
+    }
+
+
+def well_formed(kind):
+    """``(arrays, attrs)`` of a well-formed result of ``kind`` (every registered kind)."""
+    return {
+        "surface": lambda: (surface_arrays(), dict(SURFACE_ATTRS)),
+        "hessian": lambda: (hessian_arrays(), {"model": "toy"}),
+        "spectrum": lambda: (spectrum_arrays(np.array([[1.0, 3.0], [-1.0, 4.0], [2.0, 5.0]])), {"model": "toy"}),
+        "fourier": lambda: (fourier_arrays(["conv", "msa", "mlp"], noise=True), fourier_attrs("toy")),
+        "lesion": lambda: (lesion_arrays(), {"model": "toy", "intact_accuracy": 0.9, "intact_nll": 0.4}),
+        "similarity": lambda: (similarity_arrays(), {"model": "toy", "comparison": "within", "n_samples": 64}),
+        "trajectory": lambda: (trajectory_arrays(), {"model": "toy"}),
+    }[kind]()

@@ -38,7 +38,9 @@ class Analysis:
         numbers: the report's summary-table cells of a file (column name -> text), or None; the table's
             columns are those of every registered analysis, in order.
         figures: the module that draws its figures, or its dotted name, imported when figures are drawn:
-            ``check(result)`` raises a one-line error for a file whose arrays do not fit, and ``plot(results,
+            ``check(result)`` raises a one-line error for a file whose arrays do not fit, optionally
+            ``consistent(result)`` the part of it that an unfinished file passes too (its arrays agree with each
+            other and its attributes; read by :func:`summarize`), and ``plot(results,
             out_dir, fmt, **options)`` returns the paths written; optionally ``overlaid(result)`` (may the file
             join a figure of several models; default yes) and ``interactive(result, plotly) -> str | None`` (an
             HTML view for the report).
@@ -167,6 +169,29 @@ def analysis_of(kind: str) -> Analysis:
     return _REGISTRY[kind]
 
 
+def inconsistency(result: Result) -> str | None:
+    """Why a result file contradicts itself, by its kind's ``consistent(result)``; None when it does not.
+
+    Args:
+        result: a result file read into memory.
+
+    Returns:
+        The first line of the error ``consistent`` raises (e.g. a ``loss`` of another shape than its
+        coordinates, or a file marked complete with points not done), or None (also for a kind no analysis
+        writes, or whose figure module has no ``consistent``).
+    """
+    _load_builtin()
+    item = _REGISTRY.get(result.kind)
+    consistent = getattr(item.figure_module(), "consistent", None) if item is not None else None
+    if consistent is None:
+        return None
+    try:
+        consistent(result)
+    except LandscapeError as exc:
+        return str(exc).strip().splitlines()[0]
+    return None
+
+
 def summarize(result: Result) -> str:
     """The one-line summary of a result file by its analysis, or why there is none.
 
@@ -174,16 +199,19 @@ def summarize(result: Result) -> str:
         result: a result file read into memory.
 
     Returns:
-        The analysis's summary; for a kind no analysis writes, or arrays its summary cannot read, a line
-        that says so.
+        The analysis's summary; for a kind no analysis writes, a file that contradicts itself
+        (:func:`inconsistency`), or arrays its summary cannot read, a line that says so.
     """
     _load_builtin()
     item = _REGISTRY.get(result.kind)
     if item is None:
         return f"no analysis writes result kind {result.kind!r}"
+    why = inconsistency(result)
+    if why is not None:
+        return f"{item.title}: inconsistent file, not summarised: {why}"
     try:
         return item.summary(result)
-    except (TypeError, ValueError, KeyError, IndexError) as exc:
+    except (TypeError, ValueError, KeyError, IndexError, ArithmeticError) as exc:
         return f"{item.title}: the arrays do not fit ({type(exc).__name__})"
 
 

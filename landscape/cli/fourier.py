@@ -13,7 +13,7 @@ import click
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
-from landscape.cli.options import checkpoint_options, command_line, output_options
+from landscape.cli.options import SEED, checkpoint_options, command_line, output_options
 from landscape.options.fourier import FREQUENCY_AXES, NOISE_CONSTRUCTIONS, PROFILES, FourierOptions
 
 DEFAULTS = FourierOptions.defaults()
@@ -44,7 +44,7 @@ def parse_bands(text: str) -> tuple[float, ...]:
 )
 @click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=int)
 @click.option(
-    "--seed", default=DEFAULTS["seed"], show_default=True, type=int, help="Seed of the sample choice and the noise."
+    "--seed", default=DEFAULTS["seed"], show_default=True, type=SEED, help="Seed of the sample choice and the noise."
 )
 @click.option(
     "--profile",
@@ -122,19 +122,12 @@ def command(
 ) -> None:
     """Fourier analysis of feature maps (Paper A, Fig 2a/8/9 and, with --noise-bands, Fig 2b)."""
     from landscape.analyses.fourier.run import run_fourier
+    from landscape.analyses.fourier.summary import fourier_summary
 
     opts = FourierOptions(bands=parse_bands(bands), taps=tuple(taps) or None, **options)  # type: ignore[arg-type]
     result = run_fourier(
         source, opts, out=out, force=force, device=device, progress=False if quiet else None, command=command_line()
     )
-    hf = result["high_frequency"]
-    click.echo(
-        f"wrote {out}: {len(hf)} layers, {result.attrs['n_samples']} samples, high-frequency Delta log amplitude "
-        f"{hf[0]:.3f} (first) .. {hf[-1]:.3f} (last)"
-    )
+    click.echo(f"wrote {out}: {fourier_summary(result)}")  # the one summary, small maps named
     if "noise/accuracy_drop" in result:
-        drops = ", ".join(
-            f"{f:.1f}pi {d:+.3f}" for f, d in zip(result["noise/frequencies"], result["noise/accuracy_drop"])
-        )
-        clean = float(result["noise/accuracy"][0] + result["noise/accuracy_drop"][0])
-        click.echo(f"clean accuracy {clean:.4f}; accuracy drop per band: {drops}")
+        click.echo(f"clean accuracy {float(result['noise/accuracy'][0] + result['noise/accuracy_drop'][0]):.4f}")

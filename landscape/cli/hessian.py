@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
 from landscape.cli.options import (
+    SEED,
     augment_options,
     checkpoint_options,
     command_line,
@@ -36,7 +37,7 @@ D = HessianOptions
 )
 @click.option("--batch-size", default=D.batch_size, show_default=True, type=int, help="Batch size of the HVP passes.")
 @click.option(
-    "--seed", default=D.seed, show_default=True, type=int, help="Seed of the samples, start vector and probes."
+    "--seed", default=D.seed, show_default=True, type=SEED, help="Seed of the samples, start vector and probes."
 )
 @eigen_options(
     D,

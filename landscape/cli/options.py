@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from landscape.options.checks import MAX_SEED
 from landscape.options.common import SPLIT_CHOICES
 
 if TYPE_CHECKING:
@@ -72,6 +73,10 @@ def _input_size(text: str | None) -> int | tuple[int, int] | None:
         raise LandscapeError(f"--input-size takes SIZE or HxW, e.g. 224 or 224x320 (got {text!r})")
     sizes = tuple(int(p) for p in parts)
     return sizes[0] if len(sizes) == 1 else (sizes[0], sizes[1])
+
+
+#: the type of every seed option: a whole number a seed of torch can be, offsets included (see checks.MAX_SEED)
+SEED = click.IntRange(0, MAX_SEED)
 
 
 def model_source(
@@ -271,7 +276,9 @@ def other_model_options(func: F) -> F:
             click.option("--other-num-classes", default=None, type=click.IntRange(min=1), help="As --num-classes."),
             click.option("--other-pretrained", is_flag=True, help="The second model with published weights."),
             click.option("--other-random-init", is_flag=True, help="The second model at its seeded initialisation."),
-            click.option("--other-seed", default=None, type=int, help="Seed of --other-random-init [default: --seed]."),
+            click.option(
+                "--other-seed", default=None, type=SEED, help="Seed of --other-random-init [default: --seed]."
+            ),
             click.option("--other-model-output", default=None, help="As --model-output, for the second model."),
             click.option("--other-input-size", default=None, help="As --input-size, for the second model."),
             click.option("--other-mean", default=None, help="As --mean, for the second model."),

@@ -13,7 +13,7 @@ import click
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
-from landscape.cli.options import checkpoint_options, command_line, other_model_options, output_options
+from landscape.cli.options import SEED, checkpoint_options, command_line, other_model_options, output_options
 from landscape.options.similarity import SimilarityOptions
 
 DEFAULTS = SimilarityOptions.defaults()
@@ -31,7 +31,7 @@ DEFAULTS = SimilarityOptions.defaults()
     type=int,
     help="Images per minibatch of the unbiased HSIC (at least 4).",
 )
-@click.option("--seed", default=DEFAULTS["seed"], show_default=True, type=int, help="Seed of the sample choice.")
+@click.option("--seed", default=DEFAULTS["seed"], show_default=True, type=SEED, help="Seed of the sample choice.")
 @click.option(
     "--taps",
     multiple=True,

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
 from landscape.cli.options import (
+    SEED,
     augment_options,
     checkpoint_options,
     command_line,
@@ -37,7 +38,7 @@ D = SpectrumOptions
 )
 @click.option("--samples", default=D.samples, type=int, help="Number of images instead of --fraction.")
 @click.option(
-    "--seed", default=D.seed, show_default=True, type=int, help="Seed of the sample choice and start vectors."
+    "--seed", default=D.seed, show_default=True, type=SEED, help="Seed of the sample choice and start vectors."
 )
 @eigen_options(
     D,

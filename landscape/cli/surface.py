@@ -15,7 +15,14 @@ import click
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
-from landscape.cli.options import augment_options, checkpoint_options, command_line, output_options, regularizer_options
+from landscape.cli.options import (
+    SEED,
+    augment_options,
+    checkpoint_options,
+    command_line,
+    output_options,
+    regularizer_options,
+)
 from landscape.options.surface import (
     BN_MODES,
     COMPILE_MODES,
@@ -54,7 +61,7 @@ DEFAULTS = SurfaceOptions.defaults()
     help="Direction normalisation: filter (Li et al.), dim0 (Paper A's code), layer, weight, none.",
 )
 @click.option(
-    "--seed", default=DEFAULTS["seed"], show_default=True, type=int, help="Seed of the directions and the samples."
+    "--seed", default=DEFAULTS["seed"], show_default=True, type=SEED, help="Seed of the directions and the samples."
 )
 @click.option(
     "--directions",

@@ -39,6 +39,7 @@ from landscape.data.batches import sample_count, sample_indices
 from landscape.data.dataset import ImageDataset
 from landscape.data.labels import check_label_range
 from landscape.options import checks
+from landscape.runtime.devices import require_memory
 
 #: zero padding of the random crop, in pixels
 PADDING = 4
@@ -148,7 +149,9 @@ def augmented_batches(
 
     Raises:
         LandscapeError: a ``batch_size`` or ``copies`` that is not a whole number >= 1, ``n_samples`` out of
-            range, fewer ``num_classes`` than the dataset's labels need, or an unreadable image file.
+            range, fewer ``num_classes`` than the dataset's labels need, ``copies x n_samples`` images that need
+            more than the memory of the CPU or ``device`` (checked before they are drawn), or an unreadable image
+            file.
     """
     checks.positive_int(batch_size, "--batch-size")
     checks.positive_int(copies, "--augment-copies")
@@ -157,6 +160,14 @@ def augmented_batches(
     classes = dataset.info.num_classes if num_classes is None else int(num_classes)
     check_label_range([dataset.targets], classes)
     idx = sample_indices(n_all, n, seed, first_samples=first_samples)
+    h, w = dataset.info.hw
+    what = (
+        f"{int(copies) * n:,} augmented images ({int(copies)} copies of {n:,}) of {dataset.info.in_chans} x {h} x {w}"
+    )
+    for where in dict.fromkeys((torch.device("cpu"), torch.device(device))):
+        require_memory(
+            int(copies) * n, dataset.info.in_chans * h * w, torch.float32, where, what, "lower --augment-copies"
+        )
     source = copy.copy(dataset)  # the same images, with the training transform
     source.transform = image_transform(dataset.info.hw)
     mixer = batch_mixer(MIXUP_ALPHA, CUTMIX_ALPHA, classes)

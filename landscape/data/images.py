@@ -10,6 +10,7 @@ from torch import Tensor
 
 from landscape.data.info import DatasetInfo
 from landscape.errors import LandscapeError
+from landscape.runtime.devices import require_memory
 
 
 def _uncropped(side: int, crop_pct: float) -> int:
@@ -43,9 +44,16 @@ def read_image(path: str, info: DatasetInfo) -> Tensor:
 
 
 def resize(x: Tensor, hw: tuple[int, int], interpolation: str | None) -> Tensor:
-    """In-memory images (n, C, h, w) in [0, 1] resized to ``hw`` (the module docstring's rule); as is if equal."""
+    """In-memory images (n, C, h, w) in [0, 1] resized to ``hw`` (the module docstring's rule); as is if equal.
+
+    Raises:
+        LandscapeError: the resized images (``n x C x H x W`` float32) need more than the memory of the CPU
+            (checked before they are allocated).
+    """
     if tuple(x.shape[-2:]) == hw:
         return x
+    what = f"{x.shape[0]:,} images of {x.shape[1]} x {hw[0]} x {hw[1]}"
+    require_memory(int(x.shape[0]), int(x.shape[1]) * hw[0] * hw[1], x.dtype, x.device, what, "lower --input-size")
     mode = interpolation or "bilinear"
     if mode == "nearest":
         out = torch.nn.functional.interpolate(x, size=hw, mode="nearest")

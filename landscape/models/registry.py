@@ -15,10 +15,12 @@ import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import torch
 from torch import nn
 
 from landscape.errors import LandscapeError
 from landscape.models.external import create_external, external_data_kwargs, is_external, keyword_names, output_classes
+from landscape.runtime.devices import require_memory
 
 ModelFn = TypeVar("ModelFn", bound=Callable[..., nn.Module])
 
@@ -127,7 +129,9 @@ def create_model(name: str, num_classes: int | None = None, *, pretrained: bool 
         raise LandscapeError(f"num_classes must be a positive integer, got {num_classes!r}")
     model_kwargs = {k: _to_json(v, k) for k, v in kwargs.items()}
     if is_external(name):
-        model = create_external(name, num_classes, pretrained, kwargs)
+        model = built_within_memory(
+            lambda: create_external(name, num_classes, pretrained, kwargs), name, estimate=False
+        )
         resolved, num_classes = name, output_classes(model)
     else:
         resolved = resolve_model_name(name)
@@ -138,13 +142,54 @@ def create_model(name: str, num_classes: int | None = None, *, pretrained: bool 
             )
         num_classes = 10 if num_classes is None else num_classes
         try:
-            model = _MODELS[resolved](num_classes=num_classes, **kwargs)
+            model = built_within_memory(lambda: _MODELS[resolved](num_classes=num_classes, **kwargs), resolved)
         except TypeError as exc:
             raise LandscapeError(f"model {resolved!r} does not take that option ({exc}); check the spelling") from None
     model.model_name = resolved
     model.num_classes = num_classes
     model.model_kwargs = model_kwargs
     return model
+
+
+def built_within_memory(build: Callable[[], nn.Module], name: str, *, estimate: bool = True) -> nn.Module:
+    """``build()``, after its parameters and buffers are counted on the meta device and found to fit the memory.
+
+    The meta build allocates nothing (and runs under a forked random state, so the caller's is untouched); a
+    factory that cannot be built there is built as it is. An allocation that fails while the model is built is
+    one line too.
+
+    Args:
+        build: makes the model.
+        name: the model, for the messages.
+        estimate: count on the meta device first (False for builds that download or read weights).
+
+    Returns:
+        The model.
+
+    Raises:
+        LandscapeError: its ``4 * (parameters + buffers)`` bytes exceed the CPU's memory, or building it ran out
+            of memory.
+    """
+    fix = "choose smaller constructor options (--model-kw, or the checkpoint's model_kwargs)"
+    if estimate:
+        try:
+            with torch.random.fork_rng(devices=[]), torch.device("meta"):
+                shape = build()
+        except Exception:  # a factory that needs real tensors: no estimate
+            shape = None
+        if shape is not None:
+            n = sum(t.numel() for t in (*shape.parameters(), *shape.buffers()))
+            require_memory(1, n, torch.float32, torch.device("cpu"), f"model {name!r} of {n:,} parameters", fix)
+    try:
+        return build()
+    except (MemoryError, torch.OutOfMemoryError) as exc:
+        raise LandscapeError(f"model {name!r} does not fit the memory ({type(exc).__name__}); {fix}") from None
+    except RuntimeError as exc:
+        if "allocate" not in str(exc):
+            raise
+        raise LandscapeError(
+            f"model {name!r} does not fit the memory ({str(exc).splitlines()[0][:120]}); {fix}"
+        ) from None
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:

@@ -128,6 +128,28 @@ def positive_int(value: Any, name: str) -> int:
     return int(value)
 
 
+#: the largest seed: a seed plus a batch or probe index (``seed + j``) stays a seed torch accepts (< 2**63)
+MAX_SEED = 2**62
+
+
+def seed(value: Any, name: str = "--seed") -> int:
+    """``value`` as an int; an error unless it is a whole number in ``[0, MAX_SEED]``.
+
+    Args:
+        value: the seed; an integral type (``int``, ``numpy.int64``, ...), not ``bool``.
+        name: the option's name, used in the error message.
+
+    Returns:
+        ``int(value)``.
+
+    Raises:
+        LandscapeError: ``value`` is not an integral number, is a ``bool``, or lies outside ``[0, MAX_SEED]``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= MAX_SEED:
+        raise LandscapeError(f"{name} must be a whole number from 0 to 2**62 = {MAX_SEED}, got {value!r}")
+    return int(value)
+
+
 def finite_all(values: Any, name: str) -> list[float]:
     """Every entry of ``values`` as a float; an error naming the first entry that is not finite.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -97,7 +98,7 @@ def check_data_options(split: str, samples: int | None, batch_size: int, seed: i
         split: dataset split, one of :data:`SPLIT_CHOICES`.
         samples: number of samples (a positive integer), or None for the whole split.
         batch_size: samples per batch (a positive integer).
-        seed: the analysis' seed (an integer, not a bool).
+        seed: the analysis' seed (a whole number in ``[0, checks.MAX_SEED]``).
 
     Returns:
         The split's one name (:func:`canonical_split`), which the options keep so that ``val`` and ``test`` are
@@ -110,8 +111,7 @@ def check_data_options(split: str, samples: int | None, batch_size: int, seed: i
     if samples is not None:
         checks.positive_int(samples, "--samples")
     checks.positive_int(batch_size, "--batch-size")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise LandscapeError(f"--seed must be a whole number, got {seed!r}")
+    checks.seed(seed, "--seed")
     return split
 
 
@@ -140,16 +140,42 @@ def check_augment(augment: Any, copies: Any, criterion: str = "cross_entropy") -
             so only the default ``cross_entropy`` goes with ``paper-a``.
 
     Raises:
-        LandscapeError: an unknown ``augment``, ``copies`` not a whole number >= 1, or ``paper-a`` with another
-            criterion.
+        LandscapeError: an unknown ``augment``, ``copies`` not a whole number >= 1 or other than 1 without
+            augmentation (it would have no effect), or ``paper-a`` with another criterion.
     """
     choice(augment, "--augment", AUGMENTATIONS)
     checks.positive_int(copies, "--augment-copies")
+    if augment == "none" and copies != 1:
+        raise LandscapeError(
+            f"--augment-copies {copies} has no effect without augmentation (--augment none); add --augment "
+            "paper-a, or leave --augment-copies out"
+        )
     if augment != "none" and criterion != "cross_entropy":
         raise LandscapeError(
             f"--augment {augment} measures the soft-target cross-entropy of the mixed labels; "
             f"leave the criterion at cross_entropy (got {criterion!r})"
         )
+
+
+def refuse_without(options: Any, active: bool, switch: str, names: Sequence[str]) -> None:
+    """Refuse options set away from their defaults while the option they belong to is off: they would do nothing.
+
+    Args:
+        options: a dataclass of options.
+        active: whether the option they belong to is on.
+        switch: that option, as the user gives it (e.g. ``"--density"``).
+        names: the fields that only act with it.
+
+    Raises:
+        LandscapeError: one of ``names`` differs from its declared default while ``active`` is false.
+    """
+    if active:
+        return
+    defaults = {f.name: f.default for f in fields(options)}
+    for name in names:
+        if getattr(options, name) != defaults[name]:
+            flag = "--" + name.replace("_", "-")
+            raise LandscapeError(f"{flag} has no effect without {switch}; add {switch}, or leave {flag} out")
 
 
 class FieldDefaults:

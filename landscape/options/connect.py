@@ -25,6 +25,7 @@ from landscape.options.common import (
     check_data_options,
     check_regularizer,
     choice,
+    refuse_without,
 )
 
 #: how BatchNorm statistics are set at a point of a path: re-estimated there (default) or interpolated
@@ -76,7 +77,8 @@ class ConnectOptions(FieldDefaults):
 
     Raises:
         LandscapeError: an invalid value (unknown choice, a count that is not a whole number in range, a number
-            that is NaN, infinite or out of range), naming the CLI option.
+            that is NaN, infinite or out of range), naming the CLI option; a bend or plane option without
+            ``curve="bezier"`` (it would do nothing).
     """
 
     data: str | None = None
@@ -120,6 +122,8 @@ class ConnectOptions(FieldDefaults):
             object.__setattr__(self, "reg_coef", checks.non_negative(self.reg_coef, "--reg-coef"))
         if not isinstance(self.allow_stochastic, bool):
             raise LandscapeError(f"allow_stochastic must be True or False, got {self.allow_stochastic!r}")
+        bend = ("bend_epochs", "bend_lr", "bend_momentum", "bend_weight_decay", "plane_steps")
+        refuse_without(self, self.curve == "bezier", "--curve bezier", bend)
 
     @property
     def splits(self) -> tuple[str, ...]:

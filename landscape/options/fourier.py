@@ -24,6 +24,9 @@ from landscape.options.common import FieldDefaults, check_data_options, choice
 MSA_KINDS = ("msa",)
 CONV_KINDS = ("conv", "downsample", "mlp")
 PROFILES = ("diagonal", "radial")
+#: the smallest side of a feature map that has a profile: a side of 1 or 2 has only the zero frequency on its half
+#: diagonal (``ceil(h / 2)`` points), so its high-frequency Delta log amplitude would be 0 by construction
+MIN_PROFILE_SIDE = 3
 #: common frequency axis of the layers: each curve spans [0, 1] (Paper A), or units of pi (NaN-padded)
 FREQUENCY_AXES = ("normalised", "physical")
 #: default band centres (units of pi) and width

@@ -25,6 +25,7 @@ from landscape.options.common import (
     check_data_options,
     check_regularizer,
     choice,
+    refuse_without,
 )
 
 #: kinds of eigenvalues: largest / smallest algebraic, both ends, largest magnitude (scipy's names)
@@ -207,8 +208,10 @@ class HessianOptions(_LossOptions):
 
     Raises:
         LandscapeError: an invalid value (non-finite or out-of-range number, unknown choice, a bad ``--block``
-            item or ``--block`` without ``--per-block``), or nothing to compute (``top_k=0`` without
-            ``density``, ``trace`` or ``per_block``).
+            item or ``--block`` without ``--per-block``), nothing to compute (``top_k=0`` without ``density``,
+            ``trace`` or ``per_block``), or an option without the one it acts with (``probes``, ``steps``,
+            ``sigma``, ``grid_points`` without ``density``; ``trace_samples``, ``trace_method`` without ``trace`` or
+            ``per_block``; ``eigenvectors`` without ``top_k >= 1``).
     """
 
     data: str | None = None
@@ -286,6 +289,9 @@ class HessianOptions(_LossOptions):
             )
         if self.top_k == 0 and not self.density and not self.trace and not self.per_block:
             raise LandscapeError("nothing to compute: give --top-k >= 1, --density, --trace or --per-block")
+        refuse_without(self, self.density, "--density", ("probes", "steps", "sigma", "grid_points"))
+        refuse_without(self, self.trace or self.per_block, "--trace or --per-block", ("trace_samples", "trace_method"))
+        refuse_without(self, self.top_k > 0, "--top-k >= 1", ("eigenvectors",))
 
     @property
     def patterns(self) -> list[str]:

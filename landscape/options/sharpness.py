@@ -25,6 +25,7 @@ from landscape.options.common import (
     check_data_options,
     check_regularizer,
     choice,
+    refuse_without,
 )
 from landscape.options.hessian import BN_MODE, describe_regularizer, split_patterns
 
@@ -138,7 +139,9 @@ class SharpnessOptions(FieldDefaults):
 
     Raises:
         LandscapeError: an invalid value (a radius that is NaN or negative, ``p`` not 2 or inf, ``steps <= 0``,
-            an unknown choice, ...), naming the CLI option.
+            an unknown choice, ...), naming the CLI option; an option of the other measure (``p``, ``steps``,
+            ``step_size``, ``init`` without ``measure="worst"``; ``draws``, ``antithetic`` without
+            ``measure="average"``), which would do nothing.
     """
 
     data: str | None = None
@@ -191,6 +194,8 @@ class SharpnessOptions(FieldDefaults):
         check_regularizer(self.regularizer, self.reg_coef)
         choice(self.dtype, "--dtype", DTYPES)
         check_augment(self.augment, self.augment_copies, self.criterion)
+        refuse_without(self, self.measure == "worst", "--measure worst", ("p", "steps", "step_size", "init"))
+        refuse_without(self, self.measure == "average", "--measure average", ("draws", "antithetic"))
 
     @property
     def patterns(self) -> list[str]:

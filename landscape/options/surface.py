@@ -79,8 +79,8 @@ def parse_grid(spec: str, option: str = "--x") -> np.ndarray:
         The ``NUM`` grid coordinates.
 
     Raises:
-        LandscapeError: the spec is not ``MIN:MAX:NUM``, MIN or MAX is not finite, NUM < 1, or MIN >= MAX with
-            NUM > 1.
+        LandscapeError: the spec is not ``MIN:MAX:NUM``, MIN or MAX is not finite, NUM < 1, MIN >= MAX with
+            NUM > 1, or ``MAX - MIN`` overflows a float.
     """
     m = _GRID.match(str(spec))
     if not m:
@@ -95,6 +95,10 @@ def parse_grid(spec: str, option: str = "--x") -> np.ndarray:
         raise LandscapeError(f"bad grid {option} {spec!r}: NUM must be at least 1")
     if num > 1 and not lo < hi:
         raise LandscapeError(f"bad grid {option} {spec!r}: MIN must be smaller than MAX")
+    if num > 1 and not np.isfinite(hi - lo):
+        raise LandscapeError(
+            f"bad grid {option} {spec!r}: MAX - MIN overflows a float (its points would be NaN); give a narrower range"
+        )
     return np.linspace(lo, hi, num)
 
 

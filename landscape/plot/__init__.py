@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from landscape.analyses.registry import analysis_of
 from landscape.errors import LandscapeError
 from landscape.options.checks import finite, positive_int
@@ -32,6 +34,48 @@ LEVEL_SPACINGS = ("auto", "linear", "above-min", "log")
 SPECTRUM_STYLES = ("auto", "kde", "hist")
 #: the fewest eigenvalues of a file that ``auto`` draws as a kernel density estimate
 KDE_MIN_VALUES = 20
+#: the most contour levels (``--levels``): more are neither readable nor cheap to draw
+MAX_LEVELS = 1000
+
+
+class UndrawableError(LandscapeError):
+    """Result files whose figures failed while they were drawn: values their kind's check did not foresee.
+
+    The report gives the file this one-line note and goes on; ``plot`` prints it as its one-line error.
+    """
+
+
+def draw_kind(module: Any, kind: str, group: list[Result], out: Path, fmt: str, **options: Any) -> list[Path]:
+    """The figures of ``group`` (files of one ``kind``) drawn by ``module.plot``; a failure of drawing is one line.
+
+    Args:
+        module: the kind's figure module.
+        kind: the result kind.
+        group: its checked files.
+        out: an existing folder.
+        fmt: the figure format.
+        **options: the drawing options.
+
+    Returns:
+        The paths written.
+
+    Raises:
+        UndrawableError: drawing raised an error that is neither a :class:`LandscapeError` nor an ``OSError``
+            (the values of a file that matplotlib or numpy cannot draw), naming the files and the error.
+        LandscapeError: an option does not fit a file, or the folder cannot be written.
+    """
+    try:
+        with np.errstate(all="ignore"):  # overflow in drawing extreme values: the figure or the one line says it
+            return module.plot(group, out, fmt, **options)
+    except (LandscapeError, OSError, MemoryError):
+        raise
+    except Exception as exc:
+        names = ", ".join(str(r.path) for r in group)
+        detail = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise UndrawableError(
+            f"{names}: the {kind} figures cannot be drawn from the values the file holds ({type(exc).__name__}: "
+            f"{detail}); look at them with `landscape info`, or recompute it with `landscape {kind} ... --force`"
+        ) from exc
 
 
 def one_of(value: str, name: str, allowed: Sequence[str]) -> str:
@@ -58,9 +102,10 @@ def check_options(fmt: str, options: dict[str, Any]) -> dict[str, Any]:
 
     Args:
         fmt: the figure format (one of :data:`FORMATS`).
-        options: ``zmax`` (None or finite), ``levels`` (whole number >= 2), ``style`` (one of :data:`STYLES`),
-            ``level_spacing`` (one of :data:`LEVEL_SPACINGS`), ``bins`` (whole number >= 1), ``spectrum_style``
-            (one of :data:`SPECTRUM_STYLES`), ``name`` (None or a plain file-name stem); others pass unchanged.
+        options: ``zmax`` (None or finite), ``levels`` (whole number from 2 to :data:`MAX_LEVELS`), ``style``
+            (one of :data:`STYLES`), ``level_spacing`` (one of :data:`LEVEL_SPACINGS`), ``bins`` (whole number >= 1),
+            ``spectrum_style`` (one of :data:`SPECTRUM_STYLES`), ``name`` (None or a plain file-name stem); others
+            pass unchanged.
 
     Returns:
         The checked options.
@@ -77,6 +122,10 @@ def check_options(fmt: str, options: dict[str, Any]) -> dict[str, Any]:
         if isinstance(levels, int) and not isinstance(levels, bool) and levels < 2:
             raise LandscapeError(f"--levels must be a whole number >= 2 (contours need two levels), got {levels}")
         checked["levels"] = positive_int(levels, "--levels")
+        if checked["levels"] > MAX_LEVELS:
+            raise LandscapeError(
+                f"--levels must be at most {MAX_LEVELS} (more lines than a figure can show), got {checked['levels']}"
+            )
     if "style" in checked:
         one_of(checked["style"], "surface style (--style)", STYLES)
     if "level_spacing" in checked:
@@ -128,8 +177,8 @@ def plot_files(
         The written paths.
 
     Raises:
-        LandscapeError: a file is missing, unreadable or inconsistent, an option is invalid, or the folder
-            cannot be created or written.
+        LandscapeError: a file is missing, unreadable or inconsistent, an option is invalid, the folder
+            cannot be created or written, or (:class:`UndrawableError`) a file's values cannot be drawn.
     """
     options = check_options(fmt, options)
     if not paths:
@@ -145,5 +194,5 @@ def plot_files(
     out = ensure_folder(Path(out_dir) if out_dir is not None else Path(paths[0]).parent)
     written: list[Path] = []
     for kind, group in by_kind.items():
-        written += modules[kind].plot(group, out, fmt, **options)
+        written += draw_kind(modules[kind], kind, group, out, fmt, **options)
     return written

@@ -41,11 +41,18 @@ class Array:
             and a named dimension must not be empty.
         text: whether the array holds strings (otherwise numbers or booleans).
         finite: whether every value must be finite.
+        nonnegative: whether no value may be below 0 (NaN is allowed unless ``finite``).
+        flag: whether every value must be 0 or 1 (a done mask: booleans, or numbers that are 0 or 1).
+        increasing: whether the values must rise strictly with finite steps (grid coordinates): ``x[i + 1] -
+            x[i]`` finite and ``> 0``.
     """
 
     dims: tuple[Dim, ...]
     text: bool = False
     finite: bool = False
+    nonnegative: bool = False
+    flag: bool = False
+    increasing: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,8 @@ class Schema:
         optional: arrays a file may hold; a name ending in ``/*`` stands for every array of that group.
         together: groups of optional names that a file holds all or none of.
         writer: the command that writes the kind, named in the errors (None: ``landscape <kind>``).
+        done: the done masks (:attr:`Array.flag` arrays) that a file marked ``complete`` must have all set.
+        numbers: root attributes that, where a file has them (not None), must be a finite number or a list of them.
     """
 
     kind: str
@@ -65,6 +74,8 @@ class Schema:
     optional: Mapping[str, Array] = field(default_factory=dict)
     together: Sequence[Sequence[str]] = ()
     writer: str | None = None
+    done: Sequence[str] = ()
+    numbers: Sequence[str] = ()
 
 
 def check_arrays(result: Result, schema: Schema) -> None:
@@ -75,7 +86,9 @@ def check_arrays(result: Result, schema: Schema) -> None:
         schema: the arrays of its kind.
 
     Raises:
-        LandscapeError: the file is of another kind, lacks an array, or holds one of the wrong shape or type.
+        LandscapeError: the file is of another kind, lacks an array, holds one of the wrong shape or type or
+            with values it may not hold (:class:`Array`), is marked complete with a done mask not all set, or
+            has a number attribute (:attr:`Schema.numbers`) that is not a finite number.
     """
     if result.kind != schema.kind:
         raise LandscapeError(f"{result.path} holds a {result.kind} result, not a {schema.kind} result")
@@ -123,8 +136,52 @@ def check_arrays(result: Result, schema: Schema) -> None:
                 f"{result.path}: array {name!r} holds {arr.dtype} values, expected "
                 f"{'text' if spec.text else 'numbers'}; {redo}"
             )
-        if spec.finite and not np.all(np.isfinite(arr)):
-            raise LandscapeError(f"{result.path}: array {name!r} holds values that are not finite; {redo}")
+        _check_values(result, name, arr, spec, redo)
+    _check_done(result, schema, redo)
+    _check_number_attrs(result, schema, redo)
+
+
+def _check_values(result: Result, name: str, arr: np.ndarray, spec: Array, redo: str) -> None:
+    """Refuse values ``spec`` does not allow: not finite, negative, a flag not 0 or 1, coordinates that do not rise."""
+    if (spec.finite or spec.increasing) and not np.all(np.isfinite(arr)):
+        raise LandscapeError(f"{result.path}: array {name!r} holds values that are not finite; {redo}")
+    if spec.nonnegative and np.any(arr < 0):
+        raise LandscapeError(f"{result.path}: array {name!r} holds negative values, which it cannot; {redo}")
+    if spec.flag and not np.all((arr == 0) | (arr == 1)):
+        raise LandscapeError(f"{result.path}: array {name!r} holds values other than 0 and 1 (a done mask); {redo}")
+    if spec.increasing:
+        with np.errstate(over="ignore", invalid="ignore"):
+            steps = np.diff(np.asarray(arr, dtype=float))
+        if not np.all(np.isfinite(steps) & (steps > 0)):
+            raise LandscapeError(
+                f"{result.path}: array {name!r} does not rise strictly in finite steps (coordinates of a grid); {redo}"
+            )
+
+
+def _check_done(result: Result, schema: Schema, redo: str) -> None:
+    """Refuse a file marked complete whose done masks are not all set: it would be read as finished."""
+    if not result.attrs.get("complete"):
+        return
+    for name in schema.done:
+        if name in result and not np.all(result[name]):
+            mask = result[name].astype(bool)
+            raise LandscapeError(
+                f"{result.path}: the file is marked complete but {int(mask.size - mask.sum())} of the {mask.size} "
+                f"entries of {name!r} are not done; resume the run with the same options, or {redo}"
+            )
+
+
+def _check_number_attrs(result: Result, schema: Schema, redo: str) -> None:
+    """Refuse a number attribute (:attr:`Schema.numbers`) that is not a finite number or a list of them."""
+    for key in schema.numbers:
+        value = result.attrs.get(key)
+        if value is None:
+            continue
+        values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in values) or not (
+            np.all(np.isfinite(np.asarray(values, dtype=float)))
+        ):
+            raise LandscapeError(f"{result.path}: attribute {key}={value!r} is not a finite number; {redo}")
 
 
 def model_name(result: Result) -> str:

@@ -56,7 +56,7 @@ DEPTH_LABEL = "block, at its normalised depth"
 SCHEMA = Schema(
     kind="fourier",
     required={
-        "frequencies": Array(("frequency",)),
+        "frequencies": Array(("frequency",), increasing=True),
         "delta_log_amplitude": Array(("layer", "frequency")),
         "depth": Array(("layer",), finite=True),
         "layer_names": Array(("layer",), text=True),
@@ -65,17 +65,22 @@ SCHEMA = Schema(
         "high_frequency": Array(("layer",)),
     },
     optional={
-        "noise/frequencies": Array(("band",)),
+        "noise/frequencies": Array(("band",), finite=True),
         "noise/accuracy_drop": Array(("band",)),
-        "noise/done": Array(("band",)),
+        "noise/done": Array(("band",), flag=True),
+        "layer_sizes": Array(("layer", 2), finite=True, nonnegative=True),
         "maps/*": Array((None, None)),
     },
     together=(("noise/frequencies", "noise/accuracy_drop", "noise/done"),),
+    done=("noise/done",),
+    numbers=("noise_strength", "noise_eps"),
 )
 
 
-def check(result: Result) -> None:
+def consistent(result: Result) -> None:
     """Check that ``result`` is a Fourier result whose arrays fit :data:`SCHEMA` and whose maps name its layers.
+
+    E.g. ``layer_names`` has one entry per entry of ``high_frequency`` and per row of ``delta_log_amplitude``.
 
     Args:
         result: a result file read by :func:`landscape.store.read.read_result`.
@@ -92,6 +97,18 @@ def check(result: Result) -> None:
                 f"{result.path}: array {name!r} names no layer (the file has {layers}); recompute "
                 "it with `landscape fourier ... --force`"
             )
+
+
+def check(result: Result) -> None:
+    """Check that a Fourier result can be drawn: it is :func:`consistent`.
+
+    Args:
+        result: a result file read by :func:`landscape.store.read.read_result`.
+
+    Raises:
+        LandscapeError: naming the array that is missing or does not fit, and what to do.
+    """
+    consistent(result)
 
 
 def profile_figure(result: Result, style: str = "default") -> Figure:

@@ -20,33 +20,36 @@ from landscape.store.read import Result
 SCHEMA = Schema(
     kind="surface",
     required={
-        "xcoordinates": Array(("x",), finite=True),
-        "ycoordinates": Array(("y",), finite=True),
+        "xcoordinates": Array(("x",), increasing=True),
+        "ycoordinates": Array(("y",), increasing=True),
         "loss": Array(("y", "x")),
         "accuracy": Array(("y", "x")),
     },
     optional={
-        "done": Array(("y", "x")),
+        "done": Array(("y", "x"), flag=True),
         "data_loss": Array(("y", "x")),
         "trajectory/coordinates": Array(("snapshot", 2), finite=True),
     },
+    done=("done",),
+    numbers=("surface_ndim", "direction_eigenvalues", "explained_variance_ratio"),
 )
 
 #: a space that a wrapped title does not break at
 NBSP = "\u00a0"
 
 
-def check(result: Result) -> None:
-    """Check that ``result`` is a surface that can be drawn.
+def consistent(result: Result) -> None:
+    """Check that a surface file (finished or not) agrees with itself.
 
-    Its arrays must fit :data:`SCHEMA`, ``surface_ndim`` (when stored) must agree with the grid, a plane needs
-    two points along each axis, and at least one done grid point must have a finite loss.
+    Its arrays must fit :data:`SCHEMA` (``loss`` of ``len(ycoordinates) x len(xcoordinates)``, rising
+    coordinates, a 0/1 ``done`` mask all set when the file is marked complete) and ``surface_ndim`` (when
+    stored) must agree with the grid.
 
     Args:
         result: a result file read by :func:`landscape.store.read.read_result`.
 
     Raises:
-        LandscapeError: naming what is wrong with the file and what to do.
+        LandscapeError: naming what is inconsistent and what to do.
     """
     check_arrays(result, SCHEMA)
     ny, nx = result["loss"].shape
@@ -56,6 +59,23 @@ def check(result: Result) -> None:
             f"{result.path}: attribute surface_ndim={ndim!r} does not fit a grid of {ny} x {nx} "
             "points (y x x); recompute it with `landscape surface ... --force`"
         )
+
+
+def check(result: Result) -> None:
+    """Check that ``result`` is a surface that can be drawn.
+
+    It must be :func:`consistent`, a plane needs two points along each axis, and at least one done grid point
+    must have a finite loss.
+
+    Args:
+        result: a result file read by :func:`landscape.store.read.read_result`.
+
+    Raises:
+        LandscapeError: naming what is wrong with the file and what to do.
+    """
+    consistent(result)
+    ny, nx = result["loss"].shape
+    ndim = result.attrs.get("surface_ndim", 2 if ny > 1 else 1)
     if ndim == 2 and min(nx, ny) < 2:
         raise LandscapeError(
             f"{result.path}: a 2D surface of {ny} x {nx} points (y x x) cannot be drawn as a plane; "

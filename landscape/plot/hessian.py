@@ -53,10 +53,10 @@ HESSIAN = Schema(
     required={},
     optional={
         "eigenvalues": Array(("pair",)),
-        "residuals": Array(("pair",)),
+        "residuals": Array(("pair",), nonnegative=True),
         "converged": Array(("pair",)),
-        "density/grid": Array(("grid",), finite=True),
-        "density/values": Array(("grid",), finite=True),
+        "density/grid": Array(("grid",), increasing=True),
+        "density/values": Array(("grid",), finite=True, nonnegative=True),
         "trace/samples": Array(("probe",), finite=True),
         **{f"blocks/{name}": Array(("block",)) for name in BLOCK_ARRAYS},
         "blocks/names": Array(("block",), text=True),
@@ -72,12 +72,41 @@ HESSIAN = Schema(
 SPECTRUM = Schema(
     kind="spectrum",
     required={"eigenvalues": Array(("batch", "rank"))},
-    optional={"done": Array(("batch",)), "batch_sizes": Array(("batch",)), "n_matvec": Array(("batch",))},
+    optional={
+        "done": Array(("batch",), flag=True),
+        "batch_sizes": Array(("batch",), finite=True, nonnegative=True),
+        "n_matvec": Array(("batch",), finite=True),
+    },
+    done=("done",),
 )
 
 
+def consistent(result: Result) -> None:
+    """Check that a ``hessian`` or ``spectrum`` file (finished or not) fits :data:`HESSIAN` or :data:`SPECTRUM`.
+
+    E.g. a spectrum's ``batch_sizes`` has one entry per row of ``eigenvalues``, a spectrum marked complete
+    has every batch done, and a batch marked done has finite eigenvalues.
+
+    Args:
+        result: a result file read by :func:`landscape.store.read.read_result`.
+
+    Raises:
+        LandscapeError: naming the array that is missing or does not fit, and what to do.
+    """
+    check_arrays(result, SPECTRUM if result.kind == "spectrum" else HESSIAN)
+    if result.kind == "spectrum" and "done" in result:
+        done = result["done"].astype(bool)
+        unfinished = ~np.isfinite(result["eigenvalues"]).all(axis=1) & done
+        if unfinished.any():
+            raise LandscapeError(
+                f"{result.path}: {int(unfinished.sum())} batches (the first: {int(np.flatnonzero(unfinished)[0])}) "
+                "are marked done but their eigenvalues are not finite; recompute it with `landscape spectrum ... "
+                "--force`"
+            )
+
+
 def check(result: Result) -> None:
-    """Check that the arrays of a ``hessian`` or ``spectrum`` result fit its schema (:data:`HESSIAN`, :data:`SPECTRUM`).
+    """Check that a ``hessian`` or ``spectrum`` result can be drawn: it is :func:`consistent`.
 
     A ``hessian`` result must also hold eigenvalues or a density.
 
@@ -87,7 +116,7 @@ def check(result: Result) -> None:
     Raises:
         LandscapeError: naming the array that is missing or does not fit, and what to do.
     """
-    check_arrays(result, SPECTRUM if result.kind == "spectrum" else HESSIAN)
+    consistent(result)
     if result.kind == "hessian" and not any(k in result for k in ("eigenvalues", "density/values", "blocks/done")):
         raise LandscapeError(
             f"{result.path}: the hessian result has neither eigenvalues, a density nor blocks to draw; "

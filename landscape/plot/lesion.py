@@ -37,13 +37,15 @@ SCHEMA = Schema(
         "accuracy": Array(("block",)),
         "nll": Array(("block",)),
         "accuracy_drop": Array(("block",)),
-        "done": Array(("block",)),
+        "done": Array(("block",), flag=True),
     },
     optional={"projected_shortcut": Array(("block",))},
+    done=("done",),
+    numbers=("intact_accuracy", "intact_nll"),
 )
 
 
-def check(result: Result) -> None:
+def consistent(result: Result) -> None:
     """Check that ``result`` is a lesion result whose arrays fit :data:`SCHEMA`.
 
     Args:
@@ -53,6 +55,18 @@ def check(result: Result) -> None:
         LandscapeError: naming the array that is missing or does not fit, and what to do.
     """
     check_arrays(result, SCHEMA)
+
+
+def check(result: Result) -> None:
+    """Check that a lesion result can be drawn: it is :func:`consistent`.
+
+    Args:
+        result: a result file read by :func:`landscape.store.read.read_result`.
+
+    Raises:
+        LandscapeError: naming the array that is missing or does not fit, and what to do.
+    """
+    consistent(result)
 
 
 def _values(result: Result, key: str) -> np.ndarray:

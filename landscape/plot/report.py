@@ -27,9 +27,9 @@ from typing import Any
 
 from landscape import __version__
 from landscape.analyses.numbers import MISSING
-from landscape.analyses.registry import analyses, analysis_of, kinds
+from landscape.analyses.registry import analyses, analysis_of, inconsistency, kinds
 from landscape.errors import LandscapeError
-from landscape.plot import figures_of, one_of, plot_files
+from landscape.plot import UndrawableError, figures_of, one_of, plot_files
 from landscape.plot.common import model_name
 from landscape.store.files import WRITTEN_BY, check_replaceable, ensure_subfolder, leads_outside, write_text
 from landscape.store.read import Result, describe, read_result
@@ -238,7 +238,7 @@ def _is_figure(path: Path, fmt: str) -> bool:
 
 
 def _draw(entry: _File, out_dir: Path, fmt: str) -> None:
-    """Draw the figures of one file; a file its kind's check refuses gets a note instead of figures.
+    """Draw the figures of one file; a file its kind's check refuses, or whose values fail while drawn, gets a note.
 
     Raises:
         LandscapeError: the figures cannot be written (folder, permissions, full disk, ...).
@@ -248,7 +248,11 @@ def _draw(entry: _File, out_dir: Path, fmt: str) -> None:
     except LandscapeError as exc:
         entry.notes.append(f"no figures: {_one_line(exc)}")
         return
-    written = plot_files([entry.path], out_dir, fmt, vtp=False, force=True)
+    try:
+        written = plot_files([entry.path], out_dir, fmt, vtp=False, force=True)
+    except UndrawableError as exc:  # values the check did not foresee: this file's note, never the report's end
+        entry.notes.append(f"no figures: {_one_line(exc)}")
+        return
     entry.figures = [p for p in written if _is_figure(p, fmt)]
 
 
@@ -273,7 +277,12 @@ def _draw_overlays(files: Sequence[_File], out_dir: Path, fmt: str, models: int 
         if len(group) < 2 or len({f.model for f in group}) < models:
             continue
         own = {p.name for f in group for p in f.figures}
-        written = plot_files([f.path for f in group], out_dir, fmt, vtp=False, force=True)
+        try:
+            written = plot_files([f.path for f in group], out_dir, fmt, vtp=False, force=True)
+        except UndrawableError as exc:
+            for f in group:
+                f.notes.append(f"no figure with the other models: {_one_line(exc)}")
+            continue
         for path in written:
             if not _is_figure(path, fmt):
                 continue
@@ -361,11 +370,11 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, markdown: bo
 def _numbers(entry: _File) -> dict[str, str]:
     """The summary-table cells of one file, from its analysis (none when the arrays do not fit)."""
     numbers = analysis_of(entry.kind).numbers if entry.kind in kinds() else None
-    if numbers is None:
-        return {}
+    if numbers is None or inconsistency(entry.result) is not None:
+        return {}  # a file that contradicts itself is not summarised: its note says why
     try:
         return numbers(entry.result)
-    except (TypeError, ValueError, KeyError, IndexError):
+    except (TypeError, ValueError, KeyError, IndexError, ArithmeticError):
         return {}  # arrays that do not fit: the figures' notes say what is wrong
 
 

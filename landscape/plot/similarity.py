@@ -40,11 +40,12 @@ SCHEMA = Schema(
         "hsic_yy": Array(("layer_b",), finite=True),
         "n_batches": Array((), finite=True),
     },
+    numbers=("n_samples",),
 )
 
 
-def check(result: Result) -> None:
-    """Check that ``result`` is a similarity result whose arrays fit :data:`SCHEMA` and that it is complete.
+def consistent(result: Result) -> None:
+    """Check that ``result`` is a similarity result whose arrays fit :data:`SCHEMA`.
 
     Args:
         result: a result file read by :func:`landscape.store.read.read_result`.
@@ -53,6 +54,18 @@ def check(result: Result) -> None:
         LandscapeError: naming the array that is missing or does not fit, and what to do.
     """
     check_arrays(result, SCHEMA)
+
+
+def check(result: Result) -> None:
+    """Check that a similarity result can be drawn: it is :func:`consistent` and sums at least one minibatch.
+
+    Args:
+        result: a result file read by :func:`landscape.store.read.read_result`.
+
+    Raises:
+        LandscapeError: naming the array that is missing or does not fit, and what to do.
+    """
+    consistent(result)
     if int(result["n_batches"]) < 1:
         raise LandscapeError(
             f"{result.path}: the similarity result sums no minibatch; recompute it with `landscape similarity ... "

@@ -37,7 +37,8 @@ from landscape.plot.common import (
     single_axes,
 )
 from landscape.plot.grids import above_lowest, check_zmax, direction_labels, grid_of, is_2d, title_of, z_of
-from landscape.plot.grids import check as check  # the kind's check, beside its plot()
+from landscape.plot.grids import check as check  # the kind's checks, beside its plot()
+from landscape.plot.grids import consistent as consistent
 from landscape.plot.scales import (
     LOG_DECADES,
     _finite,

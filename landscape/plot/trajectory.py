@@ -43,7 +43,7 @@ SCHEMA = Schema(
 )
 
 
-def check(result: Result) -> None:
+def consistent(result: Result) -> None:
     """Check that ``result`` is a trajectory result whose arrays fit :data:`SCHEMA`.
 
     Args:
@@ -53,6 +53,18 @@ def check(result: Result) -> None:
         LandscapeError: naming the array that is missing or does not fit, and what to do.
     """
     check_arrays(result, SCHEMA)
+
+
+def check(result: Result) -> None:
+    """Check that a trajectory result can be drawn: it is :func:`consistent`.
+
+    Args:
+        result: a result file read by :func:`landscape.store.read.read_result`.
+
+    Raises:
+        LandscapeError: naming the array that is missing or does not fit, and what to do.
+    """
+    consistent(result)
 
 
 def polar_figure(results: list[Result]) -> Figure:

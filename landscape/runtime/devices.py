@@ -1,13 +1,16 @@
-"""Timing work on a device: wait for it to finish, and keep the fastest of a few runs."""
+"""Work on a device: its memory (refuse what does not fit before allocating it), waiting for it, timing it."""
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import torch
+
+from landscape.errors import LandscapeError
 
 T = TypeVar("T")
 
@@ -60,3 +63,43 @@ def close(got: float, want: float, rtol: float) -> bool:
         ``|got - want| <= rtol * max(1, |want|)`` (False for NaN).
     """
     return abs(float(got) - float(want)) <= rtol * max(1.0, abs(float(want)))
+
+
+def device_memory(device: torch.device) -> int:
+    """Bytes of memory of ``device``: the GPU's total, or the machine's physical memory for the CPU.
+
+    Args:
+        device: the device.
+
+    Returns:
+        The number of bytes (0 when it cannot be found out).
+    """
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[1])
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # a platform without these names
+        return 0
+
+
+def require_memory(vectors: int, n: int, dtype: torch.dtype, device: torch.device, what: str, fix: str) -> None:
+    """Refuse, before allocating, ``vectors`` vectors of length ``n`` that need more than the device has.
+
+    Args:
+        vectors: how many vectors of ``n`` entries are kept.
+        n: their length.
+        dtype: their dtype.
+        device: where they are kept.
+        what: what they are, for the message.
+        fix: what to lower, for the message.
+
+    Raises:
+        LandscapeError: ``vectors * n * itemsize`` exceeds the device's memory.
+    """
+    need = vectors * n * torch.empty(0, dtype=dtype).element_size()
+    have = device_memory(torch.device(device))
+    if have and need > have:
+        raise LandscapeError(
+            f"{what} needs {need / 1e9:.1f} GB ({vectors} vectors of {n:,} entries), more than the "
+            f"{have / 1e9:.1f} GB of memory of {device}; {fix}"
+        )

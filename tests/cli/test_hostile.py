@@ -203,3 +203,23 @@ def test_a_file_size_limit_is_one_line_wherever_it_strikes_and_the_same_command_
         assert read_result(tmp_path / "s.h5")["done"].all()
     else:
         assert torch.load(tmp_path / "t.pt", weights_only=True)["epoch"] == 1
+
+
+@pytest.mark.parametrize("command", ["surface", "hessian", "spectrum", "fourier", "lesion", "similarity"])
+def test_a_seed_beyond_what_torch_takes_is_one_line_before_any_work(tmp_path, command):
+    code, output = run(command, "--model", "resnet_mini", "--random-init", "--seed", 2**66, "--out", tmp_path / "r.h5")
+    assert_one_line_error(code, output, "'--seed'", str(2**66), "0<=x<=")
+    assert not (tmp_path / "r.h5").exists()
+
+
+def test_sizes_beyond_the_memory_are_one_line_before_they_are_allocated(tmp_path):
+    model = ["--model", "resnet_mini", "--random-init"]
+    code, output = run("surface", *model, "--input-size", "100000", "--x", "-1:1:3", "--out", tmp_path / "s.h5")
+    assert_one_line_error(code, output, "images of 1 x 100000 x 100000", "lower --input-size")
+    code, output = run("hessian", *model, "--density", "--probes", 10**12, "--top-k", 0, "--out", tmp_path / "h.h5")
+    assert_one_line_error(code, output, "1,000,000,000,000 probe vectors", "lower --probes")
+    code, output = run("surface", *model, "--x", "-1e308:1e308:3", "--out", tmp_path / "s.h5")
+    assert_one_line_error(code, output, "MAX - MIN overflows a float")
+    code, output = run("surface", *model, "--augment-copies", 4, "--x", "-1:1:3", "--out", tmp_path / "s.h5")
+    assert_one_line_error(code, output, "--augment-copies 4 has no effect")
+    assert not list(tmp_path.glob("*.h5"))

@@ -81,7 +81,8 @@ def test_an_invalid_spectrum_option_is_a_one_line_error(kwargs, match):
 
 
 def test_valid_edge_values_pass():
-    HessianOptions(top_k=0, trace=True, trace_method="hutchinson", trace_samples=2, sigma=1e-3, samples=None)
+    HessianOptions(top_k=0, trace=True, trace_method="hutchinson", trace_samples=2, samples=None)
+    HessianOptions(top_k=0, density=True, sigma=1e-3)
     SpectrumOptions(fraction=1.0)
     SpectrumOptions(fraction=None, samples=3)
     assert SpectrumOptions(group="8").group == 8 and SpectrumOptions(group=" auto ").group == "auto"

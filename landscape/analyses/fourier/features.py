@@ -20,7 +20,7 @@ from landscape.analyses.fourier import spectrum
 from landscape.core.front import batch_images, eval_model
 from landscape.errors import LandscapeError
 from landscape.models.taps import FeatureTaps, as_grid
-from landscape.options.fourier import FREQUENCY_AXES, PROFILES  # defined once, with the options
+from landscape.options.fourier import FREQUENCY_AXES, MIN_PROFILE_SIDE, PROFILES  # defined once, with the options
 from landscape.runtime.progress import Progress
 
 
@@ -140,9 +140,20 @@ class FourierProfile:
         return profile - profile[0]
 
     @property
+    def too_small(self) -> list[str]:
+        """The layers whose maps are too small for a profile: ``min(h, w) < MIN_PROFILE_SIDE`` (only frequency 0)."""
+        return [la.name for la in self.layers if min(la.height, la.width) < MIN_PROFILE_SIDE]
+
+    @property
     def high_frequency(self) -> np.ndarray:
-        """Per layer, the Delta log amplitude at its highest frequency (the end of its curve)."""
-        return np.array([self.delta_log_amplitude(i)[-1] for i in range(len(self.layers))])
+        """Per layer, the Delta log amplitude at its highest frequency (the end of its curve).
+
+        NaN for a layer whose maps are too small to have one (:attr:`too_small`), not the 0 of its only frequency.
+        """
+        small = set(self.too_small)
+        return np.array(
+            [np.nan if la.name in small else self.delta_log_amplitude(i)[-1] for i, la in enumerate(self.layers)]
+        )
 
     def mean_map(self, i: int) -> np.ndarray | None:
         """Layer ``i``'s centred (fftshift-ed) 2D mean log-amplitude map, if it was accumulated.

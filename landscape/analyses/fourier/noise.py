@@ -243,8 +243,8 @@ def hits(
         ``(correct, total)``: the number of correct top-1 predictions and of samples.
 
     Raises:
-        LandscapeError: an empty band or unknown construction (:func:`make_noise`), or no logits in the
-            model's output.
+        LandscapeError: an empty band or unknown construction (:func:`make_noise`), no logits in the model's
+            output, or noisy images or their logits that are not finite (noise too strong for the dtype).
     """
     correct, total = 0, 0
     with torch.no_grad():
@@ -253,7 +253,19 @@ def hits(
                 gen = torch.Generator().manual_seed(int(noise["seed"]) + j)
                 n = make_noise(x.shape, noise, gen, x.dtype)
                 x = x + n.to(x.device)
-            pred = select_logits(model(x), output).argmax(dim=-1)
+                if not bool(torch.isfinite(x).all()):
+                    amplitude = {k: noise[k] for k in ("strength", "eps") if k in noise}
+                    raise LandscapeError(
+                        f"band noise of {amplitude} makes the noisy images non-finite (the sums overflow "
+                        f"{x.dtype}), so no accuracy can be measured; give a smaller --noise-strength (or --noise-eps)"
+                    )
+            logits = select_logits(model(x), output)
+            if noise is not None and not bool(torch.isfinite(logits).all()):
+                raise LandscapeError(
+                    "the model's logits on the noisy images are not finite (NaN or inf), so the accuracy drop would "
+                    "be meaningless; give a smaller --noise-strength (or --noise-eps)"
+                )
+            pred = logits.argmax(dim=-1)
             correct += int((pred == y).sum())
             total += int(y.numel())
     return correct, total

@@ -30,7 +30,7 @@ from landscape.analyses.fourier.features import FourierProfile, fourier_profile,
 from landscape.analyses.fourier.noise import band_accuracies
 from landscape.core.front import eval_model, prepare, python_call, run_from_python
 from landscape.errors import LandscapeError
-from landscape.options.fourier import FourierOptions
+from landscape.options.fourier import MIN_PROFILE_SIDE, FourierOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import AnalysisFile
 from landscape.runtime.progress import Progress
@@ -166,6 +166,8 @@ def run_fourier(
                     for la in part.layers:
                         la.log_amplitude_sum, la.variance_sum = la.log_amplitude_sum.cpu(), la.variance_sum.cpu()
                 result = merge_profiles(D.all_gather_objects(part))
+                if D.is_main() and result.too_small:
+                    print(small_maps_warning(result.too_small), file=sys.stderr)
                 if f is not None:
                     write_profile(f, result, o.frequency_axis, o.maps)
             if o.noise_bands:
@@ -173,6 +175,24 @@ def run_fourier(
                 with session.progress("noise bands", len(o.bands), unit="band", done=done, progress=progress) as bar:
                     _write_noise(f, net, mine, o, bar, inputs.source.output, state["bands"])
     return session.result
+
+
+def small_maps_warning(names: list[str]) -> str:
+    """The one-line warning on layers whose feature maps are too small for a Fourier profile.
+
+    Args:
+        names: the layers (:attr:`FourierProfile.too_small`).
+
+    Returns:
+        E.g. ``warning: the feature maps of 2 blocks (blocks.0, blocks.1) are smaller than 3 x 3, too small for a
+        Fourier profile; their high-frequency values are NaN (a larger --input-size gives larger maps)``.
+    """
+    shown = ", ".join(names[:6]) + (f", and {len(names) - 6} more" if len(names) > 6 else "")
+    return (
+        f"warning: the feature maps of {len(names)} block{'s' if len(names) > 1 else ''} ({shown}) are smaller than "
+        f"{MIN_PROFILE_SIDE} x {MIN_PROFILE_SIDE}, too small for a Fourier profile; their high-frequency values are "
+        "NaN (a larger --input-size gives larger maps)"
+    )
 
 
 def _summed(counts: tuple[int, int]) -> tuple[int, int]:

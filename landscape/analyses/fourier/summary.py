@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from landscape.analyses.numbers import MISSING, number
-from landscape.options.fourier import CONV_KINDS, MSA_KINDS
+from landscape.options.fourier import CONV_KINDS, MIN_PROFILE_SIDE, MSA_KINDS
 from landscape.store.read import Result
 
 
@@ -16,24 +16,47 @@ def fourier_summary(result: Result) -> str:
         result: a fourier file, finished or not.
 
     Returns:
-        The layers, the samples, the high-frequency values at both ends, and the accuracy drop per noise band
-        when the file has them.
+        The layers, the samples, the high-frequency values at both ends (of the layers that have a profile),
+        the layers whose maps are too small for one, and the accuracy drop per noise band when the file has them.
     """
     if "high_frequency" not in result:
         return "Fourier profile, not written yet"
     hf = np.asarray(result["high_frequency"], dtype=float)
-    text = (
-        f"{len(hf)} layers, {result.attrs.get('n_samples', '?')} samples, high-frequency Delta log amplitude "
-        f"{hf[0]:.3f} (first) .. {hf[-1]:.3f} (last)"
-        if len(hf)
-        else "no layers"
-    )
+    shown = hf[np.isfinite(hf)]
+    text = f"{len(hf)} layers, {result.attrs.get('n_samples', '?')} samples" if len(hf) else "no layers"
+    if shown.size:
+        first, last = ("first", "last") if shown.size == hf.size else ("first with a profile", "last with a profile")
+        text += f", high-frequency Delta log amplitude {shown[0]:.3f} ({first}) .. {shown[-1]:.3f} ({last})"
+    small = too_small(result)
+    if small:
+        text += (
+            f"; {len(small)} of them with maps smaller than {MIN_PROFILE_SIDE} x {MIN_PROFILE_SIDE}, too small for a "
+            f"profile: {', '.join(small[:6])}" + (f" and {len(small) - 6} more" if len(small) > 6 else "")
+        )
     if "noise/accuracy_drop" in result and "noise/frequencies" in result:
         drops = ", ".join(
             f"{f:.1f}pi {d:+.3f}" for f, d in zip(result["noise/frequencies"], result["noise/accuracy_drop"])
         )
         text += f"; accuracy drop per band: {drops}"
     return text
+
+
+def too_small(result: Result) -> list[str]:
+    """The layers of a Fourier file whose maps are too small for a profile (``min(h, w) < MIN_PROFILE_SIDE``).
+
+    Args:
+        result: a fourier file (its ``layer_sizes`` and ``layer_names``).
+
+    Returns:
+        Their names, in forward order; none when the file does not record the sizes.
+    """
+    if "layer_sizes" not in result or "layer_names" not in result:
+        return []
+    sizes = np.asarray(result["layer_sizes"], dtype=float)
+    names = [str(n) for n in result["layer_names"]]
+    if sizes.ndim != 2 or len(sizes) != len(names):
+        return []
+    return [n for n, hw in zip(names, sizes) if np.min(hw) < MIN_PROFILE_SIDE]
 
 
 def fourier_numbers(result: Result) -> dict[str, str]:

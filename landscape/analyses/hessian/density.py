@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from landscape.analyses.hessian.lanczos import lanczos_tridiagonal
-from landscape.analyses.hessian.linalg import Operator, announce
+from landscape.analyses.hessian.linalg import Operator, announce, require_memory
 from landscape.analyses.hessian.probes import probe_vectors
 from landscape.errors import LandscapeError
 from landscape.options import checks
@@ -109,11 +109,28 @@ def broadened_density(
     sigma = checks.positive(sigma, "sigma")
     if grid_points < 2:
         raise LandscapeError(f"the density grid needs at least 2 points, got {grid_points}")
+    require_grid_memory(grid_points, x.numel())
     edges = torch.linspace(lo - 6 * sigma, hi + 6 * sigma, grid_points + 1, dtype=torch.float64)
     width = float(edges[1] - edges[0])
     cdf = 0.5 * (1 + torch.erf((edges.unsqueeze(1) - x.unsqueeze(0)) / (sigma * math.sqrt(2))))
     values = ((cdf[1:] - cdf[:-1]) @ w) / width
     return 0.5 * (edges[1:] + edges[:-1]), values, float(sigma)
+
+
+def require_grid_memory(grid_points: int, nodes: int) -> None:
+    """Refuse, before it is allocated, a broadening of ``nodes`` nodes on ``grid_points`` cells that cannot fit.
+
+    It holds the CDF at every cell edge for every node: ``8 (grid_points + 1) nodes`` bytes of the CPU's memory.
+
+    Args:
+        grid_points: cells of the density grid.
+        nodes: quadrature nodes (``probes x steps``).
+
+    Raises:
+        LandscapeError: the CPU has less memory than that.
+    """
+    what = f"a density grid of {grid_points:,} points over {nodes:,} nodes"
+    require_memory(grid_points + 1, nodes, torch.float64, torch.device("cpu"), what, "lower --grid-points")
 
 
 def spectral_density(

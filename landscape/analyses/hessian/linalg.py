@@ -6,7 +6,6 @@ The operator protocol, eigen results, Ritz ranking, memory and finiteness checks
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -15,6 +14,8 @@ import torch
 from torch import Tensor
 
 from landscape.errors import LandscapeError
+from landscape.runtime.devices import device_memory as device_memory
+from landscape.runtime.devices import require_memory as require_memory
 
 
 class Operator(Protocol):
@@ -188,46 +189,6 @@ def announce(op: object, count: int) -> None:
     plan = getattr(op, "plan_products", None)
     if plan is not None:
         plan(count)
-
-
-def device_memory(device: torch.device) -> int:
-    """Bytes of memory of ``device``: the GPU's total, or the machine's physical memory for the CPU.
-
-    Args:
-        device: the device.
-
-    Returns:
-        The number of bytes (0 when it cannot be found out).
-    """
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[1])
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):  # a platform without these names
-        return 0
-
-
-def require_memory(vectors: int, n: int, dtype: torch.dtype, device: torch.device, what: str, fix: str) -> None:
-    """Refuse, before allocating, ``vectors`` vectors of length ``n`` that need more than the device has.
-
-    Args:
-        vectors: how many vectors of ``n`` entries are kept.
-        n: their length.
-        dtype: their dtype.
-        device: where they are kept.
-        what: what they are, for the message.
-        fix: what to lower, for the message.
-
-    Raises:
-        LandscapeError: ``vectors * n * itemsize`` exceeds the device's memory.
-    """
-    need = vectors * n * torch.empty(0, dtype=dtype).element_size()
-    have = device_memory(torch.device(device))
-    if have and need > have:
-        raise LandscapeError(
-            f"{what} needs {need / 1e9:.1f} GB ({vectors} vectors of {n:,} entries), more than the "
-            f"{have / 1e9:.1f} GB of memory of {device}; {fix}"
-        )
 
 
 def require_symmetric(upper: float, lower: float, scale: float, eps: float, products: int) -> None:

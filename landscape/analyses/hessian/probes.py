@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from landscape.errors import LandscapeError
+from landscape.runtime.devices import require_memory
 
 DISTRIBUTIONS = ("rademacher", "gaussian")
 
@@ -27,6 +28,25 @@ def local_generator(seed: int | None) -> torch.Generator:
     else:
         gen.manual_seed(int(seed))
     return gen
+
+
+def require_probe_memory(n: int, count: int, device: torch.device | str = "cpu") -> None:
+    """Refuse, before they are drawn, ``count`` probes of ``n`` entries (float64) that the memory cannot hold.
+
+    They are drawn on the CPU and then moved to ``device``: both must hold ``8 n count`` bytes.
+
+    Args:
+        n: length of each probe.
+        count: number of probes.
+        device: where they are used.
+
+    Raises:
+        LandscapeError: the CPU or ``device`` has less memory than the probes need.
+    """
+    for where in dict.fromkeys((torch.device("cpu"), torch.device(device))):
+        require_memory(
+            count, n, torch.float64, where, f"{count:,} probe vectors", "lower --probes (or --trace-samples)"
+        )
 
 
 def probe_vectors(
@@ -56,10 +76,12 @@ def probe_vectors(
         The (n, count) probe matrix.
 
     Raises:
-        LandscapeError: unknown ``distribution``.
+        LandscapeError: unknown ``distribution``, or ``count`` probes of ``n`` float64 entries need more than the
+            memory of the CPU (where they are drawn) or of ``device`` (checked before they are drawn).
     """
     if distribution not in DISTRIBUTIONS:
         raise LandscapeError(f"unknown probe distribution {distribution!r}; choose one of {', '.join(DISTRIBUTIONS)}")
+    require_probe_memory(n, count, device)
     gen = local_generator(seed)
     if distribution == "gaussian":
         z = torch.randn(n, count, generator=gen, dtype=torch.float64)

@@ -19,10 +19,11 @@ import numpy as np
 
 from landscape import store
 from landscape.analyses.hessian.block_file import hessian_blocks, write_blocks
-from landscape.analyses.hessian.density import spectral_density
+from landscape.analyses.hessian.density import require_grid_memory, spectral_density
 from landscape.analyses.hessian.lanczos import check_request, lanczos
 from landscape.analyses.hessian.linalg import require_memory
 from landscape.analyses.hessian.operator import HessianOperator
+from landscape.analyses.hessian.probes import require_probe_memory
 from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
 from landscape.analyses.hessian.trace import trace as trace_estimate
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
@@ -118,6 +119,8 @@ def run_hessian(
         require_memory(
             steps, op.shape[0], op.dtype, op.device, f"a Lanczos quadrature of {steps} steps", "lower --steps"
         )
+        require_probe_memory(op.shape[0], o.probes, op.device)
+        require_grid_memory(o.grid_points, o.probes * steps)
     blocks = hessian_blocks(objective, o, op.names) if o.per_block else []  # a bad --block: before the file
     products = _planned_products(o, op.shape[0])
     per_product = PASSES_PER_PRODUCT * prepared.seconds_per_pass

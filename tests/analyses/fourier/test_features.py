@@ -118,7 +118,9 @@ def test_common_axes():
     grid, common = prof.common_axis("physical")
     np.testing.assert_allclose(grid, [0, 0.25, 0.5, 0.75])
     np.testing.assert_allclose(common[1], [0, d1[1] / 2, d1[1], np.nan])  # layer b: 0 and 0.5 pi
-    np.testing.assert_allclose(prof.high_frequency, [prof.delta_log_amplitude(i)[-1] for i in range(3)])
+    # the third layer's map (a side below 3) has only frequency 0: no high-frequency value, not its 0
+    np.testing.assert_allclose(prof.high_frequency, [prof.delta_log_amplitude(i)[-1] for i in range(2)] + [np.nan])
+    assert prof.too_small == [prof.names[2]]
     np.testing.assert_allclose(prof.depth, [0, 0.5, 1])
 
 

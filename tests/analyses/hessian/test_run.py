@@ -174,8 +174,8 @@ def test_two_rank_torchrun_hessian_shares_the_batches_and_equals_the_single_proc
 
 
 def test_a_density_basis_larger_than_the_memory_is_refused_before_the_file_is_made(ckpt, tmp_path, monkeypatch):
-    linalg = importlib.import_module("landscape.analyses.hessian.linalg")
-    monkeypatch.setattr(linalg, "device_memory", lambda device: 100_000)  # a machine with 100 kB
+    devices = importlib.import_module("landscape.runtime.devices")
+    monkeypatch.setattr(devices, "device_memory", lambda device: 100_000)  # a machine with 100 kB
     opts = HessianOptions(top_k=0, density=True, steps=64, samples=4, batch_size=4)
     with pytest.raises(LandscapeError, match="lower --steps"):
         run_hessian(ckpt, opts, out=tmp_path / "h.h5", **RUN)
