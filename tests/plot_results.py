@@ -188,6 +188,42 @@ def trajectory_arrays(n=4):
     }
 
 
+def connect_arrays(n=5):
+    """A line between two networks on the train split: loss ``1 + 4 a (1 - a)``, accuracy ``1 - a (1 - a)``."""
+    a = np.linspace(0.0, 1.0, n)
+    return {
+        "splits": np.array(["train"]),
+        "line/coords": a,
+        "line/loss": (1 + 4 * a * (1 - a))[None],
+        "line/data_loss": (1 + 4 * a * (1 - a))[None],
+        "line/accuracy": (1 - a * (1 - a))[None],
+        "line/done": np.ones(n, bool),
+    }
+
+
+def sharpness_arrays(n=3):
+    """Per-batch sharpness at two radii, the mean and an interval."""
+    values = np.array([[0.01, 0.2], [0.02, 0.3], [0.03, 0.4]])[:n]
+    return {
+        "rho": np.array([0.01, 0.05]),
+        "values": values,
+        "done": np.ones(n, bool),
+        "mean": values.mean(0),
+        "low": values.min(0),
+        "high": values.max(0),
+    }
+
+
+def track_arrays(n=4):
+    """Sharpness recorded every 10 steps against the SGD threshold 2 / 0.1."""
+    return {
+        "step": np.arange(n) * 10.0,
+        "sharpness": np.linspace(1.0, 15.0, n),
+        "threshold": np.full(n, 20.0),
+        "done": np.ones(n, bool),
+    }
+
+
 def well_formed(kind):
     """``(arrays, attrs)`` of a well-formed result of ``kind`` (every registered kind)."""
     return {
@@ -198,4 +234,7 @@ def well_formed(kind):
         "lesion": lambda: (lesion_arrays(), {"model": "toy", "intact_accuracy": 0.9, "intact_nll": 0.4}),
         "similarity": lambda: (similarity_arrays(), {"model": "toy", "comparison": "within", "n_samples": 64}),
         "trajectory": lambda: (trajectory_arrays(), {"model": "toy"}),
+        "connect": lambda: (connect_arrays(), {"model": "toy", "steps": 5}),
+        "sharpness": lambda: (sharpness_arrays(), {"model": "toy", "measure": "worst", "batch_size": 16}),
+        "sharpness_track": lambda: (track_arrays(), {"model": "toy", "optimizer": "sgd"}),
     }[kind]()

@@ -36,14 +36,14 @@ SCHEMA = Schema(
         "line/loss": Array(("split", "point")),
         "line/data_loss": Array(("split", "point")),
         "line/accuracy": Array(("split", "point")),
-        "line/done": Array(("point",)),
+        "line/done": Array(("point",), flag=True),
     },
     optional={
         "curve/coords": Array(("curve_point",), finite=True),
         "curve/loss": Array(("split", "curve_point")),
         "curve/data_loss": Array(("split", "curve_point")),
         "curve/accuracy": Array(("split", "curve_point")),
-        "curve/done": Array(("curve_point",)),
+        "curve/done": Array(("curve_point",), flag=True),
         "bend/history": Array(("epoch",)),
         "plane/x": Array(("x",), finite=True),
         "plane/y": Array(("y",), finite=True),
@@ -52,12 +52,14 @@ SCHEMA = Schema(
         "plane/loss": Array(("split", "y", "x")),
         "plane/data_loss": Array(("split", "y", "x")),
         "plane/accuracy": Array(("split", "y", "x")),
-        "plane/done": Array(("y", "x")),
+        "plane/done": Array(("y", "x"), flag=True),
     },
     together=(
         ("curve/coords", "curve/loss", "curve/data_loss", "curve/accuracy", "curve/done"),
         ("plane/x", "plane/y", "plane/points", "plane/curve", "plane/loss", "plane/accuracy", "plane/done"),
     ),
+    done=("line/done", "curve/done", "plane/done"),
+    numbers=("bend_epochs_done",),
 )
 #: the ends' names, at coordinates 0 and 1 and on the plane
 ENDS = ("θ_A", "θ_B", "θ_c")
@@ -66,8 +68,20 @@ LEVELS = 20
 LABEL_BOX = {"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8}
 
 
+def consistent(result: Result) -> None:
+    """Check that ``result`` is a connect result whose arrays fit :data:`SCHEMA` (an unfinished one passes too).
+
+    Args:
+        result: a result file read by :func:`landscape.store.read.read_result`.
+
+    Raises:
+        LandscapeError: naming the array that is missing or does not fit, and what to do.
+    """
+    check_arrays(result, SCHEMA)
+
+
 def check(result: Result) -> None:
-    """Check that ``result`` is a connect file that can be drawn: its arrays fit, a point of the line is done.
+    """Check that ``result`` is a connect file that can be drawn: it is :func:`consistent`, a line point is done.
 
     Args:
         result: a result file read by :func:`landscape.store.read.read_result`.
@@ -75,7 +89,7 @@ def check(result: Result) -> None:
     Raises:
         LandscapeError: naming what is wrong with the file and what to do.
     """
-    check_arrays(result, SCHEMA)
+    consistent(result)
     done = np.asarray(result["line/done"], dtype=bool)
     if not np.any(np.isfinite(np.asarray(result["line/loss"], dtype=float)[:, done])):
         raise LandscapeError(

@@ -25,16 +25,21 @@ from landscape.store.read import Result
 #: the arrays of a ``sharpness`` file (``mean``, ``low`` and ``high`` once every batch is done)
 SHARPNESS = Schema(
     kind="sharpness",
-    required={"rho": Array(("radius",), finite=True), "values": Array(("batch", "radius")), "done": Array(("batch",))},
+    required={
+        "rho": Array(("radius",), finite=True, nonnegative=True),
+        "values": Array(("batch", "radius")),
+        "done": Array(("batch",), flag=True),
+    },
     optional={
         "stderr": Array(("batch", "radius")),
         "base_loss": Array(("batch",)),
-        "batch_sizes": Array(("batch",)),
+        "batch_sizes": Array(("batch",), finite=True, nonnegative=True),
         "mean": Array(("radius",)),
         "low": Array(("radius",)),
         "high": Array(("radius",)),
     },
     together=(("mean", "low", "high"),),
+    done=("done",),
 )
 #: the arrays of a ``sharpness_track`` file: one entry per record (NaN until done)
 TRACK = Schema(
@@ -43,7 +48,7 @@ TRACK = Schema(
         "step": Array(("record",)),
         "sharpness": Array(("record",)),
         "threshold": Array(("record",)),
-        "done": Array(("record",)),
+        "done": Array(("record",), flag=True),
     },
     optional={
         "lr": Array(("record",)),
@@ -53,7 +58,20 @@ TRACK = Schema(
         "warm": Array(("record",)),
     },
     writer="landscape train --track-sharpness",
+    done=("done",),
 )
+
+
+def consistent(result: Result) -> None:
+    """Check that a ``sharpness`` or ``sharpness_track`` result's arrays fit their schema (unfinished ones too).
+
+    Args:
+        result: a result file read by :func:`landscape.store.read.read_result`.
+
+    Raises:
+        LandscapeError: naming the array that is missing or does not fit, and what to do.
+    """
+    check_arrays(result, TRACK if result.kind == "sharpness_track" else SHARPNESS)
 
 
 def check(result: Result) -> None:
@@ -66,7 +84,7 @@ def check(result: Result) -> None:
         LandscapeError: naming the array that is missing or does not fit, or saying that nothing is done yet.
     """
     track = result.kind == "sharpness_track"
-    check_arrays(result, TRACK if track else SHARPNESS)
+    consistent(result)
     if not np.asarray(result["done"], dtype=bool).any():
         what = "record" if track else "batch"
         raise LandscapeError(f"{result.path}: no {what} of the {result.kind} result is done yet; nothing to draw")

@@ -79,6 +79,14 @@ INCONSISTENT = [
     ("similarity", "sample count NaN", _attr("n_samples", float("nan")), ["n_samples"]),
     ("trajectory", "angles of another length", _replace("angle", np.zeros(2)), ["'angle'", "snapshot"]),
     ("trajectory", "distances as text", _replace("distance", np.array(["a"] * 4)), ["'distance'", "numbers"]),
+    ("connect", "complete, no point done", _undone("line/done"), ["marked complete", "'line/done'"]),
+    ("connect", "losses of another length", _replace("line/loss", lambda a: a[:, :3]), ["'line/loss'", "point"]),
+    ("connect", "coordinates not finite", _replace("line/coords", lambda a: a * np.inf), ["'line/coords'"]),
+    ("sharpness", "complete, no batch done", _undone("done"), ["marked complete", "'done'"]),
+    ("sharpness", "values of another radius count", _replace("values", lambda a: a[:, :1]), ["'values'", "radius"]),
+    ("sharpness", "negative radius", _replace("rho", lambda a: -a), ["'rho'", "negative"]),
+    ("sharpness_track", "complete, no record done", _undone("done"), ["marked complete", "'done'"]),
+    ("sharpness_track", "thresholds of another length", _replace("threshold", np.ones(2)), ["'threshold'", "record"]),
 ]
 
 
