@@ -18,6 +18,7 @@ File layout (kind ``fourier``; docs/schema.md, fourier):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
