@@ -19,23 +19,27 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from landscape.analyses.connect.run import run_connect
 from landscape.analyses.fourier.run import run_fourier
 from landscape.analyses.hessian.run import run_spectrum
+from landscape.analyses.sharpness.run import run_sharpness
 from landscape.analyses.surface.run import run_surface
 from landscape.errors import LandscapeError
 from landscape.models.checkpoint import read_checkpoint
+from landscape.options.connect import ConnectOptions
 from landscape.options.fourier import FourierOptions
 from landscape.options.hessian import SpectrumOptions
+from landscape.options.sharpness import SharpnessOptions
 from landscape.options.surface import SurfaceOptions
 from landscape.plot import plot_files
 from landscape.plot.report import write_report
-from landscape.reproduce.findings import findings, findings_markdown
+from landscape.reproduce.findings import SHARPNESS_FILE, findings, findings_markdown
 from landscape.reproduce.inputs import seed_folder, seeds_text
 from landscape.reproduce.paper_b import PaperBSettings, measure_paper_b
 from landscape.reproduce.summary import FindingsText, ModelReport, write_summary
@@ -58,6 +62,9 @@ class DemoSettings:
     ``data_size/`` (the main models' files are not touched). ``paper_b``: the size of Paper B's run, or None to
     leave it out (its row is then "not measured" unless a ``paper_b.json`` is there). ``resamples`` and
     ``fourier_unit``: the bootstrap of the findings table (:func:`landscape.reproduce.findings.findings`).
+    ``sharpness``: the adaptive m-sharpness run of every model and seed, once per measure (``average`` and
+    ``worst``; the options' ``measure`` is replaced), or None to leave it out. ``connect``: the line (and curve)
+    between ``connect_model`` trained with the first two seeds (``connect_MODEL.h5``), or None to leave it out.
     """
 
     train: dict[str, dict[str, Any]]
@@ -73,6 +80,9 @@ class DemoSettings:
     fourier_unit: int = 16
     seeds: tuple[int, ...] = (0, 1, 2)
     paper_b: PaperBSettings | None = None
+    sharpness: SharpnessOptions | None = None
+    connect: ConnectOptions | None = None
+    connect_model: str = "resnet_mini"
 
 
 FULL = DemoSettings(
@@ -88,6 +98,8 @@ FULL = DemoSettings(
     fourier_samples=256,
     data_fractions=(0.06, 0.3),
     paper_b=PaperBSettings(),
+    sharpness=SharpnessOptions(samples=256, batch_size=32, rho=(0.05,), p="inf", steps=10, draws=8),
+    connect=ConnectOptions(split="both", samples=512, steps=11, curve="bezier", bend_epochs=10, plane_steps=9),
 )
 QUICK = DemoSettings(
     train={m: {"epochs": 1, "batch_size": 64, "lr": 2e-3, "subset": 0.25} for m in MODELS},
@@ -99,6 +111,8 @@ QUICK = DemoSettings(
     resamples=200,
     fourier_unit=4,
     seeds=(0, 1),
+    sharpness=SharpnessOptions(samples=32, batch_size=16, rho=(0.05,), p="inf", steps=2, draws=2, resamples=100),
+    connect=ConnectOptions(samples=64, batch_size=32, steps=3, curve="bezier", bend_epochs=1, plane_steps=3),
 )
 
 
@@ -164,6 +178,16 @@ def _model_stages(
         run_surface(ckpt, options, out=files["surface"], force=force, device=device, progress=_progress(quiet))
     spectrum = folder / f"{model}_spectrum.h5"
     files["spectrum"] = _spectrum_stage(ckpt, settings, spectrum, device=device, force=force, quiet=quiet)
+    for measure in ("average", "worst") if settings.sharpness is not None else ():
+        files[f"sharpness_{measure}"] = folder / SHARPNESS_FILE.format(model=model, measure=measure)
+        run_sharpness(
+            ckpt,
+            replace(settings.sharpness, measure=measure),
+            out=files[f"sharpness_{measure}"],
+            device=device,
+            force=force,
+            progress=_progress(quiet),
+        )
     files["fourier"] = folder / f"{model}_fourier.h5"
     run_fourier(
         ckpt,
@@ -194,6 +218,20 @@ def _data_size_stages(
         spectrum = folder / f"{stem}_spectrum.h5"
         files.append(_spectrum_stage(ckpt, settings, spectrum, device=device, force=force, quiet=quiet))
     return files
+
+
+def _connect_stage(settings: DemoSettings, out_dir: Path, *, device: str, force: bool, quiet: bool) -> Path:
+    """The line and curve between ``settings.connect_model`` trained with the first two seeds (``settings.connect``).
+
+    Returns:
+        The connect file, ``connect_MODEL.h5`` in the demo folder.
+    """
+    assert settings.connect is not None
+    model = settings.connect_model
+    a, b = (seed_folder(out_dir, s) / f"{model}.pt" for s in settings.seeds[:2])
+    path = out_dir / CONNECT_FILE.format(model=model)
+    run_connect(a, b, settings.connect, out=path, device=device, force=force, progress=_progress(quiet))
+    return path
 
 
 def _report(model: str, seed: int, ckpt: Path, files: dict[str, Path], figures: list[Path]) -> ModelReport:
@@ -321,6 +359,13 @@ def run_demo(
         for seed in settings.seeds:
             say(f"[demo] vit_mini on {fractions} of the data, seed {seed}: train, spectrum")
             _data_size_stages(settings, out, seed=seed, device=device, force=force, quiet=quiet)
+    between: list[Path] = []
+    if settings.connect is not None and len(settings.seeds) >= 2:
+        first, second = settings.seeds[:2]
+        say(f"[demo] {settings.connect_model} of seeds {first} and {second}: the line and the curve between them")
+        connect = _connect_stage(settings, out, device=device, force=force, quiet=quiet)
+        drawn = plot_files([connect], ensure_subfolder(out, "figures", "connect"), "png", force=True)
+        between = [connect, *(p for p in drawn if p.suffix == ".png")]
     if settings.paper_b is not None:
         say(f"[demo] Paper B: {settings.paper_b.describe()}")
         measure_paper_b(settings.paper_b, out, device=device, force=force, quiet=quiet, log=say)
@@ -333,6 +378,7 @@ def run_demo(
         findings_text=_findings_text(settings, out),
         seed_reports=trained.seed_reports,
         threads=_threads(),
+        between=between,
         force=force,
     )
     say(f"[demo] wrote {summary}")

@@ -16,6 +16,8 @@ draws come from ``numpy.random.default_rng(seed)`` (the global numpy and torch r
 changed). The units:
 
 - Hessian spectra: mini-batches (rows of ``eigenvalues``, one per mini-batch of 16 images);
+- adaptive sharpness: mini-batches ``S`` (rows of a sharpness file's ``values`` at its largest radius; the
+  measures, invariant to rescaling a ReLU network's layers, judge "ViTs are flatter" beside the eigenvalues);
 - accuracy: test images (per-image correctness recomputed from the checkpoints on the whole test split; the
   difference AlterNet - ResNet is paired: seed K's AlterNet with seed K's ResNet, image by image);
 - Fourier statistics: batches of ``fourier_unit`` (16) images of the very samples of the Fourier file (its
@@ -58,12 +60,14 @@ from landscape.reproduce.inputs import (
     per_image_correct,
     read_paper_b,
     seed_folders,
+    seed_sharpness,
     seed_spectra,
     seeds_text,
     stack_seeds,
     stack_sums,
 )
 from landscape.reproduce.statistics import bootstrap, hierarchical_bootstrap, hierarchical_two_sample
+from landscape.store.read import read_result
 
 VERDICTS = ("reproduced", "contradicted", "inconclusive", "not measured")
 #: "at least as accurate": the accuracy difference must lie above -EPSILON (0.5 percentage points)
@@ -74,6 +78,8 @@ DEMO_COMMAND = "landscape demo --out DIR"
 PAPER_B_COMMAND = "python benchmarks/cnn_init_vit.py --steps 1000 --seeds 0 1 2 --control"
 #: the bootstrap's unit of each kind of statistic, as the table names it
 ACCURACY_UNIT = "test images"
+#: the demo's sharpness files, one per model and measure, in each seed's folder
+SHARPNESS_FILE = "{model}_sharpness_{measure}.h5"
 
 
 @dataclass(frozen=True)
@@ -289,7 +295,7 @@ def _data_fractions(folders: dict[int, Path], vit: str) -> dict[float, str]:
 def _spectrum_findings(
     folders: dict[int, Path], models: Sequence[str], rng: np.random.Generator, resamples: int
 ) -> list[Finding]:
-    """Claims (2), (3) and (4): negative eigenvalues of ViT vs ResNet, magnitudes, and the data size."""
+    """Claims (2) and (3): negative eigenvalues of ViT vs ResNet, and their magnitudes."""
     vit, resnet = _role(models, "vit"), _role(models, "resnet")
     ev = seed_spectra(folders, f"{vit}_spectrum.h5") if vit else None
     er = seed_spectra(folders, f"{resnet}_spectrum.h5") if resnet else None
@@ -333,6 +339,15 @@ def _spectrum_findings(
         est = compare(ev, er, top_magnitude, np.divide)
         out.append(_finding(claim, "A", stat, est, units(ev, er), where, side="less", threshold=1.0))
 
+    return out
+
+
+def _data_size_finding(
+    folders: dict[int, Path], models: Sequence[str], rng: np.random.Generator, resamples: int
+) -> Finding:
+    """Claim (4): more data suppresses ViT's negative eigenvalues (a small data fraction against all the data)."""
+    vit = _role(models, "vit")
+    ev = seed_spectra(folders, f"{vit}_spectrum.h5") if vit else None
     claim = "More data suppresses ViT's negative eigenvalues (vit_mini on 6% vs 100% of the data)"
     stat = "share of negative eigenvalues, smallest data fraction - all the data"
     fractions = _data_fractions(folders, vit or "vit_mini")
@@ -342,13 +357,61 @@ def _spectrum_findings(
             f"{DATA_SIZE_DIR}/ spectra missing: the FULL demo `{DEMO_COMMAND}` trains them "
             "(DemoSettings.data_fractions), or notebook 02's data-size section"
         )
-        out.append(_not_measured(claim, "A", stat, where))
-    else:
-        small = min(fractions)
-        claim = f"More data suppresses ViT's negative eigenvalues ({vit} on {small:.0%} vs 100% of the data)"
-        est = compare(es, ev, negative_share, np.subtract)
-        where = f"{DATA_SIZE_DIR}/{fractions[small]}, {vit}_spectrum.h5 of {seeds_text(es.seeds)}; mini-batches"
-        out.append(_finding(claim, "A", stat, est, units(es, ev), where, side="greater"))
+        return _not_measured(claim, "A", stat, where)
+    small = min(fractions)
+    claim = f"More data suppresses ViT's negative eigenvalues ({vit} on {small:.0%} vs 100% of the data)"
+    est = hierarchical_two_sample(
+        es.units, es.sizes, ev.units, ev.sizes, negative_share, np.subtract, resamples=resamples, rng=rng
+    )
+    units = (min(sum(es.sizes), sum(ev.sizes)), min(len(es.sizes), len(ev.sizes)))
+    where = f"{DATA_SIZE_DIR}/{fractions[small]}, {vit}_spectrum.h5 of {seeds_text(es.seeds)}; mini-batches"
+    return _finding(claim, "A", stat, est, units, where, side="greater")
+
+
+def batch_mean(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The mean of per-batch values over the weighted mini-batches: ``(weights @ values) / weights.sum(1)``.
+
+    Args:
+        values: ``(n_batches,)``, one value per mini-batch.
+        weights: ``(r, n_batches)``.
+
+    Returns:
+        ``r`` means.
+    """
+    return (weights @ np.asarray(values, dtype=float)) / weights.sum(1)
+
+
+def _sharpness_size(folders: dict[int, Path], name: str) -> str:
+    """``rho = R, m = M`` from the first seed's file ``name`` (the demo writes them all alike)."""
+    for d in folders.values():
+        if (d / name).is_file():
+            res = read_result(d / name)
+            rho = float(np.max(np.asarray(res["rho"], dtype=float)))
+            return f"rho = {rho:g} relative to |w|, m = {res.attrs.get('batch_size')}"
+    return ""
+
+
+def _sharpness_findings(
+    folders: dict[int, Path], models: Sequence[str], rng: np.random.Generator, resamples: int
+) -> list[Finding]:
+    """Claim (3) again with measures invariant to rescaling: adaptive average- and worst-case m-sharpness."""
+    vit, resnet = _role(models, "vit"), _role(models, "resnet")
+    out = []
+    for measure, what in [("average", "average-case (Gaussian noise)"), ("worst", "worst-case (l2 ball)")]:
+        claim = f"ViT is flatter than ResNet by adaptive {measure}-case sharpness ({vit} / {resnet})"
+        stat = f"ratio of the mean adaptive {what} m-sharpness per mini-batch, ViT / ResNet (threshold 1)"
+        names = [SHARPNESS_FILE.format(model=m, measure=measure) for m in (vit, resnet)]
+        sv, sr = (seed_sharpness(folders, n) if vit and resnet else None for n in names)
+        if sv is None or sr is None:
+            out.append(_not_measured(claim, "A", stat, f"`{DEMO_COMMAND}` (DemoSettings.sharpness)"))
+            continue
+        est = hierarchical_two_sample(
+            sv.units, sv.sizes, sr.units, sr.sizes, batch_mean, np.divide, resamples=resamples, rng=rng
+        )
+        units = (min(sum(sv.sizes), sum(sr.sizes)), min(len(sv.sizes), len(sr.sizes)))
+        seeds = seeds_text(sorted(set(sv.seeds) | set(sr.seeds)))
+        where = f"{names[0]}, {names[1]} of {seeds} ({_sharpness_size(folders, names[0])}); mini-batches"
+        out.append(_finding(claim, "A", stat, est, units, where, side="less", threshold=1.0))
     return out
 
 
@@ -431,13 +494,16 @@ def findings(
 
     Returns:
         The findings, in the order: high-frequency change per model and block kind, variance change, negative
-        share of ViT, ViT - ResNet negative share, ViT / ResNet magnitude, data size, accuracy, Paper B.
+        share of ViT, ViT - ResNet negative share, ViT / ResNet magnitude, ViT / ResNet adaptive average- and
+        worst-case sharpness, data size, accuracy, Paper B.
     """
     root = Path(folder)
     folders = seed_folders(root, training_seeds)
     rng = np.random.default_rng(seed)
     out = _fourier_findings(folders, models, rng, resamples, fourier_unit)
     out += _spectrum_findings(folders, models, rng, resamples)
+    out += _sharpness_findings(folders, models, rng, resamples)
+    out.append(_data_size_finding(folders, models, rng, resamples))
     out.append(_accuracy_finding(folders, models, rng, resamples))
     out.append(_paper_b_finding(root, rng, resamples))
     return out

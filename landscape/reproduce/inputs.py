@@ -3,7 +3,8 @@
 A demo folder holds the files of the models trained with seed 0 (``MODEL.pt``, ``MODEL_spectrum.h5``,
 ``MODEL_fourier.h5``, ``data_size/``); the models trained with seed ``K >= 1`` have the same files in the
 subfolder ``seedK/`` (:func:`seed_folder`). Every reader here returns the units of one seed's model: the rows of
-a spectrum (mini-batches), per-image correctness (test images), per-batch Fourier sums (batches of images).
+a spectrum (mini-batches), per-batch sharpness values (mini-batches ``S``), per-image correctness (test images),
+per-batch Fourier sums (batches of images).
 """
 
 from __future__ import annotations
@@ -107,6 +108,29 @@ def stack_seeds(per_seed: dict[int, np.ndarray | None]) -> Grouped | None:
 def seed_spectra(folders: dict[int, Path], name: str) -> Grouped | None:
     """The done, finite rows of the spectrum ``name`` (a path inside each seed folder) of every seed that has it."""
     return stack_seeds({s: read_spectrum(d / name) for s, d in folders.items()})
+
+
+def read_sharpness(path: Path) -> np.ndarray | None:
+    """The per-batch values of a complete sharpness file at its largest radius, or None when there is none.
+
+    Args:
+        path: a ``landscape sharpness`` file (``values``: one row per batch ``S``, one column per radius).
+
+    Returns:
+        The finite values of the batches done (one per mini-batch), or None when the file is absent.
+    """
+    if not path.is_file():
+        return None
+    res = read_result(path)
+    values = np.asarray(res["values"], dtype=float)
+    done = np.asarray(res["done"], bool) if "done" in res.arrays else np.ones(len(values), bool)
+    column = values[:, int(np.argmax(np.asarray(res["rho"], dtype=float)))]
+    return column[done & np.isfinite(column)]
+
+
+def seed_sharpness(folders: dict[int, Path], name: str) -> Grouped | None:
+    """The per-batch values of the sharpness file ``name`` (:func:`read_sharpness`) of every seed that has it."""
+    return stack_seeds({s: read_sharpness(d / name) for s, d in folders.items()})
 
 
 # ------------------------------------------------------------------------------------------ Fourier sums

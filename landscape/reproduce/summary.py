@@ -1,4 +1,5 @@
-"""The demo's ``summary.md``: the models side by side, the findings, Paper B's run, then every figure.
+"""The demo's ``summary.md``: the models side by side, the findings, Paper B's run, the barriers between two
+seeds' models, then every figure.
 
 The first table holds the first seed's models (whose figures follow), a second one every seed's; the paragraph
 above the findings table says what its intervals cover (the hierarchical bootstrap over seeds, then units).
@@ -14,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from landscape import __version__
+from landscape.analyses.connect.summary import PATHS, path_barriers
 from landscape.reproduce.inputs import read_paper_b, seeds_text
 from landscape.reproduce.paper_b import written_by_demo
 from landscape.store.files import WRITTEN_BY, write_text
+from landscape.store.read import read_result
 
 
 @dataclass
@@ -144,6 +147,43 @@ def _paper_b_section(path: Path, quick: bool) -> list[str]:
     return [*lines, ""]
 
 
+def _inside(path: str, folder: Path) -> str:
+    """``path`` relative to ``folder`` when it lies inside it, else as given."""
+    try:
+        return Path(path).resolve().relative_to(folder.resolve()).as_posix()
+    except ValueError:
+        return path
+
+
+def _between_section(between: Sequence[Path], out_dir: Path) -> list[str]:
+    """The barriers between the two seeds' models (the connect file first in ``between``, then its figures)."""
+    if not between:
+        return []
+    path, figures = Path(between[0]), list(between[1:])
+    result = read_result(path)
+    a, b = (_inside(str(result.attrs.get(k, "?")), out_dir) for k in ("checkpoint", "other_checkpoint"))
+    bn = "re-estimated at every point" if result.attrs.get("bn") == "recompute" else "interpolated (eval)"
+    about = (
+        f"`{path.name}`: the straight line theta(a) = (1 - a) theta_A + a theta_B between `{a}` and `{b}` "
+        "(the same model trained from two seeds) and the trained quadratic Bezier curve between them "
+        f"(Garipov et al. 2018), BatchNorm statistics {bn}. A barrier is max over the path of the loss (or error) "
+        "above the straight interpolation of the endpoints' values (Frankle et al. 2020); a line barrier near 0 "
+        "means the two minima share a basin, a curve barrier near 0 that a low-loss path joins them."
+    )
+    lines = ["## Between two minima", "", *_paragraph(about), ""]
+    lines += ["| path | split | loss barrier | at | error barrier | at |", "| --- | --- | --- | --- | --- | --- |"]
+    for group, coord in PATHS:
+        barriers = path_barriers(result, group)
+        for split, x in (barriers or {}).items():
+            lines.append(
+                f"| {group} | {split} | {_fmt(x.loss, '.4g')} | {coord} = {_fmt(x.loss_at, '.2f')} "
+                f"| {_fmt(x.error, '.4g')} | {coord} = {_fmt(x.error_at, '.2f')} |"
+            )
+    lines.append("")
+    lines += [f"![{p.stem}]({p.relative_to(out_dir).as_posix()})" for p in figures]
+    return [*lines, ""]
+
+
 def write_summary(
     reports: list[ModelReport],
     shared_figures: list[Path],
@@ -153,6 +193,7 @@ def write_summary(
     findings_text: FindingsText | None = None,
     seed_reports: Sequence[ModelReport] = (),
     threads: int | None = None,
+    between: Sequence[Path] = (),
     force: bool = False,
 ) -> Path:
     """Write ``summary.md``: the models side by side, the findings, Paper B's run, then every figure embedded.
@@ -166,6 +207,8 @@ def write_summary(
             tables, then a "Paper B" section), or None to leave both out.
         seed_reports: the numbers of each model and seed (a second table when there are several seeds).
         threads: the torch threads the demo ran with (said in the opening paragraph), or None.
+        between: the connect file of two seeds' models and its figures (a "Between two minima" section after
+            Paper B's), or empty to leave it out.
         force: replace a ``summary.md`` that landscape did not write (see
             :func:`landscape.store.files.check_replaceable`).
 
@@ -189,6 +232,7 @@ def write_summary(
     if findings_text is not None:
         lines += _findings_section(findings_text)
         lines += _paper_b_section(out_dir / "paper_b.json", quick)
+    lines += _between_section(between, out_dir)
     for r in reports:
         lines += [f"## {r.model}", ""]
         lines += [f"![{p.stem}]({p.relative_to(out_dir).as_posix()})" for p in r.figures]

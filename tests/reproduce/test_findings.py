@@ -119,7 +119,8 @@ def test_negative_share_and_magnitude_on_hand_made_spectra(tmp_path):
         _spectrum(folder / "vit_mini_spectrum.h5", vit)
         _spectrum(folder / "resnet_mini_spectrum.h5", res)
     rows = F._spectrum_findings(_folders(tmp_path), ("resnet_mini", "vit_mini"), np.random.default_rng(0), 200)
-    share, diff, ratio, data = rows
+    share, diff, ratio = rows
+    data = F._data_size_finding(_folders(tmp_path), ("resnet_mini", "vit_mini"), np.random.default_rng(0), 200)
     assert share.value == pytest.approx(3 / 15) and (share.n, share.seeds) == (6, 2)
     assert share.low <= share.value <= share.high and share.verdict in F.VERDICTS
     assert diff.value == pytest.approx(3 / 15 - 1 / 10) and (diff.n, diff.seeds) == (4, 2)
@@ -129,11 +130,40 @@ def test_negative_share_and_magnitude_on_hand_made_spectra(tmp_path):
     # NaN rows (not done) are left out; a data-size spectrum gives the last claim a number
     for folder in (tmp_path, tmp_path / "seed1"):
         _spectrum(folder / "data_size" / "vit_mini_data0.06_spectrum.h5", np.full((4, 5), -1.0))
-    data = F._spectrum_findings(_folders(tmp_path), ("resnet_mini", "vit_mini"), np.random.default_rng(0), 200)[-1]
+    data = F._data_size_finding(_folders(tmp_path), ("resnet_mini", "vit_mini"), np.random.default_rng(0), 200)
     assert data.value == pytest.approx(1 - 3 / 15) and data.verdict == "reproduced" and "6%" in data.claim
     # one seed: no interval, whatever the units say
     one = F._spectrum_findings(_folders(tmp_path, (0,)), ("resnet_mini", "vit_mini"), np.random.default_rng(0), 200)
     assert all(f.seeds == 1 and math.isnan(f.low) and f.verdict == "inconclusive" for f in one)
+
+
+def _sharpness(path, values, rho=(0.01, 0.05), done=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    values = np.asarray(values, float)
+    done = np.ones(len(values), bool) if done is None else np.asarray(done)
+    arrays = {"values": values, "rho": np.asarray(rho, float), "done": done}
+    return write_result(path, "sharpness", arrays, batch_size=16, adaptive=True)
+
+
+def test_adaptive_sharpness_rows_on_hand_made_files(tmp_path):
+    # the largest radius (last column) is read; a batch not done is left out
+    vit = np.array([[9.0, 1.0], [9.0, 2.0], [9.0, 3.0], [9.0, 99.0]])
+    res = np.array([[0.0, 4.0], [0.0, 6.0]])
+    for folder in (tmp_path, tmp_path / "seed1"):
+        for measure in ("average", "worst"):
+            _sharpness(folder / f"vit_mini_sharpness_{measure}.h5", vit, done=[True, True, True, False])
+            _sharpness(folder / f"resnet_mini_sharpness_{measure}.h5", res)
+    average, worst = F._sharpness_findings(
+        _folders(tmp_path), ("resnet_mini", "vit_mini"), np.random.default_rng(0), 200
+    )
+    for row, measure in [(average, "average"), (worst, "worst")]:
+        assert f"adaptive {measure}-case" in row.claim and row.paper == "A"
+        assert row.value == pytest.approx(2.0 / 5.0) and (row.n, row.seeds) == (4, 2)
+        assert row.verdict == "reproduced"  # every resample's ratio is at most 3 / 4
+        assert "rho = 0.05" in row.where and "m = 16" in row.where
+    assert F.batch_mean(np.array([1.0, 3.0]), np.array([[1, 1], [2, 0]])) == pytest.approx([2.0, 1.0])
+    missing = F._sharpness_findings(_folders(tmp_path / "none"), ("resnet_mini", "vit_mini"), None, 10)
+    assert [r.verdict for r in missing] == ["not measured"] * 2 and all("sharpness" in r.where for r in missing)
 
 
 def test_a_claim_must_hold_across_seeds(tmp_path):
