@@ -147,7 +147,8 @@ def write_report(
     shared = {"": _draw_overlays(top, ensure_subfolder(folder, FIGURES_FOLDER, "all-models"), fmt)}
     for section in sections:
         group = [f for f in files if f.section == section]
-        out_dir = ensure_subfolder(folder, FIGURES_FOLDER, f"folder-{section_slugs[section]}")
+        # apart from the files' own figures: an overlay of the same name would replace one of them
+        out_dir = ensure_subfolder(folder, FIGURES_FOLDER, f"folder-{section_slugs[section]}-overlaid")
         shared[section] = _draw_overlays(group, out_dir, fmt, models=1)
     summary = folder / "summary.md"
     if summary.is_symlink() and leads_outside(summary, folder):

@@ -447,6 +447,18 @@ def test_every_figure_is_captioned_with_what_it_shows_and_enlarges_on_a_click(re
     assert analysis_of("surface").caption("unrelated") == ""
 
 
+def test_a_sub_folder_of_several_models_keeps_each_files_own_figures(tmp_path):
+    # a demo's seed1/: the overlay of two models' Fourier files shares names with each file's own figures
+    folder = tmp_path / "demo"
+    (folder / "seed1").mkdir(parents=True)
+    for model, kinds in [("a", ["conv", "conv", "conv"]), ("b", ["conv", "msa", "mlp"])]:
+        for where in (folder, folder / "seed1"):
+            write_result(where / f"{model}_fourier.h5", "fourier", fourier_arrays(kinds), **fourier_attrs(model))
+    page = Page(write_report(folder, interactive=False).read_text())
+    assert [text for tag, text in page.headings if tag == "h2"][:5] == ["Summary", "a", "b", "All models", "seed1/"]
+    assert_embeds_every_figure(folder, page)
+
+
 def test_results_in_sub_folders_get_a_section_with_their_overlay_and_nothing_outside_is_read(tmp_path):
     folder, outside = tmp_path / "demo", tmp_path / "outside"
     (folder / "data_size").mkdir(parents=True)
@@ -462,8 +474,9 @@ def test_results_in_sub_folders_get_a_section_with_their_overlay_and_nothing_out
     assert h2 == ["Summary", "m", "data_size/", "Skipped files"]
     assert "Hessian spectrum (data_size/)" in [text for tag, text in page.headings if tag == "h3"]
     drawn = {p.name for p in (folder / FIGURES_FOLDER / "folder-data_size").iterdir()}
-    overlay = "spectrum_m_data0.25_spectrum_vs_m_data0.5_spectrum.png"  # the "more data" comparison
-    assert drawn == {"m_data0.25_spectrum_spectrum.png", "m_data0.5_spectrum_spectrum.png", overlay}
+    assert drawn == {"m_data0.25_spectrum_spectrum.png", "m_data0.5_spectrum_spectrum.png"}
+    overlaid = {p.name for p in (folder / FIGURES_FOLDER / "folder-data_size-overlaid").iterdir()}
+    assert overlaid == {"spectrum_m_data0.25_spectrum_vs_m_data0.5_spectrum.png"}  # the "more data" comparison
     assert_embeds_every_figure(folder, page)
     notes = {line.split(":", 1)[0]: line for line in page.skipped}
     assert "symbolic link to a file outside" in notes["theirs.h5"]
