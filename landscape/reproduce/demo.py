@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,10 @@ from landscape.store.read import read_result
 from landscape.train import TrainConfig
 
 MODELS = ("resnet_mini", "vit_mini", "alternet_mini")
+#: the models whose sharpness the demo measures (the findings compare ViT with ResNet)
+SHARPNESS_MODELS = ("resnet_mini", "vit_mini")
+#: the demo's connect file, in the demo folder
+CONNECT_FILE = "connect_{model}.h5"
 
 
 @dataclass(frozen=True)
@@ -62,9 +66,10 @@ class DemoSettings:
     ``data_size/`` (the main models' files are not touched). ``paper_b``: the size of Paper B's run, or None to
     leave it out (its row is then "not measured" unless a ``paper_b.json`` is there). ``resamples`` and
     ``fourier_unit``: the bootstrap of the findings table (:func:`landscape.reproduce.findings.findings`).
-    ``sharpness``: the adaptive m-sharpness run of every model and seed, once per measure (``average`` and
-    ``worst``; the options' ``measure`` is replaced), or None to leave it out. ``connect``: the line (and curve)
-    between ``connect_model`` trained with the first two seeds (``connect_MODEL.h5``), or None to leave it out.
+    ``sharpness``: the m-sharpness runs of ``vit_mini`` and ``resnet_mini`` of every seed, one per options
+    object (one per measure: ``MODEL_sharpness_MEASURE.h5``), for the findings' rescaling-invariant flatness
+    rows. ``connect``: the line (and curve) between ``connect_model`` trained with the first two seeds
+    (``connect_MODEL.h5``), or None to leave it out.
     """
 
     train: dict[str, dict[str, Any]]
@@ -80,7 +85,7 @@ class DemoSettings:
     fourier_unit: int = 16
     seeds: tuple[int, ...] = (0, 1, 2)
     paper_b: PaperBSettings | None = None
-    sharpness: SharpnessOptions | None = None
+    sharpness: tuple[SharpnessOptions, ...] = ()
     connect: ConnectOptions | None = None
     connect_model: str = "resnet_mini"
 
@@ -98,8 +103,11 @@ FULL = DemoSettings(
     fourier_samples=256,
     data_fractions=(0.06, 0.3),
     paper_b=PaperBSettings(),
-    sharpness=SharpnessOptions(samples=256, batch_size=32, rho=(0.05,), p="inf", steps=10, draws=8),
-    connect=ConnectOptions(split="both", samples=512, steps=11, curve="bezier", bend_epochs=10, plane_steps=9),
+    sharpness=(
+        SharpnessOptions(samples=256, batch_size=32, measure="average", rho=(0.1,), draws=4),
+        SharpnessOptions(samples=256, batch_size=32, measure="worst", rho=(0.005,), p="inf", steps=5),
+    ),
+    connect=ConnectOptions(split="both", samples=360, steps=11, curve="bezier", bend_epochs=5, plane_steps=7),
 )
 QUICK = DemoSettings(
     train={m: {"epochs": 1, "batch_size": 64, "lr": 2e-3, "subset": 0.25} for m in MODELS},
@@ -111,7 +119,10 @@ QUICK = DemoSettings(
     resamples=200,
     fourier_unit=4,
     seeds=(0, 1),
-    sharpness=SharpnessOptions(samples=32, batch_size=16, rho=(0.05,), p="inf", steps=2, draws=2, resamples=100),
+    sharpness=(
+        SharpnessOptions(samples=32, batch_size=16, measure="average", rho=(0.1,), draws=2, resamples=100),
+        SharpnessOptions(samples=32, batch_size=16, measure="worst", rho=(0.005,), p="inf", steps=2, resamples=100),
+    ),
     connect=ConnectOptions(samples=64, batch_size=32, steps=3, curve="bezier", bend_epochs=1, plane_steps=3),
 )
 
@@ -178,16 +189,10 @@ def _model_stages(
         run_surface(ckpt, options, out=files["surface"], force=force, device=device, progress=_progress(quiet))
     spectrum = folder / f"{model}_spectrum.h5"
     files["spectrum"] = _spectrum_stage(ckpt, settings, spectrum, device=device, force=force, quiet=quiet)
-    for measure in ("average", "worst") if settings.sharpness is not None else ():
-        files[f"sharpness_{measure}"] = folder / SHARPNESS_FILE.format(model=model, measure=measure)
-        run_sharpness(
-            ckpt,
-            replace(settings.sharpness, measure=measure),
-            out=files[f"sharpness_{measure}"],
-            device=device,
-            force=force,
-            progress=_progress(quiet),
-        )
+    for options in settings.sharpness if model in SHARPNESS_MODELS else ():
+        name = f"sharpness_{options.measure}"
+        files[name] = folder / SHARPNESS_FILE.format(model=model, measure=options.measure)
+        run_sharpness(ckpt, options, out=files[name], device=device, force=force, progress=_progress(quiet))
     files["fourier"] = folder / f"{model}_fourier.h5"
     run_fourier(
         ckpt,

@@ -381,14 +381,13 @@ def batch_mean(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return (weights @ np.asarray(values, dtype=float)) / weights.sum(1)
 
 
-def _sharpness_size(folders: dict[int, Path], name: str) -> str:
-    """``rho = R, m = M`` from the first seed's file ``name`` (the demo writes them all alike)."""
+def _sharpness_attrs(folders: dict[int, Path], name: str) -> dict:
+    """The first seed's sharpness file ``name``'s attributes, with ``largest_rho``, its largest radius."""
     for d in folders.values():
         if (d / name).is_file():
             res = read_result(d / name)
-            rho = float(np.max(np.asarray(res["rho"], dtype=float)))
-            return f"rho = {rho:g} relative to |w|, m = {res.attrs.get('batch_size')}"
-    return ""
+            return {**res.attrs, "largest_rho": float(np.max(np.asarray(res["rho"], dtype=float)))}
+    return {}
 
 
 def _sharpness_findings(
@@ -397,10 +396,13 @@ def _sharpness_findings(
     """Claim (3) again with measures invariant to rescaling: adaptive average- and worst-case m-sharpness."""
     vit, resnet = _role(models, "vit"), _role(models, "resnet")
     out = []
-    for measure, what in [("average", "average-case (Gaussian noise)"), ("worst", "worst-case (l2 ball)")]:
+    for measure in ("average", "worst"):
         claim = f"ViT is flatter than ResNet by adaptive {measure}-case sharpness ({vit} / {resnet})"
-        stat = f"ratio of the mean adaptive {what} m-sharpness per mini-batch, ViT / ResNet (threshold 1)"
         names = [SHARPNESS_FILE.format(model=m, measure=measure) for m in (vit, resnet)]
+        attrs = _sharpness_attrs(folders, names[0])
+        norm = "inf" if str(attrs.get("p", "2")) == "inf" else "2"
+        what = "average-case (Gaussian noise)" if measure == "average" else f"worst-case (l{norm} ball)"
+        stat = f"ratio of the mean adaptive {what} m-sharpness per mini-batch, ViT / ResNet (threshold 1)"
         sv, sr = (seed_sharpness(folders, n) if vit and resnet else None for n in names)
         if sv is None or sr is None:
             out.append(_not_measured(claim, "A", stat, f"`{DEMO_COMMAND}` (DemoSettings.sharpness)"))
@@ -410,7 +412,8 @@ def _sharpness_findings(
         )
         units = (min(sum(sv.sizes), sum(sr.sizes)), min(len(sv.sizes), len(sr.sizes)))
         seeds = seeds_text(sorted(set(sv.seeds) | set(sr.seeds)))
-        where = f"{names[0]}, {names[1]} of {seeds} ({_sharpness_size(folders, names[0])}); mini-batches"
+        size = f"rho = {attrs['largest_rho']:g} relative to |w|, m = {attrs.get('batch_size')}"
+        where = f"{names[0]}, {names[1]} of {seeds} ({size}); mini-batches"
         out.append(_finding(claim, "A", stat, est, units, where, side="less", threshold=1.0))
     return out
 

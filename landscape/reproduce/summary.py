@@ -1,5 +1,4 @@
-"""The demo's ``summary.md``: the models side by side, the findings, Paper B's run, the barriers between two
-seeds' models, then every figure.
+"""The demo's ``summary.md``: the models, the findings, Paper B's run, two seeds' barriers, then every figure.
 
 The first table holds the first seed's models (whose figures follow), a second one every seed's; the paragraph
 above the findings table says what its intervals cover (the hierarchical bootstrap over seeds, then units).

@@ -55,6 +55,27 @@ def test_every_file_is_written_and_complete(demo_dir):
         assert surface["loss"].shape == (QUICK.grid, QUICK.grid) and np.isfinite(surface["loss"]).all()
         assert not (demo_dir / "seed1" / f"{model}_surface.h5").exists()
     assert not (demo_dir / "paper_b.json").exists()  # the quick demo leaves Paper B out
+    for model in ("resnet_mini", "vit_mini"):  # the flatness rows' sharpness, every seed, both measures
+        for seed in QUICK.seeds:
+            for measure in ("average", "worst"):
+                run = read_result(seed_folder(demo_dir, seed) / f"{model}_sharpness_{measure}.h5")
+                assert run.attrs["complete"] and run.attrs["measure"] == measure and run["done"].all()
+    assert not (demo_dir / "alternet_mini_sharpness_worst.h5").exists()
+
+
+def test_the_line_and_curve_between_two_seeds_are_in_the_summary(demo_dir):
+    connect = read_result(demo_dir / "connect_resnet_mini.h5")
+    assert connect.attrs["complete"] and connect.attrs["curve"] == "bezier" and connect["curve/done"].all()
+    assert Path(connect.attrs["other_checkpoint"]).resolve() == (demo_dir / "seed1" / "resnet_mini.pt").resolve()
+    section = (demo_dir / "summary.md").read_text().split("## Between two minima", 1)[1].split("\n## ", 1)[0]
+    rows = _table(section, "path")
+    barriers = connect.attrs["barriers"]
+    assert [row[:2] for row in rows] == [["line", "train"], ["curve", "train"]]
+    for row in rows:
+        assert float(row[2]) == pytest.approx(barriers[row[0]]["train"]["loss"], rel=1e-3)
+        assert float(row[4]) == pytest.approx(barriers[row[0]]["train"]["error"], rel=1e-3, abs=1e-4)
+    for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", section):
+        assert (demo_dir / link).is_file() and "connect" in link
 
 
 def _table(text, first_cell):
@@ -106,7 +127,8 @@ def test_summary_has_a_findings_table_with_a_verdict_per_claim(demo_dir):
     assert lines[0] == "| claim | paper | statistic | value [95% interval] | verdict |"
     rows = lines[2:]
     expected = findings(demo_dir, MODELS, resamples=QUICK.resamples, fourier_unit=QUICK.fourier_unit)
-    assert len(rows) == len(expected) == 16  # 5 high-frequency, 5 variance, 4 spectrum, accuracy, Paper B
+    assert len(rows) == len(expected) == 18  # 5 high-frequency, 5 variance, 3 spectrum, 2 sharpness, data size,
+    # accuracy, Paper B
     for row, finding in zip(rows, expected):
         verdict = row.split("|")[-2].strip()
         assert any(verdict.startswith(word) for word in VERDICTS), row
