@@ -44,6 +44,7 @@ from landscape.reproduce.inputs import seed_folder, seeds_text
 from landscape.reproduce.paper_b import PaperBSettings, measure_paper_b
 from landscape.reproduce.summary import FindingsText, ModelReport, write_summary
 from landscape.reproduce.training import train_or_reuse
+from landscape.runtime.progress import Progress
 from landscape.store.files import ensure_folder, ensure_subfolder
 from landscape.store.read import read_result
 from landscape.train import TrainConfig
@@ -280,26 +281,26 @@ def _train_and_analyse(
     settings: DemoSettings, out: Path, *, device: str, force: bool, quiet: bool, say: Callable[[str], None]
 ) -> _Trained:
     """Every model with every seed: train, analyse, read back; the first seed's surfaces drawn."""
-    from tqdm.auto import tqdm
-
     first = settings.seeds[0]
     done = _Trained([], [], {})
     runs = [(model, seed) for model in settings.models for seed in settings.seeds]
-    bar = tqdm(runs, desc="demo", disable=quiet or not sys.stderr.isatty())
-    for model, seed in bar:
-        bar.set_postfix(model=model, seed=seed)
-        say(f"[demo] {model}, seed {seed}: train, {'surface, ' if seed == first else ''}spectrum, fourier")
-        ckpt, files = _model_stages(model, settings, out, seed=seed, device=device, force=force, quiet=quiet)
-        figures: list[Path] = []
-        if seed == first:
-            # the demo's own figures folder: its figures are replaced, also those of releases without the mark
-            drawn = plot_files([files["surface"]], ensure_subfolder(out, "figures", model), "png", force=True)
-            figures = [p for p in drawn if p.suffix == ".png"]
-            done.first_files[model] = files
-        report = _report(model, seed, ckpt, files, figures)
-        done.seed_reports.append(report)
-        if seed == first:
-            done.reports.append(report)
+    with Progress("demo", len(runs), unit="model", progress=_progress(quiet), last_line=False) as bar:
+        for model, seed in runs:
+            bar.note(f"{model}, seed {seed}")
+            sharp = ", sharpness" if settings.sharpness and model in SHARPNESS_MODELS else ""
+            say(f"[demo] {model}, seed {seed}: train, {'surface, ' if seed == first else ''}spectrum, fourier{sharp}")
+            ckpt, files = _model_stages(model, settings, out, seed=seed, device=device, force=force, quiet=quiet)
+            figures: list[Path] = []
+            if seed == first:
+                # the demo's own figures folder: its figures are replaced, also those of releases without the mark
+                drawn = plot_files([files["surface"]], ensure_subfolder(out, "figures", model), "png", force=True)
+                figures = [p for p in drawn if p.suffix == ".png"]
+                done.first_files[model] = files
+            report = _report(model, seed, ckpt, files, figures)
+            done.seed_reports.append(report)
+            bar.update(1)
+            if seed == first:
+                done.reports.append(report)
     return done
 
 
