@@ -224,7 +224,7 @@ def test_verdicts_of_one_and_two_threads_do_not_contradict(demo_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Computed with 2 torch threads." in (tmp_path / "summary.md").read_text()
     one, two = _verdicts(demo_dir), _verdicts(tmp_path)
-    assert list(one) == list(two) and len(one) == 16
+    assert list(one) == list(two) and len(one) == 18
     clashes = {c: (one[c], two[c]) for c in one if {one[c], two[c]} == {"reproduced", "contradicted"}}
     assert not clashes, clashes
     print(f"quick demo with 2 threads: {time.perf_counter() - start:.0f} s; verdicts 1 vs 2 threads: {one} {two}")
