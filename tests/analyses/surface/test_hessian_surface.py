@@ -60,11 +60,11 @@ def test_the_measured_curvature_and_directions_are_the_dense_hessian_eigenpairs(
 def test_a_line_along_the_top_eigenvector_and_its_quadratic_model_in_the_figure(tmp_path):
     model, batches = small_problem()
     out = tmp_path / "line.h5"
-    res = landscape.surface(model, batches, out=out, directions="hessian", x=f"{-H}:{H}:3", device="cpu")
+    res = landscape.surface(model, batches, out=out, directions="hessian", x=f"{-H}:{H}:3", y=None, device="cpu")
     top = res.attrs["direction_eigenvalues"][0]
     loss = np.asarray(res["loss"])[0]
     assert (loss[2] - 2 * loss[1] + loss[0]) / H**2 == pytest.approx(top, rel=1e-3)
-    again = landscape.surface(model, batches, out=out, directions="hessian", x=f"{-H}:{H}:3", device="cpu")
+    again = landscape.surface(model, batches, out=out, directions="hessian", x=f"{-H}:{H}:3", y=None, device="cpu")
     np.testing.assert_array_equal(again["loss"], res["loss"])  # the same run: resumed, complete
     fig = lines_figure([again])
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
@@ -77,7 +77,9 @@ def test_directions_from_an_eigenvector_file_and_a_file_of_another_checkpoint_re
     eig = tmp_path / "h.h5"
     hessian = HessianOptions(top_k=2, tol=1e-8, eigenvectors=True, samples=8, batch_size=4, hvp="jvp")
     run_hessian(ckpt, hessian, out=eig, device="cpu", progress=False)
-    options = SurfaceOptions(directions="hessian", eigenvectors=str(eig), samples=8, batch_size=4, x="-0.01:0.01:3")
+    options = SurfaceOptions(
+        directions="hessian", eigenvectors=str(eig), samples=8, batch_size=4, x="-0.01:0.01:3", y=None
+    )
     res = run_surface(ckpt, options, out=tmp_path / "s.h5", device="cpu", progress=False)
     assert res.attrs["eigen_source"] == str(eig) and res.attrs["which"] == "LA"
     np.testing.assert_allclose(res.attrs["direction_eigenvalues"], [max(hessian_eigenvalues(eig))], rtol=1e-9)
@@ -102,7 +104,7 @@ def test_bad_hessian_direction_options_are_one_line_errors(tmp_path):
     one_line_error(SurfaceOptions, eigenvectors="h.h5", match="--directions hessian")
     one_line_error(SurfaceOptions, directions="hessian", target="t.pt", match="--target")
     ckpt = checkpoint(tmp_path / "a.pt", 0)
-    args = ["surface", "--ckpt", str(ckpt), "--data", DATA, "--samples", "8", "--x", "-0.01:0.01:3"]
+    args = ["surface", "--ckpt", str(ckpt), "--data", DATA, "--samples", "8", "--x", "-0.01:0.01:3", "--y", "none"]
     result = CliRunner().invoke(cli, [*args, "--eigenvectors", str(ckpt), "--out", str(tmp_path / "x.h5")])
     assert result.exit_code == 2 and "--directions hessian" in result.output and "Traceback" not in result.output
     result = CliRunner().invoke(
