@@ -22,7 +22,7 @@ from torch import Tensor
 from landscape.core.objective import Evaluation, Objective
 from landscape.core.source import AnalysisInputs
 from landscape.data.loading import dataset_info
-from landscape.models.external import model_preprocess
+from landscape.models.external import calling_forward, model_preprocess
 
 #: a centre accuracy at most this many times chance (1 / classes) is "near chance"
 NEAR_CHANCE = 1.5
@@ -82,7 +82,8 @@ def check_centre(inputs: AnalysisInputs, batches: Sequence[tuple[Tensor, Tensor]
     """Loss and accuracy of the model's own weights on ``batches``, and the time of that one pass.
 
     The :class:`~landscape.core.objective.Objective` of every analysis evaluates them (sample-weighted over
-    the batches), without its checks, under a forked random state (the caller's is untouched). A first pass
+    the batches), without its checks, under a forked random state (the caller's is untouched); an exception of
+    the model's forward is the model's one-line error (:func:`~landscape.models.external.calling_forward`). A first pass
     shorter than :data:`WARM_PASS_SECONDS` is timed again (the first pays for warming up), the shorter kept.
 
     Args:
@@ -95,9 +96,11 @@ def check_centre(inputs: AnalysisInputs, batches: Sequence[tuple[Tensor, Tensor]
     """
     objective = Objective(inputs.model, batches, criterion=criterion, output=inputs.source.output, check=False)
     devices = [objective.device] if objective.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):  # a model that draws in eval mode leaves the caller's state alone
+    first = objective.batches[0][0]
+    # a model that draws in eval mode leaves the caller's state alone; what its forward raises is named as its own
+    with torch.random.fork_rng(devices=devices), calling_forward(inputs.model, first):
         with torch.no_grad():
-            classes = int(objective.logits(objective.params, objective.batches[0][0][:1]).shape[-1])
+            classes = int(objective.logits(objective.params, first[:1]).shape[-1])
         evaluation, seconds = _timed(objective)
         if seconds < WARM_PASS_SECONDS:  # the first pass pays for warming up: time a second, cheap one
             seconds = min(seconds, _timed(objective)[1])
