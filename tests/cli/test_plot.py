@@ -162,7 +162,7 @@ def test_inconsistent_fourier_arrays_are_an_error(tmp_path, change, words):
         ("hessian", {**hessian_arrays(), "density/grid": None}, ["'density/values' comes without 'density/grid'"]),
         ("hessian", {**hessian_arrays(), "residuals": np.ones(3)}, ["'residuals'", "along pair"]),
         ("hessian", {**hessian_arrays(), "eigenvalues": np.ones((2, 2))}, ["'eigenvalues'", "1 axes"]),
-        ("hessian", {"trace/samples": np.ones(3)}, ["neither eigenvalues nor a density", "landscape hessian"]),
+        ("hessian", {"trace/samples": np.ones(3)}, ["neither eigenvalues, a density nor blocks", "landscape hessian"]),
     ],
 )
 def test_inconsistent_hessian_and_spectrum_arrays_are_an_error(tmp_path, kind, arrays, words):
