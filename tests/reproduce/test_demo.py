@@ -165,7 +165,8 @@ def test_report_embeds_every_figure_of_the_demo(demo_dir):
     assert sorted(file for file, _ in page.details) == sorted(p.name for p in demo_dir.glob("*.h5"))
     assert "Summary" in [text for _, text in page.headings]
     links = [url for url in page.urls if not url.startswith("data:image/png;base64,")]
-    assert links == [f"#model-{m}" for m in MODELS] + ["#all-models"]  # nothing else is loaded or linked
+    # nothing else is loaded or linked; the second seed's files are a section of their own
+    assert links == [f"#model-{m}" for m in MODELS] + ["#all-models", "#folder-seed1"]
 
 
 def _snapshot(demo_dir):
@@ -176,7 +177,7 @@ def _snapshot(demo_dir):
         res = read_result(path)
         arrays = {k: v.tolist() if v.dtype.kind in "OUS" else v.tobytes() for k, v in res.arrays.items()}
         results[path.relative_to(demo_dir)] = (res.attrs["created"], arrays)
-    assert len(stamps) == 2 * len(MODELS)
+    assert len(stamps) == 2 * len(MODELS) + 1  # every model of both seeds, and the bend between two of them
     return stamps, results
 
 
