@@ -95,3 +95,11 @@ def test_training_under_several_processes_is_refused(tmp_path, monkeypatch):
     msg = one_line_error(train_model, TrainConfig(**TINY), tmp_path / "run.pt", quiet=True)
     assert msg.startswith("landscape train runs in one process: under torchrun every rank would train")
     assert not (tmp_path / "run.pt").exists()
+
+
+@pytest.mark.parametrize("subset", ["nan", "inf", "abc", "1e999"])
+def test_a_subset_that_is_neither_a_fraction_nor_a_count_is_one_line(subset, tmp_path):
+    out = tmp_path / "run.pt"
+    result = CliRunner().invoke(cli, ["train", "--model", "resnet_mini", "--subset", subset, "--out", str(out)])
+    assert result.exit_code == 2 and "Traceback" not in result.output and not out.exists()
+    assert "'--subset'" in result.output and "neither a fraction" in result.output

@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from landscape.cli.options import parse_model_kw
 
 
 def _parse_subset(value: str | None) -> float | int | None:
-    """``0.25`` is a fraction of the training set, ``500`` a number of samples."""
+    """``0.25`` is a fraction of the training set, ``500`` a number of samples; anything else is a usage error."""
     if value is None:
         return None
-    return float(value) if any(c in value for c in ".eE") else int(value)
+    text = value.strip()
+    if text.lstrip("+").isdigit():
+        return int(text)
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise click.BadParameter(
+            f"{value!r} is neither a fraction of the data (such as 0.1) nor a count of images (such as 500)",
+            param_hint="'--subset'",
+        )
+    return number
 
 
 @click.command("train")
