@@ -292,6 +292,18 @@ def _data_fractions(folders: dict[int, Path], vit: str) -> dict[float, str]:
     return out
 
 
+def _units(*sides: Grouped) -> tuple[int, int]:
+    """``(n, seeds)`` of a statistic over ``sides``: the fewest units and the fewest seeds of any side."""
+    return min(sum(x.sizes) for x in sides), min(len(x.sizes) for x in sides)
+
+
+def _compare(
+    a: Grouped, b: Grouped, statistic: Callable, combine: Callable, rng: np.random.Generator, resamples: int
+) -> tuple[float, float, float]:
+    """``combine(statistic(a), statistic(b))`` with its hierarchical interval (each side resampled apart)."""
+    return hierarchical_two_sample(a.units, a.sizes, b.units, b.sizes, statistic, combine, resamples=resamples, rng=rng)
+
+
 def _spectrum_findings(
     folders: dict[int, Path], models: Sequence[str], rng: np.random.Generator, resamples: int
 ) -> list[Finding]:
@@ -302,9 +314,6 @@ def _spectrum_findings(
     out: list[Finding] = []
     missing = f"`{DEMO_COMMAND}` (per-mini-batch spectra)"
 
-    def units(*sides: Grouped) -> tuple[int, int]:
-        return min(sum(x.sizes) for x in sides), min(len(x.sizes) for x in sides)
-
     claim = f"ViT has negative Hessian eigenvalues ({vit})"
     stat = "share of negative eigenvalues among the top-5 (largest magnitude) of each mini-batch"
     if ev is None:
@@ -312,12 +321,7 @@ def _spectrum_findings(
     else:
         est = hierarchical_bootstrap(ev.sizes, lambda w: negative_share(ev.units, w), resamples=resamples, rng=rng)
         where = f"{vit}_spectrum.h5 of {seeds_text(ev.seeds)}, mini-batches"
-        out.append(_finding(claim, "A", stat, est, units(ev), where, side="greater"))
-
-    def compare(a: Grouped, b: Grouped, statistic: Callable, combine: Callable) -> tuple[float, float, float]:
-        return hierarchical_two_sample(
-            a.units, a.sizes, b.units, b.sizes, statistic, combine, resamples=resamples, rng=rng
-        )
+        out.append(_finding(claim, "A", stat, est, _units(ev), where, side="greater"))
 
     both = ev is not None and er is not None
     where = f"{vit}_spectrum.h5, {resnet}_spectrum.h5" + (
@@ -328,16 +332,16 @@ def _spectrum_findings(
     if not both:
         out.append(_not_measured(claim, "A", stat, missing))
     else:
-        est = compare(ev, er, negative_share, np.subtract)
-        out.append(_finding(claim, "A", stat, est, units(ev, er), where, side="greater"))
+        est = _compare(ev, er, negative_share, np.subtract, rng, resamples)
+        out.append(_finding(claim, "A", stat, est, _units(ev, er), where, side="greater"))
 
     claim = f"ViT's Hessian eigenvalues are smaller in magnitude than ResNet's: flatter ({vit} / {resnet})"
     stat = "ratio of the mean top eigenvalue magnitude per mini-batch, ViT / ResNet (threshold 1)"
     if not both:
         out.append(_not_measured(claim, "A", stat, missing))
     else:
-        est = compare(ev, er, top_magnitude, np.divide)
-        out.append(_finding(claim, "A", stat, est, units(ev, er), where, side="less", threshold=1.0))
+        est = _compare(ev, er, top_magnitude, np.divide, rng, resamples)
+        out.append(_finding(claim, "A", stat, est, _units(ev, er), where, side="less", threshold=1.0))
 
     return out
 
@@ -360,12 +364,9 @@ def _data_size_finding(
         return _not_measured(claim, "A", stat, where)
     small = min(fractions)
     claim = f"More data suppresses ViT's negative eigenvalues ({vit} on {small:.0%} vs 100% of the data)"
-    est = hierarchical_two_sample(
-        es.units, es.sizes, ev.units, ev.sizes, negative_share, np.subtract, resamples=resamples, rng=rng
-    )
-    units = (min(sum(es.sizes), sum(ev.sizes)), min(len(es.sizes), len(ev.sizes)))
+    est = _compare(es, ev, negative_share, np.subtract, rng, resamples)
     where = f"{DATA_SIZE_DIR}/{fractions[small]}, {vit}_spectrum.h5 of {seeds_text(es.seeds)}; mini-batches"
-    return _finding(claim, "A", stat, est, units, where, side="greater")
+    return _finding(claim, "A", stat, est, _units(es, ev), where, side="greater")
 
 
 def batch_mean(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -407,14 +408,11 @@ def _sharpness_findings(
         if sv is None or sr is None:
             out.append(_not_measured(claim, "A", stat, f"`{DEMO_COMMAND}` (DemoSettings.sharpness)"))
             continue
-        est = hierarchical_two_sample(
-            sv.units, sv.sizes, sr.units, sr.sizes, batch_mean, np.divide, resamples=resamples, rng=rng
-        )
-        units = (min(sum(sv.sizes), sum(sr.sizes)), min(len(sv.sizes), len(sr.sizes)))
+        est = _compare(sv, sr, batch_mean, np.divide, rng, resamples)
         seeds = seeds_text(sorted(set(sv.seeds) | set(sr.seeds)))
         size = f"rho = {attrs['largest_rho']:g} relative to |w|, m = {attrs.get('batch_size')}"
         where = f"{names[0]}, {names[1]} of {seeds} ({size}); mini-batches"
-        out.append(_finding(claim, "A", stat, est, units, where, side="less", threshold=1.0))
+        out.append(_finding(claim, "A", stat, est, _units(sv, sr), where, side="less", threshold=1.0))
     return out
 
 
