@@ -13,6 +13,7 @@ import dataclasses
 import math
 import sys
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from landscape.data.loading import dataset_info, load_dataset
 from landscape.errors import LandscapeError, LandscapeWarning
 from landscape.models import create_model
 from landscape.models.checkpoint import (
+    is_landscape_checkpoint,
     load_weights,
     non_finite_weight,
     read_checkpoint,
@@ -45,7 +47,7 @@ from landscape.options import checks
 from landscape.options.names import matches_any
 from landscape.runtime.distributed import launched, resolve_device
 from landscape.runtime.progress import Progress
-from landscape.store.files import ensure_folder, temporary_path
+from landscape.store.files import check_companion, ensure_folder, refuse_input_as_output, temporary_path
 
 OPTIMIZERS = ("adamw", "sgd")
 RECIPES = ("paper-a",)
@@ -339,6 +341,23 @@ def evaluate_model(model: nn.Module, dataset: Any, device: torch.device, batch_s
     return {"loss": loss_sum / n, "accuracy": correct / n}
 
 
+def snapshot_tags(config: TrainConfig) -> list[str]:
+    """The tags of the snapshots a run of ``config`` writes beside its checkpoint, in the order it writes them.
+
+    Args:
+        config: the run's configuration.
+
+    Returns:
+        ``init`` (with ``snapshot_initial``), ``warmup`` (with ``snapshot_warmup``), then ``epochNNN`` for every
+        ``snapshot_every``-th epoch before the last.
+    """
+    tags = ["init"] if config.snapshot_initial else []
+    tags += ["warmup"] if config.snapshot_warmup else []
+    if config.snapshot_every:
+        tags += [f"epoch{e:03d}" for e in range(config.snapshot_every, config.epochs, config.snapshot_every)]
+    return tags
+
+
 def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, quiet: bool = False) -> TrainResult:
     """Train ``config.model`` on ``config.data`` and save the final checkpoint (and snapshots) at ``out``.
 
@@ -369,6 +388,15 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
     out = Path(out)
     if out.exists() and not force:
         raise LandscapeError(f"{out} exists; use --force to overwrite it or --out to write elsewhere")
+    outputs = [out, *(snapshot_path(out, tag) for tag in snapshot_tags(config))]
+    for path in outputs:
+        refuse_input_as_output(path, [config.init], "--out" if path == out else "the snapshot")
+    for path in outputs[1:]:  # a snapshot follows the output's rule, and --force replaces only a checkpoint there
+        if not check_companion(path, "a snapshot of this run", ours=is_landscape_checkpoint, force=force):
+            raise LandscapeError(
+                f"{path} exists (a snapshot of another run with this name); use --force to overwrite it or --out "
+                "to write elsewhere"
+            )
 
     temporary_path(ensure_folder(out.parent) / out.name).unlink()  # the folder takes files: checked before training
     device = resolve_device(config.device)
@@ -444,6 +472,8 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
             force=force,
         )
 
+    run_id = uuid.uuid4().hex  # the snapshots and the checkpoint of this run carry it (trajectory --snapshots-of)
+
     def save(path: Path, epoch: int, metrics: dict[str, float]) -> Path:
         return save_checkpoint(
             path,
@@ -455,6 +485,7 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
             epoch=epoch,
             metrics=metrics,
             train_options=options,
+            extra={"run": run_id},
             force=force,
         )
 

@@ -42,7 +42,7 @@ from landscape.errors import LandscapeError, first_line
 from landscape.models import create_model
 from landscape.models.external import is_external, split_spec
 from landscape.models.registry import resolve_model_name
-from landscape.store.files import WRITTEN_BY, atomic_write
+from landscape.store.files import WRITTEN_BY, atomic_write, landscape_kind, read_regular
 
 FORMAT_VERSION = 1
 #: constructor options a checkpoint file may not set: they make a library load or download other files
@@ -167,9 +167,21 @@ def save_checkpoint(
     }
     buffer = io.BytesIO()  # serialised first: a failed write of the file is then an OSError of our own write
     torch.save(obj, buffer)
-    with atomic_write(path, force=force) as f:
+    with atomic_write(path, force=force, kind="checkpoint") as f:
         f.write(buffer.getbuffer())
     return path
+
+
+def is_landscape_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether the regular file at ``path`` is a checkpoint landscape wrote (:func:`save_checkpoint`).
+
+    Args:
+        path: a file (a link is never followed).
+
+    Returns:
+        True for a checkpoint with landscape's mark.
+    """
+    return landscape_kind(path) == "checkpoint"
 
 
 def snapshot_path(out: Path, tag: str) -> Path:
@@ -259,29 +271,43 @@ def infer_num_classes(state_dict: dict[str, Tensor]) -> int | None:
     return None if chosen is None else int(state_dict[chosen].shape[0])
 
 
-def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
+def read_checkpoint(path: str | os.PathLike, *, companion: str | None = None) -> Checkpoint:
     """Read a checkpoint (landscape format, plain state dict, or ``{"name", "state_dict"}``) on CPU.
 
     Uses ``torch.load(map_location="cpu", weights_only=True)`` always; refuses files that need pickled code.
+    A checkpoint the user names may be reached through a symbolic link; a file that landscape finds beside
+    an output (a bend, a training snapshot: ``companion`` names it) is read without following a link and only
+    when it is a regular file with one name (:func:`landscape.store.files.read_regular`).
 
     Args:
         path: A landscape checkpoint, a plain state dict, a dict with a ``state_dict`` entry, or ``.safetensors``.
+        companion: what the file is, in words (e.g. ``"the bend"``), when landscape found it beside an output;
+            None for a file the user named.
 
     Returns:
         The :class:`Checkpoint` read from the file.
 
     Raises:
         LandscapeError: If the file does not exist, needs pickled code, is not a PyTorch or safetensors file,
-            has a newer format version, or holds no tensor state dict.
+            has a newer format version, or holds no tensor state dict; a companion that is a link, not a regular
+            file or a file of several names.
     """
     path = Path(path)
-    if not path.is_file():
+    if companion is not None:
+        data = read_regular(path, companion)
+        source: Any = io.BytesIO(data)
+        sha = hashlib.sha256(data).hexdigest()
+    elif not path.is_file():
         raise LandscapeError(f"checkpoint {path} not found: check the path")
+    else:
+        source, sha = path, None
     if path.suffix == ".safetensors":
-        state = _strip_prefixes(_read_safetensors(path))
-        return Checkpoint(None, {}, infer_num_classes(state), state, {"format": "safetensors"}, path, file_sha256(path))
+        state = _strip_prefixes(_read_safetensors(path, None if companion is None else data))
+        return Checkpoint(
+            None, {}, infer_num_classes(state), state, {"format": "safetensors"}, path, sha or file_sha256(path)
+        )
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        obj = torch.load(source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         if "weights only" in str(e).lower() or "weights_only" in str(e).lower():
             raise LandscapeError(
@@ -291,7 +317,7 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
         raise LandscapeError(f"cannot read {path}: not a PyTorch checkpoint ({first_line(e)})") from None
     except Exception as e:  # any other failure means a damaged or foreign file
         raise LandscapeError(f"cannot read {path}: not a PyTorch checkpoint ({first_line(e)})") from None
-    sha = file_sha256(path)
+    sha = sha or file_sha256(path)
 
     if isinstance(obj, dict) and "format_version" in obj:
         version = obj.get("format_version")
@@ -329,11 +355,11 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     return Checkpoint(None, {}, infer_num_classes(state), state, meta, path, sha)
 
 
-def _read_safetensors(path: Path) -> dict[str, Tensor]:
-    from safetensors.torch import load_file
+def _read_safetensors(path: Path, data: bytes | None = None) -> dict[str, Tensor]:
+    from safetensors.torch import load, load_file
 
     try:
-        state = load_file(path, device="cpu")
+        state = load_file(path, device="cpu") if data is None else load(data)
     except Exception as e:  # safetensors raises its own error types, and OSError/ValueError on damaged files
         raise LandscapeError(f"cannot read {path}: not a safetensors file ({first_line(e)})") from None
     if not state:

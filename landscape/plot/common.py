@@ -366,7 +366,7 @@ def save_figures(figures: Iterable[tuple[str, Figure]], out_dir: Path, fmt: str,
     written = []
     for name, fig in figures:
         path = Path(out_dir) / f"{name}.{fmt}"
-        with atomic_write(path, force=force) as handle:
+        with atomic_write(path, force=force, kind="figure") as handle:
             fig.savefig(handle, format=fmt, dpi=DPI, bbox_inches="tight", metadata=figure_metadata(fmt))
         written.append(path)
     return written

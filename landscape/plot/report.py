@@ -31,7 +31,14 @@ from landscape.analyses.registry import analyses, analysis_of, inconsistency, ki
 from landscape.errors import LandscapeError
 from landscape.plot import UndrawableError, figures_of, one_of, plot_files
 from landscape.plot.common import model_name
-from landscape.store.files import WRITTEN_BY, check_replaceable, ensure_subfolder, leads_outside, write_text
+from landscape.store.files import (
+    WRITTEN_BY,
+    check_replaceable,
+    ensure_subfolder,
+    leads_outside,
+    read_regular,
+    write_text,
+)
 from landscape.store.read import Result, describe, read_result
 
 #: an empty result: what a kind's ``numbers`` give for it names the summary table's columns
@@ -128,7 +135,7 @@ def write_report(
         raise LandscapeError(f"{folder} is not a folder; give the folder that holds the result files (*.h5)")
     plotly = _plotly(interactive)
     page = Path(out) if out is not None else folder / "report.html"
-    check_replaceable(page, force=force)
+    check_replaceable(page, force=force, kind="report")
     files, skipped = _read_files(folder)
     if not files:
         reason = f" ({len(skipped)} .h5 file(s) skipped; first: {skipped[0][1]})" if skipped else ""
@@ -154,7 +161,7 @@ def write_report(
     if summary.is_symlink() and leads_outside(summary, folder):
         skipped.append((summary, f"is a symbolic link to a file outside {folder}; not read"))
     text = _page(folder, page, files, skipped, models, slugs, section_slugs, shared, plotly)
-    write_text(page, text, force=force)
+    write_text(page, text, force=force, kind="report")
     return page
 
 
@@ -417,11 +424,12 @@ def _embed(path: Path, folder: Path, kind: str) -> str:
     rel = html.escape(path.relative_to(folder).as_posix())
     name = html.escape(path.name)
     caption = _caption(path, kind)
+    content = read_regular(path, "the report's figure")  # written just now; still never read through a link
     if path.suffix == ".svg":
-        svg = path.read_text(encoding="utf-8")
+        svg = content.decode("utf-8", errors="replace")
         body = svg[svg.find("<svg") :]
     else:
-        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        data = base64.b64encode(content).decode("ascii")
         body = f'<img alt="{html.escape(caption) or name}" src="data:image/png;base64,{data}">'
     text = f"{html.escape(caption)}<br><small>{name}</small>" if caption else name
     attributes = f'data-file="{rel}" tabindex="0" title="click to enlarge"'

@@ -80,6 +80,6 @@ def write_vtp(
     )
     root.insert(0, ET.Comment(f" landscape {__version__} ({WRITTEN_BY}) "))
     path = Path(path)
-    with atomic_write(path, force=force) as handle:
+    with atomic_write(path, force=force, kind="surface mesh") as handle:
         ET.ElementTree(root).write(handle, xml_declaration=True, encoding="utf-8")
     return path

@@ -180,5 +180,5 @@ def measure_paper_b(
         "rows": rows,
         "written_by": WRITTEN_BY,
     }
-    write_text(path, json.dumps(payload, indent=1) + "\n")
+    write_text(path, json.dumps(payload, indent=1) + "\n", kind="record")
     return path

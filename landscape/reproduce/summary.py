@@ -242,5 +242,5 @@ def write_summary(
         lines.append("")
     lines.append(f"<!-- landscape {__version__} ({WRITTEN_BY}) -->")
     path = out_dir / "summary.md"
-    write_text(path, "\n".join(lines) + "\n", force=force)
+    write_text(path, "\n".join(lines) + "\n", force=force, kind="summary")
     return path

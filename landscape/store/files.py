@@ -23,7 +23,7 @@ import os
 import resource
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
@@ -110,21 +110,72 @@ def written_by_landscape(path: str | Path) -> bool:
     return mark in head or mark in tail or legacy
 
 
-def check_replaceable(path: str | Path, *, force: bool = False) -> None:
+#: the kinds of file landscape writes, each told by how it begins (:func:`landscape_kind`)
+FILE_KINDS = ("result", "checkpoint", "figure", "report", "summary", "surface mesh", "record")
+_KIND_OPENINGS = (
+    (b"\x89HDF\r\n\x1a\n", "result"),
+    (b"PK\x03\x04", "checkpoint"),  # torch.save's zip format
+    (b"\x89PNG\r\n\x1a\n", "figure"),
+    (b"%PDF", "figure"),
+    (b"<!DOCTYPE html>", "report"),
+    (b"# landscape demo", "summary"),
+    (b"{", "record"),  # a JSON record (Paper B's run, a compile cache entry)
+)
+
+
+def landscape_kind(path: str | Path) -> str | None:
+    """Which kind of file landscape wrote at ``path`` (one of :data:`FILE_KINDS`); None when landscape did not.
+
+    A file carries landscape's mark (:func:`written_by_landscape`); its kind is told by how it begins: an HDF5
+    result, a checkpoint (``torch.save``'s zip), a figure (PNG, PDF or SVG), a report page, a demo summary, a
+    surface mesh (VTK XML) or a JSON record. A link is never followed.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The kind, or None (no regular file, no mark, or an opening landscape never writes).
+    """
+    if not written_by_landscape(path):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | _SAFE_OPEN)
+    except OSError:
+        return None
+    try:
+        head = os.pread(fd, MARK_SPAN, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    for opening, kind in _KIND_OPENINGS:
+        if head.startswith(opening):
+            return kind
+    if head.startswith(b"<?xml") or head.startswith(b"<svg"):
+        return "surface mesh" if b"<VTKFile" in head else "figure" if b"<svg" in head else None
+    return None
+
+
+def check_replaceable(path: str | Path, *, force: bool = False, kind: str | None = None) -> None:
     """Refuse to write ``path`` unless what is there may be replaced: the one rule for every output.
 
     - Nothing there: fine.
     - Not a regular file (a folder, a FIFO, a device, a socket): never replaced, not even with ``force``.
     - A symbolic link: never followed; the link itself is replaced only with ``force``.
-    - A regular file: replaced when landscape wrote it (:func:`written_by_landscape`) or with ``force``.
+    - A regular file: replaced when landscape wrote a file of the writer's own ``kind`` there
+      (:func:`landscape_kind`: a report replaces a report, a figure a figure, never a checkpoint or a result),
+      or with ``force``.
 
     Args:
         path: the output about to be written.
         force: the user's ``--force``.
+        kind: the kind of file about to be written (one of :data:`FILE_KINDS`); None: any file landscape wrote.
 
     Raises:
         LandscapeError: what is at ``path`` may not be replaced, with what to do.
     """
+    if kind is not None and kind not in FILE_KINDS:
+        raise ValueError(f"unknown file kind {kind!r}; one of {', '.join(FILE_KINDS)}")
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -143,11 +194,95 @@ def check_replaceable(path: str | Path, *, force: bool = False) -> None:
             f"{path} is {file_type(info.st_mode)}, not a regular file; it is never replaced, not even with "
             "--force: choose another --out"
         )
-    if not force and not written_by_landscape(path):
+    if force:
+        return
+    there = landscape_kind(path) if kind is not None else ("any" if written_by_landscape(path) else None)
+    if there is None:
         raise LandscapeError(
             f"{path} exists and landscape did not write it (it lacks landscape's mark); pass --force to replace it, "
             "or choose another --out"
         )
+    if kind is not None and there != kind:
+        raise LandscapeError(
+            f"{path} is a {there} that landscape wrote, not a {kind}: a {kind} replaces only a {kind}; choose "
+            "another --out, or pass --force to replace it"
+        )
+
+
+def check_companion(path: str | Path, what: str, *, ours: Callable[[Path], bool], force: bool = False) -> bool:
+    """Whether the file at ``path``, beside an output, may be written; refuse what may never be replaced there.
+
+    A companion (a bend, a training snapshot, a tracking record) is a file the user did not name: ``--force``,
+    given for the output, replaces a companion only when it is of the companion's own kind. So a companion's
+    name holding a symbolic link, something other than a regular file, a file of several names, or a file that
+    ``ours`` does not recognise is never replaced, not even with ``force``.
+
+    Args:
+        path: the companion's path.
+        what: what it is, in words (``"the bend"``, ``"the snapshot"``, ...).
+        ours: whether the regular file there is of the companion's own kind (it may be of another run).
+        force: the user's ``--force``.
+
+    Returns:
+        True when nothing is there (or ``force`` may replace what is); False when a file of its own kind is
+        there and ``force`` was not given (the caller decides: resume it, or refuse).
+
+    Raises:
+        LandscapeError: what is there may never be replaced, with what to do.
+    """
+    path = Path(path)
+    try:
+        fd = open_regular(path, os.O_RDONLY, what)
+    except FileNotFoundError:
+        return True
+    except LandscapeError as exc:
+        raise LandscapeError(f"{exc} (landscape writes {what} there)") from None
+    except OSError as exc:
+        raise os_error(exc, path, "read") from exc
+    os.close(fd)
+    if not ours(path):
+        raise LandscapeError(
+            f"{path} is where landscape writes {what}, but it holds another file; it is never replaced, not even "
+            "with --force: move it away, or choose another --out"
+        )
+    return force
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (the same inode, or the same path once links are resolved).
+
+    Args:
+        a: a path.
+        b: another path.
+
+    Returns:
+        True when writing one would write (or replace) the other.
+    """
+    try:
+        if os.path.samefile(a, b):
+            return True
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def refuse_input_as_output(output: str | Path, inputs: Iterable[str | Path | None], what: str = "--out") -> None:
+    """Refuse to write ``output`` when it is one of the run's ``inputs``: an input is never an output.
+
+    Args:
+        output: a file the run is about to write (its output or a companion of it).
+        inputs: the files the run reads (None entries are skipped).
+        what: how the output is named in the message.
+
+    Raises:
+        LandscapeError: ``output`` names one of the inputs (also through a link), even with ``--force``.
+    """
+    for source in inputs:
+        if isinstance(source, (str, os.PathLike)) and same_file(output, source):
+            raise LandscapeError(
+                f"{what} {output} is the input {source}: an input is never overwritten, not even with --force; "
+                "choose another --out"
+            )
 
 
 #: free bytes under which a failed write is put down to a full disk (see :func:`write_failure`)
@@ -273,7 +408,9 @@ def ensure_subfolder(base: str | Path, *parts: str) -> Path:
 
 
 @contextmanager
-def atomic_write(path: str | Path, mode: str = "wb", *, force: bool = False) -> Iterator[IO[Any]]:
+def atomic_write(
+    path: str | Path, mode: str = "wb", *, force: bool = False, kind: str | None = None
+) -> Iterator[IO[Any]]:
     """Write ``path`` all at once: yield a file object on an exclusive temporary, move it into place on success.
 
     What is at ``path`` is first judged by :func:`check_replaceable` (before anything is written). The
@@ -284,6 +421,8 @@ def atomic_write(path: str | Path, mode: str = "wb", *, force: bool = False) -> 
         path: the final file.
         mode: ``"wb"`` (binary) or ``"w"`` (text, UTF-8).
         force: replace a symbolic link or a file landscape did not write (see :func:`check_replaceable`).
+        kind: the kind of file written (:data:`FILE_KINDS`): a file landscape wrote is replaced without
+            ``force`` only when it is of this kind; None: any file landscape wrote.
 
     Yields:
         The open file object on the temporary; it is flushed, fsynced and moved onto ``path`` when the block
@@ -294,7 +433,7 @@ def atomic_write(path: str | Path, mode: str = "wb", *, force: bool = False) -> 
             disk is full, ...
     """
     path = Path(path)
-    check_replaceable(path, force=force)
+    check_replaceable(path, force=force, kind=kind)
     fd, tmp = _exclusive_temporary(path)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; a result gets the permissions of any new file
@@ -311,19 +450,20 @@ def atomic_write(path: str | Path, mode: str = "wb", *, force: bool = False) -> 
         raise
 
 
-def write_text(path: str | Path, text: str, *, force: bool = False) -> None:
+def write_text(path: str | Path, text: str, *, force: bool = False, kind: str | None = None) -> None:
     """Write ``text`` to ``path`` atomically (see :func:`atomic_write`).
 
     Args:
         path: the final file.
         text: the contents, written as UTF-8.
         force: replace a symbolic link or a file landscape did not write (see :func:`check_replaceable`).
+        kind: the kind of file written (:data:`FILE_KINDS`; see :func:`atomic_write`).
 
     Raises:
         LandscapeError: what is at ``path`` may not be replaced, the folder cannot be created or written, the
             disk is full, ...
     """
-    with atomic_write(path, "w", force=force) as handle:
+    with atomic_write(path, "w", force=force, kind=kind) as handle:
         handle.write(text)
 
 
@@ -389,34 +529,80 @@ def file_type(mode: int) -> str:
     return next((name for test, name in _FILE_TYPES if test(mode)), "a regular file")
 
 
-def _open_sidecar(file: Path, flags: int) -> int:
-    """Open the sidecar ``file`` without following a link, and only when it is a regular file with one name.
+def open_regular(path: str | Path, flags: int, what: str) -> int:
+    """Open ``path`` without following a link, and only when it is a regular file with one name.
+
+    The one way a file beside an output (a lock sidecar, a bend, a snapshot, a report's figure) is opened: a
+    symbolic link there could lead anywhere on the machine, a FIFO would block, and a file with other hard
+    links would be another file under a second name.
+
+    Args:
+        path: the file.
+        flags: ``os.open`` flags (``O_NOFOLLOW``, ``O_NONBLOCK`` and ``O_CLOEXEC`` are added).
+        what: what the file is, in words, for the messages (e.g. ``"the lock file"``, ``"the bend"``).
 
     Returns:
         The open descriptor (the caller closes it).
 
     Raises:
-        OSError: it cannot be opened (``ELOOP`` for a symbolic link, ``ENOENT`` when absent, ...).
-        LandscapeError: it is not a regular file (a FIFO, a device, a folder, ...) or has other hard links,
-            so that writing it would write another file.
+        OSError: it cannot be opened (``ENOENT`` when absent, permissions, ...).
+        LandscapeError: it is a symbolic link (never followed), not a regular file (a FIFO, a device, a
+            folder, ...), or has other hard links.
     """
     try:
-        fd = os.open(file, flags | _SAFE_OPEN, 0o644)
+        fd = os.open(path, flags | _SAFE_OPEN, 0o644)
     except IsADirectoryError:
-        raise LandscapeError(f"the lock file {file} is a folder, not a regular file; remove it") from None
+        raise LandscapeError(f"{what} {path} is a folder, not a regular file; remove it") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
+            raise LandscapeError(f"{what} {path} is a symbolic link, which is never followed; remove it") from None
+        raise
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise LandscapeError(f"the lock file {file} is {file_type(info.st_mode)}, not a regular file; remove it")
+            raise LandscapeError(f"{what} {path} is {file_type(info.st_mode)}, not a regular file; remove it")
         if info.st_nlink != 1:
             raise LandscapeError(
-                f"the lock file {file} has {info.st_nlink} hard links (other names of one file), so writing it "
-                "would write another file; remove it"
+                f"{what} {path} has {info.st_nlink} hard links (other names of one file), so it could be another "
+                "file's; remove it"
             )
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def read_regular(path: str | Path, what: str) -> bytes:
+    """The bytes of the file ``path`` beside an output, read without following a link (:func:`open_regular`).
+
+    Args:
+        path: the file.
+        what: what it is, in words, for the messages.
+
+    Returns:
+        Its whole contents, read from the one descriptor that was checked.
+
+    Raises:
+        LandscapeError: it is a link, not a regular file, has other hard links, or cannot be read.
+    """
+    try:
+        fd = open_regular(path, os.O_RDONLY, what)
+    except OSError as exc:
+        raise os_error(exc, path, "read") from exc
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 24):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise os_error(exc, path, "read") from exc
+    finally:
+        os.close(fd)
+
+
+def _open_sidecar(file: Path, flags: int) -> int:
+    """Open the lock sidecar ``file`` as :func:`open_regular` does (no link followed, one regular file)."""
+    return open_regular(file, flags, "the lock file")
 
 
 def lock_path(path: str | Path) -> Path:
@@ -449,20 +635,25 @@ class WriterLock:
         self.failed = False
         self.fd = -1
         try:
-            self.fd = _open_sidecar(self.file, os.O_RDWR | os.O_CREAT)
+            try:
+                self.fd = _open_sidecar(self.file, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+            except FileExistsError:  # judged before anything is written to it: only a sidecar is ever touched
+                self.fd = _open_sidecar(self.file, os.O_RDWR)
+                if os.fstat(self.fd).st_size and _read_record(self.fd) is None:
+                    os.close(self.fd)
+                    self.fd = -1
+                    raise LandscapeError(
+                        f"the lock file {self.file} holds something else than a landscape lock record, so it is "
+                        "never touched; move it away"
+                    ) from None
         except LandscapeError as exc:
             raise LandscapeError(f"cannot write {self.path}: {exc}") from None
         except OSError as exc:
-            if exc.errno == errno.ELOOP:  # O_NOFOLLOW: the sidecar is a symlink, which is never followed
-                raise LandscapeError(
-                    f"cannot write {self.path}: its lock file {self.file} is a symbolic link, which is never "
-                    "followed; remove it"
-                ) from None
             raise os_error(exc, self.path, "write") from exc
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            pid = _read_record(self.fd).get("pid")
+            pid = (_read_record(self.fd) or {}).get("pid", "unknown")
             os.close(self.fd)
             raise LandscapeError(
                 f"{self.path} is being written by a running analysis (pid {pid}); wait for that "
@@ -507,27 +698,80 @@ class WriterLock:
         if self.fd < 0:
             return
         if not self.failed:
-            _remove_quietly(self.file)
+            with suppress(OSError):  # only the sidecar this lock opened: never a file put at its name meanwhile
+                mine, there = os.fstat(self.fd), os.lstat(self.file)
+                if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
+                    _remove_quietly(self.file)
         os.close(self.fd)  # closing the descriptor releases the flock
         self.fd = -1
 
 
 #: the largest sidecar record read
 _MAX_RECORD_BYTES = 1 << 20
+#: the entries of a sidecar record and the types each must have (anything else in a sidecar is dropped)
+_RECORD_TEXT = ("identity", "desc", "unit")
+_RECORD_COUNTS = ("done", "initial", "total")
+_RECORD_TIMES = ("started", "updated")
 
 
-def _read_record(fd: int, attempts: int = 3) -> dict[str, Any]:
-    """The sidecar's JSON record; ``{}`` when it cannot be read or parsed (a read that met a write is retried)."""
+def _read_record(fd: int, attempts: int = 3) -> dict[str, Any] | None:
+    """The sidecar's record, validated (:func:`sidecar_record`); None when it is not a sidecar's record.
+
+    A read that met a write (a half-written record) is retried.
+    """
     for _ in range(attempts):
         try:
             data = os.pread(fd, _MAX_RECORD_BYTES, 0)
-            record = json.loads(data.decode() or "{}")
         except OSError:
-            return {}
-        except ValueError:
-            continue
-        return record if isinstance(record, dict) else {}
-    return {}
+            return None
+        record = sidecar_record(data)
+        if record is not None:
+            return record
+    return None
+
+
+def sidecar_record(data: bytes) -> dict[str, Any] | None:
+    """The record a lock sidecar holds, with every entry checked; None when ``data`` is not such a record.
+
+    The one reader of sidecars: a record is a JSON object (padded with spaces) with a positive integer
+    ``pid`` and a text ``identity``; the progress entries are kept when they have their types (texts
+    ``desc``/``unit``, finite non-negative counts ``done``/``initial``/``total``, finite times
+    ``started``/``updated``, a boolean ``failed``) and dropped otherwise, so a crafted sidecar can neither
+    raise nor reach a terminal with values of other types.
+
+    Args:
+        data: the sidecar's bytes.
+
+    Returns:
+        The checked record, or None.
+    """
+    text = data.decode("utf-8", errors="replace").strip()
+    if not text.startswith("{") or not text.endswith("}"):
+        return None
+    try:
+        record = json.loads(text, parse_constant=lambda _: None)  # NaN, Infinity: not numbers of a record
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    pid, identity = record.get("pid"), record.get("identity")
+    if type(pid) is not int or pid <= 0 or not isinstance(identity, str):
+        return None
+    checked: dict[str, Any] = {"pid": pid}
+    for key in _RECORD_TEXT:
+        if isinstance(record.get(key), str):
+            checked[key] = record[key]
+    for key in _RECORD_COUNTS:
+        value = record.get(key)
+        if type(value) is int and 0 <= value < 1 << 62:
+            checked[key] = value
+    for key in _RECORD_TIMES:
+        value = record.get(key)
+        if type(value) in (int, float) and abs(value) < 1e12:
+            checked[key] = float(value)
+    if type(record.get("failed")) is bool:
+        checked["failed"] = record["failed"]
+    return checked
 
 
 def live_writer(path: str | Path) -> int | None:
@@ -541,7 +785,7 @@ def live_writer(path: str | Path) -> int | None:
         there is no sidecar or its lock is free (:func:`live_record`).
     """
     record = live_record(path)
-    return None if record is None else int(record.get("pid") or -1)
+    return None if record is None else int(record.get("pid", -1))
 
 
 def live_record(path: str | Path) -> dict[str, Any] | None:
@@ -566,7 +810,7 @@ def live_record(path: str | Path) -> dict[str, Any] | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return _read_record(fd)
+            return _read_record(fd) or {}
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
@@ -588,6 +832,6 @@ def last_writer(path: str | Path) -> dict[str, Any]:
     except (OSError, LandscapeError):
         return {}
     try:
-        return _read_record(fd)
+        return _read_record(fd) or {}
     finally:
         os.close(fd)

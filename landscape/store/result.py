@@ -28,6 +28,7 @@ from landscape.store.files import (
     check_replaceable,
     ensure_folder,
     last_writer,
+    open_regular,
     os_error,
     write_failure,
 )
@@ -66,6 +67,24 @@ def _links(path: Path, force: bool) -> int | None:
     return info.st_nlink
 
 
+#: the first bytes of every HDF5 file landscape writes (the superblock at offset 0)
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _hdf5_signature(path: Path) -> bool:
+    """Whether the regular file ``path`` begins as an HDF5 file: only such a file can be a damaged result."""
+    try:
+        fd = open_regular(path, os.O_RDONLY, "the result file")
+    except (OSError, LandscapeError):
+        return False
+    try:
+        return os.pread(fd, len(HDF5_SIGNATURE), 0) == HDF5_SIGNATURE
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _writable(path: Path) -> bool:
     """Whether ``path`` may be written: the OS allows it and its owner has not removed every write bit."""
     try:
@@ -93,6 +112,23 @@ def _peek(path: Path) -> dict[str, Any] | None:
         raise os_error(exc, path, "read") from exc
     except (OSError, RuntimeError):  # not HDF5, or damaged (h5py raises RuntimeError walking a broken file)
         return None
+
+
+def result_kind(path: str | Path) -> str | None:
+    """The ``kind`` attribute of the result file at ``path`` (read without following a link); None if none.
+
+    Args:
+        path: a file.
+
+    Returns:
+        The kind (``"surface"``, ``"sharpness_track"``, ...), or None when ``path`` is a link, not a regular file
+        of one name, not HDF5, or has no kind.
+    """
+    path = Path(path)
+    if not _hdf5_signature(path):
+        return None
+    info = _peek(path)
+    return None if info is None or not info["kind"] else str(info["kind"])
 
 
 class ResultFile:
@@ -202,7 +238,12 @@ class ResultFile:
                     raise
                 return cls(path, kind, handle, lock, resumed=True)
         replaceable = info is not None and not info["complete"] and not info["has_results"]
-        damaged_by_us = links is not None and info is None and last_writer(path).get("identity") == identity
+        damaged_by_us = (
+            links is not None
+            and info is None
+            and _hdf5_signature(path)
+            and last_writer(path).get("identity") == identity
+        )
         if not (force or replaceable or damaged_by_us):
             if info is None:
                 raise unreadable(path)

@@ -40,9 +40,10 @@ def _flat(params):
 
 
 def _numpy_polar(theta0, theta):
-    a, b = _flat(theta), _flat(theta0)
-    cos = a @ b / (np.linalg.norm(a) * np.linalg.norm(b))
-    return np.linalg.norm(a - b), np.arccos(np.clip(cos, -1, 1)), np.linalg.norm(a)
+    a, b = _flat(theta).astype(np.float64), _flat(theta0).astype(np.float64)
+    u, w = a / np.linalg.norm(a), b / np.linalg.norm(b)
+    angle = 2 * np.arctan2(np.linalg.norm(u - w), np.linalg.norm(u + w))  # Kahan's form: exact near 0, unlike arccos
+    return np.linalg.norm(a - b), angle, np.linalg.norm(a)
 
 
 @pytest.fixture

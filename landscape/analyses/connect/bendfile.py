@@ -12,17 +12,20 @@ rerun of the same run continues from it and a bend of another run is never taken
 from __future__ import annotations
 
 import copy
+import math
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from landscape.analyses.connect.bezier import BendState
 from landscape.analyses.connect.path import Endpoint, interpolate_buffers
 from landscape.errors import LandscapeError
 from landscape.models.checkpoint import read_checkpoint, save_checkpoint
-from landscape.store.files import check_replaceable
+from landscape.store.files import check_companion
 
 #: what ``extra["content"]`` of a bend checkpoint says
 CONTENT = "bezier bend of landscape connect"
@@ -41,47 +44,98 @@ def bend_path(out: str | Path) -> Path:
     return out.with_name(f"{out.stem}.bend.pt")
 
 
-def read_bend(path: Path, identity: str, *, force: bool = False) -> BendState | None:
+def _is_bend(path: Path) -> bool:
+    """Whether the regular file at ``path`` is a bend checkpoint (of any connect run)."""
+    try:
+        extra = read_checkpoint(path, companion="the bend").meta.get("extra")
+    except LandscapeError:
+        return False
+    return isinstance(extra, dict) and extra.get("content") == CONTENT
+
+
+def read_bend(
+    path: Path, identity: str, *, force: bool = False, params: Mapping[str, Tensor] | None = None
+) -> BendState | None:
     """The bend state saved at ``path`` for the run of ``identity``; None when there is none to continue from.
+
+    The file is read without following a link and checked against itself and against the run before any use:
+    its parameter names and shapes are ``params``' (theta_A's), its epoch count is the length of its loss
+    history, and every tensor and loss is finite.
 
     Args:
         path: the bend checkpoint.
         identity: the identity of the connect run (:func:`landscape.store.identity_of` of its attributes).
-        force: the user's ``--force``: a file of another run (or one that cannot be read) is then trained anew
-            and replaced.
+        force: the user's ``--force``: a bend of another run, or a damaged one, is then trained anew and replaced.
+        params: theta_A's parameters, which the bend must match; None: not checked.
 
     Returns:
-        The saved state, or None (no file; or, with ``force``, a file that is not this run's).
+        The saved state, or None (no file; or, with ``force``, a bend that is not this run's or is damaged).
 
     Raises:
-        LandscapeError: what is at ``path`` may not be replaced (:func:`~landscape.store.files.check_replaceable`),
-            or, without ``force``, it holds the bend of another run or no bend at all.
+        LandscapeError: what is at ``path`` is not a bend (a link, another checkpoint, any other file: never
+            replaced, not even with ``force``), or, without ``force``, it holds the bend of another run or a bend
+            that does not hold together (one line naming the field).
     """
-    if not path.exists() and not path.is_symlink():
+    if not os.path.lexists(path):
         return None
-    check_replaceable(path, force=force)
-    try:
-        ckpt = read_checkpoint(path)
-    except LandscapeError:
-        if force:
-            return None
-        raise
-    extra = ckpt.meta.get("extra") or {}
-    if extra.get("content") != CONTENT or extra.get("identity") != identity:
+    check_companion(path, "the bend", ours=_is_bend, force=force)
+    ckpt = read_checkpoint(path, companion="the bend")
+    extra = ckpt.meta.get("extra")
+    if extra.get("identity") != identity:
         if force:
             return None
         raise LandscapeError(
-            f"{path} holds the bend of another connect run (or no bend); pass --force to train the bend anew "
-            "and replace it, or choose another --out"
+            f"{path} holds the bend of another connect run; pass --force to train the bend anew and replace it, "
+            "or choose another --out"
         )
-    names = list(extra.get("parameter_names") or [])
-    state = {
-        "epoch": ckpt.meta.get("epoch"),
-        "bend": {n: ckpt.state_dict[n] for n in names},
-        "momentum": dict(extra.get("momentum") or {}),
-        "history": list(extra.get("history") or []),
-    }
-    return BendState.from_state_dict(state)
+    try:
+        return _checked_state(ckpt.meta, ckpt.state_dict, extra, params)
+    except LandscapeError as exc:
+        if force:
+            return None
+        raise LandscapeError(
+            f"{path} is a damaged bend: {exc}; pass --force to train the bend anew and replace it"
+        ) from None
+
+
+def _checked_state(
+    meta: Mapping[str, Any], state: Mapping[str, Tensor], extra: Mapping[str, Any], params: Mapping[str, Tensor] | None
+) -> BendState:
+    """The bend's state from a checkpoint's fields, each checked (a :class:`LandscapeError` names the first wrong)."""
+    names = extra.get("parameter_names")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise LandscapeError("its parameter_names are not a list of names")
+    if len(set(names)) != len(names):
+        raise LandscapeError("its parameter_names repeat a name")
+    ghost = next((n for n in names if n not in state), None)
+    if ghost is not None:
+        raise LandscapeError(f"parameter {ghost!r} is named but not stored")
+    if params is not None:
+        if list(names) != list(params):
+            differ = next((n for n in [*names, *params] if n not in params or n not in names), names[0])
+            raise LandscapeError(f"its parameters are not theta_A's (first difference: {differ!r})")
+        wrong = next((n for n in names if tuple(state[n].shape) != tuple(params[n].shape)), None)
+        if wrong is not None:
+            raise LandscapeError(f"parameter {wrong!r} has shape {tuple(state[wrong].shape)}, not theta_A's")
+    epoch = meta.get("epoch")
+    if type(epoch) is not int or epoch < 0:
+        raise LandscapeError(f"its epoch is {epoch!r}, not a count of epochs")
+    history = extra.get("history")
+    if not isinstance(history, list) or not all(type(v) in (int, float) and math.isfinite(v) for v in history):
+        raise LandscapeError("its loss history is not a list of finite numbers")
+    momentum = extra.get("momentum")
+    if not isinstance(momentum, dict):
+        raise LandscapeError("its momentum is not a dict of tensors")
+    for name, buf in momentum.items():
+        if name not in names or not isinstance(buf, Tensor) or tuple(buf.shape) != tuple(state[name].shape):
+            raise LandscapeError(f"its momentum of {name!r} is not a tensor of that parameter's shape")
+    for where, tensors in (("parameter", {n: state[n] for n in names}), ("momentum of", momentum)):
+        bad = next((n for n, t in tensors.items() if not t.is_floating_point() or not bool(t.isfinite().all())), None)
+        if bad is not None:
+            raise LandscapeError(f"its {where} {bad!r} holds values that are not finite floats")
+    return BendState.from_state_dict(
+        {"epoch": epoch, "bend": {n: state[n] for n in names}, "momentum": momentum, "history": history}
+    )
 
 
 def bend_network(model: nn.Module, state: BendState, a: Endpoint, b: Endpoint) -> nn.Module:

@@ -45,6 +45,7 @@ from landscape.options.connect import BOTH, ConnectOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import AnalysisFile
 from landscape.runtime.progress import Progress
+from landscape.store.files import refuse_input_as_output
 
 if TYPE_CHECKING:
     from landscape.core.source import AnalysisInputs, ModelSource
@@ -304,6 +305,11 @@ def run_connect(
         raise LandscapeError(f"run_connect takes its options as a ConnectOptions, got {type(options).__name__}")
     o = options
     call = command or python_call("run_connect", source_a, source_b, o, out=out, model_name=model_name)
+    inputs = [getattr(s, "checkpoint", s) for s in (source_a, source_b)]
+    if out is not None:
+        refuse_input_as_output(out, inputs)
+        if o.curve == "bezier":
+            refuse_input_as_output(bend_path(out), inputs, "the bend")
     run = load_connect_inputs(
         source_a,
         source_b,
@@ -319,7 +325,7 @@ def run_connect(
     path = None if out is None else bend_path(out)
     saved = None
     if o.curve == "bezier" and path is not None:
-        found = D.on_main(lambda: _portable(read_bend(path, identity, force=force)))
+        found = D.on_main(lambda: _portable(read_bend(path, identity, force=force, params=run.a.params)))
         saved = None if found is None else BendState.from_state_dict(found)
 
     def tell(stage: str) -> Callable[[int, int], None] | None:

@@ -26,6 +26,8 @@ from landscape.data.batches import fixed_batches
 from landscape.data.loading import load_dataset
 from landscape.options import checks
 from landscape.options.sharpness import TRACK_BATCH_SIZE, TRACK_HVP, TRACK_MAXITER, TRACK_NCV, TRACK_TOL
+from landscape.store.files import check_companion
+from landscape.store.result import result_kind
 
 #: the result kind of the sidecar
 KIND = "sharpness_track"
@@ -90,6 +92,9 @@ class TrainingTrack:
         }
         self.tracker, self.path, self.attrs = tracker, path, {**attrs, **settings}
         self.n_records = int(total_steps) // tracker.every
+        check_companion(
+            path, "the sharpness record of this training run", ours=lambda p: result_kind(p) == KIND, force=force
+        )
         with store.open_result(path, KIND, self.attrs, force=force) as f:
             self.kept = f.complete
             if not self.kept:

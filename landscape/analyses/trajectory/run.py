@@ -18,6 +18,7 @@ the parameters from the buffers.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from torch import Tensor
 from landscape import store
 from landscape.core.front import python_call
 from landscape.errors import LandscapeError
-from landscape.models.checkpoint import load_model, read_checkpoint, snapshot_path
+from landscape.models.checkpoint import Checkpoint, load_model, read_checkpoint, snapshot_path
 from landscape.options.names import matches_any
 from landscape.options.trajectory import TrajectoryOptions
 from landscape.runtime.lifecycle import AnalysisFile
@@ -102,24 +103,40 @@ def snapshots_of(checkpoint: str | Path) -> list[Path]:
     if not checkpoint.is_file():
         raise LandscapeError(f"checkpoint {checkpoint} not found: check the path")
     init = snapshot_path(checkpoint, "init")
-    if not init.is_file():
+    if not os.path.lexists(init):
         raise LandscapeError(
             f"no initial snapshot {init} beside {checkpoint}: theta_0 is the initial weights, so train with "
             "--snapshot-initial, or give the checkpoints with --ckpt (the first one is the start)"
         )
+    run = _run_of(read_checkpoint(checkpoint))
     suffix = checkpoint.suffix or ".pt"
     pattern = re.compile(re.escape(checkpoint.stem) + r"\." + SNAPSHOT_TAG.pattern + re.escape(suffix))
     keyed: list[tuple[float, int, Path]] = []
-    for path in checkpoint.parent.iterdir():
+    for path in sorted(checkpoint.parent.iterdir()):
         match = pattern.fullmatch(path.name)
-        if match is None or match.group(1) == "init" or not path.is_file():
+        if match is None:
+            continue
+        snapshot = read_checkpoint(path, companion="the snapshot")  # found, not named: no link is followed
+        if _run_of(snapshot) != run:
+            raise LandscapeError(
+                f"{path} is a snapshot of another training run than {checkpoint} (the files of two runs with one "
+                "name share the folder); move the other run's files away, or give the snapshots with --ckpt"
+            )
+        if match.group(1) == "init":
             continue
         if match.group(1) == "warmup":
-            epoch = read_checkpoint(path).meta.get("epoch")
-            keyed.append((0.0 if epoch is None else float(epoch), 0, path))
+            epoch = snapshot.meta.get("epoch")
+            keyed.append((float(epoch) if type(epoch) is int else 0.0, 0, path))
         else:
             keyed.append((float(match.group(2)), 1, path))
     return [init, *(p for *_, p in sorted(keyed)), checkpoint]
+
+
+def _run_of(ckpt: Checkpoint) -> str | None:
+    """The training run a checkpoint of ``landscape train`` belongs to (None for files written before runs had one)."""
+    extra = ckpt.meta.get("extra")
+    run = extra.get("run") if isinstance(extra, dict) else None
+    return run if isinstance(run, str) else None
 
 
 def _mismatch(reference: Mapping[str, Tensor], other: Mapping[str, Tensor]) -> str | None:
