@@ -62,6 +62,13 @@ class LazyGroup(click.Group):
         (or ``LANDSCAPE_TRACEBACK=1``) the full trace of a :class:`LandscapeError` is printed before its line,
         with the trace of the exception it stands for (that of the user's code, for a ``ForeignError``).
         """
+        from landscape.cli.terminal import safe_output
+
+        with safe_output():
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx: click.Context) -> object:
+        """:meth:`invoke` inside :func:`~landscape.cli.terminal.safe_output`."""
         from landscape.errors import ForeignError, LandscapeError, LandscapeWarning
 
         try:
