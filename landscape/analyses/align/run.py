@@ -31,7 +31,7 @@ from landscape.analyses.align.spec import PermutationSpec, permutation_spec
 from landscape.analyses.align.weights import Matching, weight_matching
 from landscape.analyses.connect.path import Endpoint, check_same_architecture
 from landscape.core.criteria import select_logits
-from landscape.core.front import load_inputs, prepare, python_call, run_from_python
+from landscape.core.front import eval_model, load_inputs, prepare, python_call, run_from_python
 from landscape.errors import LandscapeError
 from landscape.models.checkpoint import read_checkpoint, save_checkpoint
 from landscape.options.align import FUNCTION_TOLERANCE, AlignOptions
@@ -122,8 +122,8 @@ def align_models(
     """theta_B with its hidden units permuted to match theta_A's, checked to compute theta_B's function.
 
     Args:
-        model_a: theta_A (eval mode; not changed).
-        model_b: theta_B, of the same architecture (not changed).
+        model_a: theta_A (not changed; evaluated in eval mode).
+        model_b: theta_B, of the same architecture (not changed; evaluated in eval mode).
         batches: ``(x, y)`` batches on the models' device: the shapes of the traced graph, the data of activation
             matching, and the images of the function check.
         method: ``weights`` or ``activations``.
@@ -139,6 +139,7 @@ def align_models(
             cannot be permuted (the module named), or the permuted network fails the function check.
     """
     check_same_architecture(Endpoint.of(model_a), Endpoint.of(model_b))
+    model_a, model_b = eval_model(model_a), eval_model(model_b)  # BatchNorm's running statistics, no dropout
     if not batches:
         raise LandscapeError("alignment needs at least one batch of images to check the aligned network on")
     spec = permutation_spec(model_b, batches[0][0][:2])

@@ -133,3 +133,35 @@ def relative_difference(f, g, x):
     """``max |g(x) - f(x)| / max |f(x)|``, written from the definition."""
     fx, gx = f(x).double(), g(x).double()
     return float((gx - fx).abs().max() / fx.abs().max())
+
+
+class TokenMLP(nn.Module):
+    """Tokens (N, L, 4): an embedding, a pre-LayerNorm residual MLP block, a final LayerNorm, mean over tokens."""
+
+    def __init__(self, d=6, h=5, classes=3):
+        super().__init__()
+        self.embed, self.ln1 = nn.Linear(4, d), nn.LayerNorm(d)
+        self.fc1, self.fc2 = nn.Linear(d, h), nn.Linear(h, d)
+        self.ln_f, self.head = nn.LayerNorm(d), nn.Linear(d, classes)
+        with torch.no_grad():
+            for ln in (self.ln1, self.ln_f):
+                ln.weight.normal_()
+                ln.bias.normal_()
+
+    def forward(self, x):
+        x = self.embed(x)
+        x = x + self.fc2(nn.functional.gelu(self.fc1(self.ln1(x))))
+        return self.head(self.ln_f(x).mean(1))
+
+
+def permuted_token_mlp(model, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    stream, inner = torch.randperm(6, generator=g), torch.randperm(5, generator=g)
+    for name in ("embed", "ln1", "fc2", "ln_f"):
+        linear(state, name, stream)
+    cols(state, "fc1.weight", stream)
+    cols(state, "head.weight", stream)
+    linear(state, "fc1", inner)
+    cols(state, "fc2.weight", inner)
+    return load(model, state)

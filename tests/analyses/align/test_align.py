@@ -15,10 +15,12 @@ from landscape.models import create_model
 
 from .references import (
     ResidualCNN,
+    TokenMLP,
     mlp,
     permuted_mlp,
     permuted_residual_cnn,
     permuted_resnet,
+    permuted_token_mlp,
     randomise_bn,
     relative_difference,
 )
@@ -32,6 +34,7 @@ def _zoo_resnet():
 CASES = {
     "mlp": (lambda: mlp(), permuted_mlp, (1, 4, 4)),
     "residual_cnn": (lambda: randomise_bn(ResidualCNN()), permuted_residual_cnn, (1, 8, 8)),
+    "token_mlp_layernorm": (lambda: TokenMLP().eval(), permuted_token_mlp, (5, 4)),
     "resnet_mini": (_zoo_resnet, lambda m: permuted_resnet(m, ("stem.0", "stem.1"), "shortcut"), (1, 8, 8)),
 }
 
@@ -157,3 +160,12 @@ def test_unpermutable_parts_with_fixed_inputs_are_left_alone():
 
     spec = permutation_spec(Gate().eval(), torch.randn(2, 4))
     assert spec.permutations == ()
+
+
+def test_models_in_training_mode_are_aligned_in_eval_mode_and_left_as_they_were():
+    a = randomise_bn(ResidualCNN())
+    b = permuted_residual_cnn(a).train()
+    held = {n: t.clone() for n, t in b.state_dict().items()}
+    r = align_models(a.train(), b, [(torch.randn(16, 1, 8, 8), None)])
+    assert all(torch.equal(r.model.state_dict()[n], t) for n, t in a.state_dict().items())
+    assert a.training and b.training and all(torch.equal(t, held[n]) for n, t in b.state_dict().items())
