@@ -1,11 +1,12 @@
 """The analyses, one folder each, each registered once (:mod:`landscape.analyses.registry`).
 
-surface, connect, hessian (and spectrum), sharpness (and training's sharpness tracking), fourier, lesion,
+surface, connect, align, hessian (and spectrum), sharpness (and training's sharpness tracking), fourier, lesion,
 similarity, trajectory. Importing this package registers them all; none of their ``__init__`` modules imports
 torch.
 """
 
 from landscape.analyses import (  # noqa: F401 (registers)
+    align,
     connect,
     fourier,
     hessian,

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
 from landscape.cli.options import checkpoint_options, command_line, output_options, regularizer_options
+from landscape.options.align import CONNECT_ALIGN
 from landscape.options.connect import BN_MODES, CONNECT_SPLITS, CURVES, ConnectOptions
 
 DEFAULTS = ConnectOptions.defaults()
@@ -54,6 +55,14 @@ DEFAULTS = ConnectOptions.defaults()
     help="Also train a quadratic Bezier curve between the ends (Garipov et al. 2018), and the plane of the three "
     "points.",
 )
+@click.option(
+    "--align",
+    default=DEFAULTS["align"],
+    show_default=True,
+    type=click.Choice(CONNECT_ALIGN),
+    help="First permute theta_B's hidden units to match theta_A's (landscape align's methods); the line to the "
+    "unaligned theta_B is measured too.",
+)
 @click.option("--bend-epochs", default=DEFAULTS["bend_epochs"], show_default=True, type=int, help="Epochs of the bend.")
 @click.option("--bend-lr", default=DEFAULTS["bend_lr"], show_default=True, type=float, help="The bend's SGD rate.")
 @click.option("--bend-momentum", default=DEFAULTS["bend_momentum"], show_default=True, type=float)
@@ -70,7 +79,7 @@ def command(
 ) -> None:
     """Loss, accuracy and barriers between two networks on the line (and a trained curve); resumable, torchrun."""
     from landscape.analyses.connect.run import run_connect
-    from landscape.analyses.connect.summary import PATHS, path_barriers
+    from landscape.analyses.connect.summary import ALL_PATHS, path_barriers
     from landscape.runtime import distributed
 
     options = ConnectOptions(**fields)  # type: ignore[arg-type]
@@ -86,7 +95,7 @@ def command(
     if not distributed.is_main():
         return
     click.echo(f"wrote {out}")
-    for group, coord in PATHS:
+    for group, coord in ALL_PATHS:
         for split, b in (path_barriers(result, group) or {}).items():
             click.echo(
                 f"{group} ({split}): loss barrier {b.loss:.4g} at {coord}={b.loss_at:.3g}, "

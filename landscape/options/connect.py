@@ -17,6 +17,7 @@ from typing import Any
 
 from landscape.errors import LandscapeError
 from landscape.options import checks
+from landscape.options.align import CONNECT_ALIGN
 from landscape.options.common import (
     REG_COEF_DEFAULTS,
     SPLIT_CHOICES,
@@ -74,6 +75,9 @@ class ConnectOptions(FieldDefaults):
         regularizer: penalty added to the data loss, one of :data:`~landscape.options.common.REGULARIZERS`.
         reg_coef: its coefficient (None: the kind's default).
         allow_stochastic: do not refuse a model whose two forward passes differ.
+        align: permute theta_B's hidden units to match theta_A's before the paths, one of
+            :data:`~landscape.options.align.CONNECT_ALIGN` (``none``, ``weights``, ``activations``); the line to
+            the unaligned theta_B is measured too (``unaligned_line``).
 
     Raises:
         LandscapeError: an invalid value (unknown choice, a count that is not a whole number in range, a number
@@ -97,6 +101,7 @@ class ConnectOptions(FieldDefaults):
     regularizer: str = "none"
     reg_coef: float | None = None
     allow_stochastic: bool = False
+    align: str = "none"
 
     def __post_init__(self) -> None:
         split = choice(str(self.split).lower(), "--split", CONNECT_SPLITS)
@@ -108,6 +113,7 @@ class ConnectOptions(FieldDefaults):
         _whole(self.steps, "--steps", 2)
         choice(self.bn, "--bn", BN_MODES)
         choice(self.curve, "--curve", CURVES)
+        choice(self.align, "--align", CONNECT_ALIGN)
         _whole(self.bend_epochs, "--bend-epochs", 1)
         object.__setattr__(self, "bend_lr", checks.positive(self.bend_lr, "--bend-lr"))
         object.__setattr__(
@@ -141,8 +147,10 @@ class ConnectOptions(FieldDefaults):
         ``split`` (``train``, ``test`` or ``both``), ``splits`` (the list measured), ``seed``, ``batch_size``,
         ``steps``, ``bn``, ``curve``, ``regularizer`` (JSON ``{"kind", "coef"}``, as the objective describes
         it), ``allow_stochastic``;
-        ``dataset`` when :attr:`data` is given; with ``curve="bezier"`` also ``bend_epochs``, ``bend_lr``,
-        ``bend_momentum``, ``bend_weight_decay`` and ``plane_steps`` (a line's identity does not depend on them).
+        ``dataset`` when :attr:`data` is given; ``align`` when it is not ``none`` (a run without alignment keeps
+        the identity it had before the option existed); with ``curve="bezier"`` also ``bend_epochs``,
+        ``bend_lr``, ``bend_momentum``, ``bend_weight_decay`` and ``plane_steps`` (a line's identity does not
+        depend on them).
 
         Returns:
             Attribute name -> value, as the file records it.
@@ -158,6 +166,8 @@ class ConnectOptions(FieldDefaults):
             regularizer=json.dumps({"kind": self.regularizer, "coef": self.coef}),
             allow_stochastic=bool(self.allow_stochastic),
         )
+        if self.align != "none":
+            out["align"] = self.align
         if self.curve == "bezier":
             out.update(
                 bend_epochs=int(self.bend_epochs),

@@ -20,7 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from landscape.analyses.connect.barrier import Barrier
-from landscape.analyses.connect.summary import PATHS, path_barriers
+from landscape.analyses.connect.summary import ALL_PATHS, path_barriers
 from landscape.errors import LandscapeError
 from landscape.plot.common import Array, Schema, check_arrays, color, save_figures, wrapped
 from landscape.plot.grids import NBSP
@@ -136,13 +136,13 @@ def paths_figure(result: Result) -> Figure:
     splits = [str(s) for s in result["splits"]]
     fig = Figure(figsize=(10, 4.2), layout="constrained")
     axes = fig.subplots(1, 2)
-    for group, coord in PATHS:
+    for group, coord in ALL_PATHS:
         drawn = _path(result, group)
         if drawn is None:
             continue
         coords, loss, error = drawn
         barriers: dict[str, Barrier] = path_barriers(result, group) or {}
-        style = "-" if group == "line" else "--"
+        style = {"line": "-", "curve": "--"}.get(group, "-.")
         for k, split in enumerate(splits):
             b = barriers.get(split)
             for ax, values, which in ((axes[0], loss[k], "loss"), (axes[1], error[k], "error")):

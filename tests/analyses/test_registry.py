@@ -65,6 +65,7 @@ def test_the_builtin_analyses_are_registered_once_each_in_report_order():
     assert kinds() == (
         "surface",
         "connect",
+        "align",
         "hessian",
         "spectrum",
         "sharpness",

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from landscape import store
+from landscape.analyses.align.run import Alignment, align_models
 from landscape.analyses.connect.barrier import path_barrier
 from landscape.analyses.connect.bendfile import bend_network, bend_path, read_bend, save_bend
 from landscape.analyses.connect.bezier import BendState, init_bend, train_bend_epoch
@@ -37,6 +38,7 @@ from landscape.analyses.connect.evaluate import path_coords, prepare_path
 from landscape.analyses.connect.path import Endpoint, bezier_point, linear_point
 from landscape.analyses.connect.plane import PlaneGrid, plane_grid, plane_point
 from landscape.analyses.connect.points import SplitEvaluator, allocate, run_points
+from landscape.analyses.connect.summary import UNALIGNED
 from landscape.core.front import batches_for, build_objective, load_inputs, prepare, python_call, run_from_python
 from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
     from landscape.core.source import AnalysisInputs, ModelSource
 
 #: what ``on_progress(stage, done, total)`` is told: the stages of a run, in order
-STAGES = ("line", "bend", "curve", "plane")
+STAGES = ("line", "unaligned_line", "bend", "curve", "plane")
 
 
 @dataclass
@@ -66,6 +68,8 @@ class Inputs:
         evaluator: evaluates a point on every split.
         train: the training objective (bend training, BatchNorm statistics), or None when none is needed.
         attrs: the file's root attributes.
+        unaligned: with ``align``: theta_B as given (``b`` is then theta_B aligned to theta_A); else None.
+        alignment: with ``align``: how theta_B was aligned; else None.
     """
 
     inputs: AnalysisInputs
@@ -75,6 +79,8 @@ class Inputs:
     evaluator: SplitEvaluator
     train: Objective | None
     attrs: dict[str, Any]
+    unaligned: Endpoint | None = None
+    alignment: Alignment | None = None
 
     @property
     def objective(self) -> Objective:
@@ -130,7 +136,7 @@ def load_connect_inputs(
         held = batches_for(replace(inputs, split=split), batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
         objectives.append(objective(held))
     first = objectives[0]
-    needs_train = o.curve == "bezier" or (o.bn == "recompute" and first.has_batchnorm())
+    needs_train = o.curve == "bezier" or (o.bn == "recompute" and first.has_batchnorm()) or o.align == "activations"
     if batches is not None or o.splits[0] == "train":
         train: Objective | None = first
     elif needs_train:
@@ -147,6 +153,13 @@ def load_connect_inputs(
         )
     a, b = Endpoint.of(inputs.model), Endpoint.of(inputs_b.model)
     prepare_path(first, a, b)  # the same architecture (one line naming the first mismatch), finite weights
+    unaligned, alignment = None, None
+    if o.align != "none":  # theta_B's units matched to theta_A's on the training samples, its function checked
+        held = (train if train is not None else first).batches
+        alignment = align_models(
+            inputs.model, inputs_b.model, held, method=o.align, seed=o.seed, output=inputs.source.output
+        )
+        unaligned, b = b, Endpoint.of(alignment.model)
     attrs = prepared.attrs
     attrs.update({k: v for k, v in o.attrs().items() if k != "seed"})
     attrs.update(inputs_b.other_provenance())
@@ -162,17 +175,22 @@ def load_connect_inputs(
     if batches is not None:
         attrs["split"], attrs["splits"] = o.splits[0], list(o.splits)
     evaluator = SplitEvaluator(objectives, train if train is not None else first, o.bn)
-    points = o.steps * (2 if o.curve == "bezier" else 1) + (o.plane_steps**2 if o.curve == "bezier" else 0)
+    lines = 2 if o.align != "none" else 1
+    points = o.steps * (lines + (1 if o.curve == "bezier" else 0)) + (o.plane_steps**2 if o.curve == "bezier" else 0)
     passes = len(o.splits) + (1 if o.bn == "recompute" and first.has_batchnorm() else 0)  # + the re-estimation
-    plan = f"connect: the line of {o.steps} points" + (
-        f", the Bezier curve (bend trained {o.bend_epochs} epochs) of {o.steps} points and the "
-        f"{o.plane_steps} x {o.plane_steps} plane"
-        if o.curve == "bezier"
-        else ""
+    plan = (
+        f"connect: the line of {o.steps} points"
+        + (f" to theta_B aligned by {o.align} matching and to theta_B" if o.align != "none" else "")
+        + (
+            f", the Bezier curve (bend trained {o.bend_epochs} epochs) of {o.steps} points and the "
+            f"{o.plane_steps} x {o.plane_steps} plane"
+            if o.curve == "bezier"
+            else ""
+        )
     )
     plan += f" on {' and '.join(o.splits)}"
     prepared.announce(plan, points, "point", passes * prepared.seconds_per_pass, progress, at_least=True)
-    return Inputs(inputs, a, b, o.splits, evaluator, train, attrs)
+    return Inputs(inputs, a, b, o.splits, evaluator, train, attrs, unaligned, alignment)
 
 
 # ------------------------------------------------------------------------------------------------- the file
@@ -182,8 +200,10 @@ def _resume(f: store.ResultFile, run: Inputs, o: ConnectOptions) -> dict[str, An
         return {"complete": True}
     f.write("splits", np.array(list(run.splits)), axes=["split"])
     state: dict[str, Any] = {"complete": False}
-    for group, stage in (("line", "point"), ("curve", "curve_point")):
-        if group == "curve" and o.curve != "bezier":
+    if run.alignment is not None:
+        _write_alignment(f, run.alignment)
+    for group, stage in (("line", "point"), (UNALIGNED, "point"), ("curve", "curve_point")):
+        if (group == "curve" and o.curve != "bezier") or (group == UNALIGNED and run.unaligned is None):
             continue
         f.write(f"{group}/coords", path_coords(o.steps), axes=[stage])
         allocate(f, group, len(run.splits), (o.steps,), [stage])
@@ -193,10 +213,26 @@ def _resume(f: store.ResultFile, run: Inputs, o: ConnectOptions) -> dict[str, An
     return state
 
 
+def _write_alignment(f: store.ResultFile, alignment: Alignment) -> None:
+    """Rank 0: how theta_B was aligned: each permutation (``align/<name>``) and the matching's numbers."""
+    for name, perm in alignment.permutations.items():
+        f.write(f"align/{name}", np.asarray(perm, dtype=np.int64), axes=["unit"])
+    m = alignment.matching
+    f.set_attrs(
+        {
+            "align_sweeps": int(m.sweeps),
+            "align_converged": bool(m.converged),
+            "align_objective_before": float(m.objective_before),
+            "align_objective_after": float(m.objective_after),
+            "align_function_error": float(alignment.function_error),
+        }
+    )
+
+
 def _barriers(f: store.ResultFile, splits: tuple[str, ...]) -> dict[str, dict[str, dict[str, float]]]:
     """The loss and error barriers of each path on each split, from the file's arrays."""
     out: dict[str, dict[str, dict[str, float]]] = {}
-    for group in ("line", "curve"):
+    for group in ("line", UNALIGNED, "curve"):
         if f"{group}/done" not in f:
             continue
         coords, loss, acc = (f.read(f"{group}/{n}") for n in ("coords", "loss", "accuracy"))
@@ -345,6 +381,16 @@ def run_connect(
                 progress=progress,
                 on_point=tell("line"),
             )
+            if run.unaligned is not None:
+                _, unaligned, _ = prepare_path(run.objective, run.a, run.unaligned)
+                run_points(
+                    lambda i: run.evaluator(linear_point(a, unaligned, float(coords[i[0]]))),
+                    state[UNALIGNED],
+                    f,
+                    UNALIGNED,
+                    progress=progress,
+                    on_point=tell(UNALIGNED),
+                )
             if o.curve == "bezier":
                 _curve_and_plane(run, o, state, f, saved, path, identity, force, progress, on_progress, tell)
             if f is not None:

@@ -10,6 +10,10 @@ from landscape.store.read import Result
 
 #: the paths of a connect file, with the name of each one's coordinate
 PATHS = (("line", "α"), ("curve", "t"))
+#: with ``--align``: the line to theta_B as given (``line`` is then the line to theta_B aligned to theta_A)
+UNALIGNED = "unaligned_line"
+#: every path a connect file may hold, in the order they are summarised and drawn
+ALL_PATHS = (PATHS[0], (UNALIGNED, "α"), PATHS[1])
 
 
 def path_barriers(result: Result, group: str) -> dict[str, Barrier] | None:
@@ -17,7 +21,7 @@ def path_barriers(result: Result, group: str) -> dict[str, Barrier] | None:
 
     Args:
         result: a connect file.
-        group: ``line`` or ``curve``.
+        group: ``line``, ``unaligned_line`` or ``curve``.
 
     Returns:
         Split -> :class:`~landscape.analyses.connect.barrier.Barrier`, in the file's order; None when the path is
@@ -33,6 +37,9 @@ def path_barriers(result: Result, group: str) -> dict[str, Barrier] | None:
 def connect_summary(result: Result) -> str:
     """``line (train): loss barrier 0.8 at α=0.5, error barrier 0.3 at α=0.5; curve (20 epochs): ...``.
 
+    With alignment (``align``) the line is ``line (aligned by weights, train)`` and the line to theta_B as given
+    follows as ``unaligned_line (train)``.
+
     Args:
         result: a connect file, finished or not.
 
@@ -42,7 +49,7 @@ def connect_summary(result: Result) -> str:
     if "line/done" not in result:
         return "connect, no point yet"
     parts = []
-    for group, coord in PATHS:
+    for group, coord in ALL_PATHS:
         if f"{group}/done" not in result:
             continue
         done = np.asarray(result[f"{group}/done"], dtype=bool)
@@ -53,6 +60,8 @@ def connect_summary(result: Result) -> str:
         split, b = next(iter(barriers.items()))
         epochs = result.attrs.get("bend_epochs_done")
         name = f"curve ({epochs} epochs, {split})" if group == "curve" and epochs is not None else f"{group} ({split})"
+        if group == "line" and result.attrs.get("align"):
+            name = f"line (aligned by {result.attrs['align']}, {split})"
         parts.append(
             f"{name}: loss barrier {b.loss:.4g} at {coord}={b.loss_at:.3g}, "
             f"error barrier {b.error:.4g} at {coord}={b.error_at:.3g}"

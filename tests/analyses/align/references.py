@@ -1,0 +1,167 @@
+"""Permuted copies of networks built by hand from the definition (rows of a layer, columns of the next, every
+BatchNorm tensor), independent of the spec under test, and the networks they are built for."""
+
+import torch
+from torch import nn
+
+
+def randomise_bn(model, seed=3):
+    """Every BatchNorm's affine parameters and running statistics random (so that permuting them matters)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g))
+                m.bias.copy_(torch.randn(m.bias.shape, generator=g))
+                m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=g))
+                m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) + 0.5)
+    return model.eval()
+
+
+def rows(state, name, p):
+    state[name] = state[name][p]
+
+
+def cols(state, name, p):
+    state[name] = state[name][:, p]
+
+
+def bn(state, prefix, p):
+    for part in ("weight", "bias", "running_mean", "running_var"):
+        rows(state, f"{prefix}.{part}", p)
+
+
+def linear(state, prefix, p):
+    rows(state, f"{prefix}.weight", p)
+    if f"{prefix}.bias" in state:
+        rows(state, f"{prefix}.bias", p)
+
+
+def load(model, state):
+    import copy
+
+    other = copy.deepcopy(model)
+    other.load_state_dict(state)
+    return other.eval()
+
+
+def mlp(widths=(16, 12, 9, 3), seed=0):
+    torch.manual_seed(seed)
+    layers = [nn.Flatten()]
+    for k, (i, o) in enumerate(zip(widths[:-1], widths[1:])):
+        layers.append(nn.Linear(i, o))
+        if k < len(widths) - 2:
+            layers.append(nn.ReLU() if k % 2 == 0 else nn.GELU())
+    return nn.Sequential(*layers).eval()
+
+
+def permuted_mlp(model, seed=1):
+    """The MLP with every hidden layer's units in a random order (Sequential indices: Flatten, Linear, act, ...)."""
+    g = torch.Generator().manual_seed(seed)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    linears = [str(i) for i, m in enumerate(model) if isinstance(m, nn.Linear)]
+    for here, after in zip(linears[:-1], linears[1:]):
+        p = torch.randperm(state[f"{here}.weight"].shape[0], generator=g)
+        linear(state, here, p)
+        cols(state, f"{after}.weight", p)
+    return load(model, state)
+
+
+class ResidualCNN(nn.Module):
+    """conv-BN-ReLU, a residual block (conv-BN-ReLU-conv-BN + input, ReLU), flatten of a 4 x 4 map, Linear."""
+
+    def __init__(self, c=6, classes=3):
+        super().__init__()
+        self.conv0, self.bn0 = nn.Conv2d(1, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.conv1, self.bn1 = nn.Conv2d(c, 5, 3, padding=1), nn.BatchNorm2d(5)
+        self.conv2, self.bn2 = nn.Conv2d(5, c, 3, padding=1), nn.BatchNorm2d(c)
+        self.pool = nn.AdaptiveAvgPool2d(4)
+        self.fc = nn.Linear(c * 16, classes)
+
+    def forward(self, x):
+        x = torch.relu(self.bn0(self.conv0(x)))
+        y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        return self.fc(torch.flatten(self.pool(torch.relu(x + y)), 1))
+
+
+def permuted_residual_cnn(model, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    stream, inner = torch.randperm(6, generator=g), torch.randperm(5, generator=g)
+    rows(state, "conv0.weight", stream)
+    bn(state, "bn0", stream)
+    cols(state, "conv1.weight", stream)
+    linear(state, "conv1", inner)
+    bn(state, "bn1", inner)
+    cols(state, "conv2.weight", inner)
+    linear(state, "conv2", stream)
+    bn(state, "bn2", stream)
+    w = state["fc.weight"]
+    state["fc.weight"] = w.reshape(w.shape[0], 6, 16)[:, stream].reshape(w.shape)  # 16 inputs per channel
+    return load(model, state)
+
+
+def permuted_resnet(model, stem, shortcut, seed=1):
+    """A ResNet (basic blocks, post-activation) with its residual stream of every stage and each block's inner
+    units in a random order: ``stem`` = (conv, bn) names, ``shortcut`` = the projection's name in a block."""
+    g = torch.Generator().manual_seed(seed)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    blocks = sorted({k.rsplit(".conv1.weight", 1)[0] for k in state if k.endswith(".conv1.weight") and "layer" in k})
+    blocks.sort(key=lambda b: [int(t) if t.isdigit() else t for t in b.replace("layer", "").split(".")])
+    stream = torch.randperm(state[f"{stem[0]}.weight"].shape[0], generator=g)
+    rows(state, f"{stem[0]}.weight", stream)
+    bn(state, stem[1], stream)
+    for b in blocks:
+        cols(state, f"{b}.conv1.weight", stream)
+        inner = torch.randperm(state[f"{b}.conv1.weight"].shape[0], generator=g)
+        rows(state, f"{b}.conv1.weight", inner)
+        bn(state, f"{b}.bn1", inner)
+        cols(state, f"{b}.conv2.weight", inner)
+        if f"{b}.{shortcut}.0.weight" in state:
+            cols(state, f"{b}.{shortcut}.0.weight", stream)
+            stream = torch.randperm(state[f"{b}.conv2.weight"].shape[0], generator=g)
+            rows(state, f"{b}.{shortcut}.0.weight", stream)
+            bn(state, f"{b}.{shortcut}.1", stream)
+        rows(state, f"{b}.conv2.weight", stream)
+        bn(state, f"{b}.bn2", stream)
+    cols(state, "fc.weight", stream)
+    return load(model, state)
+
+
+@torch.no_grad()
+def relative_difference(f, g, x):
+    """``max |g(x) - f(x)| / max |f(x)|``, written from the definition."""
+    fx, gx = f(x).double(), g(x).double()
+    return float((gx - fx).abs().max() / fx.abs().max())
+
+
+class TokenMLP(nn.Module):
+    """Tokens (N, L, 4): an embedding, a pre-LayerNorm residual MLP block, a final LayerNorm, mean over tokens."""
+
+    def __init__(self, d=6, h=5, classes=3):
+        super().__init__()
+        self.embed, self.ln1 = nn.Linear(4, d), nn.LayerNorm(d)
+        self.fc1, self.fc2 = nn.Linear(d, h), nn.Linear(h, d)
+        self.ln_f, self.head = nn.LayerNorm(d), nn.Linear(d, classes)
+        with torch.no_grad():
+            for ln in (self.ln1, self.ln_f):
+                ln.weight.normal_()
+                ln.bias.normal_()
+
+    def forward(self, x):
+        x = self.embed(x)
+        x = x + self.fc2(nn.functional.gelu(self.fc1(self.ln1(x))))
+        return self.head(self.ln_f(x).mean(1))
+
+
+def permuted_token_mlp(model, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    stream, inner = torch.randperm(6, generator=g), torch.randperm(5, generator=g)
+    for name in ("embed", "ln1", "fc2", "ln_f"):
+        linear(state, name, stream)
+    cols(state, "fc1.weight", stream)
+    cols(state, "head.weight", stream)
+    linear(state, "fc1", inner)
+    cols(state, "fc2.weight", inner)
+    return load(model, state)

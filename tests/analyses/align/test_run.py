@@ -1,0 +1,98 @@
+"""``landscape align`` and ``landscape.align``: the aligned checkpoint, its record, and bad input in one line with
+nothing written."""
+
+import torch
+from click.testing import CliRunner
+from helpers import one_line_error
+
+import landscape
+from landscape.cli import cli
+from landscape.models import create_model
+from landscape.models.checkpoint import load_model, read_checkpoint, save_checkpoint
+
+from .references import permuted_resnet, randomise_bn
+
+KW = {"in_chans": 1, "widths": (4, 6), "layers": (1, 1)}
+
+
+def _save(path, model):
+    return save_checkpoint(
+        path, model, model_name="resnet_mini", model_kwargs=model.model_kwargs, num_classes=10, dataset="digits"
+    )
+
+
+def _pair(tmp_path):
+    torch.manual_seed(0)
+    a = randomise_bn(create_model("resnet_mini", num_classes=10, **KW))
+    b = permuted_resnet(a, ("stem.0", "stem.1"), "shortcut")
+    return _save(tmp_path / "a.pt", a), _save(tmp_path / "b.pt", b), a
+
+
+def _align(*args):
+    return CliRunner().invoke(cli, ["align", *map(str, args), "--samples", "32", "--quiet"])
+
+
+def test_the_command_writes_theta_b_aligned_with_its_record(tmp_path):
+    a_path, b_path, a = _pair(tmp_path)
+    out = tmp_path / "b_aligned.pt"
+    result = _align("--ckpt", a_path, "--ckpt", b_path, "--method", "activations", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "wrote" in result.output and "4 permutations (4 not the identity)" in result.output
+    model, ck = load_model(out)
+    assert all(torch.equal(model.state_dict()[n], t) for n, t in a.state_dict().items())
+    record = ck.meta["extra"]["alignment"]
+    assert record["method"] == "activations" and record["function_error"] <= 1e-5 and record["n_samples"] == 32
+    assert sorted(record["permutations"]) == ["layer1.0.conv1", "layer2.0.conv1", "layer2.0.conv2", "stem.0"]
+    assert record["aligned"] == str(b_path) and record["reference_sha256"] == read_checkpoint(a_path).sha256
+    assert ck.model_name == "resnet_mini" and ck.meta["dataset"] == "digits"
+    again = _align("--ckpt", a_path, "--ckpt", b_path, "--out", out)  # landscape's own file is replaced
+    assert again.exit_code == 0 and read_checkpoint(out).meta["extra"]["alignment"]["method"] == "weights"
+
+
+def test_the_python_function_returns_the_aligned_network_and_writes_nothing_without_out(tmp_path, monkeypatch):
+    _, _, a = _pair(tmp_path)
+    b = permuted_resnet(a, ("stem.0", "stem.1"), "shortcut", seed=4)
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    r = landscape.align(a, b, "digits", samples=16, batch_size=8, progress=False)
+    assert all(torch.equal(r.model.state_dict()[n], t) for n, t in a.state_dict().items())
+    assert r.out is None and sorted(p.name for p in tmp_path.iterdir()) == before
+    assert "weights: 4 permutations" in repr(r) and r.meta["command"].startswith("landscape.align(<ResNet>, <ResNet>")
+    one_line_error(landscape.align, a, b, method="nothing", match="--method")
+
+
+def _refused(tmp_path, *args, match):
+    out = tmp_path / "out.pt"
+    result = _align(*args, "--out", out)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert match in lines[0], lines[0]
+    assert not out.exists()
+    return lines[0]
+
+
+def test_bad_input_is_one_line_and_nothing_is_written(tmp_path):
+    a_path, b_path, _ = _pair(tmp_path)
+    torch.manual_seed(1)
+    other = _save(tmp_path / "other.pt", create_model("resnet_mini", num_classes=10, **{**KW, "widths": (4, 8)}))
+    _refused(tmp_path, "--ckpt", a_path, "--ckpt", other, match="not the same architecture")
+    broken = create_model("resnet_mini", num_classes=10, **KW)
+    with torch.no_grad():
+        broken.fc.weight[0, 0] = float("nan")
+    nan = _save(tmp_path / "nan.pt", broken)
+    _refused(tmp_path, "--ckpt", a_path, "--ckpt", nan, match="non-finite")
+    vit_kw = {"in_chans": 1, "img_size": 32, "patch_size": 8}
+    vits = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        vit = create_model("vit_mini", num_classes=10, **vit_kw)
+        path = tmp_path / f"vit{seed}.pt"
+        vits.append(save_checkpoint(path, vit, model_name="vit_mini", model_kwargs=vit_kw, num_classes=10))
+    _refused(tmp_path, "--ckpt", vits[0], "--ckpt", vits[1], match="cannot trace module")
+    before = b_path.read_bytes()
+    line = CliRunner().invoke(cli, ["align", "--ckpt", str(a_path), "--ckpt", str(b_path), "--out", str(b_path)])
+    assert line.exit_code == 2 and "is an input checkpoint" in line.output and b_path.read_bytes() == before
+    foreign = tmp_path / "notes.pt"
+    foreign.write_text("mine")
+    line = _align("--ckpt", a_path, "--ckpt", b_path, "--out", foreign)
+    assert line.exit_code == 2 and "landscape did not write it" in line.output and foreign.read_text() == "mine"
