@@ -92,3 +92,25 @@ def connect_numbers(result: Result) -> dict[str, str]:
         out[f"loss barrier ({group})"] = _cell(barriers, "loss", coord)
         out[f"error barrier ({group})"] = _cell(barriers, "error", coord)
     return out
+
+
+def barrier_rows(result: Result) -> list[dict[str, object]]:
+    """The barriers a connect file records (its ``barriers`` attribute) as flat rows, for its ``barriers`` table.
+
+    Args:
+        result: a connect file.
+
+    Returns:
+        One row per path and split: ``{"path", "split", "loss", "loss_at", "error", "error_at"}``, in the file's
+        order; none before the run has written its barriers (at its end).
+    """
+    held = result.attrs.get("barriers")
+    if not isinstance(held, dict):
+        return []
+    return [
+        {"path": path, "split": split, **values}
+        for path, splits in held.items()
+        if isinstance(splits, dict)
+        for split, values in splits.items()
+        if isinstance(values, dict)
+    ]
