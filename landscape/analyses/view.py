@@ -166,7 +166,9 @@ def short_repr(result: Result) -> str:
     state = "complete" if result.attrs.get("complete") else "incomplete"
     item = _analysis(result)
     head = f"<landscape.Result {result.kind}, {state}: {result.path}>"
-    lines = [_cut(head), _cut(f"  {item.title + ': ' if item else ''}{summary(result)}")]
+    line = summary(result)
+    titled = item is None or line.startswith(item.title)  # the registry's note on a file it cannot summarise
+    lines = [_cut(head), _cut(f"  {line}" if titled else f"  {item.title}: {line}")]
     entries = array_entries(result)
     lines += _wrapped(entries, "  arrays: ", ARRAY_LINES) if entries else ["  arrays: none"]
     names = table_names(result)

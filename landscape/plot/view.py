@@ -86,7 +86,7 @@ def _rows(cells: dict[str, str]) -> str:
 
 
 def html(result: Result) -> str:
-    """The result as HTML: its kind and file, its one-line summary, its report cells and arrays, its main figure.
+    """The result as HTML: its kind, model and file, its summary, its report cells and arrays, its main figure.
 
     Every text is escaped (:func:`html.escape`); the figure is embedded as a base64 PNG (``<img>``). A result
     that cannot be drawn shows why in place of the figure.
@@ -100,9 +100,10 @@ def html(result: Result) -> str:
     esc = html_text.escape
     title = analysis_of(result.kind).title if result.kind in kinds() else result.kind
     state = "complete" if result.attrs.get("complete") else "incomplete"
+    of = f" of <b>{esc(str(result.attrs['model']))}</b>" if "model" in result.attrs else ""
     parts = [
         "<div class='landscape-result'>",
-        f"<p><b>{esc(title)}</b> ({esc(result.kind)}, {state}): <code>{esc(str(result.path))}</code></p>",
+        f"<p><b>{esc(title)}</b>{of} ({esc(result.kind)}, {state}): <code>{esc(str(result.path))}</code></p>",
         f"<p>{esc(summary(result))}</p>",
     ]
     cells = numbers(result)

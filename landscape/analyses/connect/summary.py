@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 
 from landscape.analyses.connect.barrier import Barrier, path_barrier
@@ -10,6 +12,8 @@ from landscape.store.read import Result
 
 #: the paths of a connect file, with the name of each one's coordinate
 PATHS = (("line", "α"), ("curve", "t"))
+#: the values of a barrier, in the order of its table's columns
+FIELDS = tuple(f.name for f in fields(Barrier))
 
 
 def path_barriers(result: Result, group: str) -> dict[str, Barrier] | None:
@@ -101,16 +105,20 @@ def barrier_rows(result: Result) -> list[dict[str, object]]:
         result: a connect file.
 
     Returns:
-        One row per path and split: ``{"path", "split", "loss", "loss_at", "error", "error_at"}``, in the file's
-        order; none before the run has written its barriers (at its end).
+        One row per path and split: ``{"path", "split", "loss", "loss_at", "error", "error_at"}``, the line
+        first and the splits in the file's order (the attribute's JSON sorts them); none before the run has
+        written its barriers (at its end).
     """
     held = result.attrs.get("barriers")
     if not isinstance(held, dict):
         return []
-    return [
-        {"path": path, "split": split, **values}
-        for path, splits in held.items()
-        if isinstance(splits, dict)
-        for split, values in splits.items()
-        if isinstance(values, dict)
-    ]
+    splits = [str(s) for s in result["splits"]] if "splits" in result else []
+    known = [g for g, _ in PATHS]
+    rows = []
+    for path in sorted(held, key=lambda p: (known.index(p) if p in known else len(known), p)):
+        values = held[path] if isinstance(held[path], dict) else {}
+        for split in sorted(values, key=lambda s: (splits.index(s) if s in splits else len(splits), s)):
+            if isinstance(values[split], dict):
+                cells = {k: values[split][k] for k in FIELDS if k in values[split]}
+                rows.append({"path": path, "split": split, **cells, **values[split]})
+    return rows
