@@ -11,8 +11,10 @@ import sys
 import h5py
 import numpy as np
 import pytest
+from helpers import tiny_resnet_checkpoint
 from plot_results import axes_of, well_formed, write_result
 
+import landscape
 from landscape.analyses.registry import analysis_of, kinds
 from landscape.errors import LandscapeError
 from landscape.store.read import read_result
@@ -259,3 +261,31 @@ def test_without_xarray_or_pandas_the_error_names_the_extra(tmp_path, monkeypatc
         with pytest.raises(LandscapeError, match=r"pip install 'landscape\[xarray\]'") as info:
             call()
         assert "\n" not in str(info.value)
+
+
+@pytest.mark.slow  # two small runs of the Python API (a few seconds on 2 cores)
+def test_the_python_api_s_results_show_little_and_hold_the_trace_s_numbers(tmp_path, monkeypatch):
+    _, model = tiny_resnet_checkpoint(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    grid = {"x": "-1:1:3", "y": "-1:1:3", "samples": 24, "batch_size": 12, "progress": False}
+    surface = landscape.surface(model, "digits", **grid)
+    params = [n for n in surface.arrays if n.startswith("directions/")]
+    assert len(params) > 8 and len(repr(surface)) < 1500 and f"directions/: {len(params)} arrays" in repr(surface)
+    assert surface.to_xarray()["loss"].dims == ("y", "x") and set(surface.plot()) == {
+        "contour",
+        "contourf",
+        "heatmap",
+        "3d",
+    }
+    options = {"top_k": 1, "trace": True, "trace_samples": 6, "samples": 24, "batch_size": 12, "progress": False}
+    held = landscape.hessian(model, "digits", **options)
+    on_disk = landscape.hessian(model, "digits", out=tmp_path / "h.h5", **options)
+    with h5py.File(tmp_path / "h.h5", "r") as f:
+        estimate, stderr = f["trace"].attrs["estimate"], f["trace"].attrs["stderr"]
+    assert on_disk.attr("trace/estimate") == estimate and on_disk.attr("trace/stderr") == stderr
+    assert held.attr("trace/estimate") == pytest.approx(estimate) and held.attr("trace/stderr") == pytest.approx(stderr)
+    samples = held["trace/samples"]  # the estimate is their mean, its standard error std / sqrt(n)
+    assert estimate == pytest.approx(samples.mean()) and stderr == pytest.approx(
+        samples.std(ddof=1) / len(samples) ** 0.5
+    )
+    assert repr(held).splitlines()[1:] == repr(on_disk).splitlines()[1:]
