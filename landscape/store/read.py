@@ -250,7 +250,8 @@ def describe(path: str | Path | Result, summary: str | None = None) -> str:
             :func:`landscape.analyses.registry.summarize`).
 
     Returns:
-        The summary, one line per attribute and per array (dtype, shape, axes; done counts for ``done``).
+        The summary, one line per attribute and per array (dtype, shape, axes; done counts for ``done``), and
+        one line per group or array with attributes of its own (e.g. ``trace: estimate=..., stderr=...``).
 
     Raises:
         LandscapeError: the file cannot be read (see :func:`read_result`).
@@ -280,4 +281,8 @@ def describe(path: str | Path | Result, summary: str | None = None) -> str:
         axes = result.axes.get(name)
         extra = f" ({int(arr.sum())} of {arr.size} done)" if name == "done" and arr.dtype == bool else ""
         lines.append(f"    {name}: {arr.dtype} {tuple(arr.shape)}" + (f" axes={axes}" if axes else "") + extra)
+    if result.attrs_at:
+        lines.append("  attributes of groups and arrays:")
+        for where, values in sorted(result.attrs_at.items()):
+            lines.append(f"    {where}: " + ", ".join(f"{k}={v}" for k, v in sorted(values.items())))
     return "\n".join(lines)
