@@ -9,6 +9,8 @@ and the same options as the command line, and returning the result (written to `
     top = landscape.hessian(model, loader, top_k=5)["eigenvalues"]
 
 They are listed by the analysis registry (:func:`landscape.analyses.registry.analyses`, each entry's ``api``).
+A :class:`~landscape.store.read.Result` shows itself in a few lines (and as HTML in Jupyter) and gives its
+kind's figures (``.plot()``), tables (``.table()``) and arrays with their axes (``.to_xarray()``).
 The lower-level pieces stay public for those who compose their own: :class:`Objective`,
 :class:`HessianOperator`, :func:`lanczos`, :func:`create_model`, :func:`read_result`, ... (loaded on first use,
 so that ``import landscape`` imports no torch).
@@ -37,6 +39,7 @@ PIECES = {
     "load_model": "landscape.models.checkpoint:load_model",
     "load_dataset": "landscape.data.loading:load_dataset",
     "read_result": "landscape.store.read:read_result",
+    "Result": "landscape.store.read:Result",
     "plot_files": "landscape.plot:plot_files",
     "write_report": "landscape.plot.report:write_report",
 }

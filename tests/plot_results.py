@@ -6,9 +6,13 @@ replace entries to make hostile files, and :func:`write_result` writes them the 
 """
 
 import json
+import pathlib
+import re
 
 import h5py
 import numpy as np
+
+SCHEMA = pathlib.Path(__file__).resolve().parents[1] / "docs" / "schema.md"
 
 XS = np.linspace(-1.0, 0.5, 7)
 YS = np.linspace(0.0, 2.0, 4)
@@ -19,13 +23,40 @@ def bowl(x, y):
     return (x - 0.3) ** 2 + 2 * (y - 0.5) ** 2 + 1.0 + 0.1 * x * y
 
 
+def schema_axes(kind):
+    """The axes docs/schema.md gives each array of ``kind``: a list of ``(regex of the path, axes)``.
+
+    Read from the tables of the kind's section (``| `path` | dtype | shape | `["axis", ...]` | ...``); ``NNN``
+    in a path stands for a three-digit number, ``<param>`` for any name; arrays without axes are left out.
+    """
+    section = re.search(rf"^## {re.escape(kind)}\n(.*?)(?=^## |\Z)", SCHEMA.read_text(), re.S | re.M).group(1)
+    found = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 5 or not cells[0].startswith("`") or not cells[3].startswith("`["):
+            continue
+        paths = re.findall(r"`([^`]+)`", cells[0])
+        axes = [json.loads(a) for a in re.findall(r"`(\[[^`]*\])`", cells[3])]
+        for path, ax in zip(paths, axes if len(axes) == len(paths) else axes * len(paths)):
+            pattern = re.escape(path).replace("NNN", r"\d{3}").replace("<param>", ".+")
+            found.append((re.compile(pattern), ax))
+    return found
+
+
+def axes_of(kind, name):
+    """The axes docs/schema.md gives array ``name`` of ``kind``, or None."""
+    return next((ax for pattern, ax in schema_axes(kind) if pattern.fullmatch(name)), None)
+
+
 def write_result(path, kind, arrays, **attrs):
     """Write a result file of ``kind`` holding ``arrays`` (None values are left out); return its path.
 
     The file is marked complete (attribute ``complete``) when every done mask is all set, as the store does,
-    unless ``complete`` is given.
+    unless ``complete`` is given. With ``axes=True`` each array gets the ``axes`` attribute docs/schema.md gives
+    it, as the store writes them; ``group_attrs`` (path -> dict) sets attributes of groups.
     """
     masks = [np.asarray(v) for k, v in arrays.items() if k.rpartition("/")[2] == "done" and v is not None]
+    with_axes, group_attrs = attrs.pop("axes", False), attrs.pop("group_attrs", {})
     with h5py.File(path, "w") as f:
         f.attrs["kind"] = kind
         f.attrs["complete"] = attrs.pop("complete", all(bool(np.all(m)) for m in masks))
@@ -36,9 +67,16 @@ def write_result(path, kind, arrays, **attrs):
                 continue
             arr = np.asarray(data)
             if arr.dtype.kind == "U":
-                f.create_dataset(name, data=arr.astype(object), dtype=h5py.string_dtype())
+                ds = f.create_dataset(name, data=arr.astype(object), dtype=h5py.string_dtype())
             else:
-                f.create_dataset(name, data=arr)
+                ds = f.create_dataset(name, data=arr)
+            axes = axes_of(kind, name) if with_axes else None
+            if axes is not None:
+                ds.attrs["axes"] = json.dumps(axes)
+        for group, values in group_attrs.items():
+            node = f[group] if group in f else f.create_group(group)
+            for key, value in values.items():
+                node.attrs[key] = value
     return path
 
 

@@ -16,6 +16,6 @@ from landscape.analyses import (  # noqa: F401 (registers)
     surface,
     trajectory,
 )
-from landscape.analyses.registry import Analysis, analyses, analysis_of, kinds, register_analysis
+from landscape.analyses.registry import Analysis, Table, analyses, analysis_of, kinds, register_analysis
 
-__all__ = ["Analysis", "analyses", "analysis_of", "kinds", "register_analysis"]
+__all__ = ["Analysis", "Table", "analyses", "analysis_of", "kinds", "register_analysis"]

@@ -7,8 +7,10 @@ options and its summary, so that reading the registry never imports torch)::
 
 What an entry declares: the result kind its files carry, its title and one-sentence description, its command
 and options class, its runner and Python function (``"module:function"`` references, imported when used), the
-module that draws its figures (``check(result)`` and ``plot(results, out_dir, fmt, **options)``), the one-line
-summary of a result file for ``landscape info``, the command line and the report, and its docs page.
+module that draws its figures (``check(result)``, ``figures(results, **options)`` and ``plot(results, out_dir,
+fmt, **options)``), the one-line summary of a result file for ``landscape info``, the command line and the report,
+its docs page, and what a :class:`~landscape.store.read.Result` of its kind offers in Python: the coordinates of
+its axes and its tables (:class:`Table`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,32 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class Table:
+    """A table of a result kind (``Result.table(name)``): one row per entry of some axes, one column per array.
+
+    Either ``axes`` and ``columns`` (arrays) or ``rows`` (a function of the result) make it. The rows of an
+    array table are every combination of its ``axes`` (in that order, the first varying slowest), indexed by
+    each axis's coordinates (the kind's :attr:`Analysis.coords`; numbered from 0 for an axis without them);
+    each column is an array whose ``axes`` are among them (repeated along the others), named by the last part
+    of its path. A column the result lacks is left out; a result that lacks them all has no such table.
+
+    Attributes:
+        description: what a row is, one phrase (named when a result lacks the table).
+        axes: the axes whose entries are the rows, e.g. ``("split", "point")``.
+        columns: the arrays, by path, e.g. ``("line/loss", "line/accuracy", "line/done")``.
+        rows: instead of arrays, a function of the result that returns its rows (dicts of the same keys);
+            no rows (``[]``): the result has no such table.
+        index: the keys of ``rows`` that name a row (the table's index).
+    """
+
+    description: str
+    axes: tuple[str, ...] = ()
+    columns: tuple[str, ...] = ()
+    rows: Callable[[Result], list[dict[str, Any]]] | None = None
+    index: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Analysis:
     """One analysis, as the rest of the toolkit sees it.
 
@@ -40,8 +68,10 @@ class Analysis:
         figures: the module that draws its figures, or its dotted name, imported when figures are drawn:
             ``check(result)`` raises a one-line error for a file whose arrays do not fit, optionally
             ``consistent(result)`` the part of it that an unfinished file passes too (its arrays agree with each
-            other and its attributes; read by :func:`summarize`), and ``plot(results,
-            out_dir, fmt, **options)`` returns the paths written; optionally ``overlaid(result)`` (may the file
+            other and its attributes; read by :func:`summarize`), ``figures(results, **options)`` yields each
+            ``(name, matplotlib Figure)`` (the name is its file's, without the suffix; the first is the kind's
+            main figure) and ``plot(results, out_dir, fmt, **options)`` writes them and returns the paths
+            written; optionally ``overlaid(result)`` (may the file
             join a figure of several models; default yes) and ``interactive(result, plotly) -> str | None`` (an
             HTML view for the report).
         options: its options class (torch-free, validated when built), or None.
@@ -53,6 +83,9 @@ class Analysis:
         captions: what each of its figures shows, by the figure's name without the file's stem (e.g.
             ``"contour"`` for ``<stem>_contour``, ``"spectrum"`` for ``spectrum_<a>_vs_<b>``); the report's
             captions (:meth:`caption`).
+        coords: the array that holds the coordinates of each of its axes, axis -> path (e.g. ``{"x":
+            "xcoordinates"}``): the coordinates of ``Result.to_xarray`` and the index of its tables.
+        tables: its tables by name (``Result.table``), the first the default.
     """
 
     kind: str
@@ -69,6 +102,8 @@ class Analysis:
     order: int = 100
     extra: dict[str, Any] = field(default_factory=dict)
     captions: dict[str, str] = field(default_factory=dict)
+    coords: dict[str, str] = field(default_factory=dict)
+    tables: dict[str, Table] = field(default_factory=dict)
 
     def caption(self, figure: str) -> str:
         """What the figure named ``figure`` (its file name without the suffix) shows, from :attr:`captions`.

@@ -1,27 +1,32 @@
 """Figures for every result kind, and the HTML report.
 
 Each analysis names its figure module in its registration (:mod:`landscape.analyses.registry`): a module
-exposing ``check(result: Result) -> None`` (its arrays fit the kind, else a one-line error) and
-``plot(results: list[Result], out_dir: Path, fmt: str, **options) -> list[Path]``; results of one kind
-are drawn together (several spectra or Fourier files overlay in one figure). Figures are built with
-``matplotlib.figure.Figure`` (no pyplot state, no display needed) and written atomically
-(:func:`landscape.plot.common.save_figures`). Every file and option is checked before the first figure is drawn.
+exposing ``check(result: Result) -> None`` (its arrays fit the kind, else a one-line error), ``figures(results:
+list[Result], **options)`` (each ``(name, Figure)``) and ``plot(results: list[Result], out_dir: Path, fmt: str,
+**options) -> list[Path]`` (the figures written); results of one kind are drawn together (several spectra or
+Fourier files overlay in one figure). Figures are built with ``matplotlib.figure.Figure`` (no pyplot state, no
+display needed) and written atomically (:func:`landscape.plot.common.save_figures`); :func:`draw_figures` gives
+the same figures in memory. Every file and option is checked before the first figure is drawn.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from landscape.analyses.registry import analysis_of
 from landscape.errors import LandscapeError
 from landscape.options.checks import finite, positive_int
-from landscape.plot.common import check_name
+from landscape.plot.common import check_name, model_name, safe_name
 from landscape.store.files import ensure_folder
 from landscape.store.read import Result, read_result
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 FORMATS = ("png", "pdf", "svg")
 #: figure styles: ``default``, or ``paper`` (surfaces: Paper A's plasma wireframe of loss - min in 3D; Fourier:
@@ -70,12 +75,26 @@ def draw_kind(module: Any, kind: str, group: list[Result], out: Path, fmt: str, 
     except (LandscapeError, OSError, MemoryError):
         raise
     except Exception as exc:
-        names = ", ".join(str(r.path) for r in group)
-        detail = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise UndrawableError(
-            f"{names}: the {kind} figures cannot be drawn from the values the file holds ({type(exc).__name__}: "
-            f"{detail}); look at them with `landscape info`, or recompute it with `landscape {kind} ... --force`"
-        ) from exc
+        raise undrawable(kind, group, exc) from exc
+
+
+def undrawable(kind: str, group: list[Result], exc: Exception) -> UndrawableError:
+    """The one-line error for figures of ``group`` (files of one ``kind``) that failed while they were drawn.
+
+    Args:
+        kind: the result kind.
+        group: its files.
+        exc: what drawing raised.
+
+    Returns:
+        The error, naming the files and the error.
+    """
+    names = ", ".join(str(r.path) for r in group)
+    detail = (str(exc).strip().splitlines() or [""])[0][:200]
+    return UndrawableError(
+        f"{names}: the {kind} figures cannot be drawn from the values the file holds ({type(exc).__name__}: "
+        f"{detail}); look at them with `landscape info`, or recompute it with `landscape {kind} ... --force`"
+    )
 
 
 def one_of(value: str, name: str, allowed: Sequence[str]) -> str:
@@ -159,8 +178,108 @@ def figures_of(kind: str, result: Result | None = None) -> Any:
         raise LandscapeError(f"{where}no figures for result kind {kind!r}") from None
 
 
+def named(results: Sequence[Result]) -> list[Result]:
+    """``results`` with a file stem for each one held in memory: ``<model>_<kind>`` (numbered when shared).
+
+    A result held in memory has no file name, which its figures' names (and legends) are made of.
+
+    Args:
+        results: results read from files or held in memory.
+
+    Returns:
+        The same results, those in memory named (copies; the arrays are shared).
+    """
+    out: list[Result] = []
+    taken = {r.path.stem for r in results if not r.in_memory}
+    for r in results:
+        if r.in_memory:
+            stem = base = safe_name(f"{model_name(r) if 'model' in r.attrs else 'result'}_{r.kind}")
+            k = 1
+            while stem in taken:
+                k += 1
+                stem = f"{base}_{k}"
+            taken.add(stem)
+            r = replace(r, path=Path(stem))
+        out.append(r)
+    return out
+
+
+def _checked(items: Sequence[str | Path | Result]) -> tuple[dict[str, list[Result]], dict[str, Any]]:
+    """The results of ``items`` (read when paths, named when in memory) by kind, checked; their figure modules."""
+    if not items:
+        raise LandscapeError("no result files given; pass one or more .h5 files written by landscape, or results")
+    results = named([p if isinstance(p, Result) else read_result(p) for p in items])
+    by_kind: dict[str, list[Result]] = {}
+    for result in results:
+        by_kind.setdefault(result.kind, []).append(result)
+    modules = {kind: figures_of(kind, group[0]) for kind, group in by_kind.items()}
+    for kind, group in by_kind.items():
+        for result in group:
+            modules[kind].check(result)
+    return by_kind, modules
+
+
+def iter_figures(kind: str, module: Any, group: list[Result], **options: Any) -> Iterator[tuple[str, Figure]]:
+    """The figures of ``group`` (checked results of one ``kind``) by its module's ``figures``, drawn when due.
+
+    Args:
+        kind: the result kind.
+        module: the kind's figure module.
+        group: its checked results.
+        **options: the drawing options (checked by :func:`check_options`).
+
+    Yields:
+        Each figure's name (its file's, without the suffix) and the figure.
+
+    Raises:
+        LandscapeError: an option does not fit a result, or the kind's module draws no figures in memory.
+        UndrawableError: a result's values cannot be drawn.
+    """
+    draw = getattr(module, "figures", None)
+    if draw is None:
+        raise LandscapeError(f"the {kind} figures cannot be drawn in memory; write them with plot_files")
+    drawn = draw(group, **options)
+    while True:
+        try:
+            with np.errstate(all="ignore"):
+                item = next(drawn)
+        except StopIteration:
+            return
+        except (LandscapeError, MemoryError):
+            raise
+        except Exception as exc:
+            raise undrawable(kind, group, exc) from exc
+        yield item
+
+
+def draw_figures(results: Sequence[str | Path | Result], **options: Any) -> dict[str, Figure]:
+    """Every figure of ``results`` as matplotlib Figures in memory: those :func:`plot_files` writes, by name.
+
+    Nothing is written. Results of one kind are drawn together (overlaid) as by :func:`plot_files`.
+
+    Args:
+        results: result files or results (read, or held in memory).
+        **options: drawing options (see :func:`check_options` and each kind's ``figures``).
+
+    Returns:
+        Each figure by the name of its file without the suffix (a result held in memory is named
+        ``<model>_<kind>``, see :func:`named`).
+
+    Raises:
+        LandscapeError: a file is missing, unreadable or inconsistent, or an option is invalid;
+            :class:`UndrawableError`: a result's values cannot be drawn.
+    """
+    options = check_options("png", options)
+    by_kind, modules = _checked(results)
+    return {
+        name: fig
+        for kind, group in by_kind.items()
+        for name, fig in iter_figures(kind, modules[kind], group, **options)
+    }
+
+
 def plot_files(
-    paths: Sequence[str | Path], out_dir: str | Path | None = None, fmt: str = "png", **options: Any
+    paths: Sequence[str | Path | Result], out_dir: str | Path | None = None, fmt: str = "png", **options: Any
 ) -> list[Path]:
     """Draw every figure for the result files ``paths``; files of the same kind are overlaid.
 
@@ -168,8 +287,10 @@ def plot_files(
     atomically, so an error leaves the figures already in ``out_dir`` as they were.
 
     Args:
-        paths: result files written by ``landscape``.
-        out_dir: the folder for the figures (created if needed); default: the folder of the first file.
+        paths: result files written by ``landscape``, or results (:class:`~landscape.store.read.Result`, read
+            from a file or held in memory: such a one's figures are named ``<model>_<kind>_...``).
+        out_dir: the folder for the figures (created if needed); default: the folder of the first file (a result
+            held in memory has none: give ``out_dir``).
         fmt: ``png``, ``pdf`` or ``svg``.
         **options: drawing options (see :func:`check_options` and each kind's ``plot``).
 
@@ -178,20 +299,16 @@ def plot_files(
 
     Raises:
         LandscapeError: a file is missing, unreadable or inconsistent, an option is invalid, the folder
-            cannot be created or written, or (:class:`UndrawableError`) a file's values cannot be drawn.
+            cannot be created or written, no folder is given for a result held in memory first, or
+            (:class:`UndrawableError`) a file's values cannot be drawn.
     """
     options = check_options(fmt, options)
-    if not paths:
-        raise LandscapeError("no result files given; pass one or more .h5 files written by landscape")
-    results = [read_result(p) for p in paths]
-    by_kind: dict[str, list[Result]] = {}
-    for result in results:
-        by_kind.setdefault(result.kind, []).append(result)
-    modules = {kind: figures_of(kind, group[0]) for kind, group in by_kind.items()}
-    for kind, group in by_kind.items():
-        for result in group:
-            modules[kind].check(result)
-    out = ensure_folder(Path(out_dir) if out_dir is not None else Path(paths[0]).parent)
+    by_kind, modules = _checked(paths)
+    first = paths[0]
+    if out_dir is None and isinstance(first, Result) and first.in_memory:
+        raise LandscapeError("the first result is held in memory, in no folder; give out_dir, the figures' folder")
+    folder = Path(out_dir) if out_dir is not None else Path(first.path if isinstance(first, Result) else first).parent
+    out = ensure_folder(folder)
     written: list[Path] = []
     for kind, group in by_kind.items():
         written += draw_kind(modules[kind], kind, group, out, fmt, **options)

@@ -214,8 +214,15 @@ NAMED_IN_FILE = 3
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def _safe(text: str) -> str:
-    """``text`` as a piece of a file name: runs of other characters than letters, digits, ``._-`` become ``_``."""
+def safe_name(text: str) -> str:
+    """``text`` as a piece of a file name: runs of other characters than letters, digits, ``._-`` become ``_``.
+
+    Args:
+        text: e.g. a model's name (``timm:vit_tiny``).
+
+    Returns:
+        The piece (``timm_vit_tiny``); ``result`` when nothing is left.
+    """
     return _UNSAFE.sub("_", text).strip("._") or "result"
 
 
@@ -236,13 +243,13 @@ def figure_name(kind: str, results: Sequence[Result], name: str | None = None) -
         The file name, of letters, digits and ``._-`` only.
     """
     if name is not None:
-        return f"{_safe(name)}_{kind}"
+        return f"{safe_name(name)}_{kind}"
     if len(results) == 1:
         return f"{results[0].path.stem}_{kind}"
     models = [model_name(r) for r in results]
     if len(set(models)) < len(models):
         models = [r.path.stem for r in results]
-    parts = [_safe(m) for m in models]
+    parts = [safe_name(m) for m in models]
     more = f"_and_{len(parts) - 2}_more" if len(parts) > NAMED_IN_FILE else ""
     return f"{kind}_" + "_vs_".join(parts[:2] if more else parts) + more
 

@@ -207,14 +207,30 @@ def plane_figure(result: Result) -> Figure:
     return fig
 
 
+def figures(results: list[Result], **options: Any) -> Iterator[tuple[str, Figure]]:
+    """Each connect file's figures: ``<stem>_paths`` and, with a plane, ``<stem>_plane``.
+
+    Args:
+        results: connect files checked by :func:`check`.
+        **options: drawing options, ignored.
+
+    Yields:
+        Each figure's name (its file's, without the suffix) and the figure, drawn when it is due.
+    """
+    for r in results:
+        yield f"{r.path.stem}_paths", paths_figure(r)
+        if "plane/done" in r and np.asarray(r["plane/done"], dtype=bool).any():
+            yield f"{r.path.stem}_plane", plane_figure(r)
+
+
 def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:
-    """Write each connect file's figures to ``out_dir``: ``<stem>_paths`` and, with a plane, ``<stem>_plane``.
+    """Write each connect file's figures (:func:`figures`) to ``out_dir``.
 
     Args:
         results: connect files checked by :func:`check`.
         out_dir: an existing folder.
         fmt: ``png``, ``pdf`` or ``svg``.
-        **options: drawing options; ``force`` is used, others are ignored.
+        **options: the drawing options of :func:`figures`; ``force`` replaces files landscape did not write.
 
     Returns:
         The paths written, in order.
@@ -222,14 +238,7 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
     Raises:
         LandscapeError: ``out_dir`` cannot be written.
     """
-
-    def figures() -> Iterator[tuple[str, Figure]]:
-        for r in results:
-            yield f"{r.path.stem}_paths", paths_figure(r)
-            if "plane/done" in r and np.asarray(r["plane/done"], dtype=bool).any():
-                yield f"{r.path.stem}_plane", plane_figure(r)
-
-    return save_figures(figures(), out_dir, fmt, force=options.get("force", False))
+    return save_figures(figures(results, **options), out_dir, fmt, force=options.get("force", False))
 
 
 def overlaid(result: Result) -> bool:

@@ -317,7 +317,24 @@ def maps_figure(result: Result) -> Figure:
     return fig
 
 
-def _figures(results: list[Result], name: str | None = None, style: str = "default") -> Iterator[tuple[str, Figure]]:
+def figures(results: list[Result], **options: Any) -> Iterator[tuple[str, Figure]]:
+    """Every Fourier figure of ``results``.
+
+    Per file ``<stem>_delta_log_amplitude`` (and ``<stem>_maps`` when it holds maps); for all files together
+    a ``high_frequency`` figure, a ``variance`` figure (log axis when the variances span more than 50x) and,
+    when a file holds noise results, a ``noise`` figure, each named by
+    :func:`landscape.plot.common.figure_name` (``<stem>_variance`` for one file, ``variance_<a>_vs_<b>`` for
+    several, ``<name>_variance`` with the ``name`` option).
+
+    Args:
+        results: Fourier results checked by :func:`check` (at least one).
+        **options: drawing options; ``name`` (the name of the figures of all files together) and ``style``
+            (``paper``: Fig 2a as released, see :func:`profile_figure`) are used, others are ignored.
+
+    Yields:
+        Each figure's name (its file's, without the suffix) and the figure, drawn when it is due.
+    """
+    name, style = options.get("name"), options.get("style", "default")
     for result in results:
         yield f"{result.path.stem}_delta_log_amplitude", profile_figure(result, style)
         if any(k.startswith("maps/") for k in result.arrays):
@@ -340,20 +357,13 @@ def _figures(results: list[Result], name: str | None = None, style: str = "defau
 
 
 def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:
-    """Write every Fourier figure of ``results`` to ``out_dir``; return the paths.
-
-    Per file ``<stem>_delta_log_amplitude`` (and ``<stem>_maps`` when it holds maps); for all files together
-    a ``high_frequency`` figure, a ``variance`` figure (log axis when the variances span more than 50x) and,
-    when a file holds noise results, a ``noise`` figure, each named by
-    :func:`landscape.plot.common.figure_name` (``<stem>_variance`` for one file, ``variance_<a>_vs_<b>`` for
-    several, ``<name>_variance`` with the ``name`` option).
+    """Write every Fourier figure of ``results`` (:func:`figures`) to ``out_dir``; return the paths.
 
     Args:
         results: Fourier results checked by :func:`check` (at least one).
         out_dir: an existing folder.
         fmt: ``png``, ``pdf`` or ``svg``.
-        **options: drawing options; ``name`` (the name of the figures of all files together) and ``style``
-            (``paper``: Fig 2a as released, see :func:`profile_figure`) are used, others are ignored.
+        **options: the drawing options of :func:`figures`; ``force`` replaces files landscape did not write.
 
     Returns:
         The paths written, in order.
@@ -361,9 +371,4 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
     Raises:
         LandscapeError: ``out_dir`` cannot be written.
     """
-    return save_figures(
-        _figures(results, options.get("name"), options.get("style", "default")),
-        out_dir,
-        fmt,
-        force=options.get("force", False),
-    )
+    return save_figures(figures(results, **options), out_dir, fmt, force=options.get("force", False))

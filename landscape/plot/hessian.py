@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -337,8 +338,8 @@ def _panel(ax: Axes, sign: str, limits: tuple[float, float], without: list[str])
         ax.set_yticks([])
 
 
-def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:
-    """Write the figures of ``hessian`` or ``spectrum`` results (one kind per call) to ``out_dir``.
+def figures(results: list[Result], **options: Any) -> Iterator[tuple[str, Figure]]:
+    """The figures of ``hessian`` or ``spectrum`` results (one kind per call).
 
     ``hessian``: a ``density`` figure (files with a density), an ``eigenvalues`` figure (files with
     eigenvalues) and a ``blocks`` figure (files with blocks done). ``spectrum``: a ``spectrum`` figure;
@@ -349,9 +350,38 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
 
     Args:
         results: results of one kind, checked by :func:`check` (at least one; the first decides the kind).
+        **options: drawing options; ``bins``, ``spectrum_style`` and ``name`` are used, others are ignored.
+
+    Yields:
+        Each figure's name (its file's, without the suffix) and the figure, drawn when it is due.
+    """
+    name = options.get("name")
+    if results[0].kind == "spectrum":
+        style = options.get("spectrum_style", "auto")
+        yield (
+            figure_name("spectrum", results, name),
+            spectrum_figure(results, int(options.get("bins", 40)), style=style),
+        )
+        return
+    with_density = [r for r in results if "density/values" in r]
+    with_eigen = [r for r in results if "eigenvalues" in r]
+    with_blocks = [r for r in results if "blocks/done" in r and np.asarray(r["blocks/done"]).any()]
+    if with_density:
+        yield figure_name("density", with_density, name), density_figure(with_density)
+    if with_eigen:
+        yield figure_name("eigenvalues", with_eigen, name), eigenvalue_figure(with_eigen)
+    if with_blocks:
+        yield figure_name("blocks", with_blocks, name), blocks_figure(with_blocks)
+
+
+def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:
+    """Write the figures of ``hessian`` or ``spectrum`` results (:func:`figures`) to ``out_dir``.
+
+    Args:
+        results: results of one kind, checked by :func:`check` (at least one; the first decides the kind).
         out_dir: an existing folder.
         fmt: ``png``, ``pdf`` or ``svg``.
-        **options: drawing options; ``bins``, ``spectrum_style`` and ``name`` are used, others are ignored.
+        **options: the drawing options of :func:`figures`; ``force`` replaces files landscape did not write.
 
     Returns:
         The paths written, in order.
@@ -359,20 +389,4 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
     Raises:
         LandscapeError: ``spectrum_style`` is unknown, or ``out_dir`` cannot be written.
     """
-    name = options.get("name")
-    figures: list[tuple[str, Figure]] = []
-    if results[0].kind == "spectrum":
-        style = options.get("spectrum_style", "auto")
-        fig = spectrum_figure(results, int(options.get("bins", 40)), style=style)
-        figures.append((figure_name("spectrum", results, name), fig))
-    else:
-        with_density = [r for r in results if "density/values" in r]
-        with_eigen = [r for r in results if "eigenvalues" in r]
-        if with_density:
-            figures.append((figure_name("density", with_density, name), density_figure(with_density)))
-        if with_eigen:
-            figures.append((figure_name("eigenvalues", with_eigen, name), eigenvalue_figure(with_eigen)))
-        with_blocks = [r for r in results if "blocks/done" in r and np.asarray(r["blocks/done"]).any()]
-        if with_blocks:
-            figures.append((figure_name("blocks", with_blocks, name), blocks_figure(with_blocks)))
-    return save_figures(figures, out_dir, fmt, force=options.get("force", False))
+    return save_figures(figures(results, **options), out_dir, fmt, force=options.get("force", False))

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,11 +168,26 @@ def track_figure(results: Sequence[Result]) -> Figure:
     return fig
 
 
-def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:
-    """Write the figure of ``sharpness`` or ``sharpness_track`` results (one kind per call) to ``out_dir``.
+def figures(results: list[Result], **options: Any) -> Iterator[tuple[str, Figure]]:
+    """The figure of ``sharpness`` or ``sharpness_track`` results (one kind per call).
 
     ``sharpness``: a ``sharpness`` figure (:func:`curve_figure`); ``sharpness_track``: a ``sharpness_track``
     figure (:func:`track_figure`), each named by :func:`landscape.plot.common.figure_name`.
+
+    Args:
+        results: results of one kind, checked by :func:`check` (at least one; the first decides the kind).
+        **options: drawing options; ``name`` is used, others are ignored.
+
+    Yields:
+        Each figure's name (its file's, without the suffix) and the figure, drawn when it is due.
+    """
+    kind = results[0].kind
+    draw = track_figure if kind == "sharpness_track" else curve_figure
+    yield figure_name(kind, results, options.get("name")), draw(results)
+
+
+def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:
+    """Write the figure of ``sharpness`` or ``sharpness_track`` results (:func:`figures`) to ``out_dir``.
 
     Args:
         results: results of one kind, checked by :func:`check` (at least one; the first decides the kind).
@@ -186,7 +201,4 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
     Raises:
         LandscapeError: ``out_dir`` cannot be written.
     """
-    kind = results[0].kind
-    draw = track_figure if kind == "sharpness_track" else curve_figure
-    figures = [(figure_name(kind, results, options.get("name")), draw(results))]
-    return save_figures(figures, out_dir, fmt, force=options.get("force", False))
+    return save_figures(figures(results, **options), out_dir, fmt, force=options.get("force", False))

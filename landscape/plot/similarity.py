@@ -140,28 +140,37 @@ def heatmap_figure(result: Result) -> Figure:
     return fig
 
 
+def figures(results: list[Result], **options: Any) -> Iterator[tuple[str, Figure]]:
+    """The CKA heat map of every file (``<stem>_similarity``, or ``NAME_<stem>_similarity`` with a name).
+
+    Args:
+        results: similarity results (checked by :func:`check`).
+        **options: the drawing options of :func:`landscape.plot.plot_files`; only ``name`` is used.
+
+    Yields:
+        Each figure's name (its file's, without the suffix) and the figure, drawn when it is due.
+    """
+    name = options.get("name")
+    for result in results:
+        stem = figure_name("similarity", [result])
+        if name is not None:
+            stem = figure_name("similarity", [result], name if len(results) == 1 else f"{name}_{result.path.stem}")
+        yield stem, heatmap_figure(result)
+
+
 def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:
-    """Draw the CKA heat map of every file (``<stem>_similarity``, or ``NAME_<stem>_similarity`` with a name).
+    """Write the CKA heat map of every file (:func:`figures`) to ``out_dir``.
 
     Args:
         results: similarity results (checked by :func:`check`).
         out_dir: an existing folder.
         fmt: ``png``, ``pdf`` or ``svg``.
-        **options: the drawing options of :func:`landscape.plot.plot_files`; only ``name`` is used.
+        **options: the drawing options of :func:`landscape.plot.plot_files`; ``name`` and ``force`` are used.
 
     Returns:
         The written paths.
     """
-    name = options.get("name")
-
-    def figures() -> Iterator[tuple[str, Figure]]:
-        for result in results:
-            stem = figure_name("similarity", [result])
-            if name is not None:
-                stem = figure_name("similarity", [result], name if len(results) == 1 else f"{name}_{result.path.stem}")
-            yield stem, heatmap_figure(result)
-
-    return save_figures(figures(), out_dir, fmt, force=options.get("force", False))
+    return save_figures(figures(results, **options), out_dir, fmt, force=options.get("force", False))
 
 
 def overlaid(result: Result) -> bool:

@@ -288,6 +288,50 @@ def _quadratic_models(ax: Any, results: Sequence[Result]) -> None:
         ax.set_ylim(limits)
 
 
+def figures(
+    results: list[Result],
+    *,
+    log: bool = False,
+    zmax: float | None = None,
+    style: str = "default",
+    levels: int = 20,
+    level_spacing: str = "auto",
+    name: str | None = None,
+    **_: Any,
+) -> Iterator[tuple[str, Figure]]:
+    """Every surface figure of ``results`` (see the module doc): four per plane, one for all lines together.
+
+    Args:
+        results: surface results.
+        log: log loss axis / geometric contour levels / log10 3D surface.
+        zmax: clip the loss (contour levels, 3D surface) at this value; ``None``: contour levels up to the
+            highest loss and the 3D view clipped at the robust maximum (:func:`robust_max`).
+        style: the 3D style, ``"default"`` or ``"paper"``.
+        levels: the number of contour levels.
+        level_spacing: one of :data:`LEVEL_SPACINGS` (see :func:`_levels`).
+        name: the 1D figure's name instead of its files' (see :func:`landscape.plot.common.figure_name`).
+        **_: other drawing options, ignored.
+
+    Yields:
+        Each figure's name (its file's, without the suffix) and the figure, drawn when it is due.
+
+    Raises:
+        LandscapeError: ``zmax`` leaves nothing of a plane to draw (:func:`check_zmax`), before any figure.
+    """
+    planes = [r for r in results if is_2d(r)]
+    lines = [r for r in results if not is_2d(r)]
+    for r in planes:
+        check_zmax(r, zmax, style, log)
+    for r in planes:
+        contour = {"levels": levels, "log": log, "zmax": zmax, "spacing": level_spacing}
+        yield f"{r.path.stem}_contour", contour_figure(r, **contour)
+        yield f"{r.path.stem}_contourf", contour_figure(r, **contour, filled=True)
+        yield f"{r.path.stem}_heatmap", heatmap_figure(r)
+        yield f"{r.path.stem}_3d", surface3d_figure(r, style=style, zmax=zmax, log=log)
+    if lines:
+        yield figure_name("1d", lines, name), lines_figure(lines, log=log)
+
+
 def plot(
     results: list[Result],
     out_dir: Path,
@@ -295,34 +339,24 @@ def plot(
     *,
     log: bool = False,
     zmax: float | None = None,
-    style: str = "default",
-    levels: int = 20,
-    level_spacing: str = "auto",
     vtp: bool = True,
-    name: str | None = None,
     force: bool = False,
-    **_: Any,
+    **options: Any,
 ) -> list[Path]:
-    """Draw every surface figure of ``results`` into ``out_dir`` (see the module doc); return the paths.
+    """Draw every surface figure of ``results`` (:func:`figures`) into ``out_dir``; return the paths.
 
-    Options: ``log`` (log loss axis / levels), ``zmax`` (clip), ``style`` (``default`` or ``paper`` 3D),
-    ``levels`` (contour count), ``level_spacing`` (how the levels are spaced), ``vtp`` (write the ParaView
-    file of 2D surfaces), ``name`` (the name of the 1D overlay). Other options are ignored.
+    Options: those of :func:`figures` (``log``, ``zmax``, ``style``, ``levels``, ``level_spacing``, ``name``),
+    and ``vtp`` (write the ParaView file of 2D surfaces). Other options are ignored.
 
     Args:
         results: surface results; planes get four figures (and a ``.vtp``) each, lines share one figure.
         out_dir: an existing folder.
         fmt: ``png``, ``pdf`` or ``svg``.
         log: log loss axis / geometric contour levels / log10 3D surface and ``.vtp``.
-        zmax: clip the loss (contour levels, 3D surface, ``.vtp``) at this value; ``None``: contour levels up
-            to the highest loss and the 3D view clipped at the robust maximum (:func:`robust_max`).
-        style: the 3D style, ``"default"`` or ``"paper"``.
-        levels: the number of contour levels.
-        level_spacing: one of :data:`LEVEL_SPACINGS` (see :func:`_levels`).
+        zmax: clip the loss at this value (figures and ``.vtp``).
         vtp: also write ``<stem>.vtp`` for each plane.
-        name: the 1D figure's name instead of its files' (see :func:`landscape.plot.common.figure_name`).
         force: replace files of the figures' names that landscape did not write.
-        **_: other drawing options, ignored.
+        **options: the other drawing options of :func:`figures`.
 
     Returns:
         The paths written, in order.
@@ -332,21 +366,8 @@ def plot(
             to draw (:func:`check_zmax`, before any figure is drawn), or ``out_dir`` cannot be written.
     """
     planes = [r for r in results if is_2d(r)]
-    lines = [r for r in results if not is_2d(r)]
-    for r in planes:
-        check_zmax(r, zmax, style, log)
-
-    def figures() -> Iterator[tuple[str, Figure]]:
-        for r in planes:
-            contour = {"levels": levels, "log": log, "zmax": zmax, "spacing": level_spacing}
-            yield f"{r.path.stem}_contour", contour_figure(r, **contour)
-            yield f"{r.path.stem}_contourf", contour_figure(r, **contour, filled=True)
-            yield f"{r.path.stem}_heatmap", heatmap_figure(r)
-            yield f"{r.path.stem}_3d", surface3d_figure(r, style=style, zmax=zmax, log=log)
-        if lines:
-            yield figure_name("1d", lines, name), lines_figure(lines, log=log)
-
-    written = save_figures(figures(), Path(out_dir), fmt, force=force)
+    drawn = figures(results, log=log, zmax=zmax, **options)
+    written = save_figures(drawn, Path(out_dir), fmt, force=force)
     if vtp:
         vtps = [Path(out_dir) / f"{r.path.stem}.vtp" for r in planes]
         written += [write_vtp(r, p, zmax=zmax, log=log, force=force) for r, p in zip(planes, vtps)]

@@ -99,7 +99,17 @@ def polar_figure(results: list[Result]) -> Figure:
     return fig
 
 
-def _figures(results: list[Result], name: str | None) -> Iterator[tuple[str, Figure]]:
+def figures(results: list[Result], **options: Any) -> Iterator[tuple[str, Figure]]:
+    """The trajectory figures of ``results``, all files together (see :func:`plot`).
+
+    Args:
+        results: trajectory results checked by :func:`check` (at least one).
+        **options: drawing options; ``name`` is used, others are ignored.
+
+    Yields:
+        Each figure's name (its file's, without the suffix) and the figure, drawn when it is due.
+    """
+    name = options.get("name")
     yield figure_name("trajectory", results, name), polar_figure(results)
 
 
@@ -121,4 +131,4 @@ def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list
     Raises:
         LandscapeError: ``out_dir`` cannot be written.
     """
-    return save_figures(_figures(results, options.get("name")), out_dir, fmt, force=options.get("force", False))
+    return save_figures(figures(results, **options), out_dir, fmt, force=options.get("force", False))

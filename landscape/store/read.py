@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import stat
 from dataclasses import dataclass, field
@@ -23,34 +24,154 @@ from landscape.store.h5 import check_no_writer, open_h5, unreadable
 GROUP_SUMMARY = 8
 
 
-@dataclass
-class Result:
-    """A result file read into memory: root attributes, arrays by path, and each array's axes.
+#: the path a result held in memory is named by (the Python API without ``out=``)
+MEMORY = "<memory>"
+#: where the views of a result live: the registry's kinds (text, tables, xarray) and figures (plot, HTML). They
+#: are loaded by name when asked for, as the registry loads each kind's figure module, so that the store (below
+#: the analyses and the figures) never imports them
+VIEWS = {"text": "landscape.analyses.view", "figures": "landscape.plot.view"}
 
-    ``result[name]`` is ``result.arrays[name]``; ``name in result`` asks whether that array exists.
+
+def _view(which: str) -> Any:
+    return importlib.import_module(VIEWS[which])
+
+
+@dataclass(repr=False)
+class Result:
+    """A result read into memory (from a file, or from a run held in memory): attributes, arrays, their axes.
+
+    ``result[name]`` is ``result.arrays[name]``; ``name in result`` asks whether that array exists;
+    :meth:`attr` reads any attribute, of the root or of a group (``result.attr("trace/estimate")``). A result
+    shows itself in a few lines (``repr``) and as HTML in Jupyter, and offers its kind's views: :meth:`summary`,
+    :meth:`numbers`, :meth:`plot` (the figures of ``landscape plot``, in memory), :meth:`table` (the kind's
+    tables, pandas) and :meth:`to_xarray` (every array with its axes). A result from a file and one held in
+    memory behave the same.
 
     Attributes:
-        path: the file read.
+        path: the file read (``<memory>`` for a result held in memory).
         attrs: the root attributes, decoded (JSON strings back to dicts/lists).
         arrays: every dataset by its path in the file, e.g. ``"loss"`` or ``"eigenvectors/fc.weight"``.
         axes: the axis names of each array that has an ``axes`` attribute.
+        attrs_at: the attributes of each group and array below the root, decoded, by path (an array's ``axes``
+            are in :attr:`axes`), e.g. ``attrs_at["trace"]["estimate"]``; only those that have any.
     """
 
     path: Path
     attrs: dict[str, Any]
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     axes: dict[str, list[str]] = field(default_factory=dict)
+    attrs_at: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
-        """The result kind ("surface", "hessian", "fourier" or "spectrum")."""
+        """The result kind (the ``kind`` attribute: ``"surface"``, ``"hessian"``, ...)."""
         return str(self.attrs.get("kind"))
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the result was never written to a file (the Python API without ``out=``)."""
+        return str(self.path) == MEMORY
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]
 
     def __contains__(self, name: str) -> bool:
         return name in self.arrays
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        """An attribute of the root (``"n_params"``) or of a group or array (``"trace/estimate"``).
+
+        Args:
+            name: the attribute's name, after its group's path and a ``/`` for one below the root.
+            default: what to return when there is no such attribute.
+
+        Returns:
+            The decoded value, or ``default``.
+        """
+        where, _, key = name.rpartition("/")
+        held = self.attrs_at.get(where, {}) if where else self.attrs
+        return held.get(key, default)
+
+    def summary(self) -> str:
+        """The one-line summary of its kind's analysis (as ``landscape info`` prints it).
+
+        Returns:
+            The line; for a kind no analysis writes, or a file that contradicts itself, a line that says so.
+        """
+        return _view("text").summary(self)
+
+    def numbers(self) -> dict[str, str]:
+        """Its cells of the report's summary table (column -> text), as its analysis declares them.
+
+        Returns:
+            The cells; empty for a kind that declares none.
+        """
+        return _view("text").numbers(self)
+
+    def tables(self) -> list[str]:
+        """The names of the tables its kind declares that this result holds (see :meth:`table`).
+
+        Returns:
+            The names, in the order the kind declares them (e.g. ``["line", "curve", "barriers"]``).
+        """
+        return _view("text").table_names(self)
+
+    def table(self, name: str | None = None) -> Any:
+        """One of its kind's tables as a ``pandas.DataFrame`` (needs the ``xarray`` extra, which brings pandas).
+
+        Each kind declares its tables in its registration (``landscape.analyses.registry.Table``): rows are
+        the entries of some axes (a connect path's splits and points, a sharpness run's radii, a per-block
+        Hessian's blocks, a spectrum's batches and ranks), indexed by their coordinates, one column per array.
+
+        Args:
+            name: the table, one of :meth:`tables`; ``None`` for the kind's first.
+
+        Returns:
+            The table, its values equal to the arrays' (or attributes') values.
+
+        Raises:
+            LandscapeError: pandas is not installed, the kind declares no such table, or this result lacks its
+                arrays.
+        """
+        return _view("text").table(self, name)
+
+    def to_xarray(self) -> Any:
+        """Every array that names its axes, as one ``xarray.Dataset`` (needs the ``xarray`` extra).
+
+        Dimensions are the arrays' ``axes``; a dimension that arrays give different lengths (a probe of the
+        density and one of the trace) is named after each array's group (``density/probe``, ``trace/probe``),
+        or its path. Coordinates are the arrays the kind declares for its axes (a surface's ``x`` is
+        ``xcoordinates``). The root attributes are the dataset's, a group's are there as ``group/name``, an
+        array's own are its variable's.
+
+        Returns:
+            The dataset; its variables are the arrays by their paths (``"density/values"``).
+
+        Raises:
+            LandscapeError: xarray is not installed.
+        """
+        return _view("text").to_xarray(self)
+
+    def plot(self, **options: Any) -> dict[str, Any]:
+        """Its kind's figures as matplotlib Figures in memory: those ``landscape plot`` draws, nothing written.
+
+        Args:
+            **options: the drawing options of :func:`landscape.plot.plot_files` (``log``, ``zmax``, ...).
+
+        Returns:
+            Each figure by its name without the file's stem (``"contour"``, ``"density"``, ...).
+
+        Raises:
+            LandscapeError: the result's arrays cannot be drawn (an unfinished or inconsistent file), or an
+                option is invalid.
+        """
+        return _view("figures").figures(self, **options)
+
+    def __repr__(self) -> str:
+        return _view("text").short_repr(self)
+
+    def _repr_html_(self) -> str:
+        return _view("figures").html(self)
 
 
 def read_result(path: str | Path) -> Result:
@@ -88,7 +209,7 @@ def result_of(f: h5py.File, path: str | Path) -> Result:
 
     Args:
         f: the open file (on disk or in memory).
-        path: what to call it (the file's path, or ``<memory>``).
+        path: what to call it (the file's path, or :data:`MEMORY`).
 
     Returns:
         The :class:`Result`.
@@ -110,6 +231,10 @@ def result_of(f: h5py.File, path: str | Path) -> Result:
             if "axes" in obj.attrs:
                 result.axes[name] = json.loads(as_str(obj.attrs["axes"]))
 
+        own = {k: decode(v) for k, v in obj.attrs.items() if k != "axes"}
+        if own:
+            result.attrs_at[name] = own
+
     f.visititems(visit)
     return result
 
@@ -125,7 +250,8 @@ def describe(path: str | Path | Result, summary: str | None = None) -> str:
             :func:`landscape.analyses.registry.summarize`).
 
     Returns:
-        The summary, one line per attribute and per array (dtype, shape, axes; done counts for ``done``).
+        The summary, one line per attribute and per array (dtype, shape, axes; done counts for ``done``), and
+        one line per group or array with attributes of its own (e.g. ``trace: estimate=..., stderr=...``).
 
     Raises:
         LandscapeError: the file cannot be read (see :func:`read_result`).
@@ -155,4 +281,8 @@ def describe(path: str | Path | Result, summary: str | None = None) -> str:
         axes = result.axes.get(name)
         extra = f" ({int(arr.sum())} of {arr.size} done)" if name == "done" and arr.dtype == bool else ""
         lines.append(f"    {name}: {arr.dtype} {tuple(arr.shape)}" + (f" axes={axes}" if axes else "") + extra)
+    if result.attrs_at:
+        lines.append("  attributes of groups and arrays:")
+        for where, values in sorted(result.attrs_at.items()):
+            lines.append(f"    {where}: " + ", ".join(f"{k}={v}" for k, v in sorted(values.items())))
     return "\n".join(lines)

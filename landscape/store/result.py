@@ -41,10 +41,7 @@ from landscape.store.h5 import (
     refuse_foreign,
     unreadable,
 )
-from landscape.store.read import Result, result_of
-
-#: the path a result held in memory is named by
-MEMORY = "<memory>"
+from landscape.store.read import MEMORY, Result, result_of
 
 
 def _links(path: Path, force: bool) -> int | None:

@@ -141,8 +141,10 @@ def test_read_roundtrip_and_describe(tmp_path):
     np.testing.assert_array_equal(res["delta"], np.arange(6.0).reshape(2, 3))
     assert list(res["names"]) == ["stem", "layer1.0"]
     assert res.axes["delta"] == ["layer", "frequency"]
+    assert res.attrs_at == {"density": {"sigma": 0.5}} and res.attr("density/sigma") == 0.5  # not the axes
     text = describe(path)
     assert "fourier result (incomplete)" in text and "delta: float64 (2, 3)" in text
+    assert "    density: sigma=0.5" in text
 
 
 def test_identity_ignores_provenance():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 
 from landscape.analyses.connect.barrier import Barrier, path_barrier
@@ -14,6 +16,8 @@ PATHS = (("line", "α"), ("curve", "t"))
 UNALIGNED = "unaligned_line"
 #: every path a connect file may hold, in the order they are summarised and drawn
 ALL_PATHS = (PATHS[0], (UNALIGNED, "α"), PATHS[1])
+#: the values of a barrier, in the order of its table's columns
+FIELDS = tuple(f.name for f in fields(Barrier))
 
 
 def path_barriers(result: Result, group: str) -> dict[str, Barrier] | None:
@@ -101,3 +105,29 @@ def connect_numbers(result: Result) -> dict[str, str]:
         out[f"loss barrier ({group})"] = _cell(barriers, "loss", coord)
         out[f"error barrier ({group})"] = _cell(barriers, "error", coord)
     return out
+
+
+def barrier_rows(result: Result) -> list[dict[str, object]]:
+    """The barriers a connect file records (its ``barriers`` attribute) as flat rows, for its ``barriers`` table.
+
+    Args:
+        result: a connect file.
+
+    Returns:
+        One row per path and split: ``{"path", "split", "loss", "loss_at", "error", "error_at"}``, the line
+        first and the splits in the file's order (the attribute's JSON sorts them); none before the run has
+        written its barriers (at its end).
+    """
+    held = result.attrs.get("barriers")
+    if not isinstance(held, dict):
+        return []
+    splits = [str(s) for s in result["splits"]] if "splits" in result else []
+    known = [g for g, _ in ALL_PATHS]
+    rows = []
+    for path in sorted(held, key=lambda p: (known.index(p) if p in known else len(known), p)):
+        values = held[path] if isinstance(held[path], dict) else {}
+        for split in sorted(values, key=lambda s: (splits.index(s) if s in splits else len(splits), s)):
+            if isinstance(values[split], dict):
+                cells = {k: values[split][k] for k in FIELDS if k in values[split]}
+                rows.append({"path": path, "split": split, **cells, **values[split]})
+    return rows

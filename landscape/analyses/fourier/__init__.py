@@ -7,7 +7,7 @@
 """
 
 from landscape.analyses.fourier.summary import fourier_numbers, fourier_summary
-from landscape.analyses.registry import Analysis, register_analysis
+from landscape.analyses.registry import Analysis, Table, register_analysis
 from landscape.options.fourier import FourierOptions
 
 FOURIER = register_analysis(
@@ -31,6 +31,24 @@ FOURIER = register_analysis(
             "high_frequency": "The relative log amplitude at the highest frequency, block by block.",
             "variance": "The variance of each block's feature maps, block by block.",
             "noise": "The accuracy drop under band-limited noise against the band's centre frequency.",
+        },
+        coords={"frequency": "frequencies", "layer": "layer_names", "band": "noise/frequencies"},
+        tables={
+            "layers": Table(
+                "one block's output (a layer), in forward order",
+                axes=("layer",),
+                columns=("layer_kinds", "depth", "variance", "high_frequency"),
+            ),
+            "profiles": Table(
+                "one layer at one frequency of the common axis",
+                axes=("layer", "frequency"),
+                columns=("delta_log_amplitude",),
+            ),
+            "noise": Table(
+                "one band of band-limited noise (--noise-bands)",
+                axes=("band",),
+                columns=("noise/accuracy", "noise/accuracy_drop", "noise/done"),
+            ),
         },
     )
 )

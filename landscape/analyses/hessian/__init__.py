@@ -13,7 +13,7 @@
 """
 
 from landscape.analyses.hessian.summary import hessian_numbers, hessian_summary, spectrum_summary, top_eigenvalue
-from landscape.analyses.registry import Analysis, register_analysis
+from landscape.analyses.registry import Analysis, Table, register_analysis
 from landscape.options.hessian import HessianOptions, SpectrumOptions
 
 HESSIAN = register_analysis(
@@ -34,6 +34,31 @@ HESSIAN = register_analysis(
             "density": "The Hessian's eigenvalue density at the model (stochastic Lanczos quadrature).",
             "eigenvalues": "The Hessian's extreme eigenvalues at the model (Lanczos).",
         },
+        coords={"eigenvalue": "density/grid", "block": "blocks/names"},
+        tables={
+            "eigenpairs": Table(
+                "one eigenpair (Lanczos), eigenvalues ascending",
+                axes=("pair",),
+                columns=("eigenvalues", "residuals", "converged"),
+            ),
+            "blocks": Table(
+                "one diagonal block of the Hessian (hessian --per-block)",
+                axes=("block",),
+                columns=(
+                    "blocks/kinds",
+                    "blocks/depth",
+                    "blocks/size",
+                    "blocks/top_eigenvalue",
+                    "blocks/residual",
+                    "blocks/converged",
+                    "blocks/eigen_n_matvec",
+                    "blocks/trace",
+                    "blocks/trace_stderr",
+                    "blocks/trace_n_matvec",
+                    "blocks/done",
+                ),
+            ),
+        },
     )
 )
 SPECTRUM = register_analysis(
@@ -53,6 +78,13 @@ SPECTRUM = register_analysis(
         captions={
             "spectrum": "The top Hessian eigenvalues of every mini-batch's loss: their distribution over the "
             "batches (Paper A's max-eigenvalue spectrum).",
+        },
+        tables={
+            "batches": Table(
+                "one of the top-k eigenvalues (rank, ascending) of one mini-batch",
+                axes=("batch", "rank"),
+                columns=("eigenvalues", "batch_sizes", "n_matvec", "done"),
+            ),
         },
     )
 )

@@ -1,7 +1,7 @@
 """The lesion study: accuracy and NLL with each residual block removed, one at a time (run)."""
 
 from landscape.analyses.lesion.summary import lesion_summary
-from landscape.analyses.registry import Analysis, register_analysis
+from landscape.analyses.registry import Analysis, Table, register_analysis
 from landscape.options.lesion import LesionOptions
 
 LESION = register_analysis(
@@ -20,6 +20,23 @@ LESION = register_analysis(
         captions={
             "accuracy_drop": "The accuracy lost when one block is removed, block by block.",
             "nll_increase": "The increase of the loss (NLL) when one block is removed, block by block.",
+        },
+        coords={"block": "block_names"},
+        tables={
+            "blocks": Table(
+                "one lesioned block, in forward order",
+                axes=("block",),
+                columns=(
+                    "block_kinds",
+                    "depth",
+                    "stage",
+                    "projected_shortcut",
+                    "accuracy",
+                    "nll",
+                    "accuracy_drop",
+                    "done",
+                ),
+            ),
         },
     )
 )

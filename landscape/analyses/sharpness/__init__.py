@@ -8,7 +8,7 @@
   records beside the checkpoint (``landscape train --track-sharpness``, kind ``sharpness_track``).
 """
 
-from landscape.analyses.registry import Analysis, register_analysis
+from landscape.analyses.registry import Analysis, Table, register_analysis
 from landscape.analyses.sharpness.summary import sharpness_numbers, sharpness_summary, track_numbers, track_summary
 from landscape.options.sharpness import SharpnessOptions
 
@@ -26,6 +26,19 @@ SHARPNESS = register_analysis(
         command="sharpness",
         docs="analyses.md#sharpness",
         order=35,
+        coords={"radius": "rho"},
+        tables={
+            "radii": Table(
+                "one radius rho: the mean over batches and its bootstrap interval",
+                axes=("radius",),
+                columns=("mean", "low", "high"),
+            ),
+            "batches": Table(
+                "one mini-batch at one radius",
+                axes=("batch", "radius"),
+                columns=("values", "stderr", "base_loss", "batch_sizes", "done"),
+            ),
+        },
     )
 )
 SHARPNESS_TRACK = register_analysis(
@@ -38,5 +51,12 @@ SHARPNESS_TRACK = register_analysis(
         figures="landscape.plot.sharpness",
         docs="analyses.md#sharpness-during-training",
         order=75,
+        tables={
+            "records": Table(
+                "one record of the training run (every N optimiser steps)",
+                axes=("record",),
+                columns=("step", "lr", "sharpness", "threshold", "residual", "n_products", "converged", "warm", "done"),
+            ),
+        },
     )
 )

@@ -1,6 +1,6 @@
 """Feature similarity: linear CKA between the blocks of one model or of two (run)."""
 
-from landscape.analyses.registry import Analysis, register_analysis
+from landscape.analyses.registry import Analysis, Table, register_analysis
 from landscape.analyses.similarity.summary import similarity_summary
 from landscape.options.similarity import SimilarityOptions
 
@@ -19,6 +19,14 @@ SIMILARITY = register_analysis(
         order=60,
         captions={
             "similarity": "The CKA similarity of every pair of blocks' outputs (rows: the first model's blocks).",
+        },
+        coords={"layer_a": "names_a", "layer_b": "names_b"},
+        tables={
+            "pairs": Table(
+                "one pair of blocks (layer_a of the first model, layer_b of the second)",
+                axes=("layer_a", "layer_b"),
+                columns=("cka", "hsic_xy"),
+            ),
         },
     )
 )

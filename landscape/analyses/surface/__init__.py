@@ -1,6 +1,6 @@
 """Loss surfaces: directions (directions), the point evaluator (evaluator), the grid's file (file), the run (run)."""
 
-from landscape.analyses.registry import Analysis, register_analysis
+from landscape.analyses.registry import Analysis, Table, register_analysis
 from landscape.analyses.surface.summary import surface_numbers, surface_summary
 from landscape.options.surface import SurfaceOptions
 
@@ -25,6 +25,14 @@ SURFACE = register_analysis(
             "heatmap": "Loss and accuracy at every point of the plane's grid.",
             "3d": "The loss over the plane in 3D (loss minus its minimum, clipped at a robust maximum).",
             "1d": "Loss and accuracy along one direction through the model (0: the model's own weights).",
+        },
+        coords={"x": "xcoordinates", "y": "ycoordinates"},
+        tables={
+            "grid": Table(
+                "one point of the grid (y, x)",
+                axes=("y", "x"),
+                columns=("loss", "data_loss", "accuracy", "done"),
+            ),
         },
     )
 )

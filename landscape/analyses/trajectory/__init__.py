@@ -1,6 +1,6 @@
 """Training trajectories: snapshots in polar coordinates around the initial weights (run)."""
 
-from landscape.analyses.registry import Analysis, register_analysis
+from landscape.analyses.registry import Analysis, Table, register_analysis
 from landscape.analyses.trajectory.summary import trajectory_summary
 from landscape.options.trajectory import TrajectoryOptions
 
@@ -20,6 +20,14 @@ TRAJECTORY = register_analysis(
         captions={
             "trajectory": "Training snapshots in polar coordinates: distance from the initial weights (radius) and "
             "angle to them, the start marked with a star.",
+        },
+        coords={"snapshot": "snapshots"},
+        tables={
+            "snapshots": Table(
+                "one snapshot, in the order given (the initial weights first)",
+                axes=("snapshot",),
+                columns=("distance", "angle", "norm", "epoch", "step", "paths"),
+            ),
         },
     )
 )
