@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import click
 
+from landscape import __version__
+
 #: the commands that are not analyses: name -> (module, one-line help shown by ``landscape --help``)
 TOOLS: dict[str, tuple[str, str]] = {
     "demo": ("landscape.cli.demo", "The main job: train three mini models on digits and analyse them."),
@@ -110,7 +112,7 @@ TRACEBACK_HINT = "landscape --traceback ... shows its full trace"
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="landscape")
+@click.version_option(version=__version__, prog_name="landscape", message="%(prog)s %(version)s")
 @click.option(
     "--traceback",
     is_flag=True,

@@ -9,7 +9,7 @@ SVG inline), grouped by model and by kind, each captioned with what it shows (it
 and each file's provenance (:func:`landscape.store.read.describe`) folded under its figures. The result files
 of DIR's sub-folders (e.g. the demo's ``data_size/``) get a section each, with the figures that overlay them.
 The page loads nothing from the network. With plotly installed (``pip install
-'landscape[interactive]'``) each 2D surface also gets a rotatable 3D view, plotly's JavaScript embedded once.
+'landscape-toolkit[interactive]'``) each 2D surface also gets a rotatable 3D view, plotly's JavaScript embedded once.
 
 Files that are not landscape results (not HDF5, no ``kind``, being written) and results whose figures cannot be
 drawn are named in the page with a one-line note; they never stop the report.
@@ -28,7 +28,7 @@ from typing import Any
 from landscape import __version__
 from landscape.analyses.numbers import MISSING
 from landscape.analyses.registry import analyses, analysis_of, inconsistency, kinds
-from landscape.errors import LandscapeError
+from landscape.errors import LandscapeError, missing_extra
 from landscape.plot import UndrawableError, figures_of, one_of, plot_files
 from landscape.plot.common import model_name
 from landscape.store.files import WRITTEN_BY, check_replaceable, ensure_subfolder, leads_outside, write_text
@@ -41,7 +41,6 @@ REPORT_FORMATS = ("png", "svg")
 #: the folder (inside DIR) that holds the report's figures
 FIGURES_FOLDER = "report_figures"
 ALL_MODELS = "All models"
-PLOTLY_HINT = "pip install 'landscape[interactive]'"
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
@@ -167,7 +166,7 @@ def _plotly(interactive: bool | None) -> Any:
         import plotly.graph_objects as go
     except ImportError:
         if interactive:
-            raise LandscapeError(f"the interactive 3D views need plotly; install it with {PLOTLY_HINT}") from None
+            raise missing_extra("the interactive 3D views", "plotly", "interactive") from None
         return None
     return go
 
