@@ -22,7 +22,7 @@ TOOLS: dict[str, tuple[str, str]] = {
     "train": ("landscape.cli.train", "Train a zoo model and save a checkpoint."),
     "convert": ("landscape.cli.convert", "Initialise a vit_rpe_* checkpoint from a trained convvit_* (Paper B)."),
     "plot": ("landscape.cli.plot", "Draw the figures of result files."),
-    "info": ("landscape.cli.info", "Print the kind, summary, provenance and options of a result file."),
+    "info": ("landscape.cli.info", "Print the kind, summary, provenance and options of result files (--json)."),
     "report": ("landscape.cli.report", "Write one self-contained HTML page of every result file in a folder."),
 }
 

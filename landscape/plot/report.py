@@ -27,7 +27,7 @@ from typing import Any
 
 from landscape import __version__
 from landscape.analyses.numbers import MISSING
-from landscape.analyses.registry import analyses, analysis_of, inconsistency, kinds
+from landscape.analyses.registry import analyses, analysis_of, kinds, numbers_of
 from landscape.errors import LandscapeError, missing_extra
 from landscape.plot import UndrawableError, figures_of, one_of, plot_files
 from landscape.plot.common import model_name
@@ -367,17 +367,6 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, markdown: bo
     return "\n".join(out)
 
 
-def _numbers(entry: _File) -> dict[str, str]:
-    """The summary-table cells of one file, from its analysis (none when the arrays do not fit)."""
-    numbers = analysis_of(entry.kind).numbers if entry.kind in kinds() else None
-    if numbers is None or inconsistency(entry.result) is not None:
-        return {}  # a file that contradicts itself is not summarised: its note says why
-    try:
-        return numbers(entry.result)
-    except (TypeError, ValueError, KeyError, IndexError, ArithmeticError):
-        return {}  # arrays that do not fit: the figures' notes say what is wrong
-
-
 def _summary_from_files(files: Sequence[_File]) -> str:
     """The summary table: model, kind, file, then the key numbers of every analysis of ``files`` that has any."""
     present = {f.kind for f in files}
@@ -390,7 +379,7 @@ def _summary_from_files(files: Sequence[_File]) -> str:
     ordered = sorted(files, key=lambda f: (f.section, models.index(f.model), order[f.kind], f.path.name))
     rows = []
     for f in ordered:
-        cells = _numbers(f)
+        cells = numbers_of(f.result)  # none for a file that contradicts itself: its note says why
         rows.append([f.model, f.kind, f.name, *(cells.get(c, MISSING) for c in columns)])
     return _table(["model", "kind", "file", *columns], rows)
 
