@@ -36,19 +36,18 @@ def install_extra(extra: str) -> str:
     return f"pip install '{DISTRIBUTION}[{extra}]'"
 
 
-def missing_extra(what: str, package: str, extra: str) -> LandscapeError:
+def missing_extra(needs: str, extra: str) -> LandscapeError:
     """The one-line error of an optional package that is not installed.
 
     Args:
-        what: what needs it, e.g. ``"timm: models"``.
-        package: the package's name, e.g. ``"timm"``.
+        needs: what needs which package, e.g. ``"timm: models need the timm package"``.
         extra: the extra that installs it (see :func:`install_extra`).
 
     Returns:
-        ``"{what} need the {package} package, which is not installed: pip install 'landscape-toolkit[{extra}]'"``,
-        to raise (``raise missing_extra(...) from None``).
+        ``"{needs}, which is not installed: pip install 'landscape-toolkit[{extra}]'"``, to raise
+        (``raise missing_extra(...) from None``).
     """
-    return LandscapeError(f"{what} need the {package} package, which is not installed: {install_extra(extra)}")
+    return LandscapeError(f"{needs}, which is not installed: {install_extra(extra)}")
 
 
 class LandscapeWarning(UserWarning):

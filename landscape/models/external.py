@@ -74,7 +74,7 @@ def _timm() -> Any:
     try:
         return importlib.import_module("timm")
     except ImportError:
-        raise missing_extra("timm: models", "timm", "timm") from None
+        raise missing_extra("timm: models need the timm package", "timm") from None
 
 
 def _unknown(kind: str, name: str, known: list[str], listing: str) -> LandscapeError:

@@ -166,7 +166,7 @@ def _plotly(interactive: bool | None) -> Any:
         import plotly.graph_objects as go
     except ImportError:
         if interactive:
-            raise missing_extra("the interactive 3D views", "plotly", "interactive") from None
+            raise missing_extra("the interactive 3D views need plotly", "interactive") from None
         return None
     return go
 
