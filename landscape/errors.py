@@ -4,6 +4,7 @@
 :class:`ForeignError` is a :class:`LandscapeError` for an exception raised by code landscape did not write (a
 ``py:`` factory, a model's forward pass, timm's or torchvision's constructors): :func:`calling` wraps each such
 call, so that the error is classified by where the call was made, never by the words of its message.
+:func:`missing_extra` is the error of an optional package that is not installed, naming the extra that adds it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,36 @@ class LandscapeError(Exception):
 
     The CLI prints the message without a traceback and exits with status 2.
     """
+
+
+#: the distribution's name on the package index (the import name and the command are ``landscape``)
+DISTRIBUTION = "landscape-toolkit"
+
+
+def install_extra(extra: str) -> str:
+    """The command that adds one of the distribution's extras to an installation.
+
+    Args:
+        extra: the extra's name in ``pyproject.toml``, e.g. ``"timm"``.
+
+    Returns:
+        E.g. ``"pip install 'landscape-toolkit[timm]'"`` (with the toolkit installed, pip adds the extra's packages).
+    """
+    return f"pip install '{DISTRIBUTION}[{extra}]'"
+
+
+def missing_extra(needs: str, extra: str) -> LandscapeError:
+    """The one-line error of an optional package that is not installed.
+
+    Args:
+        needs: what needs which package, e.g. ``"timm: models need the timm package"``.
+        extra: the extra that installs it (see :func:`install_extra`).
+
+    Returns:
+        ``"{needs}, which is not installed: pip install 'landscape-toolkit[{extra}]'"``, to raise
+        (``raise missing_extra(...) from None``).
+    """
+    return LandscapeError(f"{needs}, which is not installed: {install_extra(extra)}")
 
 
 class LandscapeWarning(UserWarning):

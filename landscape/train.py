@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from landscape.analyses.sharpness.track_file import start_tracking
+from landscape.analyses.sharpness.tracking import SharpnessRecord
 from landscape.analyses.surface.directions import POSITION_PARAMETER_PATTERNS
 from landscape.core.source import resolve_preprocess
 from landscape.data.augment import batch_mixer, randaugment
@@ -47,10 +49,24 @@ from landscape.options import checks
 from landscape.options.names import matches_any
 from landscape.runtime.distributed import launched, resolve_device
 from landscape.runtime.progress import Progress
+from landscape.runtime.tensorboard import Board
 from landscape.store.files import check_companion, ensure_folder, refuse_input_as_output, temporary_path
+from landscape.store.read import read_result
 
 OPTIMIZERS = ("adamw", "sgd")
 RECIPES = ("paper-a",)
+#: the TensorBoard scalars of a run (``--tensorboard``), by what they are: their tags
+BOARD_TAGS = {
+    "loss": "train/loss",  # the mini-batch's training loss, every optimiser step
+    "lr": "train/lr",  # the learning rate of that step
+    "epoch_loss": "epoch/train_loss",  # the epoch's sample-weighted mean training loss, at its last step
+    "epoch_accuracy": "epoch/train_accuracy",
+    "test_loss": "test/loss",  # after the last epoch
+    "test_accuracy": "test/accuracy",
+    "sharpness": "sharpness/sharpness",  # each --track-sharpness record, at its step
+    "threshold": "sharpness/threshold",
+    "sharpness_lr": "sharpness/lr",
+}
 
 
 @dataclass
@@ -281,6 +297,34 @@ def _check_head(outputs: int, config: TrainConfig, num_classes: int) -> None:
         )
 
 
+def _board_step(loss: float, lr: float, record: SharpnessRecord | None) -> dict[str, float]:
+    """The TensorBoard scalars of one optimiser step: its loss and learning rate, and a sharpness record's."""
+    scalars = {BOARD_TAGS["loss"]: loss, BOARD_TAGS["lr"]: lr}
+    if record is not None:
+        scalars.update(
+            {
+                BOARD_TAGS["sharpness"]: record.sharpness,
+                BOARD_TAGS["threshold"]: record.threshold,
+                BOARD_TAGS["sharpness_lr"]: record.lr,
+            }
+        )
+    return scalars
+
+
+def _board_sidecar(board: Board, sidecar: Path) -> None:
+    """Log the records of a complete sharpness sidecar that a rerun keeps (and does not compute again)."""
+    track = read_result(sidecar)
+    for i in np.flatnonzero(np.asarray(track["done"], dtype=bool)):
+        board.add(
+            int(track["step"][i]),
+            {
+                BOARD_TAGS["sharpness"]: track["sharpness"][i],
+                BOARD_TAGS["threshold"]: track["threshold"][i],
+                BOARD_TAGS["sharpness_lr"]: track["lr"][i],
+            },
+        )
+
+
 def _diverged(config: TrainConfig, epoch: int, optimizer: torch.optim.Optimizer, what: str) -> LandscapeError:
     """The error of a run whose loss or weights stopped being finite, with the epoch and the learning rate."""
     lr = optimizer.param_groups[0]["lr"]
@@ -358,7 +402,14 @@ def snapshot_tags(config: TrainConfig) -> list[str]:
     return tags
 
 
-def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, quiet: bool = False) -> TrainResult:
+def train_model(
+    config: TrainConfig,
+    out: str | Path,
+    *,
+    force: bool = False,
+    quiet: bool = False,
+    tensorboard: str | Path | None = None,
+) -> TrainResult:
     """Train ``config.model`` on ``config.data`` and save the final checkpoint (and snapshots) at ``out``.
 
     The run is reproducible bit for bit from ``config.seed``: the global CPU generator and the training
@@ -370,6 +421,10 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
         out: the checkpoint path; snapshots are written beside it (:func:`landscape.models.checkpoint.snapshot_path`).
         force: overwrite an existing ``out``.
         quiet: no progress output.
+        tensorboard: a folder for TensorBoard scalars (:data:`BOARD_TAGS`: per optimiser step the mini-batch
+            loss and the learning rate, per epoch the training loss and accuracy, at the end the test loss and
+            accuracy, with ``config.track_sharpness`` each record's sharpness, threshold and learning rate);
+            None: none. It is where the scalars go, not an option of the run: the checkpoint does not record it.
 
     Returns:
         A :class:`TrainResult`.
@@ -377,8 +432,9 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
     Raises:
         LandscapeError: ``out`` exists without ``force``, a model or data the run cannot use (e.g. a head
             with fewer classes than the labels), an ``--init`` that does not fit or is not finite, a run under
-            torchrun with several processes, or training that diverged (a loss or weight no longer finite:
-            nothing of that epoch is saved).
+            torchrun with several processes, training that diverged (a loss or weight no longer finite:
+            nothing of that epoch is saved), or a ``tensorboard`` folder without the tensorboard package or that
+            cannot be written (both checked before training).
     """
     if launched():
         raise LandscapeError(
@@ -399,16 +455,23 @@ def train_model(config: TrainConfig, out: str | Path, *, force: bool = False, qu
             )
 
     temporary_path(ensure_folder(out.parent) / out.name).unlink()  # the folder takes files: checked before training
+    board = None if tensorboard is None else Board(tensorboard)  # the package and the folder: checked now too
     device = resolve_device(config.device)
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.default_generator.manual_seed(config.seed)
-        if device.type == "cuda":
-            with torch.cuda.device(device):
-                torch.cuda.manual_seed(config.seed)  # this device only: the others are not forked
-        return _train(config, out, device, quiet, force)
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.default_generator.manual_seed(config.seed)
+            if device.type == "cuda":
+                with torch.cuda.device(device):
+                    torch.cuda.manual_seed(config.seed)  # this device only: the others are not forked
+            return _train(config, out, device, quiet, force, board)
+    finally:
+        if board is not None:  # also after a failure: the scalars up to it stay readable
+            board.close()
 
 
-def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, force: bool) -> TrainResult:
+def _train(
+    config: TrainConfig, out: Path, device: torch.device, quiet: bool, force: bool, board: Board | None
+) -> TrainResult:
     """The body of :func:`train_model`, run with the global generators already seeded (and forked)."""
     generator = torch.Generator().manual_seed(config.seed)
 
@@ -471,6 +534,8 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
             attrs={"model": model_name, "train_options": options},
             force=force,
         )
+        if track.kept and board is not None:  # a complete sidecar of the same run computes nothing: its records
+            _board_sidecar(board, track.path)
 
     run_id = uuid.uuid4().hex  # the snapshots and the checkpoint of this run carry it (trajectory --snapshots-of)
 
@@ -506,8 +571,9 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
             target: Tensor = y
             if mixer is not None:
                 x, target = mixer(x, y)
+            lr = config.lr * lr_factor(step, total_steps, warmup_steps)
             for group in optimizer.param_groups:
-                group["lr"] = config.lr * lr_factor(step, total_steps, warmup_steps)
+                group["lr"] = lr
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast), calling_forward(model, x):
                 logits = model(x)
             if step == 0:  # the head's true width, whatever the model (a py: factory may ignore num_classes)
@@ -521,10 +587,12 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
                 nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad)
             optimizer.step()
             step += 1
-            if track is not None:
-                track.after_step(step)
+            tracked = None if track is None else track.after_step(step)
+            batch_loss = float(loss.detach())
+            if board is not None:
+                board.add(step, _board_step(batch_loss, lr, tracked))
             seen += len(y)
-            loss_sum += float(loss.detach()) * len(y)
+            loss_sum += batch_loss * len(y)
             correct += int((logits.argmax(-1) == y).sum())
             bar.note(f"loss {loss_sum / seen:.3f}")
             bar.update(1)
@@ -534,6 +602,8 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
             raise _diverged(config, epoch, optimizer, bad)
         record = {"epoch": epoch, "train_loss": loss_sum / seen, "train_accuracy": correct / seen}
         history.append(record)
+        if board is not None:
+            board.add(step, {BOARD_TAGS[f"epoch_{k}"]: record[f"train_{k}"] for k in ("loss", "accuracy")})
         if config.snapshot_warmup and not warmup_saved and step >= warmup_steps:
             snapshots.append(save(snapshot_path(out, "warmup"), epoch, record))
             warmup_saved = True
@@ -550,6 +620,8 @@ def _train(config: TrainConfig, out: Path, device: torch.device, quiet: bool, fo
         "test_accuracy": test["accuracy"],
         "minutes": (time.perf_counter() - start) / 60.0,
     }
+    if board is not None:
+        board.add(step, {BOARD_TAGS["test_loss"]: test["loss"], BOARD_TAGS["test_accuracy"]: test["accuracy"]})
     path = save(out, config.epochs, metrics)
     if track is not None:
         track.finish()

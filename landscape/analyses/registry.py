@@ -250,6 +250,26 @@ def summarize(result: Result) -> str:
         return f"{item.title}: the arrays do not fit ({type(exc).__name__})"
 
 
+def numbers_of(result: Result) -> dict[str, str]:
+    """The key numbers of a result file by its analysis (the report's summary-table cells), or none.
+
+    Args:
+        result: a result file read into memory.
+
+    Returns:
+        Column name -> text (see :attr:`Analysis.numbers`); ``{}`` for a kind no analysis writes, an analysis
+        without numbers, a file that contradicts itself (:func:`inconsistency`) or arrays that do not fit.
+    """
+    _load_builtin()
+    item = _REGISTRY.get(result.kind)
+    if item is None or item.numbers is None or inconsistency(result) is not None:
+        return {}
+    try:
+        return item.numbers(result)
+    except (TypeError, ValueError, KeyError, IndexError, ArithmeticError):
+        return {}
+
+
 def load(ref: str) -> Callable[..., Any]:
     """The object a ``"module:name"`` reference names (the module imported when needed).
 

@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import click
 
+from landscape import __version__
+
 #: the commands that are not analyses: name -> (module, one-line help shown by ``landscape --help``)
 TOOLS: dict[str, tuple[str, str]] = {
     "demo": ("landscape.cli.demo", "The main job: train three mini models on digits and analyse them."),
@@ -20,7 +22,7 @@ TOOLS: dict[str, tuple[str, str]] = {
     "train": ("landscape.cli.train", "Train a zoo model and save a checkpoint."),
     "convert": ("landscape.cli.convert", "Initialise a vit_rpe_* checkpoint from a trained convvit_* (Paper B)."),
     "plot": ("landscape.cli.plot", "Draw the figures of result files."),
-    "info": ("landscape.cli.info", "Print the kind, summary, provenance and options of a result file."),
+    "info": ("landscape.cli.info", "Print the kind, summary, provenance and options of result files (--json)."),
     "report": ("landscape.cli.report", "Write one self-contained HTML page of every result file in a folder."),
 }
 
@@ -117,7 +119,7 @@ TRACEBACK_HINT = "landscape --traceback ... shows its full trace"
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="landscape")
+@click.version_option(version=__version__, prog_name="landscape", message="%(prog)s %(version)s")
 @click.option(
     "--traceback",
     is_flag=True,

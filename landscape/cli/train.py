@@ -58,6 +58,14 @@ def _parse_subset(value: str | None) -> float | int | None:
     metavar="N",
     help="Every N steps, the sharpness and its stability threshold into OUT.sharpness.h5.",
 )
+@click.option(
+    "--tensorboard",
+    default=None,
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Also write TensorBoard scalars into DIR: each step's loss and learning rate, each epoch's loss and "
+    "accuracy, the test's; with --track-sharpness the sharpness, its threshold and lr (the tensorboard extra).",
+)
 @click.option("--amp", is_flag=True, help="bf16 autocast on CUDA.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Checkpoint path, e.g. run.pt.")
@@ -72,6 +80,7 @@ def command(
     out: str,
     force: bool,
     quiet: bool,
+    tensorboard: str | None,
     **options: object,
 ) -> None:
     """Train a zoo model and save a checkpoint (with optional snapshots beside it)."""
@@ -80,7 +89,7 @@ def command(
     given = {k: v for k, v in options.items() if v is not None and v is not False}
     base = dict(model=model, data=data, subset=_parse_subset(subset), model_kwargs=parse_model_kw(model_kw), **given)
     config = TrainConfig.paper_a(**base) if recipe == "paper-a" else TrainConfig(**base)  # type: ignore[arg-type]
-    result = train_model(config, out, force=force, quiet=quiet)
+    result = train_model(config, out, force=force, quiet=quiet, tensorboard=tensorboard)
     m = result.metrics
     click.echo(
         f"saved {result.checkpoint}: test accuracy {m['test_accuracy']:.4f}, "
@@ -92,3 +101,5 @@ def command(
         from landscape.analyses.sharpness.track_file import sidecar_path
 
         click.echo(f"sharpness {sidecar_path(result.checkpoint)}")
+    if tensorboard is not None:
+        click.echo(f"tensorboard {tensorboard}")

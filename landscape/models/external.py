@@ -27,13 +27,12 @@ import torch
 from torch import Tensor, nn
 
 from landscape.data.preprocess import Preprocess
-from landscape.errors import LandscapeError, calling
+from landscape.errors import LandscapeError, calling, missing_extra
 
 if TYPE_CHECKING:
     from landscape.data.preprocess import Preprocess
 
 SOURCES = ("timm", "torchvision", "py")
-TIMM_EXTRA = "pip install 'landscape[timm]'"
 
 
 def split_spec(name: str) -> tuple[str | None, str]:
@@ -75,7 +74,7 @@ def _timm() -> Any:
     try:
         return importlib.import_module("timm")
     except ImportError:
-        raise LandscapeError(f"timm: models need the timm package, which is not installed: {TIMM_EXTRA}") from None
+        raise missing_extra("timm: models need the timm package", "timm") from None
 
 
 def _unknown(kind: str, name: str, known: list[str], listing: str) -> LandscapeError:

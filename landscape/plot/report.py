@@ -9,7 +9,7 @@ SVG inline), grouped by model and by kind, each captioned with what it shows (it
 and each file's provenance (:func:`landscape.store.read.describe`) folded under its figures. The result files
 of DIR's sub-folders (e.g. the demo's ``data_size/``) get a section each, with the figures that overlay them.
 The page loads nothing from the network. With plotly installed (``pip install
-'landscape[interactive]'``) each 2D surface also gets a rotatable 3D view, plotly's JavaScript embedded once.
+'landscape-toolkit[interactive]'``) each 2D surface also gets a rotatable 3D view, plotly's JavaScript embedded once.
 
 Files that are not landscape results (not HDF5, no ``kind``, being written) and results whose figures cannot be
 drawn are named in the page with a one-line note; they never stop the report.
@@ -27,8 +27,8 @@ from typing import Any
 
 from landscape import __version__
 from landscape.analyses.numbers import MISSING
-from landscape.analyses.registry import analyses, analysis_of, inconsistency, kinds
-from landscape.errors import LandscapeError
+from landscape.analyses.registry import analyses, analysis_of, kinds, numbers_of
+from landscape.errors import LandscapeError, missing_extra
 from landscape.plot import UndrawableError, figures_of, one_of, plot_files
 from landscape.plot.common import model_name
 from landscape.store.files import (
@@ -48,7 +48,6 @@ REPORT_FORMATS = ("png", "svg")
 #: the folder (inside DIR) that holds the report's figures
 FIGURES_FOLDER = "report_figures"
 ALL_MODELS = "All models"
-PLOTLY_HINT = "pip install 'landscape[interactive]'"
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
@@ -174,7 +173,7 @@ def _plotly(interactive: bool | None) -> Any:
         import plotly.graph_objects as go
     except ImportError:
         if interactive:
-            raise LandscapeError(f"the interactive 3D views need plotly; install it with {PLOTLY_HINT}") from None
+            raise missing_extra("the interactive 3D views need plotly", "interactive") from None
         return None
     return go
 
@@ -375,17 +374,6 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, markdown: bo
     return "\n".join(out)
 
 
-def _numbers(entry: _File) -> dict[str, str]:
-    """The summary-table cells of one file, from its analysis (none when the arrays do not fit)."""
-    numbers = analysis_of(entry.kind).numbers if entry.kind in kinds() else None
-    if numbers is None or inconsistency(entry.result) is not None:
-        return {}  # a file that contradicts itself is not summarised: its note says why
-    try:
-        return numbers(entry.result)
-    except (TypeError, ValueError, KeyError, IndexError, ArithmeticError):
-        return {}  # arrays that do not fit: the figures' notes say what is wrong
-
-
 def _summary_from_files(files: Sequence[_File]) -> str:
     """The summary table: model, kind, file, then the key numbers of every analysis of ``files`` that has any."""
     present = {f.kind for f in files}
@@ -398,7 +386,7 @@ def _summary_from_files(files: Sequence[_File]) -> str:
     ordered = sorted(files, key=lambda f: (f.section, models.index(f.model), order[f.kind], f.path.name))
     rows = []
     for f in ordered:
-        cells = _numbers(f)
+        cells = numbers_of(f.result)  # none for a file that contradicts itself: its note says why
         rows.append([f.model, f.kind, f.name, *(cells.get(c, MISSING) for c in columns)])
     return _table(["model", "kind", "file", *columns], rows)
 

@@ -5,6 +5,7 @@
 - :mod:`landscape.store.h5`: opening only self-contained HDF5 files; a clean release after a failed write.
 - :mod:`landscape.store.result`: :class:`ResultFile`, a result file open for a run (create, resume, write).
 - :mod:`landscape.store.read`: :func:`read_result` into a :class:`Result`, and :func:`describe`.
+- :mod:`landscape.store.json_view`: a result file as strict JSON for scripts (``landscape info --json``).
 """
 
 from landscape.store.attrs import identity_of

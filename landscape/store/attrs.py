@@ -24,6 +24,28 @@ VOLATILE = frozenset(
     }
 )
 
+#: the root attributes that say where a result came from (docs/schema.md, the attributes shared by every kind); a
+#: second model's (connect, similarity) are these names with ``other_`` in front
+PROVENANCE = (
+    "landscape_version",
+    "created",
+    "command",
+    "model",
+    "model_kwargs",
+    "checkpoint",
+    "checkpoint_sha256",
+    "pretrained",
+    "num_classes",
+    "model_output",
+    "dataset",
+    "split",
+    "preprocess",
+    "n_samples",
+    "seed",
+    "device",
+    "torch_version",
+)
+
 
 def encode(value: Any) -> Any:
     """An attribute value as HDF5 stores it: ``None``, dicts, lists and tuples as JSON, paths as strings.

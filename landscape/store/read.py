@@ -265,16 +265,14 @@ def describe(path: str | Path | Result, summary: str | None = None) -> str:
             continue
         lines.append(f"  {key}: {result.attrs[key]}")
     lines.append("  arrays:")
-    groups: dict[str, list[np.ndarray]] = {}
-    for name, arr in result.arrays.items():
-        groups.setdefault(name.rpartition("/")[0], []).append(arr)
+    groups = large_groups(result.arrays)
     shown: set[str] = set()
     for name, arr in sorted(result.arrays.items()):
         group = name.rpartition("/")[0]
-        if group and len(groups[group]) > GROUP_SUMMARY:  # e.g. one array per parameter: one line
+        if group in groups:  # e.g. one array per parameter: one line
             if group not in shown:
                 shown.add(group)
-                members = groups[group]
+                members = [result.arrays[member] for member in groups[group]]
                 dtypes = ",".join(sorted({str(a.dtype) for a in members}))
                 lines.append(f"    {group}/: {len(members)} arrays, {sum(a.size for a in members)} values ({dtypes})")
             continue
@@ -286,3 +284,20 @@ def describe(path: str | Path | Result, summary: str | None = None) -> str:
         for where, values in sorted(result.attrs_at.items()):
             lines.append(f"    {where}: " + ", ".join(f"{k}={v}" for k, v in sorted(values.items())))
     return "\n".join(lines)
+
+
+def large_groups(arrays: dict[str, np.ndarray]) -> dict[str, list[str]]:
+    """The groups of more than :data:`GROUP_SUMMARY` arrays, which descriptions summarise (e.g. one per parameter).
+
+    Args:
+        arrays: arrays by their path in the file (:attr:`Result.arrays`).
+
+    Returns:
+        Each such group's path (the part of its arrays' paths before the last ``/``) -> its arrays' paths.
+    """
+    groups: dict[str, list[str]] = {}
+    for name in arrays:
+        group = name.rpartition("/")[0]
+        if group:
+            groups.setdefault(group, []).append(name)
+    return {group: names for group, names in groups.items() if len(names) > GROUP_SUMMARY}

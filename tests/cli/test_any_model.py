@@ -415,7 +415,7 @@ def test_one_line_errors_for_names_extras_and_network(monkeypatch, tmp_path):
     result = CliRunner().invoke(
         cli, ["fourier", "--model", "timm:resnet18", "--random-init", "--out", str(tmp_path / "t.h5")]
     )
-    assert result.exit_code == 2 and "landscape[timm]" in result.output
+    assert result.exit_code == 2 and "pip install 'landscape-toolkit[timm]'" in result.output
 
 
 def test_torchvision_refuses_one_channel_data_and_labels_beyond_the_head():

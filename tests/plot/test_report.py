@@ -316,7 +316,7 @@ def test_interactive_requires_plotly(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "plotly", None)
     monkeypatch.setitem(sys.modules, "plotly.graph_objects", None)
     msg = one_line_error(write_report, tmp_path / "d", interactive=True)
-    assert "pip install 'landscape[interactive]'" in msg
+    assert "pip install 'landscape-toolkit[interactive]'" in msg
     page = Page(write_report(tmp_path / "d").read_text())  # default: without plotly, no 3D views, no error
     assert not any("Plotly" in text for _, text in page.scripts)
 

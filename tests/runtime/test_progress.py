@@ -1,5 +1,6 @@
 """What a run prints while it works, and ``landscape info`` on a file a live run is writing."""
 
+import json
 import os
 import subprocess
 import sys
@@ -88,6 +89,10 @@ def test_info_reads_a_live_file_and_the_log_shows_progress_lines(tmp_path):
                 and "model: resnet_mini" in info.output
             )
             assert "progress: surface: 1/3 points (33%)" in info.output
+            live = json.loads(CliRunner().invoke(cli, ["info", "--json", str(out)]).output)
+            assert live["being_written"] is True and (live["pid"], live["kind"]) == (writer.pid, "surface")
+            assert live["attributes"]["model"] == "resnet_mini" and live["progress"]["done"] == 1
+            assert live["progress"]["total"] == 3
         finally:
             go.touch()
             writer.wait(timeout=120)
