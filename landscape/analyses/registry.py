@@ -58,7 +58,8 @@ class Analysis:
     """One analysis, as the rest of the toolkit sees it.
 
     Attributes:
-        kind: the result kind its files carry (their ``kind`` attribute), e.g. ``"surface"``.
+        kind: the result kind its files carry (their ``kind`` attribute), e.g. ``"surface"``; for an analysis
+            whose output is not a result file (:attr:`output`), just its name.
         title: its name in the report and the docs, e.g. ``"Loss surface"``.
         description: one sentence of what it computes.
         summary: one line on a result file of this kind (what it holds, its key numbers), for ``landscape
@@ -86,13 +87,15 @@ class Analysis:
         coords: the array that holds the coordinates of each of its axes, axis -> path (e.g. ``{"x":
             "xcoordinates"}``): the coordinates of ``Result.to_xarray`` and the index of its tables.
         tables: its tables by name (``Result.table``), the first the default.
+        output: None when it writes result files of :attr:`kind`; else what it writes instead (e.g. ``"a
+            checkpoint"``): it then has no result kind (:func:`kinds`), nothing to summarise or draw.
     """
 
     kind: str
     title: str
     description: str
-    summary: Callable[[Result], str]
-    figures: str | ModuleType | Any
+    summary: Callable[[Result], str] | None = None
+    figures: str | ModuleType | Any = None
     numbers: Callable[[Result], dict[str, str]] | None = None
     options: type | None = None
     run: str | None = None
@@ -104,6 +107,7 @@ class Analysis:
     captions: dict[str, str] = field(default_factory=dict)
     coords: dict[str, str] = field(default_factory=dict)
     tables: dict[str, Table] = field(default_factory=dict)
+    output: str | None = None
 
     def caption(self, figure: str) -> str:
         """What the figure named ``figure`` (its file name without the suffix) shows, from :attr:`captions`.
@@ -178,12 +182,19 @@ def analyses() -> list[Analysis]:
 
 
 def kinds() -> tuple[str, ...]:
-    """The result kinds of every registered analysis, in report order.
+    """The result kinds of every registered analysis that writes result files, in report order.
 
     Returns:
         The kinds, e.g. ``("surface", "hessian", ...)``.
     """
-    return tuple(a.kind for a in analyses())
+    return tuple(a.kind for a in analyses() if a.output is None)
+
+
+def _writer(kind: str) -> Analysis | None:
+    """The registered analysis that writes result files of ``kind``, or None."""
+    _load_builtin()
+    item = _REGISTRY.get(kind)
+    return item if item is not None and item.output is None else None
 
 
 def analysis_of(kind: str) -> Analysis:
@@ -198,10 +209,12 @@ def analysis_of(kind: str) -> Analysis:
     Raises:
         LandscapeError: no registered analysis writes that kind.
     """
-    _load_builtin()
-    if kind not in _REGISTRY:
-        raise LandscapeError(f"no analysis writes result kind {kind!r}; the kinds are {', '.join(kinds())}")
-    return _REGISTRY[kind]
+    item = _writer(kind)
+    if item is None:
+        instead = _REGISTRY.get(kind)
+        what = f"landscape {instead.command or kind} writes {instead.output}, not a result file; " if instead else ""
+        raise LandscapeError(f"no analysis writes result kind {kind!r} ({what}the kinds are {', '.join(kinds())})")
+    return item
 
 
 def inconsistency(result: Result) -> str | None:
@@ -215,8 +228,7 @@ def inconsistency(result: Result) -> str | None:
         coordinates, or a file marked complete with points not done), or None (also for a kind no analysis
         writes, or whose figure module has no ``consistent``).
     """
-    _load_builtin()
-    item = _REGISTRY.get(result.kind)
+    item = _writer(result.kind)
     consistent = getattr(item.figure_module(), "consistent", None) if item is not None else None
     if consistent is None:
         return None
@@ -237,8 +249,7 @@ def summarize(result: Result) -> str:
         The analysis's summary; for a kind no analysis writes, a file that contradicts itself
         (:func:`inconsistency`), or arrays its summary cannot read, a line that says so.
     """
-    _load_builtin()
-    item = _REGISTRY.get(result.kind)
+    item = _writer(result.kind)
     if item is None:
         return f"no analysis writes result kind {result.kind!r}"
     why = inconsistency(result)
@@ -260,8 +271,7 @@ def numbers_of(result: Result) -> dict[str, str]:
         Column name -> text (see :attr:`Analysis.numbers`); ``{}`` for a kind no analysis writes, an analysis
         without numbers, a file that contradicts itself (:func:`inconsistency`) or arrays that do not fit.
     """
-    _load_builtin()
-    item = _REGISTRY.get(result.kind)
+    item = _writer(result.kind)
     if item is None or item.numbers is None or inconsistency(result) is not None:
         return {}
     try:

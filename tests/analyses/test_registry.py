@@ -65,7 +65,6 @@ def test_the_builtin_analyses_are_registered_once_each_in_report_order():
     assert kinds() == (
         "surface",
         "connect",
-        "align",
         "hessian",
         "spectrum",
         "sharpness",
@@ -78,10 +77,13 @@ def test_the_builtin_analyses_are_registered_once_each_in_report_order():
     assert all(a.options is not None and a.run and a.api for a in analyses() if a.command)
     assert all(a.docs for a in analyses())
     assert [a.kind for a in analyses() if not a.command] == ["sharpness_track"]  # written by landscape train
+    assert [a.kind for a in analyses() if a.output] == ["align"]  # writes a checkpoint
     with pytest.raises(ValueError, match="declared twice"):
         register_analysis(Analysis(kind="surface", title="x", description="x", summary=str, figures="x"))
     with pytest.raises(LandscapeError, match="no analysis writes result kind 'nothing'"):
         analysis_of("nothing")
+    with pytest.raises(LandscapeError, match="landscape align writes a checkpoint"):
+        analysis_of("align")
 
 
 def test_a_registered_analysis_reaches_plot_info_and_report(toy, tmp_path):

@@ -1,10 +1,10 @@
 """Permutation alignment: theta_B's hidden units reordered to match theta_A's, theta_B's function unchanged.
 
 The permutation spec traced from the module graph (spec), permutations applied and the weight-matching objective
-(permute), weight matching (weights), activation matching (activations), the function check and the run (run).
+(permute), weight matching (weights), activation matching (activations), the function check and the run (run). Its output is a checkpoint, not a result
+file: the registry lists it among the analyses but not among the result kinds.
 """
 
-from landscape.analyses.align.summary import AlignFigures, align_summary
 from landscape.analyses.registry import Analysis, register_analysis
 from landscape.options.align import AlignOptions
 
@@ -14,8 +14,7 @@ ALIGN = register_analysis(
         title="Permutation alignment",
         description="theta_B's hidden units permuted to match theta_A's (weight or activation matching), "
         "its function checked unchanged; writes a checkpoint.",
-        summary=align_summary,
-        figures=AlignFigures,
+        output="a checkpoint (theta_B aligned, its record under extra['alignment'])",
         options=AlignOptions,
         run="landscape.analyses.align.run:run_align",
         api="landscape.analyses.align.run:align",
