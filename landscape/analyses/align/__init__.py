@@ -1,8 +1,8 @@
 """Permutation alignment: theta_B's hidden units reordered to match theta_A's, theta_B's function unchanged.
 
 The permutation spec traced from the module graph (spec), permutations applied and the weight-matching objective
-(permute), weight matching (weights), activation matching (activations), the function check and the run (run). Its output is a checkpoint, not a result
-file: the registry lists it among the analyses but not among the result kinds.
+(permute), weight matching (weights), activation matching (activations), the function check and the run (run).
+Its output is a checkpoint, not a result file: the registry lists it among the analyses, not among the result kinds.
 """
 
 from landscape.analyses.registry import Analysis, register_analysis
