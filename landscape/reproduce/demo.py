@@ -16,8 +16,10 @@ file is complete, so a rerun resumes rather than recomputes.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,11 +43,11 @@ from landscape.plot import plot_files
 from landscape.plot.report import write_report
 from landscape.reproduce.findings import SHARPNESS_FILE, findings, findings_markdown
 from landscape.reproduce.inputs import seed_folder, seeds_text
-from landscape.reproduce.paper_b import PaperBSettings, measure_paper_b
+from landscape.reproduce.paper_b import PaperBSettings, paper_b_row, paper_b_seeds, write_paper_b
 from landscape.reproduce.summary import FindingsText, ModelReport, write_summary
 from landscape.reproduce.training import train_or_reuse
-from landscape.runtime.progress import Progress
-from landscape.store.files import ensure_folder, ensure_subfolder
+from landscape.runtime.workers import StageTime, Stopwatch, Unit, run_units, stage_table, usable_cores
+from landscape.store.files import WRITTEN_BY, ensure_folder, ensure_subfolder, write_text
 from landscape.store.read import read_result
 from landscape.train import TrainConfig
 
@@ -157,53 +159,116 @@ def _mean_or_nan(values: np.ndarray) -> float:
 
 
 def _spectrum_stage(ckpt: Path, settings: DemoSettings, out: Path, *, device: str, force: bool, quiet: bool) -> Path:
-    """Paper A's per-mini-batch top-5 spectrum of ``ckpt`` into ``out``."""
+    """Paper A's per-mini-batch top-5 spectrum of ``ckpt`` into ``out``.
+
+    Products by a kept gradient graph, one batch at a time: what ``auto`` measured fastest on every demo model,
+    fixed so that the numbers do not depend on a measurement made under the machine's load.
+    """
     options = SpectrumOptions(
-        batch_size=settings.spectrum_batch, fraction=settings.spectrum_fraction, top_k=5, which="LM"
+        batch_size=settings.spectrum_batch,
+        fraction=settings.spectrum_fraction,
+        top_k=5,
+        which="LM",
+        hvp="graph",
+        group=1,
     )
     run_spectrum(ckpt, options, out=out, device=device, force=force, progress=_progress(quiet))
     return out
 
 
-def _model_stages(
-    model: str, settings: DemoSettings, out_dir: Path, *, seed: int = 0, device: str, force: bool, quiet: bool
-) -> tuple[Path, dict[str, Path]]:
-    """Run train, spectrum and Fourier (and the surface for the first seed) for one model and seed.
+def _surface_options(settings: DemoSettings) -> SurfaceOptions:
+    """The first seed's 2D surface: Paper A's plotted loss on filter-normalised directions.
+
+    The choices that are otherwise measured at run time (vectorised points, compiling) are fixed, so that the
+    numbers do not depend on the load of the machine or on how many workers share it.
+    """
+    grid = f"-1:1:{settings.grid}"
+    return SurfaceOptions(
+        x=grid,
+        y=grid,
+        samples=settings.surface_samples,
+        norm="filter",
+        regularizer="norm-sum",
+        reg_coef=settings.reg_coef,
+        batch_points=1,
+        compile="off",
+    )
+
+
+def model_unit(
+    model: str, settings: DemoSettings, out_dir: Path, *, seed: int, device: str, force: bool, quiet: bool
+) -> tuple[ModelReport, dict[str, Path], list[StageTime]]:
+    """One model and seed: train, then spectrum, sharpness and Fourier, and the surface and its figures (first seed).
+
+    Each stage is skipped when its file is complete.
 
     Returns:
-        The checkpoint and the result files by analysis (``surface``, ``spectrum``, ``fourier``).
+        The model's numbers read back from its files, the result files by analysis (``surface``, ``spectrum``,
+        ``sharpness_MEASURE``, ``fourier``) and what each stage cost.
     """
+    watch = Stopwatch()
     folder = ensure_folder(seed_folder(out_dir, seed))
-    ckpt = _train_stage(model, settings, folder / f"{model}.pt", seed=seed, device=device, force=force, quiet=quiet)
+    with watch("train"):
+        ckpt = _train_stage(model, settings, folder / f"{model}.pt", seed=seed, device=device, force=force, quiet=quiet)
     files: dict[str, Path] = {}
+    figures: list[Path] = []
     if seed == settings.seeds[0]:
-        grid = f"-1:1:{settings.grid}"
         files["surface"] = folder / f"{model}_surface.h5"
-        options = SurfaceOptions(
-            x=grid,
-            y=grid,
-            samples=settings.surface_samples,
-            norm="filter",
-            regularizer="norm-sum",
-            reg_coef=settings.reg_coef,
+        with watch("surface"):
+            run_surface(
+                ckpt,
+                _surface_options(settings),
+                out=files["surface"],
+                force=force,
+                device=device,
+                progress=_progress(quiet),
+            )
+        with watch("figures"):
+            # the demo's own figures folder: its figures are replaced, also those of releases without the mark
+            drawn = plot_files([files["surface"]], ensure_subfolder(out_dir, "figures", model), "png", force=True)
+            figures = [p for p in drawn if p.suffix == ".png"]
+    with watch("spectrum"):
+        files["spectrum"] = _spectrum_stage(
+            ckpt, settings, folder / f"{model}_spectrum.h5", device=device, force=force, quiet=quiet
         )
-        run_surface(ckpt, options, out=files["surface"], force=force, device=device, progress=_progress(quiet))
-    spectrum = folder / f"{model}_spectrum.h5"
-    files["spectrum"] = _spectrum_stage(ckpt, settings, spectrum, device=device, force=force, quiet=quiet)
     for options in settings.sharpness if model in SHARPNESS_MODELS else ():
         name = f"sharpness_{options.measure}"
         files[name] = folder / SHARPNESS_FILE.format(model=model, measure=options.measure)
-        run_sharpness(ckpt, options, out=files[name], device=device, force=force, progress=_progress(quiet))
+        with watch("sharpness"):
+            run_sharpness(ckpt, options, out=files[name], device=device, force=force, progress=_progress(quiet))
     files["fourier"] = folder / f"{model}_fourier.h5"
-    run_fourier(
-        ckpt,
-        FourierOptions(samples=settings.fourier_samples),
-        out=files["fourier"],
-        device=device,
-        force=force,
-        progress=_progress(quiet),
-    )
-    return ckpt, files
+    with watch("fourier"):
+        run_fourier(
+            ckpt,
+            FourierOptions(samples=settings.fourier_samples),
+            out=files["fourier"],
+            device=device,
+            force=force,
+            progress=_progress(quiet),
+        )
+    return _report(model, seed, ckpt, files, figures), files, watch.records
+
+
+def data_size_unit(
+    fraction: float, settings: DemoSettings, out_dir: Path, *, seed: int, device: str, force: bool, quiet: bool
+) -> tuple[Path, list[StageTime]]:
+    """``vit_mini`` trained on ``fraction`` of the data with ``seed``, and its spectrum (``data_size/`` of the seed).
+
+    Returns:
+        The spectrum file and what each stage cost.
+    """
+    watch = Stopwatch()
+    model = "vit_mini"
+    folder = ensure_folder(seed_folder(out_dir, seed) / "data_size")
+    stem = f"{model}_data{fraction:g}"  # e.g. vit_mini_data0.06: a name, not a path with a suffix
+    with watch("train"):
+        ckpt = _train_stage(
+            model, settings, folder / f"{stem}.pt", seed=seed, device=device, force=force, quiet=quiet, subset=fraction
+        )
+    with watch("spectrum"):
+        path = folder / f"{stem}_spectrum.h5"
+        spectrum = _spectrum_stage(ckpt, settings, path, device=device, force=force, quiet=quiet)
+    return spectrum, watch.records
 
 
 def _data_size_stages(
@@ -213,31 +278,44 @@ def _data_size_stages(
 
     The files go to ``data_size/`` of the seed's folder (:func:`landscape.reproduce.inputs.seed_folder`).
     """
-    model = "vit_mini"
-    folder = ensure_folder(seed_folder(out_dir, seed) / "data_size")
-    files = []
-    for fraction in settings.data_fractions:
-        stem = f"{model}_data{fraction:g}"  # e.g. vit_mini_data0.06: a name, not a path with a suffix
-        ckpt = _train_stage(
-            model, settings, folder / f"{stem}.pt", seed=seed, device=device, force=force, quiet=quiet, subset=fraction
-        )
-        spectrum = folder / f"{stem}_spectrum.h5"
-        files.append(_spectrum_stage(ckpt, settings, spectrum, device=device, force=force, quiet=quiet))
-    return files
+    return [
+        data_size_unit(fraction, settings, out_dir, seed=seed, device=device, force=force, quiet=quiet)[0]
+        for fraction in settings.data_fractions
+    ]
 
 
-def _connect_stage(settings: DemoSettings, out_dir: Path, *, device: str, force: bool, quiet: bool) -> Path:
-    """The line and curve between ``settings.connect_model`` trained with the first two seeds (``settings.connect``).
+def paper_b_unit(
+    settings: PaperBSettings, seed: int, out_dir: Path, *, device: str, force: bool, quiet: bool
+) -> tuple[dict[str, Any], list[StageTime]]:
+    """One seed of Paper B's run (:func:`landscape.reproduce.paper_b.paper_b_row`), timed.
 
     Returns:
-        The connect file, ``connect_MODEL.h5`` in the demo folder.
+        Its row of ``paper_b.json`` and what it cost.
+    """
+    watch = Stopwatch()
+    with watch("paper_b"):
+        row = paper_b_row(settings, seed, out_dir, device=device, force=force, quiet=quiet)
+    return row, watch.records
+
+
+def connect_unit(
+    settings: DemoSettings, out_dir: Path, *, device: str, force: bool, quiet: bool
+) -> tuple[list[Path], list[StageTime]]:
+    """The line and curve between ``settings.connect_model`` trained with the first two seeds, and its figures.
+
+    Returns:
+        The connect file (``connect_MODEL.h5`` in the demo folder) then its figures, and what it cost.
     """
     assert settings.connect is not None
+    watch = Stopwatch()
     model = settings.connect_model
     a, b = (seed_folder(out_dir, s) / f"{model}.pt" for s in settings.seeds[:2])
     path = out_dir / CONNECT_FILE.format(model=model)
-    run_connect(a, b, settings.connect, out=path, device=device, force=force, progress=_progress(quiet))
-    return path
+    with watch("connect"):
+        run_connect(a, b, settings.connect, out=path, device=device, force=force, progress=_progress(quiet))
+    with watch("figures"):
+        drawn = plot_files([path], ensure_subfolder(out_dir, "figures", "connect"), "png", force=True)
+    return [path, *(p for p in drawn if p.suffix == ".png")], watch.records
 
 
 def _report(model: str, seed: int, ckpt: Path, files: dict[str, Path], figures: list[Path]) -> ModelReport:
@@ -262,10 +340,10 @@ def _report(model: str, seed: int, ckpt: Path, files: dict[str, Path], figures: 
     )
 
 
-def _threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
+#: the stages of the demo's cost table, in order
+STAGES = ("train", "surface", "spectrum", "sharpness", "fourier", "connect", "paper_b", "figures", "findings", "report")
+#: the demo folder's record of what the last run cost (stage by stage; ``benchmarks/demo.py`` prints it)
+TIMINGS_FILE = "timings.json"
 
 
 @dataclass
@@ -277,31 +355,33 @@ class _Trained:
     first_files: dict[str, dict[str, Path]]
 
 
-def _train_and_analyse(
-    settings: DemoSettings, out: Path, *, device: str, force: bool, quiet: bool, say: Callable[[str], None]
-) -> _Trained:
-    """Every model with every seed: train, analyse, read back; the first seed's surfaces drawn."""
-    first = settings.seeds[0]
-    done = _Trained([], [], {})
-    runs = [(model, seed) for model in settings.models for seed in settings.seeds]
-    with Progress("demo", len(runs), unit="model", progress=_progress(quiet), last_line=False) as bar:
-        for model, seed in runs:
-            bar.note(f"{model}, seed {seed}")
-            sharp = ", sharpness" if settings.sharpness and model in SHARPNESS_MODELS else ""
-            say(f"[demo] {model}, seed {seed}: train, {'surface, ' if seed == first else ''}spectrum, fourier{sharp}")
-            ckpt, files = _model_stages(model, settings, out, seed=seed, device=device, force=force, quiet=quiet)
-            figures: list[Path] = []
-            if seed == first:
-                # the demo's own figures folder: its figures are replaced, also those of releases without the mark
-                drawn = plot_files([files["surface"]], ensure_subfolder(out, "figures", model), "png", force=True)
-                figures = [p for p in drawn if p.suffix == ".png"]
-                done.first_files[model] = files
-            report = _report(model, seed, ckpt, files, figures)
-            done.seed_reports.append(report)
-            bar.update(1)
-            if seed == first:
-                done.reports.append(report)
-    return done
+def _units(settings: DemoSettings, out: Path, *, device: str, force: bool, quiet: bool) -> list[Unit]:
+    """Every independent piece of the demo, longest and most waited-for first.
+
+    Paper B's seeds, then each model and seed (the connected pair's two first), the line and curve once both
+    exist, and the data-size runs.
+    """
+    common = {"device": device, "force": force, "quiet": quiet}
+    units: list[Unit] = []
+    if settings.paper_b is not None:
+        units += [
+            Unit(f"paper_b/seed{seed}", paper_b_unit, (settings.paper_b, seed, out), common)
+            for seed in paper_b_seeds(settings.paper_b, out)
+        ]
+    pair = settings.seeds[:2] if settings.connect is not None and len(settings.seeds) >= 2 else ()
+    runs = [(m, s) for m in settings.models for s in settings.seeds]
+    runs.sort(key=lambda run: run[0] != settings.connect_model or run[1] not in pair)
+    for model, seed in runs:
+        units.append(Unit(f"{model}/seed{seed}", model_unit, (model, settings, out), {"seed": seed, **common}))
+        if pair and model == settings.connect_model and seed == pair[1]:
+            after = tuple(f"{model}/seed{s}" for s in pair)
+            units.append(Unit("connect", connect_unit, (settings, out), common, after=after))
+    units += [
+        Unit(f"vit_mini_data{f:g}/seed{seed}", data_size_unit, (f, settings, out), {"seed": seed, **common})
+        for seed in settings.seeds
+        for f in settings.data_fractions
+    ]
+    return units
 
 
 def _findings_text(settings: DemoSettings, out: Path) -> FindingsText:
@@ -319,6 +399,21 @@ def _findings_text(settings: DemoSettings, out: Path) -> FindingsText:
     )
 
 
+def _write_timings(out: Path, records: list[StageTime], wall: float, jobs: int) -> list[tuple[str, int, float, float]]:
+    """Write :data:`TIMINGS_FILE`: the run's stage table, its wall-clock time and its workers; return the table."""
+    table = stage_table(records, STAGES)
+    payload = {
+        "jobs": jobs,
+        "torch_threads_per_job": 1,
+        "wall_seconds": wall,
+        "cpu_seconds": sum(row[3] for row in table),
+        "stages": [{"stage": s, "units": n, "wall_seconds": w, "cpu_seconds": c} for s, n, w, c in table],
+        "written_by": WRITTEN_BY,
+    }
+    write_text(out / TIMINGS_FILE, json.dumps(payload, indent=1) + "\n", kind="record")
+    return table
+
+
 def run_demo(
     out_dir: str | Path,
     *,
@@ -326,10 +421,16 @@ def run_demo(
     device: str = "auto",
     force: bool = False,
     quiet: bool = False,
+    jobs: int | None = None,
     settings: DemoSettings | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Path:
     """Run the whole demo into ``out_dir`` (see the module doc); every stage whose file is complete is skipped.
+
+    The independent units (each model and seed, each of Paper B's seeds, each data-size run, the line and curve
+    once its two models exist) run on ``jobs`` worker processes of one torch thread each
+    (:func:`landscape.runtime.workers.run_units`): the files are those of a one-thread serial run, bit for bit,
+    whatever ``jobs`` is. What each stage cost goes to ``summary.md`` and :data:`TIMINGS_FILE`.
 
     Args:
         out_dir: the demo folder (created).
@@ -337,6 +438,7 @@ def run_demo(
         device: ``auto``, ``cpu`` or ``cuda``.
         force: recompute and overwrite every file.
         quiet: no progress output.
+        jobs: worker processes (None: the cores this process may use; 1: every unit here, in order).
         settings: the sizes (default: :data:`QUICK` or :data:`FULL`).
         log: where the stage lines go (default: stderr unless ``quiet``).
 
@@ -344,49 +446,67 @@ def run_demo(
         The path of ``summary.md`` (``report.html`` is beside it).
 
     Raises:
-        LandscapeError: no training seed in the settings, or any stage's error.
+        LandscapeError: no training seed in the settings, ``jobs`` below 1, or any stage's error.
     """
+    began = time.perf_counter()
     settings = settings or (QUICK if quick else FULL)
     if not settings.seeds:
         raise LandscapeError("the demo needs at least one training seed")
+    jobs = usable_cores() if jobs is None else jobs
     out = ensure_folder(out_dir)
     say = log or (lambda msg: None if quiet else print(msg, file=sys.stderr))
-    trained = _train_and_analyse(settings, out, device=device, force=force, quiet=quiet, say=say)
-    say("[demo] figures of all models overlaid")
-    files = trained.first_files.values()
-    shared = plot_files(
-        [f["spectrum"] for f in files] + [f["fourier"] for f in files],
-        ensure_subfolder(out, "figures", "overlay"),
-        "png",
-        force=True,
-    )
-    if settings.data_fractions:
-        fractions = ", ".join(f"{f:g}" for f in settings.data_fractions)
-        for seed in settings.seeds:
-            say(f"[demo] vit_mini on {fractions} of the data, seed {seed}: train, spectrum")
-            _data_size_stages(settings, out, seed=seed, device=device, force=force, quiet=quiet)
-    between: list[Path] = []
-    if settings.connect is not None and len(settings.seeds) >= 2:
-        first, second = settings.seeds[:2]
-        say(f"[demo] {settings.connect_model} of seeds {first} and {second}: the line and the curve between them")
-        connect = _connect_stage(settings, out, device=device, force=force, quiet=quiet)
-        drawn = plot_files([connect], ensure_subfolder(out, "figures", "connect"), "png", force=True)
-        between = [connect, *(p for p in drawn if p.suffix == ".png")]
-    if settings.paper_b is not None:
-        say(f"[demo] Paper B: {settings.paper_b.describe()}")
-        measure_paper_b(settings.paper_b, out, device=device, force=force, quiet=quiet, log=say)
+    units = _units(settings, out, device=device, force=force, quiet=quiet or jobs > 1)
+    workers = "in this process" if jobs == 1 else f"on {min(jobs, len(units))} worker processes"
+    say(f"[demo] {len(units)} units ({', '.join(u.key for u in units)}) {workers}, one torch thread each")
+    if settings.paper_b is not None and not paper_b_seeds(settings.paper_b, out):
+        say(f"[demo] Paper B: keeping {out / 'paper_b.json'} (not written by the demo); its rows give the Paper B row")
+    records: list[StageTime] = []
+
+    def finished(unit: Unit, value: Any) -> None:
+        records.extend(value[-1])
+        say(f"[demo] done: {unit.key} ({sum(r.wall for r in value[-1]):.0f} s)")
+
+    done = run_units(units, jobs, on_done=finished)
+    watch = Stopwatch()
+    trained = _Trained([], [], {})
+    for model, seed in ((m, s) for m in settings.models for s in settings.seeds):
+        report, files, _ = done[f"{model}/seed{seed}"]
+        trained.seed_reports.append(report)
+        if seed == settings.seeds[0]:
+            trained.reports.append(report)
+            trained.first_files[model] = files
+    with watch("figures"):
+        files = trained.first_files.values()
+        shared = plot_files(
+            [f["spectrum"] for f in files] + [f["fourier"] for f in files],
+            ensure_subfolder(out, "figures", "overlay"),
+            "png",
+            force=True,
+        )
+    if settings.paper_b is not None and paper_b_seeds(settings.paper_b, out):
+        rows = [done[f"paper_b/seed{seed}"][0] for seed in settings.paper_b.seeds]
+        write_paper_b(settings.paper_b, out, rows)
+    between = done["connect"][0] if "connect" in done else []
     say(f"[demo] findings: a verdict for every claim, hierarchical bootstrap over {seeds_text(settings.seeds)}")
-    summary = write_summary(
-        trained.reports,
-        [p for p in shared if p.suffix == ".png"],
-        out,
-        quick=quick,
-        findings_text=_findings_text(settings, out),
-        seed_reports=trained.seed_reports,
-        threads=_threads(),
-        between=between,
-        force=force,
-    )
+    with watch("findings"):
+        text = _findings_text(settings, out)
+    summary_args = {
+        "quick": quick,
+        "findings_text": text,
+        "seed_reports": trained.seed_reports,
+        "jobs": jobs,
+        "between": between,
+        "force": force,
+    }
+    pngs = [p for p in shared if p.suffix == ".png"]
+    with watch("report"):
+        summary = write_summary(trained.reports, pngs, out, **summary_args)
+        report = write_report(out, force=force)
+    records += watch.records
+    table = _write_timings(out, records, time.perf_counter() - began, jobs)
+    # the cost of the whole run, the report included, is the summary's last section (the report is built from the
+    # summary written before it, which has every other section)
+    write_summary(trained.reports, pngs, out, **summary_args, cost=(table, time.perf_counter() - began))
     say(f"[demo] wrote {summary}")
-    say(f"[demo] wrote {write_report(out, force=force)} (every figure embedded; open it in a browser)")
+    say(f"[demo] wrote {report} (every figure embedded; open it in a browser)")
     return summary

@@ -73,13 +73,13 @@ def _accuracy(path: Path) -> float:
     return float((read_checkpoint(path).meta.get("metrics") or {}).get("test_accuracy", math.nan))
 
 
-def paper_b_row(settings: PaperBSettings, seed: int, folder: Path, *, device: str, force: bool, quiet: bool) -> dict:
-    """Train (or reuse) one seed's three models in ``folder`` and return its row.
+def paper_b_row(settings: PaperBSettings, seed: int, out_dir: Path, *, device: str, force: bool, quiet: bool) -> dict:
+    """Train (or reuse) one seed's three models in ``out_dir/paper_b/seedK/`` and return its row.
 
     Args:
         settings: the run's size.
         seed: seeds the data subset and every training.
-        folder: the seed's folder (created).
+        out_dir: the demo folder (the seed's folder is created in it).
         device: the training device.
         force: train again whatever is there.
         quiet: no progress output.
@@ -88,6 +88,7 @@ def paper_b_row(settings: PaperBSettings, seed: int, folder: Path, *, device: st
         ``fraction``, ``seed``, ``n_train``, ``epochs``, ``steps`` (per stage), the test accuracies ``cnn``,
         ``vit_cnn_init`` and ``vit_random_2x``, and ``logit_diff`` (the conversion's largest logit difference).
     """
+    folder = out_dir / PAPER_B_DIR / f"seed{seed}"
     folder.mkdir(parents=True, exist_ok=True)
     n_train = len(load_dataset("digits", "train", subset=settings.fraction, seed=seed))
     per_epoch = math.ceil(n_train / settings.batch_size)
@@ -134,6 +135,43 @@ def written_by_demo(path: Path) -> bool:
     return isinstance(data, dict) and data.get("measured_by") == MEASURED_BY
 
 
+def paper_b_seeds(settings: PaperBSettings, out_dir: Path) -> tuple[int, ...]:
+    """The seeds whose rows the demo computes: all of ``settings.seeds``, or none.
+
+    None when ``out_dir`` holds a ``paper_b.json`` the demo did not write (that file is kept and read instead).
+
+    Raises:
+        LandscapeError: no seed in the settings.
+    """
+    if not settings.seeds:
+        raise LandscapeError("Paper B's run needs at least one seed")
+    path = out_dir / PAPER_B_FILE
+    return () if path.exists() and not written_by_demo(path) else settings.seeds
+
+
+def write_paper_b(settings: PaperBSettings, out_dir: Path, rows: list[dict]) -> Path:
+    """Write ``out_dir/paper_b.json``: the rows of every seed, the settings and the demo's mark.
+
+    Args:
+        settings: the run's size.
+        out_dir: the demo folder.
+        rows: :func:`paper_b_row` of each seed, in the order of ``settings.seeds``.
+
+    Returns:
+        The path of ``paper_b.json``.
+    """
+    path = out_dir / PAPER_B_FILE
+    payload = {
+        "measured_by": MEASURED_BY,
+        "settings": dataclasses.asdict(settings),
+        "description": settings.describe(),
+        "rows": rows,
+        "written_by": WRITTEN_BY,
+    }
+    write_text(path, json.dumps(payload, indent=1) + "\n", kind="record")
+    return path
+
+
 def measure_paper_b(
     settings: PaperBSettings,
     out_dir: Path,
@@ -161,24 +199,14 @@ def measure_paper_b(
     Raises:
         LandscapeError: no seed in the settings.
     """
-    if not settings.seeds:
-        raise LandscapeError("Paper B's run needs at least one seed")
     say = log or (lambda msg: None)
-    path = out_dir / PAPER_B_FILE
-    if path.exists() and not written_by_demo(path):
-        say(f"[demo] Paper B: keeping {path} (not written by the demo); its rows give the Paper B row")
-        return path
+    seeds = paper_b_seeds(settings, out_dir)
+    if not seeds:
+        kept = out_dir / PAPER_B_FILE
+        say(f"[demo] Paper B: keeping {kept} (not written by the demo); its rows give the Paper B row")
+        return out_dir / PAPER_B_FILE
     rows = []
-    for seed in settings.seeds:
+    for seed in seeds:
         say(f"[demo] Paper B, seed {seed}: convvit, conversion, fine-tuning, random-init control (2x steps)")
-        folder = out_dir / PAPER_B_DIR / f"seed{seed}"
-        rows.append(paper_b_row(settings, seed, folder, device=device, force=force, quiet=quiet))
-    payload = {
-        "measured_by": MEASURED_BY,
-        "settings": dataclasses.asdict(settings),
-        "description": settings.describe(),
-        "rows": rows,
-        "written_by": WRITTEN_BY,
-    }
-    write_text(path, json.dumps(payload, indent=1) + "\n", kind="record")
-    return path
+        rows.append(paper_b_row(settings, seed, out_dir, device=device, force=force, quiet=quiet))
+    return write_paper_b(settings, out_dir, rows)

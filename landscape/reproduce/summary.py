@@ -183,6 +183,23 @@ def _between_section(between: Sequence[Path], out_dir: Path) -> list[str]:
     return [*lines, ""]
 
 
+def _cost_section(table: Sequence[tuple[str, int, float, float]], wall: float, jobs: int | None) -> list[str]:
+    """The run's cost: each stage's units, wall and CPU seconds (summed over the units), and the total."""
+    cpu = sum(row[3] for row in table)
+    workers = "" if jobs is None else f" on {jobs} worker process{'es' if jobs != 1 else ''} of one torch thread"
+    lines = [
+        "## What this run cost",
+        "",
+        f"{wall:.0f} s of wall-clock time{workers}, {cpu:.0f} s of CPU time. Per stage, summed over its units (a",
+        "stage whose file was complete was skipped and costs next to nothing):",
+        "",
+        "| stage | units | wall (s) | CPU (s) |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [f"| {stage} | {units} | {w:.1f} | {c:.1f} |" for stage, units, w, c in table]
+    return [*lines, ""]
+
+
 def write_summary(
     reports: list[ModelReport],
     shared_figures: list[Path],
@@ -191,9 +208,10 @@ def write_summary(
     quick: bool,
     findings_text: FindingsText | None = None,
     seed_reports: Sequence[ModelReport] = (),
-    threads: int | None = None,
+    jobs: int | None = None,
     between: Sequence[Path] = (),
     force: bool = False,
+    cost: tuple[Sequence[tuple[str, int, float, float]], float] | None = None,
 ) -> Path:
     """Write ``summary.md``: the models side by side, the findings, Paper B's run, then every figure embedded.
 
@@ -205,17 +223,24 @@ def write_summary(
         findings_text: the findings table and its bootstrap's settings (a "Findings" section after the models'
             tables, then a "Paper B" section), or None to leave both out.
         seed_reports: the numbers of each model and seed (a second table when there are several seeds).
-        threads: the torch threads the demo ran with (said in the opening paragraph), or None.
+        jobs: the worker processes (of one torch thread each) the demo ran on (said in the opening paragraph),
+            or None.
         between: the connect file of two seeds' models and its figures (a "Between two minima" section after
             Paper B's), or empty to leave it out.
         force: replace a ``summary.md`` that landscape did not write (see
             :func:`landscape.store.files.check_replaceable`).
+        cost: what the run cost: its stage table (:func:`landscape.runtime.workers.stage_table`) and its
+            wall-clock seconds (a last section), or None.
 
     Returns:
         The path of ``summary.md``.
     """
     first = reports[0].seed if reports else 0
-    ran = f"Computed with {threads} torch thread{'s' if threads != 1 else ''}. " if threads else ""
+    ran = (
+        f"Computed {'in one process' if jobs == 1 else f'on {jobs} worker processes'} of one torch thread. "
+        if jobs
+        else ""
+    )
     lines = [
         "# landscape demo" + (" (quick)" if quick else ""),
         "",
@@ -240,6 +265,8 @@ def write_summary(
         lines += ["## All models", ""]
         lines += [f"![{p.stem}]({p.relative_to(out_dir).as_posix()})" for p in shared_figures]
         lines.append("")
+    if cost is not None:
+        lines += _cost_section(*cost, jobs)
     lines.append(f"<!-- landscape {__version__} ({WRITTEN_BY}) -->")
     path = out_dir / "summary.md"
     write_text(path, "\n".join(lines) + "\n", force=force, kind="summary")

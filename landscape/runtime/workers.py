@@ -1,0 +1,216 @@
+"""Independent units of work on a pool of worker processes of one torch thread each, and what each stage cost.
+
+The demo (and any analysis with independent units: models, seeds, grid points) hands :func:`run_units` a list of
+:class:`Unit`: a module-level function with its arguments and the keys of the units it must wait for. With
+``jobs = 1`` they run here, in order, at one torch thread; with ``jobs = N > 1`` on ``N`` worker processes (forked
+where the platform can and CUDA is not yet initialised here, so that a script or notebook is not imported again;
+else started with ``spawn``), each of one torch thread, so that the threads sum to the cores given and every unit
+computes exactly what a one-thread serial run computes (no OpenMP oversubscription, no thread count in any sum).
+Each unit writes its own files; the caller combines what the units return.
+
+:class:`Stopwatch` times named stages (wall clock and the CPU time of the process that ran them), so that a unit
+can say what each of its stages cost wherever it ran; :func:`stage_table` adds them up by stage.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+from landscape.errors import LandscapeError
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where there is none)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One independent piece of work.
+
+    Attributes:
+        key: its name, unique among the units of one call (e.g. ``"resnet_mini/seed1"``).
+        call: a module-level function (worker processes import it by name).
+        args: its positional arguments (picklable).
+        kwargs: its keyword arguments (picklable).
+        after: the keys of the units that must finish first (their files are its inputs).
+    """
+
+    key: str
+    call: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """What one stage of one unit cost.
+
+    Attributes:
+        stage: the stage's name, e.g. ``"train"``.
+        wall: seconds of wall-clock time.
+        cpu: seconds of CPU time of the process that ran it (all its threads).
+    """
+
+    stage: str
+    wall: float
+    cpu: float
+
+
+class Stopwatch:
+    """Times named stages: ``with watch("train"): ...``; the records are in :attr:`records`, in order."""
+
+    def __init__(self) -> None:
+        self.records: list[StageTime] = []
+
+    @contextmanager
+    def __call__(self, stage: str) -> Iterator[None]:
+        """Time the block as ``stage`` (recorded also when it raises)."""
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.records.append(StageTime(stage, time.perf_counter() - wall, time.process_time() - cpu))
+
+
+def stage_table(records: Sequence[StageTime], order: Sequence[str] = ()) -> list[tuple[str, int, float, float]]:
+    """The records added up by stage: ``(stage, units, wall seconds, CPU seconds)``, stages of ``order`` first.
+
+    Args:
+        records: every unit's stage times.
+        order: the stages' order in the table; stages not named follow in the order first seen.
+
+    Returns:
+        One row per stage that has records.
+    """
+    sums: dict[str, list[float]] = {}
+    for r in records:
+        row = sums.setdefault(r.stage, [0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += r.wall
+        row[2] += r.cpu
+    names = [s for s in order if s in sums] + [s for s in sums if s not in order]
+    return [(s, int(sums[s][0]), sums[s][1], sums[s][2]) for s in names]
+
+
+def _one_torch_thread() -> None:
+    """A worker's start: one intra-op and one inter-op torch thread (set before torch is imported and after)."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+    with suppress(RuntimeError):  # the inter-op pool of this process already started
+        torch.set_num_interop_threads(1)
+
+
+@contextmanager
+def _one_thread_here() -> Iterator[None]:
+    """This process at one torch thread for the block; the caller's setting restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _start_method() -> Any:
+    """How worker processes start: ``fork``, or ``spawn`` where fork is missing or CUDA is initialised here.
+
+    A forked child could not use CUDA that its parent initialised; ``spawn`` imports the caller's main module
+    again (a script then needs its ``if __name__ == "__main__"``).
+    """
+    import multiprocessing
+
+    import torch
+
+    forkable = "fork" in multiprocessing.get_all_start_methods() and not torch.cuda.is_initialized()
+    return multiprocessing.get_context("fork" if forkable else "spawn")
+
+
+def _order(units: Sequence[Unit]) -> None:
+    """Refuse repeated keys, unknown dependencies and a unit listed before one it waits for."""
+    seen: set[str] = set()
+    keys = {u.key for u in units}
+    if len(keys) != len(units):
+        raise ValueError("two units share a key")
+    for u in units:
+        missing = [k for k in u.after if k not in keys]
+        if missing:
+            raise ValueError(f"unit {u.key} waits for {missing}, which are not units of this call")
+        if any(k not in seen for k in u.after):
+            raise ValueError(f"unit {u.key} is listed before a unit it waits for")
+        seen.add(u.key)
+
+
+def run_units(
+    units: Sequence[Unit],
+    jobs: int,
+    *,
+    on_done: Callable[[Unit, Any], None] | None = None,
+) -> dict[str, Any]:
+    """Run every unit, each once its ``after`` units are done: here (``jobs = 1``) or on ``jobs`` workers.
+
+    Every unit runs at one torch thread, here or in a worker process, so the numbers do not depend on ``jobs``.
+    At most ``jobs`` units run at once; when one finishes, the first ready unit in the list starts (list the
+    longest first, and early a unit that others wait for). The first unit to raise stops the rest: the units not
+    yet started are cancelled, the running ones finish, and its error is raised here.
+
+    Args:
+        units: the work, each listed after the units it waits for.
+        jobs: worker processes (1: none, the units run in this process in order).
+        on_done: called here with each unit and its return value as it finishes.
+
+    Returns:
+        Each unit's return value by key.
+
+    Raises:
+        LandscapeError: ``jobs`` below 1; or the error a unit raised.
+        ValueError: repeated keys, or a unit listed before one it waits for.
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise LandscapeError(f"--jobs must be a positive number of worker processes, got {jobs!r}")
+    _order(units)
+    results: dict[str, Any] = {}
+    if jobs == 1:
+        with _one_thread_here():
+            for u in units:
+                results[u.key] = u.call(*u.args, **u.kwargs)
+                if on_done is not None:
+                    on_done(u, results[u.key])
+        return results
+    pending = list(units)
+    running: dict[Future[Any], Unit] = {}
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(units)) or 1,
+        mp_context=_start_method(),
+        initializer=_one_torch_thread,
+    ) as pool:
+        try:
+            while pending or running:
+                for u in [u for u in pending if all(k in results for k in u.after)][: jobs - len(running)]:
+                    pending.remove(u)
+                    running[pool.submit(u.call, *u.args, **u.kwargs)] = u
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    u = running.pop(future)
+                    results[u.key] = future.result()
+                    if on_done is not None:
+                        on_done(u, results[u.key])
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return results

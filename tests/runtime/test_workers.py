@@ -1,0 +1,95 @@
+import os
+import time
+
+import pytest
+import torch
+
+from landscape.errors import LandscapeError
+from landscape.runtime.workers import StageTime, Stopwatch, Unit, run_units, stage_table
+
+
+def _threads_and_pid(value):
+    return value, torch.get_num_threads(), os.getpid()
+
+
+def _product(a, b, *, scale=1):
+    return a * b * scale
+
+
+def _fails(message):
+    raise LandscapeError(message)
+
+
+def _reads(path):
+    return path.read_text()
+
+
+def _writes(path, text):
+    time.sleep(0.2)
+    path.write_text(text)
+    return text
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_every_unit_runs_once_at_one_torch_thread(jobs):
+    units = [Unit(f"u{i}", _threads_and_pid, (i,)) for i in range(4)]
+    done = run_units(units, jobs)
+    assert [done[f"u{i}"][0] for i in range(4)] == [0, 1, 2, 3]
+    assert all(threads == 1 for _, threads, _ in done.values())
+    pids = {pid for _, _, pid in done.values()}
+    assert (pids == {os.getpid()}) if jobs == 1 else (os.getpid() not in pids and 1 <= len(pids) <= 2)
+
+
+def test_one_job_leaves_the_callers_thread_count():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        run_units([Unit("a", _threads_and_pid, (1,))], 1)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_unit_waits_for_the_units_it_names(tmp_path):
+    path = tmp_path / "a.txt"
+    units = [
+        Unit("write", _writes, (path, "written")),
+        Unit("other", _product, (2, 3), {"scale": 2}),
+        Unit("read", _reads, (path,), after=("write",)),
+    ]
+    seen = []
+    done = run_units(units, 2, on_done=lambda u, v: seen.append(u.key))
+    assert done == {"write": "written", "other": 12, "read": "written"}
+    assert seen.index("write") < seen.index("read")
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_the_error_of_a_unit_is_raised_here(jobs):
+    with pytest.raises(LandscapeError, match="the unit's own words"):
+        run_units([Unit("bad", _fails, ("the unit's own words",)), Unit("ok", _product, (1, 1))], jobs)
+
+
+def test_bad_calls_are_refused():
+    with pytest.raises(LandscapeError, match="--jobs must be a positive number"):
+        run_units([], 0)
+    with pytest.raises(ValueError, match="share a key"):
+        run_units([Unit("a", _product, (1, 1)), Unit("a", _product, (1, 1))], 1)
+    with pytest.raises(ValueError, match="listed before a unit it waits for"):
+        run_units([Unit("b", _product, (1, 1), after=("a",)), Unit("a", _product, (1, 1))], 1)
+    with pytest.raises(ValueError, match="not units of this call"):
+        run_units([Unit("b", _product, (1, 1), after=("z",))], 1)
+
+
+def test_stages_are_timed_and_added_up_by_stage():
+    watch = Stopwatch()
+    with watch("b"):
+        sum(range(100_000))
+    with watch("a"):
+        time.sleep(0.05)
+    with pytest.raises(RuntimeError), watch("a"):
+        raise RuntimeError
+    assert [r.stage for r in watch.records] == ["b", "a", "a"]
+    assert watch.records[1].wall >= 0.05 and watch.records[1].cpu < watch.records[1].wall
+    records = [StageTime("x", 1.0, 0.5), StageTime("y", 2.0, 1.0), StageTime("x", 3.0, 1.5)]
+    assert stage_table(records, order=("y", "x")) == [("y", 1, 2.0, 1.0), ("x", 2, 4.0, 2.0)]
+    assert stage_table(records) == [("x", 2, 4.0, 2.0), ("y", 1, 2.0, 1.0)]
