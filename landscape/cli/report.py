@@ -19,8 +19,16 @@ from landscape.plot.report import REPORT_FORMATS
     help="Rotatable 3D views of 2D surfaces (plotly) [default: when plotly is installed].",
 )
 @click.option("--force", is_flag=True, help="Replace an --out page that landscape did not write (or a link there).")
-def command(folder: str, out: str | None, fmt: str, interactive: bool | None, force: bool) -> None:
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 1024),
+    default=None,
+    help="Worker processes that draw the figures.  [default: the cores this process may use]",
+)
+def command(folder: str, out: str | None, fmt: str, interactive: bool | None, force: bool, jobs: int | None) -> None:
     """Write DIR/report.html: the summary table, every figure embedded, provenance; no network needed."""
     from landscape.plot.report import write_report
+    from landscape.runtime.workers import usable_cores
 
-    click.echo(str(write_report(folder, out=out, fmt=fmt, interactive=interactive, force=force)))
+    jobs = usable_cores() if jobs is None else jobs
+    click.echo(str(write_report(folder, out=out, fmt=fmt, interactive=interactive, force=force, jobs=jobs)))

@@ -31,6 +31,7 @@ from landscape.analyses.registry import analyses, analysis_of, kinds, numbers_of
 from landscape.errors import LandscapeError, missing_extra
 from landscape.plot import UndrawableError, figures_of, one_of, plot_files
 from landscape.plot.common import model_name
+from landscape.runtime.workers import Unit, run_units
 from landscape.store.files import (
     WRITTEN_BY,
     check_replaceable,
@@ -98,6 +99,7 @@ def write_report(
     fmt: str = "png",
     interactive: bool | None = None,
     force: bool = False,
+    jobs: int = 1,
 ) -> Path:
     """Write one self-contained HTML page of every landscape result file in ``folder``.
 
@@ -116,6 +118,7 @@ def write_report(
         interactive: add a rotatable 3D view (plotly) of each 2D surface: ``None`` when plotly is installed,
             ``True`` always (plotly required), ``False`` never.
         force: replace an ``out`` that landscape did not write, or a symbolic link there (never followed).
+        jobs: worker processes that draw the files' figures (:func:`landscape.runtime.workers.run_units`; 1: here).
 
     Returns:
         The path of the page written.
@@ -147,9 +150,15 @@ def write_report(
     slugs = _slugs(models)
     sections = list(dict.fromkeys(f.section for f in files if f.section))
     section_slugs = _slugs(sections)
-    for entry in files:
-        where = f"folder-{section_slugs[entry.section]}" if entry.section else f"model-{slugs[entry.model]}"
-        _draw(entry, ensure_subfolder(folder, FIGURES_FOLDER, where), fmt)
+    where = [f"folder-{section_slugs[f.section]}" if f.section else f"model-{slugs[f.model]}" for f in files]
+    units = [
+        Unit(str(i), _draw, (entry.path, entry.kind, ensure_subfolder(folder, FIGURES_FOLDER, w), fmt))
+        for i, (entry, w) in enumerate(zip(files, where))
+    ]
+    drawn = run_units(units, jobs)
+    for i, entry in enumerate(files):
+        entry.figures, notes = drawn[str(i)]
+        entry.notes += notes
     shared = {"": _draw_overlays(top, ensure_subfolder(folder, FIGURES_FOLDER, "all-models"), fmt)}
     for section in sections:
         group = [f for f in files if f.section == section]
@@ -244,23 +253,25 @@ def _is_figure(path: Path, fmt: str) -> bool:
     return path.suffix == f".{fmt}"
 
 
-def _draw(entry: _File, out_dir: Path, fmt: str) -> None:
+def _draw(path: Path, kind: str, out_dir: Path, fmt: str) -> tuple[list[Path], list[str]]:
     """Draw the figures of one file; a file its kind's check refuses, or whose values fail while drawn, gets a note.
+
+    Returns:
+        The figures written, and the file's notes.
 
     Raises:
         LandscapeError: the figures cannot be written (folder, permissions, full disk, ...).
     """
     try:
-        figures_of(entry.kind, entry.result).check(entry.result)
+        result = read_result(path)
+        figures_of(kind, result).check(result)
     except LandscapeError as exc:
-        entry.notes.append(f"no figures: {_one_line(exc)}")
-        return
+        return [], [f"no figures: {_one_line(exc)}"]
     try:
-        written = plot_files([entry.path], out_dir, fmt, vtp=False, force=True)
+        written = plot_files([path], out_dir, fmt, vtp=False, force=True)
     except UndrawableError as exc:  # values the check did not foresee: this file's note, never the report's end
-        entry.notes.append(f"no figures: {_one_line(exc)}")
-        return
-    entry.figures = [p for p in written if _is_figure(p, fmt)]
+        return [], [f"no figures: {_one_line(exc)}"]
+    return [p for p in written if _is_figure(p, fmt)], []
 
 
 def _draw_overlays(files: Sequence[_File], out_dir: Path, fmt: str, models: int = 2) -> list[tuple[Path, str]]:

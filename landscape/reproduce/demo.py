@@ -501,7 +501,7 @@ def run_demo(
     pngs = [p for p in shared if p.suffix == ".png"]
     with watch("report"):
         summary = write_summary(trained.reports, pngs, out, **summary_args)
-        report = write_report(out, force=force)
+        report = write_report(out, force=force, jobs=jobs)
     records += watch.records
     table = _write_timings(out, records, time.perf_counter() - began, jobs)
     # the cost of the whole run, the report included, is the summary's last section (the report is built from the

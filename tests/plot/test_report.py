@@ -483,3 +483,12 @@ def test_results_in_sub_folders_get_a_section_with_their_overlay_and_nothing_out
     notes = {line.split(":", 1)[0]: line for line in page.skipped}
     assert "symbolic link to a file outside" in notes["theirs.h5"]
     assert all("theirs" not in text for _, text in page.headings)
+
+
+def test_figures_drawn_by_two_workers_are_those_drawn_here(tmp_path):
+    folder = build(tmp_path / "runs", junk=True)
+    one = write_report(folder, out=tmp_path / "one.html", interactive=False).read_text(encoding="utf-8")
+    figures = {p.relative_to(folder): p.read_bytes() for p in (folder / FIGURES_FOLDER).rglob("*.png")}
+    two = write_report(folder, out=tmp_path / "two.html", interactive=False, jobs=2).read_text(encoding="utf-8")
+    assert {p.relative_to(folder): p.read_bytes() for p in (folder / FIGURES_FOLDER).rglob("*.png")} == figures
+    assert Page(two).figures == Page(one).figures and "junk.h5" in two
