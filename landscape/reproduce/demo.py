@@ -110,7 +110,9 @@ FULL = DemoSettings(
         SharpnessOptions(samples=256, batch_size=32, measure="average", rho=(0.1,), draws=4),
         SharpnessOptions(samples=256, batch_size=32, measure="worst", rho=(0.005,), p="inf", steps=5),
     ),
-    connect=ConnectOptions(split="both", samples=360, steps=11, curve="bezier", bend_epochs=5, plane_steps=7),
+    connect=ConnectOptions(
+        split="both", samples=360, steps=11, curve="bezier", bend_epochs=5, plane_steps=7, align="weights"
+    ),
 )
 QUICK = DemoSettings(
     train={m: {"epochs": 1, "batch_size": 64, "lr": 2e-3, "subset": 0.25} for m in MODELS},
@@ -126,7 +128,9 @@ QUICK = DemoSettings(
         SharpnessOptions(samples=32, batch_size=16, measure="average", rho=(0.1,), draws=2, resamples=100),
         SharpnessOptions(samples=32, batch_size=16, measure="worst", rho=(0.005,), p="inf", steps=2, resamples=100),
     ),
-    connect=ConnectOptions(samples=64, batch_size=32, steps=3, curve="bezier", bend_epochs=1, plane_steps=3),
+    connect=ConnectOptions(
+        samples=64, batch_size=32, steps=3, curve="bezier", bend_epochs=1, plane_steps=3, align="weights"
+    ),
 )
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from landscape import __version__
-from landscape.analyses.connect.summary import PATHS, path_barriers
+from landscape.analyses.connect.summary import ALL_PATHS, path_barriers
 from landscape.reproduce.inputs import read_paper_b, seeds_text
 from landscape.reproduce.paper_b import written_by_demo
 from landscape.store.files import WRITTEN_BY, write_text
@@ -162,16 +162,26 @@ def _between_section(between: Sequence[Path], out_dir: Path) -> list[str]:
     result = read_result(path)
     a, b = (_inside(str(result.attrs.get(k, "?")), out_dir) for k in ("checkpoint", "other_checkpoint"))
     bn = "re-estimated at every point" if result.attrs.get("bn") == "recompute" else "interpolated (eval)"
+    aligned = str(result.attrs.get("align", "none")) != "none"
     about = (
         f"`{path.name}`: the straight line theta(a) = (1 - a) theta_A + a theta_B between `{a}` and `{b}` "
         "(the same model trained from two seeds) and the trained quadratic Bezier curve between them "
         f"(Garipov et al. 2018), BatchNorm statistics {bn}. A barrier is max over the path of the loss (or error) "
-        "above the straight interpolation of the endpoints' values (Frankle et al. 2020); a line barrier near 0 "
-        "means the two minima share a basin, a curve barrier near 0 that a low-loss path joins them."
+        "above the straight interpolation of the endpoints' values (Frankle et al. 2020). Permuting a layer's "
+        "hidden units does not change the function, so a barrier between two trainings as they are says nothing "
+        "about basins: "
+        + (
+            "theta_B's units are first permuted to match theta_A's by weight matching (Ainsworth et al. 2023); "
+            "`line` and `curve` join theta_A to the aligned theta_B, `unaligned_line` to theta_B as trained. A "
+            "line barrier near 0 after alignment means the two minima share a basin up to a permutation."
+            if aligned
+            else "the line and curve join theta_B as trained (no alignment), so a line barrier above 0 does not "
+            "show that the minima lie in different basins (`landscape connect --align weights` tests that)."
+        )
     )
     lines = ["## Between two minima", "", *_paragraph(about), ""]
     lines += ["| path | split | loss barrier | at | error barrier | at |", "| --- | --- | --- | --- | --- | --- |"]
-    for group, coord in PATHS:
+    for group, coord in ALL_PATHS:
         barriers = path_barriers(result, group)
         for split, x in (barriers or {}).items():
             lines.append(

@@ -68,7 +68,8 @@ def test_the_line_and_curve_between_two_seeds_are_in_the_summary(demo_dir):
     section = (demo_dir / "summary.md").read_text().split("## Between two minima", 1)[1].split("\n## ", 1)[0]
     rows = _table(section, "path")
     barriers = connect.attrs["barriers"]
-    assert [row[:2] for row in rows] == [["line", "train"], ["curve", "train"]]
+    assert connect.attrs["align"] == "weights" and "up to a permutation" in section
+    assert [row[:2] for row in rows] == [["line", "train"], ["unaligned_line", "train"], ["curve", "train"]]
     for row in rows:
         assert float(row[2]) == pytest.approx(barriers[row[0]]["train"]["loss"], rel=1e-3)
         assert float(row[4]) == pytest.approx(barriers[row[0]]["train"]["error"], rel=1e-3, abs=1e-4)
