@@ -68,6 +68,13 @@ DEFAULTS = ConnectOptions.defaults()
 @click.option("--bend-momentum", default=DEFAULTS["bend_momentum"], show_default=True, type=float)
 @click.option("--bend-weight-decay", default=DEFAULTS["bend_weight_decay"], show_default=True, type=float)
 @click.option(
+    "--bend-samples",
+    default=DEFAULTS["bend_samples"],
+    type=int,
+    help="Training images the bend is trained on (fixed, seeded by --seed)  [default: every image of the training "
+    "split]",
+)
+@click.option(
     "--plane-steps",
     default=DEFAULTS["plane_steps"],
     show_default=True,

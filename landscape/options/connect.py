@@ -71,6 +71,9 @@ class ConnectOptions(FieldDefaults):
         bend_lr: the bend's learning rate.
         bend_momentum: SGD momentum, in ``[0, 1)``.
         bend_weight_decay: SGD weight decay of the bend.
+        bend_samples: training images the bend is trained on (fixed, seeded by :attr:`seed`); None (default) for
+            every image of the training split, as Garipov et al. train it. With data given as batches (a Python
+            loader) the bend is trained on those batches and this must stay None.
         plane_steps: grid points along each axis of the plane (``curve="bezier"``; at least 2).
         regularizer: penalty added to the data loss, one of :data:`~landscape.options.common.REGULARIZERS`.
         reg_coef: its coefficient (None: the kind's default).
@@ -97,6 +100,7 @@ class ConnectOptions(FieldDefaults):
     bend_lr: float = 0.05
     bend_momentum: float = 0.9
     bend_weight_decay: float = 0.0
+    bend_samples: int | None = None
     plane_steps: int = 11
     regularizer: str = "none"
     reg_coef: float | None = None
@@ -123,12 +127,14 @@ class ConnectOptions(FieldDefaults):
             self, "bend_weight_decay", checks.non_negative(self.bend_weight_decay, "--bend-weight-decay")
         )
         _whole(self.plane_steps, "--plane-steps", 2)
+        if self.bend_samples is not None:
+            _whole(self.bend_samples, "--bend-samples", 1)
         check_regularizer(self.regularizer, self.reg_coef)
         if self.reg_coef is not None:
             object.__setattr__(self, "reg_coef", checks.non_negative(self.reg_coef, "--reg-coef"))
         if not isinstance(self.allow_stochastic, bool):
             raise LandscapeError(f"allow_stochastic must be True or False, got {self.allow_stochastic!r}")
-        bend = ("bend_epochs", "bend_lr", "bend_momentum", "bend_weight_decay", "plane_steps")
+        bend = ("bend_epochs", "bend_lr", "bend_momentum", "bend_weight_decay", "bend_samples", "plane_steps")
         refuse_without(self, self.curve == "bezier", "--curve bezier", bend)
 
     @property
@@ -149,8 +155,8 @@ class ConnectOptions(FieldDefaults):
         it), ``allow_stochastic``;
         ``dataset`` when :attr:`data` is given; ``align`` when it is not ``none`` (a run without alignment keeps
         the identity it had before the option existed); with ``curve="bezier"`` also ``bend_epochs``,
-        ``bend_lr``, ``bend_momentum``, ``bend_weight_decay`` and ``plane_steps`` (a line's identity does not
-        depend on them).
+        ``bend_lr``, ``bend_momentum``, ``bend_weight_decay``, ``bend_samples`` (a count, or ``"all"``) and
+        ``plane_steps`` (a line's identity does not depend on them).
 
         Returns:
             Attribute name -> value, as the file records it.
@@ -174,6 +180,7 @@ class ConnectOptions(FieldDefaults):
                 bend_lr=float(self.bend_lr),
                 bend_momentum=float(self.bend_momentum),
                 bend_weight_decay=float(self.bend_weight_decay),
+                bend_samples="all" if self.bend_samples is None else int(self.bend_samples),
                 plane_steps=int(self.plane_steps),
             )
         return out

@@ -4,8 +4,9 @@ For two networks ``theta_A`` and ``theta_B`` of one architecture, on every split
 
 1. the line ``theta(a) = (1 - a) theta_A + a theta_B`` at ``steps`` evenly spaced ``a`` (Frankle et al. 2020),
 2. with ``curve="bezier"``: the quadratic Bezier curve ``phi(t) = (1-t)^2 theta_A + 2t(1-t) theta_c + t^2 theta_B``
-   whose bend ``theta_c`` is trained first by SGD on ``E_t L(phi(t))`` over the training samples (Garipov et al.
-   2018; :mod:`landscape.analyses.connect.bezier`), at ``steps`` evenly spaced ``t``,
+   whose bend ``theta_c`` is trained first by SGD on ``E_t L(phi(t))`` over the training split (Garipov et al.
+   2018; :mod:`landscape.analyses.connect.bezier`; ``bend_samples`` images of it when given), at ``steps``
+   evenly spaced ``t``,
 3. and the plane through ``theta_A``, ``theta_B`` and ``theta_c`` on a ``plane_steps x plane_steps`` grid
    (:mod:`landscape.analyses.connect.plane`),
 
@@ -70,6 +71,8 @@ class Inputs:
         attrs: the file's root attributes.
         unaligned: with ``align``: theta_B as given (``b`` is then theta_B aligned to theta_A); else None.
         alignment: with ``align``: how theta_B was aligned; else None.
+        bend: with ``curve="bezier"``: the objective the bend is trained on (``bend_samples`` training images, all
+            of them by default, or the given batches); else None.
     """
 
     inputs: AnalysisInputs
@@ -81,6 +84,7 @@ class Inputs:
     attrs: dict[str, Any]
     unaligned: Endpoint | None = None
     alignment: Alignment | None = None
+    bend: Objective | None = None
 
     @property
     def objective(self) -> Objective:
@@ -136,7 +140,7 @@ def load_connect_inputs(
         held = batches_for(replace(inputs, split=split), batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
         objectives.append(objective(held))
     first = objectives[0]
-    needs_train = o.curve == "bezier" or (o.bn == "recompute" and first.has_batchnorm()) or o.align == "activations"
+    needs_train = (o.bn == "recompute" and first.has_batchnorm()) or o.align == "activations"
     if batches is not None or o.splits[0] == "train":
         train: Objective | None = first
     elif needs_train:
@@ -145,6 +149,7 @@ def load_connect_inputs(
     else:
         train = None
     spec = inputs.dataset_spec if batches is None else (o.data or "digits")
+    bend = _bend_objective(o, inputs, batches, train, objective) if o.curve == "bezier" else None
     inputs_b = load_inputs(source_b, model_name=other_model_name, data=spec, split=o.splits[0], device=inputs.device)
     if batches is None and inputs_b.preprocess != inputs.preprocess:
         raise LandscapeError(
@@ -172,6 +177,12 @@ def load_connect_inputs(
         bn_statistics=_bn_statistics(o, first.has_batchnorm(), bn_source),
         fused_attention_off=first.fused_attention_off,
     )
+    if bend is not None:
+        attrs["bend_data"] = (
+            f"the given batches ({bend.n_samples} images)"
+            if batches is not None
+            else f"{bend.n_samples} images of the train split" + (" (all)" if o.bend_samples is None else "")
+        )
     if batches is not None:
         attrs["split"], attrs["splits"] = o.splits[0], list(o.splits)
     evaluator = SplitEvaluator(objectives, train if train is not None else first, o.bn)
@@ -190,7 +201,29 @@ def load_connect_inputs(
     )
     plan += f" on {' and '.join(o.splits)}"
     prepared.announce(plan, points, "point", passes * prepared.seconds_per_pass, progress, at_least=True)
-    return Inputs(inputs, a, b, o.splits, evaluator, train, attrs, unaligned, alignment)
+    return Inputs(inputs, a, b, o.splits, evaluator, train, attrs, unaligned, alignment, bend)
+
+
+def _bend_objective(
+    o: ConnectOptions,
+    inputs: AnalysisInputs,
+    batches: Iterable[Any] | None,
+    train: Objective | None,
+    objective: Callable[[list[Any]], Objective],
+) -> Objective:
+    """The objective the bend is trained on: the given batches, else ``bend_samples`` training images (all)."""
+    if batches is not None:
+        if o.bend_samples is not None:
+            raise LandscapeError(
+                "bend_samples chooses images of a dataset spec; data given as batches train the bend on all of "
+                "them: leave bend_samples out"
+            )
+        assert train is not None
+        return train
+    if train is not None and o.splits[0] == "train" and o.samples == o.bend_samples:
+        return train  # the same seeded images
+    held = batches_for(replace(inputs, split="train"), batch_size=o.batch_size, n_samples=o.bend_samples, seed=o.seed)
+    return objective(held)
 
 
 # ------------------------------------------------------------------------------------------------- the file
@@ -252,7 +285,7 @@ def _train_bend(
     progress: bool | None = None,
 ) -> BendState:
     """Train the bend to ``o.bend_epochs`` epochs from ``saved`` (or the midpoint); rank 0 trains and saves."""
-    assert run.train is not None
+    assert run.bend is not None
     state = init_bend(run.a, run.b) if saved is None else saved
     first = run.objective
     outputs = int(first.logits(first.params, first.batches[0][0][:1]).shape[-1])
@@ -263,8 +296,8 @@ def _train_bend(
         "dataset": run.inputs.dataset_spec,
     }
     options = {"lr": o.bend_lr, "momentum": o.bend_momentum, "weight_decay": o.bend_weight_decay, "seed": int(o.seed)}
-    train = run.train
-    recorded = {**options, "epochs": o.bend_epochs}
+    train = run.bend
+    recorded = {**options, "epochs": o.bend_epochs, "samples": run.attrs["bend_data"]}
 
     def epoch(before: BendState) -> dict[str, Any]:
         new = train_bend_epoch(train, run.a, run.b, before, **options)  # type: ignore[arg-type]
