@@ -63,6 +63,12 @@ DEFAULTS = ConnectOptions.defaults()
     help="First permute theta_B's hidden units to match theta_A's (landscape align's methods); the line to the "
     "unaligned theta_B is measured too.",
 )
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="REPAIR the line(s) (Jordan et al. 2023): at every point rescale and shift each permuted layer's output "
+    "channels to the ends' interpolated means and standard deviations on the training samples.",
+)
 @click.option("--bend-epochs", default=DEFAULTS["bend_epochs"], show_default=True, type=int, help="Epochs of the bend.")
 @click.option("--bend-lr", default=DEFAULTS["bend_lr"], show_default=True, type=float, help="The bend's SGD rate.")
 @click.option("--bend-momentum", default=DEFAULTS["bend_momentum"], show_default=True, type=float)
