@@ -32,6 +32,7 @@ from landscape.analyses.align.spec import Site, permutation_spec
 from landscape.analyses.connect.evaluate import point_buffers
 from landscape.analyses.connect.path import Endpoint
 from landscape.core.objective import Objective
+from landscape.errors import LandscapeError
 
 _LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
@@ -71,10 +72,14 @@ def repair_sites(objective: Objective) -> list[Site]:
         One site per layer, in graph order (a layer called twice counts once).
 
     Raises:
-        LandscapeError: the model cannot be traced or holds a node no permutation spec covers (naming it).
+        LandscapeError: the model cannot be traced or holds a node no permutation spec covers (naming it; e.g.
+            attention).
     """
     modules = dict(objective.module.named_modules())
-    spec = permutation_spec(objective.module, objective.batches[0][0][:2])
+    try:
+        spec = permutation_spec(objective.module, objective.batches[0][0][:2])
+    except LandscapeError as exc:
+        raise LandscapeError(f"--repair corrects the layers of the permutation spec, which fails: {exc}") from exc
     found: dict[str, Site] = {}
     for p in spec.permutations:
         for site in p.sites:

@@ -163,3 +163,9 @@ def test_repair_lowers_the_midpoint_barrier_of_two_trained_networks_without_batc
 def test_repair_options():
     assert ConnectOptions(repair=True).attrs()["repair"] is True and "repair" not in ConnectOptions().attrs()
     one_line_error(ConnectOptions, repair="yes", match="repair must be True or False")
+
+
+def test_repair_refuses_a_network_without_a_permutation_spec_in_one_line():
+    a = create_model("vit", num_classes=10, in_chans=1, img_size=8, patch_size=4, embed_dim=8, depth=1, num_heads=2)
+    b = create_model("vit", num_classes=10, in_chans=1, img_size=8, patch_size=4, embed_dim=8, depth=1, num_heads=2)
+    one_line_error(landscape.connect, a, b, batches(), repair=True, steps=2, device="cpu", match="--repair")
