@@ -5,9 +5,9 @@ Its BatchNorm statistics are set once (:func:`~landscape.analyses.connect.evalua
 from the BatchNorm objective's batches, the training samples, or the point's own) and every split's objective
 evaluates it with them, so the test split is never used to estimate statistics. REPAIR's corrections of a line
 point (:mod:`landscape.analyses.connect.repair`) are hooked on for all of it, and a path point's curvature
-(:mod:`landscape.analyses.connect.curvature`) is measured on every split when the run asks for it. The points left are taken in
-rounds of one per rank; rank 0 writes each round's values, flushes them, then marks them done, so a run killed
-at any moment leaves a file whose done points are final and whose others are NaN.
+(:mod:`landscape.analyses.connect.curvature`) is measured on every split when the run asks for it. The points
+left are taken in rounds of one per rank; rank 0 writes each round's values, flushes them, then marks them done,
+so a run killed at any moment leaves a file whose done points are final and whose others are NaN.
 """
 
 from __future__ import annotations
