@@ -63,10 +63,43 @@ DEFAULTS = ConnectOptions.defaults()
     help="First permute theta_B's hidden units to match theta_A's (landscape align's methods); the line to the "
     "unaligned theta_B is measured too.",
 )
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="REPAIR the line(s) (Jordan et al. 2023): at every point rescale and shift each permuted layer's output "
+    "channels to the ends' interpolated means and standard deviations on the training samples.",
+)
+@click.option(
+    "--curvature",
+    is_flag=True,
+    help="Also the top Hessian eigenvalue (Lanczos) and the adaptive average-case sharpness at every point of the "
+    "line(s) and the curve.",
+)
+@click.option(
+    "--curvature-rho",
+    default=DEFAULTS["curvature_rho"],
+    show_default=True,
+    type=float,
+    help="The average-case sharpness' radius, relative to |w| (--curvature).",
+)
+@click.option(
+    "--curvature-samples",
+    default=DEFAULTS["curvature_samples"],
+    show_default=True,
+    type=int,
+    help="Noise draws per batch of the average-case sharpness (--curvature).",
+)
 @click.option("--bend-epochs", default=DEFAULTS["bend_epochs"], show_default=True, type=int, help="Epochs of the bend.")
 @click.option("--bend-lr", default=DEFAULTS["bend_lr"], show_default=True, type=float, help="The bend's SGD rate.")
 @click.option("--bend-momentum", default=DEFAULTS["bend_momentum"], show_default=True, type=float)
 @click.option("--bend-weight-decay", default=DEFAULTS["bend_weight_decay"], show_default=True, type=float)
+@click.option(
+    "--bend-samples",
+    default=DEFAULTS["bend_samples"],
+    type=int,
+    help="Training images the bend is trained on (fixed, seeded by --seed)  [default: every image of the training "
+    "split]",
+)
 @click.option(
     "--plane-steps",
     default=DEFAULTS["plane_steps"],

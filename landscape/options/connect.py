@@ -40,6 +40,12 @@ BOTH = "both"
 CONNECT_SPLITS = (*SPLIT_CHOICES, BOTH)
 #: the plane's grid reaches this share of the three points' extent beyond them on every side (Garipov et al.)
 PLANE_MARGIN = 0.2
+#: ``--curvature``: Lanczos' relative tolerance of a point's top Hessian eigenvalue, and its restarts at most
+CURVATURE_TOL = 1e-3
+CURVATURE_MAXITER = 10
+#: ... how its Hessian-vector products are made: one gradient graph kept per batch for all of the point's products
+#: (fixed, not timed, so that a resumed run makes the same products and finds the same numbers)
+CURVATURE_HVP = "graph"
 
 
 def _whole(value: Any, name: str, least: int) -> int:
@@ -71,6 +77,9 @@ class ConnectOptions(FieldDefaults):
         bend_lr: the bend's learning rate.
         bend_momentum: SGD momentum, in ``[0, 1)``.
         bend_weight_decay: SGD weight decay of the bend.
+        bend_samples: training images the bend is trained on (fixed, seeded by :attr:`seed`); None (default) for
+            every image of the training split, as Garipov et al. train it. With data given as batches (a Python
+            loader) the bend is trained on those batches and this must stay None.
         plane_steps: grid points along each axis of the plane (``curve="bezier"``; at least 2).
         regularizer: penalty added to the data loss, one of :data:`~landscape.options.common.REGULARIZERS`.
         reg_coef: its coefficient (None: the kind's default).
@@ -78,6 +87,13 @@ class ConnectOptions(FieldDefaults):
         align: permute theta_B's hidden units to match theta_A's before the paths, one of
             :data:`~landscape.options.align.CONNECT_ALIGN` (``none``, ``weights``, ``activations``); the line to
             the unaligned theta_B is measured too (``unaligned_line``).
+        repair: REPAIR (Jordan et al. 2023) on the line(s): at every point each permuted ``Linear``/``Conv``
+            layer's output channels are rescaled and shifted to the ends' interpolated means and standard
+            deviations on the training samples (:mod:`landscape.analyses.connect.repair`).
+        curvature: at every point of the line(s) and the curve, also the top Hessian eigenvalue and the adaptive
+            average-case sharpness on each split (:mod:`landscape.analyses.connect.curvature`).
+        curvature_rho: the average-case sharpness' radius, relative to ``|w|`` (``curvature``).
+        curvature_samples: its noise draws per batch (``curvature``).
 
     Raises:
         LandscapeError: an invalid value (unknown choice, a count that is not a whole number in range, a number
@@ -97,11 +113,16 @@ class ConnectOptions(FieldDefaults):
     bend_lr: float = 0.05
     bend_momentum: float = 0.9
     bend_weight_decay: float = 0.0
+    bend_samples: int | None = None
     plane_steps: int = 11
     regularizer: str = "none"
     reg_coef: float | None = None
     allow_stochastic: bool = False
     align: str = "none"
+    repair: bool = False
+    curvature: bool = False
+    curvature_rho: float = 0.05
+    curvature_samples: int = 8
 
     def __post_init__(self) -> None:
         split = choice(str(self.split).lower(), "--split", CONNECT_SPLITS)
@@ -123,13 +144,19 @@ class ConnectOptions(FieldDefaults):
             self, "bend_weight_decay", checks.non_negative(self.bend_weight_decay, "--bend-weight-decay")
         )
         _whole(self.plane_steps, "--plane-steps", 2)
+        if self.bend_samples is not None:
+            _whole(self.bend_samples, "--bend-samples", 1)
         check_regularizer(self.regularizer, self.reg_coef)
         if self.reg_coef is not None:
             object.__setattr__(self, "reg_coef", checks.non_negative(self.reg_coef, "--reg-coef"))
-        if not isinstance(self.allow_stochastic, bool):
-            raise LandscapeError(f"allow_stochastic must be True or False, got {self.allow_stochastic!r}")
-        bend = ("bend_epochs", "bend_lr", "bend_momentum", "bend_weight_decay", "plane_steps")
+        for name in ("allow_stochastic", "repair", "curvature"):
+            if not isinstance(getattr(self, name), bool):
+                raise LandscapeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        bend = ("bend_epochs", "bend_lr", "bend_momentum", "bend_weight_decay", "bend_samples", "plane_steps")
         refuse_without(self, self.curve == "bezier", "--curve bezier", bend)
+        object.__setattr__(self, "curvature_rho", checks.positive(self.curvature_rho, "--curvature-rho"))
+        _whole(self.curvature_samples, "--curvature-samples", 1)
+        refuse_without(self, self.curvature, "--curvature", ("curvature_rho", "curvature_samples"))
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -146,11 +173,12 @@ class ConnectOptions(FieldDefaults):
 
         ``split`` (``train``, ``test`` or ``both``), ``splits`` (the list measured), ``seed``, ``batch_size``,
         ``steps``, ``bn``, ``curve``, ``regularizer`` (JSON ``{"kind", "coef"}``, as the objective describes
-        it), ``allow_stochastic``;
-        ``dataset`` when :attr:`data` is given; ``align`` when it is not ``none`` (a run without alignment keeps
-        the identity it had before the option existed); with ``curve="bezier"`` also ``bend_epochs``,
-        ``bend_lr``, ``bend_momentum``, ``bend_weight_decay`` and ``plane_steps`` (a line's identity does not
-        depend on them).
+        it), ``allow_stochastic``; ``dataset`` when :attr:`data` is given; ``align`` when it is not ``none`` and
+        ``repair`` when it is on, ``curvature`` (with ``curvature_rho``, ``curvature_samples``,
+        ``curvature_tol`` and ``curvature_maxiter``) when it is on (a run without them keeps the identity it had
+        before the options existed); with
+        ``curve="bezier"`` also ``bend_epochs``, ``bend_lr``, ``bend_momentum``, ``bend_weight_decay``,
+        ``bend_samples`` (a count, or ``"all"``) and ``plane_steps`` (a line's identity does not depend on them).
 
         Returns:
             Attribute name -> value, as the file records it.
@@ -168,12 +196,23 @@ class ConnectOptions(FieldDefaults):
         )
         if self.align != "none":
             out["align"] = self.align
+        if self.repair:
+            out["repair"] = True
+        if self.curvature:
+            out.update(
+                curvature=True,
+                curvature_rho=float(self.curvature_rho),
+                curvature_samples=int(self.curvature_samples),
+                curvature_tol=CURVATURE_TOL,
+                curvature_maxiter=CURVATURE_MAXITER,
+            )
         if self.curve == "bezier":
             out.update(
                 bend_epochs=int(self.bend_epochs),
                 bend_lr=float(self.bend_lr),
                 bend_momentum=float(self.bend_momentum),
                 bend_weight_decay=float(self.bend_weight_decay),
+                bend_samples="all" if self.bend_samples is None else int(self.bend_samples),
                 plane_steps=int(self.plane_steps),
             )
         return out

@@ -4,6 +4,8 @@
 on the line, ``t`` on the curve), the line solid and the curve dashed, one colour per split; the ends theta_A
 (0) and theta_B (1) are marked, and for the first split each path's barrier is drawn as an arrow from the chord
 between the end values up to the path at the coordinate where it peaks (every path's barrier is in the legend).
+A file with curvature (``--curvature``) adds a row under them: the top Hessian eigenvalue (left, under the loss;
+a hollow marker where Lanczos did not converge, a lower bound) and the adaptive average-case sharpness (right).
 ``<stem>_plane`` (files with a Bezier curve, Garipov et al. 2018 Fig. 1): the loss of the first split and the error
 of the last over the plane through theta_A, theta_B and the bend theta_c, with the three points, the line and the
 curve drawn on it. Points not done are left out.
@@ -20,6 +22,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from landscape.analyses.connect.barrier import Barrier
+from landscape.analyses.connect.curvature import CURVATURE_QUANTITIES
 from landscape.analyses.connect.summary import ALL_PATHS, path_barriers
 from landscape.errors import LandscapeError
 from landscape.plot.common import Array, Schema, check_arrays, color, save_figures, wrapped
@@ -44,6 +47,11 @@ SCHEMA = Schema(
         "curve/data_loss": Array(("split", "curve_point")),
         "curve/accuracy": Array(("split", "curve_point")),
         "curve/done": Array(("curve_point",), flag=True),
+        **{
+            f"{group}/{name}": Array(("split", point), flag=name.endswith("_converged"))
+            for group, point in (("line", "point"), ("unaligned_line", "point"), ("curve", "curve_point"))
+            for name in CURVATURE_QUANTITIES
+        },
         "bend/history": Array(("epoch",)),
         "plane/x": Array(("x",), finite=True),
         "plane/y": Array(("y",), finite=True),
@@ -134,8 +142,10 @@ def paths_figure(result: Result) -> Figure:
         The figure, loss on the left and error on the right.
     """
     splits = [str(s) for s in result["splits"]]
-    fig = Figure(figsize=(10, 4.2), layout="constrained")
-    axes = fig.subplots(1, 2)
+    curvature = "line/top_eigenvalue" in result
+    fig = Figure(figsize=(10, 7.6 if curvature else 4.2), layout="constrained")
+    grid = fig.subplots(2 if curvature else 1, 2, squeeze=False)
+    axes = grid[0]
     for group, coord in ALL_PATHS:
         drawn = _path(result, group)
         if drawn is None:
@@ -159,8 +169,36 @@ def paths_figure(result: Result) -> Figure:
         ax.set_ylabel(name)
         ax.legend(fontsize=8, loc="best")
     axes[1].set_ylim(bottom=0)
+    if curvature:
+        _curvature_panels(result, grid[1], splits)
     fig.suptitle(_title(result), fontsize=11)
     return fig
+
+
+def _curvature_panels(result: Result, axes: Any, splits: list[str]) -> None:
+    """Under the loss and error: the top Hessian eigenvalue and the average-case sharpness along each path."""
+    rho = result.attrs.get("curvature_rho")
+    for group, _ in ALL_PATHS:
+        if f"{group}/top_eigenvalue" not in result:
+            continue
+        done = np.asarray(result[f"{group}/done"], dtype=bool)
+        coords = np.asarray(result[f"{group}/coords"], dtype=float)
+        style = {"line": "-", "curve": "--"}.get(group, "-.")
+        converged = np.asarray(result[f"{group}/top_eigenvalue_converged"], dtype=bool)
+        for k, split in enumerate(splits):
+            top = np.where(done, np.asarray(result[f"{group}/top_eigenvalue"][k], dtype=float), np.nan)
+            sharp = np.where(done, np.asarray(result[f"{group}/average_sharpness"][k], dtype=float), np.nan)
+            axes[0].plot(coords, top, style, color=color(k), marker=".", ms=4, label=f"{group} ({split})")
+            loose = done & ~converged[k]
+            if loose.any():
+                axes[0].plot(coords[loose], top[loose], "o", mfc="none", color=color(k), ms=7)
+            axes[1].plot(coords, sharp, style, color=color(k), marker=".", ms=4, label=f"{group} ({split})")
+    for ax, name in ((axes[0], "top Hessian eigenvalue λ_max"), (axes[1], f"average-case sharpness (ρ = {rho})")):
+        ax.set_xlim(-0.04, 1.04)
+        ax.set_xticks([0.0, 0.25, 0.5, 0.75, 1.0], [f"0\n{ENDS[0]}", "0.25", "0.5", "0.75", f"1\n{ENDS[1]}"])
+        ax.set_xlabel("α (line) / t (curve)")
+        ax.set_ylabel(name)
+        ax.legend(fontsize=8, loc="best")
 
 
 def _plane_panel(fig: Figure, ax: Axes, result: Result, z: np.ma.MaskedArray, label: str, cmap: str) -> None:

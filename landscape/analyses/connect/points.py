@@ -3,9 +3,11 @@
 A point (of the line, the curve or the plane) is one network, :class:`~landscape.analyses.connect.path.Endpoint`.
 Its BatchNorm statistics are set once (:func:`~landscape.analyses.connect.evaluate.point_buffers`: re-estimated
 from the BatchNorm objective's batches, the training samples, or the point's own) and every split's objective
-evaluates it with them, so the test split is never used to estimate statistics. The points left are taken in
-rounds of one per rank; rank 0 writes each round's values, flushes them, then marks them done, so a run killed
-at any moment leaves a file whose done points are final and whose others are NaN.
+evaluates it with them, so the test split is never used to estimate statistics. REPAIR's corrections of a line
+point (:mod:`landscape.analyses.connect.repair`) are hooked on for all of it, and a path point's curvature
+(:mod:`landscape.analyses.connect.curvature`) is measured on every split when the run asks for it. The points
+left are taken in rounds of one per rank; rank 0 writes each round's values, flushes them, then marks them done,
+so a run killed at any moment leaves a file whose done points are final and whose others are NaN.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from landscape import store
+from landscape.analyses.connect.curvature import CURVATURE_QUANTITIES, CurvatureSettings, point_curvature
 from landscape.analyses.connect.evaluate import point_buffers
 from landscape.analyses.connect.path import Endpoint
+from landscape.analyses.connect.repair import Correction, corrected
 from landscape.core.objective import Objective
 from landscape.runtime import distributed as D
 from landscape.runtime.progress import Progress
 
-#: the values of one point on one split: loss (data loss + regulariser), data loss, accuracy
-Values = tuple[float, float, float]
+#: the values of one point on one split: loss (data loss + regulariser), data loss, accuracy, and with curvature
+#: those of :data:`~landscape.analyses.connect.curvature.CURVATURE_QUANTITIES`
+Values = tuple[float, ...]
 #: the quantities of a path or plane, in the order of :data:`Values`
 QUANTITIES = ("loss", "data_loss", "accuracy")
 
@@ -36,31 +41,54 @@ class SplitEvaluator:
         objectives: one objective per split, in the file's order (the same model, device and dtype).
         bn_source: the objective whose batches re-estimate BatchNorm statistics (the training samples).
         bn: ``recompute`` or ``eval``.
+        curvature: how a point's curvature is measured when it is asked for; None: never.
     """
 
     objectives: Sequence[Objective]
     bn_source: Objective
     bn: str
+    curvature: CurvatureSettings | None = None
 
-    def __call__(self, point: Endpoint) -> list[Values]:
-        """The loss, data loss and accuracy of ``point`` on each split.
+    def __call__(
+        self, point: Endpoint, corrections: Sequence[Correction] = (), curvature: bool = False
+    ) -> list[Values]:
+        """The loss, data loss and accuracy of ``point`` on each split (and its curvature there).
 
         Args:
             point: the network, on the objectives' device and dtype.
+            corrections: REPAIR's corrections of the point's channels (:mod:`landscape.analyses.connect.repair`),
+                hooked on while its statistics are re-estimated and it is evaluated; none by default.
+            curvature: also the point's curvature (:func:`~landscape.analyses.connect.curvature.point_curvature`)
+                when the evaluator measures curvature (:attr:`curvature`).
 
         Returns:
             One :data:`Values` per split.
         """
-        buffers = point_buffers(self.bn_source, point, self.bn)
-        out = []
-        for objective in self.objectives:
-            ev = objective.evaluate(point.params, buffers)
-            out.append((ev.loss, ev.data_loss, ev.accuracy))
+        with corrected([*self.objectives, self.bn_source], corrections):
+            buffers = point_buffers(self.bn_source, point, self.bn)
+            out = []
+            for objective in self.objectives:
+                ev = objective.evaluate(point.params, buffers)
+                values: Values = (ev.loss, ev.data_loss, ev.accuracy)
+                if curvature and self.curvature is not None:
+                    values += point_curvature(objective, point.params, buffers, self.curvature)
+                out.append(values)
         return out
 
+    def quantities(self, curvature: bool) -> tuple[str, ...]:
+        """The names of a point's values (:data:`Values`), with or without curvature."""
+        return QUANTITIES + (CURVATURE_QUANTITIES if curvature and self.curvature is not None else ())
 
-def allocate(f: store.ResultFile, group: str, n_splits: int, shape: tuple[int, ...], axes: Sequence[str]) -> None:
-    """Allocate ``group/loss``, ``data_loss``, ``accuracy`` (NaN; ``(n_splits, *shape)``) and ``group/done``.
+
+def allocate(
+    f: store.ResultFile,
+    group: str,
+    n_splits: int,
+    shape: tuple[int, ...],
+    axes: Sequence[str],
+    quantities: Sequence[str] = QUANTITIES,
+) -> None:
+    """Allocate ``group/<quantity>`` (NaN, or False for a flag; ``(n_splits, *shape)``) and ``group/done``.
 
     Args:
         f: the connect file, open for writing.
@@ -68,9 +96,17 @@ def allocate(f: store.ResultFile, group: str, n_splits: int, shape: tuple[int, .
         n_splits: how many splits are measured.
         shape: the points' shape (``(n,)`` for a path, ``(ny, nx)`` for the plane).
         axes: the names of the points' axes.
+        quantities: the values of a point (default the loss, data loss and accuracy).
     """
-    for name in QUANTITIES:
-        f.allocate(f"{group}/{name}", (n_splits, *shape), "f8", fill=np.nan, axes=["split", *axes])
+    for name in quantities:
+        flag = name.endswith("_converged")
+        f.allocate(
+            f"{group}/{name}",
+            (n_splits, *shape),
+            bool if flag else "f8",
+            fill=False if flag else np.nan,
+            axes=["split", *axes],
+        )
     f.allocate(f"{group}/done", shape, bool, fill=False, axes=list(axes))
 
 
@@ -116,11 +152,16 @@ def write_round(f: store.ResultFile, group: str, results: Sequence[tuple[tuple[i
     Args:
         f: the connect file, open for writing.
         group: ``line``, ``curve`` or ``plane``.
-        results: ``(index, values per split)`` of each point.
+        results: ``(index, values per split)`` of each point: :data:`QUANTITIES`, then with curvature
+            :data:`~landscape.analyses.connect.curvature.CURVATURE_QUANTITIES`.
     """
     for idx, values in results:
-        for k, name in enumerate(QUANTITIES):
-            f.write_at(f"{group}/{name}", (slice(None), *idx), np.array([v[k] for v in values], dtype=np.float64))
+        names = QUANTITIES + (CURVATURE_QUANTITIES if len(values[0]) > len(QUANTITIES) else ())
+        for k, name in enumerate(names):
+            column = np.array([v[k] for v in values], dtype=np.float64)
+            f.write_at(
+                f"{group}/{name}", (slice(None), *idx), column.astype(bool) if name.endswith("_converged") else column
+            )
     f.flush()
     for idx, _ in results:
         f.write_at(f"{group}/done", idx, True)

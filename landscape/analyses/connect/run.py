@@ -4,8 +4,9 @@ For two networks ``theta_A`` and ``theta_B`` of one architecture, on every split
 
 1. the line ``theta(a) = (1 - a) theta_A + a theta_B`` at ``steps`` evenly spaced ``a`` (Frankle et al. 2020),
 2. with ``curve="bezier"``: the quadratic Bezier curve ``phi(t) = (1-t)^2 theta_A + 2t(1-t) theta_c + t^2 theta_B``
-   whose bend ``theta_c`` is trained first by SGD on ``E_t L(phi(t))`` over the training samples (Garipov et al.
-   2018; :mod:`landscape.analyses.connect.bezier`), at ``steps`` evenly spaced ``t``,
+   whose bend ``theta_c`` is trained first by SGD on ``E_t L(phi(t))`` over the training split (Garipov et al.
+   2018; :mod:`landscape.analyses.connect.bezier`; ``bend_samples`` images of it when given), at ``steps``
+   evenly spaced ``t``,
 3. and the plane through ``theta_A``, ``theta_B`` and ``theta_c`` on a ``plane_steps x plane_steps`` grid
    (:mod:`landscape.analyses.connect.plane`),
 
@@ -23,174 +24,35 @@ the bend (its state is sent to every rank after each epoch) and only rank 0 writ
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from landscape import store
-from landscape.analyses.align.run import Alignment, align_models
+from landscape.analyses.align.run import Alignment
 from landscape.analyses.connect.barrier import path_barrier
 from landscape.analyses.connect.bendfile import bend_network, bend_path, read_bend, save_bend
 from landscape.analyses.connect.bezier import BendState, init_bend, train_bend_epoch
 from landscape.analyses.connect.evaluate import path_coords, prepare_path
+from landscape.analyses.connect.inputs import Inputs, load_connect_inputs
 from landscape.analyses.connect.path import Endpoint, bezier_point, linear_point
 from landscape.analyses.connect.plane import PlaneGrid, plane_grid, plane_point
-from landscape.analyses.connect.points import SplitEvaluator, allocate, run_points
+from landscape.analyses.connect.points import allocate, run_points
 from landscape.analyses.connect.summary import UNALIGNED
-from landscape.core.front import batches_for, build_objective, load_inputs, prepare, python_call, run_from_python
-from landscape.core.objective import Objective
-from landscape.core.regularizer import Regularizer
+from landscape.core.front import python_call, run_from_python
 from landscape.errors import LandscapeError
-from landscape.options.connect import BOTH, ConnectOptions
+from landscape.options.connect import ConnectOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import AnalysisFile
 from landscape.runtime.progress import Progress
 from landscape.store.files import refuse_input_as_output
 
 if TYPE_CHECKING:
-    from landscape.core.source import AnalysisInputs, ModelSource
+    from landscape.core.source import ModelSource
 
 #: what ``on_progress(stage, done, total)`` is told: the stages of a run, in order
 STAGES = ("line", "unaligned_line", "bend", "curve", "plane")
-
-
-@dataclass
-class Inputs:
-    """Everything a connect run works with, checked before any file is opened.
-
-    Attributes:
-        inputs: theta_A's model with its data, device and provenance.
-        a: theta_A.
-        b: theta_B (same architecture).
-        splits: the splits measured, in order.
-        evaluator: evaluates a point on every split.
-        train: the training objective (bend training, BatchNorm statistics), or None when none is needed.
-        attrs: the file's root attributes.
-        unaligned: with ``align``: theta_B as given (``b`` is then theta_B aligned to theta_A); else None.
-        alignment: with ``align``: how theta_B was aligned; else None.
-    """
-
-    inputs: AnalysisInputs
-    a: Endpoint
-    b: Endpoint
-    splits: tuple[str, ...]
-    evaluator: SplitEvaluator
-    train: Objective | None
-    attrs: dict[str, Any]
-    unaligned: Endpoint | None = None
-    alignment: Alignment | None = None
-
-    @property
-    def objective(self) -> Objective:
-        """The first split's objective (its device and dtype are every point's)."""
-        return self.evaluator.objectives[0]
-
-
-def _bn_statistics(o: ConnectOptions, has_batchnorm: bool, source: str) -> str:
-    """How a point's BatchNorm statistics are set, in words (recorded as ``bn_statistics``)."""
-    if not has_batchnorm:
-        return "none: the model has no BatchNorm layer with running statistics"
-    if o.bn == "eval":
-        return "the endpoints' running statistics interpolated with the point (--bn eval), not re-estimated"
-    return f"re-estimated at every point from the {source} samples (cumulative average over their batches)"
-
-
-def load_connect_inputs(
-    source_a: ModelSource | str | Path,
-    source_b: ModelSource | str | Path,
-    o: ConnectOptions,
-    *,
-    model_name: str | None,
-    other_model_name: str | None,
-    device: str,
-    command: str,
-    batches: Iterable[Any] | None,
-    progress: bool | None = None,
-) -> Inputs:
-    """Both ends, the data of every split, the objectives and the attributes; every check made here.
-
-    Before it returns, it says what will run (:meth:`~landscape.core.front.Prepared.announce`): the points, the
-    samples, the estimated time, the preprocessing and theta_A's loss and accuracy.
-
-    Raises:
-        LandscapeError: a model or the data cannot be loaded, the ends are not the same architecture (the first
-            mismatch named), they take differently preprocessed inputs, or ``both`` splits with given batches.
-    """
-    if batches is not None and o.split == BOTH:
-        raise LandscapeError("data given as batches are one split; use split='train' (or 'test'), not 'both'")
-    prepared = prepare(
-        source_a, replace(o, split=o.splits[0]), model_name=model_name, device=device, command=command, batches=batches
-    )
-    inputs = prepared.inputs
-    reg = Regularizer.from_options(o.regularizer, o.reg_coef)
-
-    def objective(held: list[Any]) -> Objective:
-        return build_objective(
-            inputs, held, criterion=prepared.criterion, regularizer=reg, allow_stochastic=o.allow_stochastic
-        )
-
-    objectives = [objective(prepared.batches)]
-    for split in o.splits[1:]:
-        held = batches_for(replace(inputs, split=split), batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
-        objectives.append(objective(held))
-    first = objectives[0]
-    needs_train = o.curve == "bezier" or (o.bn == "recompute" and first.has_batchnorm()) or o.align == "activations"
-    if batches is not None or o.splits[0] == "train":
-        train: Objective | None = first
-    elif needs_train:
-        held = batches_for(replace(inputs, split="train"), batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
-        train = objective(held)
-    else:
-        train = None
-    spec = inputs.dataset_spec if batches is None else (o.data or "digits")
-    inputs_b = load_inputs(source_b, model_name=other_model_name, data=spec, split=o.splits[0], device=inputs.device)
-    if batches is None and inputs_b.preprocess != inputs.preprocess:
-        raise LandscapeError(
-            f"theta_A and theta_B take differently preprocessed inputs ({inputs.preprocess} and "
-            f"{inputs_b.preprocess}); give both the same --mean, --std and --input-size"
-        )
-    a, b = Endpoint.of(inputs.model), Endpoint.of(inputs_b.model)
-    prepare_path(first, a, b)  # the same architecture (one line naming the first mismatch), finite weights
-    unaligned, alignment = None, None
-    if o.align != "none":  # theta_B's units matched to theta_A's on the training samples, its function checked
-        held = (train if train is not None else first).batches
-        alignment = align_models(
-            inputs.model, inputs_b.model, held, method=o.align, seed=o.seed, output=inputs.source.output
-        )
-        unaligned, b = b, Endpoint.of(alignment.model)
-    attrs = prepared.attrs
-    attrs.update({k: v for k, v in o.attrs().items() if k != "seed"})
-    attrs.update(inputs_b.other_provenance())
-    bn_source = "given" if batches is not None else "train split's"
-    attrs.update(
-        criterion=prepared.criterion,
-        regularizer=reg.describe(),
-        split_samples={s: int(obj.n_samples) for s, obj in zip(o.splits, objectives)},
-        has_batchnorm=first.has_batchnorm(),
-        bn_statistics=_bn_statistics(o, first.has_batchnorm(), bn_source),
-        fused_attention_off=first.fused_attention_off,
-    )
-    if batches is not None:
-        attrs["split"], attrs["splits"] = o.splits[0], list(o.splits)
-    evaluator = SplitEvaluator(objectives, train if train is not None else first, o.bn)
-    lines = 2 if o.align != "none" else 1
-    points = o.steps * (lines + (1 if o.curve == "bezier" else 0)) + (o.plane_steps**2 if o.curve == "bezier" else 0)
-    passes = len(o.splits) + (1 if o.bn == "recompute" and first.has_batchnorm() else 0)  # + the re-estimation
-    plan = (
-        f"connect: the line of {o.steps} points"
-        + (f" to theta_B aligned by {o.align} matching and to theta_B" if o.align != "none" else "")
-        + (
-            f", the Bezier curve (bend trained {o.bend_epochs} epochs) of {o.steps} points and the "
-            f"{o.plane_steps} x {o.plane_steps} plane"
-            if o.curve == "bezier"
-            else ""
-        )
-    )
-    plan += f" on {' and '.join(o.splits)}"
-    prepared.announce(plan, points, "point", passes * prepared.seconds_per_pass, progress, at_least=True)
-    return Inputs(inputs, a, b, o.splits, evaluator, train, attrs, unaligned, alignment)
 
 
 # ------------------------------------------------------------------------------------------------- the file
@@ -206,7 +68,7 @@ def _resume(f: store.ResultFile, run: Inputs, o: ConnectOptions) -> dict[str, An
         if (group == "curve" and o.curve != "bezier") or (group == UNALIGNED and run.unaligned is None):
             continue
         f.write(f"{group}/coords", path_coords(o.steps), axes=[stage])
-        allocate(f, group, len(run.splits), (o.steps,), [stage])
+        allocate(f, group, len(run.splits), (o.steps,), [stage], run.evaluator.quantities(curvature=True))
         state[group] = f.read(f"{group}/done")
     state["plane"] = f.read("plane/done") if "plane/done" in f else None
     f.flush()
@@ -252,7 +114,7 @@ def _train_bend(
     progress: bool | None = None,
 ) -> BendState:
     """Train the bend to ``o.bend_epochs`` epochs from ``saved`` (or the midpoint); rank 0 trains and saves."""
-    assert run.train is not None
+    assert run.bend is not None
     state = init_bend(run.a, run.b) if saved is None else saved
     first = run.objective
     outputs = int(first.logits(first.params, first.batches[0][0][:1]).shape[-1])
@@ -263,8 +125,8 @@ def _train_bend(
         "dataset": run.inputs.dataset_spec,
     }
     options = {"lr": o.bend_lr, "momentum": o.bend_momentum, "weight_decay": o.bend_weight_decay, "seed": int(o.seed)}
-    train = run.train
-    recorded = {**options, "epochs": o.bend_epochs}
+    train = run.bend
+    recorded = {**options, "epochs": o.bend_epochs, "samples": run.attrs["bend_data"]}
 
     def epoch(before: BendState) -> dict[str, Any]:
         new = train_bend_epoch(train, run.a, run.b, before, **options)  # type: ignore[arg-type]
@@ -374,7 +236,7 @@ def run_connect(
             a, b, _ = prepare_path(run.objective, run.a, run.b)
             coords = path_coords(o.steps)
             run_points(
-                lambda i: run.evaluator(linear_point(a, b, float(coords[i[0]]))),
+                _line_values(run, a, b, coords, "line"),
                 state["line"],
                 f,
                 "line",
@@ -384,7 +246,7 @@ def run_connect(
             if run.unaligned is not None:
                 _, unaligned, _ = prepare_path(run.objective, run.a, run.unaligned)
                 run_points(
-                    lambda i: run.evaluator(linear_point(a, unaligned, float(coords[i[0]]))),
+                    _line_values(run, a, unaligned, coords, UNALIGNED),
                     state[UNALIGNED],
                     f,
                     UNALIGNED,
@@ -397,6 +259,20 @@ def run_connect(
                 f.set_attrs({"barriers": _barriers(f, run.splits)})
                 f.flush()
     return session.result
+
+
+def _line_values(
+    run: Inputs, a: Endpoint, b: Endpoint, coords: np.ndarray, group: str
+) -> Callable[[tuple[int, ...]], list[Any]]:
+    """The values of the line's point ``i`` on every split (REPAIRed when the run repairs ``group``)."""
+    repair = run.repairs.get(group)
+
+    def values(i: tuple[int, ...]) -> list[Any]:
+        alpha = float(coords[i[0]])
+        point = linear_point(a, b, alpha)
+        return run.evaluator(point, () if repair is None else repair.corrections(point, alpha), curvature=True)
+
+    return values
 
 
 def _portable(state: BendState | None) -> dict[str, Any] | None:
@@ -427,7 +303,7 @@ def _curve_and_plane(
     assert theta_c is not None
     coords = path_coords(o.steps)
     run_points(
-        lambda i: run.evaluator(bezier_point(a, theta_c, b, float(coords[i[0]]))),
+        lambda i: run.evaluator(bezier_point(a, theta_c, b, float(coords[i[0]])), curvature=True),
         state["curve"],
         f,
         "curve",

@@ -29,7 +29,7 @@ from landscape.store.read import read_result
 WORKTREE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 TINY = {"num_classes": 10, "in_chans": 1, "widths": (4, 8), "layers": (1, 1)}
 SMALL = {"samples": 32, "batch_size": 16, "steps": 5}
-BEZIER = {**SMALL, "curve": "bezier", "bend_epochs": 2, "plane_steps": 3}
+BEZIER = {**SMALL, "curve": "bezier", "bend_epochs": 2, "plane_steps": 3, "bend_samples": 32}
 
 
 def tiny(seed, **kwargs):
@@ -109,6 +109,7 @@ def test_both_splits_and_the_curve_through_the_saved_bend(ckpts, tmp_path):
     np.testing.assert_allclose(res["curve/loss"][:, [0, -1]], res["line/loss"][:, [0, -1]], rtol=1e-6)
     assert read_checkpoint(bend_path(out)).meta["epoch"] == 2 and len(res["bend/history"]) == 2
     assert res.attrs["split_samples"] == {"train": 32, "test": 32}
+    assert res.attrs["bend_samples"] == 32 and res.attrs["bend_data"] == "32 images of the train split"
     assert "train split" in res.attrs["bn_statistics"]
     points = np.asarray(res["plane/points"])
     pa, pb = (read_checkpoint(c).state_dict for c in ckpts)
@@ -121,6 +122,21 @@ def test_both_splits_and_the_curve_through_the_saved_bend(ckpts, tmp_path):
     assert sorted(p.name for p in figures) == ["c_paths.png", "c_plane.png"]
     page = write_report(tmp_path, interactive=False).read_text()
     assert "loss barrier (line)" in page and "c_plane" in page
+
+
+def test_the_bend_is_trained_on_the_whole_training_split_by_default(ckpts):
+    from landscape.data import load_dataset
+
+    train_images = len(load_dataset("digits", "train"))
+    options = ConnectOptions(**{**BEZIER, "bend_samples": None, "bend_epochs": 1, "steps": 2, "plane_steps": 2})
+    assert options.attrs()["bend_samples"] == "all"
+    res = run_connect(*ckpts, options, out=None, device="cpu", progress=False)
+    assert res.attrs["bend_data"] == f"{train_images} images of the train split (all)"
+    assert res.attrs["split_samples"] == {"train": 32}
+    one_line_error(ConnectOptions, bend_samples=10, match="--bend-samples has no effect without --curve bezier")
+    one_line_error(ConnectOptions, curve="bezier", bend_samples=0, match="--bend-samples")
+    with pytest.raises(LandscapeError, match="bend_samples"):
+        landscape.connect(tiny(0), tiny(1), batches(), curve="bezier", bend_samples=8, device="cpu")
 
 
 def test_curve_points_are_the_bezier_networks_of_the_saved_bend(tmp_path):
@@ -137,6 +153,7 @@ def test_curve_points_are_the_bezier_networks_of_the_saved_bend(tmp_path):
     assert res["curve/loss"][0, 1] == pytest.approx(loss, rel=1e-5) and res["curve/accuracy"][0, 1] == acc
     history = np.asarray(res["bend/history"])
     assert history.shape == (2,) and np.isfinite(history).all()
+    assert res.attrs["bend_data"] == "the given batches (24 images)"
 
 
 def test_an_interrupted_run_resumes_from_the_bend_and_points_with_identical_numbers(ckpts, tmp_path):
