@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,7 @@ from landscape.analyses.align.permute import apply
 from landscape.analyses.align.spec import PermutationSpec, permutation_spec
 from landscape.analyses.align.weights import Matching, weight_matching
 from landscape.analyses.connect.path import Endpoint, check_same_architecture
+from landscape.core.calls import analysis_function
 from landscape.core.criteria import select_logits
 from landscape.core.front import eval_model, load_inputs, prepare, python_call, run_from_python
 from landscape.errors import LandscapeError
@@ -293,6 +294,7 @@ def run_align(
     return replace(result, out=target)
 
 
+@analysis_function(AlignOptions)
 def align(
     model_a: Any,
     model_b: Any,
@@ -303,6 +305,7 @@ def align(
     device: str = "auto",
     force: bool = False,
     progress: bool | None = None,
+    batch: Callable[[Any], Any] | None = None,
     **fields: Any,
 ) -> Alignment:
     """``model_b`` with its hidden units permuted to match ``model_a``'s (``landscape align``).
@@ -322,6 +325,8 @@ def align(
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file at ``out`` that landscape did not write.
         progress: print the plan (None: on a terminal only).
+        batch: a function from one batch of ``data`` (a ``Dataset`` or ``DataLoader`` you hold) to ``(inputs,
+            labels)``, for batches that are dicts or longer tuples, e.g. ``lambda b: (b["image"], b["label"])``.
         **fields: the options as keywords.
 
     Returns:
@@ -340,6 +345,7 @@ def align(
         others=(model_b,),
         options=options,
         fields=fields,
+        batch=batch,
         out=out,
         device=device,
         force=force,

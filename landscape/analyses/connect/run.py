@@ -39,6 +39,7 @@ from landscape.analyses.connect.path import Endpoint, bezier_point, linear_point
 from landscape.analyses.connect.plane import PlaneGrid, plane_grid, plane_point
 from landscape.analyses.connect.points import SplitEvaluator, allocate, run_points
 from landscape.analyses.connect.summary import UNALIGNED
+from landscape.core.calls import analysis_function
 from landscape.core.front import batches_for, build_objective, load_inputs, prepare, python_call, run_from_python
 from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
@@ -459,6 +460,7 @@ def _curve_and_plane(
     )
 
 
+@analysis_function(ConnectOptions)
 def connect(
     model_a: Any,
     model_b: Any,
@@ -469,6 +471,7 @@ def connect(
     device: str = "auto",
     force: bool = False,
     progress: bool | None = None,
+    batch: Callable[[Any], Any] | None = None,
     **fields: Any,
 ) -> store.Result:
     """Loss, accuracy and barriers on the line (and curve) between ``model_a`` and ``model_b`` (``landscape connect``).
@@ -488,6 +491,8 @@ def connect(
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
         progress: a progress display (None: on a terminal only).
+        batch: a function from one batch of ``data`` (a ``Dataset`` or ``DataLoader`` you hold) to ``(inputs,
+            labels)``, for batches that are dicts or longer tuples, e.g. ``lambda b: (b["image"], b["label"])``.
         **fields: the options as keywords (the fields of the options class).
 
     Returns:
@@ -506,6 +511,7 @@ def connect(
         others=(model_b,),
         options=options,
         fields=fields,
+        batch=batch,
         out=out,
         device=device,
         force=force,

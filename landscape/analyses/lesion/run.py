@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from landscape import store
+from landscape.core.calls import analysis_function
 from landscape.core.criteria import hit_count, select_logits
 from landscape.core.front import prepare, python_call, run_from_python
 from landscape.errors import LandscapeError
@@ -489,6 +490,7 @@ def run_lesion(
     return session.result
 
 
+@analysis_function(LesionOptions)
 def lesion(
     model: Any,
     data: Any = None,
@@ -498,6 +500,7 @@ def lesion(
     device: str = "auto",
     force: bool = False,
     progress: bool | None = None,
+    batch: Callable[[Any], Any] | None = None,
     **fields: Any,
 ) -> store.Result:
     """Accuracy and NLL of ``model`` with each residual block removed, one at a time (``landscape lesion``).
@@ -515,6 +518,8 @@ def lesion(
         force: replace a file of other options at ``out``.
         progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
             nothing (:mod:`landscape.runtime.progress`).
+        batch: a function from one batch of ``data`` (a ``Dataset`` or ``DataLoader`` you hold) to ``(inputs,
+            labels)``, for batches that are dicts or longer tuples, e.g. ``lambda b: (b["image"], b["label"])``.
         **fields: the options as keywords (the fields of the options class).
 
     Returns:
@@ -531,6 +536,7 @@ def lesion(
         data,
         options=options,
         fields=fields,
+        batch=batch,
         out=out,
         device=device,
         force=force,

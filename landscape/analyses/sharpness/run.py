@@ -27,6 +27,7 @@ from landscape.analyses.sharpness.measures import (
     bootstrap_interval,
     worst_sharpness,
 )
+from landscape.core.calls import analysis_function
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
 from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
@@ -200,6 +201,7 @@ def run_sharpness(
     return session.result
 
 
+@analysis_function(SharpnessOptions)
 def sharpness(
     model: Any,
     data: Any = None,
@@ -209,6 +211,7 @@ def sharpness(
     device: str = "auto",
     force: bool = False,
     progress: bool | None = None,
+    batch: Callable[[Any], Any] | None = None,
     **fields: Any,
 ) -> store.Result:
     """Average- or worst-case m-sharpness of ``model`` on ``data`` at each radius (``landscape sharpness``).
@@ -228,6 +231,8 @@ def sharpness(
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
         progress: a progress display (None: on a terminal only).
+        batch: a function from one batch of ``data`` (a ``Dataset`` or ``DataLoader`` you hold) to ``(inputs,
+            labels)``, for batches that are dicts or longer tuples, e.g. ``lambda b: (b["image"], b["label"])``.
         **fields: the options as keywords (the fields of the options class).
 
     Returns:
@@ -245,6 +250,7 @@ def sharpness(
         data,
         options=options,
         fields=fields,
+        batch=batch,
         out=out,
         device=device,
         force=force,
