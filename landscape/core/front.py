@@ -545,11 +545,11 @@ def _set(options: Any, field: str) -> bool:
 
 def describe_value(value: Any) -> str:
     """A value's type, and its size for data, without its memory address (for messages)."""
-    return (
-        describe(value)
-        if is_data(value)
-        else f"a {type(value).__name__}" + (f" ({value!r})" if isinstance(value, (int, float, bool)) else "")
-    )
+    if is_data(value):
+        return describe(value)
+    kind = type(value).__name__
+    article = "an" if kind[0].lower() in "aeiou" else "a"
+    return f"{article} {kind}" + (f" ({value!r})" if isinstance(value, (int, float, bool)) else "")
 
 
 def _check_model(name: str, value: Any, position: int, count: int) -> None:

@@ -69,9 +69,9 @@ def describe(value: Any) -> str:
         value = value.data
     size = _length(value)
     if isinstance(value, DataLoader):
-        return f"<DataLoader of {size} batches>" if size is not None else "<DataLoader>"
+        return f"<DataLoader of {size} batch{'' if size == 1 else 'es'}>" if size is not None else "<DataLoader>"
     if isinstance(value, (list, tuple)):
-        return f"<{len(value)} batches>"
+        return f"<{len(value)} batch{'' if len(value) == 1 else 'es'}>"
     unit = "samples" if isinstance(value, Dataset) else "items"
     return f"<{type(value).__name__} of {size} {unit}>" if size is not None else f"<{type(value).__name__}>"
 
