@@ -4,6 +4,7 @@ import importlib
 import inspect
 
 import matplotlib
+import matplotlib.figure
 import numpy as np
 import pytest
 import torch
@@ -91,7 +92,6 @@ def test_an_own_cnn_with_dict_batches_runs_every_analysis(model, loader, tmp_pat
         assert len(repr(result)) < 1000, kind
         figures = result.plot()
         assert figures and all(isinstance(f, matplotlib.figure.Figure) for f in figures.values()), kind
-        matplotlib.pyplot.close("all")
         dataset = result.to_xarray()
         assert dataset.sizes, kind
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written without out=
@@ -104,7 +104,7 @@ def test_an_own_cnn_with_dict_batches_runs_every_analysis(model, loader, tmp_pat
     assert set(xr["loss"].dims) == {"y", "x"}
     # the top Hessian eigenvalue against the dense float64 Hessian of the same 20 images
     assert hessian["eigenvalues"][0] == pytest.approx(dense_top_eigenvalue(model, data.x[:20], data.y[:20]), rel=1e-3)
-    assert connect["loss"][0] == pytest.approx(loss_of(model, data.x[:20], data.y[:20]), rel=1e-5)
+    assert connect["line/loss"][0, 0] == pytest.approx(loss_of(model, data.x[:20], data.y[:20]), rel=1e-5)
 
 
 def dense_top_eigenvalue(model, x, y):
