@@ -176,7 +176,8 @@ def given_batches(
     if samples is not None and (isinstance(samples, bool) or not isinstance(samples, numbers.Integral) or samples < 1):
         raise LandscapeError(f"--samples must be a positive integer, got {samples!r}")
     source = as_loader(given.data, batch_size)
-    wanted = samples if samples is not None else _dataset_size(given.data)
+    sizes = [n for n in (samples, _dataset_size(given.data)) if n is not None]
+    wanted = min(sizes) if sizes else None  # unknown (a generator of batches): not checked ahead
     held: list[tuple[Tensor, Tensor]] = []
     taken = 0
     items = iter(source)
