@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ import griffe
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 DECORATOR = "analysis_function"
+#: the modules before a class's name in an annotation (``landscape.options.surface.SurfaceOptions``, ``pathlib.Path``)
+_MODULES = re.compile(r"\b(?:[a-z_][a-z0-9_]*\.)+(?=[A-Za-z_])")
 
 _KINDS = {
     inspect.Parameter.POSITIONAL_ONLY: griffe.ParameterKind.positional_only,
@@ -34,10 +37,7 @@ def _annotation(value: Any) -> str | None:
     """A parameter's annotation as text, without the modules' prefixes of the common types."""
     if value is inspect.Parameter.empty:
         return None
-    text = inspect.formatannotation(value)
-    for prefix in ("pathlib.", "collections.abc.", "typing.", "landscape.store.read.", "landscape.options."):
-        text = text.replace(prefix, "")
-    return text
+    return _MODULES.sub("", inspect.formatannotation(value))
 
 
 class OptionSignatures(griffe.Extension):
@@ -57,5 +57,12 @@ class OptionSignatures(griffe.Extension):
                 )
             )
         func.parameters = parameters
-        lineno = func.docstring.lineno if func.docstring else None
-        func.docstring = griffe.Docstring(inspect.cleandoc(live.__doc__ or ""), lineno=lineno, parent=func)
+        source = func.docstring
+        func.docstring = griffe.Docstring(
+            inspect.cleandoc(live.__doc__ or ""),
+            lineno=source.lineno if source else None,
+            endlineno=source.endlineno if source else None,
+            parent=func,
+            parser=source.parser if source else None,
+            parser_options=source.parser_options if source else None,
+        )

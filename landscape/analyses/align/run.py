@@ -218,7 +218,7 @@ def run_align(
         device: ``auto``, ``cpu`` or ``cuda``.
         progress: print the plan before the work (None: only on a terminal).
         command: how the run was asked for, recorded in the checkpoint (default: this call).
-        batches: the data as ``(x, y)`` batches, used whole instead of ``options.data``.
+        batches: the data as ``(x, y)`` batches, their first ``samples`` images instead of ``options.data``.
 
     Returns:
         The :class:`Alignment`; nothing is written when it raises.
@@ -318,8 +318,8 @@ def align(
         model_a: theta_A: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
             :class:`~landscape.core.source.ModelSource`.
         model_b: theta_B, of the same architecture.
-        data: a dataset spec, a ``DataLoader`` or a list of ``(x, y)`` batches (used whole), or None for the first
-            checkpoint's dataset (else digits).
+        data: a dataset spec, a ``Dataset``, ``DataLoader`` or list of ``(x, y)`` batches (the first ``samples``
+            images), or None for the first checkpoint's dataset (else digits).
         out: the checkpoint to write; None keeps the result in memory.
         options: an :class:`~landscape.options.align.AlignOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.

@@ -324,7 +324,7 @@ def run_connect(
         device: ``auto``, ``cpu`` or ``cuda``.
         progress: progress bars on rank 0 (None: only when stderr is a terminal).
         command: how the run was asked for, recorded as ``command`` (default: this call).
-        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), their first ``samples`` images instead of
             ``options.data`` for evaluating, re-estimating BatchNorm statistics and training the bend.
         on_progress: called on every rank as ``on_progress(stage, done, total)`` after each round of points
             (stages ``line``, ``curve``, ``plane``) and each epoch of the bend (``bend``).
@@ -484,8 +484,9 @@ def connect(
         model_a: theta_A: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
             :class:`~landscape.core.source.ModelSource`.
         model_b: theta_B, of the same architecture.
-        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
-            batches (used whole, in order), or None for the first checkpoint's dataset (else digits).
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``Dataset``, ``DataLoader`` or list of
+            ``(x, y)`` batches (the first ``samples`` images, in order), or None for the first checkpoint's dataset
+            (else digits).
         out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
         options: a :class:`~landscape.options.connect.ConnectOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.

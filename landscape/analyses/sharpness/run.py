@@ -125,7 +125,7 @@ def run_sharpness(
         device: ``auto``, ``cpu`` or ``cuda``.
         progress: a bar of the batches on rank 0 (None: only when stderr is a terminal).
         command: how the run was asked for, recorded as ``command`` (default: this call).
-        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), their first ``samples`` images instead of
             ``options.data`` (:func:`~landscape.core.front.prepare`): each given batch is one ``S``.
         on_batch: called on every rank with a batch's index once its row is written (progress reports, tests).
 
@@ -224,8 +224,9 @@ def sharpness(
     Args:
         model: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
             :class:`~landscape.core.source.ModelSource`.
-        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
-            batches (used whole, in order, each one ``S``), or None for the checkpoint's dataset (else digits).
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``Dataset``, ``DataLoader`` or list of
+            ``(x, y)`` batches (the first ``samples`` images, in order, each batch one ``S``), or None for the
+            checkpoint's dataset (else digits).
         out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
         options: a :class:`~landscape.options.sharpness.SharpnessOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.

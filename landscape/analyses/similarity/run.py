@@ -393,7 +393,7 @@ def run_similarity(
         progress: show the progress on rank 0 (:mod:`landscape.runtime.progress`: a bar on a terminal, a line
             every 30 s elsewhere); False: nothing.
         command: how the run was asked for, recorded as ``command`` (default: this call).
-        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), their first ``samples`` images instead of
             ``options.data`` (:func:`~landscape.core.front.prepare`).
 
     Returns:
@@ -479,8 +479,9 @@ def similarity(
     Args:
         model: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
             :class:`~landscape.core.source.ModelSource`.
-        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
-            batches (used whole, in order), or None for the checkpoint's dataset (else digits).
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``Dataset``, ``DataLoader`` or list of
+            ``(x, y)`` batches (the first ``samples`` images, in order), or None for the checkpoint's dataset (else
+            digits).
         other: the second model (module, checkpoint path or source); None compares ``model`` with itself.
         out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
         options: a :class:`~landscape.options.similarity.SimilarityOptions`, instead of keywords.
