@@ -156,8 +156,9 @@ def given_batches(
     ``samples`` (or the dataset's) images of its size take on ``device`` is checked before the rest is read.
 
     Args:
-        data: a :class:`GivenData`, a ``Dataset``, a ``DataLoader`` or an iterable of ``(x, y, ...)`` batches: float
-            images ``(b, C, H, W)`` and integer labels ``(b,)`` (or floating label distributions ``(b, classes)``).
+        data: a :class:`GivenData`, a ``Dataset``, a ``DataLoader``, an iterable of ``(x, y, ...)`` batches or one
+            ``(x, y)`` tuple: float images ``(b, C, H, W)`` and integer labels ``(b,)`` (or floating label
+            distributions ``(b, classes)``).
         device: where the batches are held.
         samples: the number of images to take (a positive integer); None takes all. More than the data holds is
             an error when the :class:`GivenData` is ``exact``, else all are taken.
@@ -175,7 +176,8 @@ def given_batches(
     given = data if isinstance(data, GivenData) else GivenData(data)
     if samples is not None and (isinstance(samples, bool) or not isinstance(samples, numbers.Integral) or samples < 1):
         raise LandscapeError(f"--samples must be a positive integer, got {samples!r}")
-    source = as_loader(given.data, batch_size)
+    pair = isinstance(given.data, tuple) and len(given.data) == 2 and all(isinstance(t, Tensor) for t in given.data)
+    source = [given.data] if pair else as_loader(given.data, batch_size)  # one (x, y) pair: one batch
     sizes = [n for n in (samples, _dataset_size(given.data)) if n is not None]
     wanted = min(sizes) if sizes else None  # unknown (a generator of batches): not checked ahead
     held: list[tuple[Tensor, Tensor]] = []

@@ -70,3 +70,9 @@ def test_data_is_described_without_addresses():
     assert describe(DataLoader(TensorDataset(x, y), batch_size=3)) == "<DataLoader of 2 batches>"
     assert describe(TensorDataset(x, y)) == "<TensorDataset of 4 samples>"
     assert describe([(x, y)]) == "<1 batch>"
+
+
+def test_one_pair_is_one_batch():
+    x, y = images(4)
+    (held,) = given_batches((x, y), samples=3)
+    assert torch.equal(held[0], x[:3]) and torch.equal(held[1], y[:3])
