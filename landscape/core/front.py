@@ -436,6 +436,8 @@ def python_call(function: str, *args: Any, **kwargs: Any) -> str:
             return f"<{type(value).__name__}>"
         if isinstance(value, ModelSource):
             return f"<ModelSource {value.describe()}>"
+        if isinstance(value, Tensor):
+            return f"<Tensor {tuple(value.shape)}>"
         if is_data(value) and not (isinstance(value, (list, tuple)) and not _holds_batches(value)):
             return describe(value)
         if callable(value):

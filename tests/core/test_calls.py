@@ -87,3 +87,32 @@ def test_errors_name_the_python_keywords():
     sig = inspect.signature(toy)
     assert python_message("bad grid --batch-size '1:0'", sig) == "bad grid batch_size='1:0'"
     assert python_message("--batch-sizes and x--force stay", sig) == "--batch-sizes and x--force stay"
+
+
+def test_a_python_call_is_recorded_without_memory_addresses():
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from landscape.core.front import python_call
+    from landscape.data.given import GivenData
+
+    loader = DataLoader(TensorDataset(torch.zeros(5, 1), torch.zeros(5)), batch_size=2)
+
+    def pick(b):
+        return b
+
+    text = python_call(
+        "landscape.surface",
+        torch.nn.Linear(1, 1),
+        data=GivenData(loader),
+        batch=pick,
+        x=(-1, 1, 3),
+        y=[0.0, 1.0],
+        other=object(),
+        t=torch.zeros(2, 3),
+    )
+    assert text == (
+        "landscape.surface(<Linear>, data=<DataLoader of 3 batches>, batch=<function "
+        "test_a_python_call_is_recorded_without_memory_addresses.<locals>.pick>, x=(-1, 1, 3), y=[0.0, 1.0], "
+        "other=<object>, t=<Tensor (2, 3)>)"
+    )
