@@ -57,7 +57,13 @@ def test_out_writes_the_file_and_the_same_weights_resume_it(tmp_path):
 
 def test_options_are_given_once():
     one_line_error(landscape.surface, torch.nn.Linear(2, 2), options=SurfaceOptions(), x="-1:1:3", match="not both")
-    one_line_error(landscape.surface, torch.nn.Linear(2, 2), "digits", samples=0, match=r"^samples= must be a whole number >= 1, got 0$")
+    one_line_error(
+        landscape.surface,
+        torch.nn.Linear(2, 2),
+        "digits",
+        samples=0,
+        match=r"^samples= must be a whole number >= 1, got 0$",
+    )
 
 
 def test_a_type_checker_sees_every_name_offered_at_the_top():

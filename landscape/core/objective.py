@@ -158,8 +158,7 @@ class Objective:
             raise LandscapeError(f"unknown parameter names {unknown[:3]}; see model.named_parameters()")
         if not named:
             raise LandscapeError(
-                f"the model ({type(model).__name__}) has no parameters (nothing to analyse); "
-                "give a model with weights"
+                f"the model ({type(model).__name__}) has no parameters (nothing to analyse); give a model with weights"
             )
         self.params: ParamDict = {n: named[n].detach().clone() for n in names}
         self.fixed: ParamDict = {n: p.detach().clone() for n, p in named.items() if n not in self.params}
