@@ -74,7 +74,9 @@ def test_an_own_cnn_with_dict_batches_runs_every_analysis(model, loader, tmp_pat
     monkeypatch.chdir(tmp_path)
     data = DictImages()
     common = {"batch": pick, "samples": 20, "progress": False}
-    surface = landscape.surface(model, loader, x=(-0.5, 0.5, 3), y=[-0.5, 0.0, 0.5], **common)
+    surface = landscape.surface(
+        model, loader, x=(-0.5, 0.5, 3), y=[-0.5, 0.0, 0.5], compile="off", batch_points=1, **common
+    )
     hessian = landscape.hessian(model, loader, top_k=1, **common)
     sharpness = landscape.sharpness(model, loader, rho=(0.01,), measure="average", draws=2, **common)
     other = SmallCNN().eval()
