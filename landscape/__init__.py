@@ -19,11 +19,38 @@ so that ``import landscape`` imports no torch).
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 from landscape.errors import LandscapeError  # noqa: E402
+
+if TYPE_CHECKING:  # what a type checker sees of the names loaded on first use (none is imported at run time)
+    from landscape.analyses.align.run import align as align
+    from landscape.analyses.connect.run import connect as connect
+    from landscape.analyses.fourier.run import fourier as fourier
+    from landscape.analyses.hessian.density import spectral_density as spectral_density
+    from landscape.analyses.hessian.lanczos import lanczos as lanczos
+    from landscape.analyses.hessian.operator import HessianOperator as HessianOperator
+    from landscape.analyses.hessian.run import hessian as hessian
+    from landscape.analyses.hessian.run import spectrum as spectrum
+    from landscape.analyses.hessian.trace import trace as trace
+    from landscape.analyses.lesion.run import lesion as lesion
+    from landscape.analyses.sharpness.run import sharpness as sharpness
+    from landscape.analyses.similarity.run import similarity as similarity
+    from landscape.analyses.surface.run import surface as surface
+    from landscape.analyses.trajectory.run import trajectory as trajectory
+    from landscape.core.objective import Objective as Objective
+    from landscape.core.regularizer import Regularizer as Regularizer
+    from landscape.core.source import ModelSource as ModelSource
+    from landscape.data.loading import load_dataset as load_dataset
+    from landscape.models.checkpoint import load_model as load_model
+    from landscape.models.registry import create_model as create_model
+    from landscape.models.registry import list_models as list_models
+    from landscape.plot import plot_files as plot_files
+    from landscape.plot.report import write_report as write_report
+    from landscape.store.read import Result as Result
+    from landscape.store.read import read_result as read_result
 
 #: the lower-level pieces offered at the top: name -> "module:attribute"
 PIECES = {

@@ -57,4 +57,21 @@ def test_out_writes_the_file_and_the_same_weights_resume_it(tmp_path):
 
 def test_options_are_given_once():
     one_line_error(landscape.surface, torch.nn.Linear(2, 2), options=SurfaceOptions(), x="-1:1:3", match="not both")
-    one_line_error(landscape.surface, torch.nn.Linear(2, 2), "digits", samples=0, match="--samples")
+    one_line_error(
+        landscape.surface,
+        torch.nn.Linear(2, 2),
+        "digits",
+        samples=0,
+        match=r"^samples= must be a whole number >= 1, got 0$",
+    )
+
+
+def test_a_type_checker_sees_every_name_offered_at_the_top():
+    import ast
+    import inspect as inspect_module
+
+    tree = ast.parse(inspect_module.getsource(landscape))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    seen = {alias.asname: f"{node.module}:{alias.name}" for node in block.body for alias in node.names}
+    offered = {**landscape.PIECES, **{a.api.partition(":")[2]: a.api for a in analyses() if a.api}}
+    assert seen == offered

@@ -45,13 +45,19 @@ DEFAULTS = SurfaceOptions.defaults()
     "--samples", default=DEFAULTS["samples"], show_default=True, type=int, help="Number of samples (fixed, seeded)."
 )
 @click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=int)
-@click.option("--x", "x", default=DEFAULTS["x"], show_default=True, help="x grid MIN:MAX:NUM (inclusive).")
+@click.option(
+    "--x",
+    "x",
+    default=DEFAULTS["x"],
+    show_default=True,
+    help="x grid MIN:MAX:NUM (inclusive), or its coordinates c0,c1,... (increasing).",
+)
 @click.option(
     "--y",
     "y",
     default=DEFAULTS["y"],
     show_default=True,
-    help=f"y grid MIN:MAX:NUM (inclusive), or {NO_GRID} for a 1D line along x.",
+    help=f"y grid MIN:MAX:NUM (inclusive) or c0,c1,..., or {NO_GRID} for a 1D line along x.",
 )
 @click.option(
     "--norm",

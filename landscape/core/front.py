@@ -6,8 +6,9 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from landscape.core.objective import Objective
 from landscape.core.source import AnalysisInputs, ModelSource, resolve_preprocess
 from landscape.data.augment import augmented_batches
 from landscape.data.batches import fixed_batches
+from landscape.data.given import ACCEPTED, GivenData, describe, given_batches, is_data
 from landscape.data.labels import check_label_range, label_range
 from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
@@ -331,8 +333,9 @@ def prepare(
             ``options.samples`` is None.
         first_samples: take the split's first samples in file order instead of a seeded permutation.
         labels: check that the model can output every label (:func:`check_labels`).
-        batches: the data as the caller holds it (a ``DataLoader`` or a list of ``(x, y)`` batches), used whole
-            and in order instead of ``options.data`` (:func:`given_batches`); the file records ``dataset:
+        batches: the data as the caller holds it (a ``Dataset``, a ``DataLoader``, a list of ``(x, y)`` batches
+            or a :class:`~landscape.data.given.GivenData`): its first ``options.samples`` images in order, instead
+            of ``options.data`` (:func:`~landscape.data.given.given_batches`); the file records ``dataset:
             batches`` and the data's SHA-256 (``data_sha256``), which a resumed run must match.
 
     Returns:
@@ -347,10 +350,11 @@ def prepare(
     if batches is not None:
         if getattr(options, "augment", "none") != "none":
             raise LandscapeError("--augment paper-a draws from a dataset: give a dataset spec (data=...), not batches")
-        held = given_batches(batches, inputs.device)
+        held = given_batches(
+            batches, inputs.device, samples=getattr(options, "samples", None), batch_size=options.batch_size
+        )
         inputs.dataset_spec, inputs.split, inputs.preprocess = GIVEN, GIVEN, None
-        if labels:
-            check_labels(inputs.model, held, inputs.source.output)
+        check_labels(inputs.model, held, inputs.source.output)  # the caller's labels: checked for every analysis
         n_given = sum(int(y.shape[0]) for _, y in held)
         recorded = {k: v for k, v in options.attrs().items() if k != "seed"}
         attrs = inputs.provenance(n_given, options.seed, command=command, **recorded)
@@ -393,36 +397,6 @@ def _checked(
 GIVEN = "batches"
 
 
-def given_batches(data: Iterable[Any], device: torch.device) -> list[tuple[Tensor, Tensor]]:
-    """The caller's data as fixed batches on ``device``: every ``(x, y)`` of a ``DataLoader`` or list, in order.
-
-    Args:
-        data: an iterable of ``(x, y)`` pairs (tuples or lists; extra items are ignored): float images
-            ``(b, C, H, W)`` and integer labels ``(b,)`` (or floating label distributions ``(b, classes)``).
-        device: where the batches are held.
-
-    Returns:
-        The batches, copied onto ``device``.
-
-    Raises:
-        LandscapeError: no batch, an item that is not ``(x, y)`` tensors, sizes of x and y that differ, or
-            images that are not finite.
-    """
-    held = []
-    for i, item in enumerate(data):
-        if not isinstance(item, (tuple, list)) or len(item) < 2 or not all(isinstance(t, Tensor) for t in item[:2]):
-            raise LandscapeError(f"batch {i} is not (x, y) tensors; give a DataLoader or a list of (x, y) batches")
-        x, y = item[0], item[1]
-        if x.shape[0] != y.shape[0] or x.shape[0] == 0:
-            raise LandscapeError(f"batch {i} has {x.shape[0]} images but {y.shape[0]} labels; give them in pairs")
-        if x.is_floating_point() and not bool(torch.isfinite(x).all()):
-            raise LandscapeError(f"batch {i} has images that are not finite (NaN or Inf); check the data")
-        held.append((x.to(device), y.to(device)))
-    if not held:
-        raise LandscapeError("no batches were given; give a DataLoader or a list of (x, y) batches")
-    return held
-
-
 def batches_sha256(batches: Sequence[tuple[Tensor, Tensor]]) -> str:
     """Hex SHA-256 of batches' images and labels (dtype, shape and bytes of each, in order): their identity.
 
@@ -444,9 +418,13 @@ def batches_sha256(batches: Sequence[tuple[Tensor, Tensor]]) -> str:
 def python_call(function: str, *args: Any, **kwargs: Any) -> str:
     """How a Python call is recorded as a result file's ``command``: ``function(arg, ..., key=value, ...)``.
 
+    No memory address is recorded: a module is written as its class name, data as its type and size
+    (:func:`~landscape.data.given.describe`), a function by its name, any other object without a readable
+    ``repr`` by its type.
+
     Args:
         function: the function's dotted name.
-        *args: its positional arguments (a module is written as its class name, a path as text).
+        *args: its positional arguments (a path is written as text).
         **kwargs: its keyword arguments (None values left out).
 
     Returns:
@@ -456,12 +434,24 @@ def python_call(function: str, *args: Any, **kwargs: Any) -> str:
     def text(value: Any) -> str:
         if isinstance(value, nn.Module):
             return f"<{type(value).__name__}>"
-        if isinstance(value, (list, tuple)) and value and isinstance(value[0], (list, tuple)):
-            return f"<{len(value)} batches>"
-        return repr(str(value)) if isinstance(value, Path) else repr(value)
+        if isinstance(value, ModelSource):
+            return f"<ModelSource {value.describe()}>"
+        if isinstance(value, Tensor):
+            return f"<Tensor {tuple(value.shape)}>"
+        if is_data(value) and not (isinstance(value, (list, tuple)) and not _holds_batches(value)):
+            return describe(value)
+        if callable(value):
+            return f"<function {getattr(value, '__qualname__', type(value).__name__)}>"
+        shown = repr(str(value)) if isinstance(value, Path) else repr(value)
+        return f"<{type(value).__name__}>" if " at 0x" in shown else shown
 
     parts = [text(a) for a in args] + [f"{k}={text(v)}" for k, v in kwargs.items() if v is not None]
     return f"{function}({', '.join(parts)})"
+
+
+def _holds_batches(value: Sequence[Any]) -> bool:
+    """Whether a list or tuple holds batches (sequences or dicts of tensors), not plain values."""
+    return bool(value) and isinstance(value[0], (list, tuple, dict))
 
 
 def eval_model(model: nn.Module) -> nn.Module:
@@ -500,6 +490,7 @@ def run_from_python(
     others: Sequence[Any] = (),
     options: Any = None,
     fields: dict[str, Any] | None = None,
+    batch: Callable[[Any], Sequence[Tensor]] | None = None,
     **run_kwargs: Any,
 ) -> Any:
     """What every ``landscape.<analysis>(model, data, ...)`` function does: options, data, the call's record.
@@ -511,27 +502,65 @@ def run_from_python(
         name: the public function's name, e.g. ``"landscape.surface"`` (recorded as the file's ``command``).
         options_class: the analysis's options class.
         model: an ``nn.Module``, a checkpoint path or a :class:`~landscape.core.source.ModelSource`.
-        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or list of ``(x, y)``
-            batches (used whole), or None for the checkpoint's dataset (else digits).
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...); a ``Dataset``, a ``DataLoader`` or a list of
+            batches, of which the first ``samples`` images are used (:func:`~landscape.data.given.given_batches`);
+            or None for the checkpoint's dataset (else digits).
         others: more models the runner takes after ``model`` (e.g. the second end of a path), recorded too.
         options: an options object, instead of ``fields``.
         fields: the options as keywords (the options class's fields, the CLI's option names with ``_``).
+        batch: a function from one batch of the data to ``(inputs, labels)`` (dict batches, longer tuples).
         **run_kwargs: the runner's own keywords (``out``, ``device``, ``force``, ``progress``, ...).
 
     Returns:
         The runner's result.
 
     Raises:
-        LandscapeError: both ``options`` and keywords, options of another analysis, or the runner's errors.
+        LandscapeError: both ``options`` and keywords, options of another analysis, a model or data of a type
+            that is neither, ``batch=`` without held data, or the runner's errors.
     """
     fields = dict(fields or {})
     if options is not None and fields:
         raise LandscapeError(f"{name}: give the options as options=... or as keywords, not both")
+    for position, value in enumerate((model, *others)):
+        _check_model(name, value, position, len(others) + 1)
+    if data is not None and not isinstance(data, (str, Path)) and not is_data(data):
+        raise LandscapeError(f"data= takes {ACCEPTED}; got {describe_value(data)}")
     spec = data if isinstance(data, (str, Path)) else None
     if options is None:
         options = options_class(**({"data": str(spec)} if spec is not None else {}), **fields)
     elif not isinstance(options, options_class):
         raise LandscapeError(f"{name} takes a {options_class.__name__}, got {type(options).__name__}")
-    given = None if data is None or spec is not None else data
-    record = python_call(name, model, *others, data=spec or given, out=run_kwargs.get("out"), **fields)
+    if batch is not None and (data is None or spec is not None):
+        raise LandscapeError("batch= reads the batches of data you hold: give a Dataset or DataLoader as data=")
+    given = None
+    if data is not None and spec is None:
+        given = GivenData(data, batch=batch, exact="samples" in fields or _set(options, "samples"))
+    record = python_call(name, model, *others, data=spec or given, batch=batch, out=run_kwargs.get("out"), **fields)
     return run(model, *others, options, command=record, batches=given, **run_kwargs)
+
+
+def _set(options: Any, field: str) -> bool:
+    """Whether an options object has ``field`` away from its class's default."""
+    defaults = {f.name: f.default for f in dataclasses.fields(options)}
+    return field in defaults and getattr(options, field) != defaults[field]
+
+
+def describe_value(value: Any) -> str:
+    """A value's type, and its size for data, without its memory address (for messages)."""
+    if is_data(value):
+        return describe(value)
+    kind = type(value).__name__
+    article = "an" if kind[0].lower() in "aeiou" else "a"
+    return f"{article} {kind}" + (f" ({value!r})" if isinstance(value, (int, float, bool)) else "")
+
+
+def _check_model(name: str, value: Any, position: int, count: int) -> None:
+    """An error unless ``value`` (the ``position``-th of ``count`` models) is a model, a path or a source."""
+    if isinstance(value, (nn.Module, ModelSource, str, Path)):
+        return
+    which = "the model" if count == 1 else ("the first model", "the second model", "a model")[min(position, 2)]
+    missing = f"; {name} takes {count} models, then the data: is one missing?" if is_data(value) and count > 1 else ""
+    raise LandscapeError(
+        f"{which} is {describe_value(value)}, not a model: give an nn.Module, a checkpoint path or a ModelSource"
+        + missing
+    )

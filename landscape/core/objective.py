@@ -116,8 +116,8 @@ class Objective:
         weights: N_b / N for each batch.
 
     Raises:
-        LandscapeError: no batches, an unknown criterion or parameter name, or (with ``check``) non-finite
-            weights, labels the model cannot output, a non-finite loss or a stochastic model.
+        LandscapeError: no batches, a model without parameters, an unknown criterion or parameter name, or (with
+            ``check``) non-finite weights, labels the model cannot output, a non-finite loss or a stochastic model.
         ForeignError: (with ``check``) the model's forward raised on the first batch (:meth:`check_forward`).
     """
 
@@ -156,6 +156,10 @@ class Objective:
         unknown = [n for n in names if n not in named]
         if unknown:
             raise LandscapeError(f"unknown parameter names {unknown[:3]}; see model.named_parameters()")
+        if not named:
+            raise LandscapeError(
+                f"the model ({type(model).__name__}) has no parameters (nothing to analyse); give a model with weights"
+            )
         self.params: ParamDict = {n: named[n].detach().clone() for n in names}
         self.fixed: ParamDict = {n: p.detach().clone() for n, p in named.items() if n not in self.params}
         self.buffers: ParamDict = {n: b.detach().clone() for n, b in self.module.named_buffers()}

@@ -73,12 +73,15 @@ class Regularizer:
         """Evaluate R(theta) for a params dict.
 
         Args:
-            params: the parameter tensors theta_p by name (at least one).
+            params: the parameter tensors theta_p by name.
 
         Returns:
-            R(theta) as a 0-dim tensor on the params' device (zero when the penalty is not :attr:`active`).
+            R(theta) as a 0-dim tensor on the params' device (zero when the penalty is not :attr:`active`; a CPU
+            zero without parameters).
         """
-        ref = next(iter(params.values()))
+        ref = next(iter(params.values()), None)
+        if ref is None:  # no parameters: the empty sum
+            return torch.zeros(())
         if not self.active:
             return ref.new_zeros(())
         if self.kind == "l2":

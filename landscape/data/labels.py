@@ -41,6 +41,7 @@ def check_label_range(targets: Iterable[Tensor], n_outputs: int) -> None:
     low, high = span
     if low < 0 or high >= n_outputs:
         raise LandscapeError(
-            f"the data has labels {low}..{high} but the model outputs {n_outputs} classes: analyse it on data "
-            "with at most that many classes (--data), or build the model with --num-classes"
+            f"the data has labels {low}..{high} but the model outputs {n_outputs} classes (0..{n_outputs - 1}): "
+            "analyse it on data with at most that many classes (--data), or build the model with more outputs "
+            "(--num-classes)"
         )

@@ -184,8 +184,9 @@ def _candidate_text(model: nn.Module) -> str:
     names = candidate_modules(model)
     if not names:
         return "none (the model has no submodules)"
+    modules = dict(model.named_modules())
     more = f" (and {len(names) - MAX_CANDIDATES} more)" if len(names) > MAX_CANDIDATES else ""
-    return ", ".join(names[:MAX_CANDIDATES]) + more
+    return ", ".join(f"{name} ({type(modules[name]).__name__})" for name in names[:MAX_CANDIDATES]) + more
 
 
 def _taps(name: str, pattern: str) -> bool:

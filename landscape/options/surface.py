@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -68,27 +69,85 @@ MAX_POINTS = 1_000_000
 _GRID = re.compile(r"^\s*([-+]?[0-9.eE+-]+)\s*:\s*([-+]?[0-9.eE+-]+)\s*:\s*([0-9]+)\s*$")
 
 
-def parse_grid(spec: str, option: str = "--x") -> np.ndarray:
-    """Parse a grid specification ``"MIN:MAX:NUM"`` into ``numpy.linspace(MIN, MAX, NUM)``.
+def grid_text(value: Any, option: str = "--x") -> str:
+    """A grid as the options hold it (text): ``"MIN:MAX:NUM"``, or its coordinates comma-separated.
+
+    ``"MIN:MAX:NUM"`` and ``"c0,c1,..."`` are kept as given; a tuple ``(MIN, MAX, NUM)`` becomes ``"MIN:MAX:NUM"``;
+    a list or a numpy array of coordinates becomes ``"c0,c1,..."`` (each float's ``repr``: exact).
 
     Args:
-        spec: ``MIN:MAX:NUM``; inclusive of both ends, ``NUM = 1`` gives ``[MIN]``.
+        value: a string, a ``(MIN, MAX, NUM)`` tuple, or a list or 1-D array of coordinates.
+        option: the option's name, for the message.
+
+    Returns:
+        The grid as text (:func:`parse_grid` checks and reads it).
+
+    Raises:
+        LandscapeError: a value of another type, a tuple that is not three numbers with a whole NUM, or
+            coordinates that are not numbers in one dimension.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, tuple):
+        if len(value) != 3 or not all(isinstance(v, (int, float, np.integer, np.floating)) for v in value):
+            raise LandscapeError(
+                f"bad grid {option} {value!r}: a tuple is (MIN, MAX, NUM), e.g. (-1, 1, 21); give coordinates as a "
+                "list or an array"
+            )
+        lo, hi, num = value
+        if float(num) != int(num):
+            raise LandscapeError(f"bad grid {option} {value!r}: NUM must be a whole number")
+        return f"{float(lo)!r}:{float(hi)!r}:{int(num)}"
+    if isinstance(value, (list, np.ndarray)) or type(value).__name__ == "Tensor":
+        try:
+            points = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise LandscapeError(f"bad grid {option}: its coordinates must be numbers, got {value!r}") from None
+        if points.ndim != 1:
+            raise LandscapeError(f"bad grid {option}: give the coordinates in one dimension, got shape {points.shape}")
+        return ",".join(repr(float(p)) for p in points)
+    raise LandscapeError(
+        f"bad grid {option} {value!r}: give MIN:MAX:NUM (text), a (MIN, MAX, NUM) tuple or a list of coordinates"
+    )
+
+
+def is_point_list(spec: str) -> bool:
+    """Whether a grid's text lists its coordinates (``"c0,c1,..."``) rather than ``MIN:MAX:NUM``.
+
+    Args:
+        spec: the grid as text.
+
+    Returns:
+        True when it has no ``:``.
+    """
+    return ":" not in str(spec)
+
+
+def parse_grid(spec: str, option: str = "--x") -> np.ndarray:
+    """Parse a grid: ``"MIN:MAX:NUM"`` into ``numpy.linspace(MIN, MAX, NUM)``, or ``"c0,c1,..."`` as the coordinates.
+
+    Args:
+        spec: ``MIN:MAX:NUM`` (inclusive of both ends; ``NUM = 1`` gives ``[MIN]``), or comma-separated
+            coordinates in increasing order (:func:`grid_text` writes a tuple, list or array so).
         option: the option name used in error messages (``--x`` or ``--y``).
 
     Returns:
-        The ``NUM`` grid coordinates.
+        The grid coordinates.
 
     Raises:
-        LandscapeError: the spec is not ``MIN:MAX:NUM``, MIN or MAX is not finite, NUM < 1, MIN >= MAX with
-            NUM > 1, or ``MAX - MIN`` overflows a float.
+        LandscapeError: the spec is neither form, MIN or MAX (a coordinate) is not finite, NUM < 1, MIN >= MAX with
+            NUM > 1 (coordinates not increasing), or ``MAX - MIN`` overflows a float.
     """
+    if is_point_list(spec):
+        return _points(str(spec), option)
     m = _GRID.match(str(spec))
+    example = "-1:1:21" if option.startswith("--") else "(-1, 1, 21)"
     if not m:
-        raise LandscapeError(f"bad grid {option} {spec!r}: write MIN:MAX:NUM, e.g. {option} -1:1:21")
+        raise LandscapeError(f"bad grid {option} {spec!r}: write MIN:MAX:NUM, e.g. {example}")
     try:
         lo, hi, num = float(m.group(1)), float(m.group(2)), int(m.group(3))
     except ValueError:
-        raise LandscapeError(f"bad grid {option} {spec!r}: write MIN:MAX:NUM, e.g. {option} -1:1:21") from None
+        raise LandscapeError(f"bad grid {option} {spec!r}: write MIN:MAX:NUM, e.g. {example}") from None
     if not (np.isfinite(lo) and np.isfinite(hi)):
         raise LandscapeError(f"bad grid {option} {spec!r}: MIN and MAX must be finite numbers")
     if num < 1:
@@ -102,8 +161,25 @@ def parse_grid(spec: str, option: str = "--x") -> np.ndarray:
     return np.linspace(lo, hi, num)
 
 
+def _points(spec: str, option: str) -> np.ndarray:
+    """Comma-separated coordinates: at least one, finite, increasing."""
+    try:
+        points = np.array([float(p) for p in spec.split(",") if p.strip()], dtype=np.float64)
+    except ValueError:
+        raise LandscapeError(f"bad grid {option} {spec!r}: write MIN:MAX:NUM or comma-separated coordinates") from None
+    if points.size == 0:
+        raise LandscapeError(f"bad grid {option} {spec!r}: give at least one coordinate")
+    if not np.isfinite(points).all():
+        raise LandscapeError(f"bad grid {option} {spec!r}: the coordinates must be finite numbers")
+    if points.size > 1 and not (np.diff(points) > 0).all():
+        raise LandscapeError(f"bad grid {option} {spec!r}: the coordinates must increase")
+    return points
+
+
 def _grid_num(spec: str, option: str) -> int:
-    """The NUM of a valid grid ``MIN:MAX:NUM``, read without building the grid (:func:`parse_grid` checks the rest)."""
+    """The number of points of a valid grid, read without building it (:func:`parse_grid` checks the rest)."""
+    if is_point_list(spec):
+        return len([p for p in str(spec).split(",") if p.strip()])
     m = _GRID.match(str(spec))
     if not m:
         parse_grid(spec, option)  # raises the one-line message
@@ -169,9 +245,10 @@ class SurfaceOptions(FieldDefaults):
         split: :data:`~landscape.options.common.SPLITS`.
         samples: images used (fixed, seeded); None for the whole split.
         batch_size: images per fixed batch.
-        x: x grid ``MIN:MAX:NUM`` (inclusive).
-        y: y grid ``MIN:MAX:NUM`` (default :data:`GRID`, a plane); None or ``"none"`` (:data:`NO_GRID`) makes the
-            surface a 1D line.
+        x: x grid ``MIN:MAX:NUM`` (inclusive), a ``(MIN, MAX, NUM)`` tuple, or the coordinates as a list, an array
+            or comma-separated text (increasing); held as text (:func:`grid_text`).
+        y: y grid as ``x`` (default :data:`GRID`, a plane); None or ``"none"`` (:data:`NO_GRID`) makes the surface
+            a 1D line.
         norm: normalisation of random directions, one of :data:`NORMS`.
         seed: seed of the directions and of the sample choice.
         directions: ``random`` or ``hessian`` (:data:`DIRECTION_KINDS`): x (and y) the top-1 (and top-2) unit
@@ -206,12 +283,15 @@ class SurfaceOptions(FieldDefaults):
             the CLI option.
     """
 
+    #: the command line's flags that are not a field's name with ``-`` (how a Python error names them)
+    CLI_FLAGS: ClassVar[dict[str, str]] = {"--zero": "zero_patterns", "--keep-1d": "ignore_1d=False"}
+
     data: str | None = None
     split: str = "train"
     samples: int | None = 1000
     batch_size: int = 128
-    x: str = GRID
-    y: str | None = GRID
+    x: str | tuple[float, float, int] | Sequence[float] = GRID
+    y: str | tuple[float, float, int] | Sequence[float] | None = GRID
     norm: str = "filter"
     seed: int = 0
     directions: str = "random"
@@ -234,6 +314,9 @@ class SurfaceOptions(FieldDefaults):
     def __post_init__(self) -> None:
         if isinstance(self.y, str) and self.y.strip().lower() == NO_GRID:
             object.__setattr__(self, "y", None)
+        object.__setattr__(self, "x", grid_text(self.x, "--x"))
+        if self.y is not None:
+            object.__setattr__(self, "y", grid_text(self.y, "--y"))
         object.__setattr__(self, "split", check_data_options(self.split, self.samples, self.batch_size, self.seed))
         check_augment(self.augment, self.augment_copies)
         if self.data is not None and not isinstance(self.data, str):
@@ -320,7 +403,8 @@ class SurfaceOptions(FieldDefaults):
         where they shape a random direction, ``target``, ``trajectory``/``n_snapshots``, ``which`` and
         ``eigen_tol`` of computed Hessian directions; the directions add ``eigen_source``, the eigenvector
         file's ``which`` and the block ``hessian_params``), ``surface_ndim``,
-        ``xgrid``/``ygrid``, ``bn``, ``regularizer`` and ``compile`` (``auto``, or True/False for ``on``/``off``,
+        ``xgrid``/``ygrid`` (and ``xgrid_points``/``ygrid_points`` of a grid given point by point), ``bn``,
+        ``regularizer`` and ``compile`` (``auto``, or True/False for ``on``/``off``,
         as files made before ``auto`` existed recorded them); ``dataset`` when :attr:`data` is given;
         ``augment``, ``augment_copies`` and ``criterion`` only with an augmentation (so that files made before
         these options existed still resume).
@@ -369,6 +453,9 @@ class SurfaceOptions(FieldDefaults):
             regularizer=json.dumps({"kind": self.regularizer, "coef": coef}),
             compile=compile_attr(self.compile),
         )
+        for axis, spec, points in (("x", self.x, xs), ("y", self.y, ys)):
+            if spec is not None and is_point_list(spec):  # the ends and count alone do not name these points
+                out[f"{axis}grid_points"] = [float(p) for p in points]
         if self.augment != "none":
             out.update(augment=self.augment, augment_copies=int(self.augment_copies), criterion=AUGMENTED_CRITERION)
         return out

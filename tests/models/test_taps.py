@@ -422,10 +422,11 @@ def test_parse_taps():
 
 def test_no_rule_and_no_taps_lists_candidates():
     msg = one_line_error(FeatureTaps, Custom(), match=r"Custom has no block_features\(x\).*--taps 'PATTERN=KIND'")
-    assert msg.endswith("candidate modules: body.0, body.1, body.2")
+    assert msg.endswith("candidate modules: body.0 (Conv2d), body.1 (ReLU), body.2 (Conv2d)")
     deep = nn.Sequential(*[nn.Sequential(nn.Identity(), nn.Identity()) for _ in range(7)])
     msg = one_line_error(FeatureTaps, deep, match="no block_features")
-    assert "candidate modules: 0, 1, 2, 3, 4, 5, 6, 0.0, 0.1, 1.0 (and 11 more)" in msg
+    assert "candidate modules: 0 (Sequential), 1 (Sequential), 2 (Sequential)" in msg
+    assert "6 (Sequential), 0.0 (Identity), 0.1 (Identity), 1.0 (Identity) (and 11 more)" in msg
     one_line_error(FeatureTaps, nn.Linear(2, 2), match="candidate modules: none")
     one_line_error(fourier_profile, Custom(), [torch.zeros(1, 3, 4, 4)], match="block_features")
 

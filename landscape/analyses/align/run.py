@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,7 @@ from landscape.analyses.align.permute import apply
 from landscape.analyses.align.spec import PermutationSpec, permutation_spec
 from landscape.analyses.align.weights import Matching, weight_matching
 from landscape.analyses.connect.path import Endpoint, check_same_architecture
+from landscape.core.calls import analysis_function
 from landscape.core.criteria import select_logits
 from landscape.core.front import eval_model, load_inputs, prepare, python_call, run_from_python
 from landscape.errors import LandscapeError
@@ -217,7 +218,7 @@ def run_align(
         device: ``auto``, ``cpu`` or ``cuda``.
         progress: print the plan before the work (None: only on a terminal).
         command: how the run was asked for, recorded in the checkpoint (default: this call).
-        batches: the data as ``(x, y)`` batches, used whole instead of ``options.data``.
+        batches: the data as ``(x, y)`` batches, their first ``samples`` images instead of ``options.data``.
 
     Returns:
         The :class:`Alignment`; nothing is written when it raises.
@@ -293,6 +294,7 @@ def run_align(
     return replace(result, out=target)
 
 
+@analysis_function(AlignOptions)
 def align(
     model_a: Any,
     model_b: Any,
@@ -303,6 +305,7 @@ def align(
     device: str = "auto",
     force: bool = False,
     progress: bool | None = None,
+    batch: Callable[[Any], Any] | None = None,
     **fields: Any,
 ) -> Alignment:
     """``model_b`` with its hidden units permuted to match ``model_a``'s (``landscape align``).
@@ -315,13 +318,15 @@ def align(
         model_a: theta_A: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
             :class:`~landscape.core.source.ModelSource`.
         model_b: theta_B, of the same architecture.
-        data: a dataset spec, a ``DataLoader`` or a list of ``(x, y)`` batches (used whole), or None for the first
-            checkpoint's dataset (else digits).
+        data: a dataset spec, a ``Dataset``, ``DataLoader`` or list of ``(x, y)`` batches (the first ``samples``
+            images), or None for the first checkpoint's dataset (else digits).
         out: the checkpoint to write; None keeps the result in memory.
         options: an :class:`~landscape.options.align.AlignOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file at ``out`` that landscape did not write.
         progress: print the plan (None: on a terminal only).
+        batch: a function from one batch of ``data`` (a ``Dataset`` or ``DataLoader`` you hold) to ``(inputs,
+            labels)``, for batches that are dicts or longer tuples, e.g. ``lambda b: (b["image"], b["label"])``.
         **fields: the options as keywords.
 
     Returns:
@@ -340,6 +345,7 @@ def align(
         others=(model_b,),
         options=options,
         fields=fields,
+        batch=batch,
         out=out,
         device=device,
         force=force,

@@ -40,6 +40,7 @@ from landscape.analyses.connect.path import Endpoint, bezier_point, linear_point
 from landscape.analyses.connect.plane import PlaneGrid, plane_grid, plane_point
 from landscape.analyses.connect.points import allocate, run_points
 from landscape.analyses.connect.summary import UNALIGNED
+from landscape.core.calls import analysis_function
 from landscape.core.front import python_call, run_from_python
 from landscape.errors import LandscapeError
 from landscape.options.connect import ConnectOptions
@@ -185,7 +186,7 @@ def run_connect(
         device: ``auto``, ``cpu`` or ``cuda``.
         progress: progress bars on rank 0 (None: only when stderr is a terminal).
         command: how the run was asked for, recorded as ``command`` (default: this call).
-        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), their first ``samples`` images instead of
             ``options.data`` for evaluating, re-estimating BatchNorm statistics and training the bend.
         on_progress: called on every rank as ``on_progress(stage, done, total)`` after each round of points
             (stages ``line``, ``curve``, ``plane``) and each epoch of the bend (``bend``).
@@ -335,6 +336,7 @@ def _curve_and_plane(
     )
 
 
+@analysis_function(ConnectOptions)
 def connect(
     model_a: Any,
     model_b: Any,
@@ -345,6 +347,7 @@ def connect(
     device: str = "auto",
     force: bool = False,
     progress: bool | None = None,
+    batch: Callable[[Any], Any] | None = None,
     **fields: Any,
 ) -> store.Result:
     """Loss, accuracy and barriers on the line (and curve) between ``model_a`` and ``model_b`` (``landscape connect``).
@@ -357,13 +360,16 @@ def connect(
         model_a: theta_A: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
             :class:`~landscape.core.source.ModelSource`.
         model_b: theta_B, of the same architecture.
-        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
-            batches (used whole, in order), or None for the first checkpoint's dataset (else digits).
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``Dataset``, ``DataLoader`` or list of
+            ``(x, y)`` batches (the first ``samples`` images, in order), or None for the first checkpoint's dataset
+            (else digits).
         out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
         options: a :class:`~landscape.options.connect.ConnectOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
         progress: a progress display (None: on a terminal only).
+        batch: a function from one batch of ``data`` (a ``Dataset`` or ``DataLoader`` you hold) to ``(inputs,
+            labels)``, for batches that are dicts or longer tuples, e.g. ``lambda b: (b["image"], b["label"])``.
         **fields: the options as keywords (the fields of the options class).
 
     Returns:
@@ -382,6 +388,7 @@ def connect(
         others=(model_b,),
         options=options,
         fields=fields,
+        batch=batch,
         out=out,
         device=device,
         force=force,

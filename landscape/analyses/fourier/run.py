@@ -19,7 +19,7 @@ File layout (kind ``fourier``; docs/schema.md, fourier):
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from torch import nn
 from landscape import store
 from landscape.analyses.fourier.features import FourierProfile, fourier_profile, merge_profiles
 from landscape.analyses.fourier.noise import band_accuracies
+from landscape.core.calls import analysis_function
 from landscape.core.front import eval_model, prepare, python_call, run_from_python
 from landscape.errors import LandscapeError
 from landscape.options.fourier import MIN_PROFILE_SIDE, FourierOptions
@@ -110,7 +111,7 @@ def run_fourier(
         progress: show the progress on rank 0 (:mod:`landscape.runtime.progress`: a bar on a terminal, a line
             every 30 s elsewhere); False: nothing.
         command: how the run was asked for, recorded as ``command`` (default: this call).
-        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), their first ``samples`` images instead of
             ``options.data`` (:func:`~landscape.core.front.prepare`).
 
     Returns:
@@ -256,6 +257,7 @@ def _write_noise(
         bar.update(1)
 
 
+@analysis_function(FourierOptions)
 def fourier(
     model: Any,
     data: Any = None,
@@ -265,6 +267,7 @@ def fourier(
     device: str = "auto",
     force: bool = False,
     progress: bool | None = None,
+    batch: Callable[[Any], Any] | None = None,
     **fields: Any,
 ) -> store.Result:
     """The Fourier spectra of every block's feature maps of ``model`` on ``data`` (``landscape fourier``).
@@ -275,14 +278,17 @@ def fourier(
     Args:
         model: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
             :class:`~landscape.core.source.ModelSource`.
-        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
-            batches (used whole, in order), or None for the checkpoint's dataset (else digits).
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``Dataset``, ``DataLoader`` or list of
+            ``(x, y)`` batches (the first ``samples`` images, in order), or None for the checkpoint's dataset (else
+            digits).
         out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
         options: a :class:`~landscape.options.fourier.FourierOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
         progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
             nothing (:mod:`landscape.runtime.progress`).
+        batch: a function from one batch of ``data`` (a ``Dataset`` or ``DataLoader`` you hold) to ``(inputs,
+            labels)``, for batches that are dicts or longer tuples, e.g. ``lambda b: (b["image"], b["label"])``.
         **fields: the options as keywords (the fields of the options class).
 
     Returns:
@@ -299,6 +305,7 @@ def fourier(
         data,
         options=options,
         fields=fields,
+        batch=batch,
         out=out,
         device=device,
         force=force,

@@ -11,7 +11,7 @@ section; spectrum: by batch); one of other options needs ``force``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from landscape.analyses.hessian.operator import HessianOperator
 from landscape.analyses.hessian.probes import require_probe_memory
 from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
 from landscape.analyses.hessian.trace import trace as trace_estimate
+from landscape.core.calls import analysis_function
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
 from landscape.core.objective import fused_attention_modules
 from landscape.core.regularizer import Regularizer
@@ -79,7 +80,7 @@ def run_hessian(
         progress: show what will run and the products on rank 0 (:mod:`landscape.runtime.progress`: a bar on a
             terminal, a line every 30 s elsewhere); False: nothing.
         command: how the run was asked for, recorded as ``command`` (default: this call).
-        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), their first ``samples`` images instead of
             ``options.data`` (:func:`~landscape.core.front.prepare`).
 
     Returns:
@@ -264,7 +265,7 @@ def run_spectrum(
         progress: show what will run and the batches on rank 0 (:mod:`landscape.runtime.progress`: a bar on a
             terminal, a line every 30 s elsewhere); False: nothing.
         command: how the run was asked for, recorded as ``command`` (default: this call).
-        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), their first ``samples`` images instead of
             ``options.data`` (:func:`~landscape.core.front.prepare`).
 
     Returns:
@@ -352,6 +353,7 @@ def run_spectrum(
     return session.result
 
 
+@analysis_function(HessianOptions)
 def hessian(
     model: Any,
     data: Any = None,
@@ -361,6 +363,7 @@ def hessian(
     device: str = "auto",
     force: bool = False,
     progress: bool | None = None,
+    batch: Callable[[Any], Any] | None = None,
     **fields: Any,
 ) -> store.Result:
     """The Hessian of ``model``'s loss on ``data``: top eigenpairs, spectral density, trace (``landscape hessian``).
@@ -371,14 +374,17 @@ def hessian(
     Args:
         model: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
             :class:`~landscape.core.source.ModelSource`.
-        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
-            batches (used whole, in order), or None for the checkpoint's dataset (else digits).
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``Dataset``, ``DataLoader`` or list of
+            ``(x, y)`` batches (the first ``samples`` images, in order), or None for the checkpoint's dataset (else
+            digits).
         out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
         options: a :class:`~landscape.options.hessian.HessianOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
         progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
             nothing (:mod:`landscape.runtime.progress`).
+        batch: a function from one batch of ``data`` (a ``Dataset`` or ``DataLoader`` you hold) to ``(inputs,
+            labels)``, for batches that are dicts or longer tuples, e.g. ``lambda b: (b["image"], b["label"])``.
         **fields: the options as keywords (the fields of the options class).
 
     Returns:
@@ -395,6 +401,7 @@ def hessian(
         data,
         options=options,
         fields=fields,
+        batch=batch,
         out=out,
         device=device,
         force=force,
@@ -402,6 +409,7 @@ def hessian(
     )
 
 
+@analysis_function(SpectrumOptions)
 def spectrum(
     model: Any,
     data: Any = None,
@@ -411,6 +419,7 @@ def spectrum(
     device: str = "auto",
     force: bool = False,
     progress: bool | None = None,
+    batch: Callable[[Any], Any] | None = None,
     **fields: Any,
 ) -> store.Result:
     """The top-k Hessian eigenvalues of every mini-batch of ``data``, pooled (Paper A's spectra).
@@ -421,14 +430,17 @@ def spectrum(
     Args:
         model: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
             :class:`~landscape.core.source.ModelSource`.
-        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
-            batches (used whole, in order), or None for the checkpoint's dataset (else digits).
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``Dataset``, ``DataLoader`` or list of
+            ``(x, y)`` batches (the first ``samples`` images, in order), or None for the checkpoint's dataset (else
+            digits).
         out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
         options: a :class:`~landscape.options.hessian.SpectrumOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
         progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
             nothing (:mod:`landscape.runtime.progress`).
+        batch: a function from one batch of ``data`` (a ``Dataset`` or ``DataLoader`` you hold) to ``(inputs,
+            labels)``, for batches that are dicts or longer tuples, e.g. ``lambda b: (b["image"], b["label"])``.
         **fields: the options as keywords (the fields of the options class).
 
     Returns:
@@ -445,6 +457,7 @@ def spectrum(
         data,
         options=options,
         fields=fields,
+        batch=batch,
         out=out,
         device=device,
         force=force,

@@ -27,6 +27,7 @@ from landscape.analyses.sharpness.measures import (
     bootstrap_interval,
     worst_sharpness,
 )
+from landscape.core.calls import analysis_function
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
 from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
@@ -124,7 +125,7 @@ def run_sharpness(
         device: ``auto``, ``cpu`` or ``cuda``.
         progress: a bar of the batches on rank 0 (None: only when stderr is a terminal).
         command: how the run was asked for, recorded as ``command`` (default: this call).
-        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), their first ``samples`` images instead of
             ``options.data`` (:func:`~landscape.core.front.prepare`): each given batch is one ``S``.
         on_batch: called on every rank with a batch's index once its row is written (progress reports, tests).
 
@@ -200,6 +201,7 @@ def run_sharpness(
     return session.result
 
 
+@analysis_function(SharpnessOptions)
 def sharpness(
     model: Any,
     data: Any = None,
@@ -209,6 +211,7 @@ def sharpness(
     device: str = "auto",
     force: bool = False,
     progress: bool | None = None,
+    batch: Callable[[Any], Any] | None = None,
     **fields: Any,
 ) -> store.Result:
     """Average- or worst-case m-sharpness of ``model`` on ``data`` at each radius (``landscape sharpness``).
@@ -221,13 +224,16 @@ def sharpness(
     Args:
         model: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
             :class:`~landscape.core.source.ModelSource`.
-        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
-            batches (used whole, in order, each one ``S``), or None for the checkpoint's dataset (else digits).
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``Dataset``, ``DataLoader`` or list of
+            ``(x, y)`` batches (the first ``samples`` images, in order, each batch one ``S``), or None for the
+            checkpoint's dataset (else digits).
         out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
         options: a :class:`~landscape.options.sharpness.SharpnessOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
         progress: a progress display (None: on a terminal only).
+        batch: a function from one batch of ``data`` (a ``Dataset`` or ``DataLoader`` you hold) to ``(inputs,
+            labels)``, for batches that are dicts or longer tuples, e.g. ``lambda b: (b["image"], b["label"])``.
         **fields: the options as keywords (the fields of the options class).
 
     Returns:
@@ -245,6 +251,7 @@ def sharpness(
         data,
         options=options,
         fields=fields,
+        batch=batch,
         out=out,
         device=device,
         force=force,

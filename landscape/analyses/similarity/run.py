@@ -19,7 +19,7 @@ The file is written at the end of the run, ``cka`` last; a run killed before tha
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from landscape import store
+from landscape.core.calls import analysis_function
 from landscape.core.front import (
     batch_images,
     batches_for,
@@ -392,7 +393,7 @@ def run_similarity(
         progress: show the progress on rank 0 (:mod:`landscape.runtime.progress`: a bar on a terminal, a line
             every 30 s elsewhere); False: nothing.
         command: how the run was asked for, recorded as ``command`` (default: this call).
-        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), their first ``samples`` images instead of
             ``options.data`` (:func:`~landscape.core.front.prepare`).
 
     Returns:
@@ -457,6 +458,7 @@ def run_similarity(
     return session.result
 
 
+@analysis_function(SimilarityOptions)
 def similarity(
     model: Any,
     data: Any = None,
@@ -467,6 +469,7 @@ def similarity(
     device: str = "auto",
     force: bool = False,
     progress: bool | None = None,
+    batch: Callable[[Any], Any] | None = None,
     **fields: Any,
 ) -> store.Result:
     """Linear CKA between every pair of blocks of ``model`` (or of ``model`` and ``other``) on ``data``.
@@ -476,8 +479,9 @@ def similarity(
     Args:
         model: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
             :class:`~landscape.core.source.ModelSource`.
-        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
-            batches (used whole, in order), or None for the checkpoint's dataset (else digits).
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``Dataset``, ``DataLoader`` or list of
+            ``(x, y)`` batches (the first ``samples`` images, in order), or None for the checkpoint's dataset (else
+            digits).
         other: the second model (module, checkpoint path or source); None compares ``model`` with itself.
         out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
         options: a :class:`~landscape.options.similarity.SimilarityOptions`, instead of keywords.
@@ -485,6 +489,8 @@ def similarity(
         force: replace a file of other options at ``out``.
         progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
             nothing (:mod:`landscape.runtime.progress`).
+        batch: a function from one batch of ``data`` (a ``Dataset`` or ``DataLoader`` you hold) to ``(inputs,
+            labels)``, for batches that are dicts or longer tuples, e.g. ``lambda b: (b["image"], b["label"])``.
         **fields: the options as keywords (the fields of the options class).
 
     Returns:
@@ -501,6 +507,7 @@ def similarity(
         data,
         options=options,
         fields=fields,
+        batch=batch,
         other=other,
         out=out,
         device=device,

@@ -36,6 +36,7 @@ from landscape.analyses.surface.hessian_directions import (
     hessian_directions,
     objective_attrs,
 )
+from landscape.core.calls import analysis_function
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
 from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
@@ -256,7 +257,7 @@ def run_surface(
             nothing.
         command: how the run was asked for, recorded as ``command`` (the CLI passes its command line; default:
             this call).
-        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), used whole instead of
+        batches: the data as ``(x, y)`` batches (a ``DataLoader`` or a list), their first ``samples`` images instead of
             ``options.data`` (:func:`~landscape.core.front.prepare`).
 
     Returns:
@@ -332,6 +333,7 @@ def _plan(xs: np.ndarray, ys: np.ndarray | None) -> str:
     return f"surface: {xs.size} x {ys.size} grid over {x} x [{ys[0]:g}, {ys[-1]:g}] ({xs.size * ys.size} points)"
 
 
+@analysis_function(SurfaceOptions)
 def surface(
     model: Any,
     data: Any = None,
@@ -341,6 +343,7 @@ def surface(
     device: str = "auto",
     force: bool = False,
     progress: bool | None = None,
+    batch: Callable[[Any], Any] | None = None,
     **fields: Any,
 ) -> store.Result:
     """The loss and accuracy around ``model`` on a 1D line or 2D plane of parameter space (``landscape surface``).
@@ -352,14 +355,17 @@ def surface(
     Args:
         model: an ``nn.Module`` (copied, never changed), a checkpoint path, or a
             :class:`~landscape.core.source.ModelSource`.
-        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``DataLoader`` or a list of ``(x, y)``
-            batches (used whole, in order), or None for the checkpoint's dataset (else digits).
+        data: a dataset spec (``"digits"``, ``"cifar10:PATH"``, ...), a ``Dataset``, ``DataLoader`` or list of
+            ``(x, y)`` batches (the first ``samples`` images, in order), or None for the checkpoint's dataset (else
+            digits).
         out: the HDF5 file to write (resumed when it holds the same run); None keeps the result in memory.
         options: a :class:`~landscape.options.surface.SurfaceOptions`, instead of keywords.
         device: ``auto``, ``cpu`` or ``cuda``.
         force: replace a file of other options at ``out``.
         progress: what will run and the progress on rank 0 (a bar on a terminal, lines elsewhere); False:
             nothing (:mod:`landscape.runtime.progress`).
+        batch: a function from one batch of ``data`` (a ``Dataset`` or ``DataLoader`` you hold) to ``(inputs,
+            labels)``, for batches that are dicts or longer tuples, e.g. ``lambda b: (b["image"], b["label"])``.
         **fields: the options as keywords (the fields of the options class).
 
     Returns:
@@ -376,6 +382,7 @@ def surface(
         data,
         options=options,
         fields=fields,
+        batch=batch,
         out=out,
         device=device,
         force=force,

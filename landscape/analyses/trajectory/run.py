@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from landscape import store
+from landscape.core.calls import analysis_function
 from landscape.core.front import python_call
 from landscape.errors import LandscapeError
 from landscape.models.checkpoint import Checkpoint, load_model, read_checkpoint, snapshot_path
@@ -336,6 +337,7 @@ def run_trajectory(
     return session.result
 
 
+@analysis_function(TrajectoryOptions)
 def trajectory(
     checkpoints: Sequence[str | Path],
     *,

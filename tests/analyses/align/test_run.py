@@ -58,7 +58,7 @@ def test_the_python_function_returns_the_aligned_network_and_writes_nothing_with
     assert all(torch.equal(r.model.state_dict()[n], t) for n, t in a.state_dict().items())
     assert r.out is None and sorted(p.name for p in tmp_path.iterdir()) == before
     assert "weights: 4 permutations" in repr(r) and r.meta["command"].startswith("landscape.align(<ResNet>, <ResNet>")
-    one_line_error(landscape.align, a, b, method="nothing", match="--method")
+    one_line_error(landscape.align, a, b, method="nothing", match=r"^unknown method='nothing'; choose one of weights")
 
 
 def _refused(tmp_path, *args, match):

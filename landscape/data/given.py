@@ -1,0 +1,219 @@
+"""Data as a researcher holds it: a ``Dataset``, a ``DataLoader`` or a list of batches, as fixed batches.
+
+The Python functions (``landscape.surface(model, data, ...)``) take the data in any of these forms; one batch of
+the loader becomes ``(inputs, labels)`` as it is, or through the caller's ``batch=`` function (batches that are
+dicts or longer tuples). The first ``samples`` images are taken, each batch moved to the device as it is read,
+after the memory the whole data will take there has been checked.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from landscape.errors import LandscapeError, calling
+from landscape.runtime.devices import require_memory
+
+#: a function from one batch of the caller's loader to ``(inputs, labels)``
+BatchFunction = Callable[[Any], Sequence[Tensor]]
+
+#: what the data of a Python call may be, for the messages
+ACCEPTED = (
+    "a dataset spec ('digits', 'cifar10:PATH', ...), a torch Dataset, a DataLoader, a list of (x, y) batches, or None"
+)
+
+
+@dataclass(frozen=True)
+class GivenData:
+    """The data of a Python call as the caller gave it, with how to read it.
+
+    Attributes:
+        data: a ``Dataset`` (map-style), a ``DataLoader`` or any iterable of batches.
+        batch: a function from one batch to ``(inputs, labels)``; None: a batch is ``(x, y, ...)`` itself.
+        exact: the caller asked for ``samples`` images: fewer in the data is an error (else all are used).
+    """
+
+    data: Any
+    batch: BatchFunction | None = None
+    exact: bool = False
+
+
+def is_data(value: Any) -> bool:
+    """Whether ``value`` is data a Python call accepts as held data (not a spec, not None).
+
+    Args:
+        value: anything.
+
+    Returns:
+        True for a :class:`GivenData`, a ``Dataset``, a ``DataLoader``, or a list or tuple of batches.
+    """
+    return isinstance(value, (GivenData, Dataset, DataLoader, list, tuple))
+
+
+def describe(value: Any) -> str:
+    """A short description of held data without memory addresses: ``<DataLoader of 4 batches>``.
+
+    Args:
+        value: a ``DataLoader``, a ``Dataset``, a list of batches or a :class:`GivenData`.
+
+    Returns:
+        Its type and size, in angle brackets.
+    """
+    if isinstance(value, GivenData):
+        value = value.data
+    size = _length(value)
+    if isinstance(value, DataLoader):
+        return f"<DataLoader of {size} batch{'' if size == 1 else 'es'}>" if size is not None else "<DataLoader>"
+    if isinstance(value, (list, tuple)):
+        return f"<{len(value)} batch{'' if len(value) == 1 else 'es'}>"
+    unit = "samples" if isinstance(value, Dataset) else "items"
+    return f"<{type(value).__name__} of {size} {unit}>" if size is not None else f"<{type(value).__name__}>"
+
+
+def _length(value: Any) -> int | None:
+    """``len(value)``, or None when it has none (an iterable dataset, a generator)."""
+    try:
+        return len(value)
+    except TypeError:
+        return None
+
+
+def as_loader(data: Any, batch_size: int) -> Iterable[Any]:
+    """The batches of ``data``: a map-style ``Dataset`` in a ``DataLoader`` of ``batch_size``, in order.
+
+    Args:
+        data: a ``Dataset``, a ``DataLoader`` or an iterable of batches.
+        batch_size: the batch size of a ``Dataset`` (a positive integer).
+
+    Returns:
+        What to iterate for the batches.
+    """
+    if isinstance(data, Dataset) and not isinstance(data, IterableDataset) and _length(data) is not None:
+        return DataLoader(data, batch_size=int(batch_size), shuffle=False)
+    return data
+
+
+def _pair(item: Any, index: int, batch: BatchFunction | None) -> tuple[Tensor, Tensor]:
+    """One batch as ``(x, y)`` tensors (through ``batch`` when given), or the error naming what it is."""
+    if batch is not None:
+        with calling(f"your batch= function on batch {index}", "it must return (inputs, labels)"):
+            item = batch(item)
+    if isinstance(item, Mapping):
+        keys = ", ".join(repr(k) for k in list(item)[:6])
+        raise LandscapeError(
+            f"batch {index} is a dict (keys {keys}); say which are the images and labels with "
+            "batch=lambda b: (b['image'], b['label'])"
+        )
+    if not isinstance(item, (tuple, list)) or len(item) < 2 or not all(isinstance(t, Tensor) for t in item[:2]):
+        got = (
+            type(item).__name__ if not isinstance(item, (tuple, list)) else f"a {len(item)}-item {type(item).__name__}"
+        )
+        fix = "return (inputs, labels) tensors from batch=" if batch is not None else "give batch= to pick them"
+        raise LandscapeError(f"batch {index} is {got}, not (x, y) tensors; {fix}")
+    return item[0], item[1]
+
+
+def _check(x: Tensor, y: Tensor, index: int) -> None:
+    """One batch's images and labels: as many of each, at least one, finite images, labels of one shape."""
+    if x.ndim == 0 or x.shape[0] == 0:
+        raise LandscapeError(f"batch {index} is empty (no images); leave empty batches out of the data")
+    if y.ndim == 0 or x.shape[0] != y.shape[0]:
+        raise LandscapeError(
+            f"batch {index} has {x.shape[0]} images but labels of shape {tuple(y.shape)}; give one label per image"
+        )
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        raise LandscapeError(f"batch {index} has images that are not finite (NaN or Inf); check the data")
+    if y.is_floating_point():
+        if y.ndim != 2:
+            raise LandscapeError(
+                f"batch {index} has floating labels of shape {tuple(y.shape)}: give class indices (int64, "
+                "shape (b,)) or label distributions (float, shape (b, classes))"
+            )
+    elif y.is_complex() or y.dtype == torch.bool or y.ndim != 1:
+        raise LandscapeError(
+            f"batch {index} has {y.dtype} labels of shape {tuple(y.shape)}: give class indices (int64, shape "
+            "(b,); y.argmax(1) of one-hot labels) or label distributions (float, shape (b, classes))"
+        )
+
+
+def given_batches(
+    data: Any,
+    device: torch.device | str = "cpu",
+    *,
+    samples: int | None = None,
+    batch_size: int = 128,
+) -> list[tuple[Tensor, Tensor]]:
+    """The caller's data as fixed ``(x, y)`` batches on ``device``: the first ``samples`` images, in order.
+
+    A ``Dataset`` is read in batches of ``batch_size``; a loader's batches are kept as they come (the last one
+    cut at ``samples``). Each batch is moved to ``device`` as it is read; after the first, the memory that
+    ``samples`` (or the dataset's) images of its size take on ``device`` is checked before the rest is read.
+
+    Args:
+        data: a :class:`GivenData`, a ``Dataset``, a ``DataLoader``, an iterable of ``(x, y, ...)`` batches or one
+            ``(x, y)`` tuple: float images ``(b, C, H, W)`` and integer labels ``(b,)`` (or floating label
+            distributions ``(b, classes)``).
+        device: where the batches are held.
+        samples: the number of images to take (a positive integer); None takes all. More than the data holds is
+            an error when the :class:`GivenData` is ``exact``, else all are taken.
+        batch_size: the batch size of a ``Dataset``.
+
+    Returns:
+        The batches on ``device``.
+
+    Raises:
+        LandscapeError: no batch, a batch that is not ``(x, y)`` tensors (a dict without ``batch=``), an empty
+            batch, labels of another count or shape, images that are not finite, fewer images than an exact
+            ``samples``, or data that needs more memory than ``device`` has.
+        ForeignError: the caller's ``batch=`` function or the loader raised.
+    """
+    given = data if isinstance(data, GivenData) else GivenData(data)
+    if samples is not None and (isinstance(samples, bool) or not isinstance(samples, numbers.Integral) or samples < 1):
+        raise LandscapeError(f"--samples must be a positive integer, got {samples!r}")
+    pair = isinstance(given.data, tuple) and len(given.data) == 2 and all(isinstance(t, Tensor) for t in given.data)
+    source = [given.data] if pair else as_loader(given.data, batch_size)  # one (x, y) pair: one batch
+    sizes = [n for n in (samples, _dataset_size(given.data)) if n is not None]
+    wanted = min(sizes) if sizes else None  # unknown (a generator of batches): not checked ahead
+    held: list[tuple[Tensor, Tensor]] = []
+    taken = 0
+    items = iter(source)
+    while samples is None or taken < samples:
+        with calling(f"iterating your data ({describe(given.data)})", "check the loader"):
+            item = next(items, None)
+        if item is None:
+            break
+        x, y = _pair(item, len(held), given.batch)
+        _check(x, y, len(held))
+        if samples is not None and taken + x.shape[0] > samples:
+            x, y = x[: samples - taken], y[: samples - taken]
+        if not held and wanted is not None:
+            per_image = int(x[0].numel()) + int(y[0].numel())
+            require_memory(
+                int(wanted),
+                per_image,
+                x.dtype,
+                torch.device(device),
+                f"the data ({wanted:,} images)",
+                "lower --samples",
+            )
+        held.append((x.to(device), y.to(device)))
+        taken += int(x.shape[0])
+    if not held:
+        raise LandscapeError(f"no batches in the data ({describe(given.data)}); give {ACCEPTED}")
+    if samples is not None and taken < samples and given.exact:
+        raise LandscapeError(
+            f"--samples {samples} asks for more images than the data holds ({taken}); lower --samples or leave it out"
+        )
+    return held
+
+
+def _dataset_size(data: Any) -> int | None:
+    """The number of images of a ``Dataset`` or a loader's dataset, when it says (else None)."""
+    dataset = data.dataset if isinstance(data, DataLoader) else data
+    return _length(dataset) if isinstance(dataset, Dataset) else None
