@@ -437,7 +437,7 @@ def worst_sharpness(
     gen = torch.Generator().manual_seed(int(seed))
     values = torch.zeros(len(used), len(radii), dtype=torch.float64)
     found = torch.zeros(len(used), len(radii), dtype=torch.int64)
-    final = torch.full((len(used), len(radii)), math.nan, dtype=torch.float64)
+    final = torch.full((len(used), len(radii)), relative, dtype=torch.float64)  # rho 0: no step taken
     halvings = torch.zeros(len(used), len(radii), dtype=torch.int64)
     base = torch.zeros(len(used), dtype=torch.float64)
     for b, loss in enumerate(_batch_losses(objective, used, include_regularizer)):
