@@ -47,17 +47,21 @@ def _done(result: Result) -> np.ndarray:
 
 
 def result_interval_note(result: Result) -> str:
-    """:func:`interval_note` of a sharpness file: its ``interval`` attribute, else made from its options.
+    """:func:`interval_note` of a sharpness file: its ``interval`` attribute, else made from its arrays.
 
     Args:
-        result: a sharpness file.
+        result: a sharpness file (one without the attribute, of an older version, has an interval when its
+            ``low`` and ``high`` are finite).
 
     Returns:
         The interval's name, or why there is none.
     """
     if "interval" in result.attrs:
         return str(result.attrs["interval"])
-    return interval_note(float(result.attrs.get("confidence", 0.95)), int(np.shape(result["values"])[0]))
+    level, batches = float(result.attrs.get("confidence", 0.95)), int(np.shape(result["values"])[0])
+    if "low" in result and "high" in result and np.isfinite(result["low"]).all() and np.isfinite(result["high"]).all():
+        return f"{level:.0%} bootstrap interval over {batches} mini-batches"
+    return interval_note(level, batches)
 
 
 def _ascent(result: Result, done: np.ndarray) -> str:
