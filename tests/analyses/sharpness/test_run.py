@@ -111,6 +111,20 @@ def test_average_case_through_the_runner_replays_each_batch_s_draws_exactly(eta)
     assert res.attrs["eta"] == eta and "best_iteration" not in res
 
 
+def test_the_plan_line_and_the_file_name_the_perturbed_set(capsys):
+    batches, _, W = linear_problem()
+    model = nn.Sequential(nn.Flatten(), nn.Linear(K, C)).to(F64)  # a weight and a bias
+    res = landscape.sharpness(
+        model, batches, rho=[0.1], steps=1, params="*.weight", eta=0.1, progress=True, **QUADRATIC
+    )
+    plan = capsys.readouterr().err
+    assert "c = |w| + 0.1" in plan and f"perturbing 1 of 2 tensors ({C * K} numbers; --params *.weight)" in plan
+    assert res.attrs["perturbed_tensors"] == 1 and res.attrs["perturbed_parameters"] == C * K
+    assert res.attrs["eta"] == 0.1 and res.attrs["params"] == ["*.weight"]
+    landscape.sharpness(model, batches, rho=[0.1], steps=1, progress=True, **QUADRATIC)
+    assert f"perturbing 2 of 2 tensors ({C * K + C} numbers)" in capsys.readouterr().err
+
+
 def test_a_regulariser_is_part_of_the_loss():
     batches, _, W = linear_problem()
     base = {"measure": "average", "rho": [0.1], "draws": 4, "antithetic": True, **QUADRATIC}
