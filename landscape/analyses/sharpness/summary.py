@@ -9,19 +9,20 @@ from landscape.options.sharpness import MIN_INTERVAL_BATCHES
 from landscape.store.read import Result
 
 
-def interval_note(confidence: float, batches: int) -> str:
+def interval_note(confidence: float, batches: int, given: bool | None = None) -> str:
     """What a sharpness file's interval is: ``95% bootstrap interval over 8 mini-batches``, or why there is none.
 
     Args:
         confidence: the interval's level.
         batches: the mini-batches the values come from.
+        given: whether there is an interval (None: when ``batches >= MIN_INTERVAL_BATCHES``).
 
     Returns:
         The interval's name, or ``no interval: 2 mini-batches, fewer than the 5 an interval needs``.
     """
-    if batches < MIN_INTERVAL_BATCHES:
+    if not (batches >= MIN_INTERVAL_BATCHES if given is None else given):
         return f"no interval: {batches} mini-batches, fewer than the {MIN_INTERVAL_BATCHES} an interval needs"
-    return f"{confidence:.0%} bootstrap interval over {batches} mini-batches"
+    return f"{100 * confidence:g}% bootstrap interval over {batches} mini-batches"
 
 
 def measure_name(attrs: dict) -> str:
@@ -58,10 +59,8 @@ def result_interval_note(result: Result) -> str:
     """
     if "interval" in result.attrs:
         return str(result.attrs["interval"])
-    level, batches = float(result.attrs.get("confidence", 0.95)), int(np.shape(result["values"])[0])
-    if "low" in result and "high" in result and np.isfinite(result["low"]).all() and np.isfinite(result["high"]).all():
-        return f"{level:.0%} bootstrap interval over {batches} mini-batches"
-    return interval_note(level, batches)
+    given = "low" in result and "high" in result and bool(np.isfinite([result["low"], result["high"]]).all())
+    return interval_note(float(result.attrs.get("confidence", 0.95)), int(np.shape(result["values"])[0]), given)
 
 
 def _ascent(result: Result, done: np.ndarray) -> str:
