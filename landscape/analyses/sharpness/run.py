@@ -92,13 +92,16 @@ def _allocate(f: store.ResultFile, options: SharpnessOptions, batch_sizes: list[
             f.allocate(name, (n, radii), dtype, fill=fill, axes=["batch", "radius"])
     f.allocate("base_loss", (n,), "f8", fill=np.nan, axes=["batch"])
     f.allocate("done", (n,), bool, fill=False, axes=["batch"])
-    done = [int(i) for i in np.flatnonzero(f.read("done"))]
+    return _finite_rows(f, [int(i) for i in np.flatnonzero(f.read("done"))])
+
+
+def _finite_rows(f: store.ResultFile, done: list[int]) -> list[int]:
+    """``done`` when the file's rows ``done`` of ``values`` and ``base_loss`` are finite; else an error."""
     for name in ("values", "base_loss"):
-        kept = np.asarray(f.read(name))[done]
-        if not np.isfinite(kept).all():
+        if not np.isfinite(np.asarray(f.read(name))[done]).all():
             raise LandscapeError(
                 f"{f.path}: the done batches hold non-finite {name} (an older version wrote them); "
-                "rerun with --force to start the file again"
+                "remove the file (or write elsewhere with --out) to compute them again"
             )
     return done
 
@@ -190,7 +193,7 @@ def run_sharpness(
 
     def resume(f: store.ResultFile) -> dict[str, Any]:
         if f.complete:
-            return {"complete": True, "done": list(range(len(sizes))), "interval": True}
+            return {"complete": True, "done": _finite_rows(f, list(range(len(sizes)))), "interval": True}
         return {"complete": False, "done": _allocate(f, o, sizes), "interval": "mean" in f}
 
     radii = len(o.rho)

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -123,6 +124,20 @@ def test_the_plan_line_and_the_file_name_the_perturbed_set(capsys):
     assert res.attrs["eta"] == 0.1 and res.attrs["params"] == ["*.weight"]
     landscape.sharpness(model, batches, rho=[0.1], steps=1, progress=True, **QUADRATIC)
     assert f"perturbing 2 of 2 tensors ({C * K + C} numbers)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("complete", [True, False], ids=["complete", "unfinished"])
+def test_a_file_holding_non_finite_values_is_not_resumed(tmp_path, complete):
+    batches, _, W = linear_problem()
+    out = tmp_path / "s.h5"
+    kw = {"measure": "average", "rho": [0.1], "draws": 2, "progress": False, "out": out, **QUADRATIC}
+    landscape.sharpness(linear_model(W), batches, **kw)
+    with h5py.File(out, "r+") as h5:
+        h5["values"][1, 0] = np.nan
+        h5.attrs["complete"] = complete
+    one_line_error(landscape.sharpness, linear_model(W), batches, **kw, match="non-finite values .* remove the file")
+    out.unlink()
+    assert np.isfinite(landscape.sharpness(linear_model(W), batches, **kw)["values"]).all()
 
 
 def test_a_regulariser_is_part_of_the_loss():
