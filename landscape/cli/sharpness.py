@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 from landscape.cli.options import augment_options, checkpoint_options, command_line, output_options, regularizer_options
 from landscape.options.common import DTYPES
-from landscape.options.sharpness import INITS, MEASURES, NORMS, SharpnessOptions
+from landscape.options.sharpness import INITS, MEASURES, NORMS, WORST_STEP_SIZE, SharpnessOptions
 
 D = SharpnessOptions
 
@@ -49,21 +49,48 @@ D = SharpnessOptions
     "--adaptive/--plain",
     default=D.adaptive,
     show_default=True,
-    help="Scale the perturbation by c = |w| (invariant to rescaling ReLU layers), or c = 1.",
+    help="Scale the perturbation by c = |w| + eta (invariant to rescaling ReLU layers at eta 0), or c = 1.",
+)
+@click.option(
+    "--eta",
+    default=D.eta,
+    show_default=True,
+    type=float,
+    help="Adaptive: c = |w| + eta (ASAM); at 0 a weight that is exactly 0 is never perturbed.",
 )
 @click.option(
     "--p", "p", default=D.p, show_default=True, metavar="|".join(NORMS), help="The worst case's norm (2 or inf)."
 )
-@click.option("--steps", default=D.steps, show_default=True, type=int, help="The worst case's ascent steps.")
 @click.option(
-    "--step-size", default=D.step_size, type=float, help="The worst case's step / rho [default: 1; inf: 2/steps]."
+    "--steps", default=D.steps, show_default=True, type=int, help="The worst case's ascent iterations per restart."
 )
 @click.option(
-    "--init", default=D.init, show_default=True, type=click.Choice(INITS), help="The worst case's ascent start."
+    "--restarts",
+    default=D.restarts,
+    show_default=True,
+    type=int,
+    help="The worst case's ascents from different starts (the first at --init, the others random); best kept.",
+)
+@click.option(
+    "--step-size",
+    default=D.step_size,
+    type=float,
+    help=f"The worst case's first step / rho, halved when the ascent stalls [default: {WORST_STEP_SIZE:g}].",
+)
+@click.option(
+    "--init",
+    default=D.init,
+    show_default=True,
+    type=click.Choice(INITS),
+    help="The worst case's first ascent start.",
 )
 @click.option("--draws", default=D.draws, show_default=True, type=int, help="The average case's noise draws per batch.")
 @click.option("--antithetic", is_flag=True, default=D.antithetic, help="Average case: evaluate +delta and -delta.")
-@click.option("--params", default=D.params, help="Comma-separated parameter-name globs: perturb only those.")
+@click.option(
+    "--params",
+    default=D.params,
+    help="Comma-separated parameter-name patterns (globs, or a name and what is below it): perturb only those.",
+)
 @click.option(
     "--confidence", default=D.confidence, show_default=True, type=float, help="Level of the bootstrap interval."
 )

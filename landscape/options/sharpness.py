@@ -37,6 +37,15 @@ NORMS = ("2", "inf")
 INITS = ("random", "zero")
 #: the default radii of ``landscape sharpness`` (relative to ``|w|`` in the adaptive measures)
 RHO = (0.01, 0.02, 0.05, 0.1)
+#: the worst case's ascent iterations per restart (the step is halved at checkpoints of this schedule)
+WORST_STEPS = 20
+#: the worst case's ascents per batch and radius from different starts, the best kept (tests/analyses/sharpness:
+#: with these defaults the ascent reaches 99% of a 10x longer ascent from 6 starts on small ReLU and GELU nets)
+WORST_RESTARTS = 2
+#: the worst case's first step over ``rho`` (2: the l-inf cube's and the l2 ball's diameter)
+WORST_STEP_SIZE = 2.0
+#: the fewest mini-batches whose values get a bootstrap interval (fewer give NaN bounds and say so)
+MIN_INTERVAL_BATCHES = 5
 
 #: ``landscape train --track-sharpness``: images of the fixed tracking batch (the first of the seeded order; 16
 #: keeps a record near one training step of resnet_mini on digits: benchmarks/tracking.py)
@@ -117,11 +126,15 @@ class SharpnessOptions(FieldDefaults):
         seed: seed of the samples, and (plus the batch's index) of each batch's noise or ascent start.
         measure: one of :data:`MEASURES`.
         rho: the radii, each finite and >= 0 (one run gives the curve over them).
-        adaptive: scale the perturbation by ``c = |w|`` (else ``c = 1``).
+        adaptive: scale the perturbation by ``c = |w| + eta`` (else ``c = 1``).
+        eta: the adaptive scale's offset (ASAM's ``eta``), finite and >= 0; 0 leaves weights that are exactly 0
+            unperturbed. Only with ``adaptive``.
         p: the worst case's norm, one of :data:`NORMS` (``2``, ``inf``; other spellings are read as these).
-        steps: the worst case's ascent steps per batch and radius (>= 1).
-        step_size: the worst case's step relative to ``rho`` (None: 1 for ``p = 2``, ``2 / steps`` for ``inf``).
-        init: where the worst case's ascent starts, one of :data:`INITS`.
+        steps: the worst case's ascent iterations per restart, batch and radius (>= 1).
+        restarts: the worst case's ascents from different starts per batch and radius (>= 1), the best kept.
+        step_size: the worst case's first step relative to ``rho`` (None: :data:`WORST_STEP_SIZE`, the ball's
+            diameter); the ascent halves it when progress stalls.
+        init: where the worst case's first ascent starts, one of :data:`INITS` (the other restarts: random).
         draws: the average case's noise draws per batch (>= 1).
         antithetic: the average case evaluates each draw at ``+delta`` and ``-delta``.
         params: comma-separated parameter-name patterns of the perturbed parameters (None: all).
@@ -140,8 +153,8 @@ class SharpnessOptions(FieldDefaults):
     Raises:
         LandscapeError: an invalid value (a radius that is NaN or negative, ``p`` not 2 or inf, ``steps <= 0``,
             an unknown choice, ...), naming the CLI option; an option of the other measure (``p``, ``steps``,
-            ``step_size``, ``init`` without ``measure="worst"``; ``draws``, ``antithetic`` without
-            ``measure="average"``), which would do nothing.
+            ``restarts``, ``step_size``, ``init`` without ``measure="worst"``; ``draws``, ``antithetic`` without
+            ``measure="average"``) or ``eta`` without ``adaptive``, which would do nothing.
     """
 
     data: str | None = None
@@ -152,8 +165,10 @@ class SharpnessOptions(FieldDefaults):
     measure: str = "worst"
     rho: tuple[float, ...] = RHO
     adaptive: bool = True
+    eta: float = 0.0
     p: str = "2"
-    steps: int = 20
+    steps: int = WORST_STEPS
+    restarts: int = WORST_RESTARTS
     step_size: float | None = None
     init: str = "random"
     draws: int = 16
@@ -177,6 +192,8 @@ class SharpnessOptions(FieldDefaults):
         object.__setattr__(self, "rho", check_radii(self.rho, "--rho"))
         object.__setattr__(self, "p", norm_name(self.p, "--p"))
         checks.positive_int(self.steps, "--steps")
+        checks.positive_int(self.restarts, "--restarts")
+        object.__setattr__(self, "eta", checks.non_negative(self.eta, "--eta"))
         if self.step_size is not None:
             object.__setattr__(self, "step_size", checks.positive(self.step_size, "--step-size"))
         choice(self.init, "--init", INITS)
@@ -194,7 +211,10 @@ class SharpnessOptions(FieldDefaults):
         check_regularizer(self.regularizer, self.reg_coef)
         choice(self.dtype, "--dtype", DTYPES)
         check_augment(self.augment, self.augment_copies, self.criterion)
-        refuse_without(self, self.measure == "worst", "--measure worst", ("p", "steps", "step_size", "init"))
+        refuse_without(
+            self, self.measure == "worst", "--measure worst", ("p", "steps", "restarts", "step_size", "init")
+        )
+        refuse_without(self, self.adaptive, "--adaptive", ("eta",))
         refuse_without(self, self.measure == "average", "--measure average", ("draws", "antithetic"))
 
     @property
@@ -210,9 +230,9 @@ class SharpnessOptions(FieldDefaults):
     def attrs(self) -> dict[str, Any]:
         """The options a sharpness result file records as root attributes (besides split, seed and samples).
 
-        Only the options of the measure run count: ``p``, ``steps``, ``step_size`` and ``init`` for the worst
-        case, ``draws`` and ``antithetic`` for the average case; ``augment`` and ``augment_copies`` only with an
-        augmentation.
+        Only the options of the measure run count: ``p``, ``steps``, ``restarts``, ``step_size`` and ``init`` for
+        the worst case, ``draws`` and ``antithetic`` for the average case; ``augment`` and ``augment_copies``
+        only with an augmentation.
 
         Returns:
             A dict of attribute name to value; a file whose attributes differ was made with other options.
@@ -222,6 +242,7 @@ class SharpnessOptions(FieldDefaults):
             "measure": self.measure,
             "rho": list(self.rho),
             "adaptive": self.adaptive,
+            "eta": float(self.eta),
             "params": self.patterns,
             "confidence": float(self.confidence),
             "resamples": int(self.resamples),
@@ -232,7 +253,9 @@ class SharpnessOptions(FieldDefaults):
             "allow_stochastic": self.allow_stochastic,
         }
         if self.measure == "worst":
-            out.update(p=self.p, steps=int(self.steps), step_size=self.step_size, init=self.init)
+            out.update(
+                p=self.p, steps=int(self.steps), restarts=int(self.restarts), step_size=self.step_size, init=self.init
+            )
         else:
             out.update(draws=int(self.draws), antithetic=self.antithetic)
         if self.augment != "none":

@@ -1,8 +1,9 @@
 """Figures of sharpness results: sharpness against the radius, and sharpness against the training step.
 
-- ``sharpness`` files: the mean over mini-batches at each radius with its bootstrap interval shaded and every
-  batch's value as a faint dot, one curve per file (several models overlay); files of different measures
-  (average / worst case, adaptive / plain, the norm) get one panel each.
+- ``sharpness`` files: the mean over mini-batches at each radius with its bootstrap interval shaded (named in the
+  legend: "95% bootstrap interval over N mini-batches"; a file of too few batches for one says so in its
+  curve's label instead) and every batch's value as a faint dot, one curve per file (several models overlay);
+  files of different measures (average / worst case, adaptive / plain, the norm) get one panel each.
 - ``sharpness_track`` files (``landscape train --track-sharpness``): the tracked sharpness against the optimiser
   step, with the optimiser's stability threshold as a dashed line of the same colour (it follows the learning
   rate schedule), on a log axis; records whose Lanczos run did not converge are drawn hollow.
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from landscape.analyses.sharpness.summary import measure_name
+from landscape.analyses.sharpness.summary import measure_name, result_interval_note
 from landscape.errors import LandscapeError
 from landscape.plot.common import Array, Schema, check_arrays, color, figure_name, labels, marker, save_figures
 from landscape.store.read import Result
@@ -37,6 +38,9 @@ SHARPNESS = Schema(
         "mean": Array(("radius",)),
         "low": Array(("radius",)),
         "high": Array(("radius",)),
+        "best_iteration": Array(("batch", "radius")),
+        "final_step": Array(("batch", "radius")),
+        "halvings": Array(("batch", "radius")),
     },
     together=(("mean", "low", "high"),),
     done=("done",),
@@ -94,7 +98,8 @@ def curve_figure(results: Sequence[Result]) -> Figure:
     """Sharpness against the radius: one panel per measure, one curve per file, its interval shaded.
 
     The curve is the mean over the done batches (the file's ``mean`` once complete); the band is the bootstrap
-    interval ``[low, high]`` when the file holds it; the dots are the batches' values. The x axis is logarithmic
+    interval ``[low, high]`` when the file holds one (a complete file without one, of too few batches, says so in
+    the curve's label); the dots are the batches' values. The x axis is logarithmic
     unless a radius is 0.
 
     Args:
@@ -118,9 +123,19 @@ def curve_figure(results: Sequence[Result]) -> Figure:
             values = np.asarray(r["values"], dtype=float)[done]
             mean = np.asarray(r["mean"], dtype=float) if "mean" in r else values.mean(axis=0)
             order = np.argsort(rho)
-            ax.plot(rho[order], mean[order], marker=marker(j), color=color(j), lw=1.4, label=names[j])
-            if "low" in r and np.isfinite(r["low"]).all():
-                ax.fill_between(rho[order], r["low"][order], r["high"][order], color=color(j), alpha=0.18, lw=0)
+            band = "low" in r and bool(np.isfinite(r["low"]).all())
+            label = names[j] if band or "mean" not in r else f"{names[j]} ({result_interval_note(r)})"
+            ax.plot(rho[order], mean[order], marker=marker(j), color=color(j), lw=1.4, label=label)
+            if band:
+                ax.fill_between(
+                    rho[order],
+                    r["low"][order],
+                    r["high"][order],
+                    color=color(j),
+                    alpha=0.18,
+                    lw=0,
+                    label=f"{names[j]}: {result_interval_note(r)}",
+                )
             ax.plot(np.broadcast_to(rho, values.shape).ravel(), values.ravel(), ".", color=color(j), alpha=0.25, ms=3)
         if log:
             ax.set_xscale("log")

@@ -108,7 +108,7 @@ FULL = DemoSettings(
     paper_b=PaperBSettings(),
     sharpness=(
         SharpnessOptions(samples=256, batch_size=32, measure="average", rho=(0.1,), draws=4),
-        SharpnessOptions(samples=256, batch_size=32, measure="worst", rho=(0.005,), p="inf", steps=5),
+        SharpnessOptions(samples=256, batch_size=32, measure="worst", rho=(0.005,), p="inf"),  # the default ascent
     ),
     connect=ConnectOptions(
         split="both", samples=360, steps=11, curve="bezier", bend_epochs=5, plane_steps=7, align="weights"
@@ -126,7 +126,9 @@ QUICK = DemoSettings(
     seeds=(0, 1),
     sharpness=(
         SharpnessOptions(samples=32, batch_size=16, measure="average", rho=(0.1,), draws=2, resamples=100),
-        SharpnessOptions(samples=32, batch_size=16, measure="worst", rho=(0.005,), p="inf", steps=2, resamples=100),
+        SharpnessOptions(
+            samples=32, batch_size=16, measure="worst", rho=(0.005,), p="inf", steps=2, restarts=1, resamples=100
+        ),
     ),
     connect=ConnectOptions(
         samples=64, batch_size=32, steps=3, curve="bezier", bend_epochs=1, plane_steps=3, align="weights"

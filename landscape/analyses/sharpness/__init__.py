@@ -36,7 +36,16 @@ SHARPNESS = register_analysis(
             "batches": Table(
                 "one mini-batch at one radius",
                 axes=("batch", "radius"),
-                columns=("values", "stderr", "base_loss", "batch_sizes", "done"),
+                columns=(
+                    "values",
+                    "stderr",
+                    "best_iteration",
+                    "final_step",
+                    "halvings",
+                    "base_loss",
+                    "batch_sizes",
+                    "done",
+                ),
             ),
         },
     )

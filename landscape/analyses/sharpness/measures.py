@@ -3,40 +3,53 @@
 Each of the objective's batches is one mini-batch ``S`` with mean loss ``L_S`` (the data loss of that batch; the
 regulariser only with ``include_regularizer``). The weights ``w`` are the objective's variable params (or those
 matching ``patterns``; every other parameter, and the BatchNorm running statistics, held as they are). The scale
-is ``c = |w|`` elementwise (adaptive, Kwon et al. 2021, ASAM) or ``c = 1`` (plain). For a radius ``rho``:
+is ``c = |w| + eta`` elementwise (adaptive, Kwon et al. 2021, ASAM; ``eta = 0`` by default, so that a weight
+that is exactly 0 never moves) or ``c = 1`` (plain). For a radius ``rho``:
 
     average:  S_avg(S) = E_{eps ~ N(0, I)} [L_S(w + rho c * eps) - L_S(w)]      (delta ~ N(0, rho^2 diag(c^2)))
     worst:    S_max(S) = max_{||z||_p <= rho} L_S(w + c * z) - L_S(w)            (z = delta / c, p in {2, inf})
 
 and the reported sharpness is ``E_S`` of either, the equal-weight mean over the batches (each batch one draw of
 ``S``), with a percentile bootstrap interval over the batches (Andriushchenko et al. 2023, "A modern look at the
-relationship between sharpness and generalization"). A list of radii gives the curve over ``rho`` from one
+relationship between sharpness and generalization") from :data:`~landscape.options.sharpness.MIN_INTERVAL_BATCHES`
+batches on (NaN bounds below). A list of radii gives the curve over ``rho`` from one
 run: the noise (average) and the ascent's start direction (worst) are shared by every radius.
 
-The worst case is found by projected ascent in ``z`` (see :func:`worst_sharpness` for the step rule). In ``z`` the
-adaptive measures are invariant to rescaling a ReLU layer by ``a > 0`` and the next by ``1 / a``: the perturbed
-network is the rescaled perturbed network, and the gradient in ``z`` is unchanged.
+The worst case is found by an APGD-style projected ascent in ``z`` (:mod:`~landscape.analyses.sharpness.ascent`).
+In ``z`` the adaptive measures are invariant to rescaling a ReLU layer by ``a > 0`` and the next by ``1 / a``
+(with ``eta = 0``): the perturbed network is the rescaled perturbed network, and the gradient in ``z`` is unchanged.
 
 Random numbers come from private ``torch.Generator`` s seeded with ``seed`` (drawn on the CPU in float64, then
-moved), so the caller's global random state is never touched; the objective is never changed.
+moved), so the caller's global random state is never touched; the objective is never changed. A non-finite loss
+(at ``w``, or perturbed) stops the measure with one :class:`~landscape.errors.LandscapeError` line naming its
+cause: no value written is NaN or infinite.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.func import grad_and_value
 
+from landscape.analyses.sharpness.ascent import ascend
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
 from landscape.options import checks
 from landscape.options.names import select
-from landscape.options.sharpness import INITS, check_radii, norm_name
+from landscape.options.sharpness import (
+    INITS,
+    MIN_INTERVAL_BATCHES,
+    WORST_RESTARTS,
+    WORST_STEP_SIZE,
+    WORST_STEPS,
+    check_radii,
+    norm_name,
+)
 
 
 @dataclass(frozen=True)
@@ -45,7 +58,7 @@ class SharpnessEstimate:
 
     Attributes:
         measure: ``"average"`` or ``"worst"``.
-        adaptive: whether the scale is ``c = |w|`` (else ``c = 1``).
+        adaptive: whether the scale is ``c = |w| + eta`` (else ``c = 1``).
         p: the norm of the worst case's ball (2 or inf); None for the average case.
         rho: the radii, in the order given.
         batches: the objective's batch indices used, in order.
@@ -55,10 +68,14 @@ class SharpnessEstimate:
         base_loss: ``L_S(w)`` per batch, shape ``(B,)``.
         mean: ``(1/B) sum_b values[b]``, shape ``(R,)``.
         low: the lower end of the percentile bootstrap interval of ``mean`` over batches, shape ``(R,)`` (NaN
-            for a single batch).
+            below :data:`~landscape.options.sharpness.MIN_INTERVAL_BATCHES` batches).
         high: the upper end, shape ``(R,)``.
         confidence: the interval's level.
-        settings: what else the estimate depends on (samples, antithetic, steps, step size, init, seed, ...).
+        settings: what else the estimate depends on (samples, antithetic, steps, step size, init, seed, eta, the
+            perturbed ``tensors`` and ``parameters``, ...).
+        ascent: the worst case's ascent per batch and radius, each ``(B, R)``: ``best_iteration`` (the iteration
+            that found the value, over the restarts), ``final_step`` (the last step over ``rho``), ``halvings``;
+            None for the average case.
     """
 
     measure: str
@@ -74,6 +91,7 @@ class SharpnessEstimate:
     high: Tensor
     confidence: float
     settings: dict[str, object]
+    ascent: dict[str, Tensor] | None = None
 
 
 # ------------------------------------------------------------------------------------------------- checks
@@ -100,36 +118,70 @@ def _check_batches(objective: Objective, batches: Sequence[int] | None) -> list[
 
 
 # ------------------------------------------------------------------------------------------- shared parts
-def perturbation_scale(params: ParamDict, adaptive: bool) -> ParamDict:
-    """The scale ``c`` of the perturbation: ``|w|`` elementwise (adaptive) or ones (plain).
+def perturbation_scale(params: ParamDict, adaptive: bool, eta: float = 0.0) -> ParamDict:
+    """The scale ``c`` of the perturbation: ``|w| + eta`` elementwise (adaptive) or ones (plain).
 
     Args:
         params: the weights ``w`` by name.
-        adaptive: ``c = |w|`` when True, else ``c = 1``.
+        adaptive: ``c = |w| + eta`` when True, else ``c = 1``.
+        eta: ASAM's offset, finite and >= 0 (with 0 a weight that is exactly 0 is never perturbed).
 
     Returns:
         ``c`` by name, each tensor of its parameter's shape, dtype and device.
+
+    Raises:
+        LandscapeError: ``eta`` is negative, NaN or infinite.
     """
-    return {n: (w.abs() if adaptive else torch.ones_like(w)) for n, w in params.items()}
+    offset = checks.non_negative(eta, "--eta")
+    return {n: (w.abs() + offset if adaptive else torch.ones_like(w)) for n, w in params.items()}
+
+
+def perturbed_counts(params: ParamDict) -> dict[str, int]:
+    """How much is perturbed: ``{"tensors": T, "parameters": P}`` (tensors, and the numbers in them).
+
+    Args:
+        params: the perturbed weights by name.
+
+    Returns:
+        The counts.
+    """
+    return {"tensors": len(params), "parameters": sum(int(t.numel()) for t in params.values())}
+
+
+def _finite_base(value: float, index: int) -> float:
+    """``L_S(w)`` when finite; else an error naming the input (no radius makes a non-finite start meaningful)."""
+    if not math.isfinite(value):
+        raise LandscapeError(
+            f"the loss at the unperturbed weights is {value} on mini-batch {index}; check the model and its data"
+        )
+    return value
 
 
 def bootstrap_interval(
-    values: Tensor, *, confidence: float = 0.95, resamples: int = 1000, seed: int = 0
+    values: Tensor,
+    *,
+    confidence: float = 0.95,
+    resamples: int = 1000,
+    seed: int = 0,
+    minimum: int = MIN_INTERVAL_BATCHES,
 ) -> tuple[Tensor, Tensor]:
     """The percentile bootstrap interval of the mean over the rows (batches) of ``values``, per column (radius).
 
     Each of ``resamples`` resamples draws ``B`` rows with replacement (the same rows for every column) from a
     private generator seeded with ``seed``; the interval is the ``(1 - confidence) / 2`` and
-    ``(1 + confidence) / 2`` quantiles (linear interpolation) of the resampled means.
+    ``(1 + confidence) / 2`` quantiles (linear interpolation) of the resampled means. With fewer than ``minimum``
+    rows the resampled means take too few values for their quantiles to be an interval of the given level: the
+    bounds are NaN.
 
     Args:
         values: shape ``(B, R)``.
         confidence: the level, in ``(0, 1)``.
         resamples: the number of bootstrap resamples (>= 1).
         seed: the seed of the resampling generator.
+        minimum: the fewest rows that get an interval (at least 2).
 
     Returns:
-        ``(low, high)``, each of shape ``(R,)``, float64; NaN for fewer than two rows.
+        ``(low, high)``, each of shape ``(R,)``, float64; NaN for fewer than ``minimum`` rows.
 
     Raises:
         LandscapeError: ``confidence`` outside ``(0, 1)`` or ``resamples < 1``.
@@ -138,7 +190,7 @@ def bootstrap_interval(
     count = checks.positive_int(resamples, "resamples")
     values = values.to(torch.float64)
     n = values.shape[0]
-    if n < 2:
+    if n < max(2, int(minimum)):
         nan = torch.full(values.shape[1:], math.nan, dtype=torch.float64)
         return nan, nan.clone()
     gen = torch.Generator().manual_seed(int(seed))
@@ -211,6 +263,7 @@ def average_sharpness(
     *,
     samples: int = 16,
     adaptive: bool = True,
+    eta: float = 0.0,
     antithetic: bool = False,
     patterns: Sequence[str] | str | None = None,
     batches: Sequence[int] | None = None,
@@ -232,7 +285,8 @@ def average_sharpness(
         objective: the loss; its variable params are ``w`` (never changed).
         rho: one radius or a list of radii, each finite and >= 0.
         samples: noise draws per batch (>= 1).
-        adaptive: ``c = |w|`` (True) or ``c = 1``.
+        adaptive: ``c = |w| + eta`` (True) or ``c = 1``.
+        eta: the adaptive scale's offset (ASAM's ``eta``), finite and >= 0.
         antithetic: evaluate each draw at ``+delta`` and ``-delta``.
         patterns: perturb only the params matching these (see
             :func:`~landscape.options.names.select`); default all variable params.
@@ -246,22 +300,22 @@ def average_sharpness(
         A :class:`SharpnessEstimate` (``measure="average"``, per-batch values with their standard errors).
 
     Raises:
-        LandscapeError: a radius that is NaN, infinite or negative, ``samples < 1``, a bad batch index or pattern,
-            or a bad ``confidence``/``resamples``.
+        LandscapeError: a radius that is NaN, infinite or negative, ``samples < 1``, a bad ``eta``, batch index or
+            pattern, a bad ``confidence``/``resamples``, or a non-finite loss at ``w`` or at a perturbed point.
     """
     radii = check_radii(rho)
     count = checks.positive_int(samples, "samples")
     used = _check_batches(objective, batches)
     names = select(list(objective.params), patterns)
     w = {n: objective.params[n] for n in names}
-    c = perturbation_scale(w, adaptive)
+    c = perturbation_scale(w, adaptive, eta)
     gen = torch.Generator().manual_seed(int(seed))
     values = torch.zeros(len(used), len(radii), dtype=torch.float64)
     stderr = torch.zeros_like(values)
     base = torch.zeros(len(used), dtype=torch.float64)
     with torch.no_grad():
         for b, loss in enumerate(_batch_losses(objective, used, include_regularizer)):
-            base[b] = float(loss(w))
+            base[b] = _finite_base(float(loss(w)), used[b])
             draws = torch.zeros(count, len(radii), dtype=torch.float64)
             for j in range(count):
                 eps = _draw(w, gen, "normal")
@@ -270,10 +324,20 @@ def average_sharpness(
                     value = float(loss(_perturbed(w, c, z)))
                     if antithetic:
                         value = (value + float(loss(_perturbed(w, c, z, -1.0)))) / 2
+                    if not math.isfinite(value):
+                        raise LandscapeError(
+                            f"--rho {radius:g} makes the perturbed loss non-finite ({value}); use a smaller --rho"
+                        )
                     draws[j, r] = value - float(base[b])
             values[b] = draws.mean(dim=0)
             stderr[b] = draws.std(dim=0) / math.sqrt(count) if count > 1 else math.nan
-    settings = {"samples": count, "antithetic": bool(antithetic), "seed": int(seed), "parameters": len(names)}
+    settings = {
+        "samples": count,
+        "antithetic": bool(antithetic),
+        "eta": float(eta),
+        "seed": int(seed),
+        **perturbed_counts(w),
+    }
     return _estimate(
         "average", adaptive, None, radii, used, values, stderr, base, confidence, resamples, seed, settings
     )
@@ -301,44 +365,15 @@ def _start(w: ParamDict, c: ParamDict, gen: torch.Generator, p: float, init: str
     return u
 
 
-def _ascend(
-    loss: Callable[[ParamDict], Tensor],
-    w: ParamDict,
-    c: ParamDict,
-    z: ParamDict,
-    base: float,
-    rho: float,
-    p: float,
-    steps: int,
-    step: float,
-) -> float:
-    """The largest ``L_S(w + c * z) - L_S(w)`` over ``z = 0``, the start and the ``steps`` ascent iterates."""
-    value_and_grad = grad_and_value(lambda zz: loss(_perturbed(w, c, zz)))
-    best = 0.0  # z = 0 lies in the ball
-    for _ in range(steps):
-        g, value = value_and_grad(z)
-        best = max(best, float(value) - base)
-        if p == 2.0:
-            length = _norm(g, 2.0)
-            if length == 0.0:  # a stationary point: no ascent direction
-                return best
-            z = {n: z[n] + (step / length) * g[n] for n in z}
-            size = _norm(z, 2.0)
-            if size > rho:
-                z = {n: t * (rho / size) for n, t in z.items()}
-        else:
-            z = {n: (z[n] + step * torch.sign(g[n])).clamp(-rho, rho) for n in z}
-    with torch.no_grad():
-        return max(best, float(loss(_perturbed(w, c, z))) - base)
-
-
 def worst_sharpness(
     objective: Objective,
     rho: float | Sequence[float],
     *,
     p: float | str = 2,
-    steps: int = 20,
+    steps: int = WORST_STEPS,
+    restarts: int = WORST_RESTARTS,
     adaptive: bool = True,
+    eta: float = 0.0,
     step_size: float | None = None,
     init: str = "random",
     patterns: Sequence[str] | str | None = None,
@@ -351,64 +386,89 @@ def worst_sharpness(
     """Worst-case sharpness ``E_S [max_{||delta / c||_p <= rho} L_S(w + delta) - L_S(w)]`` by projected ascent.
 
     The ascent runs in ``z = delta / c`` over the ball ``||z||_p <= rho`` (coordinates with ``c = 0`` are never
-    moved), ``steps`` times, with ``g = grad_z L_S(w + c * z)`` (which is ``c * grad L_S``):
-
-    - p = 2: ``z <- z + alpha g / ||g||_2``, then ``z <- z * min(1, rho / ||z||_2)`` (normalised gradient step,
-      projection onto the ball); default ``alpha = rho``;
-    - p = inf: ``z <- clip(z + alpha sign(g), -rho, rho)`` (sign step, projection onto the cube, as in
-      Andriushchenko et al.'s code); default ``alpha = 2 rho / steps``, so that the iterates can cross the cube.
-
-    ``init="random"`` starts at a seeded random point of the ball's boundary for p = 2 (``rho`` times a uniform
-    unit direction) and uniform in the cube for p = inf; ``init="zero"`` at ``z = 0`` (which is stuck at a
-    stationary point, e.g. a minimum). The start direction is drawn once per batch and shared by every radius. The
-    value reported is the largest ``L_S(w + c * z) - L_S(w)`` over ``z = 0`` (so it is >= 0), the start and every
-    iterate. For ``L = w^T A w / 2`` at ``w = 0`` with p = 2 and ``c = 1`` it converges to
-    ``rho^2 lambda_max(A) / 2``.
+    moved), with ``g = grad_z L_S(w + c * z)`` (which is ``c * grad L_S``), by
+    :func:`~landscape.analyses.sharpness.ascent.ascend`: APGD-style steps ``sign(g)`` (p = inf) or ``g / ||g||_2``
+    (p = 2) of a size that starts at ``step_size * rho`` (default ``2 rho``) and is halved when progress stalls,
+    with momentum, projection onto the ball, and the best point kept; ``restarts`` ascents of ``steps``
+    iterations each. The first starts at ``init``: ``"random"`` is a seeded random point of the ball's boundary
+    for p = 2 (``rho`` times a uniform unit direction) and uniform in the cube for p = inf; ``"zero"`` is
+    ``z = 0`` (stuck at a stationary point, e.g. a minimum). Every further restart starts at a random point.
+    The starts are drawn once per batch and shared by every radius. The value reported is the largest
+    ``L_S(w + c * z) - L_S(w)`` over ``z = 0`` (so it is >= 0) and every point evaluated. For ``L = w^T A w / 2``
+    at ``w = 0`` with p = 2 and ``c = 1`` it converges to ``rho^2 lambda_max(A) / 2``.
 
     Args:
         objective: the loss; its variable params are ``w`` (never changed).
         rho: one radius or a list of radii, each finite and >= 0.
         p: 2 or inf.
-        steps: ascent steps per batch and radius (>= 1).
-        adaptive: ``c = |w|`` (True) or ``c = 1``.
-        step_size: ``alpha / rho`` (default 1 for p = 2, ``2 / steps`` for p = inf); finite and > 0.
-        init: ``"random"`` or ``"zero"``.
+        steps: ascent iterations per restart, batch and radius (>= 1).
+        restarts: ascents from different starts per batch and radius (>= 1), the best kept.
+        adaptive: ``c = |w| + eta`` (True) or ``c = 1``.
+        eta: the adaptive scale's offset (ASAM's ``eta``), finite and >= 0.
+        step_size: the first step over ``rho`` (default 2); finite and > 0.
+        init: ``"random"`` or ``"zero"``, the first restart's start.
         patterns: perturb only the params matching these; default all variable params.
         batches: indices of the objective's batches to use (default all).
         include_regularizer: add the objective's regulariser to ``L_S``.
-        seed: seed of the start's private generator (and of the bootstrap's).
+        seed: seed of the starts' private generator (and of the bootstrap's).
         confidence: the bootstrap interval's level.
         resamples: bootstrap resamples.
 
     Returns:
-        A :class:`SharpnessEstimate` (``measure="worst"``).
+        A :class:`SharpnessEstimate` (``measure="worst"``), with ``ascent``: per batch and radius, the iteration
+        that found the best value, the final step over ``rho`` and the step's halvings.
 
     Raises:
-        LandscapeError: a radius that is NaN, infinite or negative, p not in {2, inf}, ``steps < 1``, a bad
-            ``step_size``, ``init``, batch index or pattern, or a bad ``confidence``/``resamples``.
+        LandscapeError: a radius that is NaN, infinite or negative, p not in {2, inf}, ``steps < 1``,
+            ``restarts < 1``, a bad ``eta``, ``step_size``, ``init``, batch index or pattern, a bad
+            ``confidence``/``resamples``; a non-finite loss at ``w`` or in the ball, or a non-finite iterate.
     """
     radii = check_radii(rho)
     norm = check_norm(p)
     count = checks.positive_int(steps, "steps")
+    tries = checks.positive_int(restarts, "restarts")
     if init not in INITS:
         raise LandscapeError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
-    default = 1.0 if norm == 2.0 else 2.0 / count
-    relative = default if step_size is None else checks.positive(step_size, "step_size")
+    relative = WORST_STEP_SIZE if step_size is None else checks.positive(step_size, "step_size")
     used = _check_batches(objective, batches)
     names = select(list(objective.params), patterns)
     w = {n: objective.params[n] for n in names}
-    c = perturbation_scale(w, adaptive)
+    c = perturbation_scale(w, adaptive, eta)
     gen = torch.Generator().manual_seed(int(seed))
     values = torch.zeros(len(used), len(radii), dtype=torch.float64)
+    found = torch.zeros(len(used), len(radii), dtype=torch.int64)
+    final = torch.full((len(used), len(radii)), relative, dtype=torch.float64)  # rho 0: no step taken
+    halvings = torch.zeros(len(used), len(radii), dtype=torch.int64)
     base = torch.zeros(len(used), dtype=torch.float64)
     for b, loss in enumerate(_batch_losses(objective, used, include_regularizer)):
         with torch.no_grad():
-            base[b] = float(loss(w))
-        unit = _start(w, c, gen, norm, init)
+            base[b] = _finite_base(float(loss(w)), used[b])
+        units = [_start(w, c, gen, norm, init if j == 0 else "random") for j in range(tries)]
+
+        def moved(z: ParamDict, loss: Callable[[ParamDict], Tensor] = loss) -> Tensor:
+            return loss(_perturbed(w, c, z))
+
         for r, radius in enumerate(radii):
             if radius == 0.0:
                 continue  # the ball is the point w: the value is 0
-            z0 = {n: radius * t for n, t in unit.items()}
-            values[b, r] = _ascend(loss, w, c, z0, float(base[b]), radius, norm, count, relative * radius)
-    settings = {"steps": count, "step_size": relative, "init": init, "seed": int(seed), "parameters": len(names)}
-    return _estimate("worst", adaptive, norm, radii, used, values, None, base, confidence, resamples, seed, settings)
+            starts = [{n: radius * t for n, t in unit.items()} for unit in units]
+            end = ascend(moved, starts, float(base[b]), radius, norm, count, relative)
+            values[b, r], found[b, r], final[b, r], halvings[b, r] = (
+                end.value,
+                end.best_iteration,
+                end.step,
+                end.halvings,
+            )
+    settings = {
+        "steps": count,
+        "restarts": tries,
+        "step_size": relative,
+        "init": init,
+        "eta": float(eta),
+        "seed": int(seed),
+        **perturbed_counts(w),
+    }
+    estimate = _estimate(
+        "worst", adaptive, norm, radii, used, values, None, base, confidence, resamples, seed, settings
+    )
+    return dataclasses.replace(estimate, ascent={"best_iteration": found, "final_step": final, "halvings": halvings})

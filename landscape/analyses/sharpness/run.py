@@ -5,10 +5,12 @@ Each of the fixed batches (``--batch-size`` = m images) is one draw of ``S``; th
 :func:`~landscape.analyses.sharpness.measures.worst_sharpness` on that batch alone, with the seed ``seed + b``
 (so a batch's numbers depend on its index only, not on which rank or which run computes it). The file
 (docs/schema.md, sharpness) holds ``rho`` (R), ``batch_sizes``, ``base_loss`` and ``done`` (B), ``values`` (B, R)
-(and ``stderr`` for the average case), each row flushed and marked done as it finishes, so a killed run resumes
-at the next batch with the same numbers; once every batch is done the mean over batches and its percentile
-bootstrap interval, ``mean``, ``low`` and ``high`` (R), are written. Under torchrun the batches are shared among
-ranks and only rank 0 writes.
+(and ``stderr`` for the average case; ``best_iteration``, ``final_step`` and ``halvings``, how each ascent ended,
+for the worst case), each row flushed and marked done as it finishes, so a killed run resumes at the next batch
+with the same numbers; once every batch is done the mean over batches and its percentile bootstrap interval,
+``mean``, ``low`` and ``high`` (R), are written (NaN bounds, and the attribute ``interval`` saying why, below
+:data:`~landscape.options.sharpness.MIN_INTERVAL_BATCHES` batches). Every value written is finite: a non-finite
+loss stops the run with one error line. Under torchrun the batches are shared among ranks and only rank 0 writes.
 """
 
 from __future__ import annotations
@@ -25,15 +27,17 @@ from landscape.analyses.sharpness.measures import (
     SharpnessEstimate,
     average_sharpness,
     bootstrap_interval,
+    perturbed_counts,
     worst_sharpness,
 )
+from landscape.analyses.sharpness.summary import interval_note
 from landscape.core.calls import analysis_function
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
 from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 from landscape.options.names import select
-from landscape.options.sharpness import SharpnessOptions
+from landscape.options.sharpness import MIN_INTERVAL_BATCHES, SharpnessOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import AnalysisFile
 
@@ -56,6 +60,7 @@ def measure_batch(objective: Objective, options: SharpnessOptions, index: int) -
     o = options
     common: dict[str, Any] = {
         "adaptive": o.adaptive,
+        "eta": o.eta,
         "patterns": o.patterns or None,
         "batches": [index],
         "include_regularizer": objective.regularizer.active,
@@ -65,7 +70,13 @@ def measure_batch(objective: Objective, options: SharpnessOptions, index: int) -
     }
     if o.measure == "average":
         return average_sharpness(objective, o.rho, samples=o.draws, antithetic=o.antithetic, **common)
-    return worst_sharpness(objective, o.rho, p=o.p, steps=o.steps, step_size=o.step_size, init=o.init, **common)
+    return worst_sharpness(
+        objective, o.rho, p=o.p, steps=o.steps, restarts=o.restarts, step_size=o.step_size, init=o.init, **common
+    )
+
+
+#: the worst case's record of how each ascent ended: array, dtype, value until done
+ASCENT_ARRAYS = (("best_iteration", "i8", -1), ("final_step", "f8", np.nan), ("halvings", "i8", -1))
 
 
 def _allocate(f: store.ResultFile, options: SharpnessOptions, batch_sizes: list[int]) -> list[int]:
@@ -77,17 +88,39 @@ def _allocate(f: store.ResultFile, options: SharpnessOptions, batch_sizes: list[
     f.allocate("values", (n, radii), "f8", fill=np.nan, axes=["batch", "radius"])
     if options.measure == "average":
         f.allocate("stderr", (n, radii), "f8", fill=np.nan, axes=["batch", "radius"])
+    else:
+        for name, dtype, fill in ASCENT_ARRAYS:
+            f.allocate(name, (n, radii), dtype, fill=fill, axes=["batch", "radius"])
     f.allocate("base_loss", (n,), "f8", fill=np.nan, axes=["batch"])
     f.allocate("done", (n,), bool, fill=False, axes=["batch"])
-    return [int(i) for i in np.flatnonzero(f.read("done"))]
+    return _finite_rows(f, [int(i) for i in np.flatnonzero(f.read("done"))])
+
+
+def _finite_rows(f: store.ResultFile, done: list[int]) -> list[int]:
+    """``done`` when the file's rows ``done`` of ``values`` and ``base_loss`` are finite; else an error."""
+    for name in ("values", "base_loss"):
+        if not np.isfinite(np.asarray(f.read(name))[done]).all():
+            raise LandscapeError(
+                f"{f.path}: the done batches hold non-finite {name} (an older version wrote them); "
+                "remove the file (or write elsewhere with --out) to compute them again"
+            )
+    return done
 
 
 def _write_interval(f: store.ResultFile, options: SharpnessOptions) -> None:
-    """Rank 0, every batch done: the mean over batches and its bootstrap interval at each radius."""
+    """Rank 0, every batch done: the mean over batches, its bootstrap interval and what the interval is.
+
+    The bounds are NaN below :data:`MIN_INTERVAL_BATCHES` batches; the attribute ``interval`` says which.
+    """
     values = torch.from_numpy(f.read("values"))
     low, high = bootstrap_interval(
-        values, confidence=options.confidence, resamples=options.resamples, seed=options.seed
+        values,
+        confidence=options.confidence,
+        resamples=options.resamples,
+        seed=options.seed,
+        minimum=MIN_INTERVAL_BATCHES,
     )
+    f.set_attrs({"interval": interval_note(options.confidence, values.shape[0])})
     f.write("low", low.numpy(), axes=["radius"])
     f.write("high", high.numpy(), axes=["radius"])
     f.write("mean", values.mean(dim=0).numpy(), axes=["radius"])  # last: marks the interval written
@@ -134,7 +167,9 @@ def run_sharpness(
 
     Raises:
         LandscapeError: the options are not a :class:`SharpnessOptions`, ``--params`` matches no parameter, the
-            model or data cannot be loaded, or the file belongs to other options (without ``force``).
+            model or data cannot be loaded, the file belongs to other options (without ``force``) or holds
+            non-finite values, or a loss is non-finite (at ``w``: the model or data; perturbed: ``--rho``; an
+            ascent's iterate: ``--step-size``).
     """
     if not isinstance(options, SharpnessOptions):
         raise LandscapeError(f"run_sharpness takes its options as a SharpnessOptions, got {type(options).__name__}")
@@ -153,18 +188,23 @@ def run_sharpness(
     attrs = prepared.attrs
     attrs["fused_attention_off"] = objective.fused_attention_off
     perturbed = select(list(objective.params), o.patterns or None)  # a pattern matching nothing: before the file
+    counts = perturbed_counts({n: objective.params[n] for n in perturbed})
+    attrs.update(perturbed_tensors=counts["tensors"], perturbed_parameters=counts["parameters"])
     sizes = [int(y.shape[0]) for _, y in objective.batches]
 
     def resume(f: store.ResultFile) -> dict[str, Any]:
         if f.complete:
-            return {"complete": True, "done": list(range(len(sizes))), "interval": True}
+            return {"complete": True, "done": _finite_rows(f, list(range(len(sizes)))), "interval": True}
         return {"complete": False, "done": _allocate(f, o, sizes), "interval": "mean" in f}
 
     radii = len(o.rho)
-    passes = radii * o.draws if o.measure == "average" else radii * 3 * o.steps  # an ascent step: ~3 passes
+    passes = radii * o.draws if o.measure == "average" else radii * 3 * (o.steps + 1) * o.restarts  # ~3 a step
     plan = f"sharpness: {o.measure}-case, {'adaptive' if o.adaptive else 'plain'}"
-    plan += f" (p = {o.p}, {o.steps} steps)" if o.measure == "worst" else f" ({o.draws} draws)"
+    plan += f", c = |w| + {o.eta:g}" if o.adaptive and o.eta else ""
+    plan += f" (p = {o.p}, {o.steps} steps x {o.restarts} starts)" if o.measure == "worst" else f" ({o.draws} draws)"
     plan += f", rho {', '.join(f'{r:g}' for r in o.rho)}, {len(sizes)} mini-batches of {o.batch_size}"
+    plan += f", perturbing {counts['tensors']} of {len(objective.params)} tensors ({counts['parameters']:,} numbers"
+    plan += f"; --params {o.params})" if o.params else ")"
     per_batch = (passes + 1) * prepared.seconds_per_pass / max(len(sizes), 1)
     prepared.announce(plan, len(sizes), "batch", per_batch, progress)
     session = AnalysisFile(out, "sharpness", attrs, force=force, resume=resume)
@@ -179,24 +219,31 @@ def run_sharpness(
                 mine = D.shard(todo[start : start + step])
                 rows = [(b, measure_batch(objective, o, b)) for b in mine]
                 shared = [
-                    (b, e.values[0].numpy(), None if e.stderr is None else e.stderr[0].numpy(), float(e.base_loss[0]))
+                    (
+                        b,
+                        e.values[0].numpy(),
+                        None if e.stderr is None else e.stderr[0].numpy(),
+                        float(e.base_loss[0]),
+                        {} if e.ascent is None else {k: v[0].numpy() for k, v in e.ascent.items()},
+                    )
                     for b, e in rows
                 ]
                 gathered = sorted(
                     (row for part in D.all_gather_objects(shared) for row in part), key=lambda row: row[0]
                 )
-                for b, values, stderr, base in gathered:
+                for b, values, stderr, base, ascent in gathered:
                     if f is not None:
                         f.write_at("values", b, values)
                         if stderr is not None:
                             f.write_at("stderr", b, stderr)
+                        for name, array in ascent.items():
+                            f.write_at(name, b, array)
                         f.write_at("base_loss", b, base)
                         f.mark_done("done", b)
                     bar.update(1)
                     if on_batch is not None:
                         on_batch(b)
         if f is not None and not state["interval"]:
-            f.set_attrs({"parameters": len(perturbed)})
             _write_interval(f, o)
     return session.result
 

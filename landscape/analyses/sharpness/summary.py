@@ -5,7 +5,24 @@ from __future__ import annotations
 import numpy as np
 
 from landscape.analyses.numbers import MISSING, finite, number
+from landscape.options.sharpness import MIN_INTERVAL_BATCHES
 from landscape.store.read import Result
+
+
+def interval_note(confidence: float, batches: int, given: bool | None = None) -> str:
+    """What a sharpness file's interval is: ``95% bootstrap interval over 8 mini-batches``, or why there is none.
+
+    Args:
+        confidence: the interval's level.
+        batches: the mini-batches the values come from.
+        given: whether there is an interval (None: when ``batches >= MIN_INTERVAL_BATCHES``).
+
+    Returns:
+        The interval's name, or ``no interval: 2 mini-batches, fewer than the 5 an interval needs``.
+    """
+    if not (batches >= MIN_INTERVAL_BATCHES if given is None else given):
+        return f"no interval: {batches} mini-batches, fewer than the {MIN_INTERVAL_BATCHES} an interval needs"
+    return f"{100 * confidence:g}% bootstrap interval over {batches} mini-batches"
 
 
 def measure_name(attrs: dict) -> str:
@@ -30,6 +47,31 @@ def _done(result: Result) -> np.ndarray:
     return np.isfinite(values).all(axis=1)
 
 
+def result_interval_note(result: Result) -> str:
+    """:func:`interval_note` of a sharpness file: its ``interval`` attribute, else made from its arrays.
+
+    Args:
+        result: a sharpness file (one without the attribute, of an older version, has an interval when its
+            ``low`` and ``high`` are finite).
+
+    Returns:
+        The interval's name, or why there is none.
+    """
+    if "interval" in result.attrs:
+        return str(result.attrs["interval"])
+    given = "low" in result and "high" in result and bool(np.isfinite([result["low"], result["high"]]).all())
+    return interval_note(float(result.attrs.get("confidence", 0.95)), int(np.shape(result["values"])[0]), given)
+
+
+def _ascent(result: Result, done: np.ndarray) -> str:
+    """``; the ascent's best at iteration <= 37 of 40`` for a worst-case file that records its ascents."""
+    if "best_iteration" not in result or not done.any():
+        return ""
+    latest = int(np.max(np.asarray(result["best_iteration"])[done]))
+    total = int(result.attrs.get("steps", 0)) * int(result.attrs.get("restarts", 1))
+    return f"; the ascent's best at iteration <= {latest} of {total}"
+
+
 def _interval(result: Result, r: int) -> str:
     """``" [low, high]"`` of radius ``r`` when the file holds the bootstrap interval, else nothing."""
     if "low" not in result or "high" not in result:
@@ -41,7 +83,8 @@ def _interval(result: Result, r: int) -> str:
 def sharpness_summary(result: Result) -> str:
     """``worst-case adaptive l2 sharpness of 8 batches of 128: rho 0.05: 0.0123 [0.0101, 0.015]; ...``.
 
-    The mean over the finished batches at each radius, with the bootstrap interval once every batch is done.
+    The mean over the finished batches at each radius, with the bootstrap interval once every batch is done (or
+    why there is none), and for the worst case the latest iteration at which an ascent found its best value.
 
     Args:
         result: a sharpness file, finished or not.
@@ -64,7 +107,9 @@ def sharpness_summary(result: Result) -> str:
         for r, (rho, m) in enumerate(zip(result["rho"], means))
     ]
     left = "" if done.all() else f" ({int(done.sum())} of {done.size} batches done)"
-    return f"{head}: " + "; ".join(parts) + left
+    if done.all() and "mean" in result and not any(_interval(result, r) for r in range(len(parts))):
+        left = f" ({result_interval_note(result)})"
+    return f"{head}: " + "; ".join(parts) + left + _ascent(result, done)
 
 
 def sharpness_numbers(result: Result) -> dict[str, str]:

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -15,7 +16,6 @@ from torch import nn
 
 import landscape
 from landscape.analyses.registry import summarize
-from landscape.analyses.sharpness.measures import bootstrap_interval
 from landscape.analyses.sharpness.run import run_sharpness
 from landscape.cli import cli
 from landscape.options.sharpness import SharpnessOptions
@@ -63,27 +63,38 @@ def test_worst_case_through_the_runner_is_half_rho_squared_lambda_max_at_the_min
     batches, W_min, _ = linear_problem()
     w = W_min.reshape(-1)
     radii = [0.0, 0.1, 0.4]
-    for adaptive in (False, True):
-        res = landscape.sharpness(
-            linear_model(W_min), batches, rho=radii, steps=60, adaptive=adaptive, progress=False, **QUADRATIC
-        )
-        c = w.abs() if adaptive else torch.ones_like(w)
+    for adaptive, eta in ((False, 0.0), (True, 0.0), (True, 0.05)):
+        kw = {"steps": 60, "restarts": 1, "adaptive": adaptive, "eta": eta, "progress": False, **QUADRATIC}
+        res = landscape.sharpness(linear_model(W_min), batches, rho=radii, **kw)
+        c = w.abs() + eta if adaptive else torch.ones_like(w)
         for b, (x, _) in enumerate(batches):
             top = float(torch.linalg.eigvalsh(c[:, None] * batch_hessian(x) * c[None, :]).max())
             np.testing.assert_allclose(res["values"][b], np.square(radii) * top / 2, rtol=1e-3, atol=1e-15)
         np.testing.assert_allclose(res["mean"], res["values"].mean(0), rtol=1e-15)
         assert res["done"].all() and res.attrs["complete"] and res.attrs["measure"] == "worst"
-        assert res.attrs["adaptive"] is adaptive and res.attrs["p"] == "2" and res.attrs["parameters"] == 1
+        assert res.attrs["adaptive"] is adaptive and res.attrs["p"] == "2" and res.attrs["eta"] == eta
+        assert res.attrs["perturbed_tensors"] == 1 and res.attrs["perturbed_parameters"] == C * K
         assert res["base_loss"] == pytest.approx(0.0, abs=1e-20)
+        # how each ascent ended: at rho 0 none ran; else the best within the 60 iterations
+        assert (res["best_iteration"][:, 0] == 0).all() and (res["halvings"][:, 0] == 0).all()
+        assert ((res["best_iteration"] >= 0) & (res["best_iteration"] <= 60)).all()
+        np.testing.assert_array_equal(res["final_step"], 2.0 / 2.0 ** res["halvings"])
+        # 3 batches: too few for an interval, and the file says so
+        assert np.isnan(res["low"]).all() and np.isnan(res["high"]).all()
+        assert res.attrs["interval"] == "no interval: 3 mini-batches, fewer than the 5 an interval needs"
+        assert "(no interval: 3 mini-batches" in summarize(res)
 
 
-def test_average_case_through_the_runner_replays_each_batch_s_draws_exactly():
+@pytest.mark.parametrize("eta", [0.0, 0.05])
+def test_average_case_through_the_runner_replays_each_batch_s_draws_exactly(eta):
     batches, _, W = linear_problem()
+    W = W.clone()
+    W[0, :3] = 0.0  # weights at exactly 0: perturbed only with eta > 0
     w = W.reshape(-1)
     radii, draws, seed = [0.05, 0.2], 50, 3
-    opts = SharpnessOptions(measure="average", rho=radii, draws=draws, seed=seed, resamples=200, **QUADRATIC)
+    opts = SharpnessOptions(measure="average", rho=radii, draws=draws, seed=seed, resamples=200, eta=eta, **QUADRATIC)
     res = run_sharpness(linear_model(W), opts, out=None, batches=batches, progress=False)
-    c = w.abs()
+    c = w.abs() + eta
     for b, (x, y) in enumerate(batches):
         gen = torch.Generator().manual_seed(seed + b)  # each batch's own noise: seed + its index
         eps = torch.stack([torch.randn(C, K, generator=gen, dtype=F64).reshape(-1) for _ in range(draws)])
@@ -95,11 +106,37 @@ def test_average_case_through_the_runner_replays_each_batch_s_draws_exactly():
             assert res["stderr"][b, r] == pytest.approx(float(rise.std() / math.sqrt(draws)), rel=1e-7)
             exact = rho**2 * float((c**2 * torch.diag(A)).sum()) / 2  # E: the linear term has mean zero
             assert abs(res["values"][b, r] - exact) < 5 * res["stderr"][b, r]
-    low, high = bootstrap_interval(torch.from_numpy(res["values"]), resamples=200, seed=seed)
-    np.testing.assert_array_equal(res["low"], low.numpy())
-    np.testing.assert_array_equal(res["high"], high.numpy())
-    assert (res["low"] <= res["mean"]).all() and (res["mean"] <= res["high"]).all()
+    assert np.isnan(res["low"]).all() and np.isnan(res["high"]).all()  # 3 batches: no interval
     assert res.path.name == "<memory>" and res.attrs["dataset"] == "batches" and res.attrs["draws"] == draws
+    assert res.attrs["eta"] == eta and "best_iteration" not in res
+
+
+def test_the_plan_line_and_the_file_name_the_perturbed_set(capsys):
+    batches, _, W = linear_problem()
+    model = nn.Sequential(nn.Flatten(), nn.Linear(K, C)).to(F64)  # a weight and a bias
+    res = landscape.sharpness(
+        model, batches, rho=[0.1], steps=1, params="*.weight", eta=0.1, progress=True, **QUADRATIC
+    )
+    plan = capsys.readouterr().err
+    assert "c = |w| + 0.1" in plan and f"perturbing 1 of 2 tensors ({C * K} numbers; --params *.weight)" in plan
+    assert res.attrs["perturbed_tensors"] == 1 and res.attrs["perturbed_parameters"] == C * K
+    assert res.attrs["eta"] == 0.1 and res.attrs["params"] == ["*.weight"]
+    landscape.sharpness(model, batches, rho=[0.1], steps=1, progress=True, **QUADRATIC)
+    assert f"perturbing 2 of 2 tensors ({C * K + C} numbers)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("complete", [True, False], ids=["complete", "unfinished"])
+def test_a_file_holding_non_finite_values_is_not_resumed(tmp_path, complete):
+    batches, _, W = linear_problem()
+    out = tmp_path / "s.h5"
+    kw = {"measure": "average", "rho": [0.1], "draws": 2, "progress": False, "out": out, **QUADRATIC}
+    landscape.sharpness(linear_model(W), batches, **kw)
+    with h5py.File(out, "r+") as h5:
+        h5["values"][1, 0] = np.nan
+        h5.attrs["complete"] = complete
+    one_line_error(landscape.sharpness, linear_model(W), batches, **kw, match="non-finite values .* remove the file")
+    out.unlink()
+    assert np.isfinite(landscape.sharpness(linear_model(W), batches, **kw)["values"]).all()
 
 
 def test_a_regulariser_is_part_of_the_loss():
@@ -129,10 +166,18 @@ def test_a_regulariser_is_part_of_the_loss():
         ("confidence", 1.0, "--confidence"),
         ("step_size", 0.0, "--step-size"),
         ("params", ",", "--params"),
+        ("restarts", 0, "--restarts must be a whole number >= 1"),
+        ("eta", -0.1, "--eta must be a finite number >= 0"),
+        ("eta", math.inf, "--eta"),
     ],
 )
 def test_bad_options_are_refused_in_one_line(field, value, match):
     one_line_error(SharpnessOptions, **{field: value}, match=match)
+
+
+def test_options_of_another_measure_or_scale_are_refused():
+    one_line_error(SharpnessOptions, adaptive=False, eta=0.1, match="--eta has no effect without --adaptive")
+    one_line_error(SharpnessOptions, measure="average", restarts=3, match="--restarts has no effect without --measure")
 
 
 def test_the_norm_and_radii_are_read_in_every_spelling():
@@ -219,3 +264,26 @@ def test_the_command_line_info_and_figure(checkpoint, reference, tmp_path):
     assert not (tmp_path / "x.h5").exists()
     (figure,) = plot_files([out, reference.path], tmp_path / "figs")
     assert figure.name.startswith("sharpness_") and figure.read_bytes()[:4] == b"\x89PNG"
+    # 5 batches: an interval, named
+    assert reference.attrs["interval"] == "95% bootstrap interval over 5 mini-batches"
+    assert (reference["low"] <= reference["mean"]).all() and (reference["mean"] <= reference["high"]).all()
+    assert "[" in summarize(reference) and "no interval" not in summarize(reference)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        (["--rho", "1e30"], "--rho 1e+30 makes the perturbed loss (or its gradient) non-finite; use a smaller --rho"),
+        (["--rho", "0.1", "--step-size", "1e300"], "--step-size 1e+300 makes the ascent's iterate non-finite"),
+        (["--measure", "average", "--rho", "1e30"], "--rho 1e+30 makes the perturbed loss non-finite"),
+    ],
+)
+def test_a_non_finite_loss_stops_the_run_in_one_line_and_leaves_no_file(checkpoint, tmp_path, options, match):
+    out = tmp_path / "n.h5"
+    args = ["sharpness", "--ckpt", str(checkpoint), "--samples", "8", "--batch-size", "4", "--steps", "2"]
+    if "average" in options:
+        args = [a for a in args if a not in ("--steps", "2")] + ["--draws", "2"]
+    result = CliRunner().invoke(cli, [*args, *options, "--out", str(out), "--device", "cpu", "--quiet"])
+    assert result.exit_code != 0 and "Traceback" not in result.output, result.output
+    assert match in result.output and result.output.strip().count("\n") == 0, result.output
+    assert not out.exists() or not read_result(out)["done"].any()
