@@ -10,7 +10,8 @@ For a batch loss ``L_b`` at a point ``theta`` the product ``v -> H_b v`` is made
   gradients' time) and each product runs the traced linear map.
 - ``finite-difference``: the central difference of two gradients,
   ``H_b v ~ (grad L_b(theta + eps v) - grad L_b(theta - eps v)) / (2 eps)`` with
-  ``eps = u^(1/3) (1 + ||theta||) / ||v||`` (``u`` the dtype's machine epsilon; :func:`central_difference`):
+  ``eps = u^(1/3) (1 + ||theta||) / ||v||`` (``u`` the dtype's machine epsilon; ``u^(1/2)`` in float64;
+  :func:`relative_step`, :func:`central_difference`):
   two first-order gradients, no second derivative of any operation, so it works for a model whose operations
   have no double backward; it is approximate (error ``O(eps^2)`` plus rounding ``O(u / eps)``) and never chosen
   by ``auto``.
@@ -42,10 +43,15 @@ from landscape.runtime.devices import fastest
 WAYS = ("jvp", "graph", "linearize")
 #: the approximate way, by the central difference of two gradients (chosen only by name, never by ``auto``)
 FINITE_DIFFERENCE = "finite-difference"
-#: the exponent of the dtype's machine epsilon ``u`` in a central difference's relative step: ``u^(1/3)`` balances
-#: the rounding error of the difference (``~u / eps``) against its truncation error (``~eps^2``); ``u^(1/2)``, the
-#: forward difference's step, measured a relative error of 4e-4 against 3e-5 for ``u^(1/3)`` on a float32 network
-STEP_EXPONENT = 1.0 / 3.0
+#: the exponent of the dtype's machine epsilon ``u`` in a central difference's relative step: in float32 (and
+#: coarser) ``u^(1/3)``, which balances the difference's rounding error (``~u / eps``) against its truncation error
+#: (``~eps^2``): measured on a float32 tanh network, a relative error of 3e-5 against 4e-4 for ``u^(1/2)``; in
+#: float64 ``u^(1/2)``, whose rounding error (~1e-8) is still small and whose shorter step crosses fewer kinks of
+#: piecewise-linear activations (ReLU), which the exact Hessian does not see (``u^(1/3)`` made a float64
+#: resnet_mini's products asymmetric)
+STEP_EXPONENT = {torch.float64: 1.0 / 2.0}
+#: the exponent of every other dtype
+COARSE_STEP_EXPONENT = 1.0 / 3.0
 #: before a graph is measured: its setup and product as fractions of a measured ``jvp`` product (a gradient
 #: with ``create_graph`` is about a quarter of a jvp product, a backward through it about 0.7: benchmarks/hessian.py)
 GRAPH_SETUP_GUESS, GRAPH_PRODUCT_GUESS = 0.3, 0.7
@@ -71,19 +77,21 @@ def quiet_jvp(fn: Callable[[ParamDict], ParamDict], params: ParamDict, v: ParamD
 
 
 def relative_step(dtype: torch.dtype) -> float:
-    """The relative step of a central-difference product in ``dtype``: ``u^(1/3)``, ``u`` its machine epsilon.
+    """The relative step of a central-difference product in ``dtype``: ``u^(1/3)``, in float64 ``u^(1/2)``.
+
+    ``u`` is the dtype's machine epsilon (see :data:`STEP_EXPONENT` for why the exponents differ).
 
     Args:
         dtype: a floating dtype.
 
     Returns:
-        About 4.9e-3 for float32, 6.1e-6 for float64.
+        About 4.9e-3 for float32, 1.5e-8 for float64.
     """
-    return float(torch.finfo(dtype).eps) ** STEP_EXPONENT
+    return float(torch.finfo(dtype).eps) ** STEP_EXPONENT.get(dtype, COARSE_STEP_EXPONENT)
 
 
 def step_length(params: Mapping[str, Tensor]) -> float:
-    """How far a central difference moves the parameters: ``u^(1/3) (1 + ||theta||)``, in float64.
+    """How far a central difference moves the parameters: ``relative_step * (1 + ||theta||)``, in float64.
 
     ``u`` is the machine epsilon of the least precise dtype among ``params``. The step ``eps`` along a vector
     ``v`` is this length divided by ``||v||`` (:func:`central_difference`), so the displacement ``eps v`` has
