@@ -278,6 +278,8 @@ def test_surface_cli_defaults_and_choices_are_the_options():
     assert tuple(params["bn"].type.choices) == surface_options.BN_MODES
     assert tuple(params["regularizer"].type.choices) == REGULARIZERS
     assert tuple(params["split"].type.choices) == SPLIT_CHOICES
+    assert tuple(params["store_directions"].type.choices) == surface_options.DIRECTION_STORAGE
+    assert tuple(params["hvp"].type.choices) == surface_options.HVP_MODES
 
 
 def test_surface_cli_compile_is_a_choice_and_alone_means_on():
