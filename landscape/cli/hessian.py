@@ -45,7 +45,8 @@ D = HessianOptions
     which="Largest / smallest algebraic, both ends, largest magnitude.",
     ncv="Lanczos basis size [default: max(2k+1, 20)].",
     maxiter="Maximum Lanczos restarts.",
-    hvp="Products per batch: jvp(grad) each time, a kept gradient graph, a kept linearize trace, or measured (auto).",
+    hvp="Products per batch: jvp(grad) each time, a kept gradient graph, a kept linearize trace, measured (auto), "
+    "or central differences of two gradients (finite-difference: approximate, no double backward).",
 )
 @click.option(
     "--eigenvectors", is_flag=True, default=D.eigenvectors, help="Also store the eigenvectors (n_params x k)."

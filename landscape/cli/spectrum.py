@@ -46,7 +46,8 @@ D = SpectrumOptions
     which="LM = power iteration's largest magnitude (Paper A); lanczos solver only.",
     ncv="Lanczos basis size.",
     maxiter="Lanczos restarts / PyHessian iterations per eigenvalue.",
-    hvp="Products of a batch: jvp(grad) each time, a kept gradient graph, a kept linearize trace, or measured (auto).",
+    hvp="Products of a batch: jvp(grad) each time, a kept gradient graph, a kept linearize trace, measured (auto), "
+    "or central differences of two gradients (finite-difference: approximate, no double backward).",
     solver=True,
 )
 @click.option(

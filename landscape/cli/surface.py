@@ -23,10 +23,12 @@ from landscape.cli.options import (
     output_options,
     regularizer_options,
 )
+from landscape.options.hessian import HVP_MODES
 from landscape.options.surface import (
     BN_MODES,
     COMPILE_MODES,
     DIRECTION_KINDS,
+    DIRECTION_STORAGE,
     DIRECTION_WHICH,
     NO_GRID,
     NORMS,
@@ -97,6 +99,21 @@ DEFAULTS = SurfaceOptions.defaults()
     type=click.Path(dir_okay=False),
     help="Hessian directions read from a `landscape hessian --eigenvectors` file of the same checkpoint and "
     "objective (default: computed by Lanczos).",
+)
+@click.option(
+    "--hvp",
+    default=DEFAULTS["hvp"],
+    show_default=True,
+    type=click.Choice(HVP_MODES),
+    help="Computed Hessian directions: how the Hessian-vector products are made (see landscape hessian --hvp).",
+)
+@click.option(
+    "--store-directions",
+    default=DEFAULTS["store_directions"],
+    show_default=True,
+    type=click.Choice(DIRECTION_STORAGE),
+    help="How the file keeps the directions: seed (the recipe that draws random directions again, bit for bit; "
+    "target, trajectory and Hessian directions are stored in full), half (float16, error recorded) or full.",
 )
 @click.option(
     "--target",

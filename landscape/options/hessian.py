@@ -30,8 +30,9 @@ from landscape.options.common import (
 
 #: kinds of eigenvalues: largest / smallest algebraic, both ends, largest magnitude (scipy's names)
 WHICH = ("LA", "SA", "BE", "LM")
-#: how Hessian-vector products are made: a kept gradient graph, a kept trace, jvp(grad) each time, or measured (auto)
-HVP_MODES = ("auto", "graph", "linearize", "jvp")
+#: how Hessian-vector products are made: a kept gradient graph, a kept trace, jvp(grad) each time, measured (auto),
+#: or the central difference of two gradients (approximate; no double backward)
+HVP_MODES = ("auto", "graph", "linearize", "jvp", "finite-difference")
 #: stochastic trace estimators
 TRACE_METHODS = ("hutchinson", "hutch++")
 #: the fewest products each trace estimator needs (a standard error; Hutch++'s sketch, exact part and probes)

@@ -33,7 +33,7 @@ from landscape.options.common import (
     check_regularizer,
     choice,
 )
-from landscape.options.hessian import HessianOptions
+from landscape.options.hessian import HVP_MODES, HessianOptions
 
 #: normalisations of a random direction against the centre (see :mod:`landscape.analyses.surface.directions`)
 NORMS = ("filter", "dim0", "layer", "weight", "none")
@@ -59,6 +59,10 @@ DEFAULT_ZERO_PATTERNS = POSITION_PARAMETER_PATTERNS + LEARNED_TOKEN_PATTERNS
 #: ``--compile``: ``auto`` (compile when the measured / recorded compile time pays back over the points left),
 #: ``on`` (compile; eager if compiling fails) or ``off`` (eager)
 COMPILE_MODES = ("auto", "on", "off")
+#: ``--store-directions``: how a surface file keeps its directions: ``seed`` (the recipe that draws random directions
+#: again bit for bit, and their fingerprint; directions without a recipe are stored in full), ``half`` (float16
+#: arrays; the grid is evaluated along the rounded directions and the rounding error is recorded), ``full``
+DIRECTION_STORAGE = ("seed", "half", "full")
 #: the default x and y grids (MIN:MAX:NUM): a 21 x 21 plane over [-1, 1]^2
 GRID = "-1:1:21"
 #: the y grid that makes a surface a 1D line (``--y none``; None in Python)
@@ -277,6 +281,12 @@ class SurfaceOptions(FieldDefaults):
             (the fixed images with hard labels) or ``paper-a`` (Paper A's training augmentation with Mixup/CutMix,
             drawn once from ``seed`` and held fixed; the loss is then the soft-target cross-entropy).
         augment_copies: augmented copies drawn of each sample (``paper-a``; the data are ``copies x samples``).
+        store_directions: how the file keeps the directions, one of :data:`DIRECTION_STORAGE` (``seed``: random
+            directions by their recipe; target, PCA and Hessian directions are then stored in ``full``). Not part
+            of the file's identity: a resumed file keeps the storage it was written with.
+        hvp: how the Hessian-vector products of computed Hessian directions are made, one of
+            :data:`~landscape.options.hessian.HVP_MODES` (only with ``directions="hessian"`` and no
+            ``eigenvectors``; recorded when it is not ``auto``).
 
     Raises:
         LandscapeError: an invalid value (bad grid, unknown choice, non-finite or out-of-range number), naming
@@ -310,6 +320,8 @@ class SurfaceOptions(FieldDefaults):
     compile: str = "auto"
     augment: str = "none"
     augment_copies: int = 1
+    store_directions: str = "seed"
+    hvp: str = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.y, str) and self.y.strip().lower() == NO_GRID:
@@ -332,6 +344,7 @@ class SurfaceOptions(FieldDefaults):
             parse_grid(self.y, "--y")
         choice(self.norm, "normalisation", NORMS)
         choice(self.bn, "BatchNorm mode", BN_MODES)
+        choice(self.store_directions, "--store-directions", DIRECTION_STORAGE)
         check_regularizer(self.regularizer, self.reg_coef)
         if self.reg_coef is not None:
             object.__setattr__(self, "reg_coef", checks.non_negative(self.reg_coef, "--reg-coef"))
@@ -367,6 +380,12 @@ class SurfaceOptions(FieldDefaults):
         object.__setattr__(self, "eigen_tol", checks.positive(self.eigen_tol, "--eigen-tol"))
         if self.eigenvectors is not None and not isinstance(self.eigenvectors, (str, Path)):
             raise LandscapeError(f"--eigenvectors must be the path of a hessian file, got {self.eigenvectors!r}")
+        choice(self.hvp, "--hvp", HVP_MODES)
+        if self.hvp != "auto" and (self.directions != "hessian" or self.eigenvectors is not None):
+            raise LandscapeError(
+                "--hvp chooses how computed Hessian directions are made; use it with --directions hessian and "
+                "no --eigenvectors"
+            )
         if self.directions != "hessian":
             if self.eigenvectors is not None:
                 raise LandscapeError("--eigenvectors gives Hessian directions; add --directions hessian")
@@ -400,15 +419,16 @@ class SurfaceOptions(FieldDefaults):
 
         These are the options' part of the file's identity: ``split``, ``seed``/``direction_seed``,
         ``batch_size``, the direction attributes (``direction_type``, ``norm``, ``ignore_1d``/``zero_patterns``
-        where they shape a random direction, ``target``, ``trajectory``/``n_snapshots``, ``which`` and
-        ``eigen_tol`` of computed Hessian directions; the directions add ``eigen_source``, the eigenvector
-        file's ``which`` and the block ``hessian_params``), ``surface_ndim``,
+        where they shape a random direction, ``target``, ``trajectory``/``n_snapshots``, ``which``, ``eigen_tol``
+        and (unless ``auto``) ``hvp`` of computed Hessian directions; the directions add ``eigen_source``, the
+        eigenvector file's ``which`` and the block ``hessian_params``), ``surface_ndim``,
         ``xgrid``/``ygrid`` (and ``xgrid_points``/``ygrid_points`` of a grid given point by point), ``bn``,
         ``regularizer`` and ``compile`` (``auto``, or True/False for ``on``/``off``,
         as files made before ``auto`` existed recorded them); ``dataset`` when :attr:`data` is given;
         ``augment``, ``augment_copies`` and ``criterion`` only with an augmentation (so that files made before
         these options existed still resume).
-        What the run measures (``n_samples``, direction norms, ``batch_points``, ...) is not among them.
+        What the run measures (``n_samples``, direction norms, ``batch_points``, ...) is not among them, nor is
+        :attr:`store_directions` (a resumed file keeps the storage it was written with).
 
         Returns:
             Attribute name -> value, as the file records it.
@@ -435,6 +455,8 @@ class SurfaceOptions(FieldDefaults):
             out.update(direction_type="hessian", norm="none")
             if self.eigenvectors is None:
                 out.update(which=self.which, eigen_tol=float(self.eigen_tol))
+                if self.hvp != "auto":  # files made before --hvp existed made their products the auto way
+                    out.update(hvp=self.hvp)
         elif self.trajectory:
             out.update(
                 trajectory=[str(p) for p in self.trajectory],

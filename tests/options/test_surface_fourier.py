@@ -71,6 +71,10 @@ def ckpts(tmp_path_factory):
         ({"y": None, "trajectory": ("a.pt",)}, "at least 2 --trajectory snapshots"),
         ({"y": "-1:1:3", "trajectory": ("a.pt", "b.pt")}, "at least 3 --trajectory snapshots"),
         ({"ignore_1d": "yes"}, "ignore_1d"),
+        ({"store_directions": "quarter"}, "--store-directions"),
+        ({"hvp": "double"}, "--hvp"),
+        ({"hvp": "finite-difference"}, "use it with --directions hessian"),
+        ({"hvp": "jvp", "directions": "hessian", "eigenvectors": "h.h5"}, "no --eigenvectors"),
     ],
 )
 def test_invalid_surface_options_are_one_line_errors(kwargs, match):
@@ -100,6 +104,12 @@ def test_invalid_surface_options_are_one_line_errors(kwargs, match):
 )
 def test_invalid_fourier_options_are_one_line_errors(kwargs, match):
     one_line_error(FourierOptions, match=match, **kwargs)
+
+
+def test_direction_storage_is_not_part_of_the_identity_and_hvp_is_recorded_only_when_chosen():
+    assert SurfaceOptions(store_directions="full").attrs() == SurfaceOptions().attrs()
+    assert "hvp" not in SurfaceOptions(directions="hessian").attrs()  # files made before --hvp still resume
+    assert SurfaceOptions(directions="hessian", hvp="finite-difference").attrs()["hvp"] == "finite-difference"
 
 
 def test_options_are_normalised_and_frozen():
@@ -268,6 +278,8 @@ def test_surface_cli_defaults_and_choices_are_the_options():
     assert tuple(params["bn"].type.choices) == surface_options.BN_MODES
     assert tuple(params["regularizer"].type.choices) == REGULARIZERS
     assert tuple(params["split"].type.choices) == SPLIT_CHOICES
+    assert tuple(params["store_directions"].type.choices) == surface_options.DIRECTION_STORAGE
+    assert tuple(params["hvp"].type.choices) == surface_options.HVP_MODES
 
 
 def test_surface_cli_compile_is_a_choice_and_alone_means_on():

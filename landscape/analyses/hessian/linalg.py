@@ -202,7 +202,8 @@ def require_symmetric(upper: float, lower: float, scale: float, eps: float, prod
         raise LandscapeError(
             f"the operator is not symmetric (v_i . A v_j = {upper:.6g} but v_j . A v_i = {lower:.6g} at product "
             f"{products}): its products are not a Hessian's. A custom autograd function whose backward cannot be "
-            "differentiated (once_differentiable) makes double-backward products drop terms; try --hvp jvp"
+            "differentiated (once_differentiable) makes double-backward products drop terms; try --hvp jvp (with "
+            "--hvp finite-difference the differences cross kinks of ReLU-like activations: try --dtype float64)"
         )
 
 

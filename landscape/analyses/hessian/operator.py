@@ -6,10 +6,11 @@ used), the operator is
     H = sum_b (N_b / N) * d^2 L_b / d theta^2  +  d^2 R / d theta^2
 
 restricted to the selected parameters ``theta`` (all others held at the evaluation point). Each batch's
-products are made by ``jvp(grad)``, by backward passes through a kept gradient graph, or by a traced
-``linearize`` (:mod:`landscape.analyses.hessian.products`); ``auto`` times them and takes the cheapest for the products
-the solver still expects (it tells the operator through :meth:`HessianOperator.plan_products`). A kept graph
-or trace holds the batch's intermediates in memory, so only the first ``max_linearized`` batches keep one.
+products are made by ``jvp(grad)``, by backward passes through a kept gradient graph, by a traced
+``linearize``, or approximately by central differences of gradients (:mod:`landscape.analyses.hessian.products`);
+``auto`` times the exact ways and takes the cheapest for the products the solver still expects (it tells the
+operator through :meth:`HessianOperator.plan_products`). A kept graph or trace holds the batch's intermediates
+in memory, so only the first ``max_linearized`` batches keep one.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ import torch
 from torch import Tensor
 from torch.func import grad, vmap
 
-from landscape.analyses.hessian.products import BatchProducts, ProductCosts, quiet_jvp
+from landscape.analyses.hessian.products import (
+    FINITE_DIFFERENCE,
+    BatchProducts,
+    ProductCosts,
+    central_difference,
+    quiet_jvp,
+    step_length,
+)
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict, flatten, unflatten, weighted_sum
 from landscape.errors import LandscapeError
@@ -43,7 +51,9 @@ class HessianOperator:
             a single index gives that mini-batch's Hessian (plus the regulariser's).
         mode: how each batch's products are made (:mod:`landscape.analyses.hessian.products`): ``"jvp"``
             (``jvp(grad)`` each time, nothing kept), ``"graph"`` (a gradient graph kept per batch, one backward
-            per product), ``"linearize"`` (a trace kept per batch) or ``"auto"``: the first product of a batch
+            per product), ``"linearize"`` (a trace kept per batch), ``"finite-difference"`` (the central difference
+            of two gradients at ``theta +- eps v``, approximate, no double backward) or ``"auto"``: the first
+            product of a batch
             is timed with ``jvp`` and each later one made the way with the least expected time for the products
             still to come (``setup + left * per_product``; ``left`` from :meth:`plan_products`, else the
             products made so far); only the first ``max_linearized`` batches keep a graph or trace (memory),
@@ -100,7 +110,7 @@ class HessianOperator:
         sizes = [int(objective.batches[i][1].shape[0]) for i in used]
         self.weights = [s / sum(sizes) for s in sizes]
         self.mode = mode
-        keep = {"linearize": len(used), "graph": len(used), "jvp": 0}
+        keep = {"linearize": len(used), "graph": len(used), "jvp": 0, FINITE_DIFFERENCE: 0}
         self.max_linearized = keep.get(mode, int(max_linearized))
         n = sum(p.numel() for p in self.params.values())
         self.shape = (n, n)
@@ -110,6 +120,7 @@ class HessianOperator:
         self.n_matvec = 0
         self.costs = costs if costs is not None else ProductCosts()
         self._planned: int | None = None
+        self._step: float | None = None
         self._products = [
             BatchProducts(self._batch_loss(i), self.params, mode, self.costs, cached=slot < self.max_linearized)
             for slot, i in enumerate(used)
@@ -150,16 +161,29 @@ class HessianOperator:
 
         Returns:
             ``{"mode", "ways": {way: n_batches}, "seconds": {...}, "failed": {...}}``, as result files record
-            it (docs/schema.md).
+            it (docs/schema.md), and in ``finite-difference`` mode ``finite_difference_step``, the length
+            ``||eps v||`` of every displacement (:func:`~landscape.analyses.hessian.products.step_length`).
         """
         ways = Counter(p.way for p in self._products if p.way is not None)
-        return {"mode": self.mode, "ways": dict(sorted(ways.items())), **self.costs.summary()}
+        out = {"mode": self.mode, "ways": dict(sorted(ways.items())), **self.costs.summary()}
+        if self.mode == FINITE_DIFFERENCE:
+            out["finite_difference_step"] = self._step_length()
+        return out
 
     def _reg_hvp(self, v: ParamDict) -> ParamDict | None:
         reg = self.objective.regularizer
         if not reg.active:
             return None
-        return quiet_jvp(grad(lambda sub: reg(self._full(sub))), self.params, v)
+        gradient = grad(lambda sub: reg(self._full(sub)))
+        if self.mode == FINITE_DIFFERENCE:
+            return central_difference(gradient, self.params, v, self._step_length())
+        return quiet_jvp(gradient, self.params, v)
+
+    def _step_length(self) -> float:
+        """The length of every central difference's displacement at this point (:func:`step_length`)."""
+        if self._step is None:
+            self._step = step_length(self.params)
+        return self._step
 
     def hvp_dict(self, v: Mapping[str, Tensor], *, part: int = 0, parts: int = 1) -> ParamDict:
         """``H v`` for a dict ``v`` with the selected parameters' names and shapes.
@@ -240,7 +264,15 @@ class HessianOperator:
         return out
 
     def _vectorized_hvp(self, v: ParamDict) -> ParamDict:
-        """``H v`` by ``jvp(grad)`` for every batch (the one way that runs inside ``vmap``), plus the regulariser."""
+        """``H v`` by ``jvp(grad)`` for every batch, plus the regulariser's (central differences in that mode).
+
+        These are the ways that run inside ``vmap``.
+        """
+        if self.mode == FINITE_DIFFERENCE:
+            length = self._step_length()
+            return self._weighted_sum(
+                v, lambda slot, vec: central_difference(grad(self._products[slot].loss), self.params, vec, length)
+            )
         return self._weighted_sum(v, lambda slot, vec: quiet_jvp(grad(self._products[slot].loss), self.params, vec))
 
     def _weighted_sum(

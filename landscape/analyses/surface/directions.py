@@ -43,6 +43,9 @@ from landscape.options.surface import (  # noqa: F401 (options of a surface, def
 #: a distance at most this fraction of the parameters' norm counts as none: a target this close to the centre is
 #: the centre itself, trajectory snapshots this close to each other are one point
 SAME_POINT_RTOL = 1e-12
+#: how random directions are drawn, recorded in their recipe: one CPU ``torch.Generator`` seeded with the recipe's
+#: seed, ``torch.randn`` in float64 for every parameter in order (x then y), cast to the parameter's dtype
+GENERATOR = "torch.Generator(cpu).manual_seed(seed); torch.randn float64 per parameter in order, x then y"
 
 
 @dataclass
@@ -60,6 +63,9 @@ class Directions:
         kind: ``"random"``, ``"target"``, ``"pca"`` or ``"hessian"``.
         meta: attributes recorded in the result file (``norm``, ``x_norm``, ``y_norm``, ``cosine``, ...).
         trajectory: the ``(n, 2)`` coordinates of the trajectory snapshots (PCA only; else ``None``).
+        recipe: how to draw the directions again bit for bit from the centre (:func:`regenerate`): the
+            generator, seed, normalisation and the parameters' names and shapes; ``None`` for directions that
+            cannot be drawn again (target, PCA, Hessian), which a result file must store in full.
     """
 
     x: ParamDict
@@ -67,6 +73,7 @@ class Directions:
     kind: str = "random"
     meta: dict[str, Any] = field(default_factory=dict)
     trajectory: np.ndarray | None = None
+    recipe: dict[str, Any] | None = None
 
     @property
     def ndim(self) -> int:
@@ -131,7 +138,9 @@ def random_direction(
 ) -> ParamDict:
     """A Gaussian direction (drawn on the CPU from ``generator``, in ``theta``'s order) normalised by ``norm``.
 
-    Every tensor is drawn, zeroed or not, so the stream of random numbers does not depend on the options.
+    Every tensor is drawn, zeroed or not, so the stream of random numbers does not depend on the options. The
+    draw and the normalisation both run on the CPU (in ``theta``'s dtype) and the result is then moved to
+    ``theta``'s device, so that the same seed gives the same direction bit for bit on every device.
     Tensors with ndim < 2 (if ``ignore_1d``) or a name matching ``zero_patterns`` are zero.
 
     Args:
@@ -153,11 +162,11 @@ def random_direction(
     out: ParamDict = {}
     perturbed = 0
     for name, t in theta.items():
-        g = torch.randn(t.shape, generator=generator, dtype=torch.float64).to(device=t.device, dtype=t.dtype)
+        g = torch.randn(t.shape, generator=generator, dtype=torch.float64).to(dtype=t.dtype)
         if (ignore_1d and t.ndim < 2) or matches_any(name, zero_patterns):
             out[name] = torch.zeros_like(t)
         else:
-            out[name] = normalize(g, t.detach(), norm)
+            out[name] = normalize(g, t.detach().cpu(), norm).to(t.device)
             perturbed += 1
     if not perturbed and theta:
         raise LandscapeError(_nothing_to_perturb(theta, ignore_1d, zero_patterns))
@@ -230,7 +239,51 @@ def random_directions(
     x = random_direction(theta, **kw)
     y = random_direction(theta, **kw) if ndim == 2 else None
     meta = {"direction_type": "random", "norm": norm, "ignore_1d": ignore_1d, "zero_patterns": list(zero_patterns)}
-    return _with_norms(Directions(x, y, "random", meta), {"the centre checkpoint": theta})
+    recipe = {
+        "function": "random_directions",
+        "generator": GENERATOR,
+        "seed": int(seed),
+        "ndim": ndim,
+        "norm": norm,
+        "ignore_1d": bool(ignore_1d),
+        "zero_patterns": list(zero_patterns),
+        "params": [[name, list(t.shape)] for name, t in theta.items()],
+    }
+    return _with_norms(Directions(x, y, "random", meta, recipe=recipe), {"the centre checkpoint": theta})
+
+
+def regenerate(recipe: Mapping[str, Any], theta: Mapping[str, Tensor]) -> Directions:
+    """The directions a :attr:`Directions.recipe` describes, drawn again from the centre ``theta``.
+
+    Bit for bit those of the first draw when ``theta`` is the same centre (the draw and the normalisation run
+    on the CPU from a ``torch.Generator`` of the recipe's seed; the caller's global RNG is not touched).
+
+    Args:
+        recipe: the recipe recorded with the directions (a dict, as :func:`random_directions` makes it).
+        theta: the centre, a params dict with the recipe's parameter names and shapes.
+
+    Returns:
+        The directions, with the same recipe.
+
+    Raises:
+        LandscapeError: the recipe is not one this version can draw, or its parameters are not ``theta``'s
+            (:func:`check_compatible`).
+    """
+    if recipe.get("function") != "random_directions" or recipe.get("generator") != GENERATOR:
+        raise LandscapeError(
+            f"the directions' recipe ({recipe.get('function')!r}, generator {recipe.get('generator')!r}) is not one "
+            "this version of landscape can draw again; use the version that made the file, or --force to start again"
+        )
+    shapes = {str(name): tuple(int(n) for n in shape) for name, shape in recipe.get("params", [])}
+    check_compatible({n: torch.empty(s, device="meta") for n, s in shapes.items()}, theta, "the directions' recipe")
+    return random_directions(
+        {n: theta[n] for n in shapes},
+        ndim=int(recipe["ndim"]),
+        seed=int(recipe["seed"]),
+        norm=str(recipe["norm"]),
+        ignore_1d=bool(recipe["ignore_1d"]),
+        zero_patterns=tuple(recipe["zero_patterns"]),
+    )
 
 
 def differences(theta: Mapping[str, Tensor], other: Mapping[str, Tensor]) -> tuple[list[str], list[str], list[str]]:

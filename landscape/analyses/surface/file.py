@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -11,14 +13,16 @@ import torch
 from torch import Tensor
 
 from landscape import store
-from landscape.analyses.surface.directions import Directions
+from landscape.analyses.surface.directions import Directions, cosine, regenerate
 from landscape.analyses.surface.evaluator import PointResult
+from landscape.core import params as P
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
 from landscape.options.surface import (  # noqa: F401 (re-exported)
     BN_MODES,
     COMPILE_MODES,
+    DIRECTION_STORAGE,
     MAX_POINTS,
     SurfaceOptions,
     compile_attr,
@@ -33,44 +37,191 @@ from landscape.runtime.devices import synchronize
 MEASURED_META = ("x_norm", "y_norm", "cosine", "direction_eigenvalues", "direction_residuals")
 
 
-def write_directions(f: store.ResultFile, directions: Directions) -> None:
-    """Write the directions (``directions/x/<param>``, ``directions/y/<param>``, trajectory coordinates), flush.
+#: entries sampled from each tensor of a direction for the fingerprint's hash (evenly spaced over its flat order)
+DIGEST_SAMPLES = 16
+#: the largest magnitude float16 holds: a direction with a larger entry cannot be stored as ``half``
+HALF_MAX = float(np.finfo(np.float16).max)
+
+
+def storage_of(directions: Directions, asked: str) -> tuple[str, str | None]:
+    """How the directions will be stored, and why that differs from ``asked`` (None when it does not).
+
+    ``seed`` needs a recipe (:attr:`Directions.recipe`): directions without one (target, PCA, Hessian) are stored
+    in ``full`` instead.
 
     Args:
-        f: the surface file, open for writing.
         directions: the directions of the grid.
+        asked: the storage asked for, one of :data:`~landscape.options.surface.DIRECTION_STORAGE`.
+
+    Returns:
+        ``(storage, note)``.
+
+    Raises:
+        LandscapeError: ``asked`` is not a storage.
     """
+    if asked not in DIRECTION_STORAGE:
+        raise LandscapeError(f"--store-directions must be one of {', '.join(DIRECTION_STORAGE)}, got {asked!r}")
+    if asked == "seed" and directions.recipe is None:
+        return "full", f"{directions.kind} directions cannot be drawn again from a seed, so they are stored in full"
+    return asked, None
+
+
+def as_stored(directions: Directions, storage: str) -> Directions:
+    """The directions the grid is evaluated along: rounded through float16 for ``half``, else the same object.
+
+    A run and its resumption then use the same directions bit for bit, whatever the storage.
+
+    Args:
+        directions: the directions of the grid.
+        storage: ``seed``, ``half`` or ``full`` (:func:`storage_of`).
+
+    Returns:
+        The directions to evaluate along and to store.
+
+    Raises:
+        LandscapeError: ``half`` for a direction with an entry beyond float16's range.
+    """
+    if storage != "half":
+        return directions
+    rounded = []
     for axis, d in (("x", directions.x), ("y", directions.y)):
+        if d is None:
+            rounded.append(None)
+            continue
+        big = max((float(t.detach().abs().max()) for t in d.values() if t.numel()), default=0.0)
+        if not big <= HALF_MAX:
+            raise LandscapeError(
+                f"the {axis} direction has an entry of magnitude {big:.3g}, beyond float16's {HALF_MAX:g}; "
+                "use --store-directions seed or full"
+            )
+        rounded.append({n: t.detach().half().to(t.dtype) for n, t in d.items()})
+    return replace(directions, x=rounded[0], y=rounded[1], meta=dict(directions.meta))
+
+
+def half_error(directions: Directions, stored: Directions) -> dict[str, float]:
+    """The relative error of the float16 rounding of each direction, ``||d - d16|| / ||d||`` in float64.
+
+    A grid point ``a dx16 + b dy16`` lies within ``|a| e_x ||dx|| + |b| e_y ||dy||`` of ``a dx + b dy``.
+
+    Args:
+        directions: the directions as computed.
+        stored: the same rounded through float16 (:func:`as_stored`).
+
+    Returns:
+        ``{"x": e_x}`` and, for a plane, ``"y": e_y`` (0 for a zero direction).
+    """
+    out = {}
+    for axis, d, r in (("x", directions.x, stored.x), ("y", directions.y, stored.y)):
+        if d is None or r is None:
+            continue
+        size = float(P.norm({n: t.double() for n, t in d.items()}))
+        error = float(P.norm({n: t.double() - r[n].double() for n, t in d.items()}))
+        out[axis] = error / size if size > 0 else 0.0
+    return out
+
+
+def digest(dx: Mapping[str, Tensor], dy: Mapping[str, Tensor] | None) -> dict[str, Any]:
+    """The fingerprint of a pair of directions: their norms and cosine, and a hash of sampled entries.
+
+    The hash is SHA-256 over each tensor's name and :data:`DIGEST_SAMPLES` entries evenly spaced in its flat
+    order, as float64 bytes (exact for every floating dtype), x's tensors then y's.
+
+    Args:
+        dx: the x direction.
+        dy: the y direction, or None.
+
+    Returns:
+        ``{"x_norm", "y_norm", "cosine", "sha256"}`` (norms and cosine in float64; ``y_norm`` and ``cosine`` None
+        for a line).
+    """
+    h = hashlib.sha256()
+    norms: dict[str, float | None] = {"x_norm": None, "y_norm": None}
+    for axis, d in (("x", dx), ("y", dy)):
         if d is None:
             continue
         for name, t in d.items():
-            f.write(f"directions/{axis}/{name}", t.detach().cpu().numpy())
+            flat = t.detach().reshape(-1)
+            index = torch.linspace(0, max(flat.numel() - 1, 0), min(flat.numel(), DIGEST_SAMPLES)).round().long()
+            h.update(f"{axis}/{name}:".encode())
+            h.update(flat[index.to(flat.device)].double().cpu().numpy().tobytes())
+        norms[f"{axis}_norm"] = float(P.norm({n: t.double() for n, t in d.items()}))
+    return {**norms, "cosine": None if dy is None else cosine(dx, dy), "sha256": h.hexdigest()}
+
+
+def write_directions(
+    f: store.ResultFile, directions: Directions, storage: str, extra: Mapping[str, Any] | None = None
+) -> None:
+    """Write the directions as ``storage`` says, their recipe, fingerprint and trajectory coordinates; flush.
+
+    ``seed``: the recipe only (``directions_recipe``); ``half``: ``directions/x/<param>`` (and ``y``) as float16;
+    ``full``: the arrays in the parameters' dtype. Every storage records ``directions_storage``, the recipe when
+    there is one, and the fingerprint ``directions_digest`` (:func:`digest`) of the directions the grid is
+    evaluated along, which :func:`read_directions` checks.
+
+    Args:
+        f: the surface file, open for writing.
+        directions: the directions of the grid, as evaluated (:func:`as_stored`).
+        storage: ``seed``, ``half`` or ``full`` (:func:`storage_of`).
+        extra: more root attributes to record with them (``directions_half_error``, ``directions_storage_note``).
+    """
+    if storage != "seed":
+        for axis, d in (("x", directions.x), ("y", directions.y)):
+            if d is None:
+                continue
+            for name, t in d.items():
+                values = t.detach().cpu()
+                f.write(f"directions/{axis}/{name}", (values.half() if storage == "half" else values).numpy())
     if directions.trajectory is not None:
         f.write("trajectory/coordinates", np.asarray(directions.trajectory), axes=["snapshot", "xy"])
+    attrs: dict[str, Any] = {"directions_storage": storage, "directions_digest": digest(directions.x, directions.y)}
+    if directions.recipe is not None:
+        attrs["directions_recipe"] = directions.recipe
+    f.set_attrs({**attrs, **(extra or {})})
     f.flush()
 
 
 def read_directions(f: store.ResultFile, like: Mapping[str, Tensor], ndim: int) -> tuple[ParamDict, ParamDict | None]:
-    """The directions stored in a surface file, on the device and in the dtype of ``like``.
+    """The directions of a surface file, on the device and in the dtype of ``like``; checked against the file.
+
+    Directions stored as ``seed`` are drawn again from the file's recipe (:func:`~landscape.analyses.surface.
+    directions.regenerate`); ``half`` and ``full`` ones are read from ``directions/``, as are those of files
+    written before the storage was recorded (these have no fingerprint to check).
 
     Args:
         f: the surface file.
-        like: the parameters the directions perturb (names, devices, dtypes).
+        like: the parameters the directions perturb (names, devices, dtypes): the centre.
         ndim: 1 or 2 directions.
 
     Returns:
         ``(dx, dy)``; ``dy`` is None for a 1D surface.
 
     Raises:
-        LandscapeError: the stored directions are not those of the model's parameters.
+        LandscapeError: the stored directions are not those of the model's parameters, the recipe cannot be
+            drawn, or the directions do not match the fingerprint recorded with them.
     """
-    out = []
-    for axis in ("x", "y")[:ndim]:
-        group = f"directions/{axis}"
-        if f.keys(group) != sorted(like):
-            raise LandscapeError(f"{f.path}: stored directions do not match the model's parameters; use --force")
-        out.append({n: torch.from_numpy(f.read(f"{group}/{n}")).to(t.device, t.dtype) for n, t in like.items()})
-    return out[0], (out[1] if ndim == 2 else None)
+    storage = f.attr("directions_storage")
+    if storage == "seed":
+        again = regenerate(f.attr("directions_recipe") or {}, like)
+        out = [again.x, again.y]
+    else:
+        out = []
+        for axis in ("x", "y")[:ndim]:
+            group = f"directions/{axis}"
+            if f.keys(group) != sorted(like):
+                raise LandscapeError(f"{f.path}: stored directions do not match the model's parameters; use --force")
+            out.append({n: torch.from_numpy(f.read(f"{group}/{n}")).to(t.device, t.dtype) for n, t in like.items()})
+    dx, dy = out[0], (out[1] if ndim == 2 else None)
+    recorded = f.attr("directions_digest")
+    if recorded is not None:
+        now = digest(dx, dy)
+        if now["sha256"] != recorded.get("sha256"):
+            how = "drawn again from its recipe" if storage == "seed" else "read back"
+            raise LandscapeError(
+                f"{f.path}: the directions {how} do not match the fingerprint recorded with them (x norm "
+                f"{now['x_norm']:.9g} now, {recorded.get('x_norm')} recorded): the file was altered or made with "
+                "another model or torch version; rerun with --force to start again"
+            )
+    return dx, dy
 
 
 def create_arrays(f: store.ResultFile, xs: np.ndarray, ys: np.ndarray) -> None:
@@ -136,8 +287,16 @@ def resume_surface(
     xs: np.ndarray,
     ys: np.ndarray,
     like: Mapping[str, Tensor],
+    storage: str = "full",
+    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Rank 0: set up a new file or read a resumed one; return the state every rank needs (directions, done mask)."""
+    """Rank 0: set up a new file or read a resumed one; return the state every rank needs (directions, done mask).
+
+    A new file gets its arrays and the directions stored as ``storage`` (:func:`write_directions`; ``directions``
+    already as evaluated, :func:`as_stored`); a resumed one keeps the storage it was written with and its
+    directions are read back and checked (:func:`read_directions`). ``extra``: root attributes recorded with the
+    directions of a new file.
+    """
     if f.resumed and f.attr("directions_written", False):
         return {
             "dirs": read_directions(f, like, directions.ndim),
@@ -147,7 +306,7 @@ def resume_surface(
         }
     f.delete("directions")  # a new file, or one killed before its directions were complete: (re)write them
     create_arrays(f, xs, ys)
-    write_directions(f, directions)
+    write_directions(f, directions, storage, extra)
     f.set_attrs({k: directions.meta[k] for k in MEASURED_META if k in directions.meta})
     f.set_attrs({"directions_written": True})
     f.flush()

@@ -2,10 +2,12 @@
 
 Every grid point is a new params dict ``theta + a*dx + b*dy`` evaluated by the :class:`~landscape.core.objective.
 Objective` (sample-weighted mean over fixed batches, plus the regulariser). The file (docs/schema.md, surface)
-schema) holds ``xcoordinates`` (nx), ``ycoordinates`` (ny; ``[0]`` for a line), ``loss``, ``data_loss``,
-``accuracy`` and ``done`` (ny, nx) and the directions ``directions/x/<param>`` (and ``directions/y/<param>``).
-Points are appended and flushed as they finish, so a killed run leaves a valid file; rerunning resumes from
-the ``done`` mask with the directions read back from the file, and ends with the same numbers. Under torchrun
+holds ``xcoordinates`` (nx), ``ycoordinates`` (ny; ``[0]`` for a line), ``loss``, ``data_loss``,
+``accuracy`` and ``done`` (ny, nx) and the directions: by default the recipe that draws random directions again
+(``directions_recipe``), else the arrays ``directions/x/<param>`` (and ``directions/y/<param>``), always with
+their fingerprint (``directions_digest``). Points are appended and flushed as they finish, so a killed run leaves
+a valid file; rerunning resumes from the ``done`` mask with the directions drawn again or read back from the file
+(and checked against the fingerprint), and ends with the same numbers. Under torchrun
 the points of each round are shared among ranks and only rank 0 writes.
 """
 
@@ -24,11 +26,14 @@ from landscape.analyses.surface.directions import Directions
 from landscape.analyses.surface.evaluator import PointEvaluator, choose_compile
 from landscape.analyses.surface.file import (
     MEASURED_META,
+    as_stored,
     check_finite_surface,
     check_grid_size,
     direction_fingerprint,
+    half_error,
     portable_state,
     resume_surface,
+    storage_of,
     write_points,
 )
 from landscape.analyses.surface.hessian_directions import (
@@ -74,6 +79,7 @@ def compute_surface(
     on_round: Callable[[int, int], None] | None = None,
     compile: bool | str = "auto",
     fold_bn: bool = True,
+    store_directions: str = "seed",
 ) -> store.Result:
     """Evaluate ``L(theta + a*dx + b*dy)`` and accuracy on the grid ``xcoords x ycoords`` into ``out``.
 
@@ -99,15 +105,21 @@ def compute_surface(
             compiler's caches persist in the cache folder (:mod:`landscape.runtime.compile_cache`).
         fold_bn: fold eval-mode BatchNorm into the convolutions before them at every point where that can be
             proven (:mod:`landscape.models.bn_fold`; recorded as ``bn_folded``); the numbers agree to rounding.
+        store_directions: how a new file keeps the directions (:data:`~landscape.options.surface.DIRECTION_STORAGE`):
+            ``seed`` their recipe (directions without one, not random, in ``full``, and the file says so in
+            ``directions_storage_note``), ``half`` float16 arrays (the grid is then evaluated along the rounded
+            directions; ``directions_half_error`` records the rounding's relative error), ``full`` the arrays.
+            Each records the fingerprint the directions are checked against on resume.
 
     Returns:
         The file read back (:class:`landscape.store.read.Result`), on every rank.
 
     Raises:
         LandscapeError: an unknown ``bn`` (or ``recompute`` without BatchNorm layers), non-finite or empty
-            coordinates, directions that do not match the coordinates (or, on resume, the model's parameters),
-            a bad ``batch_points`` or ``compile``, a grid of more than :data:`MAX_POINTS` points, a file of other
-            options (without ``force``), or, after the run, a surface whose finished points are all NaN or Inf.
+            coordinates, directions that do not match the coordinates (or, on resume, the model's parameters or
+            the fingerprint recorded with them), a bad ``batch_points``, ``compile`` or ``store_directions``, a
+            grid of more than :data:`MAX_POINTS` points, a file of other options (without ``force``), or, after
+            the run, a surface whose finished points are all NaN or Inf.
     """
     if bn not in BN_MODES:
         raise LandscapeError(f"unknown BatchNorm mode {bn!r}; use eval or recompute")
@@ -129,6 +141,11 @@ def compute_surface(
         raise LandscapeError(f"--batch-points must be a positive integer or auto, got {batch_points!r}")
     mode = compile_mode(compile)
     ndim = directions.ndim
+    storage, note = storage_of(directions, store_directions)
+    evaluated = as_stored(directions, storage)
+    extra: dict[str, Any] = {"directions_storage_note": note} if note else {}
+    if storage == "half":
+        extra["directions_half_error"] = half_error(directions, evaluated)
     full = {
         **(attrs or {}),
         **{k: v for k, v in directions.meta.items() if k not in MEASURED_META},
@@ -145,12 +162,12 @@ def compute_surface(
     check_grid_size(objective, int(xs.size * ys.size), (int(ys.size), int(xs.size)))
 
     def resume(f: store.ResultFile) -> dict[str, Any]:
-        return portable_state(resume_surface(f, directions, xs, ys, objective.params))
+        return portable_state(resume_surface(f, evaluated, xs, ys, objective.params, storage, extra))
 
     session = AnalysisFile(out, "surface", full, force=force, resume=resume)
     with session as (f, state):
         assert state is not None
-        dx, dy = state["dirs"] if state["dirs"] is not None else (directions.x, directions.y)
+        dx, dy = state["dirs"] if state["dirs"] is not None else (evaluated.x, evaluated.y)
         if state["dirs"] is not None:
             dx, dy = (None if d is None else {n: t.to(objective.device) for n, t in d.items()} for d in (dx, dy))
         if not state["complete"]:
@@ -315,6 +332,7 @@ def run_surface(
         batch_points=o.batch_points,
         progress=progress,
         compile=o.compile,
+        store_directions=o.store_directions,
     )
 
 
@@ -322,7 +340,7 @@ def _hessian_directions(objective: Objective, o: SurfaceOptions, expected: Mappi
     """The directions along the top unit eigenvectors of the Hessian, from ``o.eigenvectors`` or by Lanczos."""
     if o.eigenvectors is not None:
         return file_hessian_directions(o.eigenvectors, objective.params, expected=expected, ndim=o.ndim)
-    return hessian_directions(objective, ndim=o.ndim, which=o.which, tol=o.eigen_tol, seed=o.seed)
+    return hessian_directions(objective, ndim=o.ndim, which=o.which, tol=o.eigen_tol, seed=o.seed, hvp=o.hvp)
 
 
 def _plan(xs: np.ndarray, ys: np.ndarray | None) -> str:

@@ -321,3 +321,19 @@ def test_a_trajectory_that_does_not_move_is_refused():
     snaps = [make_theta(1) for _ in range(4)]
     msg = one_line_error(D.pca_directions, theta, snaps, ndim=2)
     assert msg.startswith("the trajectory snapshots are all the same point")
+
+
+def test_directions_drawn_again_from_their_recipe_are_bit_identical_and_leave_the_global_rng_alone():
+    theta = make_theta(dtype=torch.float32)
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    first = D.random_directions(theta, ndim=2, seed=9, norm="filter")
+    again = D.regenerate(first.recipe, theta)
+    assert torch.equal(torch.get_rng_state(), before)
+    for axis in ("x", "y"):
+        for name, t in getattr(first, axis).items():
+            assert torch.equal(getattr(again, axis)[name], t) and t.dtype == torch.float32
+    assert first.recipe["params"][0] == ["conv.weight", [4, 3, 2, 2]] and first.recipe["seed"] == 9
+    other = {**theta, "fc.weight": torch.zeros(5, 7)}
+    one_line_error(D.regenerate, first.recipe, other, match=r"recipe does not match the centre model \(shape of")
+    one_line_error(D.regenerate, {**first.recipe, "generator": "numpy"}, theta, match="cannot draw|not one")

@@ -182,7 +182,9 @@ def test_centre_point_is_the_model_loss(tmp_path, reference):
 def test_one_dimensional_surface_has_no_y_direction(tmp_path):
     _, _, objective, _ = build()
     dirs = random_directions(objective.params, ndim=1, seed=3)
-    res = compute_surface(objective, dirs, np.linspace(0, 1, 3), None, out=tmp_path / "l.h5", progress=False)
+    res = compute_surface(
+        objective, dirs, np.linspace(0, 1, 3), None, out=tmp_path / "l.h5", progress=False, store_directions="full"
+    )
     np.testing.assert_array_equal(res["ycoordinates"], [0.0])
     assert not any(k.startswith("directions/y/") for k in res.arrays)
     assert res.attrs["surface_ndim"] == 1 and res.attrs["ygrid"] is None
@@ -290,21 +292,28 @@ def test_interrupt_and_resume_gives_identical_arrays(tmp_path, reference):
         np.testing.assert_array_equal(res[name], reference[name])
 
 
-def test_resume_reuses_the_stored_directions(tmp_path, reference):
+@pytest.mark.parametrize("storage", ["seed", "full"])
+def test_resume_reuses_the_stored_directions(tmp_path, reference, storage):
     _, _, objective, dirs = build()
     out = tmp_path / "d.h5"
 
     stop = interrupt_after(3)
+    kw = {"batch_points": 1, "progress": False, "store_directions": storage}
 
     with pytest.raises(KeyboardInterrupt):
-        compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False, on_round=stop)
+        compute_surface(objective, dirs, XS, YS, out=out, on_round=stop, **kw)
     # a direction that differs below the fingerprint's precision: the file's directions must win
     nudged = copy.deepcopy(dirs)
     name = next(iter(nudged.x))
     nudged.x[name] = nudged.x[name] * (1 + 1e-12)
-    res = compute_surface(objective, nudged, XS, YS, out=out, batch_points=1, progress=False)
+    res = compute_surface(objective, nudged, XS, YS, out=out, **kw)
     np.testing.assert_array_equal(res["loss"], reference["loss"])
-    np.testing.assert_array_equal(res[f"directions/x/{name}"], dirs.x[name].numpy())
+    assert res.attrs["directions_storage"] == storage
+    if storage == "full":
+        np.testing.assert_array_equal(res[f"directions/x/{name}"], dirs.x[name].numpy())
+    else:  # nothing but the recipe: drawn again on resume
+        assert not any(k.startswith("directions/") for k in res.arrays)
+        assert res.attrs["directions_recipe"]["seed"] == 3 and res.attrs["directions_recipe"]["ndim"] == 2
 
 
 def test_other_options_refused_unless_force(tmp_path, reference):
@@ -425,13 +434,14 @@ def test_a_file_killed_while_writing_directions_is_completed_on_resume(tmp_path,
     def stop(done, total):
         raise KeyboardInterrupt
 
+    kw = {"batch_points": 1, "progress": False, "store_directions": "full"}
     with pytest.raises(KeyboardInterrupt):
-        compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False, on_round=stop)
+        compute_surface(objective, dirs, XS, YS, out=out, on_round=stop, **kw)
     with h5py.File(out, "r+") as f:  # as if killed half-way through writing the directions
         f["done"][...] = False
         del f["directions/y"]
         del f.attrs["directions_written"]
-    res = compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False)
+    res = compute_surface(objective, dirs, XS, YS, out=out, **kw)
     for name in reference.arrays:
         np.testing.assert_array_equal(res[name], reference[name])
 
