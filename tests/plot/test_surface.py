@@ -157,7 +157,7 @@ def crossing_inner_square(levels):
 
 
 def test_default_levels_ring_the_basin_of_a_wide_range_surface(tmp_path):
-    from matplotlib.colors import LogNorm
+    from matplotlib.colors import BoundaryNorm, LogNorm
 
     res = write_wide(tmp_path / "w.h5")
     loss = wide_loss(*np.meshgrid(np.linspace(-1, 1, 11), np.linspace(-1, 1, 11)))
@@ -167,9 +167,9 @@ def test_default_levels_ring_the_basin_of_a_wide_range_surface(tmp_path):
         cs = S.contour_figure(res, filled=filled).axes[0].collections[0]
         assert crossing_inner_square(cs.levels) >= 6
         assert cs.levels[0] > loss.min() and cs.levels[-1] == pytest.approx(loss.max())
-        assert isinstance(cs.norm, LogNorm)  # the loss spans more than two decades
+        assert isinstance(cs.norm, BoundaryNorm)  # the colours follow the levels: one colour per level
     mesh = S.heatmap_figure(res).axes[0].collections[0]
-    assert isinstance(mesh.norm, LogNorm)
+    assert isinstance(mesh.norm, LogNorm)  # no levels: the loss spans more than two decades
     # explicit choices win: linear spacing, the count, zmax
     linear = S.contour_figure(res, levels=7, spacing="linear", zmax=50.0).axes[0].collections[0].levels
     np.testing.assert_allclose(linear, np.linspace(loss.min(), 50.0, 7))
@@ -200,7 +200,11 @@ def colorbar_labels(fig, index=1):
 def test_log_colour_bars_have_readable_ticks_and_the_axes_are_square(tmp_path):
     wide = write_wide(tmp_path / "w.h5")  # 0.003 .. 900: a log colour scale
     assert colorbar_labels(S.contour_figure(wide, filled=True, log=True)) == ["0.01", "0.1", "1", "10", "100"]
-    assert colorbar_labels(S.contour_figure(wide, filled=True)) == ["0.1", "1", "10", "100"]  # levels from 0.02
+    above = S.contour_figure(wide, filled=True)  # levels above the minimum: one colour per level, levels as ticks
+    levels = above.axes[0].collections[0].levels
+    labels = colorbar_labels(above)
+    assert 3 <= len(labels) <= scales.MAX_TICKS and len(set(labels)) == len(labels)
+    assert all(np.isclose(levels, float(t), rtol=5e-3).any() for t in labels)
     assert colorbar_labels(S.heatmap_figure(wide)) == ["0.01", "0.1", "1", "10", "100"]
     bowl = write_surface(tmp_path / "s.h5")  # 1.07 .. 6.68: geometric levels under a linear colour scale
     assert colorbar_labels(S.contour_figure(bowl, filled=True, log=True)) == ["2", "3", "4", "5", "6"]
@@ -336,10 +340,13 @@ def test_a_target_line_is_labelled_towards_the_target(tmp_path):
 
 
 def test_titles_are_short_wrapped_and_not_tiny(tmp_path):
-    res = write_surface(tmp_path / "s.h5")
+    res = write_surface(tmp_path / "s.h5")  # records no BatchNorm: the title does not name a BN mode
     title = S.contour_figure(res).axes[0].title
-    assert title.get_text() == "toy (BN\u00a0eval)" and title.get_fontsize() >= 10
+    assert title.get_text() == "toy" and title.get_fontsize() >= 10
+    with_bn = read_result(write_result(tmp_path / "b.h5", "surface", surface_arrays(), **SURFACE_ATTRS, has_batchnorm=True))
+    assert S.contour_figure(with_bn).axes[0].title.get_text() == "toy (BN\u00a0eval)"
     attrs = {**SURFACE_ATTRS, "model": "vit_mini_patch4_window8_depth12", "regularizer": {"kind": "l2", "coef": 5e-4}}
+    attrs["has_batchnorm"] = True
     long = read_result(write_result(tmp_path / "l.h5", "surface", surface_arrays(), **attrs))
     assert grids.title_of(long) == "vit_mini_patch4_window8_depth12 (BN\u00a0eval,\nl2\u00a00.0005)"
     for fig in (S.contour_figure(long), S.surface3d_figure(long), S.heatmap_figure(long)):

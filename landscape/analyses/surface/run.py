@@ -33,7 +33,9 @@ from landscape.analyses.surface.file import (
 )
 from landscape.analyses.surface.hessian_directions import (
     file_hessian_directions,
+    grid_step,
     hessian_directions,
+    measure_curvature,
     objective_attrs,
 )
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
@@ -174,6 +176,7 @@ def compute_surface(
                         "compile_option": mode,
                         "compile_decision": decision,
                         "bn_folded": n_folded,
+                        "has_batchnorm": objective.has_batchnorm(),
                         "channels_last": evaluator.channels_last,
                         "bn_fold_notes": "; ".join(evaluator.fold_notes)[:2000] if fold_bn else "off",
                     }
@@ -289,6 +292,7 @@ def run_surface(
         attrs["target_sha256"] = file_sha256(o.target)
     elif o.directions == "hessian":
         directions = _hessian_directions(objective, o, {**attrs, **objective_attrs(objective)})
+        measure_curvature(objective, directions, [grid_step(c) for c in (xs, ys) if c is not None])
     elif o.trajectory:
         snaps = [
             dict(load_model(p, inputs.source.model, **inputs.source.model_kwargs)[0].named_parameters())
