@@ -25,7 +25,7 @@ def model(seed=0, name="resnet_mini"):
 
 
 RUNS = {
-    "surface": lambda: landscape.surface(model(), "digits", samples=64, batch_size=64, x="-1:1:5", y="-1:1:5"),
+    "surface": lambda: landscape.surface(model(), "digits", samples=64, batch_size=32, x="-1:1:5", y="-1:1:5"),
     "hessian": lambda: landscape.hessian(model(), "digits", samples=16, batch_size=16, top_k=1),
     "hessian_per_block": lambda: landscape.hessian(
         model(), "digits", samples=8, batch_size=8, top_k=0, per_block=True, trace_samples=6

@@ -133,7 +133,7 @@ def run_hessian(
     units = products + sum(block_products)
     per_product = seconds / units if units else None
     plan = _plan(o, op.shape[0]) + (f", per block: {len(blocks)} blocks" if blocks else "")
-    prepared.announce(plan, units, "product", per_product, progress, at_least=o.top_k > 0 or bool(blocks))
+    prepared.announce(plan, units, "product", per_product, progress)  # Lanczos may stop early or restart
     session = AnalysisFile(out, "hessian", attrs, force=force)
     with session as (f, _):
         if _todo(f, "eigenvalues", o.top_k > 0):
@@ -344,7 +344,7 @@ def run_spectrum(
         )
         per_batch = basis * seconds_per_product(HessianOperator(first, mode=o.hvp), o.seed)
     plan = f"spectrum: top {top_k} Hessian eigenvalues ({o.which}) of each of {len(batches)} batches by {o.solver}"
-    prepared.announce(plan, len(batches), "batch", per_batch, progress, at_least=True)
+    prepared.announce(plan, len(batches), "batch", per_batch, progress)  # Lanczos may stop early or restart
     session = AnalysisFile(out, "spectrum", attrs, force=force, resume=resume)
     with session as (f, skip):
         assert skip is not None

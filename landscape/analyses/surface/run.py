@@ -21,7 +21,7 @@ import torch
 from landscape import store
 from landscape.analyses.surface import directions as dirs
 from landscape.analyses.surface.directions import Directions
-from landscape.analyses.surface.evaluator import PointEvaluator, choose_compile
+from landscape.analyses.surface.evaluator import PointEvaluator, choose_compile, tuning_points
 from landscape.analyses.surface.file import (
     MEASURED_META,
     check_finite_surface,
@@ -305,7 +305,8 @@ def run_surface(
         )
     n_points = xs.size * (1 if ys is None else ys.size)
     per_point = prepared.seconds_per_pass * (2 if o.bn == "recompute" else 1)  # + the re-estimation pass
-    prepared.announce(_plan(xs, ys), n_points, "point", per_point, progress)
+    tuning = tuning_points(len(objective.batches), o.bn, o.batch_points, o.compile)
+    prepared.announce(_plan(xs, ys), n_points + tuning, "point", per_point, progress)
     return compute_surface(
         objective,
         directions,
