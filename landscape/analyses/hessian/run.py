@@ -125,13 +125,14 @@ def run_hessian(
     blocks = hessian_blocks(objective, o, op.names) if o.per_block else []  # a bad --block: before the file
     products = _planned_products(o, op.shape[0])
     block_products = [_planned_block_products(o, _size(objective, b)) for b in blocks]
-    seconds = products * seconds_per_product(op, o.seed) if products else 0.0
-    if blocks:  # the first block's products, timed: its backward reaches deepest
+    timed = progress is not False  # the estimate is only shown, so only timed, when the run says what it does
+    seconds = products * seconds_per_product(op, o.seed) if products and timed else 0.0
+    if blocks and timed:  # the first block's products, timed: its backward reaches deepest
         first = HessianOperator(objective, patterns=list(blocks[0].names), mode=o.hvp)
         seconds += sum(block_products) * seconds_per_product(first, o.seed)
         first.clear_cache()
     units = products + sum(block_products)
-    per_product = seconds / units if units else None
+    per_product = seconds / units if units and timed else None
     plan = _plan(o, op.shape[0]) + (f", per block: {len(blocks)} blocks" if blocks else "")
     prepared.announce(plan, units, "product", per_product, progress)  # Lanczos may stop early or restart
     session = AnalysisFile(out, "hessian", attrs, force=force)
@@ -334,6 +335,7 @@ def run_spectrum(
     per_batch = None  # a batch's products: at least one Lanczos basis (PyHessian's iterations are not known)
     if o.solver == "lanczos":
         basis = check_request(n_params, top_k, o.which, o.ncv)
+    if o.solver == "lanczos" and progress is not False:  # shown, so timed
         first = build_objective(  # one batch's own products, timed
             inputs,
             batches[:1],
