@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import html
+import io
 import re
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
@@ -373,23 +374,27 @@ def caption_of(fig: Figure) -> str:
     return str(getattr(fig, "landscape_caption", ""))
 
 
-def read_caption(path: Path) -> str:
-    """The caption a figure file written by :func:`save_figures` holds in its metadata (``""`` when none).
+def read_caption(content: bytes, fmt: str) -> str:
+    """The caption a figure written by :func:`save_figures` holds in its metadata (``""`` when none or unreadable).
 
     Args:
-        path: a PNG or SVG figure (a PDF's caption is its ``Subject``, not read here).
+        content: the figure file's bytes (read by the caller, who decides how a file may be opened).
+        fmt: ``png`` or ``svg`` (a PDF's caption is its ``Subject``, not read here).
 
     Returns:
         The caption.
     """
-    if path.suffix == ".svg":
-        found = re.search(r"<dc:description>(.*?)</dc:description>", path.read_text("utf-8", errors="replace"), re.S)
+    if fmt == "svg":
+        found = re.search(r"<dc:description>(.*?)</dc:description>", content.decode("utf-8", errors="replace"), re.S)
         return html.unescape(found.group(1)) if found else ""
-    if path.suffix == ".png":
-        from PIL import Image
+    if fmt == "png":
+        from PIL import Image, UnidentifiedImageError
 
-        with Image.open(path) as image:
-            return str(getattr(image, "text", {}).get(CAPTION_KEYS["png"], ""))
+        try:
+            with Image.open(io.BytesIO(content)) as image:
+                return str(getattr(image, "text", {}).get(CAPTION_KEYS["png"], ""))
+        except (OSError, UnidentifiedImageError, ValueError):
+            return ""
     return ""
 
 

@@ -400,23 +400,15 @@ def _kinds_in_order(files: Sequence[_File]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ the page
-def _caption(path: Path) -> str:
-    """What the figure at ``path`` draws, as its drawing code said (:func:`~landscape.plot.common.read_caption`)."""
-    try:
-        return read_caption(path)
-    except (OSError, ValueError):
-        return ""
-
-
 def _embed(path: Path, folder: Path, kind: str) -> str:
     """One figure as a ``<figure>`` (a click enlarges it): PNG as a base64 ``data:`` URI, SVG inline.
 
-    Its caption says what it shows (:func:`_caption`), then its file name.
+    Its caption says what it draws (:func:`~landscape.plot.common.read_caption`), then its file name.
     """
     rel = html.escape(path.relative_to(folder).as_posix())
     name = html.escape(path.name)
-    caption = _caption(path)
     content = read_regular(path, "the report's figure")  # written just now; still never read through a link
+    caption = read_caption(content, path.suffix[1:])  # what its drawing code said it draws
     if path.suffix == ".svg":
         svg = content.decode("utf-8", errors="replace")
         body = svg[svg.find("<svg") :]
