@@ -81,9 +81,6 @@ class Analysis:
         command: its command line (``landscape <command>``), or None.
         docs: its page in the docs, e.g. ``"analyses.md#surface"``.
         order: its place in the report's sections and the docs' list (smaller first).
-        captions: what each of its figures shows, by the figure's name without the file's stem (e.g.
-            ``"contour"`` for ``<stem>_contour``, ``"spectrum"`` for ``spectrum_<a>_vs_<b>``); the report's
-            captions (:meth:`caption`).
         coords: the array that holds the coordinates of each of its axes, axis -> path (e.g. ``{"x":
             "xcoordinates"}``): the coordinates of ``Result.to_xarray`` and the index of its tables.
         tables: its tables by name (``Result.table``), the first the default.
@@ -104,25 +101,9 @@ class Analysis:
     docs: str = ""
     order: int = 100
     extra: dict[str, Any] = field(default_factory=dict)
-    captions: dict[str, str] = field(default_factory=dict)
     coords: dict[str, str] = field(default_factory=dict)
     tables: dict[str, Table] = field(default_factory=dict)
     output: str | None = None
-
-    def caption(self, figure: str) -> str:
-        """What the figure named ``figure`` (its file name without the suffix) shows, from :attr:`captions`.
-
-        A caption's key names the figure when the name is the key, ends with ``_KEY`` (one file's figure,
-        ``<stem>_KEY``) or starts with ``KEY_`` (several files', ``KEY_<a>_vs_<b>``); the longest such key wins.
-
-        Args:
-            figure: the figure's name, e.g. ``resnet_mini_surface_contour``.
-
-        Returns:
-            The caption, or ``""`` when no key names the figure.
-        """
-        keys = [k for k in self.captions if figure == k or figure.endswith(f"_{k}") or figure.startswith(f"{k}_")]
-        return self.captions[max(keys, key=len)] if keys else ""
 
     def figure_module(self) -> Any:
         """The module (or object) with ``check`` and ``plot`` that draws this kind's figures."""

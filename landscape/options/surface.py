@@ -393,6 +393,11 @@ class SurfaceOptions(FieldDefaults):
         if self.target is not None or self.trajectory:
             given = "--target" if self.target is not None else "--trajectory"
             raise LandscapeError(f"--directions hessian makes its own directions; drop {given}")
+        if self.bn == "recompute":
+            raise LandscapeError(
+                "--directions hessian takes eigenvectors of the loss with the running BatchNorm statistics, which "
+                "--bn recompute does not measure; use --bn eval"
+            )
 
     @property
     def xcoords(self) -> np.ndarray:

@@ -2,6 +2,8 @@
 
 - :class:`Schema` / :func:`check_arrays`: the arrays a result kind must (or may) hold, with their shapes
   written in named dimensions, so that inconsistent files are one-line errors before anything is drawn.
+- :func:`captioned` / :func:`caption_of` / :func:`read_caption`: what a figure draws, attached by the code that
+  draws it and written into the file's metadata.
 - :func:`save_figures`: every figure is written through :func:`landscape.store.files.atomic_write` (an exclusive
   temporary in the target folder, moved into place), so a planted symlink is never followed and a failed
   write never leaves a half-written figure.
@@ -9,6 +11,8 @@
 
 from __future__ import annotations
 
+import html
+import io
 import re
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
@@ -337,18 +341,80 @@ def pi_ticks(ax: Axes, xlabel: str) -> None:
     ax.set_xlabel(xlabel)
 
 
-def figure_metadata(fmt: str) -> dict[str, str]:
-    """The metadata every figure carries: who wrote it, with the mark of a file landscape wrote.
+#: the metadata key of a figure file that holds its caption, by format
+CAPTION_KEYS = {"png": "Description", "svg": "Description", "pdf": "Subject"}
+
+
+def captioned(fig: Figure, caption: str) -> Figure:
+    """Attach to ``fig`` what it draws, in one or two sentences made from the drawing's own choices.
+
+    The caption travels with the figure: :func:`caption_of` reads it in memory, :func:`save_figures` writes it
+    into the file's metadata (:data:`CAPTION_KEYS`) and :func:`read_caption` reads it back (the report's captions).
+
+    Args:
+        fig: the figure.
+        caption: what it draws (its levels, scales, clipping, what is left out).
+
+    Returns:
+        ``fig``.
+    """
+    fig.landscape_caption = " ".join(caption.split())  # type: ignore[attr-defined]
+    return fig
+
+
+def caption_of(fig: Figure) -> str:
+    """What ``fig`` draws, as :func:`captioned` attached it (``""`` for a figure without a caption).
+
+    Args:
+        fig: the figure.
+
+    Returns:
+        The caption.
+    """
+    return str(getattr(fig, "landscape_caption", ""))
+
+
+def read_caption(content: bytes, fmt: str) -> str:
+    """The caption a figure written by :func:`save_figures` holds in its metadata (``""`` when none or unreadable).
+
+    Args:
+        content: the figure file's bytes (read by the caller, who decides how a file may be opened).
+        fmt: ``png`` or ``svg`` (a PDF's caption is its ``Subject``, not read here).
+
+    Returns:
+        The caption.
+    """
+    if fmt == "svg":
+        found = re.search(r"<dc:description>(.*?)</dc:description>", content.decode("utf-8", errors="replace"), re.S)
+        return html.unescape(found.group(1)) if found else ""
+    if fmt == "png":
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            with Image.open(io.BytesIO(content)) as image:
+                return str(getattr(image, "text", {}).get(CAPTION_KEYS["png"], ""))
+        except (OSError, UnidentifiedImageError, ValueError):
+            return ""
+    return ""
+
+
+def figure_metadata(fmt: str, caption: str = "") -> dict[str, str]:
+    """The metadata every figure carries: who wrote it, with the mark of a file landscape wrote, and its caption.
 
     See :func:`landscape.store.files.written_by_landscape`.
 
     Args:
         fmt: ``png``, ``pdf`` or ``svg``.
+        caption: what the figure draws (:func:`caption_of`); left out when empty.
 
     Returns:
-        The ``metadata`` argument of ``Figure.savefig`` (PNG: ``Software``; PDF and SVG: ``Creator``).
+        The ``metadata`` argument of ``Figure.savefig`` (PNG: ``Software``; PDF and SVG: ``Creator``; the
+        caption under :data:`CAPTION_KEYS`).
     """
-    return {"Software" if fmt == "png" else "Creator": f"landscape {__version__} ({WRITTEN_BY})"}
+    meta = {"Software" if fmt == "png" else "Creator": f"landscape {__version__} ({WRITTEN_BY})"}
+    if caption:
+        meta[CAPTION_KEYS[fmt]] = caption
+    return meta
 
 
 def save_figures(figures: Iterable[tuple[str, Figure]], out_dir: Path, fmt: str, *, force: bool = False) -> list[Path]:
@@ -374,7 +440,8 @@ def save_figures(figures: Iterable[tuple[str, Figure]], out_dir: Path, fmt: str,
     for name, fig in figures:
         path = Path(out_dir) / f"{name}.{fmt}"
         with atomic_write(path, force=force, kind="figure") as handle:
-            fig.savefig(handle, format=fmt, dpi=DPI, bbox_inches="tight", metadata=figure_metadata(fmt))
+            meta = figure_metadata(fmt, caption_of(fig))
+            fig.savefig(handle, format=fmt, dpi=DPI, bbox_inches="tight", metadata=meta)
         written.append(path)
     return written
 

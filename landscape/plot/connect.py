@@ -8,7 +8,9 @@ A file with curvature (``--curvature``) adds a row under them: the top Hessian e
 a hollow marker where Lanczos did not converge, a lower bound) and the adaptive average-case sharpness (right).
 ``<stem>_plane`` (files with a Bezier curve, Garipov et al. 2018 Fig. 1): the loss of the first split and the error
 of the last over the plane through theta_A, theta_B and the bend theta_c, with the three points, the line and the
-curve drawn on it. Points not done are left out.
+curve drawn on it, at equal scale when neither axis is more than :data:`MAX_STRETCH` times the other, else in a
+square box that says the stretch ("y stretched 530x"). Points not done are left out. Each figure carries a caption
+of what it draws (:func:`~landscape.plot.common.captioned`).
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from landscape.analyses.connect.barrier import Barrier
 from landscape.analyses.connect.curvature import CURVATURE_QUANTITIES
 from landscape.analyses.connect.summary import ALL_PATHS, path_barriers
 from landscape.errors import LandscapeError
-from landscape.plot.common import Array, Schema, check_arrays, color, save_figures, wrapped
-from landscape.plot.grids import NBSP
-from landscape.plot.scales import _levels, _norm, colorbar_ticks
+from landscape.plot.common import Array, Schema, captioned, check_arrays, color, save_figures, wrapped
+from landscape.plot.grids import NBSP, has_batchnorm
+from landscape.plot.scales import SPACING_WORDS, _levels, _norm, colorbar_ticks, resolved_spacing, scale_words
 from landscape.store.read import Result
 
 #: the arrays of a connect file (``split`` indexes :data:`splits`; line, curve and plane points)
@@ -74,6 +76,9 @@ ENDS = ("θ_A", "θ_B", "θ_c")
 #: filled contour levels of a plane panel; the box behind the names of the three points
 LEVELS = 20
 LABEL_BOX = {"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8}
+#: the most one axis of the plane may be stretched against the other before the plane leaves equal scale for a
+#: square box that says the stretch (:func:`stretch`)
+MAX_STRETCH = 4.0
 
 
 def consistent(result: Result) -> None:
@@ -107,10 +112,11 @@ def check(result: Result) -> None:
 
 
 def _title(result: Result) -> str:
-    """The model, the two ends (file names) and the BatchNorm mode."""
+    """The model, the two ends (file names) and the BatchNorm mode (for a model with BatchNorm)."""
     a = result.attrs
     ends = [Path(str(a.get(key, name))).name for key, name in (("checkpoint", "θ_A"), ("other_checkpoint", "θ_B"))]
-    return wrapped(f"{a.get('model', result.path.stem)}: {ends[0]} to {ends[1]} (BN{NBSP}{a.get('bn')})")
+    bn = f" (BN{NBSP}{a.get('bn')})" if has_batchnorm(result) else ""
+    return wrapped(f"{a.get('model', result.path.stem)}: {ends[0]} to {ends[1]}{bn}")
 
 
 def _path(result: Result, group: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -172,7 +178,15 @@ def paths_figure(result: Result) -> Figure:
     if curvature:
         _curvature_panels(result, grid[1], splits)
     fig.suptitle(_title(result), fontsize=11)
-    return fig
+    paths = [group for group, _ in ALL_PATHS if f"{group}/done" in result]
+    styles = {"line": "the line (solid)", "curve": "the Bezier curve (dashed)"}
+    return captioned(
+        fig,
+        f"Loss (left) and error 1 - accuracy (right) along {' and '.join(styles.get(p, p) for p in paths)} from θ_A "
+        f"(0) to θ_B (1) on {', '.join(splits)}, one colour per split; the arrows are the barriers of the "
+        f"{splits[0]} split above the chord between the ends, every barrier in the legend. Points not done are "
+        "left out.",
+    )
 
 
 def _curvature_panels(result: Result, axes: Any, splits: list[str]) -> None:
@@ -201,15 +215,33 @@ def _curvature_panels(result: Result, axes: Any, splits: list[str]) -> None:
         ax.legend(fontsize=8, loc="best")
 
 
-def _plane_panel(fig: Figure, ax: Axes, result: Result, z: np.ma.MaskedArray, label: str, cmap: str) -> None:
+def stretch(xs: np.ndarray, ys: np.ndarray) -> float:
+    """How much a square box stretches the plane's y axis against its x axis: ``range(x) / range(y)``.
+
+    Args:
+        xs: the plane's x coordinates (distances in parameter space).
+        ys: its y coordinates (the same unit).
+
+    Returns:
+        The factor (1 for a square plane, above 1 when y is the shorter side); 1 when a range is zero.
+    """
+    rx, ry = float(np.ptp(xs)), float(np.ptp(ys))
+    return rx / ry if rx > 0 and ry > 0 else 1.0
+
+
+def _plane_panel(fig: Figure, ax: Axes, result: Result, z: np.ma.MaskedArray, label: str, cmap: str) -> str:
+    """Draw one panel of the plane; return how its levels and colours were chosen, in words ("" when none)."""
     xs, ys = np.asarray(result["plane/x"], dtype=float), np.asarray(result["plane/y"], dtype=float)
     X, Y = np.meshgrid(xs, ys)
+    words = ""
     if z.count() >= 2 and float(z.max()) > float(z.min()):
         loss = label.startswith("loss")
         levels = _levels(z, LEVELS, False, None) if loss else np.linspace(float(z.min()), float(z.max()), LEVELS)
         norm = _norm(z, levels) if loss else None
         cs = ax.contourf(X, Y, z, levels=levels, cmap=cmap, norm=norm, extend="both")
         colorbar_ticks(fig.colorbar(cs, ax=ax, label=label), levels, norm)
+        spacing = resolved_spacing(z, False, "auto") if loss else "linear"
+        words = f"{label}: {LEVELS} levels {SPACING_WORDS[spacing]}, {scale_words(norm)}"
     points, curve = np.asarray(result["plane/points"], dtype=float), np.asarray(result["plane/curve"], dtype=float)
     ax.plot(points[:2, 0], points[:2, 1], "--", color="white", lw=1.2, label="line")
     ax.plot(curve[:, 0], curve[:, 1], "-", color="white", lw=1.6, label="curve")
@@ -218,8 +250,15 @@ def _plane_panel(fig: Figure, ax: Axes, result: Result, z: np.ma.MaskedArray, la
         ax.annotate(name, (x, y), xytext=(5, 5), textcoords="offset points", fontsize=10, bbox=LABEL_BOX)
     ax.set_xlabel("along θ_B - θ_A (distance)")
     ax.set_ylabel("towards θ_c (distance)")
-    ax.set_box_aspect(1)
+    factor = stretch(xs, ys)
+    if 1 / MAX_STRETCH <= factor <= MAX_STRETCH:
+        ax.set_aspect("equal")
+    else:
+        ax.set_box_aspect(1)
+        axis, by = ("y", factor) if factor > 1 else ("x", 1 / factor)
+        ax.text(0.02, 0.02, f"{axis} stretched {by:.3g}x", transform=ax.transAxes, fontsize=9, bbox=LABEL_BOX)
     ax.set_title(label)
+    return words
 
 
 def plane_figure(result: Result) -> Figure:
@@ -238,11 +277,23 @@ def plane_figure(result: Result) -> Figure:
     error = np.ma.masked_invalid(np.where(done, 1.0 - acc, np.nan))
     fig = Figure(figsize=(10, 4.6), layout="constrained")
     left, right = fig.subplots(1, 2)
-    _plane_panel(fig, left, result, loss, f"loss ({splits[0]})", "viridis")
-    _plane_panel(fig, right, result, error, f"error ({splits[-1]})", "magma")
+    scales = [
+        _plane_panel(fig, left, result, loss, f"loss ({splits[0]})", "viridis"),
+        _plane_panel(fig, right, result, error, f"error ({splits[-1]})", "magma"),
+    ]
     left.legend(fontsize=8, loc="best")
     fig.suptitle(_title(result), fontsize=11)
-    return fig
+    factor = stretch(np.asarray(result["plane/x"], dtype=float), np.asarray(result["plane/y"], dtype=float))
+    if 1 / MAX_STRETCH <= factor <= MAX_STRETCH:
+        scale = "drawn at equal scale on both axes"
+    else:
+        axis, by = ("y", factor) if factor > 1 else ("x", 1 / factor)
+        scale = f"drawn in a square box, {axis} stretched {by:.3g}x against the other axis"
+    return captioned(
+        fig,
+        f"The plane through θ_A, θ_B and the bend θ_c (Garipov et al. 2018), {scale}, with the line (dashed) and "
+        f"the Bezier curve (solid); {'; '.join(s for s in scales if s)}. Points not done are left out.",
+    )
 
 
 def figures(results: list[Result], **options: Any) -> Iterator[tuple[str, Figure]]:

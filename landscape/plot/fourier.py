@@ -29,6 +29,7 @@ from landscape.plot import STYLES, one_of
 from landscape.plot.common import (
     Array,
     Schema,
+    captioned,
     check_arrays,
     color,
     figure_name,
@@ -336,24 +337,60 @@ def figures(results: list[Result], **options: Any) -> Iterator[tuple[str, Figure
     """
     name, style = options.get("name"), options.get("style", "default")
     for result in results:
-        yield f"{result.path.stem}_delta_log_amplitude", profile_figure(result, style)
+        profile = (
+            "every block but the last, deep blocks yellow (Fig 2a as released)"
+            if style == "paper"
+            else "every block, from the first (yellow) to the last (dark)"
+        )
+        yield (
+            f"{result.path.stem}_delta_log_amplitude",
+            captioned(
+                profile_figure(result, style),
+                f"The relative log amplitude Δ log amplitude of the feature maps' Fourier transform against frequency "
+                f"(0 to π), one line per block: {profile} (Paper A's Fourier analysis).",
+            ),
+        )
         if any(k.startswith("maps/") for k in result.arrays):
-            yield f"{result.path.stem}_maps", maps_figure(result)
+            yield (
+                f"{result.path.stem}_maps",
+                captioned(
+                    maps_figure(result),
+                    "The mean log amplitude of each block's feature maps over the 2D frequency plane.",
+                ),
+            )
+    shading = "; MSA and downsampling blocks shaded, one panel per architecture"
     yield (
         figure_name("high_frequency", results, name),
-        depth_figure(
-            results, "high_frequency", "Δ log amplitude at the highest frequency", "high-frequency amplitude by depth"
+        captioned(
+            depth_figure(
+                results,
+                "high_frequency",
+                "Δ log amplitude at the highest frequency",
+                "high-frequency amplitude by depth",
+            ),
+            f"The relative log amplitude at the highest frequency, block by block against normalised depth{shading}.",
         ),
     )
     variance = [r["variance"] for r in results]
     spread = max(np.nanmax(v) for v in variance) / max(min(np.nanmin(v) for v in variance), 1e-300)
     yield (
         figure_name("variance", results, name),
-        depth_figure(results, "variance", "feature-map variance", "feature-map variance by depth", log=spread > 50),
+        captioned(
+            depth_figure(results, "variance", "feature-map variance", "feature-map variance by depth", log=spread > 50),
+            f"The variance of each block's feature maps against normalised depth ({'log' if spread > 50 else 'linear'} "
+            f"axis){shading}.",
+        ),
     )
     noisy = [r for r in results if "noise/accuracy_drop" in r]
     if noisy:
-        yield figure_name("noise", noisy, name), noise_figure(noisy)
+        yield (
+            figure_name("noise", noisy, name),
+            captioned(
+                noise_figure(noisy),
+                "The accuracy drop (percentage points) under band-limited noise against the band's centre frequency, "
+                "one curve per file (bands done).",
+            ),
+        )
 
 
 def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:

@@ -203,6 +203,22 @@ def is_2d(result: Result) -> bool:
     return int(ndim) == 2 if ndim is not None else result["loss"].shape[0] > 1
 
 
+def has_batchnorm(result: Result) -> bool:
+    """Whether the model of a result has BatchNorm layers, as its file records (``has_batchnorm``).
+
+    A file that does not record it has them when its statistics were re-estimated (``bn`` is ``recompute``, which
+    needs them).
+
+    Args:
+        result: a result file.
+
+    Returns:
+        The recorded answer, else whether ``bn == "recompute"``.
+    """
+    recorded = result.attrs.get("has_batchnorm")
+    return bool(recorded) if recorded is not None else result.attrs.get("bn") == "recompute"
+
+
 def title_of(result: Result) -> str:
     """A short title of a surface: the model and what its loss was computed with, wrapped to fit the figure.
 
@@ -210,10 +226,11 @@ def title_of(result: Result) -> str:
         result: a surface result.
 
     Returns:
-        E.g. ``resnet_mini (BN eval, l2 0.0005)``; the directions are named on the axes (:func:`direction_labels`).
+        E.g. ``resnet_mini (BN eval, l2 0.0005)`` (BN named only for a model with BatchNorm, :func:`has_batchnorm`);
+        the directions are named on the axes (:func:`direction_labels`).
     """
     a = result.attrs
-    details = [f"BN{NBSP}{a['bn']}"] if a.get("bn") else []
+    details = [f"BN{NBSP}{a['bn']}"] if a.get("bn") and has_batchnorm(result) else []
     reg = a.get("regularizer")
     if isinstance(reg, dict) and reg.get("kind", "none") != "none":
         details.append(f"{reg['kind']}{NBSP}{reg.get('coef')}")

@@ -31,6 +31,7 @@ from landscape.plot import KDE_MIN_VALUES, SPECTRUM_STYLES, one_of
 from landscape.plot.common import (
     Array,
     Schema,
+    captioned,
     check_arrays,
     color,
     figure_name,
@@ -358,20 +359,74 @@ def figures(results: list[Result], **options: Any) -> Iterator[tuple[str, Figure
     name = options.get("name")
     if results[0].kind == "spectrum":
         style = options.get("spectrum_style", "auto")
+        bins = int(options.get("bins", 40))
         yield (
             figure_name("spectrum", results, name),
-            spectrum_figure(results, int(options.get("bins", 40)), style=style),
+            captioned(spectrum_figure(results, bins, style=style), spectrum_caption(results, bins, style)),
         )
         return
     with_density = [r for r in results if "density/values" in r]
     with_eigen = [r for r in results if "eigenvalues" in r]
     with_blocks = [r for r in results if "blocks/done" in r and np.asarray(r["blocks/done"]).any()]
     if with_density:
-        yield figure_name("density", with_density, name), density_figure(with_density)
+        traced = any("trace/samples" in r for r in with_density)
+        yield (
+            figure_name("density", with_density, name),
+            captioned(
+                density_figure(with_density),
+                "The Hessian's eigenvalue density at the model by stochastic Lanczos quadrature (Gaussian-broadened, "
+                "log axis, floored at 1e-8 of its peak), one curve per file"
+                + ("; the Lanczos eigenvalues as ticks" if any("eigenvalues" in r for r in with_density) else "")
+                + ("; the trace estimate ± its standard error in the legend." if traced else "."),
+            ),
+        )
     if with_eigen:
-        yield figure_name("eigenvalues", with_eigen, name), eigenvalue_figure(with_eigen)
+        yield (
+            figure_name("eigenvalues", with_eigen, name),
+            captioned(
+                eigenvalue_figure(with_eigen),
+                "The Hessian's extreme eigenvalues at the model by Lanczos, ascending, with the residual ||Hv - λv|| "
+                "of each pair as its bar; the legend names which end of the spectrum (LA, SA, LM, BE).",
+            ),
+        )
     if with_blocks:
-        yield figure_name("blocks", with_blocks, name), blocks_figure(with_blocks)
+        yield (
+            figure_name("blocks", with_blocks, name),
+            captioned(
+                blocks_figure(with_blocks),
+                "Curvature per block: the top eigenvalue (top) and the trace ± its standard error (bottom) of each "
+                "block's diagonal Hessian block H[B, B] against depth, one curve per file (blocks done); MSA and "
+                "downsampling blocks shaded.",
+            ),
+        )
+
+
+def spectrum_caption(results: list[Result], bins: int, style: str) -> str:
+    """What :func:`spectrum_figure` draws for ``style``, in words.
+
+    Args:
+        results: the spectrum files drawn.
+        bins: histogram bins per panel.
+        style: one of :data:`~landscape.plot.SPECTRUM_STYLES`.
+
+    Returns:
+        The caption.
+    """
+    sizes = [_pooled(r).size for r in results]
+    smooth = [style == "kde" or (style == "auto" and n >= KDE_MIN_VALUES) for n in sizes]
+    how = (
+        "as kernel densities"
+        if all(smooth)
+        else f"as histograms of {bins} bins"
+        if not any(smooth)
+        else f"as kernel densities (files of at least {KDE_MIN_VALUES} values) or histograms of {bins} bins"
+    )
+    k = results[0]["eigenvalues"].shape[1]
+    return (
+        f"The top-{k} Hessian eigenvalues of every mini-batch's loss, pooled over the batches, {how}: negative ones "
+        "left, positive ones right, each scaled by its share of the file's eigenvalues (Paper A's max-eigenvalue "
+        "spectrum)."
+    )
 
 
 def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:

@@ -19,7 +19,17 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from landscape.plot.common import Array, Schema, check_arrays, figure_name, labels, save_figures, wrapped, zero_line
+from landscape.plot.common import (
+    Array,
+    Schema,
+    captioned,
+    check_arrays,
+    figure_name,
+    labels,
+    save_figures,
+    wrapped,
+    zero_line,
+)
 from landscape.plot.fourier import DEPTH_LABEL, name_blocks, shade_layers
 from landscape.store.read import Result
 
@@ -160,11 +170,19 @@ def figures(results: list[Result], **options: Any) -> Iterator[tuple[str, Figure
     name = options.get("name")
     yield (
         figure_name("accuracy_drop", results, name),
-        lesion_figure(results, "accuracy_drop", "accuracy drop (intact - lesioned)", "lesion study: accuracy drop"),
+        captioned(
+            lesion_figure(results, "accuracy_drop", "accuracy drop (intact - lesioned)", "lesion study: accuracy drop"),
+            "The accuracy lost (intact - lesioned) when one block's branch is removed, block by block in forward "
+            "order, one curve per file.",
+        ),
     )
     yield (
         figure_name("nll_increase", results, name),
-        lesion_figure(results, "nll_increase", "NLL increase (lesioned - intact)", "lesion study: NLL increase"),
+        captioned(
+            lesion_figure(results, "nll_increase", "NLL increase (lesioned - intact)", "lesion study: NLL increase"),
+            "The increase of the loss (NLL, lesioned - intact) when one block's branch is removed, block by block in "
+            "forward order, one curve per file.",
+        ),
     )
 
 

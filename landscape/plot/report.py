@@ -2,14 +2,15 @@
 
 :func:`write_report` reads every ``*.h5`` in the folder, draws the figures of each result file with
 :func:`landscape.plot.plot_files` into ``DIR/report_figures/`` (``model-<name>/`` per model, ``all-models/`` for the
-figures that overlay several models) and writes ``DIR/report.html``: the summary table (from ``DIR/summary.md``
-when there is one, else one built from the result files), every figure embedded (PNG as base64 ``data:`` URIs,
-SVG inline), grouped by model and by kind, each captioned with what it shows (its analysis's
-:meth:`~landscape.analyses.registry.Analysis.caption`) and enlarged to the page's width by a click (no script),
-and each file's provenance (:func:`landscape.store.read.describe`) folded under its figures. The result files
-of DIR's sub-folders (e.g. the demo's ``data_size/``) get a section each, with the figures that overlay them.
-The page loads nothing from the network. With plotly installed (``pip install
-'landscape-toolkit[interactive]'``) each 2D surface also gets a rotatable 3D view, plotly's JavaScript embedded once.
+figures that overlay several models) and writes ``DIR/report.html``: the summary table (from ``DIR/summary.md`` when
+there is one, else one built from the result files), every figure embedded (PNG as base64 ``data:`` URIs, SVG
+inline), grouped by model and by kind, each captioned with what it draws (the caption its drawing code attached,
+read from the figure file's metadata: :func:`landscape.plot.common.read_caption`) and enlarged to the page's width
+by a click (no script), and each file's provenance (:func:`landscape.store.read.describe`) folded under its figures.
+The result files of DIR's sub-folders (e.g. the demo's ``data_size/``) get a section each, with the figures that
+overlay them. The page loads nothing from the network. With plotly installed (``pip install
+'landscape-toolkit[interactive]'``) each 2D surface also gets a rotatable 3D view, plotly's JavaScript embedded
+once.
 
 Files that are not landscape results (not HDF5, no ``kind``, being written) and results whose figures cannot be
 drawn are named in the page with a one-line note; they never stop the report.
@@ -30,7 +31,7 @@ from landscape.analyses.numbers import MISSING
 from landscape.analyses.registry import analyses, analysis_of, kinds, numbers_of
 from landscape.errors import LandscapeError, missing_extra
 from landscape.plot import UndrawableError, figures_of, one_of, plot_files
-from landscape.plot.common import model_name
+from landscape.plot.common import model_name, read_caption
 from landscape.runtime.workers import Unit, run_units
 from landscape.store.files import (
     WRITTEN_BY,
@@ -410,20 +411,15 @@ def _kinds_in_order(files: Sequence[_File]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ the page
-def _caption(path: Path, kind: str) -> str:
-    """What the figure at ``path`` shows, from the analysis of ``kind`` (``""`` when it does not say)."""
-    return analysis_of(kind).caption(path.stem) if kind in kinds() else ""
-
-
 def _embed(path: Path, folder: Path, kind: str) -> str:
     """One figure as a ``<figure>`` (a click enlarges it): PNG as a base64 ``data:`` URI, SVG inline.
 
-    Its caption says what it shows (:func:`_caption`), then its file name.
+    Its caption says what it draws (:func:`~landscape.plot.common.read_caption`), then its file name.
     """
     rel = html.escape(path.relative_to(folder).as_posix())
     name = html.escape(path.name)
-    caption = _caption(path, kind)
     content = read_regular(path, "the report's figure")  # written just now; still never read through a link
+    caption = read_caption(content, path.suffix[1:])  # what its drawing code said it draws
     if path.suffix == ".svg":
         svg = content.decode("utf-8", errors="replace")
         body = svg[svg.find("<svg") :]

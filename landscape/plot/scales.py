@@ -96,16 +96,44 @@ def _basin_step(loss: np.ma.MaskedArray) -> float:
     return float(rises.min()) / 2 if rises.size else 0.0
 
 
+#: what each level spacing draws, in a caption's words
+SPACING_WORDS = {
+    "linear": "evenly spaced from the lowest to the highest value",
+    "log": "spaced geometrically in the values",
+    "above-min": "spaced geometrically above the minimum (dense in the basin)",
+}
+
+
+def resolved_spacing(loss: np.ma.MaskedArray, log: bool, spacing: str = "auto") -> str:
+    """The level spacing :func:`_levels` draws for ``spacing``: ``linear``, ``log`` or ``above-min``.
+
+    ``auto`` is ``log`` with ``log=True``, else ``above-min`` on a skewed surface (:func:`is_skewed`), else
+    ``linear``; ``log`` of a loss that is not positive everywhere is ``linear``.
+
+    Args:
+        loss: the surface's loss (masked where not done).
+        log: the ``--log`` flag.
+        spacing: one of :data:`landscape.plot.LEVEL_SPACINGS`.
+
+    Returns:
+        The spacing drawn.
+    """
+    if spacing == "auto":
+        spacing = "log" if log else "above-min" if is_skewed(loss) else "linear"
+    if spacing == "log" and not float(loss.min()) > 0:
+        return "linear"
+    return spacing
+
+
 def _levels(loss: np.ma.MaskedArray, n: int, log: bool, zmax: float | None, spacing: str = "auto") -> np.ndarray:
     """The contour levels of ``loss``: ``n`` values from its minimum to its maximum (or ``zmax``).
 
-    ``linear``: evenly spaced. ``log`` (or ``log=True`` with ``auto``): geometric in the loss (when its minimum is
-    > 0, else linear). ``above-min``: ``min + geomspace(step, top - min, n)``, where ``step`` is half the
+    The spacing is :func:`resolved_spacing`'s. ``linear``: evenly spaced. ``log``: geometric in the loss.
+    ``above-min``: ``min + geomspace(step, top - min, n)``, where ``step`` is half the
     smallest rise from the lowest grid point to a neighbour (at least ``1e-6`` of the range), so that the
     levels are dense where the loss changes near the minimum and sparse up the walls; when a spike rises above
     the robust maximum (:func:`robust_max`), 80% of the levels go up to that maximum and the other 20% (at least
-    one) up the wall, geometrically again. ``auto``: ``above-min``
-    when the surface is skewed (:func:`is_skewed`), else ``linear``.
+    one) up the wall, geometrically again. The colour scale follows the levels (:func:`_norm`).
 
     Args:
         loss: the surface's loss (masked where not done).
@@ -121,9 +149,8 @@ def _levels(loss: np.ma.MaskedArray, n: int, log: bool, zmax: float | None, spac
     hi = float(loss.max()) if zmax is None else min(float(zmax), float(loss.max()))
     if hi <= lo:
         hi = lo + 1e-12 + abs(lo) * 1e-6
-    if spacing == "auto":
-        spacing = "log" if log else "above-min" if is_skewed(loss) else "linear"
-    if spacing == "log" and lo > 0:
+    spacing = resolved_spacing(loss, log, spacing)
+    if spacing == "log":
         return np.geomspace(lo, hi, n)
     if spacing == "above-min":
         span = hi - lo
@@ -137,15 +164,46 @@ def _levels(loss: np.ma.MaskedArray, n: int, log: bool, zmax: float | None, spac
     return np.linspace(lo, hi, n)
 
 
+def _is_even(levels: np.ndarray) -> bool:
+    return len(levels) < 3 or bool(np.allclose(np.diff(levels), levels[1] - levels[0]))
+
+
+def _is_geometric(levels: np.ndarray) -> bool:
+    return bool(levels[0] > 0) and bool(np.allclose(levels[1:] / levels[:-1], levels[1] / levels[0]))
+
+
 def _norm(loss: np.ma.MaskedArray, levels: np.ndarray | None = None) -> Any:
-    """The colour scale: log when the loss spans decades, one colour step per level for uneven levels, else linear."""
-    if spans_decades(loss):
-        lo = float(loss.min())
-        top = float(levels[-1]) if levels is not None else float(loss.max())
-        return colors.LogNorm(lo, max(top, lo * (1 + 1e-9)))
-    if levels is not None and len(levels) > 2 and not np.allclose(np.diff(levels), levels[1] - levels[0]):
-        return colors.BoundaryNorm(levels, 256)
-    return None
+    """The colour scale, by one rule: it follows the levels where there are levels, else the loss's range.
+
+    With levels: geometric levels get a log scale, other uneven levels one colour step per level
+    (``BoundaryNorm``), evenly spaced levels a linear scale (None). Without (a heatmap): a log scale when the
+    loss spans decades (:func:`spans_decades`), else linear.
+    """
+    if levels is None:
+        if spans_decades(loss):
+            return colors.LogNorm(float(loss.min()), float(loss.max()))
+        return None
+    if _is_even(levels):
+        return None
+    if _is_geometric(levels):
+        return colors.LogNorm(float(levels[0]), float(levels[-1]))
+    return colors.BoundaryNorm(levels, 256)
+
+
+def scale_words(norm: Any) -> str:
+    """How a colour scale maps the loss, in words for a caption.
+
+    Args:
+        norm: a norm of :func:`_norm`.
+
+    Returns:
+        ``log colour scale``, ``one colour per level`` or ``linear colour scale``.
+    """
+    if isinstance(norm, colors.LogNorm):
+        return "log colour scale"
+    if isinstance(norm, colors.BoundaryNorm):
+        return "one colour per level"
+    return "linear colour scale"
 
 
 def log_ticks(lo: float, hi: float) -> np.ndarray:
@@ -194,24 +252,38 @@ def short(value: float) -> str:
     return f"{float(value):.3g}"
 
 
+def distinct_labels(values: np.ndarray) -> list[str]:
+    """Tick labels of ``values`` with the fewest significant digits (3 at least) that keep distinct values apart.
+
+    Args:
+        values: the ticks.
+
+    Returns:
+        One label per value; two labels are equal only when their values are.
+    """
+    for digits in range(3, 17):
+        labels = [f"{float(v):.{digits}g}" for v in values]
+        if len(set(labels)) == len(set(float(v) for v in values)):
+            return labels
+    return [repr(float(v)) for v in values]
+
+
 def colorbar_ticks(cbar: Any, levels: np.ndarray | None, norm: Any) -> None:
     """Label the colour bar with readable values.
 
-    A log colour scale (or geometric levels) gets :func:`log_ticks`, evenly spaced levels (or none)
+    A log colour scale (geometric levels) gets :func:`log_ticks`, evenly spaced levels (or none)
     :func:`linear_ticks`, other uneven levels (``above-min``, drawn one colour step each) at most
-    :data:`MAX_TICKS` of the levels themselves.
+    :data:`MAX_TICKS` of the levels themselves; the labels are distinct (:func:`distinct_labels`).
     """
     lo, hi = (levels[0], levels[-1]) if levels is not None else (cbar.norm.vmin, cbar.norm.vmax)
     lo, hi = float(lo), float(hi)
     if hi <= lo:
         return
-    even = levels is None or np.allclose(np.diff(levels), levels[1] - levels[0])
-    geometric = levels is not None and lo > 0 and np.allclose(levels[1:] / levels[:-1], levels[1] / levels[0])
-    if isinstance(norm, colors.LogNorm) or (geometric and not even):
+    if isinstance(norm, colors.LogNorm):
         ticks = log_ticks(lo, hi)
-    elif even:
+    elif levels is None or _is_even(levels):
         ticks = linear_ticks(lo, hi)
     else:
         ticks = levels[np.unique(np.linspace(0, len(levels) - 1, min(len(levels), MAX_TICKS)).round().astype(int))]
     cbar.minorticks_off()
-    cbar.set_ticks(ticks, labels=[short(t) for t in ticks])
+    cbar.set_ticks(ticks, labels=distinct_labels(ticks))

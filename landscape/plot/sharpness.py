@@ -20,7 +20,17 @@ from matplotlib.figure import Figure
 
 from landscape.analyses.sharpness.summary import measure_name, result_interval_note
 from landscape.errors import LandscapeError
-from landscape.plot.common import Array, Schema, check_arrays, color, figure_name, labels, marker, save_figures
+from landscape.plot.common import (
+    Array,
+    Schema,
+    captioned,
+    check_arrays,
+    color,
+    figure_name,
+    labels,
+    marker,
+    save_figures,
+)
 from landscape.store.read import Result
 
 #: the arrays of a ``sharpness`` file (``mean``, ``low`` and ``high`` once every batch is done)
@@ -197,8 +207,54 @@ def figures(results: list[Result], **options: Any) -> Iterator[tuple[str, Figure
         Each figure's name (its file's, without the suffix) and the figure, drawn when it is due.
     """
     kind = results[0].kind
-    draw = track_figure if kind == "sharpness_track" else curve_figure
-    yield figure_name(kind, results, options.get("name")), draw(results)
+    name = figure_name(kind, results, options.get("name"))
+    if kind == "sharpness_track":
+        yield name, captioned(track_figure(results), track_caption(results))
+    else:
+        yield name, captioned(curve_figure(results), curve_caption(results))
+
+
+def curve_caption(results: Sequence[Result]) -> str:
+    """What :func:`curve_figure` draws for ``results``, in words.
+
+    Args:
+        results: ``sharpness`` results.
+
+    Returns:
+        The caption: the measures, the radius axis, the band when a file has one.
+    """
+    measures = sorted({measure_name(r.attrs) for r in results})
+    log = all(float(np.min(r["rho"])) > 0 for r in results)
+    band = any("low" in r and np.isfinite(r["low"]).all() for r in results)
+    return (
+        f"{' and '.join(measures).capitalize()} sharpness L_S(w + δ) − L_S(w) against the radius ρ "
+        f"({'log' if log else 'linear'} axis), one panel per measure: the mean over the mini-batches done as a line"
+        + (", the file's interval over batches (low to high) shaded" if band else "")
+        + ", each batch's value as a dot."
+    )
+
+
+def track_caption(results: Sequence[Result]) -> str:
+    """What :func:`track_figure` draws for ``results``, in words.
+
+    Args:
+        results: ``sharpness_track`` results.
+
+    Returns:
+        The caption.
+    """
+    positive = all(
+        bool((np.asarray(r["sharpness"], dtype=float)[np.asarray(r["done"], dtype=bool)] > 0).all()) for r in results
+    )
+    what = (
+        "preconditioned top Hessian eigenvalue"
+        if any(r.attrs.get("preconditioned") for r in results)
+        else ("top Hessian eigenvalue")
+    )
+    return (
+        f"The {what} of the tracking batch every N optimiser steps ({'log' if positive else 'linear'} axis; hollow "
+        "markers: not converged) against the optimiser's stability threshold (dashed)."
+    )
 
 
 def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:

@@ -16,7 +16,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from landscape.errors import LandscapeError
-from landscape.plot.common import Array, Schema, check_arrays, figure_name, model_name, save_figures, wrapped
+from landscape.plot.common import Array, Schema, captioned, check_arrays, figure_name, model_name, save_figures, wrapped
 from landscape.store.read import Result
 
 #: the colour of MSA blocks' tick labels and strips
@@ -155,7 +155,15 @@ def figures(results: list[Result], **options: Any) -> Iterator[tuple[str, Figure
         stem = figure_name("similarity", [result])
         if name is not None:
             stem = figure_name("similarity", [result], name if len(results) == 1 else f"{name}_{result.path.stem}")
-        yield stem, heatmap_figure(result)
+        yield (
+            stem,
+            captioned(
+                heatmap_figure(result),
+                "The linear CKA similarity of every pair of blocks' outputs (rows: the first model's blocks, columns: "
+                + ("the same model's" if result.attrs.get("comparison", "within") == "within" else "the other model's")
+                + ").",
+            ),
+        )
 
 
 def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:

@@ -6,14 +6,16 @@ style: plasma-coloured wireframe of ``z = loss - min``, clipped at ``zmax``) and
 of all given files are overlaid in one figure of loss and accuracy (``<stem>_1d`` for one file,
 ``1d_<a>_vs_<b>`` for several, see :func:`landscape.plot.common.figure_name`).
 
-Read at a glance: on a skewed surface (a narrow basin under high walls) the contour levels are spaced
-geometrically above the minimum, so several lines ring the basin; the colours of contours and heatmaps, and
-the loss axis of 1D curves, are log-scaled when the loss spans more than two decades (colour bars ticked at
-decades or 1-2-5 steps, :func:`log_ticks`); the 3D view is clipped at a robust maximum and says where (as it
-does for ``--zmax``); the axes name the directions (:func:`direction_labels`). ``--levels``,
-``--level-spacing``, ``--log`` and ``--zmax`` override these defaults. The grid's orientation follows the
-file: ``loss[j, i]`` is drawn at ``(x_i, y_j)``; the plane is drawn in a square box whatever the ranges of its
-coordinates.
+Read at a glance: when the loss spans more than two decades the contour levels are spaced geometrically in the loss,
+on a skewed surface (a narrow basin under high walls) geometrically above the minimum, so several lines ring the
+basin; the colour scale of contours follows their levels (log for geometric levels), that of heatmaps and the loss
+axis of 1D curves are log-scaled when the loss spans more than two decades (colour bars ticked at decades or 1-2-5
+steps, :func:`log_ticks`, with distinct labels); the 3D view (static and interactive alike, :func:`clip_3d`) is
+clipped at a robust maximum and says where (as it does for ``--zmax``); the axes name the directions
+(:func:`direction_labels`); every figure carries a caption of what it draws
+(:func:`~landscape.plot.common.captioned`). ``--levels``, ``--level-spacing``, ``--log`` and ``--zmax`` override
+these defaults. The grid's orientation follows the file: ``loss[j, i]`` is drawn at ``(x_i, y_j)``; the plane is
+drawn in a square box whatever the ranges of its coordinates.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from landscape.analyses.surface.quadratic import quadratic_model
 from landscape.errors import LandscapeError
 from landscape.plot import LEVEL_SPACINGS, STYLES, one_of
 from landscape.plot.common import (
+    captioned,
     color,
     figure_name,
     save_figures,
@@ -41,11 +44,14 @@ from landscape.plot.grids import check as check  # the kind's checks, beside its
 from landscape.plot.grids import consistent as consistent
 from landscape.plot.scales import (
     LOG_DECADES,
+    SPACING_WORDS,
     _finite,
     _levels,
     _norm,
     colorbar_ticks,
+    resolved_spacing,
     robust_max,
+    scale_words,
     short,
 )
 from landscape.plot.vtp import write_vtp
@@ -103,24 +109,61 @@ def contour_figure(
     X, Y = np.meshgrid(xs, ys)
     one_of(spacing, "contour level spacing (--level-spacing)", LEVEL_SPACINGS)
     lv = _levels(loss, levels, log, zmax, spacing)
+    drawn_spacing = resolved_spacing(loss, log, spacing)
     norm = _norm(loss, lv)
     if filled:
         cs = ax.contourf(X, Y, np.ma.minimum(loss, lv[-1]), levels=lv, cmap="viridis", norm=norm, extend="both")
-        spacing = "proportional" if isinstance(norm, colors.LogNorm) else "uniform"
-        colorbar_ticks(fig.colorbar(cs, ax=ax, label="loss", spacing=spacing), lv, norm)
+        bar_spacing = "proportional" if isinstance(norm, colors.LogNorm) else "uniform"
+        colorbar_ticks(fig.colorbar(cs, ax=ax, label="loss", spacing=bar_spacing), lv, norm)
     else:
         cs = ax.contour(X, Y, loss, levels=lv, cmap="viridis", norm=norm)
         ax.clabel(cs, inline=True, fontsize=8, fmt="%.3g")
-    if "trajectory/coordinates" in result:
+    trajectory = "trajectory/coordinates" in result
+    if trajectory:
         t = result["trajectory/coordinates"]
         ax.plot(t[:, 0], t[:, 1], "o-", color="crimson", ms=3, lw=1, label="trajectory")
         ax.legend(loc="upper right", fontsize=9)
-    if xs.min() <= 0 <= xs.max() and ys.min() <= 0 <= ys.max():
+    centre = bool(xs.min() <= 0 <= xs.max() and ys.min() <= 0 <= ys.max())
+    if centre:
         ax.plot([0], [0], "k+", ms=8)
     _labels(ax, result)
     ax.set_title(title_of(result), fontsize=TITLE_SIZE)
     ax.set_box_aspect(1)
-    return fig
+    what = "Filled loss contours" if filled else "Loss contours"
+    top = f" up to {short(lv[-1])} (the loss above drawn in the top colour)" if filled and zmax is not None else ""
+    parts = [
+        f"{what} on the plane of {_plane_words(result)}{' (the model at +)' if centre else ''}: {len(lv)} levels "
+        f"{SPACING_WORDS[drawn_spacing]}{top}, {scale_words(norm)}.",
+        "The training trajectory in red." if trajectory else "",
+        _curvature_note(result),
+    ]
+    return captioned(fig, " ".join(parts))
+
+
+def _plane_words(result: Result) -> str:
+    """The plane's two directions in words, from the axis labels."""
+    x, y = direction_labels(result)
+    return f"{x} and {y}"
+
+
+def _curvature_note(result: Result) -> str:
+    """For Hessian directions of a piecewise-linear network: the eigenvalue is not the curve's curvature."""
+    kinks = result.attrs.get("kinked_operations")
+    if not isinstance(kinks, list) or not kinks:
+        return ""
+    measured = result.attrs.get("direction_second_differences")
+    steps = result.attrs.get("second_difference_steps")
+    eigen = result.attrs.get("direction_eigenvalues")
+    note = (
+        f"The network is piecewise linear ({', '.join(str(k) for k in kinks)}): its Hessian is the curvature of one "
+        "linear piece, not of the loss across the kinks"
+    )
+    if isinstance(measured, list) and isinstance(eigen, list) and isinstance(steps, list) and measured:
+        note += (
+            f"; the second difference at the centre along x is {short(measured[0])} (step {short(steps[0])}) "
+            f"against λ = {short(eigen[0])}"
+        )
+    return note + "."
 
 
 def heatmap_figure(result: Result) -> Figure:
@@ -150,7 +193,39 @@ def heatmap_figure(result: Result) -> Figure:
         ax.set_box_aspect(1)
         ax.set_title(name)
     fig.suptitle(title_of(result), fontsize=TITLE_SIZE)
-    return fig
+    scale = "log colour scale" if _norm(loss) is not None else "linear colour scale"
+    return captioned(
+        fig,
+        f"Loss ({scale}) and accuracy at every point of the grid on the plane of {_plane_words(result)}; "
+        "each cell centred at its point.",
+    )
+
+
+def clip_3d(
+    loss: np.ma.MaskedArray, style: str = "default", log: bool = False, zmax: float | None = None, robust: bool = True
+) -> tuple[float | None, str]:
+    """Where a 3D view of ``loss`` is clipped, by the one rule the static and the interactive views share.
+
+    ``zmax`` when given (in the units of ``z``, :func:`z_of`); else, without a log10 ``z`` and with ``robust``,
+    the robust maximum (:func:`robust_max`, as ``loss - min`` for ``paper``); else none.
+
+    Args:
+        loss: the surface's loss.
+        style: ``"default"`` or ``"paper"``.
+        log: ``z`` is ``log10(loss)`` (default style).
+        zmax: the clip asked for, or None.
+        robust: clip at the robust maximum when ``zmax`` is None.
+
+    Returns:
+        ``(clip, why)``: the clip in the units of ``z`` (None: none), and the option that set it in words.
+    """
+    if zmax is not None:
+        return zmax, "--zmax"
+    if robust and (style == "paper" or not log):
+        top = robust_max(loss)
+        if top is not None:
+            return (top - float(loss.min()) if style == "paper" else top), "robust maximum; --zmax to change"
+    return None, ""
 
 
 def surface3d_figure(
@@ -181,11 +256,7 @@ def surface3d_figure(
     """
     one_of(style, "surface style (--style)", STYLES)
     xs, ys, loss, _ = grid_of(result)
-    why = "--zmax"
-    if zmax is None and robust and (style == "paper" or not log):
-        top = robust_max(loss)
-        zmax = None if top is None else top - float(loss.min()) if style == "paper" else top
-        why = "robust maximum; --zmax to change"
+    zmax, why = clip_3d(loss, style, log, zmax, robust)
     X, Y = np.meshgrid(xs, ys)
     Z, zlabel = z_of(loss, style, log)
     if zmax is not None:
@@ -213,10 +284,14 @@ def surface3d_figure(
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_locator(MaxNLocator(TICKS_3D))
     ax.set_title(title_of(result), fontsize=TITLE_SIZE)
-    if zmax is not None and highest > zmax:
+    clipped = zmax is not None and highest > zmax
+    if clipped:
         note = f"clipped at {zlabel} = {short(zmax)}, max {short(highest)} ({why})"
         ax.text2D(0.5, 0.97, note, transform=ax.transAxes, ha="center")
-    return fig
+    drawing = "a plasma wireframe" if style == "paper" else "a shaded surface"
+    clip = f", clipped at {short(zmax)} (the highest is {short(highest)}; {why})" if clipped else ""
+    plane, note = _plane_words(result), _curvature_note(result)
+    return captioned(fig, f"The {zlabel} over the plane of {plane} in 3D, as {drawing}{clip}. {note}")
 
 
 def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
@@ -253,7 +328,7 @@ def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
     elif log or wide:
         note = f"linear loss axis: the loss is {'zero' if values.min() == 0 else 'negative'} at some points"
         ax.text(0.02, 0.02, note, transform=ax.transAxes, fontsize=9, color="0.3")
-    _quadratic_models(ax, results)
+    modelled = _quadratic_models(ax, results)
     if results[0].attrs.get("direction_type") == "target":
         for alpha in (0.0, 1.0):  # the centre and the target model
             ax.axvline(alpha, color="0.6", lw=0.8, ls=":", label="_nolegend_")
@@ -264,17 +339,28 @@ def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
     lines = [ln for ln in ax.get_lines() + ax2.get_lines() if not ln.get_label().startswith("_")]
     ax.legend(lines, [ln.get_label() for ln in lines], fontsize=9, loc="upper center")
     ax.set_title(title_of(results[0]), fontsize=TITLE_SIZE)
-    return fig
+    axis = "log" if ax.get_yscale() == "log" else "linear"
+    parts = [
+        f"Loss (solid, {axis} axis) and accuracy (dashed) along {direction_labels(results[0])[0]} through the model "
+        "(0: its own weights)"
+        + (", the target at 1" if results[0].attrs.get("direction_type") == "target" else "")
+        + ".",
+        "Dotted: the quadratic model L(0) + λa²/2 of the Hessian eigenvalue λ." if modelled else "",
+        *(_curvature_note(r) for r in results),
+    ]
+    return captioned(fig, " ".join(p for p in parts if p))
 
 
-def _quadratic_models(ax: Any, results: Sequence[Result]) -> None:
+def _quadratic_models(ax: Any, results: Sequence[Result]) -> bool:
     """Along a unit Hessian eigenvector, the quadratic model ``L(0) + lambda_1 a^2 / 2``, dotted, within the axis.
 
     Drawn for each file with ``direction_eigenvalues`` whose grid holds the centre ``a = 0``; the loss axis keeps
-    the range of the measured curves.
+    the range of the measured curves. For a piecewise-linear network (``kinked_operations``) the legend says that
+    the model is not the curve's curvature and gives the measured second difference. Returns whether any was drawn.
     """
     drawn = [(k, r) for k, r in enumerate(results) if isinstance(r.attrs.get("direction_eigenvalues"), list)]
     limits = ax.get_ylim()
+    any_drawn = False
     for k, result in drawn:
         xs, _, loss, _ = grid_of(result)
         centre = np.flatnonzero(xs == 0.0)
@@ -283,9 +369,18 @@ def _quadratic_models(ax: Any, results: Sequence[Result]) -> None:
         top = float(result.attrs["direction_eigenvalues"][0])
         dense = np.linspace(float(xs[0]), float(xs[-1]), 201)
         model = quadratic_model(float(loss[0, centre[0]]), [top], dense)
-        ax.plot(dense, model, ":", color=color(k), lw=1.4, label=f"{result.path.stem} L(0) + λa²/2 (λ = {top:.3g})")
+        label = f"{result.path.stem} L(0) + λa²/2 (λ = {top:.3g})"
+        kinks = result.attrs.get("kinked_operations")
+        if isinstance(kinks, list) and kinks:
+            measured = result.attrs.get("direction_second_differences")
+            label += f"; kinks ({kinks[0]}): not the curve's curvature" + (
+                f", measured {short(measured[0])}" if isinstance(measured, list) and measured else ""
+            )
+        ax.plot(dense, model, ":", color=color(k), lw=1.4, label=label)
+        any_drawn = True
     if drawn:
         ax.set_ylim(limits)
+    return any_drawn
 
 
 def figures(
@@ -404,7 +499,12 @@ def interactive(result: Result, go: Any, title: str) -> Any:
     except LandscapeError:
         return None
     x_label, y_label = direction_labels(result)
+    top, why = clip_3d(loss)
     z = np.ma.filled(loss.astype(float), np.nan)
+    highest = float(np.nanmax(z)) if np.isfinite(z).any() else np.nan
+    if top is not None and highest > top:
+        z = np.minimum(z, top)
+        title = f"{title}, clipped at loss = {short(top)}, max {short(highest)} ({why.split(';')[0]})"
     fig = go.Figure(go.Surface(x=xs, y=ys, z=z, colorscale="Viridis", colorbar={"title": "loss"}))
     fig.update_layout(
         title=title,

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from landscape.plot.common import (
     Array,
     Schema,
+    captioned,
     check_arrays,
     color,
     figure_name,
@@ -110,7 +111,14 @@ def figures(results: list[Result], **options: Any) -> Iterator[tuple[str, Figure
         Each figure's name (its file's, without the suffix) and the figure, drawn when it is due.
     """
     name = options.get("name")
-    yield figure_name("trajectory", results, name), polar_figure(results)
+    yield (
+        figure_name("trajectory", results, name),
+        captioned(
+            polar_figure(results),
+            "Training snapshots in polar coordinates: distance from the initial weights (radius) and angle to them, "
+            "the start marked with a star, one line per file.",
+        ),
+    )
 
 
 def plot(results: list[Result], out_dir: Path, fmt: str, **options: Any) -> list[Path]:

@@ -11,7 +11,7 @@ from plot_results import axes_of, well_formed, write_result
 from landscape.analyses.registry import kinds
 from landscape.errors import LandscapeError
 from landscape.plot import draw_figures, plot_files
-from landscape.plot.common import DPI, figure_metadata
+from landscape.plot.common import DPI, caption_of, figure_metadata, read_caption
 from landscape.store.read import read_result
 from landscape.store.result import ResultFile
 
@@ -35,7 +35,7 @@ def _held(kind):
 def _png(fig):
     """The bytes save_figures writes for ``fig``."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight", metadata=figure_metadata("png"))
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight", metadata=figure_metadata("png", caption_of(fig)))
     return buffer.getvalue()
 
 
@@ -52,6 +52,8 @@ def test_plot_returns_the_figures_of_landscape_plot_and_writes_nothing(tmp_path,
     assert [p.stem for p in written] == [f"{kind}_{name}" for name in figures]
     for p, fig in zip(written, figures.values()):
         assert p.read_bytes() == _png(fig), p.name
+        caption = caption_of(fig)  # each figure says what it draws, in the file too
+        assert len(caption) > 40 and read_caption(p.read_bytes(), "png") == caption, p.name
 
 
 @pytest.mark.parametrize("kind", kinds())

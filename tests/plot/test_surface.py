@@ -7,8 +7,9 @@ from plot_results import SURFACE_ATTRS, XS, YS, surface_arrays, write_result
 from plot_results import bowl as f
 
 from landscape.errors import LandscapeError
-from landscape.plot import grids, plot_files, scales, vtp
+from landscape.plot import LEVEL_SPACINGS, grids, plot_files, scales, vtp
 from landscape.plot import surface as S
+from landscape.plot.common import caption_of
 from landscape.store.read import read_result
 
 
@@ -157,7 +158,7 @@ def crossing_inner_square(levels):
 
 
 def test_default_levels_ring_the_basin_of_a_wide_range_surface(tmp_path):
-    from matplotlib.colors import LogNorm
+    from matplotlib.colors import BoundaryNorm, LogNorm
 
     res = write_wide(tmp_path / "w.h5")
     loss = wide_loss(*np.meshgrid(np.linspace(-1, 1, 11), np.linspace(-1, 1, 11)))
@@ -167,9 +168,9 @@ def test_default_levels_ring_the_basin_of_a_wide_range_surface(tmp_path):
         cs = S.contour_figure(res, filled=filled).axes[0].collections[0]
         assert crossing_inner_square(cs.levels) >= 6
         assert cs.levels[0] > loss.min() and cs.levels[-1] == pytest.approx(loss.max())
-        assert isinstance(cs.norm, LogNorm)  # the loss spans more than two decades
+        assert isinstance(cs.norm, BoundaryNorm)  # the colours follow the levels: one colour per level
     mesh = S.heatmap_figure(res).axes[0].collections[0]
-    assert isinstance(mesh.norm, LogNorm)
+    assert isinstance(mesh.norm, LogNorm)  # no levels: the loss spans more than two decades
     # explicit choices win: linear spacing, the count, zmax
     linear = S.contour_figure(res, levels=7, spacing="linear", zmax=50.0).axes[0].collections[0].levels
     np.testing.assert_allclose(linear, np.linspace(loss.min(), 50.0, 7))
@@ -200,7 +201,11 @@ def colorbar_labels(fig, index=1):
 def test_log_colour_bars_have_readable_ticks_and_the_axes_are_square(tmp_path):
     wide = write_wide(tmp_path / "w.h5")  # 0.003 .. 900: a log colour scale
     assert colorbar_labels(S.contour_figure(wide, filled=True, log=True)) == ["0.01", "0.1", "1", "10", "100"]
-    assert colorbar_labels(S.contour_figure(wide, filled=True)) == ["0.1", "1", "10", "100"]  # levels from 0.02
+    above = S.contour_figure(wide, filled=True)  # levels above the minimum: one colour per level, levels as ticks
+    levels = above.axes[0].collections[0].levels
+    labels = colorbar_labels(above)
+    assert 3 <= len(labels) <= scales.MAX_TICKS and len(set(labels)) == len(labels)
+    assert all(np.isclose(levels, float(t), rtol=5e-3).any() for t in labels)
     assert colorbar_labels(S.heatmap_figure(wide)) == ["0.01", "0.1", "1", "10", "100"]
     bowl = write_surface(tmp_path / "s.h5")  # 1.07 .. 6.68: geometric levels under a linear colour scale
     assert colorbar_labels(S.contour_figure(bowl, filled=True, log=True)) == ["2", "3", "4", "5", "6"]
@@ -336,12 +341,97 @@ def test_a_target_line_is_labelled_towards_the_target(tmp_path):
 
 
 def test_titles_are_short_wrapped_and_not_tiny(tmp_path):
-    res = write_surface(tmp_path / "s.h5")
+    res = write_surface(tmp_path / "s.h5")  # records no BatchNorm: the title does not name a BN mode
     title = S.contour_figure(res).axes[0].title
-    assert title.get_text() == "toy (BN\u00a0eval)" and title.get_fontsize() >= 10
+    assert title.get_text() == "toy" and title.get_fontsize() >= 10
+    attrs = {**SURFACE_ATTRS, "has_batchnorm": True}
+    with_bn = read_result(write_result(tmp_path / "b.h5", "surface", surface_arrays(), **attrs))
+    assert S.contour_figure(with_bn).axes[0].title.get_text() == "toy (BN\u00a0eval)"
     attrs = {**SURFACE_ATTRS, "model": "vit_mini_patch4_window8_depth12", "regularizer": {"kind": "l2", "coef": 5e-4}}
+    attrs["has_batchnorm"] = True
     long = read_result(write_result(tmp_path / "l.h5", "surface", surface_arrays(), **attrs))
     assert grids.title_of(long) == "vit_mini_patch4_window8_depth12 (BN\u00a0eval,\nl2\u00a00.0005)"
     for fig in (S.contour_figure(long), S.surface3d_figure(long), S.heatmap_figure(long)):
         text = (fig._suptitle or fig.axes[0].title).get_text()
         assert text == grids.title_of(long) and max(map(len, text.splitlines())) <= 48
+
+
+@pytest.mark.parametrize(
+    ("spacing", "norm", "words"),
+    [
+        ("linear", "Normalize", "evenly spaced"),
+        ("log", "LogNorm", "spaced geometrically in the values"),
+        ("above-min", "BoundaryNorm", "spaced geometrically above the minimum"),
+    ],
+)
+def test_the_contour_caption_and_colour_scale_follow_the_levels_drawn(tmp_path, spacing, norm, words):
+    wide = write_wide(tmp_path / "w.h5")  # spans decades: the colours still follow the levels
+    for filled in (False, True):
+        fig = S.contour_figure(wide, spacing=spacing, levels=9, filled=filled)
+        cs = fig.axes[0].collections[0]
+        assert type(cs.norm).__name__ == norm
+        levels = np.asarray(cs.levels)
+        if spacing == "linear":
+            np.testing.assert_allclose(np.diff(levels), levels[1] - levels[0])
+        if spacing == "log":
+            np.testing.assert_allclose(levels[1:] / levels[:-1], levels[1] / levels[0])
+        caption = caption_of(fig)
+        assert f"9 levels {words}" in caption and caption.startswith("Filled loss" if filled else "Loss contours")
+        scale = {"LogNorm": "log colour scale", "BoundaryNorm": "one colour per level"}.get(norm, "linear colour scale")
+        assert scale in caption
+
+
+def test_colour_bar_labels_are_distinct_where_levels_are_close(tmp_path):
+    grid = np.linspace(-1, 1, 11)
+    arrays = surface_arrays(grid, grid)
+    X, Y = np.meshgrid(grid, grid)
+    arrays["loss"] = 2.32 + 1e-4 * (X**2 + Y**2) + 5 * ((1 + X) * (1 + Y) / 4) ** 16  # levels 2.3200x, then a wall
+    res = read_result(write_result(tmp_path / "c.h5", "surface", arrays, **SURFACE_ATTRS))
+    for spacing in LEVEL_SPACINGS:
+        labels = colorbar_labels(S.contour_figure(res, filled=True, spacing=spacing))
+        assert len(set(labels)) == len(labels) >= 3, (spacing, labels)
+    assert scales.distinct_labels(np.array([2.3201, 2.3204, 2.5])) == ["2.3201", "2.3204", "2.5"]
+    assert scales.distinct_labels(np.array([0.1, 1.0, 10.0])) == ["0.1", "1", "10"]
+
+
+def test_the_3d_caption_says_what_is_drawn_and_where_it_is_clipped(tmp_path):
+    wide = write_wide(tmp_path / "w.h5")
+    _, _, loss, _ = grids.grid_of(wide)
+    top = scales.robust_max(loss)
+    default = caption_of(S.surface3d_figure(wide))
+    assert default.startswith("The loss over the plane") and f"clipped at {scales.short(top)}" in default
+    paper = caption_of(S.surface3d_figure(wide, style="paper"))
+    assert paper.startswith("The loss - min over the plane") and "wireframe" in paper
+    assert caption_of(S.surface3d_figure(wide, log=True)).startswith("The log10 loss") and "clipped" not in (
+        caption_of(S.surface3d_figure(wide, log=True))
+    )
+    bowl = write_surface(tmp_path / "s.h5")
+    assert "clipped" not in caption_of(S.surface3d_figure(bowl))
+
+
+class FakePlotly:
+    """Just what :func:`landscape.plot.surface.interactive` calls of ``plotly.graph_objects``."""
+
+    class Figure:
+        def __init__(self, surface):
+            self.surface = surface
+
+        def update_layout(self, **layout):
+            self.layout = layout
+
+    @staticmethod
+    def Surface(**kwargs):  # noqa: N802 (plotly's name)
+        return kwargs
+
+
+def test_the_interactive_view_is_clipped_by_the_rule_of_the_static_one(tmp_path):
+    wide = write_wide(tmp_path / "w.h5")
+    _, _, loss, _ = grids.grid_of(wide)
+    top, _ = S.clip_3d(loss)
+    view = S.interactive(wide, FakePlotly, "w")
+    assert top == scales.robust_max(loss) and float(np.nanmax(view.surface["z"])) == pytest.approx(top)
+    assert f"clipped at loss = {scales.short(top)}" in view.layout["title"]
+    static = S.surface3d_figure(wide).axes[0].get_zlim()[1]
+    assert static <= top * 1.1  # the same top, with matplotlib's margin
+    bowl = write_surface(tmp_path / "s.h5")
+    assert "clipped" not in S.interactive(bowl, FakePlotly, "s").layout["title"]

@@ -24,14 +24,6 @@ FOURIER = register_analysis(
         command="fourier",
         docs="analyses.md#fourier-analysis-of-feature-maps",
         order=40,
-        captions={
-            "delta_log_amplitude": "The relative log amplitude of the feature maps' Fourier transform against "
-            "frequency, one line per block (Paper A's Fourier analysis).",
-            "maps": "The mean log amplitude of each block's feature maps over the 2D frequency plane.",
-            "high_frequency": "The relative log amplitude at the highest frequency, block by block.",
-            "variance": "The variance of each block's feature maps, block by block.",
-            "noise": "The accuracy drop under band-limited noise against the band's centre frequency.",
-        },
         coords={"frequency": "frequencies", "layer": "layer_names", "band": "noise/frequencies"},
         tables={
             "layers": Table(

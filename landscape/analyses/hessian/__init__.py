@@ -30,10 +30,6 @@ HESSIAN = register_analysis(
         command="hessian",
         docs="analyses.md#hessian",
         order=20,
-        captions={
-            "density": "The Hessian's eigenvalue density at the model (stochastic Lanczos quadrature).",
-            "eigenvalues": "The Hessian's extreme eigenvalues at the model (Lanczos).",
-        },
         coords={"eigenvalue": "density/grid", "block": "blocks/names"},
         tables={
             "eigenpairs": Table(
@@ -75,10 +71,6 @@ SPECTRUM = register_analysis(
         command="spectrum",
         docs="analyses.md#per-mini-batch-spectrum",
         order=30,
-        captions={
-            "spectrum": "The top Hessian eigenvalues of every mini-batch's loss: their distribution over the "
-            "batches (Paper A's max-eigenvalue spectrum).",
-        },
         tables={
             "batches": Table(
                 "one of the top-k eigenvalues (rank, ascending) of one mini-batch",

@@ -16,24 +16,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from landscape import store
 from landscape.analyses.hessian.block_file import hessian_blocks, write_blocks
+from landscape.analyses.hessian.blocks import ParameterBlock
 from landscape.analyses.hessian.density import require_grid_memory, spectral_density
 from landscape.analyses.hessian.lanczos import check_request, lanczos
-from landscape.analyses.hessian.linalg import require_memory
+from landscape.analyses.hessian.linalg import random_unit, require_memory
 from landscape.analyses.hessian.operator import HessianOperator
 from landscape.analyses.hessian.probes import require_probe_memory
 from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
 from landscape.analyses.hessian.trace import trace as trace_estimate
 from landscape.core.calls import analysis_function
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
-from landscape.core.objective import fused_attention_modules
+from landscape.core.objective import Objective, fused_attention_modules
 from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 from landscape.options.common import DTYPES, choice
 from landscape.options.hessian import HessianOptions, SpectrumOptions
 from landscape.runtime import distributed
+from landscape.runtime.devices import fastest
 from landscape.runtime.lifecycle import AnalysisFile
 from landscape.runtime.progress import Progress
 
@@ -42,8 +45,6 @@ if TYPE_CHECKING:
 
 
 def _dtype(name: str) -> Any:
-    import torch
-
     return getattr(torch, choice(name, "--dtype", DTYPES))
 
 
@@ -124,8 +125,17 @@ def run_hessian(
         require_grid_memory(o.grid_points, o.probes * steps)
     blocks = hessian_blocks(objective, o, op.names) if o.per_block else []  # a bad --block: before the file
     products = _planned_products(o, op.shape[0])
-    per_product = PASSES_PER_PRODUCT * prepared.seconds_per_pass
-    prepared.announce(_plan(o, op.shape[0]), products, "product", per_product, progress, at_least=o.top_k > 0)
+    block_products = [_planned_block_products(o, _size(objective, b)) for b in blocks]
+    timed = progress is not False  # the estimate is only shown, so only timed, when the run says what it does
+    seconds = products * seconds_per_product(op, o.seed) if products and timed else 0.0
+    if blocks and timed:  # the first block's products, timed: its backward reaches deepest
+        first = HessianOperator(objective, patterns=list(blocks[0].names), mode=o.hvp)
+        seconds += sum(block_products) * seconds_per_product(first, o.seed)
+        first.clear_cache()
+    units = products + sum(block_products)
+    per_product = seconds / units if units and timed else None
+    plan = _plan(o, op.shape[0]) + (f", per block: {len(blocks)} blocks" if blocks else "")
+    prepared.announce(plan, units, "product", per_product, progress)  # Lanczos may stop early or restart
     session = AnalysisFile(out, "hessian", attrs, force=force)
     with session as (f, _):
         if _todo(f, "eigenvalues", o.top_k > 0):
@@ -209,8 +219,30 @@ class _Counted:
         return getattr(self.op, name)
 
 
-#: a Hessian-vector product costs about this many forward passes (a forward, a backward and their double)
-PASSES_PER_PRODUCT = 4
+def seconds_per_product(op: HessianOperator, seed: int) -> float:
+    """The measured time of one product ``H v`` of ``op``: the least of two, after one that sets the way up.
+
+    Args:
+        op: the operator.
+        seed: the seed of the unit vector ``v`` (a private generator).
+
+    Returns:
+        Seconds per product.
+    """
+    v = random_unit(op.shape[0], op.dtype, op.device, torch.Generator().manual_seed(seed))
+    seconds, _ = fastest(lambda: op.matvec(v), op.device, 2, warm_up=True)
+    return seconds
+
+
+def _size(objective: Objective, block: ParameterBlock) -> int:
+    """The number of parameters of ``block``."""
+    return sum(objective.params[n].numel() for n in block.names)
+
+
+def _planned_block_products(o: HessianOptions, n: int) -> int:
+    """The products of one block of ``n`` parameters at least: one Lanczos basis (top 1) and the trace's."""
+    basis = min(n, max(3, 20)) if o.ncv is None else min(int(o.ncv), n)
+    return basis + o.trace_samples
 
 
 def _planned_products(o: HessianOptions, n: int) -> int:
@@ -304,9 +336,18 @@ def run_spectrum(
     per_batch = None  # a batch's products: at least one Lanczos basis (PyHessian's iterations are not known)
     if o.solver == "lanczos":
         basis = check_request(n_params, top_k, o.which, o.ncv)
-        per_batch = PASSES_PER_PRODUCT * prepared.seconds_per_pass / len(batches) * basis
+    if o.solver == "lanczos" and progress is not False:  # shown, so timed
+        first = build_objective(  # one batch's own products, timed
+            inputs,
+            batches[:1],
+            criterion=o.loss_criterion,
+            regularizer=reg,
+            dtype=_dtype(o.dtype),
+            allow_stochastic=o.allow_stochastic,
+        )
+        per_batch = basis * seconds_per_product(HessianOperator(first, mode=o.hvp), o.seed)
     plan = f"spectrum: top {top_k} Hessian eigenvalues ({o.which}) of each of {len(batches)} batches by {o.solver}"
-    prepared.announce(plan, len(batches), "batch", per_batch, progress, at_least=True)
+    prepared.announce(plan, len(batches), "batch", per_batch, progress)  # Lanczos may stop early or restart
     session = AnalysisFile(out, "spectrum", attrs, force=force, resume=resume)
     with session as (f, skip):
         assert skip is not None

@@ -17,10 +17,6 @@ LESION = register_analysis(
         command="lesion",
         docs="analyses.md#lesion-study",
         order=50,
-        captions={
-            "accuracy_drop": "The accuracy lost when one block is removed, block by block.",
-            "nll_increase": "The increase of the loss (NLL) when one block is removed, block by block.",
-        },
         coords={"block": "block_names"},
         tables={
             "blocks": Table(

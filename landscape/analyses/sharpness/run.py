@@ -39,6 +39,7 @@ from landscape.errors import LandscapeError
 from landscape.options.names import select
 from landscape.options.sharpness import MIN_INTERVAL_BATCHES, SharpnessOptions
 from landscape.runtime import distributed as D
+from landscape.runtime.devices import fastest
 from landscape.runtime.lifecycle import AnalysisFile
 
 if TYPE_CHECKING:
@@ -197,27 +198,26 @@ def run_sharpness(
             return {"complete": True, "done": _finite_rows(f, list(range(len(sizes)))), "interval": True}
         return {"complete": False, "done": _allocate(f, o, sizes), "interval": "mean" in f}
 
-    radii = len(o.rho)
-    passes = radii * o.draws if o.measure == "average" else radii * 3 * (o.steps + 1) * o.restarts  # ~3 a step
     plan = f"sharpness: {o.measure}-case, {'adaptive' if o.adaptive else 'plain'}"
     plan += f", c = |w| + {o.eta:g}" if o.adaptive and o.eta else ""
     plan += f" (p = {o.p}, {o.steps} steps x {o.restarts} starts)" if o.measure == "worst" else f" ({o.draws} draws)"
     plan += f", rho {', '.join(f'{r:g}' for r in o.rho)}, {len(sizes)} mini-batches of {o.batch_size}"
     plan += f", perturbing {counts['tensors']} of {len(objective.params)} tensors ({counts['parameters']:,} numbers"
     plan += f"; --params {o.params})" if o.params else ")"
-    per_batch = (passes + 1) * prepared.seconds_per_pass / max(len(sizes), 1)
-    prepared.announce(plan, len(sizes), "batch", per_batch, progress)
     session = AnalysisFile(out, "sharpness", attrs, force=force, resume=resume)
     with session as (f, state):
         assert state is not None
         todo = [b for b in range(len(sizes)) if b not in set(state["done"])]
+        # the batches left, at the time of the first batch's own measure (kept: it is that batch's row)
+        first = fastest(lambda: measure_batch(objective, o, todo[0]), objective.device, 1) if todo else None
+        prepared.announce(plan, max(len(todo) - 1, 0), "batch", None if first is None else first[0], progress)
         with session.progress(
             "sharpness", len(sizes), unit="batch", done=len(sizes) - len(todo), progress=progress
         ) as bar:
             step = D.world_size()
             for start in range(0, len(todo), step):
                 mine = D.shard(todo[start : start + step])
-                rows = [(b, measure_batch(objective, o, b)) for b in mine]
+                rows = [(b, first[1] if first and b == todo[0] else measure_batch(objective, o, b)) for b in mine]
                 shared = [
                     (
                         b,

@@ -17,9 +17,6 @@ SIMILARITY = register_analysis(
         command="similarity",
         docs="analyses.md#feature-similarity-cka",
         order=60,
-        captions={
-            "similarity": "The CKA similarity of every pair of blocks' outputs (rows: the first model's blocks).",
-        },
         coords={"layer_a": "names_a", "layer_b": "names_b"},
         tables={
             "pairs": Table(

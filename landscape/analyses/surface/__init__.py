@@ -18,14 +18,6 @@ SURFACE = register_analysis(
         command="surface",
         docs="analyses.md#loss-surfaces",
         order=10,
-        captions={
-            "contour": "Loss contours on the plane of two directions around the model (the model at (0, 0)); "
-            "levels spaced geometrically above the minimum.",
-            "contourf": "The same plane's loss as filled contours.",
-            "heatmap": "Loss and accuracy at every point of the plane's grid.",
-            "3d": "The loss over the plane in 3D (loss minus its minimum, clipped at a robust maximum).",
-            "1d": "Loss and accuracy along one direction through the model (0: the model's own weights).",
-        },
         coords={"x": "xcoordinates", "y": "ycoordinates"},
         tables={
             "grid": Table(

@@ -34,7 +34,14 @@ from landscape.runtime.devices import synchronize
 
 #: what the directions measure rather than what the options ask for (the directions' norms and cosine, the
 #: eigenvalues of Hessian directions): written once with the directions, kept out of the file's identity
-MEASURED_META = ("x_norm", "y_norm", "cosine", "direction_eigenvalues", "direction_residuals")
+MEASURED_META = (
+    "x_norm",
+    "y_norm",
+    "cosine",
+    "direction_eigenvalues",
+    "direction_residuals",
+    "direction_second_differences",
+)
 
 
 #: entries sampled from each tensor of a direction for the fingerprint's hash (evenly spaced over its flat order)

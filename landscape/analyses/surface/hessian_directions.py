@@ -36,6 +36,7 @@ from landscape.core.criteria import criterion_name
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
+from landscape.models.kinks import kinked_operations
 from landscape.store.attrs import decode, encode
 
 #: the attributes of a hessian file that must equal the surface's for its eigenvectors to be the same
@@ -217,6 +218,63 @@ def hessian_directions(objective: Objective, *, ndim: int = 2, **lanczos_options
     if isinstance(ndim, bool) or ndim not in (1, 2):
         raise LandscapeError(f"ndim must be 1 (a line) or 2 (a plane), got {ndim!r}")
     return hessian_eigendirections(objective, ndim, **lanczos_options).directions(ndim)
+
+
+def grid_step(coords: np.ndarray) -> float:
+    """The step of a grid axis at its centre: the smallest gap between its coordinates (``1e-3`` for one point).
+
+    Args:
+        coords: the axis's coordinates, increasing.
+
+    Returns:
+        ``min(diff(coords))``, the distance the figure's curve takes between its points.
+    """
+    gaps = np.diff(np.asarray(coords, dtype=np.float64))
+    return float(gaps.min()) if gaps.size else 1e-3
+
+
+@torch.no_grad()
+def second_difference(objective: Objective, direction: Mapping[str, Tensor], step: float) -> float:
+    """The measured curvature of the loss along ``direction`` at the centre: its central second difference.
+
+    ``(L(theta + h v) - 2 L(theta) + L(theta - h v)) / h^2``. Along a unit eigenvector of a smooth loss it is
+    ``lambda + O(h^2)``; across the kinks of a piecewise-linear network it is not, and grows as ``h`` shrinks.
+
+    Args:
+        objective: the objective; its parameters are the centre theta.
+        direction: the unit direction ``v``, a params dict of theta's names.
+        step: ``h`` (> 0).
+
+    Returns:
+        The second difference, a float.
+    """
+    theta = objective.params
+
+    def at(a: float) -> float:
+        return float(objective.loss({n: t + a * direction[n].to(t.dtype) for n, t in theta.items()}))
+
+    return (at(step) - 2 * at(0.0) + at(-step)) / step**2
+
+
+def measure_curvature(objective: Objective, directions: Directions, steps: Sequence[float]) -> None:
+    """Add what the quadratic model along Hessian directions needs to be read: kinks, and the measured curvature.
+
+    Sets ``directions.meta``'s ``kinked_operations`` (:func:`~landscape.models.kinks.kinked_operations` of one
+    forward pass on two samples: where there are any, the Hessian is the curvature of one linear piece only),
+    ``second_difference_steps`` (``h`` of each axis) and ``direction_second_differences``
+    (:func:`second_difference` along x, and y for a plane), beside ``direction_eigenvalues``.
+
+    Args:
+        objective: the surface's objective.
+        directions: Hessian directions (unit eigenvectors); changed in place.
+        steps: ``h`` of each axis, x first (:func:`grid_step` of the grid's coordinates).
+    """
+    params = {n: t.detach().requires_grad_(t.is_floating_point()) for n, t in objective.params.items()}
+    x = objective.batches[0][0][:2]
+    axes = [d for d in (directions.x, directions.y) if d is not None]
+    directions.meta["kinked_operations"] = kinked_operations(lambda: objective.logits(params, x))
+    directions.meta["second_difference_steps"] = [float(h) for h in steps[: len(axes)]]
+    directions.meta["direction_second_differences"] = [second_difference(objective, d, h) for d, h in zip(axes, steps)]
 
 
 def objective_attrs(objective: Objective) -> dict[str, Any]:

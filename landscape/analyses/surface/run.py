@@ -23,7 +23,7 @@ import torch
 from landscape import store
 from landscape.analyses.surface import directions as dirs
 from landscape.analyses.surface.directions import Directions
-from landscape.analyses.surface.evaluator import PointEvaluator, choose_compile
+from landscape.analyses.surface.evaluator import PointEvaluator, choose_compile, tuning_points
 from landscape.analyses.surface.file import (
     MEASURED_META,
     as_stored,
@@ -38,7 +38,9 @@ from landscape.analyses.surface.file import (
 )
 from landscape.analyses.surface.hessian_directions import (
     file_hessian_directions,
+    grid_step,
     hessian_directions,
+    measure_curvature,
     objective_attrs,
 )
 from landscape.core.calls import analysis_function
@@ -192,6 +194,7 @@ def compute_surface(
                         "compile_option": mode,
                         "compile_decision": decision,
                         "bn_folded": n_folded,
+                        "has_batchnorm": objective.has_batchnorm(),
                         "channels_last": evaluator.channels_last,
                         "bn_fold_notes": "; ".join(evaluator.fold_notes)[:2000] if fold_bn else "off",
                     }
@@ -307,6 +310,7 @@ def run_surface(
         attrs["target_sha256"] = file_sha256(o.target)
     elif o.directions == "hessian":
         directions = _hessian_directions(objective, o, {**attrs, **objective_attrs(objective)})
+        measure_curvature(objective, directions, [grid_step(c) for c in (xs, ys) if c is not None])
     elif o.trajectory:
         snaps = [
             dict(load_model(p, inputs.source.model, **inputs.source.model_kwargs)[0].named_parameters())
@@ -319,7 +323,8 @@ def run_surface(
         )
     n_points = xs.size * (1 if ys is None else ys.size)
     per_point = prepared.seconds_per_pass * (2 if o.bn == "recompute" else 1)  # + the re-estimation pass
-    prepared.announce(_plan(xs, ys), n_points, "point", per_point, progress)
+    tuning = tuning_points(len(objective.batches), o.bn, o.batch_points, o.compile)
+    prepared.announce(_plan(xs, ys), n_points + tuning, "point", per_point, progress)
     return compute_surface(
         objective,
         directions,

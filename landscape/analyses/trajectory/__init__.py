@@ -17,10 +17,6 @@ TRAJECTORY = register_analysis(
         command="trajectory",
         docs="analyses.md#training-trajectories-in-polar-coordinates",
         order=70,
-        captions={
-            "trajectory": "Training snapshots in polar coordinates: distance from the initial weights (radius) and "
-            "angle to them, the start marked with a star.",
-        },
         coords={"snapshot": "snapshots"},
         tables={
             "snapshots": Table(

@@ -14,6 +14,7 @@ from landscape.cli import cli
 from landscape.core.objective import Objective
 from landscape.options.hessian import HessianOptions
 from landscape.options.surface import SurfaceOptions
+from landscape.plot.common import caption_of
 from landscape.plot.surface import lines_figure
 from tests.analyses.surface.test_hessian_directions import DATA, checkpoint, dense_hessian
 
@@ -103,6 +104,7 @@ def test_bad_hessian_direction_options_are_one_line_errors(tmp_path):
     one_line_error(SurfaceOptions, directions="hessian", eigen_tol=0.0, match="--eigen-tol")
     one_line_error(SurfaceOptions, eigenvectors="h.h5", match="--directions hessian")
     one_line_error(SurfaceOptions, directions="hessian", target="t.pt", match="--target")
+    one_line_error(SurfaceOptions, directions="hessian", bn="recompute", match="--bn eval")
     ckpt = checkpoint(tmp_path / "a.pt", 0)
     args = ["surface", "--ckpt", str(ckpt), "--data", DATA, "--samples", "8", "--x", "-0.01:0.01:3", "--y", "none"]
     result = CliRunner().invoke(cli, [*args, "--eigenvectors", str(ckpt), "--out", str(tmp_path / "x.h5")])
@@ -111,3 +113,39 @@ def test_bad_hessian_direction_options_are_one_line_errors(tmp_path):
         cli, [*args, "--directions", "hessian", "--eigenvectors", str(tmp_path / "none.h5"), "--out", "y.h5"]
     )
     assert result.exit_code == 2 and "Traceback" not in result.output and not (tmp_path / "y.h5").exists()
+
+
+def activation_problem(activation):
+    """A float64 MLP with ``activation`` between two layers (small enough for a dense Hessian), one batch."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 6), activation, nn.Linear(6, 3)).double()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(12, 3, generator=g, dtype=torch.float64), torch.arange(12) % 3
+    return model, [(x, y)]
+
+
+def test_a_smooth_network_s_second_difference_is_the_dense_eigenvalue_and_has_no_kinks(tmp_path):
+    model, batches = activation_problem(nn.GELU())
+    names = [n for n, _ in model.named_parameters()]
+    top = float(torch.linalg.eigvalsh(dense_hessian(Objective(model, batches), names)).max())
+    res = landscape.surface(
+        model, batches, out=tmp_path / "g.h5", directions="hessian", eigen_tol=1e-10, x="-0.5:0.5:101", y=None
+    )
+    assert res.attrs["kinked_operations"] == [] and res.attrs["second_difference_steps"] == [pytest.approx(0.01)]
+    assert res.attrs["direction_second_differences"][0] == pytest.approx(top, rel=1e-4)
+    note = "piecewise linear"
+    assert note not in caption_of(lines_figure([res]))
+
+
+def test_a_relu_network_is_said_to_have_kinks_where_the_quadratic_model_is_drawn(tmp_path):
+    model, batches = activation_problem(nn.ReLU())
+    res = landscape.surface(model, batches, out=tmp_path / "r.h5", directions="hessian", x="-0.5:0.5:11", y=None)
+    assert res.attrs["kinked_operations"] == ["relu"]
+    measured = res.attrs["direction_second_differences"][0]
+    loss = np.asarray(res["loss"])[0]
+    assert measured == pytest.approx((loss[6] - 2 * loss[5] + loss[4]) / 0.1**2, rel=1e-9)  # the grid's own curve
+    fig = lines_figure([res])
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert any("kinks (relu): not the curve's curvature" in label for label in labels)
+    assert "piecewise linear (relu)" in caption_of(fig) and f"{measured:.3g}" in caption_of(fig)
+    assert "direction_second_differences" not in res.attrs["identity"]  # measured, not an option
