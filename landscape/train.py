@@ -227,6 +227,24 @@ class TrainResult:
     snapshots: list[Path]
 
 
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Training's two param groups: with ``weight_decay``, and without it, in the model's parameter order.
+
+    Without decay: biases and norm affine parameters (``ndim < 2``) and position parameters.
+
+    Args:
+        model: the model.
+        weight_decay: the decay of the first group.
+
+    Returns:
+        ``[{"params": decayed, "weight_decay": weight_decay}, {"params": others, "weight_decay": 0.0}]``.
+    """
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or matches_any(name, POSITION_PARAMETER_PATTERNS) else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
 def _build_model(config: TrainConfig, num_classes: int, in_chans: int, img_size: int) -> tuple[nn.Module, float]:
     """The model of ``config`` fitted to the data (channels, image size, classes where it takes them).
 
@@ -445,11 +463,7 @@ def _train(
         require_finite_weights(model, f"--init {config.init}")
     mixer = _batch_mixer(config, info.num_classes)
 
-    decay, no_decay = [], []  # no weight decay: biases, norm affine parameters (ndim < 2), position parameters
-    for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or matches_any(name, POSITION_PARAMETER_PATTERNS) else decay).append(p)
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    optimizer = build_optimizer(config.optimizer, groups, config.lr, config.momentum)
+    optimizer = build_optimizer(config.optimizer, param_groups(model, config.weight_decay), config.lr, config.momentum)
     steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
     warmup_steps = round(config.warmup_epochs * steps_per_epoch)

@@ -110,7 +110,7 @@ class EigenResult:
         n_matvec: the number of operator products used.
         n_restarts: the number of thick restarts done.
         which: the ``which`` asked for (LA, SA, BE or LM).
-        tol: the relative tolerance used (``eps`` when 0 was asked for).
+        tol: the relative residual tolerance used (``eps^(2/3)`` when 0 was asked for).
     """
 
     eigenvalues: Tensor

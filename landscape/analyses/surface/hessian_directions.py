@@ -170,7 +170,7 @@ def hessian_eigendirections(
         which: ``LA`` (default), ``SA``, ``LM`` or ``BE``; "top" in that order.
         patterns: parameter-name patterns of a Hessian block (see
             :func:`~landscape.options.names.select`); None: every parameter.
-        tol: the Lanczos relative tolerance of the eigenvalues.
+        tol: the Lanczos tolerance on each pair's relative residual ``||H y - lambda y|| / |lambda|``.
         ncv: the Lanczos basis size (None: the solver's default).
         maxiter: the most Lanczos restarts (None: the solver's default).
         seed: the seed of the Lanczos start vector (a private generator).
