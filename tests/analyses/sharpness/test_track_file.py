@@ -138,3 +138,16 @@ def test_track_mode_without_tracking_and_unknown_names_are_refused_in_one_line()
     one_line_error(TrainConfig, **TINY, track_sharpness=2, track_mode="batch", match="--track-mode")
     one_line_error(TrainConfig, **TINY, optimizer="lion", match="--optimizer")
     one_line_error(TrainConfig, **TINY, optimizer="heavy-ball", momentum=1.0, match="momentum")
+
+
+def test_cli_track_mode_and_optimizer_choices(tmp_path):
+    out = str(tmp_path / "x.pt")
+    base = ["train", "--model", "resnet_mini", "--data", "digits:16", "--out", out]
+    bad = CliRunner().invoke(cli, [*base, "--track-sharpness", "2", "--track-mode", "batch"])
+    assert bad.exit_code == 2 and "--track-mode" in bad.output
+    alone = CliRunner().invoke(cli, [*base, "--track-mode", "eval"])
+    assert alone.exit_code == 2 and alone.output.count("\n") == 1 and "give --track-sharpness N" in alone.output
+    for name in ("sgd-nesterov", "heavy-ball"):  # checked before any training
+        run = CliRunner().invoke(cli, [*base, "--optimizer", name, "--momentum", "1.5"])
+        assert run.exit_code == 2 and "momentum must lie in (0, 1)" in run.output and not (tmp_path / "x.pt").exists()
+    assert "[adamw|adam|sgd|sgd-nesterov|heavy-ball]" in CliRunner().invoke(cli, ["train", "--help"]).output
