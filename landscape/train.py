@@ -20,13 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from landscape.analyses.sharpness.track_file import start_tracking
-from landscape.analyses.sharpness.tracking import SharpnessRecord
 from landscape.analyses.surface.directions import POSITION_PARAMETER_PATTERNS
 from landscape.core.source import resolve_preprocess
 from landscape.data.augment import batch_mixer, randaugment
@@ -46,27 +44,16 @@ from landscape.models.checkpoint import (
 from landscape.models.external import calling_forward
 from landscape.models.registry import data_kwargs
 from landscape.options import checks
+from landscape.options.common import choice
 from landscape.options.names import matches_any
+from landscape.options.train import MOMENTUM_OPTIMIZERS, OPTIMIZERS, TRACK_MODES
 from landscape.runtime.distributed import launched, resolve_device
+from landscape.runtime.optimizers import build_optimizer, lr_factor, optimizer_state
 from landscape.runtime.progress import Progress
-from landscape.runtime.tensorboard import Board
+from landscape.runtime.tensorboard import BOARD_TAGS, Board, log_sidecar, step_scalars
 from landscape.store.files import check_companion, ensure_folder, refuse_input_as_output, temporary_path
-from landscape.store.read import read_result
 
-OPTIMIZERS = ("adamw", "sgd")
 RECIPES = ("paper-a",)
-#: the TensorBoard scalars of a run (``--tensorboard``), by what they are: their tags
-BOARD_TAGS = {
-    "loss": "train/loss",  # the mini-batch's training loss, every optimiser step
-    "lr": "train/lr",  # the learning rate of that step
-    "epoch_loss": "epoch/train_loss",  # the epoch's sample-weighted mean training loss, at its last step
-    "epoch_accuracy": "epoch/train_accuracy",
-    "test_loss": "test/loss",  # after the last epoch
-    "test_accuracy": "test/accuracy",
-    "sharpness": "sharpness/sharpness",  # each --track-sharpness record, at its step
-    "threshold": "sharpness/threshold",
-    "sharpness_lr": "sharpness/lr",
-}
 
 
 @dataclass
@@ -78,10 +65,11 @@ class TrainConfig:
         data: dataset spec (e.g. ``digits``, ``cifar10:PATH``).
         epochs: training epochs (positive).
         batch_size: samples per step (positive).
-        optimizer: ``adamw`` or ``sgd`` (Nesterov momentum).
+        optimizer: one of :data:`~landscape.options.train.OPTIMIZERS` (``sgd``: plain SGD; ``sgd-nesterov``,
+            ``heavy-ball``: with ``momentum``).
         lr: base (peak) learning rate (positive).
         weight_decay: weight decay (non-negative).
-        momentum: SGD momentum, in (0, 1) (used with ``sgd`` only).
+        momentum: SGD momentum, in (0, 1) (used with ``sgd-nesterov`` and ``heavy-ball`` only).
         warmup_epochs: epochs of linear warm-up, in ``[0, epochs]``.
         label_smoothing: label smoothing of the cross-entropy, in [0, 1].
         clip_grad: gradient-norm clip (non-negative; None: no clipping; 0 turns off a recipe's clipping, and
@@ -103,6 +91,8 @@ class TrainConfig:
         recipe: the recipe applied (``paper-a``), or None.
         track_sharpness: every N optimiser steps, the sharpness and its stability threshold into ``run.sharpness.h5``
             (:mod:`landscape.analyses.sharpness.track_file`); None: no tracking.
+        track_mode: the BatchNorm mode of the tracked Hessian, one of :data:`~landscape.options.train.TRACK_MODES`
+            (None: ``train`` for a model with BatchNorm, else ``eval``; the sidecar records the mode applied).
 
     Raises:
         LandscapeError: an unknown optimizer or recipe, an option out of range, NaN or infinite, or options that
@@ -135,6 +125,7 @@ class TrainConfig:
     snapshot_every: int | None = None
     recipe: str | None = None
     track_sharpness: int | None = None
+    track_mode: str | None = None
 
     def __post_init__(self) -> None:
         """Refuse unknown names and numbers that are out of range, NaN or infinite (one-line errors).
@@ -142,20 +133,25 @@ class TrainConfig:
         Raises:
             LandscapeError: naming the option, its rule and the value given.
         """
-        if self.recipe is not None and self.recipe not in RECIPES:
-            raise LandscapeError(f"unknown recipe {self.recipe!r}; choose one of {', '.join(RECIPES)}")
-        if self.optimizer not in OPTIMIZERS:
-            raise LandscapeError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+        if self.recipe is not None:
+            choice(self.recipe, "recipe", RECIPES)
+        choice(self.optimizer, "--optimizer", OPTIMIZERS)
         checks.positive_int(self.epochs, "--epochs")
         checks.positive_int(self.batch_size, "--batch-size")
         checks.positive(self.lr, "--lr")
         checks.non_negative(self.weight_decay, "--weight-decay")
-        if self.optimizer == "sgd":  # Nesterov momentum needs 0 < momentum < 1
+        if self.optimizer in MOMENTUM_OPTIMIZERS:  # momentum needs 0 < momentum < 1
             checks.in_range(self.momentum, "momentum", 0.0, 1.0, low_open=True, high_open=True)
         checks.in_range(self.warmup_epochs, f"--warmup-epochs (at most epochs={self.epochs})", 0.0, self.epochs)
         checks.in_range(self.label_smoothing, "--label-smoothing", 0.0, 1.0)
         if self.track_sharpness is not None:
             checks.positive_int(self.track_sharpness, "--track-sharpness")
+        if self.track_mode is not None:
+            choice(self.track_mode, "--track-mode", TRACK_MODES)
+            if self.track_sharpness is None:
+                raise LandscapeError(
+                    "--track-mode sets how --track-sharpness takes the Hessian: give --track-sharpness N"
+                )
         if self.clip_grad is not None:
             checks.non_negative(self.clip_grad, "--clip-grad (0 turns clipping off)")
         checks.non_negative(self.mixup, "mixup alpha (0 turns MixUp off)")
@@ -231,23 +227,22 @@ class TrainResult:
     snapshots: list[Path]
 
 
-def lr_factor(step: int, total_steps: int, warmup_steps: int) -> float:
-    """Multiplier of the base learning rate at ``step``: linear warm-up, then cosine decay to 0.
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Training's two param groups: with ``weight_decay``, and without it, in the model's parameter order.
 
-    ``(step + 1) / T_w`` for ``step < T_w``, else ``(1 + cos(pi * min(1, (step - T_w) / (T - T_w)))) / 2``.
+    Without decay: biases and norm affine parameters (``ndim < 2``) and position parameters.
 
     Args:
-        step: the optimisation step, from 0.
-        total_steps: the run's number of steps ``T``.
-        warmup_steps: the number of warm-up steps ``T_w`` (0: no warm-up).
+        model: the model.
+        weight_decay: the decay of the first group.
 
     Returns:
-        The factor, in [0, 1].
+        ``[{"params": decayed, "weight_decay": weight_decay}, {"params": others, "weight_decay": 0.0}]``.
     """
-    if warmup_steps > 0 and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    span = max(1, total_steps - warmup_steps)
-    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup_steps) / span)))
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or matches_any(name, POSITION_PARAMETER_PATTERNS) else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 def _build_model(config: TrainConfig, num_classes: int, in_chans: int, img_size: int) -> tuple[nn.Module, float]:
@@ -294,34 +289,6 @@ def _check_head(outputs: int, config: TrainConfig, num_classes: int) -> None:
             f"the labels of {config.data} run 0..{num_classes - 1} ({num_classes} classes) but model "
             f"{config.model}'s head has {outputs} classes; build it with num_classes={num_classes} (drop "
             "--model-kw num_classes, or give a py: factory a num_classes argument)"
-        )
-
-
-def _board_step(loss: float, lr: float, record: SharpnessRecord | None) -> dict[str, float]:
-    """The TensorBoard scalars of one optimiser step: its loss and learning rate, and a sharpness record's."""
-    scalars = {BOARD_TAGS["loss"]: loss, BOARD_TAGS["lr"]: lr}
-    if record is not None:
-        scalars.update(
-            {
-                BOARD_TAGS["sharpness"]: record.sharpness,
-                BOARD_TAGS["threshold"]: record.threshold,
-                BOARD_TAGS["sharpness_lr"]: record.lr,
-            }
-        )
-    return scalars
-
-
-def _board_sidecar(board: Board, sidecar: Path) -> None:
-    """Log the records of a complete sharpness sidecar that a rerun keeps (and does not compute again)."""
-    track = read_result(sidecar)
-    for i in np.flatnonzero(np.asarray(track["done"], dtype=bool)):
-        board.add(
-            int(track["step"][i]),
-            {
-                BOARD_TAGS["sharpness"]: track["sharpness"][i],
-                BOARD_TAGS["threshold"]: track["threshold"][i],
-                BOARD_TAGS["sharpness_lr"]: track["lr"][i],
-            },
         )
 
 
@@ -496,14 +463,7 @@ def _train(
         require_finite_weights(model, f"--init {config.init}")
     mixer = _batch_mixer(config, info.num_classes)
 
-    decay, no_decay = [], []  # no weight decay: biases, norm affine parameters (ndim < 2), position parameters
-    for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or matches_any(name, POSITION_PARAMETER_PATTERNS) else decay).append(p)
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if config.optimizer == "adamw":
-        optimizer: torch.optim.Optimizer = torch.optim.AdamW(groups, lr=config.lr)
-    else:
-        optimizer = torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, nesterov=True)
+    optimizer = build_optimizer(config.optimizer, param_groups(model, config.weight_decay), config.lr, config.momentum)
     steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
     warmup_steps = round(config.warmup_epochs * steps_per_epoch)
@@ -530,12 +490,13 @@ def _train(
             subset=config.subset,
             seed=config.seed,
             preprocess=preprocess,
+            bn_mode=config.track_mode,
             total_steps=total_steps,
             attrs={"model": model_name, "train_options": options},
             force=force,
         )
         if track.kept and board is not None:  # a complete sidecar of the same run computes nothing: its records
-            _board_sidecar(board, track.path)
+            log_sidecar(board, track.path)
 
     run_id = uuid.uuid4().hex  # the snapshots and the checkpoint of this run carry it (trajectory --snapshots-of)
 
@@ -550,7 +511,7 @@ def _train(
             epoch=epoch,
             metrics=metrics,
             train_options=options,
-            extra={"run": run_id},
+            extra={"run": run_id, "optimizer": optimizer_state(optimizer, model)},  # docs/schema.md, checkpoints
             force=force,
         )
 
@@ -590,7 +551,7 @@ def _train(
             tracked = None if track is None else track.after_step(step)
             batch_loss = float(loss.detach())
             if board is not None:
-                board.add(step, _board_step(batch_loss, lr, tracked))
+                board.add(step, step_scalars(batch_loss, lr, tracked))
             seen += len(y)
             loss_sum += batch_loss * len(y)
             correct += int((logits.argmax(-1) == y).sum())

@@ -121,7 +121,7 @@ def test_the_callers_random_state_is_untouched_and_does_not_change_the_run(tmp_p
         ("cutmix", "cutmix alpha", {}),
         ("clip_grad", "--clip-grad", {}),
         ("drop_path", "drop_path", {}),
-        ("momentum", "momentum", {"optimizer": "sgd"}),
+        ("momentum", "momentum", {"optimizer": "sgd-nesterov"}),
     ],
 )
 def test_non_finite_numbers_are_refused(field, name, extra, bad):

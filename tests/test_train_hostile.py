@@ -15,7 +15,7 @@ TINY = dict(model="resnet_mini", data="digits:16", epochs=2, batch_size=32, subs
 
 
 def test_a_diverging_loss_stops_with_the_epoch_and_the_learning_rate(tmp_path):
-    config = TrainConfig(**{**TINY, "subset": 64, "optimizer": "sgd", "lr": 1e30}, snapshot_every=1)
+    config = TrainConfig(**{**TINY, "subset": 64, "optimizer": "sgd-nesterov", "lr": 1e30}, snapshot_every=1)
     msg = one_line_error(train_model, config, tmp_path / "run.pt", quiet=True)
     lr = 1e30 * lr_factor(1, 4, 0)  # the second of 4 steps: the first step's weights give no finite loss
     assert msg.startswith(f"training diverged in epoch 1 of 2 at learning rate {lr:.3g} (--lr 1e+30): the loss is nan")

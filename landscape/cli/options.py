@@ -393,7 +393,11 @@ def eigen_options(
                     else []
                 ),
                 click.option(
-                    "--tol", default=D.tol, show_default=True, type=float, help="Relative accuracy of the eigenvalues."
+                    "--tol",
+                    default=D.tol,
+                    show_default=True,
+                    type=float,
+                    help="A pair converges when its residual ||H y - lambda y|| <= TOL |lambda|.",
                 ),
                 click.option("--ncv", default=D.ncv, type=int, help=ncv),
                 click.option("--maxiter", default=D.maxiter, type=int, help=maxiter),

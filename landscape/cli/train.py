@@ -7,6 +7,7 @@ import math
 import click
 
 from landscape.cli.options import parse_model_kw
+from landscape.options.train import OPTIMIZERS, TRACK_MODES
 
 
 def _parse_subset(value: str | None) -> float | int | None:
@@ -37,7 +38,13 @@ def _parse_subset(value: str | None) -> float | int | None:
 @click.option("--data", default="digits", show_default=True, help="Dataset spec: digits, cifar10:PATH, ...")
 @click.option("--epochs", default=None, type=int, help="Epochs [default: 10; paper-a: 305].")
 @click.option("--batch-size", default=None, type=int, help="Mini-batch size [default: 64].")
-@click.option("--optimizer", default=None, type=click.Choice(["adamw", "sgd"]), help="[default: adamw]")
+@click.option(
+    "--optimizer",
+    default=None,
+    type=click.Choice(OPTIMIZERS),
+    help="sgd is plain SGD; sgd-nesterov and heavy-ball use --momentum [default: adamw].",
+)
+@click.option("--momentum", default=None, type=float, help="Momentum of sgd-nesterov and heavy-ball [default: 0.9].")
 @click.option("--lr", default=None, type=float, help="Peak learning rate [default: 2e-3].")
 @click.option("--weight-decay", default=None, type=float, help="Decoupled weight decay [default: 0.05].")
 @click.option("--warmup-epochs", default=None, type=float, help="Linear warm-up epochs [default: 1].")
@@ -57,6 +64,13 @@ def _parse_subset(value: str | None) -> float | int | None:
     type=int,
     metavar="N",
     help="Every N steps, the sharpness and its stability threshold into OUT.sharpness.h5.",
+)
+@click.option(
+    "--track-mode",
+    default=None,
+    type=click.Choice(TRACK_MODES),
+    help="BatchNorm of the tracked Hessian: train (the tracking batch's own statistics, as training) or eval "
+    "(running statistics) [default: train for a model with BatchNorm, else eval].",
 )
 @click.option(
     "--tensorboard",

@@ -101,13 +101,17 @@ class Objective:
         check: run the determinism check now (two passes must give the same loss and gradient) and check that
             every label is an output of the model.
         output: where the logits are in the model's output (see :func:`select_logits`).
+        batch_statistics: BatchNorm layers normalise every batch by its own statistics, as in training, and
+            neither use nor update running statistics (:func:`use_batch_statistics`); default: eval mode, the
+            running statistics.
 
     The copy of the model has fused attention switched off (:func:`unfuse_attention`, counted in
     ``fused_attention_off``) and every forward pass runs with PyTorch's math attention backend, so that
     ``torch.func`` can differentiate any attention layer twice.
 
     Attributes:
-        module: the model's copy on ``device``, in eval mode.
+        module: the model's copy on ``device``, in eval mode (its BatchNorm layers in batch-statistics mode with
+            ``batch_statistics``).
         params: the variable parameters theta by name (detached copies).
         fixed: the parameters held fixed, by name.
         buffers: the module's buffers (e.g. BatchNorm statistics), by name.
@@ -134,6 +138,7 @@ class Objective:
         allow_stochastic: bool = False,
         check: bool = True,
         output: OutputSelector = None,
+        batch_statistics: bool = False,
     ) -> None:
         if not batches:
             raise LandscapeError("no data: the objective needs at least one batch (check --samples)")
@@ -144,6 +149,8 @@ class Objective:
             torch.device(device) if device is not None else (first.device if first is not None else torch.device("cpu"))
         )
         self.module = copy.deepcopy(model).to(self.device).eval()
+        if batch_statistics:
+            use_batch_statistics(self.module)
         self.fused_attention_off = unfuse_attention(self.module)
         self.output = output
         if dtype is not None:
@@ -370,7 +377,7 @@ class Objective:
         """
         if label_range(y for _, y in self.batches) is None:  # soft targets: nothing to check
             return
-        check_label_range((y for _, y in self.batches), int(self.logits(self.params, self.batches[0][0][:1]).shape[-1]))
+        check_label_range((y for _, y in self.batches), int(self.logits(self.params, self.batches[0][0]).shape[-1]))
 
     def check_determinism(self) -> None:
         """Refuse a stochastic objective: two passes must give the same loss and gradient.
@@ -402,6 +409,26 @@ class Objective:
                 "the model is stochastic (two passes gave different losses or gradients: dropout, "
                 "train-mode BatchNorm or random layers?); fix the model or pass --allow-stochastic"
             )
+
+
+def use_batch_statistics(module: nn.Module) -> int:
+    """Put the BatchNorm layers of ``module`` in train mode without running statistics, for good.
+
+    Each layer then normalises a batch by that batch's mean and biased variance, the function the optimiser
+    follows in training, and its running statistics are neither read nor updated (a functional call through it
+    changes no buffer). Only for a private copy of a model.
+
+    Args:
+        module: the copy to change.
+
+    Returns:
+        The number of BatchNorm layers changed.
+    """
+    layers = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    for m in layers:
+        m.train()
+        m.track_running_stats = False
+    return len(layers)
 
 
 @contextmanager

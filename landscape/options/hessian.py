@@ -179,7 +179,7 @@ class HessianOptions(_LossOptions):
         seed: seed of the samples, the Lanczos start vector and the probes.
         top_k: eigenpairs to compute (0: none).
         which: kind of eigenpairs, one of :data:`WHICH`.
-        tol: relative accuracy of the eigenvalues (> 0).
+        tol: relative residual of a converged eigenpair, ``||H y - lambda y|| <= tol |lambda|`` (> 0).
         ncv: Lanczos basis size (None: ``max(2k+1, 20)``).
         maxiter: maximum Lanczos restarts (None: the solver's default).
         eigenvectors: also store the eigenvectors.
@@ -349,7 +349,7 @@ class SpectrumOptions(_LossOptions):
         top_k: eigenvalues per mini-batch (>= 1).
         which: kind of eigenvalues, one of :data:`WHICH` (lanczos solver only).
         solver: one of :data:`SOLVERS`.
-        tol: relative accuracy of the eigenvalues (> 0).
+        tol: relative residual of a converged eigenpair, ``||H y - lambda y|| <= tol |lambda|`` (> 0).
         ncv: Lanczos basis size (None: the solver's default).
         maxiter: Lanczos restarts / PyHessian iterations per eigenvalue (None: the solver's default).
         criterion: data loss, one of :data:`~landscape.options.common.CRITERIA`.

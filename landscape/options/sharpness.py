@@ -52,7 +52,8 @@ MIN_INTERVAL_BATCHES = 5
 TRACK_BATCH_SIZE = 16
 #: ... how its Hessian-vector products are made: a kept gradient graph (on the CPU cheaper than jvp(grad))
 TRACK_HVP = "graph"
-#: ... Lanczos' relative tolerance of the top eigenvalue (1% is finer than what edge-of-stability plots show)
+#: ... Lanczos' tolerance: a record converges at ``||H y - lambda y|| <= 1e-2 lambda`` (within 1% of an eigenvalue,
+#: usually ~1e-4: finer than what edge-of-stability plots show)
 TRACK_TOL = 1e-2
 #: ... Lanczos' basis size (a warm start converges within a few vectors)
 TRACK_NCV = 8

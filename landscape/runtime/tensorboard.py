@@ -12,8 +12,24 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from landscape.errors import missing_extra
 from landscape.store.files import ensure_folder, os_error, temporary_path
+from landscape.store.read import read_result
+
+#: the TensorBoard scalars of a run (``--tensorboard``), by what they are: their tags
+BOARD_TAGS = {
+    "loss": "train/loss",  # the mini-batch's training loss, every optimiser step
+    "lr": "train/lr",  # the learning rate of that step
+    "epoch_loss": "epoch/train_loss",  # the epoch's sample-weighted mean training loss, at its last step
+    "epoch_accuracy": "epoch/train_accuracy",
+    "test_loss": "test/loss",  # after the last epoch
+    "test_accuracy": "test/accuracy",
+    "sharpness": "sharpness/sharpness",  # each --track-sharpness record, at its step
+    "threshold": "sharpness/threshold",
+    "sharpness_lr": "sharpness/lr",
+}
 
 
 class Board:
@@ -70,3 +86,45 @@ class Board:
             self._writer.close()
         except OSError as exc:
             raise os_error(exc, self.folder, "write") from exc
+
+
+def step_scalars(loss: float, lr: float, record: Any = None) -> dict[str, float]:
+    """The TensorBoard scalars of one optimiser step: its loss and learning rate, and a sharpness record's.
+
+    Args:
+        loss: the step's mini-batch loss.
+        lr: its learning rate.
+        record: a sharpness record (with ``sharpness``, ``threshold`` and ``lr``) taken after the step, or None.
+
+    Returns:
+        The scalars by tag.
+    """
+    scalars = {BOARD_TAGS["loss"]: loss, BOARD_TAGS["lr"]: lr}
+    if record is not None:
+        scalars.update(
+            {
+                BOARD_TAGS["sharpness"]: record.sharpness,
+                BOARD_TAGS["threshold"]: record.threshold,
+                BOARD_TAGS["sharpness_lr"]: record.lr,
+            }
+        )
+    return scalars
+
+
+def log_sidecar(board: Board, sidecar: Path) -> None:
+    """Log the records of a complete sharpness sidecar that a rerun keeps (and does not compute again).
+
+    Args:
+        board: the run's board.
+        sidecar: the sidecar file.
+    """
+    track = read_result(sidecar)
+    for i in np.flatnonzero(np.asarray(track["done"], dtype=bool)):
+        board.add(
+            int(track["step"][i]),
+            {
+                BOARD_TAGS["sharpness"]: track["sharpness"][i],
+                BOARD_TAGS["threshold"]: track["threshold"][i],
+                BOARD_TAGS["sharpness_lr"]: track["lr"][i],
+            },
+        )

@@ -293,7 +293,7 @@ def block_curvature(
         objective: the loss and the evaluation point.
         blocks: the blocks (:func:`model_blocks`, :func:`objective_blocks`, :func:`pattern_blocks`); every name must
             be one of ``objective.params``.
-        tol: Lanczos' relative tolerance.
+        tol: Lanczos' tolerance on the relative residual ``||H y - lambda y|| / |lambda|``.
         ncv: Lanczos' basis size (default ``min(n_block, 20)``).
         maxiter: Lanczos' restarts at most.
         trace_samples: products per trace estimate (Hutch++ >= 6, Hutchinson >= 2).

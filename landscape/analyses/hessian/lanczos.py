@@ -11,13 +11,17 @@ reorthogonalisation. When the basis holds
 ``ncv`` vectors it is restarted (Wu & Simon's thick restart): the most wanted Ritz vectors are kept together
 with the last Lanczos vector and the iteration continues from there.
 
-Stopping rule (Ritz values converge much faster than Ritz residuals): a wanted Ritz pair
-``(theta, y)`` with residual ``r`` and gap ``g`` to the nearest other Ritz value has eigenvalue error at
-most about ``min(r, r^2 / g)`` (``r`` alone when there is no other Ritz value); it is
-converged when that estimate is at most ``tol * max(|theta|, eps^(2/3) * ||A||)``. Residuals are reported
-as they are, so eigenvectors can be judged separately. Exactly repeated eigenvalues: a single start vector
-only sees one copy in exact arithmetic; rounding errors let well-separated copies appear after restarts,
-but no guarantee is made (use a block method when multiplicities matter).
+Convergence (ARPACK's rule, Lehoucq et al.): a wanted Ritz pair ``(theta, y)``, ``||y|| = 1``, is converged when
+its residual ``r = ||A y - theta y||`` is at most ``tol * max(|theta|, eps^(2/3) ||A||)`` (the floor, with ``||A||``
+estimated by the largest Ritz value seen, only matters for ``theta`` near 0). Such a pair lies within ``r`` of an
+eigenvalue of ``A``, and within about ``r^2 / g`` where ``g`` is the gap to the rest of the spectrum. The solver
+stops when every wanted pair passes the test on the residual from the Lanczos relation; the flags it returns are
+the test again on the explicit residuals ``||W s - theta V s||``, so a pair flagged converged meets it. The gap
+estimate ``min(r, r^2 / g)`` (``g`` the gap to the nearest other Ritz value) is reported as ``errors`` but never
+decides: while a cluster of top eigenvalues is unresolved the gap is overstated and so is the estimate's
+confidence. Exactly repeated eigenvalues: a single start vector only sees one copy in exact arithmetic;
+rounding errors let well-separated copies appear after restarts, but no guarantee is made (use a block method
+when multiplicities matter): a converged pair is an eigenpair, not necessarily the k-th wanted one.
 """
 
 from __future__ import annotations
@@ -85,8 +89,9 @@ def lanczos(
     """Find k eigenpairs of a symmetric operator by thick-restart Lanczos with full reorthogonalisation.
 
     Runs on ``op.device`` in ``op.dtype``; the small projected eigenproblems run in float64 on the CPU.
-    A pair ``(theta, y)`` with residual ``r = ||A y - theta y||`` and gap ``g`` is converged when
-    ``min(r, r^2 / g) <= tol * max(|theta|, eps^(2/3) ||A||)`` (the module's stopping rule). An operator with
+    A pair ``(theta, y)`` with residual ``r = ||A y - theta y||`` is converged when
+    ``r <= tol * max(|theta|, eps^(2/3) ||A||)`` (ARPACK's rule, the module's docstring); it then lies within ``r``
+    of an eigenvalue of ``A`` (within about ``r^2 / gap`` of it). An operator with
     a ``plan_products(count)`` method is told how many more products the solver expects (the basis still to
     fill): :class:`~landscape.analyses.hessian.operator.HessianOperator` uses it to choose how to make them.
 
@@ -97,16 +102,19 @@ def lanczos(
         k: how many eigenpairs.
         which: LA largest, SA smallest, BE both ends, LM largest magnitude.
         ncv: basis size (default ``min(n, max(2k+1, 20))``).
-        tol: relative accuracy of the eigenvalues, finite and >= 0 (0 means machine precision).
+        tol: relative residual of a converged pair, finite and >= 0 (0: ``eps^(2/3)`` of the dtype, the finest
+            a residual computed in it is trusted to meet).
         maxiter: maximum number of restarts (default ``max(100, 10 n / ncv)``).
         v0: starting vector (default: Gaussian from ``seed``).
         seed: seed of the start vector's private generator; None draws fresh entropy (the caller's global
             random state is never touched).
         return_eigenvectors: whether to form the Ritz vectors.
-        callback: ``callback(n_matvec, wanted_ritz_values, wanted_errors)``, called after every product.
+        callback: ``callback(n_matvec, wanted_ritz_values, wanted_errors)``, called after every product (the
+            errors are the gap estimates ``min(r, r^2 / gap)``).
 
     Returns:
-        An :class:`EigenResult`; pairs that did not converge within ``maxiter`` carry ``converged=False``.
+        An :class:`EigenResult`; a pair whose explicit residual misses the tolerance (not converged within
+        ``maxiter``, or held above it by rounding) carries ``converged=False``.
 
     Raises:
         LandscapeError: bad ``k``/``which``/``ncv``/``tol``/``v0``, or a product with NaN or Inf entries.
@@ -217,7 +225,7 @@ def lanczos_steps(
         k: how many eigenpairs.
         which: LA, SA, BE or LM.
         ncv: basis size (default ``min(n, max(2k+1, 20))``).
-        tol: relative accuracy of the eigenvalues (0: machine precision).
+        tol: relative residual of a converged pair (0: ``eps^(2/3)``).
         maxiter: maximum number of restarts (default ``max(100, 10 n / ncv)``).
         v0: starting vector (default: Gaussian from ``seed``).
         seed: seed of the start vector's private generator.
@@ -237,7 +245,7 @@ def lanczos_steps(
     device = torch.device(device)
     require_memory(2 * m + 1, n, dtype, device, f"the Lanczos basis (ncv={m}) and its products", "lower --ncv")
     eps = torch.finfo(dtype).eps
-    tol = checks.non_negative(tol, "tol") or eps
+    tol = checks.non_negative(tol, "tol") or eps ** (2 / 3)
     maxiter = max(100, 10 * n // m) if maxiter is None else int(maxiter)
     gen = local_generator(seed)
     if v0 is None:
@@ -291,7 +299,7 @@ def _lanczos_steps(
             j += 1
             state = _ritz(T[:j, :j], float(beta), k, which)
             anorm = max(anorm, float(state.theta.abs().max()))
-            state.judge(tol, eps, anorm, exact=(j == n))
+            state.judge(tol, eps, anorm)
             if callback is not None:
                 callback(products, state.values, state.errors)
             if state.done:
@@ -320,7 +328,10 @@ def _lanczos_steps(
         restarts += 1
         coupling = None  # the new column couples to every kept Ritz vector, not to one predecessor
     assert state is not None
-    return state.result(V[:, : state.size], W[:, : state.size], which, tol, products, restarts, return_eigenvectors)
+    floor = eps ** (2 / 3) * anorm
+    return state.result(
+        V[:, : state.size], W[:, : state.size], which, tol, floor, products, restarts, return_eigenvectors
+    )
 
 
 class _RitzState:
@@ -349,19 +360,15 @@ class _RitzState:
         """The wanted Ritz values."""
         return self.theta[self.wanted]
 
-    def judge(self, tol: float, eps: float, anorm: float, exact: bool) -> None:
-        """Mark the pairs whose estimated error is within ``tol`` (relative, floored at eps^(2/3) ||A||)."""
-        scale = torch.clamp(self.values.abs(), min=eps ** (2 / 3) * anorm)
-        self.converged = self.errors <= tol * scale
-        full = len(self.wanted) == self.required
-        self.done = bool(full and (self.converged.all() or exact))
-        if exact and full:
-            self.converged = self.converged | (self.residuals <= math.sqrt(eps) * max(anorm, 1e-300))
+    def judge(self, tol: float, eps: float, anorm: float) -> None:
+        """Mark the pairs whose residual is within ``tol`` (relative, floored at eps^(2/3) ||A||); done when all are."""
+        self.converged = converged(self.residuals, self.values, tol, eps ** (2 / 3) * anorm)
+        self.done = bool(len(self.wanted) == self.required and self.converged.all())
 
     def result(
-        self, V: Tensor, W: Tensor, which: str, tol: float, products: int, restarts: int, vectors: bool
+        self, V: Tensor, W: Tensor, which: str, tol: float, floor: float, products: int, restarts: int, vectors: bool
     ) -> EigenResult:
-        """Package the wanted pairs in ascending algebraic order, with residuals ``||W s - theta V s||``."""
+        """The wanted pairs in ascending algebraic order, residuals ``||W s - theta V s||`` and flags judged on them."""
         order = torch.argsort(self.values)
         wanted = self.wanted[order]
         Sw = self.S[:, wanted].to(device=V.device, dtype=V.dtype)
@@ -375,12 +382,27 @@ class _RitzState:
             eigenvectors=Y if vectors else None,
             residuals=residuals,
             errors=errors,
-            converged=self.converged[order].clone(),
+            converged=converged(residuals, self.theta[wanted], tol, floor),
             n_matvec=products,
             n_restarts=restarts,
             which=which,
             tol=tol,
         )
+
+
+def converged(residuals: Tensor, values: Tensor, tol: float, floor: float) -> Tensor:
+    """ARPACK's test: which Ritz pairs have ``||A y - theta y|| <= tol * max(|theta|, floor)``.
+
+    Args:
+        residuals: the residuals of unit Ritz vectors, shape ``(k,)``.
+        values: the Ritz values, shape ``(k,)``.
+        tol: the relative tolerance.
+        floor: the scale below which ``|theta|`` is not trusted (``eps^(2/3) ||A||``).
+
+    Returns:
+        The flags, shape ``(k,)``, bool.
+    """
+    return residuals <= tol * torch.clamp(values.abs(), min=floor)
 
 
 def _ritz(T: Tensor, beta: float, k: int, which: str) -> _RitzState:

@@ -105,11 +105,12 @@ class EigenResult:
         eigenvectors: the Ritz vectors y as unit columns, shape ``(n, k)`` on the operator's device, or None.
         residuals: ``||A y - theta y||``, shape ``(k,)``.
         errors: the estimated eigenvalue errors ``min(r, r^2/gap)``, shape ``(k,)``.
-        converged: whether each pair met the tolerance, shape ``(k,)``, bool.
+        converged: whether each pair met ``residual <= tol * max(|theta|, eps^(2/3) ||A||)`` (ARPACK's
+            test on the explicit residual), shape ``(k,)``, bool.
         n_matvec: the number of operator products used.
         n_restarts: the number of thick restarts done.
         which: the ``which`` asked for (LA, SA, BE or LM).
-        tol: the relative tolerance used (``eps`` when 0 was asked for).
+        tol: the relative residual tolerance used (``eps^(2/3)`` when 0 was asked for).
     """
 
     eigenvalues: Tensor

@@ -178,7 +178,7 @@ def max_eigenvalue_spectrum(
         criterion: the data loss, ``cross_entropy``, ``mse`` or ``soft_cross_entropy`` (soft targets: augmented
             data, :mod:`landscape.data.augment`).
         regularizer: penalty added to each batch's loss; None: none.
-        tol: relative accuracy (lanczos) or relative change between iterations (pyhessian).
+        tol: relative residual of a converged pair (lanczos) or relative change between iterations (pyhessian).
         ncv: Lanczos basis size (None: the solver's default; lanczos only).
         maxiter: Lanczos restarts, or PyHessian iterations per eigenvalue (None: the solver's default).
         seed: batch ``index`` uses seed ``seed + index`` for its start vector(s).

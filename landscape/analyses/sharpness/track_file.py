@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from landscape import store
 from landscape.analyses.sharpness.tracking import SharpnessRecord, SharpnessTracker
@@ -64,7 +65,8 @@ class TrainingTrack:
         tracker: the sharpness tracker (its ``every`` decides the tracking steps).
         path: the sidecar.
         attrs: the sidecar's root attributes besides the tracker's settings (``every``, ``track_batch_size``,
-            ``tol``, ``ncv``, ``maxiter``, ``optimizer``, ``preconditioned``, added here); with them, its identity.
+            ``tol``, ``ncv``, ``maxiter``, ``optimizer``, ``preconditioned``, ``track_mode``, added here); with them,
+            its identity.
         total_steps: the run's optimiser steps; the file holds ``total_steps // every`` records.
         force: replace a sidecar of other options.
 
@@ -89,6 +91,7 @@ class TrainingTrack:
             "hvp": tracker.mode,
             "optimizer": type(tracker.optimizer).__name__,
             "preconditioned": tracker.preconditioned,
+            "track_mode": tracker.bn_mode,
         }
         self.tracker, self.path, self.attrs = tracker, path, {**attrs, **settings}
         self.n_records = int(total_steps) // tracker.every
@@ -145,6 +148,7 @@ def start_tracking(
     seed: int,
     preprocess: Any,
     total_steps: int,
+    bn_mode: str | None = None,
     attrs: Mapping[str, Any],
     force: bool = False,
 ) -> TrainingTrack:
@@ -153,10 +157,11 @@ def start_tracking(
     The tracking batch is the first :data:`~landscape.options.sharpness.TRACK_BATCH_SIZE` images (or the whole
     training set, when smaller) of the un-augmented training split (the same ``subset``) in the ``seed``-ed
     order; the loss is the plain cross-entropy (no label smoothing, MixUp or weight decay), the model in eval
-    mode; Lanczos runs with :data:`~landscape.options.sharpness.TRACK_TOL`, ``TRACK_NCV`` and
-    ``TRACK_MAXITER``, warm-started from the previous record's eigenvector, its products made by ``TRACK_HVP``.
-    Nothing here draws from the global random state, so training with tracking takes the same steps as training
-    without it.
+    mode with its BatchNorm layers in ``bn_mode`` (by default ``train`` where it has any: the tracking batch's own
+    statistics, as training normalises); Lanczos runs with :data:`~landscape.options.sharpness.TRACK_TOL`,
+    ``TRACK_NCV`` and ``TRACK_MAXITER``, warm-started from the previous record's eigenvector, its products made
+    by ``TRACK_HVP``. Nothing here draws from the global random state, so training with tracking takes the same
+    steps as training without it.
 
     Args:
         model: the network being trained (read, never changed).
@@ -168,6 +173,8 @@ def start_tracking(
         seed: the run's seed (the order of the tracking batch, the first start vector).
         preprocess: the model's preprocessing of the images (as training's).
         total_steps: the run's optimiser steps.
+        bn_mode: the BatchNorm mode of the Hessian, ``train`` or ``eval`` (None: ``train`` for a model with
+            BatchNorm, else ``eval``; the two are the same function without BatchNorm).
         attrs: what the sidecar records besides the tracking settings (the training options, the model's name).
         force: replace a sidecar of other options.
 
@@ -175,7 +182,8 @@ def start_tracking(
         The :class:`TrainingTrack`.
 
     Raises:
-        LandscapeError: ``every < 1``, an unsupported optimiser, or a sidecar of other options without ``force``.
+        LandscapeError: ``every < 1``, an unsupported optimiser or ``bn_mode``, or a sidecar of other options
+            without ``force``.
     """
     every = checks.positive_int(every, "--track-sharpness")
     device = next(model.parameters()).device
@@ -192,5 +200,6 @@ def start_tracking(
         maxiter=TRACK_MAXITER,
         seed=seed,
         mode=TRACK_HVP,
+        bn_mode=bn_mode or ("train" if any(isinstance(m, _BatchNorm) for m in model.modules()) else "eval"),
     )
     return TrainingTrack(tracker, sidecar_path(checkpoint), attrs, total_steps, force=force)

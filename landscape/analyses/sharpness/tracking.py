@@ -23,10 +23,12 @@ tends to 1; it matters only in the first few hundred steps.
 
 Each Lanczos run after the first starts from the previous top eigenvector (``v0``), so it usually needs a few
 products only. The tracker never changes the model, the optimiser or any random state: its Hessian is that of its
-own copy of the model (in eval mode: BatchNorm running statistics, no dropout, as every Hessian of this toolkit),
-at detached copies of the current weights; products are made with ``torch.func`` (nothing reaches ``.grad``);
-start vectors come from private generators. Weight decay is not part of ``H`` (pass a regulariser for SGD's
-coupled L2 decay; AdamW's decoupled decay is not modelled).
+own copy of the model, at detached copies of the current weights, in eval mode (no dropout) with BatchNorm
+either in eval mode too (``bn_mode="eval"``: the running statistics, as every other Hessian of this toolkit) or,
+with ``bn_mode="train"``, normalising the tracking batch by its own statistics as training does (the function the
+optimiser follows; running statistics neither used nor updated); products are made with ``torch.func``
+(nothing reaches ``.grad``); start vectors come from private generators. Weight decay is not part of ``H`` (pass
+a regulariser for SGD's coupled L2 decay; AdamW's decoupled decay is not modelled).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ from landscape.core.params import ParamDict, flatten
 from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 from landscape.options import checks
+from landscape.options.common import choice
+from landscape.options.train import TRACK_MODES
 
 #: the optimisers whose stability threshold is known here
 SGD_OPTIMIZERS = (torch.optim.SGD,)
@@ -65,7 +69,7 @@ class SharpnessRecord:
         n_products: the Hessian-vector products Lanczos used.
         residual: ``||M y - lambda y||`` of the Ritz pair (``M`` the matrix whose eigenvalue is reported).
         error: the estimated eigenvalue error ``min(r, r^2 / gap)``.
-        converged: whether the eigenvalue met the tolerance.
+        converged: whether the residual met the tolerance, ``residual <= tol * |sharpness|`` (ARPACK's test).
         preconditioned: whether the sharpness is Adam's preconditioned one.
         warm: whether Lanczos started from the previous eigenvector.
     """
@@ -207,12 +211,14 @@ class SharpnessTracker:
         dtype: compute the Hessian in this dtype (default the model's).
         device: where (default the model's).
         output: where the logits are in the model's output.
-        tol: Lanczos' relative tolerance.
+        tol: Lanczos' tolerance: a record is flagged converged when ``||M y - lambda y|| <= tol |lambda|``.
         ncv: Lanczos' basis size.
         maxiter: Lanczos' restarts at most.
         seed: seed of the first (cold) start vector.
         warm_start: start each run from the previous eigenvector.
         mode: how Hessian-vector products are made (see ``HessianOperator``; default ``jvp``: nothing kept).
+        bn_mode: ``eval`` (BatchNorm by its running statistics) or ``train`` (by the tracking batch's own, as in
+            training; :data:`~landscape.options.train.TRACK_MODES`).
 
     Attributes:
         records: the :class:`SharpnessRecord` s so far.
@@ -220,10 +226,11 @@ class SharpnessTracker:
         names: the tracked parameter names, in the model's order.
         objective: the loss on the tracking batch (its own copy of the model).
         preconditioned: whether the sharpness is Adam's preconditioned one.
+        bn_mode: the BatchNorm mode of the Hessian.
 
     Raises:
-        LandscapeError: an unsupported optimiser, ``every < 1``, no tracked parameters, or an error of the
-            objective's checks.
+        LandscapeError: an unsupported optimiser or ``bn_mode``, ``every < 1``, no tracked parameters, or an error
+            of the objective's checks.
     """
 
     def __init__(
@@ -244,7 +251,9 @@ class SharpnessTracker:
         seed: int = 0,
         warm_start: bool = True,
         mode: str = "jvp",
+        bn_mode: str = "eval",
     ) -> None:
+        self.bn_mode = choice(bn_mode, "--track-mode", TRACK_MODES)
         if not isinstance(optimizer, SGD_OPTIMIZERS + ADAM_OPTIMIZERS):
             raise LandscapeError(f"sharpness tracking supports SGD, Adam and AdamW, not {type(optimizer).__name__}")
         self.every = checks.positive_int(every, "every")
@@ -263,6 +272,7 @@ class SharpnessTracker:
             dtype=dtype,
             param_names=self.names,
             output=output,
+            batch_statistics=self.bn_mode == "train",
         )
         self.tol, self.ncv, self.maxiter, self.seed = tol, ncv, maxiter, int(seed)
         self.warm_start, self.mode = bool(warm_start), mode

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from landscape import store
+from landscape.analyses.hessian.lanczos import converged as lanczos_converged
 from landscape.analyses.hessian.lanczos import lanczos
 from landscape.analyses.hessian.linalg import rank_ritz
 from landscape.analyses.hessian.operator import HessianOperator
@@ -171,7 +172,7 @@ def hessian_eigendirections(
         which: ``LA`` (default), ``SA``, ``LM`` or ``BE``; "top" in that order.
         patterns: parameter-name patterns of a Hessian block (see
             :func:`~landscape.options.names.select`); None: every parameter.
-        tol: the Lanczos relative tolerance of the eigenvalues.
+        tol: the Lanczos tolerance on each pair's relative residual ``||H y - lambda y|| / |lambda|``.
         ncv: the Lanczos basis size (None: the solver's default).
         maxiter: the most Lanczos restarts (None: the solver's default).
         seed: the seed of the Lanczos start vector (a private generator).
@@ -353,7 +354,8 @@ def read_eigendirections(
     Raises:
         LandscapeError: the file cannot be read, is not a hessian result, holds no eigenvectors, was made for
             another checkpoint or objective, names parameters ``theta`` lacks or sizes that do not add up, holds
-            NaN or Inf, or a pair did not converge.
+            NaN or Inf, or a pair did not converge (its flag, or its residual above the file's ``tol`` times
+            ``|lambda|``: files of releases that flagged pairs by a gap estimate are judged again).
     """
     res = source if isinstance(source, store.Result) else store.read_result(source)
     where = str(res.path)
@@ -380,8 +382,13 @@ def read_eigendirections(
     which = str(res.attrs.get("which", "LA"))
     order = rank_ritz(eigenvalues, which).tolist()
     converged = res["converged"].tolist() if "converged" in res else [True] * len(order)
-    _check_converged(converged, order, len(order), "compute the eigenvectors again with a larger --maxiter or --tol")
     residuals = res["residuals"].tolist() if "residuals" in res else [float("nan")] * len(order)
+    if "residuals" in res and "tol" in res.attrs:  # judged again: files of older releases flagged by a gap estimate
+        eps = torch.finfo(getattr(torch, str(res.attrs.get("dtype", "float32")), torch.float32)).eps
+        floor = eps ** (2 / 3) * float(eigenvalues.abs().max())
+        again = lanczos_converged(torch.as_tensor(residuals), eigenvalues, float(res.attrs["tol"]), floor)
+        converged = [bool(c) and bool(a) for c, a in zip(converged, again)]
+    _check_converged(converged, order, len(order), "compute the eigenvectors again with a larger --maxiter or --tol")
     return EigenDirections(
         eigenvalues=[float(eigenvalues[j]) for j in order],
         vectors=_vectors(torch.as_tensor(vectors), order, names, theta),

@@ -55,11 +55,14 @@ def test_lockstep_runs_equal_separate_runs_and_finished_runs_leave_the_group():
     assert len(set(counts)) > 1 and rows[0] == 3 and rows[-1] == 1 and len(rows) == counts[-1]
 
 
-@pytest.mark.parametrize(("dtype", "rtol"), [(torch.float64, 1e-10), (torch.float32, 1e-5)], ids=["f64", "f32"])
-def test_grouped_spectrum_equals_the_serial_loop_on_the_same_batches_and_start_vectors(dtype, rtol):
+@pytest.mark.parametrize(
+    ("dtype", "rtol", "tol"), [(torch.float64, 1e-10, 1e-6), (torch.float32, 1e-5, 1e-4)], ids=["f64", "f32"]
+)
+def test_grouped_spectrum_equals_the_serial_loop_on_the_same_batches_and_start_vectors(dtype, rtol, tol):
     model, batches = tiny_model(), tiny_batches(SIZES)
     reg = Regularizer("l2", 0.1)
-    kw = {"k": 3, "regularizer": reg, "tol": 1e-6, "dtype": dtype, "seed": 4}
+    # a residual of 1e-6 |lambda| is at float32's rounding: some pairs would (rightly) be flagged not converged
+    kw = {"k": 3, "regularizer": reg, "tol": tol, "dtype": dtype, "seed": 4}
     serial = max_eigenvalue_spectrum(model, batches, group=1, hvp="jvp", **kw)
     seen = []
     grouped = max_eigenvalue_spectrum(model, batches, group=4, on_batch=lambda item: seen.append(item.index), **kw)

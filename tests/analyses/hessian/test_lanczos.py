@@ -178,8 +178,9 @@ def test_tol_must_be_finite_and_non_negative():
     A, _ = synthetic(n=30)
     for tol in (math.nan, math.inf, -1e-3):
         one_line_error(lanczos, DenseOperator(A), k=2, tol=tol, match="tol")
-    exact = lanczos(DenseOperator(A), k=2, tol=0, seed=0)  # 0 still means machine precision
-    assert exact.tol == torch.finfo(torch.float64).eps and exact.all_converged
+    finest = lanczos(DenseOperator(A), k=2, tol=0, seed=0)  # 0 means eps^(2/3), the finest trusted residual
+    assert finest.tol == torch.finfo(torch.float64).eps ** (2 / 3) and finest.all_converged
+    assert bool((finest.residuals <= finest.tol * finest.eigenvalues.abs()).all())
 
 
 @pytest.mark.parametrize("ncv", [8, 30], ids=["restarts", "one-basis"])
@@ -204,3 +205,68 @@ def test_a_basis_larger_than_the_memory_is_refused_before_it_is_allocated():
     with pytest.raises(LandscapeError, match="lower --steps"):
         lanczos_tridiagonal(huge, torch.ones(4), 64)
     assert huge.n_matvec == 0
+
+
+def clustered(top, n=200, seed=0):
+    """A dense symmetric matrix with the eigenvalues ``top`` above a bulk in [-0.5, 3]."""
+    rng = np.random.default_rng(seed)
+    ev = np.concatenate([top, rng.uniform(-0.5, 3.0, n - len(top))])
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    return torch.tensor((Q * ev) @ Q.T), np.sort(ev)
+
+
+def check_flags(A, ev, res):
+    """Every pair flagged converged meets ARPACK's test on its true residual, and lies within the bounds it implies.
+
+    Returns the flags and the true relative residuals.
+    """
+    Y = res.eigenvectors
+    true_res = torch.linalg.vector_norm(A @ Y - Y * res.eigenvalues, dim=0).numpy()
+    theta = res.eigenvalues.numpy()
+    flags = res.converged.numpy()
+    floor = torch.finfo(A.dtype).eps ** (2 / 3) * np.abs(ev).max()
+    bound = res.tol * np.maximum(np.abs(theta), floor)
+    assert np.all(true_res[flags] <= bound[flags] * (1 + 1e-9))
+    assert np.all(true_res[~flags] > bound[~flags] * (1 - 1e-9))  # a pair that misses it is flagged False
+    for t, r in zip(theta[flags], true_res[flags]):
+        dist = np.sort(np.abs(ev - t))
+        rounding = 1e-12  # A's eigenvalues are ev up to the rounding of (Q * ev) @ Q.T
+        assert dist[0] <= r + rounding  # an eigenvalue within the residual (symmetric A)
+        if r < dist[1]:  # Kato-Temple: within r^2 / (distance to the rest of the spectrum)
+            assert dist[0] <= r**2 / (dist[1] - r) + rounding
+    return flags, true_res / np.abs(theta)
+
+
+def test_a_cluster_the_gap_estimate_calls_resolved_is_not_flagged_converged():
+    """Issue 29: with 8.58, 8.09, 7.49 on top the gap estimate min(r, r^2/gap) passed 1% at residuals of 3-7%."""
+    A, ev = clustered([8.58, 8.09, 7.49])
+    misled = 0
+    for seed in range(4):
+        for ncv, maxiter in [(4, 0), (4, 1), (6, 0), (8, 0), (8, 3), (20, None)]:
+            res = lanczos(DenseOperator(A), k=1, which="LA", tol=1e-2, ncv=ncv, maxiter=maxiter, seed=seed)
+            flags, relative = check_flags(A, ev, res)
+            old_rule = bool(res.errors[-1] <= 1e-2 * abs(res.eigenvalues[-1]))
+            misled += old_rule and not flags[-1]
+            if flags[-1]:
+                assert abs(res.eigenvalues[-1] - 8.58) <= 1e-2 * 8.58
+    assert misled >= 4  # the old rule would have flagged these, some 7% below 8.58 (seed 1, ncv 4)
+    res = lanczos(DenseOperator(A), k=3, which="LA", tol=1e-8, seed=0)
+    assert res.all_converged and np.allclose(res.eigenvalues.numpy(), [7.49, 8.09, 8.58], rtol=1e-8)
+
+
+@pytest.mark.parametrize("tol", [1e-2, 1e-5, 1e-9])
+@pytest.mark.parametrize("top", [[8.58, 8.09, 7.49], [8.58, 8.58, 8.58, 7.49], [5.0, 5.0, 5.0 + 1e-9]])
+def test_clustered_and_repeated_top_eigenvalues_are_converged_only_by_their_residual(top, tol):
+    A, ev = clustered(top, seed=1)
+    for ncv, maxiter in [(8, 1), (8, 5), (12, None)]:
+        res = lanczos(DenseOperator(A), k=3, which="LA", tol=tol, ncv=ncv, maxiter=maxiter, seed=2)
+        check_flags(A, ev, res)
+        if maxiter is None:  # enough restarts: converged, each pair an eigenpair (copies may be missed)
+            assert res.all_converged
+
+
+def test_pairs_not_converged_within_maxiter_are_flagged_false():
+    A, ev = clustered([8.58, 8.09, 7.49], seed=3)
+    res = lanczos(DenseOperator(A), k=3, which="LA", tol=1e-9, ncv=6, maxiter=0, seed=0)
+    flags, relative = check_flags(A, ev, res)
+    assert not flags.any() and relative.min() > 1e-9

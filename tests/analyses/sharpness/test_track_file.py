@@ -10,13 +10,16 @@ from helpers import one_line_error
 from analyses.sharpness.test_measures import dummy_batches, mean_output
 from analyses.sharpness.test_tracking import EIGENVALUES, quadratic_model
 from landscape.analyses.registry import summarize
-from landscape.analyses.sharpness.track_file import TrainingTrack, sidecar_path
+from landscape.analyses.sharpness.track_file import TrainingTrack, sidecar_path, start_tracking
 from landscape.analyses.sharpness.tracking import SharpnessTracker
 from landscape.cli import cli
+from landscape.core.source import resolve_preprocess
 from landscape.models.checkpoint import load_model
+from landscape.options.train import OPTIMIZERS
 from landscape.plot import plot_files
+from landscape.runtime.optimizers import build_optimizer, load_optimizer_state
 from landscape.store.read import read_result
-from landscape.train import TrainConfig, train_model
+from landscape.train import TrainConfig, param_groups, train_model
 
 TINY = dict(model="resnet_mini", data="digits:16", epochs=1, batch_size=16, subset=64, warmup_epochs=0, seed=3)
 
@@ -79,3 +82,72 @@ def test_a_non_positive_interval_is_refused_in_one_line(every, tmp_path):
     )
     assert result.exit_code == 2 and result.output.count("\n") == 1 and "--track-sharpness" in result.output
     assert not out.exists()
+
+
+def closed_form_threshold(optimizer, lr, beta):
+    """The stability thresholds of docs/analyses.md, written out."""
+    return {
+        "sgd": 2 / lr,
+        "heavy-ball": (2 + 2 * beta) / lr,
+        "sgd-nesterov": (2 + 2 * beta) / ((1 + 2 * beta) * lr),
+        "adam": (2 + 2 * 0.9) / ((1 - 0.9) * lr),
+        "adamw": (2 + 2 * 0.9) / ((1 - 0.9) * lr),
+    }[optimizer]
+
+
+@pytest.mark.slow
+def test_every_optimizer_records_its_threshold_and_its_state_reproduces_the_record(tmp_path):
+    """Each --optimizer's threshold is its closed form; the checkpoint's optimiser state gives Adam's record again."""
+    small = {**TINY, "subset": 32, "momentum": 0.8, "lr": 0.01}  # two steps; one record, after the last
+    for optimizer in OPTIMIZERS:
+        mode = "eval" if optimizer == "heavy-ball" else None
+        run = train_model(
+            TrainConfig(**small, optimizer=optimizer, track_sharpness=2, track_mode=mode), tmp_path / f"{optimizer}.pt"
+        )
+        side = read_result(sidecar_path(run.checkpoint))
+        np.testing.assert_allclose(side["threshold"], closed_form_threshold(optimizer, side["lr"][0], 0.8), rtol=1e-12)
+        assert side.attrs["track_mode"] == (mode or "train")  # resnet_mini has BatchNorm
+        assert side.attrs["preconditioned"] == optimizer.startswith("adam") and side["lr"][0] > 0
+        model, ckpt = load_model(run.checkpoint)
+        saved = ckpt.meta["extra"]["optimizer"]
+        assert saved["type"] == {"adam": "Adam", "adamw": "AdamW"}.get(optimizer, "SGD") and (
+            len(saved["state"]) > 0 or optimizer == "sgd"
+        )
+        if optimizer != "adam":
+            continue
+        rebuilt = build_optimizer(optimizer, param_groups(model, TrainConfig.weight_decay), side["lr"][0], 0.8)
+        load_optimizer_state(rebuilt, model, saved)
+        track = start_tracking(
+            model,
+            rebuilt,
+            every=2,
+            checkpoint=tmp_path / "again.pt",
+            data=small["data"],
+            subset=small["subset"],
+            seed=small["seed"],
+            preprocess=resolve_preprocess(model, small["data"]),
+            total_steps=2,
+            attrs={},
+        )
+        again = track.tracker.track(2)
+        assert again.sharpness == pytest.approx(side["sharpness"][0], rel=1e-9) and again.preconditioned
+
+
+def test_track_mode_without_tracking_and_unknown_names_are_refused_in_one_line():
+    one_line_error(TrainConfig, **TINY, track_mode="eval", match="--track-sharpness")
+    one_line_error(TrainConfig, **TINY, track_sharpness=2, track_mode="batch", match="--track-mode")
+    one_line_error(TrainConfig, **TINY, optimizer="lion", match="--optimizer")
+    one_line_error(TrainConfig, **TINY, optimizer="heavy-ball", momentum=1.0, match="momentum")
+
+
+def test_cli_track_mode_and_optimizer_choices(tmp_path):
+    out = str(tmp_path / "x.pt")
+    base = ["train", "--model", "resnet_mini", "--data", "digits:16", "--out", out]
+    bad = CliRunner().invoke(cli, [*base, "--track-sharpness", "2", "--track-mode", "batch"])
+    assert bad.exit_code == 2 and "--track-mode" in bad.output
+    alone = CliRunner().invoke(cli, [*base, "--track-mode", "eval"])
+    assert alone.exit_code == 2 and alone.output.count("\n") == 1 and "give --track-sharpness N" in alone.output
+    for name in ("sgd-nesterov", "heavy-ball"):  # checked before any training
+        run = CliRunner().invoke(cli, [*base, "--optimizer", name, "--momentum", "1.5"])
+        assert run.exit_code == 2 and "momentum must lie in (0, 1)" in run.output and not (tmp_path / "x.pt").exists()
+    assert "[adamw|adam|sgd|sgd-nesterov|heavy-ball]" in CliRunner().invoke(cli, ["train", "--help"]).output

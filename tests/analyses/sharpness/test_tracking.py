@@ -11,6 +11,7 @@ from torch import nn
 from analyses.sharpness.test_measures import Quadratic, dummy_batches, mean_output, spd_matrix
 from landscape.analyses.sharpness.tracking import SharpnessTracker, adam_preconditioner, stability_threshold
 from landscape.core.params import flatten, unflatten
+from landscape.options.sharpness import TRACK_MAXITER, TRACK_NCV, TRACK_TOL
 
 F64 = torch.float64
 EIGENVALUES = [6.0, 4.0, 2.5, 1.0, 0.3, 0.1, 0.05, 0.01]
@@ -178,3 +179,75 @@ def test_bad_optimizers_and_settings_are_refused_in_one_line():
     frozen = torch.optim.SGD(model[2].parameters(), lr=0.1)  # only the last layer is trained and tracked
     record = SharpnessTracker(model, frozen, batch).track(0)
     assert record.threshold == pytest.approx(20.0) and math.isfinite(record.sharpness)
+
+
+def test_warm_started_records_of_a_nesterov_trained_mlp_that_are_flagged_converged_are_the_dense_top_eigenvalue():
+    """Training's settings (tol 1e-2, ncv 8, 3 restarts): a converged record is within tol of lambda_max(H)."""
+    g = torch.Generator().manual_seed(11)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3)).to(F64)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=F64))
+    batch = (torch.randn(16, 4, generator=g, dtype=F64), torch.randint(0, 3, (16,), generator=g))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True)
+    tol = TRACK_TOL
+    tracker = SharpnessTracker(model, optimizer, batch, every=2, tol=tol, ncv=TRACK_NCV, maxiter=TRACK_MAXITER)
+    for step in range(1, 13):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(batch[0]), batch[1]).backward()
+        optimizer.step()
+        record = tracker.maybe_track(step)
+        if record is None:
+            continue
+        H = dense_loss_hessian(model, batch)
+        lam = float(torch.linalg.eigvalsh(H).max())
+        y = tracker.vector
+        true_residual = float(torch.linalg.vector_norm(H @ y - record.sharpness * y))
+        assert record.residual == pytest.approx(true_residual, rel=1e-6, abs=1e-12)
+        assert record.threshold == pytest.approx((2 + 2 * 0.9) / ((1 + 2 * 0.9) * 0.05))
+        if record.converged:
+            assert true_residual <= tol * abs(record.sharpness)
+            assert abs(record.sharpness - lam) <= tol * lam
+    assert [r.warm for r in tracker.records] == [False] + [True] * 5
+    assert sum(r.converged for r in tracker.records) >= 4  # the flags are exercised, not all False
+
+
+def batchnorm_net():
+    g = torch.Generator().manual_seed(4)
+    net = nn.Sequential(nn.Linear(3, 6), nn.BatchNorm1d(6), nn.Tanh(), nn.Linear(6, 3)).to(F64)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=F64))
+        net[1].running_mean.copy_(torch.randn(6, generator=g, dtype=F64))
+        net[1].running_var.fill_(2.5)
+    return net
+
+
+def batchnorm_loss(flat, net, batch, train):
+    """The loss of :func:`batchnorm_net` written out: BatchNorm by the batch's biased statistics or the running ones."""
+    w1, b1, gamma, beta, w2, b2 = unflatten(flat, dict(net.named_parameters())).values()
+    h = batch[0] @ w1.T + b1
+    if train:
+        mean, var = h.mean(0), h.var(0, unbiased=False)
+    else:
+        mean, var = net[1].running_mean, net[1].running_var
+    z = torch.tanh((h - mean) / torch.sqrt(var + net[1].eps) * gamma + beta)
+    return torch.nn.functional.cross_entropy(z @ w2.T + b2, batch[1])
+
+
+def test_train_mode_batchnorm_tracks_the_function_training_follows_and_leaves_the_running_statistics():
+    net = batchnorm_net().train()
+    g = torch.Generator().manual_seed(6)
+    batch = (torch.randn(8, 3, generator=g, dtype=F64), torch.randint(0, 3, (8,), generator=g))
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    buffers = {n: b.clone() for n, b in net.named_buffers()}
+    flat = flatten({n: p.detach() for n, p in net.named_parameters()})
+    for mode in ("train", "eval"):
+        tracker = SharpnessTracker(net, optimizer, batch, tol=1e-10, bn_mode=mode)
+        record = tracker.track(0)
+        H = torch.func.hessian(lambda w, m=mode: batchnorm_loss(w, net, batch, m == "train"))(flat)
+        assert record.sharpness == pytest.approx(float(torch.linalg.eigvalsh(H).max()), rel=1e-9)
+        assert record.converged and tracker.bn_mode == mode
+        for n, b in net.named_buffers():  # neither the model's statistics nor the tracker's copy's change
+            assert torch.equal(b, buffers[n]) and torch.equal(tracker.objective.buffers[n], buffers[n])
+    one_line_error(SharpnessTracker, net, optimizer, batch, bn_mode="batch", match="--track-mode")
