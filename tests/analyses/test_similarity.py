@@ -198,9 +198,9 @@ def test_options_validation():
 
 def _own_cnn(seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
-    conv = torch.nn.Conv2d
-    return torch.nn.Sequential(
-        conv(1, 4, 3, padding=1), torch.nn.ReLU(), conv(4, 6, 3, padding=1), torch.nn.Flatten(), torch.nn.Linear(384, 9)
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 6, 3, padding=1), nn.Flatten(), nn.Linear(384, 10)
     ).eval()
 
 
