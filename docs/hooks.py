@@ -4,8 +4,8 @@ A page says where a list goes with a marker on a line of its own:
 
 - ``<!-- analyses -->``: a table of every registered analysis (result kind, title, description, command, and a
   link to its section of the docs, the ``docs`` field of its :class:`~landscape.analyses.registry.Analysis`);
-- ``<!-- analyses-python -->``: a table of the same analyses' runner functions and options classes, linked to
-  their API pages (a runner that is not on an API page fails the strict build).
+- ``<!-- analyses-python -->``: a table of the same analyses' functions (``landscape.surface``, ...), runners and
+  options classes, linked to their API pages (a runner that is not on an API page fails the strict build).
 
 It also writes the escaped pipes in the code of table cells (a backslash before the pipe, which GitHub needs)
 as plain pipes, which is what Python-Markdown needs.
@@ -60,12 +60,13 @@ def analyses_table(items: list[Analysis], page: str) -> str:
 
 
 def python_table(items: list[Analysis], page: str) -> str:
-    """The Markdown table of ``items``: kind, runner function, options class, each linked to its API page."""
-    rows = ["| kind | runner | options |", "| --- | --- | --- |"]
+    """The Markdown table of ``items``: kind, ``landscape.<function>``, runner, options class, each linked."""
+    rows = ["| kind | function | runner | options |", "| --- | --- | --- | --- |"]
     for a in items:
+        function = f"[`landscape.{a.api.partition(':')[2]}`][{a.api.replace(':', '.')}]" if a.api else "–"
         runner = a.run.replace(":", ".") if a.run else None
         options = f"{a.options.__module__}.{a.options.__qualname__}" if a.options else None
-        rows.append(f"| `{a.kind}` | {_ref(runner)} | {_ref(options)} |")
+        rows.append(f"| `{a.kind or a.command}` | {function} | {_ref(runner)} | {_ref(options)} |")
     return "\n".join(rows)
 
 

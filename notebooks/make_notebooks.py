@@ -3,18 +3,20 @@
     python notebooks/make_notebooks.py          # rewrite every notebook
     python notebooks/make_notebooks.py --check  # exit 1 if a committed notebook differs from what is generated
 
-Every notebook starts with the same parameter cell (``QUICK``, ``DATA``, ``CHECKPOINTS``, ``DEVICE``,
+Every figure notebook starts with the same parameter cell (``QUICK``, ``DATA``, ``CHECKPOINTS``, ``DEVICE``,
 ``WORKDIR``, then the notebook's own parameters) and the same setup cell (settings per mode, train-or-reuse of
-checkpoints under ``WORKDIR``, figure display glue). The analyses are library calls (``landscape.analyses.surface.run``,
-``landscape.analyses.hessian``, ``landscape.analyses.fourier``, ``landscape.models.conv_attention``,
-``landscape.models.convert``); the
-figures are ``landscape.plot`` figure functions. Result files live under ``WORKDIR`` with the same names and
-options in every notebook, so a notebook run after another reuses its checkpoints and result files.
-Notebooks are written without outputs.
+checkpoints under ``WORKDIR``, figure display glue). The analyses are library calls
+(``landscape.analyses.surface.run``, ``landscape.analyses.hessian``, ``landscape.analyses.fourier``,
+``landscape.models.conv_attention``, ``landscape.models.convert``); the figures are ``landscape.plot`` figure
+functions. Result files live under ``WORKDIR`` with the same names and options in every notebook, so a notebook
+run after another reuses its checkpoints and result files. ``own_model.ipynb`` (every analysis from Python on a
+model of one's own) has cells of its own, in ``own_model_cells.py``; its parameter cell has ``QUICK`` and
+``WORKDIR`` too. Notebooks are written without outputs.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -763,6 +765,22 @@ show_figure(spectrum_figure([read_result(DEMO_DIR / f"{m}_spectrum.h5") for m in
     ]
 
 
+def nb_own_model() -> list[nbformat.NotebookNode]:
+    """own_model: every analysis from Python on a small CNN of one's own (the cells of own_model_cells.py)."""
+    spec = importlib.util.spec_from_file_location("own_model_cells", HERE / "own_model_cells.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    made = {"markdown": md, "code": code, "parameters": parameters_only}
+    return [made[kind](text) for kind, text in module.CELLS]
+
+
+def parameters_only(text: str) -> nbformat.NotebookNode:
+    """A parameter cell of ``text`` alone (tagged ``parameters``), for a notebook without the shared parameters."""
+    cell = code(text)
+    cell.metadata["tags"] = ["parameters"]
+    return cell
+
+
 NOTEBOOKS = {
     "01_loss_landscapes.ipynb": nb_loss_landscapes,
     "02_hessian_spectra.ipynb": nb_hessian_spectra,
@@ -771,6 +789,7 @@ NOTEBOOKS = {
     "05_alternet.ipynb": nb_alternet,
     "06_paper_b_conv_to_attention.ipynb": nb_paper_b,
     "07_findings.ipynb": nb_findings,
+    "own_model.ipynb": nb_own_model,
 }
 
 

@@ -26,6 +26,7 @@ MIN_FIGURES = {
     "05_alternet.ipynb": 6,  # 3D per model, spectra, window sweep (negative share / accuracy, spectra)
     "06_paper_b_conv_to_attention.ipynb": 2,
     "07_findings.ipynb": 1,  # the spectra behind the Hessian rows (the findings table is markdown)
+    "own_model.ipynb": 8,  # one figure per analysis from Python: surface to trajectory
 }
 
 

@@ -202,3 +202,34 @@ def test_links_between_docs_pages_resolve():
             if not known:
                 broken.append((name, target))
     assert not broken, broken
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/index.md", "docs/api/index.md"])
+def test_the_front_door_leads_with_landscape_surface_on_a_module(name):
+    """The first Python block of README, the docs home and the API overview: ``import landscape``, an nn.Module,
+    ``landscape.surface(model, loader, ...)``, a number and a figure from the result; no runner, no options class."""
+    text = ALL[name]
+    first = _fenced(text, "python")[0]
+    assert re.search(r"^import landscape$", first, flags=re.M), first
+    assert re.search(r"^model = nn\.\w+\(", first, flags=re.M), "the model is an nn.Module built in the block"
+    assert "landscape.surface(model, loader" in first
+    assert ".summary()" in first and ".plot()" in first
+    assert "run_" not in first and "Options" not in first
+    assert "landscape.surface" in text.split("```python", 1)[0] + first  # what the docs' search finds
+
+
+@pytest.mark.slow
+def test_the_readme_python_block_runs_as_written(tmp_path, monkeypatch):
+    """README's first Python block, executed as it stands: a 21 x 21 surface of its model, a summary, a figure."""
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(_fenced(README, "python")[0], "README.md", "exec"), namespace)
+    surface = namespace["s"]
+    assert surface.kind == "surface" and surface["loss"].shape == (21, 21)
+    assert (tmp_path / "surface.png").stat().st_size > 0
+    import torch
+
+    model, loader = namespace["model"], namespace["loader"]
+    with torch.no_grad():  # the centre is the model itself: its mean cross-entropy (BatchNorm in eval mode)
+        nll = sum(float(torch.nn.functional.cross_entropy(model.eval()(x), y, reduction="sum")) for x, y in loader)
+    assert surface["loss"][10, 10] == pytest.approx(nll / 256, rel=1e-5)

@@ -194,3 +194,42 @@ def test_options_validation():
         "taps": [],
         "other_taps": [],
     }
+
+
+def _own_cnn(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 6, 3, padding=1), nn.Flatten(), nn.Linear(384, 10)
+    ).eval()
+
+
+def test_two_own_modules_on_given_batches_against_the_direct_formula():
+    """landscape.similarity(model, batches, other=...) on modules and a list of batches: CKA from hooks and eq. 3."""
+    import landscape
+
+    a, b = _own_cnn(0), _own_cnn(1)
+    g = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(6, 1, 8, 8, generator=g), torch.randint(0, 10, (6,), generator=g)) for _ in range(2)]
+    taps = ["0=stem", "2=conv"]
+    res = landscape.similarity(a, batches, other=b, taps=taps, other_taps=taps, device="cpu", progress=False)
+    assert res.attrs["comparison"] == "between" and res.attrs["n_samples"] == 12
+
+    def outputs(model):
+        seen = []
+        hooks = [model[i].register_forward_hook(lambda m, args, out: seen.append(out)) for i in (0, 2)]
+        with torch.no_grad():
+            per_batch = []
+            for x, _ in batches:
+                seen.clear()
+                model(x)
+                per_batch.append([gram(t).numpy() for t in seen])
+        for hook in hooks:
+            hook.remove()
+        return per_batch
+
+    ga, gb = outputs(a), outputs(b)
+    xy = np.array([[sum(direct_hsic1(ka[i], kb[j]) for ka, kb in zip(ga, gb)) for j in range(2)] for i in range(2)])
+    xx = np.array([sum(direct_hsic1(k[i], k[i]) for k in ga) for i in range(2)])
+    yy = np.array([sum(direct_hsic1(k[j], k[j]) for k in gb) for j in range(2)])
+    np.testing.assert_allclose(res["cka"], xy / np.sqrt(np.outer(xx, yy)), rtol=1e-8)

@@ -408,6 +408,7 @@ def run_similarity(
         raise LandscapeError(f"run_similarity takes its options as a SimilarityOptions, got {type(options).__name__}")
     o = options
     call = command or python_call("run_similarity", source, o, other=other, out=out, model_name=model_name)
+    given = batches is not None
     prepared = prepare(source, o, model_name=model_name, device=device, command=call, batches=batches)
     inputs, attrs, dev = prepared.inputs, prepared.attrs, prepared.inputs.device
     batches = [b for b in prepared.batches if int(b[0].shape[0]) >= MIN_BATCH]  # a tiny last batch is left out
@@ -416,8 +417,9 @@ def run_similarity(
     inputs_b = None
     batches_b = None
     if other is not None:
-        inputs_b = load_inputs(other, model_name=other_model_name, data=inputs.dataset_spec, split=o.split, device=dev)
-        if inputs_b.preprocess != inputs.preprocess:
+        spec = (o.data or "digits") if given else inputs.dataset_spec  # the caller's batches go to both as they are
+        inputs_b = load_inputs(other, model_name=other_model_name, data=spec, split=o.split, device=dev)
+        if not given and inputs_b.preprocess != inputs.preprocess:
             batches_b = batches_for(inputs_b, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
             batches_b = batches_b[: len(batches)]
             for (_, ya), (_, yb) in zip(batches, batches_b):
