@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from landscape.analyses.align.spec import Axis, PermutationSpec
+from landscape.analyses.align.axes import Axis, PermutationSpec
 
 #: permutation name -> permutation (new unit -> old unit)
 Perms = dict[str, Tensor]

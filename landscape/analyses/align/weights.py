@@ -22,8 +22,8 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
+from landscape.analyses.align.axes import Permutation, PermutationSpec
 from landscape.analyses.align.permute import Perms, apply, identity, objective, permute_axis, units
-from landscape.analyses.align.spec import Permutation, PermutationSpec
 
 
 @dataclass
