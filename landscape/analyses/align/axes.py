@@ -18,11 +18,14 @@ class Axis:
         dim: the axis of that tensor.
         repeat: the axis holds ``size * repeat`` entries, unit ``c`` at ``c * repeat + j`` (after a flatten);
             1 otherwise.
+        span: the units occupy entries ``[start, stop)`` of the axis only (the query, key or value rows of an
+            attention module's fused ``qkv``); None: the whole axis.
     """
 
     tensor: str
     dim: int
     repeat: int = 1
+    span: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -50,13 +53,19 @@ class Permutation:
         name: the first module whose output carries it (e.g. ``stem.0`` for a ResNet's residual stream).
         size: the number of units.
         axes: the tensor axes it moves, in graph order.
-        sites: the nodes whose outputs carry it, in graph order.
+        sites: the nodes whose outputs carry it, in graph order (none for the units inside an attention module).
+        heads: the units are ``heads`` blocks of ``size // heads`` (an attention module's heads): a permutation
+            reorders whole heads and the units within each head only; 1: any permutation.
+        heads_of: the attention module whose heads it orders; the permutations of one module (its query/key and
+            its value/output units) share one order of the heads.
     """
 
     name: str
     size: int
     axes: tuple[Axis, ...]
     sites: tuple[Site, ...]
+    heads: int = 1
+    heads_of: str = ""
 
 
 @dataclass(frozen=True)

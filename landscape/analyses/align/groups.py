@@ -33,6 +33,10 @@ class Group:
     axes: list[Axis] = field(default_factory=list)
     sites: list[Site] = field(default_factory=list)
     creator: str = ""
+    node: str = ""
+    name: str = ""
+    heads: int = 1
+    heads_of: str = ""
 
 
 class Groups:
@@ -42,11 +46,17 @@ class Groups:
         self.parent: list[int] = [0]
         self.groups: dict[int, Group] = {0: Group(0)}
 
-    def new(self, size: int, creator: str) -> int:
-        """A new group of ``size`` units started by module ``creator``; its id."""
+    def new(self, size: int, creator: str, node: str = "", name: str = "", heads: int = 1) -> int:
+        """A new group of ``size`` units started by module ``creator`` at ``node``; its id.
+
+        A group with a ``name`` is an attention module's units in ``heads`` heads (:class:`~.axes.Permutation`),
+        kept though no node's output carries it.
+        """
         g = len(self.parent)
         self.parent.append(g)
-        self.groups[g] = Group(size, creator=creator)
+        self.groups[g] = Group(
+            size, creator=creator, node=node, name=name, heads=heads, heads_of=creator if name else ""
+        )
         return g
 
     def find(self, g: int) -> int:

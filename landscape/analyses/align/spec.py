@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, fx, nn
 
+from landscape.analyses.align.attention import attention_layout
 from landscape.analyses.align.axes import Axis, Permutation, PermutationSpec, Site, iter_axes
 from landscape.analyses.align.walk import Walk
 from landscape.errors import LandscapeError
@@ -43,6 +44,10 @@ class _Tracer(fx.Tracer):
     def __init__(self) -> None:
         super().__init__()
         self.inside: list[tuple[str, str]] = []
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        """torch.nn's modules and the attention modules (a rule of their own) are not traced into."""
+        return attention_layout(m) is not None or super().is_leaf_module(m, module_qualified_name)
 
     def call_module(self, m: nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         self.inside.append((self.path_of_module(m), type(m).__name__))

@@ -6,12 +6,14 @@ The rules are listed in :mod:`landscape.analyses.align.spec`.
 from __future__ import annotations
 
 import operator
+from dataclasses import replace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from landscape.analyses.align.attention import attention_layout, attention_rule
 from landscape.analyses.align.axes import Axis, Permutation, PermutationSpec, Site
 from landscape.analyses.align.groups import FIXED, NOT_TENSOR, Groups, State
 from landscape.errors import LandscapeError
@@ -228,6 +230,8 @@ class Walk:
         """The rule of a called module."""
         s = self.first(n)
         target = str(n.target)
+        if attention_layout(m) is not None:
+            return attention_rule(self, n, m)
         if isinstance(m, nn.Linear):
             if self.live(s) and s.dim != self.ndim(n.args[0]) - 1:
                 raise self.refuse(n, "acts on another axis than the permuted one")
@@ -304,7 +308,13 @@ class Walk:
             return self.reduce(n)
         if f is F.softmax or f is torch.softmax:
             return self.passed(n)
-        if f is operator.getitem or f is getattr:
+        if f is operator.getitem:
+            return self.index(n)
+        if f is torch.transpose:
+            return self.transpose(n, [int(a) for a in n.args[1:3]])
+        if f is torch.cat or f is torch.concat:
+            return self.concatenate(n)
+        if f is getattr:
             if self.permuted_inputs(n):
                 raise self.refuse(n, "indexes a permuted tensor")
             return FIXED
@@ -328,6 +338,15 @@ class Walk:
             return self.reduce(n)
         if name == "softmax":
             return self.passed(n)
+        if name in ("transpose", "permute"):
+            dims = n.args[1:]
+            if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+                dims = dims[0]
+            return self.transpose(n, [int(d) for d in dims], swap=name == "transpose")
+        if name == "expand" and self.ndim(n) == self.ndim(n.args[0]):
+            if n.args[0].name in self.attrs:  # a parameter broadcast over the batch (a CLS token)
+                self.attrs[n.name] = self.attrs[n.args[0].name]
+            return self.passed(n)
         if self.permuted_inputs(n):
             raise self.refuse(n, "receives permuted units and no permutation spec covers it")
         return FIXED
@@ -340,7 +359,10 @@ class Walk:
         broadcasts along them is the same for every unit; any other tensor that varies along them (the network's
         input) fixes the permutation.
         """
-        operands = [a for a in (*n.args[:2], *n.kwargs.values()) if isinstance(a, fx.Node)]
+        return self.join(n, [a for a in (*n.args[:2], *n.kwargs.values()) if isinstance(a, fx.Node)])
+
+    def join(self, n: fx.Node, operands: list[fx.Node]) -> State:
+        """The operands' units joined into one permutation (:meth:`elementwise`); the output's state."""
         operands = [a for a in operands if self.shapes.get(a.name) is not None]
         live = [a for a in operands if self.live(self.state(a))]
         if not live:
@@ -359,7 +381,7 @@ class Walk:
                 self.groups.union(ref.group, s.group, self.where(n))
             elif d < 0 or d >= len(shape) or shape[d] == 1:
                 continue
-            elif a.op == "get_attr":
+            elif a.name in self.attrs:
                 self.tie_attr(n, a, ref, d)
             else:
                 self.groups.union(ref.group, 0, self.where(n))
@@ -372,6 +394,46 @@ class Walk:
             raise self.refuse(n, f"combines the units with {tensor}, which is not a parameter or buffer")
         assert ref.group is not None
         self.groups.tie(ref.group, Axis(tensor, dim, ref.repeat))
+
+    def transpose(self, n: fx.Node, dims: list[int], swap: bool = True) -> State:
+        """A transpose of two axes (``swap``) or a permute of all: the units' axis moves with it."""
+        s = self.first(n)
+        if not self.live(s):
+            return FIXED
+        nd = self.ndim(n)
+        dims = [d % nd for d in dims]
+        if swap:
+            a, b = dims
+            return replace(s, dim=b if s.dim == a else a if s.dim == b else s.dim)
+        return replace(s, dim=dims.index(s.dim))
+
+    def concatenate(self, n: fx.Node) -> State:
+        """A concatenation along another axis than the units' (the CLS token before the patch tokens).
+
+        Its operands are joined as in an add (:meth:`elementwise`): a parameter among them (the CLS token) moves
+        with the units. Along the units' axis it is refused.
+        """
+        tensors = n.args[0] if n.args else n.kwargs.get("tensors", ())
+        dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+        operands = [a for a in tensors if isinstance(a, fx.Node)]
+        live = [a for a in operands if self.live(self.state(a))]
+        if not live:
+            return FIXED
+        if any(self.state(a).dim == int(dim) % self.ndim(n) for a in live):
+            raise self.refuse(n, "concatenates along the permuted axis")
+        return self.join(n, operands)
+
+    def index(self, n: fx.Node) -> State:
+        """``x[...]`` by integers and slices (``tokens[:, 0]``): the units' axis must be taken whole (``:``)."""
+        s = self.first(n)
+        if not self.live(s):
+            return FIXED
+        index = n.args[1] if isinstance(n.args[1], tuple) else (n.args[1],)
+        if not all(isinstance(i, (int, slice)) for i in index) or len(index) > self.ndim(n.args[0]):
+            raise self.refuse(n, "indexes a permuted tensor")
+        if s.dim < len(index) and index[s.dim] != slice(None):
+            raise self.refuse(n, "indexes the permuted axis")
+        return replace(s, dim=s.dim - sum(isinstance(i, int) for i in index[: s.dim]))
 
     def flatten(self, n: fx.Node, s: State, start: int, end: int) -> State:
         """A flatten of axes ``start..end``: the units' axis gains a repeat when the axes behind it join it."""
@@ -422,24 +484,27 @@ class Walk:
     # -------------------------------------------------------------------------------------- result
     def spec(self, model: nn.Module) -> PermutationSpec:
         """The spec of the groups found, named after their first site's module, in graph order."""
-        found: list[Permutation] = []
+        found: list[tuple[int, Permutation]] = []
         order = {n.name: i for i, n in enumerate(self.gm.graph.nodes)}
         for g, group in self.groups.groups.items():
             if g == 0 or self.groups.find(g) != g:
                 continue
             sites = tuple(sorted(group.sites, key=lambda s: order[s.node]))
             axes = tuple(dict.fromkeys(group.axes))
-            if not sites:
-                continue
-            name = sites[0].module or sites[0].node
-            found.append(Permutation(name, group.size, axes, sites))
-        found.sort(key=lambda p: order[p.sites[0].node])
+            if group.name:
+                found.append(
+                    (order[group.node], Permutation(group.name, group.size, axes, sites, group.heads, group.heads_of))
+                )
+            elif sites:
+                name = sites[0].module or sites[0].node
+                found.append((order[sites[0].node], Permutation(name, group.size, axes, sites)))
+        found.sort(key=lambda item: item[0])
         names: dict[str, int] = {}
         unique = []
-        for p in found:
+        for _, p in found:
             k = names.get(p.name, 0)
             names[p.name] = k + 1
-            unique.append(p if k == 0 else Permutation(f"{p.name}#{k}", p.size, p.axes, p.sites))
+            unique.append(p if k == 0 else replace(p, name=f"{p.name}#{k}"))
         return PermutationSpec(type(model).__name__, tuple(unique))
 
 
