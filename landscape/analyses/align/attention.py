@@ -88,7 +88,8 @@ def attention_rule(walk: Walk, n: fx.Node, m: nn.Module) -> State:
         return FIXED
     if walk.live(s) and s.dim != walk.ndim(n.args[0]) - 1:
         raise walk.refuse(n, "attends over the permuted axis")
-    if len(n.args) > 1 or any(v not in (None, False) for v in n.kwargs.values()):
+    extra = [*n.args[1:], *n.kwargs.values()]  # a mask is a tensor; an unset one is None (or a None input)
+    if any(walk.shapes.get(v.name) is not None if isinstance(v, fx.Node) else v not in (None, False) for v in extra):
         raise walk.refuse(n, "is given a mask or other inputs (not covered)")
     heads, head_dim = layout
     inner = heads * head_dim

@@ -260,7 +260,8 @@ class Walk:
                     self.tie(s, f"{target}.{name}", 0)
             return s if s.group is not None else FIXED
         if isinstance(m, nn.LayerNorm):
-            return self.layer_norm(n, m, s, target)
+            affine = [f"{target}.{name}" for name in ("weight", "bias") if getattr(m, name, None) is not None]
+            return self.layer_norm(n, len(m.normalized_shape), affine)
         if isinstance(m, _ELEMENTWISE_MODULES):
             return self.passed(n)
         if isinstance(m, _POOL_MODULES):
@@ -273,20 +274,31 @@ class Walk:
             raise self.refuse(n, "receives permuted units and no permutation spec covers it")
         return FIXED
 
-    def layer_norm(self, n: fx.Node, m: nn.LayerNorm, s: State, target: str) -> State:
-        """A LayerNorm: over the units' axis it ties its weight and bias; over other axes it passes them."""
+    def layer_norm(self, n: fx.Node, normalized: int, tensors: list[str]) -> State:
+        """A LayerNorm over the last ``normalized`` axes (a module or ``F.layer_norm``).
+
+        Over the units' axis alone it ties its weight and bias (``tensors``); over other axes it passes the units.
+        """
+        s = self.first(n)
         if not self.live(s):
             return FIXED
-        nd = self.ndim(n.args[0])
-        k = len(m.normalized_shape)
-        if s.dim < nd - k:
+        if s.dim < self.ndim(n.args[0]) - normalized:
             return s  # it normalises other axes: the units' axis is carried through
-        if k != 1 or s.repeat != 1:
+        if normalized != 1 or s.repeat != 1:
             raise self.refuse(n, "normalises the permuted axis together with others")
-        for name in ("weight", "bias"):
-            if getattr(m, name, None) is not None:
-                self.tie(s, f"{target}.{name}", 0)
+        for tensor in tensors:
+            self.tie(s, tensor, 0)
         return s
+
+    def functional_layer_norm(self, n: fx.Node) -> State:
+        """``F.layer_norm(x, shape, weight, bias)`` (a LayerNorm subclass traced into): its weight and bias."""
+        shape = n.args[1] if len(n.args) > 1 else n.kwargs["normalized_shape"]
+        affine = [*n.args[2:4], n.kwargs.get("weight"), n.kwargs.get("bias")]
+        for a in affine:
+            if isinstance(a, fx.Node) and a.name not in self.attrs and self.live(self.first(n)):
+                raise self.refuse(n, "normalises with a weight that is not a parameter")
+        tensors = [self.attrs[a.name] for a in affine if isinstance(a, fx.Node) and a.name in self.attrs]
+        return self.layer_norm(n, len(shape) if isinstance(shape, (list, tuple)) else 1, tensors)
 
     # --------------------------------------------------------------------------------- functions
     def function(self, n: fx.Node, f: Any) -> State:
@@ -310,6 +322,8 @@ class Walk:
             return self.passed(n)
         if f is operator.getitem:
             return self.index(n)
+        if f is F.layer_norm:
+            return self.functional_layer_norm(n)
         if f is torch.transpose:
             return self.transpose(n, [int(a) for a in n.args[1:3]])
         if f is torch.cat or f is torch.concat:
