@@ -79,7 +79,7 @@ def trace(model: nn.Module) -> fx.GraphModule:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise LandscapeError(
             f"cannot trace module {name} with torch.fx ({first}); landscape align needs a traceable network "
-            "(attention and data-dependent control flow are not supported)"
+            "(data-dependent control flow is not supported)"
         ) from exc
     return fx.GraphModule(model, graph, class_name=type(model).__name__)
 

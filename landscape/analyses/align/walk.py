@@ -146,7 +146,7 @@ class Walk:
         return LandscapeError(
             f"{self.where(n)} {why}; landscape align cannot permute this network's hidden units "
             "(supported: Linear, Conv, BatchNorm, LayerNorm, elementwise activations, pooling, residual adds, "
-            "flatten)"
+            "flatten, ViT attention with a fused qkv)"
         )
 
     def live(self, s: State) -> bool:

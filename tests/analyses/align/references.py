@@ -177,7 +177,6 @@ def randomise(model, seed=3, scale=0.3):
     return model.eval()
 
 
-
 def permuted_vit(model, patch="patch_embed", seed=1, aware=True):
     """A ViT (CLS token, absolute position embedding, pre-norm blocks of fused-qkv attention and an MLP, final
     LayerNorm, Linear head on the CLS token) with its residual stream, every attention module's heads and the
