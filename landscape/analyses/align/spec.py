@@ -16,12 +16,19 @@ graph (``torch.fx.symbolic_trace``) and following the permuted axis through ever
   whole residual stream shares one; an add of a parameter (a position embedding) ties the parameter's axis;
 - ``flatten`` of an ``(N, C, H, W)`` map gives the next ``Linear`` ``C`` blocks of ``H * W`` inputs (an axis
   with a *repeat*, index ``c * r + j``);
+- a transpose or permute moves the units' axis; a concatenation along another axis joins its operands as an add
+  does (the CLS token, a parameter, is tied like a position embedding); indexing by integers and slices that
+  takes the units' axis whole (``tokens[:, 0]``) passes them on; ``F.layer_norm`` (a LayerNorm subclass traced
+  into) acts as ``LayerNorm``;
+- an attention module (a ViT's, timm's) is a leaf of the traced graph with its own rule, two head-aware
+  permutations of its inner units (:mod:`landscape.analyses.align.attention`);
 - the network's inputs are never permuted, and what reaches its output is not permuted either (the classifier's
   output axis): a permutation joined with them is dropped.
 
-Any other node that receives a permuted tensor (attention, a reshape that splits the permuted axis, a
-concatenation, a module the tracer cannot see into) is refused in one line naming the module, so a spec never
-yields a network that computes another function.
+Any other node that receives a permuted tensor (attention not covered, a reshape that splits the permuted axis, a
+concatenation along it, a module the tracer cannot see into) is refused in one line naming the module, so a spec
+never yields a network that computes another function. The graph is walked by
+:class:`~landscape.analyses.align.walk.Walk`; the spec's data are in :mod:`landscape.analyses.align.axes`.
 """
 
 from collections.abc import Callable
