@@ -10,8 +10,9 @@ Linear, ``softmax(q_h k_h^T / sqrt(d)) v_h`` per head keeps the function when
 - within each head the query and key rows move together (``q_h k_h^T`` is a sum over their shared index), and the
   value rows and ``proj``'s input columns move together.
 
-So the module has two permutations of ``I`` units in ``H`` heads (:attr:`~.axes.Permutation.heads`): ``<module>.qk``
-and ``<module>.vo``, sharing the head order (:attr:`~.axes.Permutation.heads_of`). One permutation over all ``I``
+The walk's rule (:meth:`~landscape.analyses.align.walk.Walk.attention`) makes two permutations of ``I``
+units in ``H`` heads (:attr:`~.axes.Permutation.heads`): ``<module>.qk`` and ``<module>.vo``, sharing the head
+order (:attr:`~.axes.Permutation.heads_of`). One permutation over all ``I``
 concatenated head dimensions would mix units of different heads, which changes the function
 (docs/analyses.md, permutation alignment).
 
@@ -21,16 +22,9 @@ Covered: landscape's :class:`~landscape.models.layers.Attention` without a relat
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from torch import nn
 
-from torch import fx, nn
-
-from landscape.analyses.align.axes import Axis
-from landscape.analyses.align.groups import FIXED, State
 from landscape.models.layers import Attention
-
-if TYPE_CHECKING:
-    from landscape.analyses.align.walk import Walk
 
 
 def _timm_attention(m: nn.Module) -> bool:
@@ -63,47 +57,3 @@ def attention_layout(m: nn.Module) -> tuple[int, int] | str | None:
     if not (isinstance(qkv, nn.Linear) and isinstance(proj, nn.Linear)) or qkv.out_features != 3 * heads * head_dim:
         return "is not a fused qkv Linear of 3 x heads x head_dim rows and a proj Linear"
     return heads, head_dim
-
-
-def attention_rule(walk: Walk, n: fx.Node, m: nn.Module) -> State:
-    """The state of an attention module's output, its two head-aware permutations made (module doc).
-
-    Args:
-        walk: the walk.
-        n: the node that calls the module.
-        m: the module.
-
-    Returns:
-        The state of its output: a new permutation of ``proj``'s outputs.
-
-    Raises:
-        LandscapeError: a module that is not covered receives permuted units, the units are not on the last axis,
-            or the module is given a mask.
-    """
-    layout = attention_layout(m)
-    s = walk.first(n)
-    if isinstance(layout, str) or layout is None:
-        if walk.permuted_inputs(n):
-            raise walk.refuse(n, layout or "is an attention module no rule covers")
-        return FIXED
-    if walk.live(s) and s.dim != walk.ndim(n.args[0]) - 1:
-        raise walk.refuse(n, "attends over the permuted axis")
-    extra = [*n.args[1:], *n.kwargs.values()]  # a mask is a tensor; an unset one is None (or a None input)
-    if any(walk.shapes.get(v.name) is not None if isinstance(v, fx.Node) else v not in (None, False) for v in extra):
-        raise walk.refuse(n, "is given a mask or other inputs (not covered)")
-    heads, head_dim = layout
-    inner = heads * head_dim
-    target = str(n.target)
-    walk.tie(s, f"{target}.qkv.weight", 1)
-    has_bias = m.qkv.bias is not None
-    for part, role in ((0, "qk"), (2, "vo")):
-        g = walk.groups.new(inner, target, node=n.name, name=f"{target}.{role}", heads=heads)
-        for k in (part, 1) if role == "qk" else (part,):
-            span = (k * inner, (k + 1) * inner)
-            walk.groups.tie(g, Axis(f"{target}.qkv.weight", 0, 1, span))
-            if has_bias:
-                walk.groups.tie(g, Axis(f"{target}.qkv.bias", 0, 1, span))
-        if role == "vo":
-            walk.groups.tie(g, Axis(f"{target}.proj.weight", 1))
-    tensors = [f"{target}.proj.weight"] + ([f"{target}.proj.bias"] if m.proj.bias is not None else [])
-    return walk.new_group(n, m.proj.out_features, walk.ndim(n) - 1, tensors)

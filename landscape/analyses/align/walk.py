@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from landscape.analyses.align.attention import attention_layout, attention_rule
+from landscape.analyses.align.attention import attention_layout
 from landscape.analyses.align.axes import Axis, Permutation, PermutationSpec, Site
 from landscape.analyses.align.groups import FIXED, NOT_TENSOR, Groups, State
 from landscape.errors import LandscapeError
@@ -231,7 +231,7 @@ class Walk:
         s = self.first(n)
         target = str(n.target)
         if attention_layout(m) is not None:
-            return attention_rule(self, n, m)
+            return self.attention(n, m)
         if isinstance(m, nn.Linear):
             if self.live(s) and s.dim != self.ndim(n.args[0]) - 1:
                 raise self.refuse(n, "acts on another axis than the permuted one")
@@ -299,6 +299,50 @@ class Walk:
                 raise self.refuse(n, "normalises with a weight that is not a parameter")
         tensors = [self.attrs[a.name] for a in affine if isinstance(a, fx.Node) and a.name in self.attrs]
         return self.layer_norm(n, len(shape) if isinstance(shape, (list, tuple)) else 1, tensors)
+
+    def attention(self, n: fx.Node, m: nn.Module) -> State:
+        """An attention module's output state; its two head-aware permutations made (:mod:`.attention`).
+
+        Args:
+            n: the node that calls the module.
+            m: the module.
+
+        Returns:
+            The state of its output: a new permutation of ``proj``'s outputs.
+
+        Raises:
+            LandscapeError: a module that is not covered receives permuted units, the units are not on the last axis,
+                or the module is given a mask.
+        """
+        layout = attention_layout(m)
+        s = self.first(n)
+        if isinstance(layout, str) or layout is None:
+            if self.permuted_inputs(n):
+                raise self.refuse(n, layout or "is an attention module no rule covers")
+            return FIXED
+        if self.live(s) and s.dim != self.ndim(n.args[0]) - 1:
+            raise self.refuse(n, "attends over the permuted axis")
+        extra = [*n.args[1:], *n.kwargs.values()]  # a mask is a tensor; an unset one is None (or a None input)
+        if any(
+            self.shapes.get(v.name) is not None if isinstance(v, fx.Node) else v not in (None, False) for v in extra
+        ):
+            raise self.refuse(n, "is given a mask or other inputs (not covered)")
+        heads, head_dim = layout
+        inner = heads * head_dim
+        target = str(n.target)
+        self.tie(s, f"{target}.qkv.weight", 1)
+        has_bias = m.qkv.bias is not None
+        for part, role in ((0, "qk"), (2, "vo")):
+            g = self.groups.new(inner, target, node=n.name, name=f"{target}.{role}", heads=heads)
+            for k in (part, 1) if role == "qk" else (part,):
+                span = (k * inner, (k + 1) * inner)
+                self.groups.tie(g, Axis(f"{target}.qkv.weight", 0, 1, span))
+                if has_bias:
+                    self.groups.tie(g, Axis(f"{target}.qkv.bias", 0, 1, span))
+            if role == "vo":
+                self.groups.tie(g, Axis(f"{target}.proj.weight", 1))
+        tensors = [f"{target}.proj.weight"] + ([f"{target}.proj.bias"] if m.proj.bias is not None else [])
+        return self.new_group(n, m.proj.out_features, self.ndim(n) - 1, tensors)
 
     # --------------------------------------------------------------------------------- functions
     def function(self, n: fx.Node, f: Any) -> State:
