@@ -26,9 +26,12 @@ from torch import nn
 
 from landscape.models.layers import Attention
 
+#: where timm defines the VisionTransformer's ``Attention`` (its other models' attention classes are not covered)
+_TIMM_ATTENTION = ("timm.layers.attention", "timm.models.vision_transformer")
+
 
 def _timm_attention(m: nn.Module) -> bool:
-    return type(m).__name__ == "Attention" and type(m).__module__.startswith("timm.")
+    return type(m).__name__ == "Attention" and type(m).__module__ in _TIMM_ATTENTION
 
 
 def attention_layout(m: nn.Module) -> tuple[int, int] | str | None:
