@@ -6,6 +6,7 @@ import itertools
 import pytest
 import torch
 from helpers import one_line_error
+from torch import nn
 
 import landscape
 from landscape.analyses.align.run import align_models
@@ -120,3 +121,24 @@ def test_attention_modules_not_covered_are_refused_in_one_line_naming_the_module
     convvit = create_model("convvit_mini", num_classes=10).eval()
     one_line_error(permutation_spec, convvit, x, match=r"blocks\.0\.attn \(ShiftAttention\)")
     one_line_error(permutation_spec, create_model("alternet_mini", num_classes=10).eval(), x, match="AlterNet")
+
+
+class _Tokens(nn.Module):
+    """Tokens (N, L, 4) -> Linear -> transpose to (N, 6, L) and back -> a slice of tokens or of units -> Linear."""
+
+    def __init__(self, take_units):
+        super().__init__()
+        self.take_units = take_units
+        self.embed, self.head = nn.Linear(4, 6), nn.Linear(3 if take_units else 6, 2)
+
+    def forward(self, x):
+        y = self.embed(x).transpose(1, 2).transpose(2, 1)
+        return self.head(y[:, 0, :3] if self.take_units else y[:, 1:].mean(1))
+
+
+def test_indexing_that_keeps_the_units_whole_passes_them_and_indexing_them_is_refused():
+    x = torch.randn(4, 5, 4)
+    spec = permutation_spec(_Tokens(False).eval(), x)
+    assert [(p.name, p.size) for p in spec.permutations] == [("embed", 6)]
+    assert ("head.weight", 1) in {(a.tensor, a.dim) for a in spec.permutations[0].axes}
+    one_line_error(permutation_spec, _Tokens(True).eval(), x, match="indexes the permuted axis")
