@@ -19,6 +19,27 @@ from landscape.models.registry import register_model
 POS_EMBEDS = ("abs", "rpe")
 
 
+def check_image_size(x: Tensor, img_size: int) -> None:
+    """Refuse images that are not ``img_size x img_size`` (one call in a graph traced by torch.fx, not traced into).
+
+    Args:
+        x: Images of shape ``(B, C, H, W)``.
+        img_size: The side the ViT was built for.
+
+    Raises:
+        LandscapeError: If ``H`` or ``W`` is not ``img_size``.
+    """
+    height, width = x.shape[-2:]
+    if height != img_size or width != img_size:
+        raise LandscapeError(
+            f"this ViT was built for {img_size}x{img_size} images, got {height}x{width}; "
+            f"build it with img_size={height}"
+        )
+
+
+torch.fx.wrap("check_image_size")
+
+
 class Block(nn.Module):
     """Pre-norm transformer block: ``x + MSA(LN(x))`` then ``x + MLP(LN(x))``.
 
@@ -173,12 +194,7 @@ class ViT(nn.Module):
         Raises:
             LandscapeError: If the images are not ``img_size x img_size``.
         """
-        height, width = x.shape[-2:]
-        if height != self.img_size or width != self.img_size:
-            raise LandscapeError(
-                f"this ViT was built for {self.img_size}x{self.img_size} images, got {height}x{width}; "
-                f"build it with img_size={height}"
-            )
+        check_image_size(x, self.img_size)
         tokens = self.patch_embed(x).flatten(2).transpose(1, 2)  # row-major over the patch grid
         x = torch.cat([self.cls_token.expand(tokens.shape[0], -1, -1), tokens], dim=1)
         return x if self.pos_embed is None else x + self.pos_embed

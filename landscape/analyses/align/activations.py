@@ -6,6 +6,10 @@ on the same images are gathered, every spatial position and token a sample, and 
 ``C[i, j] = cov(a_i, b_j) / (std(a_i) std(b_j))`` of theta_A's unit ``i`` and theta_B's unit ``j`` is computed
 (float64 running sums over the batches; a unit that never varies correlates 0). The permutation maximises
 ``sum_i sum_sites C[i, p[i]]``, one linear assignment per permutation.
+
+An attention module's inner units (its query/key and value/output permutations) are seen at no node's output:
+they are found by weight matching with every other permutation held at its activation match
+(:func:`~landscape.analyses.align.weights.descend`), and the matching names them (``weight_matched``).
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ from typing import Any
 import torch
 from torch import Tensor, fx, nn
 
-from landscape.analyses.align.permute import apply, objective
+from landscape.analyses.align.permute import apply, identity, objective
 from landscape.analyses.align.spec import PermutationSpec, Site, trace
-from landscape.analyses.align.weights import Matching, assignment
+from landscape.analyses.align.weights import Matching, assignment, descend
 
 
 def site_units(out: Tensor, site: Site, size: int) -> Tensor:
@@ -83,7 +87,13 @@ def _outputs(gm: fx.GraphModule, x: Tensor, wanted: set[str]) -> dict[str, Tenso
 
 @torch.no_grad()
 def activation_matching(
-    spec: PermutationSpec, model_a: nn.Module, model_b: nn.Module, batches: Sequence[Sequence[Tensor]]
+    spec: PermutationSpec,
+    model_a: nn.Module,
+    model_b: nn.Module,
+    batches: Sequence[Sequence[Tensor]],
+    *,
+    seed: int = 0,
+    max_sweeps: int = 100,
 ) -> Matching:
     """The permutations of theta_B's units that best match its activations to theta_A's (module doc).
 
@@ -92,9 +102,11 @@ def activation_matching(
         model_a: theta_A (eval mode; not changed).
         model_b: theta_B, of the same architecture.
         batches: ``(x, y)`` batches on the models' device; only ``x`` is used.
+        seed: seeds the weight matching of the permutations no node shows.
+        max_sweeps: its cap on sweeps.
 
     Returns:
-        The :class:`Matching` (one sweep, converged).
+        The :class:`Matching` (one sweep; converged unless the weight matching of the unseen ones was not).
     """
     gm_a, gm_b = trace(model_a), trace(model_b)
     wanted = {s.node for p in spec.permutations for s in p.sites}
@@ -105,9 +117,13 @@ def activation_matching(
         for p in spec.permutations:
             for s in p.sites:
                 sums[(p.name, s.node)].add(site_units(out_a[s.node], s, p.size), site_units(out_b[s.node], s, p.size))
-    perms = {}
+    perms = identity(spec)
     for p in spec.permutations:
-        c = sum(sums[(p.name, s.node)].correlation() for s in p.sites)
-        perms[p.name] = assignment(c)
+        if p.sites:
+            perms[p.name] = assignment(sum(sums[(p.name, s.node)].correlation() for s in p.sites))
     a, b = model_a.state_dict(), model_b.state_dict()
-    return Matching(perms, 1, True, objective(spec, a, b), objective(spec, a, apply(spec, b, perms)))
+    unseen = [p for p in spec.permutations if not p.sites]
+    _, converged = descend(spec, a, b, perms, unseen, seed=seed, max_sweeps=max_sweeps)
+    after = objective(spec, a, apply(spec, b, perms))
+    names = tuple(p.name for p in unseen)
+    return Matching(perms, 1, converged, objective(spec, a, b), after, names)

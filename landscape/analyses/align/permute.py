@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from landscape.analyses.align.spec import Axis, PermutationSpec
+from landscape.analyses.align.axes import Axis, PermutationSpec
 
 #: permutation name -> permutation (new unit -> old unit)
 Perms = dict[str, Tensor]
@@ -48,8 +48,13 @@ def expand(perm: Tensor, repeat: int) -> Tensor:
 
 
 def permute_axis(t: Tensor, axis: Axis, perm: Tensor) -> Tensor:
-    """``t`` with the units on ``axis`` reordered by ``perm`` (a new tensor)."""
-    return t.index_select(axis.dim, expand(perm, axis.repeat).to(t.device))
+    """``t`` with the units on ``axis`` (within its span) reordered by ``perm`` (a new tensor)."""
+    index = expand(perm, axis.repeat).to(t.device)
+    if axis.span is not None:
+        start, stop = axis.span
+        whole = torch.arange(t.shape[axis.dim], device=t.device)
+        index = torch.cat([whole[:start], start + index, whole[stop:]])
+    return t.index_select(axis.dim, index)
 
 
 def apply(
@@ -76,7 +81,9 @@ def apply(
 
 
 def units(t: Tensor, axis: Axis) -> Tensor:
-    """``t`` as a ``(units, rest)`` float64 matrix: row ``i`` holds every entry of unit ``i`` on ``axis``."""
+    """``t`` as a ``(units, rest)`` float64 matrix: row ``i`` holds every entry of unit ``i`` on ``axis`` (its span)."""
+    if axis.span is not None:
+        t = t.narrow(axis.dim, axis.span[0], axis.span[1] - axis.span[0])
     moved = t.detach().to(torch.float64).movedim(axis.dim, 0)
     n = moved.shape[0] // axis.repeat
     return moved.reshape(n, axis.repeat, *moved.shape[1:]).reshape(n, -1)

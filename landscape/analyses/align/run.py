@@ -148,7 +148,7 @@ def align_models(
     if method == "weights":
         matching = weight_matching(spec, a, b, seed=seed, max_sweeps=max_sweeps)
     else:
-        matching = activation_matching(spec, model_a, model_b, batches)
+        matching = activation_matching(spec, model_a, model_b, batches, seed=seed, max_sweeps=max_sweeps)
     aligned = copy.deepcopy(model_b).eval()
     aligned.load_state_dict(apply(spec, b, {k: v.to(next(iter(b.values())).device) for k, v in matching.perms.items()}))
     error = function_error(model_b, aligned, batches, output)
@@ -267,6 +267,7 @@ def run_align(
         "permutations": result.permutations,
         "sweeps": m.sweeps,
         "converged": m.converged,
+        "weight_matched": list(m.weight_matched),
         "objective_before": m.objective_before,
         "objective_after": m.objective_after,
         "function_error": result.function_error,

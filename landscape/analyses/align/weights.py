@@ -10,6 +10,12 @@ visited in a seeded random order (a private generator), sweep after sweep, until
 them or ``max_sweeps`` is reached; with a single permutation the first step is the exact optimum. A tensor that
 one permutation moves on two axes (a layer that reads and writes one residual stream) is a quadratic term: its
 other axis is held at the permutation's current value, as in Git Re-Basin.
+
+An attention module's two permutations (``qk`` and ``vo``, :mod:`landscape.analyses.align.attention`) are solved
+together, exactly, in one step: for every pair of heads ``(a, b)`` the best permutation within the heads is a linear
+assignment on the ``d x d`` block of each one's ``M``, its value ``V_k[a, b]``; the head order is then the linear
+assignment on ``V_qk + V_vo`` (one order for both), and each permutation is the head order with the within-head
+permutations of the chosen pairs (:func:`head_assignment`).
 """
 
 from __future__ import annotations
@@ -22,8 +28,8 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
+from landscape.analyses.align.axes import Permutation, PermutationSpec
 from landscape.analyses.align.permute import Perms, apply, identity, objective, permute_axis, units
-from landscape.analyses.align.spec import Permutation, PermutationSpec
 
 
 @dataclass
@@ -36,6 +42,8 @@ class Matching:
         converged: the last sweep changed no permutation (always True for activation matching).
         objective_before: ``sum_t <A_t, B_t>`` before alignment.
         objective_after: ``sum_t <A_t, pi(B)_t>`` after.
+        weight_matched: the permutations that activation matching left to weight matching (an attention module's
+            inner units, which no node's output shows), with the others held; empty for weight matching.
     """
 
     perms: Perms
@@ -43,6 +51,7 @@ class Matching:
     converged: bool
     objective_before: float
     objective_after: float
+    weight_matched: tuple[str, ...] = ()
 
 
 def assignment(m: Tensor) -> Tensor:
@@ -87,6 +96,85 @@ def score_matrix(
     return m
 
 
+def head_assignment(scores: list[Tensor], heads: int) -> list[Tensor]:
+    """Permutations of ``H d`` units in ``H`` heads sharing one head order, maximising ``sum_k tr(P_k^T M_k)``.
+
+    Each ``P_k`` maps head ``a`` of theta_A to head ``h[a]`` of theta_B (one ``h`` for all ``k``) and the units
+    within it by a permutation of its own (module doc).
+
+    Args:
+        scores: the score matrices ``M_k``, each ``(H d, H d)``.
+        heads: ``H``.
+
+    Returns:
+        The permutations, one per score matrix (new unit -> old unit), int64.
+    """
+    d = scores[0].shape[0] // heads
+    total = torch.zeros(heads, heads, dtype=torch.float64)
+    within: dict[tuple[int, int, int], Tensor] = {}
+    for k, m in enumerate(scores):
+        for a in range(heads):
+            for b in range(heads):
+                block = m[a * d : (a + 1) * d, b * d : (b + 1) * d]
+                cols = assignment(block)
+                within[(k, a, b)] = cols
+                total[a, b] += block[torch.arange(d), cols].sum()
+    order = assignment(total)
+    return [
+        torch.cat([int(order[a]) * d + within[(k, a, int(order[a]))] for a in range(heads)]) for k in range(len(scores))
+    ]
+
+
+def _steps(permutations: list[Permutation]) -> list[list[Permutation]]:
+    """The permutations solved together: an attention module's (one head order), every other one alone."""
+    steps: dict[str, list[Permutation]] = {}
+    for p in permutations:
+        steps.setdefault(p.heads_of or f"\0{p.name}", []).append(p)
+    return list(steps.values())
+
+
+def descend(
+    spec: PermutationSpec,
+    a: Mapping[str, Tensor],
+    b: Mapping[str, Tensor],
+    perms: Perms,
+    solved: list[Permutation],
+    *,
+    seed: int = 0,
+    max_sweeps: int = 100,
+) -> tuple[int, bool]:
+    """Coordinate descent of the ``solved`` permutations (module doc), the others held at ``perms``; in place.
+
+    Args:
+        spec: the networks' permutation spec.
+        a: theta_A's tensors.
+        b: theta_B's (unpermuted).
+        perms: the current permutations, updated.
+        solved: the permutations to solve.
+        seed: seeds the order of the steps in each sweep.
+        max_sweeps: the most sweeps made.
+
+    Returns:
+        ``(sweeps, converged)``: converged when the last sweep changed no permutation.
+    """
+    touching = spec.touching()
+    rng = np.random.default_rng(seed)
+    steps = _steps(solved)
+    sweeps, changed = 0, bool(steps)
+    while changed and sweeps < max_sweeps:
+        sweeps += 1
+        changed = False
+        for k in rng.permutation(len(steps)):
+            step = steps[int(k)]
+            scores = [score_matrix(p, a, b, perms, touching) for p in step]
+            found = head_assignment(scores, step[0].heads) if step[0].heads > 1 else [assignment(scores[0])]
+            for p, new in zip(step, found):
+                if not torch.equal(new, perms[p.name]):
+                    perms[p.name] = new
+                    changed = True
+    return sweeps, not changed
+
+
 def weight_matching(
     spec: PermutationSpec, a: Mapping[str, Tensor], b: Mapping[str, Tensor], *, seed: int = 0, max_sweeps: int = 100
 ) -> Matching:
@@ -103,19 +191,7 @@ def weight_matching(
         The :class:`Matching`.
     """
     perms = identity(spec)
-    touching = spec.touching()
-    rng = np.random.default_rng(seed)
-    order = list(spec.permutations)
-    sweeps, changed = 0, bool(order)
-    while changed and sweeps < max_sweeps:
-        sweeps += 1
-        changed = False
-        for k in rng.permutation(len(order)):
-            p = order[int(k)]
-            new = assignment(score_matrix(p, a, b, perms, touching))
-            if not torch.equal(new, perms[p.name]):
-                perms[p.name] = new
-                changed = True
+    sweeps, converged = descend(spec, a, b, perms, list(spec.permutations), seed=seed, max_sweeps=max_sweeps)
     before = objective(spec, a, b)
     after = objective(spec, a, apply(spec, b, perms))
-    return Matching(perms, sweeps, not changed, before, after)
+    return Matching(perms, sweeps, converged, before, after)

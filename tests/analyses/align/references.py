@@ -165,3 +165,54 @@ def permuted_token_mlp(model, seed=1):
     linear(state, "fc1", inner)
     cols(state, "fc2.weight", inner)
     return load(model, state)
+
+
+def randomise(model, seed=3, scale=0.3):
+    """Every parameter and buffer random (LayerNorm weights, zero biases, the CLS token: permuting them matters)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for t in model.state_dict().values():
+            if t.is_floating_point():
+                t.copy_(torch.randn(t.shape, generator=g) * scale)
+    return model.eval()
+
+
+def permuted_vit(model, patch="patch_embed", seed=1, aware=True):
+    """A ViT (CLS token, absolute position embedding, pre-norm blocks of fused-qkv attention and an MLP, final
+    LayerNorm, Linear head on the CLS token) with its residual stream, every attention module's heads and the
+    units within them, and every MLP's hidden units in a random order.
+
+    ``aware``: query/key rows one head-aware permutation, value rows and proj's columns another with the same
+    head order; False: ONE permutation over all concatenated head dimensions for q, k, v and proj (not head-aware).
+    """
+    g = torch.Generator().manual_seed(seed)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    width = state["cls_token"].shape[-1]
+    stream = torch.randperm(width, generator=g)
+    linear(state, patch, stream)
+    for name in ("cls_token", "pos_embed"):
+        state[name] = state[name][..., stream]
+    for i, block in enumerate(model.blocks):
+        b = f"blocks.{i}"
+        heads, head_dim = block.attn.num_heads, block.attn.head_dim
+        inner = heads * head_dim
+        linear(state, f"{b}.norm1", stream)
+        cols(state, f"{b}.attn.qkv.weight", stream)
+        if aware:
+            order = torch.randperm(heads, generator=g)
+            qk = torch.cat([int(order[h]) * head_dim + torch.randperm(head_dim, generator=g) for h in range(heads)])
+            vo = torch.cat([int(order[h]) * head_dim + torch.randperm(head_dim, generator=g) for h in range(heads)])
+        else:
+            qk = vo = torch.randperm(inner, generator=g)
+        linear(state, f"{b}.attn.qkv", torch.cat([qk, inner + qk, 2 * inner + vo]))
+        cols(state, f"{b}.attn.proj.weight", vo)
+        linear(state, f"{b}.attn.proj", stream)
+        linear(state, f"{b}.norm2", stream)
+        cols(state, f"{b}.mlp.fc1.weight", stream)
+        hidden = torch.randperm(state[f"{b}.mlp.fc1.weight"].shape[0], generator=g)
+        linear(state, f"{b}.mlp.fc1", hidden)
+        cols(state, f"{b}.mlp.fc2.weight", hidden)
+        linear(state, f"{b}.mlp.fc2", stream)
+    linear(state, "norm", stream)
+    cols(state, "head.weight", stream)
+    return load(model, state)

@@ -166,6 +166,10 @@ def test_repair_options():
 
 
 def test_repair_refuses_a_network_without_a_permutation_spec_in_one_line():
-    a = create_model("vit", num_classes=10, in_chans=1, img_size=8, patch_size=4, embed_dim=8, depth=1, num_heads=2)
-    b = create_model("vit", num_classes=10, in_chans=1, img_size=8, patch_size=4, embed_dim=8, depth=1, num_heads=2)
+    a = create_model(
+        "vit", num_classes=10, in_chans=1, img_size=8, patch_size=4, embed_dim=8, depth=1, num_heads=2, pos_embed="rpe"
+    )
+    b = create_model(
+        "vit", num_classes=10, in_chans=1, img_size=8, patch_size=4, embed_dim=8, depth=1, num_heads=2, pos_embed="rpe"
+    )
     one_line_error(landscape.connect, a, b, batches(), repair=True, steps=2, device="cpu", match="repair=True")
