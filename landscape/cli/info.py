@@ -24,8 +24,8 @@ def command(paths: tuple[str, ...], as_json: bool) -> None:
 
     from landscape.analyses.registry import numbers_of, summarize
     from landscape.runtime.progress import live_report
-    from landscape.store.files import live_record
     from landscape.store.json_view import dumps, live_json, result_json
+    from landscape.store.locks import live_record
     from landscape.store.read import describe, read_result
 
     for i, path in enumerate(paths):

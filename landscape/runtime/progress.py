@@ -183,7 +183,7 @@ def live_report(path: str, record: Mapping[str, Any], now: float | None = None) 
 
     Args:
         path: the result file, as the user named it.
-        record: the sidecar's record (:func:`landscape.store.files.live_record`): ``pid``, ``identity`` (the
+        record: the sidecar's record (:func:`landscape.store.locks.live_record`): ``pid``, ``identity`` (the
             run's attributes as JSON: kind, options, provenance) and, once the work has started, the
             :class:`Progress` entries.
         now: the time to measure the last update's age against (seconds since the epoch); None: no age.

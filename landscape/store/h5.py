@@ -13,9 +13,7 @@ from typing import Any
 import h5py
 
 from landscape.errors import LandscapeError
-from landscape.store.files import (
-    live_writer,
-)
+from landscape.store.locks import live_writer
 
 
 def unreadable(path: Path) -> LandscapeError:

@@ -121,7 +121,7 @@ def live_json(path: str | Path, record: Mapping[str, Any]) -> dict:
 
     Args:
         path: the result file, as the user named it.
-        record: the sidecar's record (:func:`landscape.store.files.live_record`).
+        record: the sidecar's record (:func:`landscape.store.locks.live_record`).
 
     Returns:
         ``{"path", "kind", "being_written": True, "pid", "attributes", "progress"}``: ``attributes`` are the run's

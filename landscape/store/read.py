@@ -14,10 +14,7 @@ import numpy as np
 
 from landscape.errors import LandscapeError
 from landscape.store.attrs import as_str, decode
-from landscape.store.files import (
-    file_type,
-    os_error,
-)
+from landscape.store.files import file_type, os_error
 from landscape.store.h5 import check_no_writer, open_h5, unreadable
 
 #: :func:`describe` summarises a group of more than this many arrays (e.g. one per parameter) in one line

@@ -22,16 +22,7 @@ import numpy as np
 from landscape import __version__
 from landscape.errors import LandscapeError
 from landscape.store.attrs import as_str, decode, encode, identity_of, now
-from landscape.store.files import (
-    WriterLock,
-    atomic_write,
-    check_replaceable,
-    ensure_folder,
-    last_writer,
-    open_regular,
-    os_error,
-    write_failure,
-)
+from landscape.store.files import atomic_write, check_replaceable, ensure_folder, open_regular, os_error, write_failure
 from landscape.store.h5 import (
     abandon,
     check_no_writer,
@@ -41,6 +32,7 @@ from landscape.store.h5 import (
     refuse_foreign,
     unreadable,
 )
+from landscape.store.locks import WriterLock, last_writer
 from landscape.store.read import MEMORY, Result, result_of
 
 

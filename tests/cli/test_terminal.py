@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from landscape.cli import cli
 from landscape.cli.terminal import printable
 from landscape.store import open_result
-from landscape.store.files import WriterLock
+from landscape.store.locks import WriterLock
 
 TITLE = "\x1b]0;owned\x07"
 

@@ -21,7 +21,8 @@ from landscape.models import create_model
 from landscape.models.checkpoint import read_checkpoint, save_checkpoint
 from landscape.options.connect import ConnectOptions
 from landscape.store import open_result
-from landscape.store.files import check_replaceable, landscape_kind, lock_path, sidecar_record, write_text
+from landscape.store.files import check_replaceable, landscape_kind, write_text
+from landscape.store.locks import lock_path, sidecar_record
 
 TINY = {"num_classes": 10, "in_chans": 1, "widths": (4, 8), "layers": (1, 1)}
 BEZIER = {"samples": 32, "batch_size": 16, "steps": 3, "curve": "bezier", "bend_epochs": 1, "plane_steps": 2}

@@ -12,7 +12,7 @@ from plot_results import FOREIGN, foreign_surface
 from landscape.errors import LandscapeError
 from landscape.store import result as store
 from landscape.store.attrs import identity_of
-from landscape.store.files import lock_path
+from landscape.store.locks import lock_path
 from landscape.store.read import describe, read_result
 from landscape.store.result import open_result
 
