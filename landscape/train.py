@@ -147,6 +147,7 @@ class TrainConfig:
         if self.optimizer not in OPTIMIZERS:
             raise LandscapeError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
         checks.positive_int(self.epochs, "--epochs")
+        checks.seed(self.seed, "--seed")
         checks.positive_int(self.batch_size, "--batch-size")
         checks.positive(self.lr, "--lr")
         checks.non_negative(self.weight_decay, "--weight-decay")

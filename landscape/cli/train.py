@@ -6,7 +6,7 @@ import math
 
 import click
 
-from landscape.cli.options import parse_model_kw
+from landscape.cli.options import COUNT, SEED, parse_model_kw
 
 
 def _parse_subset(value: str | None) -> float | int | None:
@@ -35,8 +35,8 @@ def _parse_subset(value: str | None) -> float | int | None:
     help="Model: a zoo name (see `landscape models`), timm:NAME, torchvision:NAME or py:module:factory.",
 )
 @click.option("--data", default="digits", show_default=True, help="Dataset spec: digits, cifar10:PATH, ...")
-@click.option("--epochs", default=None, type=int, help="Epochs [default: 10; paper-a: 305].")
-@click.option("--batch-size", default=None, type=int, help="Mini-batch size [default: 64].")
+@click.option("--epochs", default=None, type=COUNT, help="Epochs [default: 10; paper-a: 305].")
+@click.option("--batch-size", default=None, type=COUNT, help="Mini-batch size [default: 64].")
 @click.option("--optimizer", default=None, type=click.Choice(["adamw", "sgd"]), help="[default: adamw]")
 @click.option("--lr", default=None, type=float, help="Peak learning rate [default: 2e-3].")
 @click.option("--weight-decay", default=None, type=float, help="Decoupled weight decay [default: 0.05].")
@@ -44,17 +44,17 @@ def _parse_subset(value: str | None) -> float | int | None:
 @click.option("--label-smoothing", default=None, type=float, help="[default: 0]")
 @click.option("--clip-grad", default=None, type=float, help="Clip the gradient norm to this value.")
 @click.option("--subset", default=None, help="Train on a stratified fraction (0.1) or count (500) of the data.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", default=0, show_default=True, type=SEED)
 @click.option("--init", default=None, type=click.Path(dir_okay=False), help="Start from this checkpoint's weights.")
 @click.option("--model-kw", multiple=True, help="Model constructor option key=value (repeatable).")
 @click.option("--recipe", default=None, type=click.Choice(["paper-a"]), help="Paper A's CIFAR-100 recipe.")
 @click.option("--snapshot-initial", is_flag=True, help="Also save the initial weights as OUT.init.pt.")
 @click.option("--snapshot-warmup", is_flag=True, help="Also save the weights after warm-up as OUT.warmup.pt.")
-@click.option("--snapshot-every", default=None, type=int, help="Also save OUT.epochNNN.pt every N epochs.")
+@click.option("--snapshot-every", default=None, type=COUNT, help="Also save OUT.epochNNN.pt every N epochs.")
 @click.option(
     "--track-sharpness",
     default=None,
-    type=int,
+    type=COUNT,
     metavar="N",
     help="Every N steps, the sharpness and its stability threshold into OUT.sharpness.h5.",
 )

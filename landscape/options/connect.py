@@ -43,10 +43,8 @@ PLANE_MARGIN = 0.2
 
 
 def _whole(value: Any, name: str, least: int) -> int:
-    """``value`` as an int; an error unless it is a whole number ``>= least``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise LandscapeError(f"{name} must be a whole number >= {least}, got {value!r}")
-    return int(value)
+    """``value`` as an int; an error unless it is a whole number in ``[least, checks.MAX_INTEGER]``."""
+    return checks.whole(value, name, least)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Hostile input through the command line: one line, exit status 2, nothing lost, and the same command recovers."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -208,8 +209,53 @@ def test_a_file_size_limit_is_one_line_wherever_it_strikes_and_the_same_command_
 @pytest.mark.parametrize("command", ["surface", "hessian", "spectrum", "fourier", "lesion", "similarity"])
 def test_a_seed_beyond_what_torch_takes_is_one_line_before_any_work(tmp_path, command):
     code, output = run(command, "--model", "resnet_mini", "--random-init", "--seed", 2**66, "--out", tmp_path / "r.h5")
-    assert_one_line_error(code, output, "'--seed'", str(2**66), "0<=x<=")
+    assert_one_line_error(code, output, "--seed must be a whole number from 0 to 2**62", str(2**66))
     assert not (tmp_path / "r.h5").exists()
+
+
+INTEGER_OPTIONS = {
+    "surface": ["--samples", "--batch-size", "--augment-copies", "--num-classes"],
+    "hessian": ["--steps", "--batch-size", "--trace-samples", "--probes", "--top-k", "--ncv", "--maxiter"],
+    "spectrum": ["--batch-size", "--samples", "--top-k"],
+    "sharpness": ["--steps", "--batch-size", "--draws", "--resamples", "--samples"],
+    "connect": ["--steps", "--bend-epochs", "--plane-steps", "--samples"],
+    "fourier": ["--samples", "--batch-size"],
+    "lesion": ["--samples", "--batch-size"],
+    "similarity": ["--samples", "--batch-size", "--other-num-classes"],
+    "align": ["--samples", "--max-sweeps", "--seed"],
+    "train": ["--seed", "--epochs", "--batch-size", "--snapshot-every", "--track-sharpness"],
+    "models": ["--num-classes", "--in-chans"],
+    "convert": ["--samples", "--seed"],
+    "plot": ["--levels"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(INTEGER_OPTIONS))
+def test_every_integer_option_beyond_64_bits_is_one_line_naming_it(tmp_path, command):
+    for option in INTEGER_OPTIONS[command]:
+        out = [] if command == "models" else ["--out", tmp_path / "r.h5"]
+        result = CliRunner().invoke(cli, list(map(str, [command, option, 2**66, *out])))
+        least = {"--seed": 0, "--top-k": 0, "--levels": 2}.get(option, 1)
+        expected = f"Error: {option} must be a whole number from {least} to 2**62 = {2**62}, got {2**66}"
+        assert result.exit_code == 2 and result.output.strip() == expected, result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_options_classes_refuse_integers_beyond_64_bits_from_python():
+    from landscape.options.connect import ConnectOptions
+    from landscape.options.hessian import HessianOptions
+    from landscape.options.sharpness import SharpnessOptions
+    from landscape.train import TrainConfig
+
+    for make, name in [
+        (lambda v: HessianOptions(steps=v), "--steps"),
+        (lambda v: HessianOptions(trace_samples=v), "--trace-samples"),
+        (lambda v: SharpnessOptions(draws=v), "--draws"),
+        (lambda v: ConnectOptions(bend_epochs=v), "--bend-epochs"),
+        (lambda v: TrainConfig(model="resnet_mini", seed=v), "--seed"),
+    ]:
+        with pytest.raises(LandscapeError, match=f"^{re.escape(name)}.* must be a whole number from .* to 2\\*\\*62"):
+            make(2**66)
 
 
 def test_sizes_beyond_the_memory_are_one_line_before_they_are_allocated(tmp_path):
