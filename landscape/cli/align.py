@@ -14,7 +14,7 @@ import click
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
-from landscape.cli.options import COUNT, SEED, checkpoint_options, command_line
+from landscape.cli.options import COUNT, OUTPUT, SEED, checkpoint_options, command_line
 from landscape.options.align import ALIGN_METHODS, AlignOptions
 
 DEFAULTS = AlignOptions.defaults()
@@ -25,7 +25,7 @@ DEFAULTS = AlignOptions.defaults()
 @click.option(
     "--out",
     required=True,
-    type=click.Path(dir_okay=False),
+    type=OUTPUT,
     help="The aligned theta_B's checkpoint (never one of the inputs).",
 )
 @click.option(

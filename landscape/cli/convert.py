@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from landscape.cli.options import COUNT, SEED
+from landscape.cli.options import COUNT, OUTPUT, SEED
 
 
 @click.command("convert")
 @click.option("--ckpt", required=True, type=click.Path(dir_okay=False), help="A trained convvit_* checkpoint.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Where to write the vit_rpe_* checkpoint.")
+@click.option("--out", required=True, type=OUTPUT, help="Where to write the vit_rpe_* checkpoint.")
 @click.option(
     "--sharpness",
     default=None,

@@ -107,6 +107,41 @@ class WholeNumber(click.ParamType):
         return f"WholeNumber({self.least})"
 
 
+class OutputFile(click.Path):
+    """The type of every ``--out`` that names a file: a path that is not an existing folder nor ends with a slash.
+
+    ``--out newdir/`` means a folder, and the file would be written as ``newdir``: refused in one line.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """``value`` as click's file path; an error when it ends with a path separator.
+
+        Raises:
+            LandscapeError: ``value`` ends with ``/`` (a folder's name).
+        """
+        import os
+
+        from landscape.errors import LandscapeError
+
+        text = os.fsdecode(value) if isinstance(value, bytes) else str(value)
+        if text.endswith(("/", os.sep)):
+            option = param.opts[0] if param is not None and param.opts else "the output"
+            raise LandscapeError(
+                f"{option} {text} names a folder: give a file in it, e.g. {option} {text}{self._example(param)}"
+            )
+        return super().convert(value, param, ctx)
+
+    @staticmethod
+    def _example(param: click.Parameter | None) -> str:
+        default = param.default if param is not None and isinstance(param.default, str) else None
+        return default or "FILE"
+
+
+#: the type of every ``--out`` that names a file (not a folder)
+OUTPUT = OutputFile()
 #: a count: a whole number >= 1
 COUNT = WholeNumber(1)
 #: a whole number >= 0
@@ -382,7 +417,7 @@ def output_options(default_out: str) -> Callable[[F], F]:
             func,
             [
                 click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda."),
-                click.option("--out", default=default_out, show_default=True, type=click.Path(dir_okay=False)),
+                click.option("--out", default=default_out, show_default=True, type=OUTPUT),
                 click.option("--force", is_flag=True, help="Overwrite an existing result file from other options."),
                 click.option("--quiet", is_flag=True, help="No plan before the work, no progress."),
             ],

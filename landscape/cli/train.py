@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import click
 
-from landscape.cli.options import COUNT, SEED, parse_model_kw
+from landscape.cli.options import COUNT, OUTPUT, SEED, parse_model_kw
+
+if TYPE_CHECKING:
+    from landscape.train import TrainConfig
 
 
 def _parse_subset(value: str | None) -> float | int | None:
@@ -26,6 +30,33 @@ def _parse_subset(value: str | None) -> float | int | None:
             param_hint="'--subset'",
         )
     return number
+
+
+def check_tracking(config: TrainConfig) -> None:
+    """Refuse ``--track-sharpness N`` that records nothing: ``N`` beyond the run's optimiser steps.
+
+    The run takes ``epochs * ceil(samples / batch_size)`` steps (the training split after ``--subset``) and
+    records the sharpness at steps ``N, 2N, ...``.
+
+    Args:
+        config: the run's options.
+
+    Raises:
+        LandscapeError: ``N`` exceeds the run's steps (one line naming the option and the steps).
+    """
+    from landscape.data.loading import load_dataset
+    from landscape.errors import LandscapeError
+
+    if config.track_sharpness is None:
+        return
+    samples = len(load_dataset(config.data, "train", subset=config.subset, seed=config.seed))
+    per_epoch = math.ceil(samples / config.batch_size)
+    steps = per_epoch * config.epochs
+    if config.track_sharpness > steps:
+        raise LandscapeError(
+            f"--track-sharpness {config.track_sharpness} records nothing in a run of {steps} optimiser steps "
+            f"({config.epochs} epoch(s) of {per_epoch}): give N <= {steps} or more --epochs"
+        )
 
 
 @click.command("train")
@@ -68,7 +99,7 @@ def _parse_subset(value: str | None) -> float | int | None:
 )
 @click.option("--amp", is_flag=True, help="bf16 autocast on CUDA.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Checkpoint path, e.g. run.pt.")
+@click.option("--out", required=True, type=OUTPUT, help="Checkpoint path, e.g. run.pt.")
 @click.option("--force", is_flag=True, help="Overwrite an existing checkpoint.")
 @click.option("--quiet", is_flag=True, help="No progress output.")
 def command(
@@ -89,6 +120,7 @@ def command(
     given = {k: v for k, v in options.items() if v is not None and v is not False}
     base = dict(model=model, data=data, subset=_parse_subset(subset), model_kwargs=parse_model_kw(model_kw), **given)
     config = TrainConfig.paper_a(**base) if recipe == "paper-a" else TrainConfig(**base)  # type: ignore[arg-type]
+    check_tracking(config)
     result = train_model(config, out, force=force, quiet=quiet, tensorboard=tensorboard)
     m = result.metrics
     click.echo(

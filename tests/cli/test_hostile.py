@@ -269,3 +269,24 @@ def test_sizes_beyond_the_memory_are_one_line_before_they_are_allocated(tmp_path
     code, output = run("surface", *model, "--augment-copies", 4, "--x", "-1:1:3", "--out", tmp_path / "s.h5")
     assert_one_line_error(code, output, "--augment-copies 4 has no effect")
     assert not list(tmp_path.glob("*.h5"))
+
+
+@pytest.mark.parametrize("command", ["surface", "train", "trajectory", "report", "align"])
+def test_an_out_ending_with_a_slash_is_a_folder_and_refused(tmp_path, command):
+    given = {"train": ["--model", "resnet_mini"], "report": [str(tmp_path)], "trajectory": ["a.pt"]}
+    args = [command, *given.get(command, []), "--out", f"{tmp_path}/newdir/"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2 and result.output.startswith(f"Error: --out {tmp_path}/newdir/ names a folder")
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_track_sharpness_beyond_the_runs_steps_is_refused_before_training(tmp_path):
+    args = ["train", "--model", "resnet_mini", *TINY, "--epochs", "1", "--subset", "100", "--batch-size", "64"]
+    result = CliRunner().invoke(cli, [*args, "--track-sharpness", "3", "--out", str(tmp_path / "t.pt")])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        "Error: --track-sharpness 3 records nothing in a run of 2 optimiser steps (1 epoch(s) of 2): "
+        "give N <= 2 or more --epochs"
+    )
+    assert list(tmp_path.iterdir()) == []
