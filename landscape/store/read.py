@@ -100,6 +100,14 @@ class Result:
         """
         return _view("text").summary(self)
 
+    def inconsistency(self) -> str | None:
+        """Why the result contradicts itself, by its kind's check (as ``landscape info`` and ``plot`` judge it).
+
+        Returns:
+            The first line of the contradiction (e.g. a file marked complete with points not done), or None.
+        """
+        return _view("text").inconsistency(self)
+
     def numbers(self) -> dict[str, str]:
         """Its cells of the report's summary table (column -> text), as its analysis declares them.
 

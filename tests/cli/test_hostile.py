@@ -290,3 +290,24 @@ def test_track_sharpness_beyond_the_runs_steps_is_refused_before_training(tmp_pa
         "give N <= 2 or more --epochs"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_complete_file_with_a_point_not_done_is_refused_by_its_analysis_as_by_the_readers(tmp_path):
+    import h5py
+
+    ckpt = make_checkpoint(tmp_path / "a.pt")
+    out = tmp_path / "s.h5"
+    args = ["surface", "--ckpt", ckpt, "--x", "-1:1:3", "--y", "none", "--out", out]
+    code, output = run(*args)
+    assert code == 0, output
+    with h5py.File(out, "r+") as f:
+        done = f["done"][()]
+        done.reshape(-1)[1] = False
+        f["done"][...] = done
+        assert f.attrs["complete"]
+    before = out.read_bytes()
+    info = CliRunner().invoke(cli, ["info", str(out)])
+    assert "marked complete" in info.output, info.output
+    code, output = run(*args)
+    assert_one_line_error(code, output, f"{out} is marked complete but contradicts itself", "marked complete")
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "s.h5"]
