@@ -311,3 +311,48 @@ def test_a_complete_file_with_a_point_not_done_is_refused_by_its_analysis_as_by_
     code, output = run(*args)
     assert_one_line_error(code, output, f"{out} is marked complete but contradicts itself", "marked complete")
     assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "s.h5"]
+
+
+def _small_result(path):
+    from plot_results import SURFACE_ATTRS, surface_arrays, write_result
+
+    return write_result(path, "surface", surface_arrays(), axes=True, **SURFACE_ATTRS)
+
+
+@pytest.mark.parametrize("reader", ["info", "plot"])
+def test_readers_of_a_non_hdf5_or_truncated_file_give_a_readers_advice(tmp_path, reader):
+    (tmp_path / "junk.h5").write_bytes(b"not hdf5 at all")
+    good = _small_result(tmp_path / "good.h5")
+    (tmp_path / "cut.h5").write_bytes(good.read_bytes()[:2000])
+    for name, what in (("junk.h5", "is not an HDF5 file"), ("cut.h5", "is a damaged HDF5 file")):
+        args = [reader, str(tmp_path / name)] + (["--out", str(tmp_path / "figs")] if reader == "plot" else [])
+        result = CliRunner().invoke(cli, args)
+        assert_one_line_error(result.exit_code, result.output.strip(), f"{tmp_path / name} {what}", "cannot be read")
+        assert "--force" not in result.output and "--out" not in result.output
+    assert not (tmp_path / "figs").exists()
+
+
+def test_a_crafted_axes_attribute_or_a_declared_terabyte_is_one_line_and_the_report_goes_on(tmp_path):
+    import h5py
+
+    folder = tmp_path / "d"
+    folder.mkdir()
+    _small_result(folder / "good.h5")
+    for name in ("axes.h5", "huge.h5"):
+        _small_result(folder / name)
+    with h5py.File(folder / "axes.h5", "r+") as f:
+        f["loss"].attrs["axes"] = "[not json"
+    with h5py.File(folder / "huge.h5", "r+") as f:
+        f.create_dataset("ghost", shape=(2**37,), dtype="f8", chunks=(1024,))  # 1 TiB declared, nothing written
+    assert (folder / "huge.h5").stat().st_size < 1_000_000
+    expected = {
+        "axes.h5": "the axes attribute of 'loss' is not a JSON list of names",
+        "huge.h5": "array 'ghost' declares (137438953472,) x float64 (1,099,511,627,776 bytes) in a file of",
+    }
+    for name, words in expected.items():
+        result = CliRunner().invoke(cli, ["info", str(folder / name)])
+        assert_one_line_error(result.exit_code, result.output.strip(), f"{folder / name}: {words}")
+    result = CliRunner().invoke(cli, ["report", str(folder), "--format", "png"])
+    assert result.exit_code == 0, result.output
+    page = (folder / "report.html").read_text()
+    assert "not a JSON list of names" in page and "declares (137438953472,)" in page
