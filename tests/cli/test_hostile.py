@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -356,3 +357,36 @@ def test_a_crafted_axes_attribute_or_a_declared_terabyte_is_one_line_and_the_rep
     assert result.exit_code == 0, result.output
     page = (folder / "report.html").read_text()
     assert "not a JSON list of names" in page and "declares (137438953472,)" in page
+
+
+def test_non_utf8_names_are_stored_and_shown_as_escapes(tmp_path, monkeypatch):
+    folder = os.fsencode(tmp_path / "d")
+    os.mkdir(folder)
+    good = _small_result(tmp_path / "d" / "good.h5")
+    os.rename(os.fsencode(good), folder + b"/\xff\xfe.h5")
+    result = CliRunner().invoke(cli, ["report", os.fsdecode(folder), "--format", "png"])
+    assert result.exit_code == 0, result.output
+    assert "\\xff\\xfe.h5" in (tmp_path / "d" / "report.html").read_text(encoding="utf-8")
+    ckpt = make_checkpoint(tmp_path / "a.pt")
+    out = os.fsdecode(os.fsencode(tmp_path) + b"/\xff.h5")
+    monkeypatch.setattr(sys, "argv", ["landscape", "surface", "--out", out])  # the command line the file records
+    code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--y", "none", "--out", out)
+    assert code == 0, output
+    assert "\\xff.h5" in str(read_result(out).attrs["command"])
+
+
+def test_a_read_only_report_folder_says_the_figures_go_there(tmp_path, monkeypatch):
+    import landscape.plot.report as report
+
+    folder = tmp_path / "d"
+    folder.mkdir()
+    _small_result(folder / "s.h5")
+    access = os.access
+
+    def read_only(path, mode, **kwargs):  # the folder as a user sees a read-only one (the tests may run as root)
+        return not (mode & os.W_OK and Path(path) == folder) and access(path, mode, **kwargs)
+
+    monkeypatch.setattr(report.os, "access", read_only)
+    result = CliRunner().invoke(cli, ["report", str(folder), "--out", str(tmp_path / "page.html")])
+    assert_one_line_error(result.exit_code, result.output.strip(), f"{folder} is read-only", "chmod u+w")
+    assert "--out" not in result.output and sorted(p.name for p in folder.iterdir()) == ["s.h5"]
