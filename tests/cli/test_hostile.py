@@ -390,3 +390,26 @@ def test_a_read_only_report_folder_says_the_figures_go_there(tmp_path, monkeypat
     result = CliRunner().invoke(cli, ["report", str(folder), "--out", str(tmp_path / "page.html")])
     assert_one_line_error(result.exit_code, result.output.strip(), f"{folder} is read-only", "chmod u+w")
     assert "--out" not in result.output and sorted(p.name for p in folder.iterdir()) == ["s.h5"]
+
+
+def test_block_messages_name_the_true_cause(tmp_path):
+    from helpers import tiny_resnet_checkpoint
+
+    tiny_resnet_checkpoint(tmp_path)
+    args = ["hessian", "--ckpt", tmp_path / "tiny.pt", "--per-block", "--top-k", 0, "--out", tmp_path / "h.h5"]
+    code, output = run(*args, "--params", "fc", "--block", "early=stem")
+    assert_one_line_error(code, output, "--block early: its patterns match only parameters outside --params fc")
+    assert "glob" not in output
+    code, output = run(*args, "--block", "other=fc")
+    assert_one_line_error(code, output, "block 'other' is the name of the block of the parameters no group matches")
+    assert not (tmp_path / "h.h5").exists()
+
+
+def test_taps_of_modules_that_never_run_are_one_line_not_an_empty_analysis(tmp_path):
+    vit = ["--model", "vit_mini", "--random-init", "--samples", 4, "--batch-size", 4, "--out", tmp_path / "f.h5"]
+    code, output = run("fourier", *vit, "--taps", "blocks.?=mlp")
+    assert_one_line_error(code, output, "the --taps modules of ViT (blocks.0, blocks.1, blocks.2, ...) never run")
+    assert "drop --taps" in output and "blocks.0.norm1" in output and "no batches" not in output
+    # the file it began holds no result: the corrected command replaces it
+    code, output = run("fourier", *vit, "--taps", "blocks.?.mlp=mlp")
+    assert code == 0, output
