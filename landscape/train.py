@@ -137,6 +137,7 @@ class TrainConfig:
             choice(self.recipe, "recipe", RECIPES)
         choice(self.optimizer, "--optimizer", OPTIMIZERS)
         checks.positive_int(self.epochs, "--epochs")
+        checks.seed(self.seed, "--seed")
         checks.positive_int(self.batch_size, "--batch-size")
         checks.positive(self.lr, "--lr")
         checks.non_negative(self.weight_decay, "--weight-decay")

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from landscape.analyses.registry import Analysis, Table, analyses, summarize
+from landscape.analyses.registry import inconsistency as registry_inconsistency
 from landscape.errors import LandscapeError
 from landscape.store.read import Result
 
@@ -64,6 +65,18 @@ def summary(result: Result) -> str:
         The line.
     """
     return summarize(result)
+
+
+def inconsistency(result: Result) -> str | None:
+    """Why the result contradicts itself (:func:`landscape.analyses.registry.inconsistency`), or None.
+
+    Args:
+        result: a result.
+
+    Returns:
+        The first line of the contradiction, or None.
+    """
+    return registry_inconsistency(result)
 
 
 def numbers(result: Result) -> dict[str, str]:

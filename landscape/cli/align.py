@@ -14,7 +14,7 @@ import click
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
-from landscape.cli.options import checkpoint_options, command_line
+from landscape.cli.options import COUNT, OUTPUT, SEED, checkpoint_options, command_line
 from landscape.options.align import ALIGN_METHODS, AlignOptions
 
 DEFAULTS = AlignOptions.defaults()
@@ -25,7 +25,7 @@ DEFAULTS = AlignOptions.defaults()
 @click.option(
     "--out",
     required=True,
-    type=click.Path(dir_okay=False),
+    type=OUTPUT,
     help="The aligned theta_B's checkpoint (never one of the inputs).",
 )
 @click.option(
@@ -40,22 +40,22 @@ DEFAULTS = AlignOptions.defaults()
     "--samples",
     default=DEFAULTS["samples"],
     show_default=True,
-    type=int,
+    type=COUNT,
     help="Images that activations are matched on and the aligned network is checked on.",
 )
-@click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=int)
+@click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=COUNT)
 @click.option(
     "--seed",
     default=DEFAULTS["seed"],
     show_default=True,
-    type=int,
+    type=SEED,
     help="Seed of the samples and of weight matching's order of the permutations.",
 )
 @click.option(
     "--max-sweeps",
     default=DEFAULTS["max_sweeps"],
     show_default=True,
-    type=int,
+    type=COUNT,
     help="Weight matching stops after this many sweeps even if a permutation still changes.",
 )
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")

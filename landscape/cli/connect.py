@@ -14,7 +14,7 @@ import click
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
-from landscape.cli.options import checkpoint_options, command_line, output_options, regularizer_options
+from landscape.cli.options import COUNT, SEED, checkpoint_options, command_line, output_options, regularizer_options
 from landscape.options.align import CONNECT_ALIGN
 from landscape.options.connect import BN_MODES, CONNECT_SPLITS, CURVES, ConnectOptions
 
@@ -26,17 +26,21 @@ DEFAULTS = ConnectOptions.defaults()
 @regularizer_options
 @output_options("connect.h5")
 @click.option(
-    "--samples", default=DEFAULTS["samples"], show_default=True, type=int, help="Images of each split (fixed, seeded)."
+    "--samples",
+    default=DEFAULTS["samples"],
+    show_default=True,
+    type=COUNT,
+    help="Images of each split (fixed, seeded).",
 )
-@click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=int)
+@click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=COUNT)
 @click.option(
-    "--seed", default=DEFAULTS["seed"], show_default=True, type=int, help="Seed of the samples and of the bend."
+    "--seed", default=DEFAULTS["seed"], show_default=True, type=SEED, help="Seed of the samples and of the bend."
 )
 @click.option(
     "--steps",
     default=DEFAULTS["steps"],
     show_default=True,
-    type=int,
+    type=COUNT,
     help="Evenly spaced points on the line (and the curve), both ends included.",
 )
 @click.option(
@@ -86,17 +90,19 @@ DEFAULTS = ConnectOptions.defaults()
     "--curvature-samples",
     default=DEFAULTS["curvature_samples"],
     show_default=True,
-    type=int,
+    type=COUNT,
     help="Noise draws per batch of the average-case sharpness (--curvature).",
 )
-@click.option("--bend-epochs", default=DEFAULTS["bend_epochs"], show_default=True, type=int, help="Epochs of the bend.")
+@click.option(
+    "--bend-epochs", default=DEFAULTS["bend_epochs"], show_default=True, type=COUNT, help="Epochs of the bend."
+)
 @click.option("--bend-lr", default=DEFAULTS["bend_lr"], show_default=True, type=float, help="The bend's SGD rate.")
 @click.option("--bend-momentum", default=DEFAULTS["bend_momentum"], show_default=True, type=float)
 @click.option("--bend-weight-decay", default=DEFAULTS["bend_weight_decay"], show_default=True, type=float)
 @click.option(
     "--bend-samples",
     default=DEFAULTS["bend_samples"],
-    type=int,
+    type=COUNT,
     help="Training images the bend is trained on (fixed, seeded by --seed)  [default: every image of the training "
     "split]",
 )
@@ -104,7 +110,7 @@ DEFAULTS = ConnectOptions.defaults()
     "--plane-steps",
     default=DEFAULTS["plane_steps"],
     show_default=True,
-    type=int,
+    type=COUNT,
     help="Grid points along each axis of the plane through the ends and the bend (--curve bezier).",
 )
 def command(

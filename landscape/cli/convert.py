@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import click
 
+from landscape.cli.options import COUNT, OUTPUT, SEED
+
 
 @click.command("convert")
 @click.option("--ckpt", required=True, type=click.Path(dir_okay=False), help="A trained convvit_* checkpoint.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Where to write the vit_rpe_* checkpoint.")
+@click.option("--out", required=True, type=OUTPUT, help="Where to write the vit_rpe_* checkpoint.")
 @click.option(
     "--sharpness",
     default=None,
@@ -27,10 +29,10 @@ import click
     "--samples",
     default=512,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=COUNT,
     help="Training images to compare logits on.",
 )
-@click.option("--seed", default=0, show_default=True, help="Seed of W_K/W_Q and of the compared samples.")
+@click.option("--seed", default=0, show_default=True, type=SEED, help="Seed of W_K/W_Q and of the compared samples.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --out.")
 def command(
     ckpt: str,

@@ -13,7 +13,7 @@ import click
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
-from landscape.cli.options import SEED, checkpoint_options, command_line, output_options
+from landscape.cli.options import COUNT, SEED, checkpoint_options, command_line, output_options
 from landscape.options.fourier import FREQUENCY_AXES, NOISE_CONSTRUCTIONS, PROFILES, FourierOptions
 
 DEFAULTS = FourierOptions.defaults()
@@ -34,7 +34,9 @@ def parse_bands(text: str) -> tuple[float, ...]:
 @click.command("fourier")
 @checkpoint_options(split=DEFAULTS["split"])
 @output_options("fourier.h5")
-@click.option("--samples", default=DEFAULTS["samples"], show_default=True, type=int, help="Number of images analysed.")
+@click.option(
+    "--samples", default=DEFAULTS["samples"], show_default=True, type=COUNT, help="Number of images analysed."
+)
 @click.option(
     "--first-samples",
     is_flag=True,
@@ -42,7 +44,7 @@ def parse_bands(text: str) -> tuple[float, ...]:
     help="Take the first --samples images of the split in file order (Paper A's first test batch), not a seeded "
     "choice.",
 )
-@click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=int)
+@click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=COUNT)
 @click.option(
     "--seed", default=DEFAULTS["seed"], show_default=True, type=SEED, help="Seed of the sample choice and the noise."
 )

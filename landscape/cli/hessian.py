@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
 from landscape.cli.options import (
+    COUNT,
     SEED,
     augment_options,
     checkpoint_options,
@@ -33,9 +34,9 @@ D = HessianOptions
 @output_options("hessian.h5")
 @augment_options
 @click.option(
-    "--samples", default=D.samples, show_default=True, type=int, help="Images in the loss (the Hessian's data)."
+    "--samples", default=D.samples, show_default=True, type=COUNT, help="Images in the loss (the Hessian's data)."
 )
-@click.option("--batch-size", default=D.batch_size, show_default=True, type=int, help="Batch size of the HVP passes.")
+@click.option("--batch-size", default=D.batch_size, show_default=True, type=COUNT, help="Batch size of the HVP passes.")
 @click.option(
     "--seed", default=D.seed, show_default=True, type=SEED, help="Seed of the samples, start vector and probes."
 )
@@ -52,11 +53,13 @@ D = HessianOptions
     "--eigenvectors", is_flag=True, default=D.eigenvectors, help="Also store the eigenvectors (n_params x k)."
 )
 @click.option("--density", is_flag=True, default=D.density, help="Also compute the SLQ spectral density.")
-@click.option("--probes", default=D.probes, show_default=True, type=int, help="SLQ probe vectors.")
-@click.option("--steps", default=D.steps, show_default=True, type=int, help="Lanczos steps per SLQ probe.")
+@click.option("--probes", default=D.probes, show_default=True, type=COUNT, help="SLQ probe vectors.")
+@click.option("--steps", default=D.steps, show_default=True, type=COUNT, help="Lanczos steps per SLQ probe.")
 @click.option("--sigma", default=D.sigma, type=float, help="Gaussian broadening [default: 1% of the node spread].")
 @click.option("--trace", is_flag=True, default=D.trace, help="Also estimate the trace.")
-@click.option("--trace-samples", default=D.trace_samples, show_default=True, type=int, help="HVPs spent on the trace.")
+@click.option(
+    "--trace-samples", default=D.trace_samples, show_default=True, type=COUNT, help="HVPs spent on the trace."
+)
 @click.option("--trace-method", default=D.trace_method, show_default=True, type=click.Choice(TRACE_METHODS))
 @click.option("--params", default=D.params, help="Comma-separated parameter-name globs: a per-layer Hessian block.")
 @click.option(

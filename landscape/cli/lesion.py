@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from landscape.core.source import ModelSource
     from landscape.store.read import Result
 
-from landscape.cli.options import SEED, checkpoint_options, command_line, output_options
+from landscape.cli.options import COUNT, SEED, checkpoint_options, command_line, output_options
 from landscape.options.lesion import LesionOptions
 
 DEFAULTS = LesionOptions.defaults()
@@ -53,8 +53,10 @@ def summary_lines(result: Result) -> list[str]:
 @click.command("lesion")
 @checkpoint_options(split=DEFAULTS["split"])
 @output_options("lesion.h5")
-@click.option("--samples", default=DEFAULTS["samples"], show_default=True, type=int, help="Number of images evaluated.")
-@click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=int)
+@click.option(
+    "--samples", default=DEFAULTS["samples"], show_default=True, type=COUNT, help="Number of images evaluated."
+)
+@click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=COUNT)
 @click.option("--seed", default=DEFAULTS["seed"], show_default=True, type=SEED, help="Seed of the sample choice.")
 def command(source: ModelSource, out: str, force: bool, device: str, quiet: bool, **options: object) -> None:
     """Lesion study: test accuracy and NLL with each residual branch skipped (shortcut kept), one at a time."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from landscape.cli.options import COUNT
+
 
 @click.command("models")
 @click.option("--pattern", default=None, help="Only names matching this glob, e.g. 'vit*'.")
@@ -13,8 +15,8 @@ import click
     show_default=True,
     help="The dataset whose channels and classes the counts are for (as `landscape train --data`).",
 )
-@click.option("--num-classes", default=None, type=int, help="Classes of the head [default: the data's].")
-@click.option("--in-chans", default=None, type=int, help="Input channels [default: the data's].")
+@click.option("--num-classes", default=None, type=COUNT, help="Classes of the head [default: the data's].")
+@click.option("--in-chans", default=None, type=COUNT, help="Input channels [default: the data's].")
 def command(pattern: str | None, data: str, num_classes: int | None, in_chans: int | None) -> None:
     """List every registered model with its parameter count (for the default data: 1 channel, 10 classes)."""
     from landscape.data import dataset_info

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from landscape.options.checks import MAX_SEED
 from landscape.options.common import SPLIT_CHOICES
 
 if TYPE_CHECKING:
@@ -75,8 +74,80 @@ def _input_size(text: str | None) -> int | tuple[int, int] | None:
     return sizes[0] if len(sizes) == 1 else (sizes[0], sizes[1])
 
 
+class WholeNumber(click.ParamType):
+    """The type of every integer option: a whole number from ``least`` to 2**62 (:data:`checks.MAX_INTEGER`).
+
+    A number beyond 64 bits would otherwise reach torch, numpy or HDF5 as a Python object and fail there. The
+    range is checked by :func:`landscape.options.checks.whole`, as the options classes check it for callers from
+    Python, so both say the same one line (``--steps must be a whole number >= 1, got 0``).
+
+    Args:
+        least: the smallest value the option takes.
+    """
+
+    name = "integer"
+
+    def __init__(self, least: int = 0) -> None:
+        self.least = least
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        """``value`` (text or a number) as an int in ``[least, MAX_INTEGER]``.
+
+        Raises:
+            click.BadParameter: ``value`` is not a whole number.
+            LandscapeError: it lies outside the range (one line naming the option).
+        """
+        from landscape.options.checks import whole
+
+        number = click.INT.convert(value, param, ctx)
+        option = param.opts[0] if param is not None and param.opts else "the number"
+        return whole(number, option, self.least)
+
+    def __repr__(self) -> str:
+        return f"WholeNumber({self.least})"
+
+
+class OutputFile(click.Path):
+    """The type of every ``--out`` that names a file: a path that is not an existing folder nor ends with a slash.
+
+    ``--out newdir/`` means a folder, and the file would be written as ``newdir``: refused in one line.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """``value`` as click's file path; an error when it ends with a path separator.
+
+        Raises:
+            LandscapeError: ``value`` ends with ``/`` (a folder's name).
+        """
+        import os
+
+        from landscape.errors import LandscapeError
+
+        text = os.fsdecode(value) if isinstance(value, bytes) else str(value)
+        if text.endswith(("/", os.sep)):
+            option = param.opts[0] if param is not None and param.opts else "the output"
+            raise LandscapeError(
+                f"{option} {text} names a folder: give a file in it, e.g. {option} {text}{self._example(param)}"
+            )
+        return super().convert(value, param, ctx)
+
+    @staticmethod
+    def _example(param: click.Parameter | None) -> str:
+        default = param.default if param is not None and isinstance(param.default, str) else None
+        return default or "FILE"
+
+
+#: the type of every ``--out`` that names a file (not a folder)
+OUTPUT = OutputFile()
+#: a count: a whole number >= 1
+COUNT = WholeNumber(1)
+#: a whole number >= 0
+NATURAL = WholeNumber(0)
 #: the type of every seed option: a whole number a seed of torch can be, offsets included (see checks.MAX_SEED)
-SEED = click.IntRange(0, MAX_SEED)
+SEED = WholeNumber(0)
 
 
 def model_source(
@@ -181,7 +252,7 @@ def checkpoint_options(
                 click.option(
                     "--num-classes",
                     default=None,
-                    type=click.IntRange(min=1),
+                    type=COUNT,
                     help="Output classes [default: the checkpoint's, the weights' or the data's].",
                 ),
                 click.option(
@@ -273,7 +344,7 @@ def other_model_options(func: F) -> F:
             ),
             click.option("--other-model", default=None, help="The second model's name (as --model)."),
             click.option("--other-model-kw", multiple=True, help="The second model's option key=value (repeatable)."),
-            click.option("--other-num-classes", default=None, type=click.IntRange(min=1), help="As --num-classes."),
+            click.option("--other-num-classes", default=None, type=COUNT, help="As --num-classes."),
             click.option("--other-pretrained", is_flag=True, help="The second model with published weights."),
             click.option("--other-random-init", is_flag=True, help="The second model at its seeded initialisation."),
             click.option(
@@ -331,7 +402,7 @@ def augment_options(func: F) -> F:
                 "--augment-copies",
                 default=1,
                 show_default=True,
-                type=int,
+                type=COUNT,
                 help="Augmented copies of each sample (--augment paper-a): the data are copies x samples images.",
             ),
         ],
@@ -346,7 +417,7 @@ def output_options(default_out: str) -> Callable[[F], F]:
             func,
             [
                 click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda."),
-                click.option("--out", default=default_out, show_default=True, type=click.Path(dir_okay=False)),
+                click.option("--out", default=default_out, show_default=True, type=OUTPUT),
                 click.option("--force", is_flag=True, help="Overwrite an existing result file from other options."),
                 click.option("--quiet", is_flag=True, help="No plan before the work, no progress."),
             ],
@@ -385,7 +456,7 @@ def eigen_options(
         return _apply(
             func,
             [
-                click.option("--top-k", default=D.top_k, show_default=True, type=int, help=top_k),
+                click.option("--top-k", default=D.top_k, show_default=True, type=NATURAL, help=top_k),
                 click.option("--which", default=D.which, show_default=True, type=click.Choice(WHICH), help=which),
                 *(
                     [click.option("--solver", default=D.solver, show_default=True, type=click.Choice(SOLVERS))]
@@ -399,8 +470,8 @@ def eigen_options(
                     type=float,
                     help="A pair converges when its residual ||H y - lambda y|| <= TOL |lambda|.",
                 ),
-                click.option("--ncv", default=D.ncv, type=int, help=ncv),
-                click.option("--maxiter", default=D.maxiter, type=int, help=maxiter),
+                click.option("--ncv", default=D.ncv, type=COUNT, help=ncv),
+                click.option("--maxiter", default=D.maxiter, type=COUNT, help=maxiter),
                 click.option("--hvp", default=D.hvp, show_default=True, type=click.Choice(HVP_MODES), help=hvp),
                 click.option("--dtype", default=D.dtype, show_default=True, type=click.Choice(DTYPES)),
             ],

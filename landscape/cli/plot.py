@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from landscape.cli.options import WholeNumber
 from landscape.plot import FORMATS, LEVEL_SPACINGS, SPECTRUM_STYLES, STYLES
 
 
@@ -30,7 +31,9 @@ from landscape.plot import FORMATS, LEVEL_SPACINGS, SPECTRUM_STYLES, STYLES
     help="paper: surfaces in 3D as Paper A's plasma wireframe of loss - min; Fourier Fig 2a as released "
     "(last block left out, deep blocks yellow).",
 )
-@click.option("--levels", default=20, show_default=True, type=int, help="Surfaces: number of contour levels (>= 2).")
+@click.option(
+    "--levels", default=20, show_default=True, type=WholeNumber(2), help="Surfaces: number of contour levels (>= 2)."
+)
 @click.option(
     "--level-spacing",
     default="auto",

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import click
 
+from landscape.cli.options import OUTPUT
 from landscape.plot.report import REPORT_FORMATS
 
 
 @click.command("report")
 @click.argument("folder", type=click.Path(file_okay=False))
-@click.option(
-    "--out", default=None, type=click.Path(dir_okay=False), help="The page to write [default: DIR/report.html]."
-)
+@click.option("--out", default=None, type=OUTPUT, help="The page to write [default: DIR/report.html].")
 @click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(REPORT_FORMATS))
 @click.option(
     "--interactive/--no-interactive",

@@ -13,7 +13,15 @@ import click
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
-from landscape.cli.options import augment_options, checkpoint_options, command_line, output_options, regularizer_options
+from landscape.cli.options import (
+    COUNT,
+    SEED,
+    augment_options,
+    checkpoint_options,
+    command_line,
+    output_options,
+    regularizer_options,
+)
 from landscape.options.common import DTYPES
 from landscape.options.sharpness import INITS, MEASURES, NORMS, WORST_STEP_SIZE, SharpnessOptions
 
@@ -25,12 +33,12 @@ D = SharpnessOptions
 @regularizer_options
 @output_options("sharpness.h5")
 @augment_options
-@click.option("--samples", default=D.samples, show_default=True, type=int, help="Images used (fixed, seeded).")
+@click.option("--samples", default=D.samples, show_default=True, type=COUNT, help="Images used (fixed, seeded).")
 @click.option(
-    "--batch-size", default=D.batch_size, show_default=True, type=int, help="m: the images of one mini-batch S."
+    "--batch-size", default=D.batch_size, show_default=True, type=COUNT, help="m: the images of one mini-batch S."
 )
 @click.option(
-    "--seed", default=D.seed, show_default=True, type=int, help="Seed of the samples and (+ batch index) the noise."
+    "--seed", default=D.seed, show_default=True, type=SEED, help="Seed of the samples and (+ batch index) the noise."
 )
 @click.option(
     "--measure",
@@ -62,13 +70,13 @@ D = SharpnessOptions
     "--p", "p", default=D.p, show_default=True, metavar="|".join(NORMS), help="The worst case's norm (2 or inf)."
 )
 @click.option(
-    "--steps", default=D.steps, show_default=True, type=int, help="The worst case's ascent iterations per restart."
+    "--steps", default=D.steps, show_default=True, type=COUNT, help="The worst case's ascent iterations per restart."
 )
 @click.option(
     "--restarts",
     default=D.restarts,
     show_default=True,
-    type=int,
+    type=COUNT,
     help="The worst case's ascents from different starts (the first at --init, the others random); best kept.",
 )
 @click.option(
@@ -84,7 +92,9 @@ D = SharpnessOptions
     type=click.Choice(INITS),
     help="The worst case's first ascent start.",
 )
-@click.option("--draws", default=D.draws, show_default=True, type=int, help="The average case's noise draws per batch.")
+@click.option(
+    "--draws", default=D.draws, show_default=True, type=COUNT, help="The average case's noise draws per batch."
+)
 @click.option("--antithetic", is_flag=True, default=D.antithetic, help="Average case: evaluate +delta and -delta.")
 @click.option(
     "--params",
@@ -94,7 +104,7 @@ D = SharpnessOptions
 @click.option(
     "--confidence", default=D.confidence, show_default=True, type=float, help="Level of the bootstrap interval."
 )
-@click.option("--resamples", default=D.resamples, show_default=True, type=int, help="Bootstrap resamples.")
+@click.option("--resamples", default=D.resamples, show_default=True, type=COUNT, help="Bootstrap resamples.")
 @click.option("--dtype", default=D.dtype, show_default=True, type=click.Choice(DTYPES))
 def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
     """Average- or worst-case m-sharpness over radii, with an interval over batches (resumable; torchrun)."""

@@ -13,7 +13,7 @@ import click
 if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
-from landscape.cli.options import SEED, checkpoint_options, command_line, other_model_options, output_options
+from landscape.cli.options import COUNT, SEED, checkpoint_options, command_line, other_model_options, output_options
 from landscape.options.similarity import SimilarityOptions
 
 DEFAULTS = SimilarityOptions.defaults()
@@ -23,12 +23,14 @@ DEFAULTS = SimilarityOptions.defaults()
 @checkpoint_options(split=DEFAULTS["split"])
 @other_model_options
 @output_options("similarity.h5")
-@click.option("--samples", default=DEFAULTS["samples"], show_default=True, type=int, help="Number of images analysed.")
+@click.option(
+    "--samples", default=DEFAULTS["samples"], show_default=True, type=COUNT, help="Number of images analysed."
+)
 @click.option(
     "--batch-size",
     default=DEFAULTS["batch_size"],
     show_default=True,
-    type=int,
+    type=COUNT,
     help="Images per minibatch of the unbiased HSIC (at least 4).",
 )
 @click.option("--seed", default=DEFAULTS["seed"], show_default=True, type=SEED, help="Seed of the sample choice.")

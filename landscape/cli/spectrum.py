@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
 from landscape.cli.options import (
+    COUNT,
     SEED,
     augment_options,
     checkpoint_options,
@@ -32,11 +33,13 @@ D = SpectrumOptions
 @regularizer_options
 @output_options("spectrum.h5")
 @augment_options
-@click.option("--batch-size", default=D.batch_size, show_default=True, type=int, help="Mini-batch size (Paper A: 16).")
+@click.option(
+    "--batch-size", default=D.batch_size, show_default=True, type=COUNT, help="Mini-batch size (Paper A: 16)."
+)
 @click.option(
     "--fraction", default=D.fraction, show_default=True, type=float, help="Share of the split used (Paper A: 10%)."
 )
-@click.option("--samples", default=D.samples, type=int, help="Number of images instead of --fraction.")
+@click.option("--samples", default=D.samples, type=COUNT, help="Number of images instead of --fraction.")
 @click.option(
     "--seed", default=D.seed, show_default=True, type=SEED, help="Seed of the sample choice and start vectors."
 )

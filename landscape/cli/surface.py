@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
 from landscape.cli.options import (
+    COUNT,
     SEED,
     augment_options,
     checkpoint_options,
@@ -44,9 +45,9 @@ DEFAULTS = SurfaceOptions.defaults()
 @output_options("surface.h5")
 @augment_options
 @click.option(
-    "--samples", default=DEFAULTS["samples"], show_default=True, type=int, help="Number of samples (fixed, seeded)."
+    "--samples", default=DEFAULTS["samples"], show_default=True, type=COUNT, help="Number of samples (fixed, seeded)."
 )
-@click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=int)
+@click.option("--batch-size", default=DEFAULTS["batch_size"], show_default=True, type=COUNT)
 @click.option(
     "--x",
     "x",

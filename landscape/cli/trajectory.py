@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from landscape.cli.options import command_line, parse_model_kw
+from landscape.cli.options import OUTPUT, command_line, parse_model_kw
 
 
 @click.command("trajectory")
@@ -28,7 +28,7 @@ from landscape.cli.options import command_line, parse_model_kw
 )
 @click.option("--model", default=None, help="Model of a first checkpoint that names none (zoo name or spec).")
 @click.option("--model-kw", multiple=True, help="Model constructor option key=value (repeatable).")
-@click.option("--out", default="trajectory.h5", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--out", default="trajectory.h5", show_default=True, type=OUTPUT)
 @click.option("--force", is_flag=True, help="Overwrite an existing result file of other options.")
 def command(
     ckpts: tuple[str, ...],

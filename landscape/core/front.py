@@ -72,7 +72,9 @@ def load_inputs(
     source = ModelSource.of(checkpoint, model_name)
     dev = resolve_device(device)
     model, meta = source.build(data or "digits")
-    require_finite_weights(model)  # one rule for every analysis (and convert, --init, training): finite weights
+    require_finite_weights(
+        model, source.describe()
+    )  # one rule for every analysis (and convert, --init, training): finite weights
     model = model.to(dev).eval()
     spec = data or meta.get("dataset") or "digits"
     return AnalysisInputs(

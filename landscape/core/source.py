@@ -21,6 +21,7 @@ from landscape.models import create_model
 from landscape.models.checkpoint import load_model, weights_sha256
 from landscape.models.external import model_preprocess
 from landscape.models.registry import data_kwargs
+from landscape.options import checks
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,15 @@ class ModelSource:
             raise LandscapeError(
                 f"{given[0]} needs --model NAME (a zoo name, timm:NAME, torchvision:NAME or py:module:factory)"
             )
+        if "num_classes" in self.model_kwargs:  # the class count is one option, whichever way it is given
+            kwargs = dict(self.model_kwargs)
+            count = checks.positive_int(kwargs.pop("num_classes"), "--model-kw num_classes")
+            if self.num_classes is not None and self.num_classes != count:
+                raise LandscapeError(
+                    f"--model-kw num_classes={count} and --num-classes {self.num_classes} disagree: give one of them"
+                )
+            object.__setattr__(self, "model_kwargs", kwargs)
+            object.__setattr__(self, "num_classes", count)
 
     @classmethod
     def of(cls, source: ModelSource | str | Path | nn.Module, model: str | None = None) -> ModelSource:

@@ -451,16 +451,42 @@ def non_finite(named: Mapping[str, Tensor], kind: str = "parameter") -> str | No
     return None
 
 
+def invalid_statistic(named: Mapping[str, Tensor]) -> str | None:
+    """The first running variance (a buffer named ``running_var``) holding a negative value, described.
+
+    A normalisation layer divides by ``sqrt(running_var + eps)``: a negative variance, which no training makes,
+    gives NaN losses downstream.
+
+    Args:
+        named: buffer names to tensors.
+
+    Returns:
+        ``"buffer 'bn1.running_var' holds 2 negative value(s) of 8 (a variance is >= 0)"``, or None.
+    """
+    for name, t in named.items():
+        if name.rsplit(".", 1)[-1] == "running_var" and t.is_floating_point():
+            bad = int((t < 0).sum())
+            if bad:
+                return f"buffer {name!r} holds {bad} negative value(s) of {t.numel()} (a variance is >= 0)"
+    return None
+
+
 def non_finite_weight(model: nn.Module) -> str | None:
-    """The first parameter, else buffer, of ``model`` holding NaN or Inf, described (:func:`non_finite`).
+    """The first parameter, else buffer, of ``model`` holding NaN or Inf, else an invalid running variance.
 
     Args:
         model: the model.
 
     Returns:
-        The description, or None when every parameter and buffer is finite.
+        The description (:func:`non_finite`, :func:`invalid_statistic`), or None when every parameter and
+        buffer is finite and every running variance is >= 0.
     """
-    return non_finite(dict(model.named_parameters()), "parameter") or non_finite(dict(model.named_buffers()), "buffer")
+    buffers = dict(model.named_buffers())
+    return (
+        non_finite(dict(model.named_parameters()), "parameter")
+        or non_finite(buffers, "buffer")
+        or invalid_statistic(buffers)
+    )
 
 
 def _damaged(found: str | None, where: str) -> None:
@@ -493,7 +519,7 @@ def require_finite_weights(model: nn.Module, where: str = "") -> None:
         where: what holds it, for the message (e.g. the checkpoint's path); empty: nothing.
 
     Raises:
-        LandscapeError: naming the first non-finite parameter, else buffer.
+        LandscapeError: naming the first non-finite parameter, else buffer, else invalid running variance.
     """
     _damaged(non_finite_weight(model), where)
 

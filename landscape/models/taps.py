@@ -333,7 +333,36 @@ class FeatureTaps:
                 self.close()
             else:
                 self._records, self._armed = [], {}
+        if not records and self.rule == "taps":
+            raise self._never_ran(x)
         return self._features(records, (int(x.shape[-2]), int(x.shape[-1])))
+
+    def _never_ran(self, x: Tensor) -> LandscapeError:
+        """The error for taps whose modules the forward pass never called (a model that calls a block's parts)."""
+        ran: list[str] = []
+        handles = [
+            module.register_forward_hook(lambda *_, name=name: ran.append(name))
+            for name, module in self.model.named_modules()
+            if name
+        ]
+        try:
+            with torch.no_grad(), calling_forward(self.model, x):
+                self.model(x)
+        finally:
+            for handle in handles:
+                handle.remove()
+        tapped = list(dict.fromkeys(site.name for site in self._plan.sites))
+        inside = [n for n in dict.fromkeys(ran) if any(n.startswith(f"{t}.") for t in tapped)]
+        own = (
+            " (it has its own feature maps: drop --taps)"
+            if callable(getattr(self.model, "block_features", None))
+            else ""
+        )
+        return LandscapeError(
+            f"the --taps modules of {type(self.model).__name__} ({', '.join(tapped[:3])}, ...) never run in its "
+            f"forward pass, so no feature map was taken{own}; modules that run inside them: "
+            f"{', '.join(inside[:6]) or 'none'}"
+        )
 
     def _attach(self) -> None:
         if self._handles or self._plan is None:

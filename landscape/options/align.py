@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from landscape.errors import LandscapeError
+from landscape.options import checks
 from landscape.options.common import FieldDefaults, canonical_split, check_data_options, choice
 
 #: how the permutations are found: weight matching (coordinate descent of linear assignments on the weights'
@@ -64,9 +65,7 @@ class AlignOptions(FieldDefaults):
         if self.data is not None and not isinstance(self.data, str):
             raise LandscapeError(f"--data must be a dataset spec string, got {self.data!r}")
         choice(self.method, "--method", ALIGN_METHODS)
-        sweeps = self.max_sweeps
-        if isinstance(sweeps, bool) or not isinstance(sweeps, int) or sweeps < 1:
-            raise LandscapeError(f"--max-sweeps must be a whole number >= 1, got {sweeps!r}")
+        checks.positive_int(self.max_sweeps, "--max-sweeps")
 
     def attrs(self) -> dict[str, Any]:
         """What these options record (in the aligned checkpoint's metadata): method, split, seed, sizes.

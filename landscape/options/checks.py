@@ -110,8 +110,34 @@ def in_range(
     return number
 
 
+#: the largest whole number an option takes: a count or seed plus an index (``seed + j``) still fits in 63 bits,
+#: so every integer reaches torch, numpy and HDF5 as a machine integer
+MAX_INTEGER = 2**62
+
+
+def whole(value: Any, name: str, least: int = 0) -> int:
+    """``value`` as an int; an error unless it is a whole number in ``[least, MAX_INTEGER]``.
+
+    Args:
+        value: the number to check; must be an integral type (``int``, ``numpy.int64``, ...), not ``bool``.
+        name: the option's name, used in the error message.
+        least: the smallest value allowed.
+
+    Returns:
+        ``int(value)``.
+
+    Raises:
+        LandscapeError: ``value`` is not an integral number, is a ``bool``, or lies outside ``[least, MAX_INTEGER]``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < least:
+        raise LandscapeError(f"{name} must be a whole number >= {least}, got {value!r}")
+    if int(value) > MAX_INTEGER:
+        raise LandscapeError(f"{name} must be a whole number from {least} to 2**62 = {MAX_INTEGER}, got {value!r}")
+    return int(value)
+
+
 def positive_int(value: Any, name: str) -> int:
-    """``value`` as an int; an error unless it is a whole number ``>= 1``.
+    """``value`` as an int; an error unless it is a whole number in ``[1, MAX_INTEGER]`` (see :func:`whole`).
 
     Args:
         value: the number to check; must be an integral type (``int``, ``numpy.int64``, ...), not ``bool``.
@@ -121,15 +147,13 @@ def positive_int(value: Any, name: str) -> int:
         ``int(value)``.
 
     Raises:
-        LandscapeError: ``value`` is not an integral number, is a ``bool``, or is ``< 1``.
+        LandscapeError: ``value`` is not an integral number, is a ``bool``, or lies outside ``[1, MAX_INTEGER]``.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
-        raise LandscapeError(f"{name} must be a whole number >= 1, got {value!r}")
-    return int(value)
+    return whole(value, name, 1)
 
 
 #: the largest seed: a seed plus a batch or probe index (``seed + j``) stays a seed torch accepts (< 2**63)
-MAX_SEED = 2**62
+MAX_SEED = MAX_INTEGER
 
 
 def seed(value: Any, name: str = "--seed") -> int:

@@ -88,7 +88,7 @@ def auto_or_count(value: Any, name: str) -> int | str:
             raise LandscapeError(f"{name} must be a positive integer or auto, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
         raise LandscapeError(f"{name} must be a positive integer or auto, got {value!r}")
-    return int(value)
+    return checks.positive_int(value, name)
 
 
 def check_data_options(split: str, samples: int | None, batch_size: int, seed: int) -> str:

@@ -49,10 +49,8 @@ CURVATURE_HVP = "graph"
 
 
 def _whole(value: Any, name: str, least: int) -> int:
-    """``value`` as an int; an error unless it is a whole number ``>= least``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise LandscapeError(f"{name} must be a whole number >= {least}, got {value!r}")
-    return int(value)
+    """``value`` as an int; an error unless it is a whole number in ``[least, checks.MAX_INTEGER]``."""
+    return checks.whole(value, name, least)
 
 
 @dataclass(frozen=True)

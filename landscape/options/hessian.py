@@ -107,8 +107,7 @@ def _optional_int(value: Any, name: str) -> None:
 
 
 def _whole_non_negative(value: Any, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise LandscapeError(f"{name} must be a whole number >= 0, got {value!r}")
+    checks.whole(value, name, 0)
 
 
 def _optional_str(value: Any, name: str) -> None:
@@ -274,14 +273,7 @@ class HessianOptions(_LossOptions):
         checks.positive_int(self.grid_points, "--grid-points")
         choice(self.trace_method, "--trace-method", TRACE_METHODS)
         least = TRACE_MIN_SAMPLES[self.trace_method]
-        if (
-            isinstance(self.trace_samples, bool)
-            or not isinstance(self.trace_samples, int)
-            or self.trace_samples < least
-        ):
-            raise LandscapeError(
-                f"--trace-samples must be a whole number >= {least} for {self.trace_method}, got {self.trace_samples!r}"
-            )
+        checks.whole(self.trace_samples, f"--trace-samples (of {self.trace_method})", least)
         _optional_str(self.params, "--params")
         if self.params is not None and not split_patterns(self.params):
             raise LandscapeError(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import html
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -136,6 +137,11 @@ def write_report(
         raise LandscapeError(f"{folder} does not exist; give the folder that holds the result files (*.h5)")
     if not folder.is_dir():
         raise LandscapeError(f"{folder} is not a folder; give the folder that holds the result files (*.h5)")
+    if not os.access(folder, os.W_OK | os.X_OK):  # the figures go into DIR whatever --out says
+        raise LandscapeError(
+            f"{folder} is read-only, and the report writes its figures into {folder / FIGURES_FOLDER}: make it "
+            f"writable (chmod u+w), or copy the result files to a writable folder"
+        )
     plotly = _plotly(interactive)
     page = Path(out) if out is not None else folder / "report.html"
     check_replaceable(page, force=force, kind="report")

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from landscape import store
+from landscape.errors import LandscapeError
 from landscape.runtime import distributed
 from landscape.runtime.progress import Progress
 from landscape.store.result import ResultFile
@@ -32,7 +33,8 @@ class AnalysisFile(Generic[T]):
     When the body ends normally rank 0 marks the file complete, the file is closed, every rank waits at the
     barrier and :attr:`result` holds the result on every rank; after an error the file is closed and the error
     raised as it comes, on each rank. The body must skip the work ``state`` says is done: a complete file is
-    handed to it as it is.
+    handed to it as it is, once its kind's check (the readers', ``Result.inconsistency``) finds it consistent;
+    a complete file that contradicts itself (a point not done, say) is refused in one line.
 
     Args:
         out: the HDF5 result file, or None for a result held in memory only.
@@ -73,6 +75,8 @@ class AnalysisFile(Generic[T]):
                 f = store.open_result(self.out, self.kind, self.attrs, force=self.force)
             opened.append(f)
             try:
+                if self.out is not None and f.complete:
+                    self._check_complete(f)
                 return None if self.resume is None else self.resume(f)
             except BaseException:
                 f.close()
@@ -81,6 +85,19 @@ class AnalysisFile(Generic[T]):
         state = distributed.on_main(open_file)
         self.file = opened[0] if opened else None
         return self.file, state
+
+    def _check_complete(self, f: ResultFile) -> None:
+        """Refuse a complete file that contradicts itself, as the readers (``info``, ``plot``) refuse it.
+
+        Raises:
+            LandscapeError: the file is marked complete but its kind's check finds it inconsistent.
+        """
+        why = store.read_result(f.path).inconsistency()
+        if why is not None:
+            raise LandscapeError(
+                f"{f.path} is marked complete but contradicts itself ({why}); it is left as it is: "
+                "write the analysis elsewhere with --out"
+            )
 
     def progress(
         self, desc: str, total: int | None, *, unit: str, done: int = 0, progress: bool | None = None

@@ -33,6 +33,8 @@ from landscape.runtime import distributed
 INTERVAL_ENV = "LANDSCAPE_PROGRESS_SECONDS"
 #: the seconds between two progress lines by default
 DEFAULT_INTERVAL = 30.0
+#: the longest interval: a larger value is clamped to it (a wait beyond the clock's range kills the thread)
+MAX_INTERVAL = 86400.0
 #: the shortest wait of the steady lines' clock (a tiny interval must not spin)
 _MIN_TICK = 0.05
 #: the words of the units whose plural is not the word and an ``s``
@@ -46,13 +48,14 @@ def interval() -> float:
     """The seconds between two progress lines: ``$LANDSCAPE_PROGRESS_SECONDS`` when it is a positive number.
 
     Returns:
-        The interval, :data:`DEFAULT_INTERVAL` when the variable is unset or not a positive finite number.
+        The interval, at most :data:`MAX_INTERVAL` (a day; a larger value is clamped to it), and
+        :data:`DEFAULT_INTERVAL` when the variable is unset or not a positive finite number.
     """
     try:
         value = float(os.environ.get(INTERVAL_ENV, ""))
     except ValueError:
         return DEFAULT_INTERVAL
-    return value if math.isfinite(value) and value > 0 else DEFAULT_INTERVAL
+    return min(value, MAX_INTERVAL) if math.isfinite(value) and value > 0 else DEFAULT_INTERVAL
 
 
 def display(progress: bool | None) -> str:

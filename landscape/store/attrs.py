@@ -47,8 +47,28 @@ PROVENANCE = (
 )
 
 
+def storable_text(text: str) -> str:
+    """``text`` as valid UTF-8: each byte of a file name that is not UTF-8 written as a backslash escape.
+
+    Python keeps such bytes as lone surrogates, which no UTF-8 writer accepts; everything else is unchanged.
+
+    Args:
+        text: a string, e.g. a path given on the command line.
+
+    Returns:
+        A string every UTF-8 writer (HDF5, an HTML page) accepts.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text
+
+
 def encode(value: Any) -> Any:
     """An attribute value as HDF5 stores it: ``None``, dicts, lists and tuples as JSON, paths as strings.
+
+    Text is stored as valid UTF-8 (:func:`storable_text`: a non-UTF-8 byte of a file name as an escape).
 
     Args:
         value: the value to store.
@@ -59,7 +79,9 @@ def encode(value: Any) -> Any:
     if value is None or isinstance(value, (dict, list, tuple)):
         return json.dumps(value, sort_keys=True, default=str)
     if isinstance(value, Path):
-        return str(value)
+        return storable_text(str(value))
+    if isinstance(value, str):
+        return storable_text(value)
     if isinstance(value, np.generic):
         return value.item()
     return value

@@ -450,7 +450,8 @@ def write_text(path: str | Path, text: str, *, force: bool = False, kind: str | 
 
     Args:
         path: the final file.
-        text: the contents, written as UTF-8.
+        text: the contents, written as UTF-8 (a non-UTF-8 byte of a file name in it as an escape,
+            :func:`landscape.store.attrs.storable_text`).
         force: replace a symbolic link or a file landscape did not write (see :func:`check_replaceable`).
         kind: the kind of file written (:data:`FILE_KINDS`; see :func:`atomic_write`).
 
@@ -458,8 +459,10 @@ def write_text(path: str | Path, text: str, *, force: bool = False, kind: str | 
         LandscapeError: what is at ``path`` may not be replaced, the folder cannot be created or written, the
             disk is full, ...
     """
+    from landscape.store.attrs import storable_text
+
     with atomic_write(path, "w", force=force, kind=kind) as handle:
-        handle.write(text)
+        handle.write(storable_text(text))
 
 
 def temporary_path(path: str | Path) -> Path:

@@ -16,10 +16,25 @@ from landscape.errors import LandscapeError
 from landscape.store.locks import live_writer
 
 
-def unreadable(path: Path) -> LandscapeError:
-    """The error for an existing file that h5py cannot open: a broken symlink, not HDF5 at all, or damaged."""
+def unreadable(path: Path, *, reading: bool = False) -> LandscapeError:
+    """The error for an existing file that h5py cannot open: a broken symlink, not HDF5 at all, or damaged.
+
+    Args:
+        path: the file.
+        reading: the file is read (``info``, ``plot``, ``report``), not written: the advice is then what a
+            reader can do, not ``--force`` or ``--out``, which readers do not have.
+
+    Returns:
+        The one-line error.
+    """
     if path.is_symlink() and not path.exists():
         return LandscapeError(f"{path} is a symbolic link to a missing file (or a loop of links); remove it or fix it")
+    if reading:
+        damaged = "a damaged HDF5 file (truncated or half-written)" if h5py.is_hdf5(str(path)) else "not an HDF5 file"
+        return LandscapeError(
+            f"{path} is {damaged} and cannot be read; give a result file written by landscape, or run its "
+            "analysis again"
+        )
     if h5py.is_hdf5(str(path)):
         return LandscapeError(
             f"{path} is a damaged HDF5 file (truncated or half-written) and cannot be resumed or "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,14 @@ class Result:
             The line; for a kind no analysis writes, or a file that contradicts itself, a line that says so.
         """
         return _view("text").summary(self)
+
+    def inconsistency(self) -> str | None:
+        """Why the result contradicts itself, by its kind's check (as ``landscape info`` and ``plot`` judge it).
+
+        Returns:
+            The first line of the contradiction (e.g. a file marked complete with points not done), or None.
+        """
+        return _view("text").inconsistency(self)
 
     def numbers(self) -> dict[str, str]:
         """Its cells of the report's summary table (column -> text), as its analysis declares them.
@@ -196,23 +205,46 @@ def read_result(path: str | Path) -> Result:
     except PermissionError as exc:
         raise os_error(exc, path, "read") from exc
     except OSError:
-        raise unreadable(path) from None
+        raise unreadable(path, reading=True) from None
     with f:
-        return result_of(f, path)
+        try:
+            return result_of(f, path, limit=max(MIN_DECLARED_LIMIT, DECLARED_RATIO * path.stat().st_size))
+        except (OSError, RuntimeError, KeyError) as exc:  # HDF5 met a truncated or damaged object inside
+            raise unreadable(path, reading=True) from exc
 
 
-def result_of(f: h5py.File, path: str | Path) -> Result:
+#: an array read from a file may declare at most this many times the file's bytes (HDF5 leaves unwritten
+#: chunks out of the file, so a declared size is no proof of data) ...
+DECLARED_RATIO = 1024
+#: ... or this many bytes, whichever is more; a larger declaration is a damaged or crafted file
+MIN_DECLARED_LIMIT = 1 << 30
+
+
+def _axes(value: Any, name: str, path: str | Path) -> list[str]:
+    """An array's ``axes`` attribute: a JSON list of axis names (one line naming the file and the array otherwise)."""
+    try:
+        axes = json.loads(as_str(value))
+    except (ValueError, TypeError, RecursionError):
+        axes = None
+    if not isinstance(axes, list) or not all(isinstance(a, str) for a in axes):
+        raise LandscapeError(f"{path}: the axes attribute of {name!r} is not a JSON list of names; the file is damaged")
+    return axes
+
+
+def result_of(f: h5py.File, path: str | Path, *, limit: int | None = None) -> Result:
     """Every attribute and array of an open (self-contained) result file, read into memory.
 
     Args:
         f: the open file (on disk or in memory).
         path: what to call it (the file's path, or :data:`MEMORY`).
+        limit: the most bytes one array may declare (None: no limit; see :data:`DECLARED_RATIO`).
 
     Returns:
         The :class:`Result`.
 
     Raises:
-        LandscapeError: the file has no ``kind`` attribute.
+        LandscapeError: the file has no ``kind`` attribute, an ``axes`` attribute is not a list of names, or an
+            array declares more bytes than ``limit`` or than memory holds.
     """
     attrs = {k: decode(v) for k, v in f.attrs.items()}
     if "kind" not in attrs:
@@ -221,12 +253,23 @@ def result_of(f: h5py.File, path: str | Path) -> Result:
 
     def visit(name: str, obj: Any) -> None:
         if isinstance(obj, h5py.Dataset):
-            data = obj[()]
-            if obj.dtype.kind == "O" or h5py.check_string_dtype(obj.dtype) is not None:
-                data = np.asarray(obj.asstr()[()])
+            declared = int(obj.size or 0) * obj.dtype.itemsize
+            if limit is not None and declared > limit:
+                raise LandscapeError(
+                    f"{path}: array {name!r} declares {tuple(obj.shape)} x {obj.dtype} ({declared:,} bytes) in a file "
+                    f"of {os.path.getsize(path):,} bytes; the file is damaged or crafted"
+                )
+            try:
+                data = obj[()]
+                if obj.dtype.kind == "O" or h5py.check_string_dtype(obj.dtype) is not None:
+                    data = np.asarray(obj.asstr()[()])
+            except MemoryError:
+                raise LandscapeError(
+                    f"{path}: array {name!r} ({tuple(obj.shape)} x {obj.dtype}) does not fit in memory"
+                ) from None
             result.arrays[name] = np.asarray(data)
             if "axes" in obj.attrs:
-                result.axes[name] = json.loads(as_str(obj.attrs["axes"]))
+                result.axes[name] = _axes(obj.attrs["axes"], name, path)
 
         own = {k: decode(v) for k, v in obj.attrs.items() if k != "axes"}
         if own:

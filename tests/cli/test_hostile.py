@@ -1,9 +1,11 @@
 """Hostile input through the command line: one line, exit status 2, nothing lost, and the same command recovers."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -208,8 +210,53 @@ def test_a_file_size_limit_is_one_line_wherever_it_strikes_and_the_same_command_
 @pytest.mark.parametrize("command", ["surface", "hessian", "spectrum", "fourier", "lesion", "similarity"])
 def test_a_seed_beyond_what_torch_takes_is_one_line_before_any_work(tmp_path, command):
     code, output = run(command, "--model", "resnet_mini", "--random-init", "--seed", 2**66, "--out", tmp_path / "r.h5")
-    assert_one_line_error(code, output, "'--seed'", str(2**66), "0<=x<=")
+    assert_one_line_error(code, output, "--seed must be a whole number from 0 to 2**62", str(2**66))
     assert not (tmp_path / "r.h5").exists()
+
+
+INTEGER_OPTIONS = {
+    "surface": ["--samples", "--batch-size", "--augment-copies", "--num-classes"],
+    "hessian": ["--steps", "--batch-size", "--trace-samples", "--probes", "--top-k", "--ncv", "--maxiter"],
+    "spectrum": ["--batch-size", "--samples", "--top-k"],
+    "sharpness": ["--steps", "--batch-size", "--draws", "--resamples", "--samples"],
+    "connect": ["--steps", "--bend-epochs", "--plane-steps", "--samples"],
+    "fourier": ["--samples", "--batch-size"],
+    "lesion": ["--samples", "--batch-size"],
+    "similarity": ["--samples", "--batch-size", "--other-num-classes"],
+    "align": ["--samples", "--max-sweeps", "--seed"],
+    "train": ["--seed", "--epochs", "--batch-size", "--snapshot-every", "--track-sharpness"],
+    "models": ["--num-classes", "--in-chans"],
+    "convert": ["--samples", "--seed"],
+    "plot": ["--levels"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(INTEGER_OPTIONS))
+def test_every_integer_option_beyond_64_bits_is_one_line_naming_it(tmp_path, command):
+    for option in INTEGER_OPTIONS[command]:
+        out = [] if command == "models" else ["--out", tmp_path / "r.h5"]
+        result = CliRunner().invoke(cli, list(map(str, [command, option, 2**66, *out])))
+        least = {"--seed": 0, "--top-k": 0, "--levels": 2}.get(option, 1)
+        expected = f"Error: {option} must be a whole number from {least} to 2**62 = {2**62}, got {2**66}"
+        assert result.exit_code == 2 and result.output.strip() == expected, result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_options_classes_refuse_integers_beyond_64_bits_from_python():
+    from landscape.options.connect import ConnectOptions
+    from landscape.options.hessian import HessianOptions
+    from landscape.options.sharpness import SharpnessOptions
+    from landscape.train import TrainConfig
+
+    for make, name in [
+        (lambda v: HessianOptions(steps=v), "--steps"),
+        (lambda v: HessianOptions(trace_samples=v), "--trace-samples"),
+        (lambda v: SharpnessOptions(draws=v), "--draws"),
+        (lambda v: ConnectOptions(bend_epochs=v), "--bend-epochs"),
+        (lambda v: TrainConfig(model="resnet_mini", seed=v), "--seed"),
+    ]:
+        with pytest.raises(LandscapeError, match=f"^{re.escape(name)}.* must be a whole number from .* to 2\\*\\*62"):
+            make(2**66)
 
 
 def test_sizes_beyond_the_memory_are_one_line_before_they_are_allocated(tmp_path):
@@ -223,3 +270,146 @@ def test_sizes_beyond_the_memory_are_one_line_before_they_are_allocated(tmp_path
     code, output = run("surface", *model, "--augment-copies", 4, "--x", "-1:1:3", "--out", tmp_path / "s.h5")
     assert_one_line_error(code, output, "--augment-copies 4 has no effect")
     assert not list(tmp_path.glob("*.h5"))
+
+
+@pytest.mark.parametrize("command", ["surface", "train", "trajectory", "report", "align"])
+def test_an_out_ending_with_a_slash_is_a_folder_and_refused(tmp_path, command):
+    given = {"train": ["--model", "resnet_mini"], "report": [str(tmp_path)], "trajectory": ["a.pt"]}
+    args = [command, *given.get(command, []), "--out", f"{tmp_path}/newdir/"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2 and result.output.startswith(f"Error: --out {tmp_path}/newdir/ names a folder")
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_track_sharpness_beyond_the_runs_steps_is_refused_before_training(tmp_path):
+    args = ["train", "--model", "resnet_mini", *TINY, "--epochs", "1", "--subset", "100", "--batch-size", "64"]
+    result = CliRunner().invoke(cli, [*args, "--track-sharpness", "3", "--out", str(tmp_path / "t.pt")])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        "Error: --track-sharpness 3 records nothing in a run of 2 optimiser steps (1 epoch(s) of 2): "
+        "give N <= 2 or more --epochs"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_complete_file_with_a_point_not_done_is_refused_by_its_analysis_as_by_the_readers(tmp_path):
+    import h5py
+
+    ckpt = make_checkpoint(tmp_path / "a.pt")
+    out = tmp_path / "s.h5"
+    args = ["surface", "--ckpt", ckpt, "--x", "-1:1:3", "--y", "none", "--out", out]
+    code, output = run(*args)
+    assert code == 0, output
+    with h5py.File(out, "r+") as f:
+        done = f["done"][()]
+        done.reshape(-1)[1] = False
+        f["done"][...] = done
+        assert f.attrs["complete"]
+    before = out.read_bytes()
+    info = CliRunner().invoke(cli, ["info", str(out)])
+    assert "marked complete" in info.output, info.output
+    code, output = run(*args)
+    assert_one_line_error(code, output, f"{out} is marked complete but contradicts itself", "marked complete")
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "s.h5"]
+
+
+def _small_result(path):
+    from plot_results import SURFACE_ATTRS, surface_arrays, write_result
+
+    return write_result(path, "surface", surface_arrays(), axes=True, **SURFACE_ATTRS)
+
+
+@pytest.mark.parametrize("reader", ["info", "plot"])
+def test_readers_of_a_non_hdf5_or_truncated_file_give_a_readers_advice(tmp_path, reader):
+    (tmp_path / "junk.h5").write_bytes(b"not hdf5 at all")
+    good = _small_result(tmp_path / "good.h5")
+    (tmp_path / "cut.h5").write_bytes(good.read_bytes()[:2000])
+    for name, what in (("junk.h5", "is not an HDF5 file"), ("cut.h5", "is a damaged HDF5 file")):
+        args = [reader, str(tmp_path / name)] + (["--out", str(tmp_path / "figs")] if reader == "plot" else [])
+        result = CliRunner().invoke(cli, args)
+        assert_one_line_error(result.exit_code, result.output.strip(), f"{tmp_path / name} {what}", "cannot be read")
+        assert "--force" not in result.output and "--out" not in result.output
+    assert not (tmp_path / "figs").exists()
+
+
+def test_a_crafted_axes_attribute_or_a_declared_terabyte_is_one_line_and_the_report_goes_on(tmp_path):
+    import h5py
+
+    folder = tmp_path / "d"
+    folder.mkdir()
+    _small_result(folder / "good.h5")
+    for name in ("axes.h5", "huge.h5"):
+        _small_result(folder / name)
+    with h5py.File(folder / "axes.h5", "r+") as f:
+        f["loss"].attrs["axes"] = "[not json"
+    with h5py.File(folder / "huge.h5", "r+") as f:
+        f.create_dataset("ghost", shape=(2**37,), dtype="f8", chunks=(1024,))  # 1 TiB declared, nothing written
+    assert (folder / "huge.h5").stat().st_size < 1_000_000
+    expected = {
+        "axes.h5": "the axes attribute of 'loss' is not a JSON list of names",
+        "huge.h5": "array 'ghost' declares (137438953472,) x float64 (1,099,511,627,776 bytes) in a file of",
+    }
+    for name, words in expected.items():
+        result = CliRunner().invoke(cli, ["info", str(folder / name)])
+        assert_one_line_error(result.exit_code, result.output.strip(), f"{folder / name}: {words}")
+    result = CliRunner().invoke(cli, ["report", str(folder), "--format", "png"])
+    assert result.exit_code == 0, result.output
+    page = (folder / "report.html").read_text()
+    assert "not a JSON list of names" in page and "declares (137438953472,)" in page
+
+
+def test_non_utf8_names_are_stored_and_shown_as_escapes(tmp_path, monkeypatch):
+    folder = os.fsencode(tmp_path / "d")
+    os.mkdir(folder)
+    good = _small_result(tmp_path / "d" / "good.h5")
+    os.rename(os.fsencode(good), folder + b"/\xff\xfe.h5")
+    result = CliRunner().invoke(cli, ["report", os.fsdecode(folder), "--format", "png"])
+    assert result.exit_code == 0, result.output
+    assert "\\xff\\xfe.h5" in (tmp_path / "d" / "report.html").read_text(encoding="utf-8")
+    ckpt = make_checkpoint(tmp_path / "a.pt")
+    out = os.fsdecode(os.fsencode(tmp_path) + b"/\xff.h5")
+    monkeypatch.setattr(sys, "argv", ["landscape", "surface", "--out", out])  # the command line the file records
+    code, output = run("surface", "--ckpt", ckpt, "--x", "-1:1:3", "--y", "none", "--out", out)
+    assert code == 0, output
+    assert "\\xff.h5" in str(read_result(out).attrs["command"])
+
+
+def test_a_read_only_report_folder_says_the_figures_go_there(tmp_path, monkeypatch):
+    import landscape.plot.report as report
+
+    folder = tmp_path / "d"
+    folder.mkdir()
+    _small_result(folder / "s.h5")
+    access = os.access
+
+    def read_only(path, mode, **kwargs):  # the folder as a user sees a read-only one (the tests may run as root)
+        return not (mode & os.W_OK and Path(path) == folder) and access(path, mode, **kwargs)
+
+    monkeypatch.setattr(report.os, "access", read_only)
+    result = CliRunner().invoke(cli, ["report", str(folder), "--out", str(tmp_path / "page.html")])
+    assert_one_line_error(result.exit_code, result.output.strip(), f"{folder} is read-only", "chmod u+w")
+    assert "--out" not in result.output and sorted(p.name for p in folder.iterdir()) == ["s.h5"]
+
+
+def test_block_messages_name_the_true_cause(tmp_path):
+    from helpers import tiny_resnet_checkpoint
+
+    tiny_resnet_checkpoint(tmp_path)
+    args = ["hessian", "--ckpt", tmp_path / "tiny.pt", "--per-block", "--top-k", 0, "--out", tmp_path / "h.h5"]
+    code, output = run(*args, "--params", "fc", "--block", "early=stem")
+    assert_one_line_error(code, output, "--block early: its patterns match only parameters outside --params fc")
+    assert "glob" not in output
+    code, output = run(*args, "--block", "other=fc")
+    assert_one_line_error(code, output, "block 'other' is the name of the block of the parameters no group matches")
+    assert not (tmp_path / "h.h5").exists()
+
+
+def test_taps_of_modules_that_never_run_are_one_line_not_an_empty_analysis(tmp_path):
+    vit = ["--model", "vit_mini", "--random-init", "--samples", 4, "--batch-size", 4, "--out", tmp_path / "f.h5"]
+    code, output = run("fourier", *vit, "--taps", "blocks.?=mlp")
+    assert_one_line_error(code, output, "the --taps modules of ViT (blocks.0, blocks.1, blocks.2, ...) never run")
+    assert "drop --taps" in output and "blocks.0.norm1" in output and "no batches" not in output
+    # the file it began holds no result: the corrected command replaces it
+    code, output = run("fourier", *vit, "--taps", "blocks.?.mlp=mlp")
+    assert code == 0, output

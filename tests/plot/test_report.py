@@ -206,7 +206,7 @@ def test_models_follow_the_order_their_results_were_computed(tmp_path):
 def test_files_that_are_not_results_are_noted_not_fatal(report):
     _, _, page = report
     notes = {line.split(":", 1)[0]: line for line in page.skipped}
-    assert notes["junk.h5"] == "junk.h5: exists and is not an HDF5 file written by landscape"
+    assert notes["junk.h5"] == "junk.h5: is not an HDF5 file and cannot be read"
     assert notes["plain.h5"] == "plain.h5: is not a landscape result (no 'kind' attribute)"
 
 

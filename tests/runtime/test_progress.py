@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from landscape.cli import cli
@@ -119,3 +120,15 @@ def test_a_phase_prints_at_the_interval_while_one_unit_takes_long(monkeypatch, c
     assert len(err) >= 3 and err[0].startswith("spectrum: 0/2 batches (0%), last update ")
     assert err[-1].startswith("spectrum: 2/2 batches done in ")
     assert not any(t.name == "landscape-progress" for t in threading.enumerate())  # the ticker has ended
+
+
+@pytest.mark.parametrize("value", ["1e308", "1e999", "9" * 400])
+def test_an_interval_beyond_the_clock_is_clamped_to_a_day_and_the_lines_still_end(monkeypatch, capsys, value):
+    monkeypatch.setenv(progress.INTERVAL_ENV, value)
+    assert progress.interval() in (progress.MAX_INTERVAL, progress.DEFAULT_INTERVAL)
+    with progress.Progress("surface", 2, unit="point", progress=None) as bar:
+        bar.update(2)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "OverflowError" not in err
+    assert err.splitlines()[-1].startswith("surface: 2/2 points done in ")
+    assert not any(t.name == "landscape-progress" for t in threading.enumerate())

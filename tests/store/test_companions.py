@@ -287,3 +287,45 @@ def test_a_companion_is_read_from_the_one_descriptor_it_checked(tmp_path, ends):
     with pytest.raises(LandscapeError, match="symbolic link"):
         read_checkpoint(link, companion="the snapshot")
     assert read_checkpoint(link).sha256 == read_checkpoint(ends[0], companion="the snapshot").sha256
+
+
+# ---------------------------------------------------------------------- every value written or resumed is finite
+@pytest.mark.parametrize(
+    ("lr", "match"),
+    [
+        (1e30, "^bend training diverged in epoch 1: after its last step the bend's "),
+        (1e300, "^--bend-lr 1e.300 overflows"),
+    ],
+)
+def test_a_bend_whose_last_step_diverges_is_not_saved_and_the_run_stops(ends, tmp_path, lr, match):
+    out = tmp_path / "c.h5"
+    options = ConnectOptions(**{**BEZIER, "samples": 16, "batch_size": 16, "bend_lr": lr, "bend_momentum": 0.0})
+    one_line_error(run_connect, *ends, options, out=out, device="cpu", match=match)
+    assert not bend_path(out).exists()
+    from landscape.store.read import read_result
+
+    assert not read_result(out).attrs["complete"]
+
+
+def _negative_variance(path, seed):
+    model = read_checkpoint(_save(path, seed)).state_dict
+    name = next(n for n in model if n.endswith("running_var"))
+    obj = torch.load(path, weights_only=True)
+    obj["state_dict"][name][2] = -1.0
+    torch.save(obj, path)
+    return name
+
+
+@pytest.mark.parametrize("end", [0, 1])
+def test_a_negative_running_variance_at_either_end_is_named_as_an_invalid_buffer(ends, tmp_path, end):
+    bad = tmp_path / "bad.pt"
+    name = _negative_variance(bad, 3)
+    given = [ends[0], bad] if end else [bad, ends[1]]
+    args = ["connect", "--ckpt", given[0], "--ckpt", given[1], "--samples", "16", "--steps", "3", "--device", "cpu"]
+    result = CliRunner().invoke(cli, [*map(str, args), "--out", str(tmp_path / "c.h5"), "--quiet"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        f"Error: {bad}: buffer {name!r} holds 1 negative value(s) of {torch.load(bad)['state_dict'][name].numel()} "
+        "(a variance is >= 0): the checkpoint is damaged or its training diverged; use another checkpoint"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.pt"]

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from landscape.analyses.connect.evaluate import prepare_path
 from landscape.analyses.connect.path import Endpoint, bezier, check_same_architecture, interpolate_buffers, midpoint
@@ -39,6 +40,7 @@ from landscape.core.criteria import batch_loss
 from landscape.core.objective import Objective, bn_train_mode
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
+from landscape.models.checkpoint import non_finite
 from landscape.options import checks
 
 
@@ -177,7 +179,7 @@ def train_bend_epoch(
 
     Raises:
         LandscapeError: a bad option, ends or a bend that do not fit the objective's model, or a loss that is
-            NaN or infinite (training diverged).
+            NaN or infinite, or a bend or momentum that is not finite after the last step (training diverged).
     """
     lr, momentum, weight_decay, seed = _check_options(lr, momentum, weight_decay, seed)
     a, b, bend = prepare_path(objective, a, b, state.bend)
@@ -212,19 +214,63 @@ def train_bend_epoch(
             )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        optimizer.step()
+        try:
+            optimizer.step()
+        except RuntimeError as exc:  # torch cannot hold lr in the parameters' dtype
+            if "overflow" not in str(exc):
+                raise
+            raise LandscapeError(
+                f"--bend-lr {lr:g} overflows the bend's {bend_dtype(leaves)} parameters; lower it"
+            ) from None
         mean_loss += objective.weights[i] * value
     buffers_after = {
         n: optimizer.state[p]["momentum_buffer"].detach().clone()
         for n, p in leaves.items()
         if optimizer.state.get(p, {}).get("momentum_buffer") is not None
     }
+    _require_finite_after(objective, a, b, leaves, buffers_after, state.epoch + 1)
     return BendState(
         state.epoch + 1,
         {n: t.detach() for n, t in leaves.items()},
         buffers_after,
         [*state.history, mean_loss],
     )
+
+
+def bend_dtype(leaves: Mapping[str, Tensor]) -> str:
+    """The dtype of the bend's parameters, as a word (``float32``)."""
+    return str(next(iter(leaves.values())).dtype).removeprefix("torch.")
+
+
+@torch.no_grad()
+def _require_finite_after(
+    objective: Objective,
+    a: Endpoint,
+    b: Endpoint,
+    leaves: Mapping[str, Tensor],
+    momentum: Mapping[str, Tensor],
+    epoch: int,
+) -> None:
+    """Refuse a bend whose last step diverged: its parameters, momentum and loss at the midpoint must be finite.
+
+    The loss of every step is checked before the step; the last step's result is checked here, on the first
+    batch at ``t = 0.5``, so that a bend which diverged in its last step is never saved.
+
+    Raises:
+        LandscapeError: a parameter or momentum buffer is not finite, or the loss there is NaN or infinite.
+    """
+    found = non_finite({n: t.detach() for n, t in leaves.items()}) or non_finite(dict(momentum), "momentum of")
+    if found is None:
+        x, y = objective.batches[0]
+        phi = bezier(a.params, {n: t.detach() for n, t in leaves.items()}, b.params, 0.5)
+        with bn_train_mode(objective.module):
+            out = objective.logits(phi, x, interpolate_buffers(a.buffers, b.buffers, 0.5))
+        value = float(batch_loss(out, y, objective.criterion) + objective.regularizer(phi))
+        found = None if np.isfinite(value) else f"loss at t=0.5 is {value}"
+    if found is not None:
+        raise LandscapeError(
+            f"bend training diverged in epoch {epoch}: after its last step the bend's {found}; lower lr (--bend-lr)"
+        )
 
 
 def train_bend(

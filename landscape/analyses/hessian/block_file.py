@@ -26,6 +26,7 @@ from landscape.analyses.hessian.blocks import (
 from landscape.core.objective import Objective
 from landscape.errors import LandscapeError
 from landscape.options.hessian import HessianOptions
+from landscape.options.names import matches_any
 from landscape.runtime import distributed as D
 from landscape.runtime.progress import Progress
 
@@ -56,10 +57,19 @@ def hessian_blocks(objective: Objective, options: HessianOptions, names: Sequenc
         The blocks, in the model's forward order (taps) or the order given (groups), the rest as ``other``.
 
     Raises:
-        LandscapeError: a group that matches no parameter, or no block left among ``names``.
+        LandscapeError: a group that matches no parameter or only parameters outside ``--params``, or no block
+            left among ``names``.
     """
     groups = options.block_groups
     if groups:
+        for block, patterns in groups.items():  # a group of the model's parameters that --params leaves out
+            inside = [n for n in names if matches_any(n, patterns)]
+            outside = [n for n in objective.params if matches_any(n, patterns) and n not in names]
+            if not inside and outside:
+                raise LandscapeError(
+                    f"--block {block}: its patterns match only parameters outside --params {options.params} "
+                    f"(such as {outside[0]!r}); widen --params or drop the block"
+                )
         blocks = pattern_blocks(list(names), groups)
     else:
         blocks = restrict_blocks(objective_blocks(objective, taps=list(options.taps) or None), names)

@@ -117,8 +117,13 @@ def pattern_blocks(
         The blocks (kind ``"pattern"``; the rest ``"other"``), each with its names in the order of ``names``.
 
     Raises:
-        LandscapeError: a group whose patterns match no parameter, or only parameters of earlier groups.
+        LandscapeError: a group named as the block of the rest (``other``), a group whose patterns match no
+            parameter, or only parameters of earlier groups.
     """
+    if other is not None and other in groups:
+        raise LandscapeError(
+            f"block {other!r} is the name of the block of the parameters no group matches; give your block another name"
+        )
     taken: set[str] = set()
     blocks = []
     for block, patterns in groups.items():

@@ -16,6 +16,7 @@ sign is arbitrary; it is fixed so that its largest-magnitude entry is positive (
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -334,8 +335,111 @@ def check_provenance(attrs: Mapping[str, Any], expected: Mapping[str, Any], what
             )
 
 
+#: how far a stored eigenvector's norm may be from 1, and two of them from orthogonal (|cosine|)
+UNIT_TOLERANCE = 1e-3
+
+
+def _damaged(where: str, field: str, what: str) -> LandscapeError:
+    return LandscapeError(f"{where}'s {field} {what}: the file is damaged; compute it again with landscape hessian")
+
+
+def _file_tol(value: Any, where: str) -> float:
+    """A hessian file's ``tol`` attribute: a finite number >= 0."""
+    try:
+        tol = float(value)
+    except (TypeError, ValueError):
+        raise _damaged(where, "tol", f"is {value!r}, not a number") from None
+    if not math.isfinite(tol) or tol < 0:
+        raise _damaged(where, "tol", f"is {tol}, not a finite number >= 0")
+    return tol
+
+
+def _column(res: store.Result, name: str, k: int, kind: type, default: list[Any]) -> list[Any]:
+    """An optional per-pair array of a hessian file (``converged``, ``residuals``): ``k`` values of ``kind``."""
+    if name not in res:
+        return default
+    try:
+        values = [kind(v) for v in np.asarray(res[name]).reshape(-1).tolist()]
+    except (TypeError, ValueError):
+        raise _damaged(str(res.path), name, "are not values of its kind") from None
+    if len(values) != k:
+        raise _damaged(str(res.path), name, f"hold {len(values)} values for {k} eigenpairs")
+    return values
+
+
+def _checked_eigenvectors(
+    res: store.Result, theta: Mapping[str, Tensor]
+) -> tuple[list[str], np.ndarray, np.ndarray, str]:
+    """The parameter names, eigenvectors, eigenvalues and ``which`` of a hessian file, each field checked.
+
+    The names are distinct parameters of ``theta`` whose sizes add up to the vectors' rows and ``n_params``;
+    the vectors are finite numbers, of unit norm and orthogonal (within :data:`UNIT_TOLERANCE`); there is one
+    finite eigenvalue per vector; ``which`` is one of the solver's choices.
+
+    Raises:
+        LandscapeError: one line naming the file and the first field that is wrong.
+    """
+    from landscape.options.hessian import WHICH
+
+    where = str(res.path)
+    raw_names = res.attrs.get("parameter_names", [])
+    if isinstance(raw_names, str) or not all(isinstance(n, str) for n in np.asarray(raw_names).reshape(-1).tolist()):
+        raise _damaged(where, "parameter_names", "are not a list of names")
+    names = [str(n) for n in raw_names]
+    if len(set(names)) != len(names):
+        repeated = next(n for n in names if names.count(n) > 1)
+        raise _damaged(where, "parameter_names", f"repeat {repeated!r}")
+    unknown = [n for n in names if n not in theta]
+    if unknown:
+        raise LandscapeError(f"{where} has eigenvectors of parameter {unknown[0]!r}, which the model lacks")
+    try:
+        vectors = np.asarray(res["eigenvectors"], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise _damaged(where, "eigenvectors", "are not numbers") from None
+    size = sum(theta[n].numel() for n in names)
+    n_params = res.attrs.get("n_params", -1)
+    if vectors.ndim != 2 or not names or vectors.shape[0] != size or n_params != size:
+        rows = vectors.shape[0] if vectors.ndim else 0
+        raise LandscapeError(
+            f"{where}'s eigenvectors have {rows} rows and n_params={n_params!r}, but its parameters "
+            f"{names[:3]} have {size} entries in this model; the file is damaged or of another model"
+        )
+    if not np.isfinite(vectors).all():
+        raise LandscapeError(f"{where}'s eigenvectors hold NaN or Inf; compute them again")
+    if "eigenvalues" not in res:
+        raise _damaged(where, "eigenvalues", "are missing")
+    try:
+        eigenvalues = np.asarray(res["eigenvalues"], dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise _damaged(where, "eigenvalues", "are not numbers") from None
+    if len(eigenvalues) != vectors.shape[1] or not len(eigenvalues):
+        raise _damaged(where, "eigenvalues", f"are {len(eigenvalues)} for {vectors.shape[1]} eigenvector columns")
+    if not np.isfinite(eigenvalues).all():
+        raise _damaged(where, "eigenvalues", "hold NaN or Inf")
+    which = res.attrs.get("which", "LA")
+    if which not in WHICH:
+        raise _damaged(where, "which", f"is {which!r}, not one of {', '.join(WHICH)}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        gram = vectors.T @ vectors
+    norms = np.sqrt(np.abs(np.diag(gram)))
+    bad = next((j for j, n in enumerate(norms) if not abs(n - 1.0) <= UNIT_TOLERANCE), None)
+    if bad is not None:
+        raise _damaged(where, f"eigenvector {bad + 1}", f"has norm {norms[bad]:.6g}, not 1")
+    off = np.abs(gram - np.diag(np.diag(gram)))
+    if off.size and not off.max() <= UNIT_TOLERANCE:
+        i, j = np.unravel_index(int(np.argmax(off)), off.shape)
+        raise _damaged(
+            where, f"eigenvectors {min(i, j) + 1} and {max(i, j) + 1}", f"have cosine {gram[i, j]:.3g}, not 0"
+        )
+    return names, vectors, eigenvalues, str(which)
+
+
 def read_eigendirections(
-    source: str | Path | store.Result, theta: Mapping[str, Tensor], *, expected: Mapping[str, Any]
+    source: str | Path | store.Result,
+    theta: Mapping[str, Tensor],
+    *,
+    expected: Mapping[str, Any],
+    wanted: str | None = None,
 ) -> EigenDirections:
     """The eigenvectors of a ``landscape hessian --eigenvectors`` file as unit params dicts of ``theta``.
 
@@ -347,6 +451,7 @@ def read_eigendirections(
         source: the hessian result file, or the file already read.
         theta: the surface's centre, a params dict (the directions' names, shapes, devices and dtypes).
         expected: this surface's provenance and loss attributes (see :func:`check_provenance`).
+        wanted: the ``which`` the surface asks for (``--which``); the file's must be the same. None: any.
 
     Returns:
         The :class:`EigenDirections` (``source`` = the file's path), every pair of the file, most wanted first.
@@ -354,8 +459,10 @@ def read_eigendirections(
     Raises:
         LandscapeError: the file cannot be read, is not a hessian result, holds no eigenvectors, was made for
             another checkpoint or objective, names parameters ``theta`` lacks or sizes that do not add up, holds
-            NaN or Inf, or a pair did not converge (its flag, or its residual above the file's ``tol`` times
-            ``|lambda|``: files of releases that flagged pairs by a gap estimate are judged again).
+            NaN or Inf, vectors that are not orthonormal, eigenvalues that are missing, not finite or not one
+            per vector, another ``which`` than ``wanted``, or a pair that did not converge (its flag, or its
+            residual above the file's ``tol`` times ``|lambda|``: files of releases that flagged pairs by a gap
+            estimate are judged again).
     """
     res = source if isinstance(source, store.Result) else store.read_result(source)
     where = str(res.path)
@@ -364,31 +471,24 @@ def read_eigendirections(
     if "eigenvectors" not in res:
         raise LandscapeError(f"{where} holds no eigenvectors; compute them with landscape hessian --eigenvectors")
     check_provenance(res.attrs, expected, f"the eigenvector file {where}")
-    names = [str(n) for n in res.attrs.get("parameter_names", [])]
-    unknown = [n for n in names if n not in theta]
-    if unknown:
-        raise LandscapeError(f"{where} has eigenvectors of parameter {unknown[0]!r}, which the model lacks")
-    vectors = np.asarray(res["eigenvectors"], dtype=np.float64)
-    size = sum(theta[n].numel() for n in names)
-    n_params = int(res.attrs.get("n_params", -1))
-    if vectors.ndim != 2 or not names or vectors.shape[0] != size or n_params != size:
+    names, vectors, eigenvalues, which = _checked_eigenvectors(res, theta)
+    if wanted is not None and which != wanted:
         raise LandscapeError(
-            f"{where}'s eigenvectors have {vectors.shape[0]} rows and n_params={n_params}, but its parameters "
-            f"{names[:3]} have {size} entries in this model; the file is damaged or of another model"
+            f"--which {wanted} asks for other eigenvectors than {where} holds (which={which}): give --which {which}, "
+            f"or compute them with landscape hessian --which {wanted} --eigenvectors"
         )
-    if not np.isfinite(vectors).all():
-        raise LandscapeError(f"{where}'s eigenvectors hold NaN or Inf; compute them again")
-    eigenvalues = torch.as_tensor(np.asarray(res["eigenvalues"], dtype=np.float64))
-    which = str(res.attrs.get("which", "LA"))
-    order = rank_ritz(eigenvalues, which).tolist()
-    converged = res["converged"].tolist() if "converged" in res else [True] * len(order)
-    residuals = res["residuals"].tolist() if "residuals" in res else [float("nan")] * len(order)
+    order = rank_ritz(torch.as_tensor(eigenvalues), which).tolist()
+    k = len(order)
+    converged = _column(res, "converged", k, bool, [True] * k)
+    residuals = _column(res, "residuals", k, float, [float("nan")] * k)
     if "residuals" in res and "tol" in res.attrs:  # judged again: files of older releases flagged by a gap estimate
-        eps = torch.finfo(getattr(torch, str(res.attrs.get("dtype", "float32")), torch.float32)).eps
-        floor = eps ** (2 / 3) * float(eigenvalues.abs().max())
-        again = lanczos_converged(torch.as_tensor(residuals), eigenvalues, float(res.attrs["tol"]), floor)
+        tol = _file_tol(res.attrs["tol"], where)
+        dtype = getattr(torch, str(res.attrs.get("dtype", "float32")), torch.float32)
+        eps = torch.finfo(dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else torch.float32).eps
+        floor = eps ** (2 / 3) * float(np.abs(eigenvalues).max())
+        again = lanczos_converged(torch.as_tensor(residuals), torch.as_tensor(eigenvalues), tol, floor)
         converged = [bool(c) and bool(a) for c, a in zip(converged, again)]
-    _check_converged(converged, order, len(order), "compute the eigenvectors again with a larger --maxiter or --tol")
+    _check_converged(converged, order, k, "compute the eigenvectors again with a larger --maxiter or --tol")
     return EigenDirections(
         eigenvalues=[float(eigenvalues[j]) for j in order],
         vectors=_vectors(torch.as_tensor(vectors), order, names, theta),
@@ -400,7 +500,12 @@ def read_eigendirections(
 
 
 def file_hessian_directions(
-    source: str | Path | store.Result, theta: Mapping[str, Tensor], *, expected: Mapping[str, Any], ndim: int = 2
+    source: str | Path | store.Result,
+    theta: Mapping[str, Tensor],
+    *,
+    expected: Mapping[str, Any],
+    ndim: int = 2,
+    wanted: str | None = None,
 ) -> Directions:
     """Surface directions from a hessian file's eigenvectors: x = ``v_1`` (and y = ``v_2``).
 
@@ -409,6 +514,7 @@ def file_hessian_directions(
         theta: the surface's centre, a params dict.
         expected: this surface's provenance and loss attributes (see :func:`check_provenance`).
         ndim: 1 for a line, 2 for a plane.
+        wanted: the ``which`` the surface asks for; the file's must be the same (None: any).
 
     Returns:
         :class:`~landscape.analyses.surface.directions.Directions` of kind ``hessian``.
@@ -416,4 +522,4 @@ def file_hessian_directions(
     Raises:
         LandscapeError: any error of :func:`read_eigendirections`, or fewer than ``ndim`` eigenvectors.
     """
-    return read_eigendirections(source, theta, expected=expected).directions(ndim)
+    return read_eigendirections(source, theta, expected=expected, wanted=wanted).directions(ndim)

@@ -344,7 +344,7 @@ def run_surface(
 def _hessian_directions(objective: Objective, o: SurfaceOptions, expected: Mapping[str, Any]) -> Directions:
     """The directions along the top unit eigenvectors of the Hessian, from ``o.eigenvectors`` or by Lanczos."""
     if o.eigenvectors is not None:
-        return file_hessian_directions(o.eigenvectors, objective.params, expected=expected, ndim=o.ndim)
+        return file_hessian_directions(o.eigenvectors, objective.params, expected=expected, ndim=o.ndim, wanted=o.which)
     return hessian_directions(objective, ndim=o.ndim, which=o.which, tol=o.eigen_tol, seed=o.seed, hvp=o.hvp)
 
 

@@ -152,3 +152,78 @@ def test_eigenvector_files_are_read_and_files_of_another_model_or_objective_refu
         del f["eigenvectors"]
     one_line_error(read_eigendirections, bare, obj.params, expected=expected, match="no eigenvectors")
     one_line_error(from_file.directions, 3, match="ndim")
+
+
+@pytest.fixture(scope="module")
+def eigen_file(tmp_path_factory):
+    """A good ``landscape hessian --eigenvectors`` file of two fc pairs, and the surface it belongs to."""
+    folder = tmp_path_factory.mktemp("eigen")
+    ckpt = checkpoint(folder / "a.pt", 0)
+    out = folder / "h.h5"
+    options = HessianOptions(
+        top_k=2, tol=1e-10, eigenvectors=True, params="fc", dtype="float64", samples=8, batch_size=3, hvp="jvp"
+    )
+    run_hessian(ckpt, options, out=out, device="cpu", progress=False)
+    obj, expected = this_surface(ckpt)
+    return out, obj, expected
+
+
+def _craft(path, change):
+    with h5py.File(path, "r+") as f:
+        change(f)
+
+
+def _replace(name, value):
+    def change(f):
+        del f[name]
+        f[name] = value
+
+    return change
+
+
+def _scale_column(j, factor):
+    def change(f):
+        v = f["eigenvectors"][()]
+        v[:, j] *= factor
+        f["eigenvectors"][...] = v
+
+    return change
+
+
+def _mix_columns(f):
+    v = f["eigenvectors"][()]
+    v[:, 1] = (v[:, 0] + v[:, 1]) / np.sqrt(2)  # unit, but at 45 degrees to the first
+    f["eigenvectors"][...] = v
+
+
+HOSTILE_EIGENVECTORS = {
+    "fewer columns than eigenvalues": (lambda f: _replace("eigenvectors", f["eigenvectors"][:, :1])(f), "eigenvalues"),
+    "no eigenvalues": (lambda f: f.__delitem__("eigenvalues"), "eigenvalues are missing"),
+    "nan eigenvalues": (lambda f: _replace("eigenvalues", [np.nan, 1.0])(f), "eigenvalues hold NaN"),
+    "a repeated name": (lambda f: f.attrs.__setitem__("parameter_names", ["fc.weight", "fc.weight"]), "repeat"),
+    "string vectors": (lambda f: _replace("eigenvectors", np.array([[b"a", b"b"]] * 3))(f), "eigenvectors are not"),
+    "a zero vector": (_scale_column(1, 0.0), "eigenvector 2 has norm 0, not 1"),
+    "an overflowing vector": (_scale_column(0, 1e300), "eigenvector 1 has norm"),
+    "a nan vector": (_scale_column(0, np.nan), "NaN or Inf"),
+    "non-orthogonal vectors": (_mix_columns, "eigenvectors 1 and 2 have cosine 0.707"),
+    "an unknown which": (lambda f: f.attrs.__setitem__("which", "XX"), "which is 'XX'"),
+    "text n_params": (lambda f: f.attrs.__setitem__("n_params", "650"), "n_params='650'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_EIGENVECTORS))
+def test_a_crafted_eigenvector_file_is_one_line_naming_the_file_and_field(eigen_file, tmp_path, case):
+    good, obj, expected = eigen_file
+    path = tmp_path / "crafted.h5"
+    shutil.copy(good, path)
+    change, words = HOSTILE_EIGENVECTORS[case]
+    _craft(path, change)
+    msg = one_line_error(read_eigendirections, path, obj.params, expected=expected)
+    assert msg.startswith(str(path)) and words in msg, msg
+
+
+def test_which_must_agree_with_the_eigenvector_file(eigen_file):
+    good, obj, expected = eigen_file
+    assert read_eigendirections(good, obj.params, expected=expected, wanted="LA").which == "LA"
+    msg = one_line_error(read_eigendirections, good, obj.params, expected=expected, wanted="SA")
+    assert msg.startswith(f"--which SA asks for other eigenvectors than {good} holds (which=LA): give --which LA")
