@@ -115,8 +115,8 @@ def _one_torch_thread() -> None:
 
 
 @contextmanager
-def _one_thread_here() -> Iterator[None]:
-    """This process at one torch thread for the block; the caller's setting restored after."""
+def one_intra_op_thread() -> Iterator[None]:
+    """Run the block with torch's intra-op thread count at 1, the caller's setting restored afterwards."""
     import torch
 
     before = torch.get_num_threads()
@@ -186,7 +186,7 @@ def run_units(
     _order(units)
     results: dict[str, Any] = {}
     if jobs == 1:
-        with _one_thread_here():
+        with one_intra_op_thread():
             for u in units:
                 results[u.key] = u.call(*u.args, **u.kwargs)
                 if on_done is not None:

@@ -17,9 +17,8 @@ import copy
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -33,6 +32,7 @@ from landscape.core.criteria import batch_loss
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict, flatten, unflatten
 from landscape.runtime.devices import fastest, synchronize
+from landscape.runtime.workers import one_intra_op_thread
 
 T = TypeVar("T")
 
@@ -145,17 +145,6 @@ def _timed(fn: Callable[[], object], device: torch.device, repeats: int = 2) -> 
     return fastest(fn, device, repeats)[0]
 
 
-@contextmanager
-def one_intra_op_thread() -> Iterator[None]:
-    """Run the block with torch's intra-op thread count at 1, restored afterwards (threads share the cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 class WorkerPool:
     """``workers`` threads, each with its own copy of the objective's model.
 
@@ -179,9 +168,9 @@ class WorkerPool:
     def map(self, fn: Callable[[Objective, int], T], items: Sequence[int]) -> list[T]:
         """``[fn(objective_w, item) for item in items]``, each item taken by the next free worker ``w``.
 
-        Runs with one intra-op thread (:func:`one_intra_op_thread`) and PyTorch's math attention backend (as
-        every :class:`~landscape.core.objective.Objective` evaluation); an exception in a worker stops the others after
-        their current item and is raised here.
+        Runs with one intra-op thread (:func:`~landscape.runtime.workers.one_intra_op_thread`) and PyTorch's math
+        attention backend (as every :class:`~landscape.core.objective.Objective` evaluation); an exception in a
+        worker stops the others after their current item and is raised here.
         ``fn`` must not use ``torch.func`` transforms (their state is process-wide).
 
         Args:
