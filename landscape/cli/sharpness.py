@@ -23,7 +23,7 @@ from landscape.cli.options import (
     regularizer_options,
 )
 from landscape.options.common import DTYPES
-from landscape.options.sharpness import INITS, MEASURES, NORMS, WORST_STEP_SIZE, SharpnessOptions
+from landscape.options.sharpness import INITS, MEASURES, NORMS, PERTURB, WORST_STEP_SIZE, SharpnessOptions
 
 D = SharpnessOptions
 
@@ -100,6 +100,14 @@ D = SharpnessOptions
     "--params",
     default=D.params,
     help="Comma-separated parameter-name patterns (globs, or a name and what is below it): perturb only those.",
+)
+@click.option(
+    "--perturb",
+    default=D.perturb,
+    show_default=True,
+    type=click.Choice(PERTURB),
+    help="all: every parameter --params chooses; surface: the surfaces' rule (tensors of fewer than two dimensions, "
+    "position tables and tokens held fixed).",
 )
 @click.option(
     "--confidence", default=D.confidence, show_default=True, type=float, help="Level of the bootstrap interval."

@@ -35,6 +35,9 @@ MEASURES = ("average", "worst")
 NORMS = ("2", "inf")
 #: where the worst case's ascent starts: a random point of the ball, or its centre
 INITS = ("random", "zero")
+#: which parameters are perturbed: ``all`` (every variable parameter) or ``surface`` (the loss surfaces' rule:
+#: tensors of two or more dimensions, position tables and learned tokens left out)
+PERTURB = ("all", "surface")
 #: the default radii of ``landscape sharpness`` (relative to ``|w|`` in the adaptive measures)
 RHO = (0.01, 0.02, 0.05, 0.1)
 #: the worst case's ascent iterations per restart (the step is halved at checkpoints of this schedule)
@@ -139,6 +142,9 @@ class SharpnessOptions(FieldDefaults):
         draws: the average case's noise draws per batch (>= 1).
         antithetic: the average case evaluates each draw at ``+delta`` and ``-delta``.
         params: comma-separated parameter-name patterns of the perturbed parameters (None: all).
+        perturb: which of them are perturbed, one of :data:`PERTURB`: ``all``, or ``surface`` (the loss surfaces'
+            default rule: biases, norm weights and other tensors of fewer than two dimensions, position tables
+            and learned tokens held fixed).
         confidence: the level of the bootstrap interval, in (0, 1).
         resamples: bootstrap resamples (>= 1).
         criterion: data loss, one of :data:`~landscape.options.common.CRITERIA`.
@@ -175,6 +181,7 @@ class SharpnessOptions(FieldDefaults):
     draws: int = 16
     antithetic: bool = False
     params: str | None = None
+    perturb: str = "all"
     confidence: float = 0.95
     resamples: int = 1000
     criterion: str = "cross_entropy"
@@ -206,6 +213,7 @@ class SharpnessOptions(FieldDefaults):
                 f"--params names no pattern (got {self.params!r}); give comma-separated globs such as 'fc.*' "
                 "or leave it out for every parameter"
             )
+        choice(self.perturb, "--perturb", PERTURB)
         checks.in_range(self.confidence, "--confidence", 0.0, 1.0, low_open=True, high_open=True)
         checks.positive_int(self.resamples, "--resamples")
         choice(self.criterion, "criterion", CRITERIA)
@@ -245,6 +253,7 @@ class SharpnessOptions(FieldDefaults):
             "adaptive": self.adaptive,
             "eta": float(self.eta),
             "params": self.patterns,
+            **({"perturb": self.perturb} if self.perturb != "all" else {}),
             "confidence": float(self.confidence),
             "resamples": int(self.resamples),
             "criterion": self.loss_criterion,

@@ -40,16 +40,18 @@ from landscape.core.objective import Objective
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
 from landscape.options import checks
-from landscape.options.names import select
+from landscape.options.names import matches_any, select
 from landscape.options.sharpness import (
     INITS,
     MIN_INTERVAL_BATCHES,
+    PERTURB,
     WORST_RESTARTS,
     WORST_STEP_SIZE,
     WORST_STEPS,
     check_radii,
     norm_name,
 )
+from landscape.options.surface import DEFAULT_ZERO_PATTERNS
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,35 @@ def perturbation_scale(params: ParamDict, adaptive: bool, eta: float = 0.0) -> P
     """
     offset = checks.non_negative(eta, "--eta")
     return {n: (w.abs() + offset if adaptive else torch.ones_like(w)) for n, w in params.items()}
+
+
+def perturbed_names(params: ParamDict, patterns: Sequence[str] | str | None = None, perturb: str = "all") -> list[str]:
+    """The names of the perturbed parameters: those matching ``patterns`` (all when None), by the rule ``perturb``.
+
+    Args:
+        params: the variable parameters by name, in order.
+        patterns: name patterns (:func:`~landscape.options.names.select`); None: every parameter.
+        perturb: ``all``, or ``surface``: the loss surfaces' default rule, tensors of fewer than two dimensions and
+            those matching :data:`~landscape.options.surface.DEFAULT_ZERO_PATTERNS` (position tables, learned
+            tokens) held fixed.
+
+    Returns:
+        The names, in the order of ``params``.
+
+    Raises:
+        LandscapeError: a pattern matches nothing, ``perturb`` is unknown, or the rule leaves nothing to perturb.
+    """
+    names = select(list(params), patterns)
+    if perturb not in PERTURB:
+        raise LandscapeError(f"unknown --perturb {perturb!r}; choose one of {', '.join(PERTURB)}")
+    if perturb == "surface":
+        names = [n for n in names if params[n].ndim >= 2 and not matches_any(n, DEFAULT_ZERO_PATTERNS)]
+        if not names:
+            raise LandscapeError(
+                "--perturb surface leaves no parameter to perturb (every one chosen has fewer than two dimensions or "
+                "is a position table or token); use --perturb all"
+            )
+    return names
 
 
 def perturbed_counts(params: ParamDict) -> dict[str, int]:
@@ -266,6 +297,7 @@ def average_sharpness(
     eta: float = 0.0,
     antithetic: bool = False,
     patterns: Sequence[str] | str | None = None,
+    perturb: str = "all",
     batches: Sequence[int] | None = None,
     include_regularizer: bool = False,
     seed: int = 0,
@@ -290,6 +322,7 @@ def average_sharpness(
         antithetic: evaluate each draw at ``+delta`` and ``-delta``.
         patterns: perturb only the params matching these (see
             :func:`~landscape.options.names.select`); default all variable params.
+        perturb: ``all`` or ``surface`` (:func:`perturbed_names`).
         batches: indices of the objective's batches to use (default all).
         include_regularizer: add the objective's regulariser to ``L_S``.
         seed: seed of the noise's private generator (and of the bootstrap's).
@@ -306,7 +339,7 @@ def average_sharpness(
     radii = check_radii(rho)
     count = checks.positive_int(samples, "samples")
     used = _check_batches(objective, batches)
-    names = select(list(objective.params), patterns)
+    names = perturbed_names(objective.params, patterns, perturb)
     w = {n: objective.params[n] for n in names}
     c = perturbation_scale(w, adaptive, eta)
     gen = torch.Generator().manual_seed(int(seed))
@@ -377,6 +410,7 @@ def worst_sharpness(
     step_size: float | None = None,
     init: str = "random",
     patterns: Sequence[str] | str | None = None,
+    perturb: str = "all",
     batches: Sequence[int] | None = None,
     include_regularizer: bool = False,
     seed: int = 0,
@@ -408,6 +442,7 @@ def worst_sharpness(
         step_size: the first step over ``rho`` (default 2); finite and > 0.
         init: ``"random"`` or ``"zero"``, the first restart's start.
         patterns: perturb only the params matching these; default all variable params.
+        perturb: ``all`` or ``surface`` (:func:`perturbed_names`).
         batches: indices of the objective's batches to use (default all).
         include_regularizer: add the objective's regulariser to ``L_S``.
         seed: seed of the starts' private generator (and of the bootstrap's).
@@ -431,7 +466,7 @@ def worst_sharpness(
         raise LandscapeError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
     relative = WORST_STEP_SIZE if step_size is None else checks.positive(step_size, "step_size")
     used = _check_batches(objective, batches)
-    names = select(list(objective.params), patterns)
+    names = perturbed_names(objective.params, patterns, perturb)
     w = {n: objective.params[n] for n in names}
     c = perturbation_scale(w, adaptive, eta)
     gen = torch.Generator().manual_seed(int(seed))

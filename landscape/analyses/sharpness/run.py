@@ -28,6 +28,7 @@ from landscape.analyses.sharpness.measures import (
     average_sharpness,
     bootstrap_interval,
     perturbed_counts,
+    perturbed_names,
     worst_sharpness,
 )
 from landscape.analyses.sharpness.summary import interval_note
@@ -36,7 +37,6 @@ from landscape.core.front import build_objective, prepare, python_call, run_from
 from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
-from landscape.options.names import select
 from landscape.options.sharpness import MIN_INTERVAL_BATCHES, SharpnessOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.devices import fastest
@@ -63,6 +63,7 @@ def measure_batch(objective: Objective, options: SharpnessOptions, index: int) -
         "adaptive": o.adaptive,
         "eta": o.eta,
         "patterns": o.patterns or None,
+        "perturb": o.perturb,
         "batches": [index],
         "include_regularizer": objective.regularizer.active,
         "seed": o.seed + index,
@@ -188,7 +189,7 @@ def run_sharpness(
     )
     attrs = prepared.attrs
     attrs["fused_attention_off"] = objective.fused_attention_off
-    perturbed = select(list(objective.params), o.patterns or None)  # a pattern matching nothing: before the file
+    perturbed = perturbed_names(objective.params, o.patterns or None, o.perturb)  # refused before the file
     counts = perturbed_counts({n: objective.params[n] for n in perturbed})
     attrs.update(perturbed_tensors=counts["tensors"], perturbed_parameters=counts["parameters"])
     sizes = [int(y.shape[0]) for _, y in objective.batches]
@@ -203,7 +204,8 @@ def run_sharpness(
     plan += f" (p = {o.p}, {o.steps} steps x {o.restarts} starts)" if o.measure == "worst" else f" ({o.draws} draws)"
     plan += f", rho {', '.join(f'{r:g}' for r in o.rho)}, {len(sizes)} mini-batches of {o.batch_size}"
     plan += f", perturbing {counts['tensors']} of {len(objective.params)} tensors ({counts['parameters']:,} numbers"
-    plan += f"; --params {o.params})" if o.params else ")"
+    rule = [f"--params {o.params}"] * bool(o.params) + [f"--perturb {o.perturb}"] * (o.perturb != "all")
+    plan += f"; {', '.join(rule)})" if rule else ")"
     session = AnalysisFile(out, "sharpness", attrs, force=force, resume=resume)
     with session as (f, state):
         assert state is not None

@@ -287,3 +287,34 @@ def test_a_non_finite_loss_stops_the_run_in_one_line_and_leaves_no_file(checkpoi
     assert result.exit_code != 0 and "Traceback" not in result.output, result.output
     assert match in result.output and result.output.strip().count("\n") == 0, result.output
     assert not out.exists() or not read_result(out)["done"].any()
+
+
+class _Tokens(nn.Module):
+    """A weight, a bias, a norm's weight and bias, and a position table: the surfaces' rule perturbs the weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos_embed = nn.Parameter(0.1 * torch.ones(1, K, dtype=F64))
+        self.norm = nn.LayerNorm(K).to(F64)
+        self.head = nn.Linear(K, C).to(F64)
+
+    def forward(self, x):
+        return self.head(self.norm(x.flatten(1) + self.pos_embed))
+
+
+@pytest.mark.parametrize("measure", ["average", "worst"])
+def test_perturb_surface_is_the_surfaces_rule(capsys, measure):
+    batches, _, _ = linear_problem()
+    model = _Tokens()
+    options = {"measure": measure, "rho": [0.05], **({"draws": 2} if measure == "average" else {"steps": 3})}
+    rule = landscape.sharpness(model, batches, perturb="surface", progress=True, **options, **QUADRATIC)
+    assert "perturbing 1 of 5 tensors (32 numbers; --perturb surface)" in capsys.readouterr().err
+    assert rule.attrs["perturb"] == "surface" and rule.attrs["perturbed_tensors"] == 1
+    assert rule.attrs["perturbed_parameters"] == C * K
+    named = landscape.sharpness(model, batches, params="head.weight", **options, **QUADRATIC)
+    assert np.array_equal(rule["values"], named["values"])  # the same tensors, the same draws: the same numbers
+    every = landscape.sharpness(model, batches, **options, **QUADRATIC)
+    assert every.attrs["perturbed_tensors"] == 5 and not np.array_equal(every["values"], rule["values"])
+    one_line_error(
+        landscape.sharpness, model, batches, params="head.bias", perturb="surface", match="leaves no parameter"
+    )
