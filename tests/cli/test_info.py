@@ -147,7 +147,8 @@ def run_files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("runs")
     ckpt = tiny_resnet_checkpoint(folder)[0]
     small = ["--ckpt", ckpt, "--samples", "8"]
-    _run("surface", *small, "--x", "-1:1:3", "--y", "none", "--compile", "off", "--out", folder / "surface.h5")
+    surface = ("--x", "-1:1:3", "--y", "none", "--compile", "off", "--store-directions", "full")  # tensors held
+    _run("surface", *small, *surface, "--out", folder / "surface.h5")
     _run("hessian", *small, "--top-k", "1", "--tol", "1e-2", "--params", "fc.*", "--out", folder / "hessian.h5")
     _run("spectrum", *small, "--batch-size", "4", "--top-k", "1", "--out", folder / "spectrum.h5")
     return ckpt, [folder / f"{kind}.h5" for kind in ("surface", "hessian", "spectrum")]

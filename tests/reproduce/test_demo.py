@@ -99,7 +99,7 @@ def _check_row(cells, folder, model):
 
 def test_summary_puts_the_models_side_by_side(demo_dir):
     text = (demo_dir / "summary.md").read_text()
-    assert "Computed with 1 torch thread." in text  # the tests' OMP_NUM_THREADS=1
+    assert "Computed on 2 worker processes of one torch thread." in text
     rows = _table(text, "model")  # the first table: the first seed's models
     assert [row[0] for row in rows] == list(MODELS)
     for model, row in zip(MODELS, rows):

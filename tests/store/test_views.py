@@ -268,7 +268,7 @@ def test_the_python_api_s_results_show_little_and_hold_the_trace_s_numbers(tmp_p
     _, model = tiny_resnet_checkpoint(tmp_path)
     monkeypatch.chdir(tmp_path)
     grid = {"x": "-1:1:3", "y": "-1:1:3", "samples": 24, "batch_size": 12, "progress": False}
-    surface = landscape.surface(model, "digits", **grid)
+    surface = landscape.surface(model, "digits", store_directions="full", **grid)  # every direction tensor held
     params = [n for n in surface.arrays if n.startswith("directions/")]
     assert len(params) > 8 and len(repr(surface)) < 1500 and f"directions/: {len(params)} arrays" in repr(surface)
     assert surface.to_xarray()["loss"].dims == ("y", "x") and set(surface.plot()) == {

@@ -99,7 +99,8 @@ def test_finite_difference_products_in_float32_are_within_1e4_of_the_exact_produ
 def test_finite_difference_lanczos_finds_the_exact_top_eigenvalues_without_double_backward(one_thread):
     fd_objective, exact_objective = objectives(Regularizer())
     expected = torch.linalg.eigvalsh(dense_hessian(exact_objective)).flip(0)[:3]
-    res = lanczos(HessianOperator(fd_objective, mode="finite-difference"), k=3, which="LA", tol=1e-6, seed=0)
+    # tol at the products' own accuracy (about 3e-5 relative): a residual below that cannot be reached
+    res = lanczos(HessianOperator(fd_objective, mode="finite-difference"), k=3, which="LA", tol=1e-4, seed=0)
     assert bool(res.converged.all())
     found = torch.as_tensor(res.eigenvalues, dtype=torch.float64).sort(descending=True).values
     torch.testing.assert_close(found, expected, rtol=1e-4, atol=0)  # measured: 6.8e-5 at most
