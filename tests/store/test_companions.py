@@ -299,7 +299,9 @@ def test_a_companion_is_read_from_the_one_descriptor_it_checked(tmp_path, ends):
 )
 def test_a_bend_whose_last_step_diverges_is_not_saved_and_the_run_stops(ends, tmp_path, lr, match):
     out = tmp_path / "c.h5"
-    options = ConnectOptions(**{**BEZIER, "samples": 16, "batch_size": 16, "bend_lr": lr, "bend_momentum": 0.0})
+    # one batch of the bend's data: its only step is its last
+    bend = {"bend_samples": 16, "bend_lr": lr, "bend_momentum": 0.0}
+    options = ConnectOptions(**{**BEZIER, "samples": 16, "batch_size": 16, **bend})
     one_line_error(run_connect, *ends, options, out=out, device="cpu", match=match)
     assert not bend_path(out).exists()
     from landscape.store.read import read_result
