@@ -71,3 +71,22 @@ def tiny_resnet_checkpoint(folder):
         dataset="digits",
     )
     return path, model.eval()
+
+
+def execute_notebook(name, workdir):
+    """Execute ``notebooks/NAME`` as committed (QUICK = True) in a fresh python3 kernel with ``workdir`` as its
+    WORKDIR; any cell error fails. Returns the number of PNG figures it displayed."""
+    import time
+    from pathlib import Path
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    folder = Path(__file__).resolve().parents[1] / "notebooks"
+    nb = nbformat.read(folder / name, as_version=4)
+    env = {**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "LANDSCAPE_NOTEBOOK_WORKDIR": str(workdir)}
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(folder)}})
+    start = time.perf_counter()
+    client.execute(env=env)
+    print(f"{name}: {time.perf_counter() - start:.1f} s")
+    return sum(1 for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {}))

@@ -158,6 +158,7 @@ class ResNet(nn.Module):
 
     Attributes:
         num_stages: Number of stages.
+        widths: The width of each stage (before a bottleneck's expansion).
         num_features: Channels of the last block's output (the input width of ``fc``).
         norm: Final BatchNorm for pre-activation networks, else ``None``.
 
@@ -220,6 +221,7 @@ class ResNet(nn.Module):
                 global_index += 1
             self.add_module(f"layer{s + 1}", nn.Sequential(*blocks))
         self.num_stages = len(layers)
+        self.widths = widths
         self.num_features = chans
         self.norm = nn.BatchNorm2d(chans) if preact else None
         self.fc = nn.Linear(chans, num_classes)

@@ -46,6 +46,9 @@ from landscape.reproduce.inputs import seed_folder, seeds_text
 from landscape.reproduce.paper_b import PaperBSettings, paper_b_row, paper_b_seeds, write_paper_b
 from landscape.reproduce.summary import FindingsText, ModelReport, write_summary
 from landscape.reproduce.training import train_or_reuse
+from landscape.reproduce.widths import WidthSweep, pairs, read_barriers, width_label
+from landscape.reproduce.widths import connect_unit as width_connect_unit
+from landscape.reproduce.widths import train_unit as width_train_unit
 from landscape.runtime.workers import StageTime, Stopwatch, Unit, run_units, stage_table, usable_cores
 from landscape.store.files import WRITTEN_BY, ensure_folder, ensure_subfolder, write_text
 from landscape.store.read import read_result
@@ -64,21 +67,25 @@ class DemoSettings:
 
     ``seeds``: the training seeds; every model is trained with each, and its spectrum and Fourier profile
     computed (the findings' hierarchical bootstrap resamples them); the surface and the figures are of the first
-    seed's models. ``data_fractions``: the shares of the training data on which ``vit_mini`` is trained again
-    (same options otherwise, each seed) for Paper A's data-size claim; each gets a checkpoint and a spectrum in
-    ``data_size/`` (the main models' files are not touched). ``paper_b``: the size of Paper B's run, or None to
+    seed's models. ``spectrum_batches``: the mini-batches of ``spectrum_batch`` training images of each spectrum
+    (the first of a seeded order: more batches add to the same ones). ``data_fractions``: the shares of the
+    training data on which ``vit_mini`` is trained again (same options otherwise, each seed) for Paper A's
+    data-size claim; each gets a checkpoint and a spectrum in ``data_size/`` (the main models' files are not
+    touched). ``paper_b``: the size of Paper B's run, or None to
     leave it out (its row is then "not measured" unless a ``paper_b.json`` is there). ``resamples`` and
     ``fourier_unit``: the bootstrap of the findings table (:func:`landscape.reproduce.findings.findings`).
     ``sharpness``: the m-sharpness runs of ``vit_mini`` and ``resnet_mini`` of every seed, one per options
     object (one per measure: ``MODEL_sharpness_MEASURE.h5``), for the findings' rescaling-invariant flatness
     rows. ``connect``: the line (and curve) between ``connect_model`` trained with the first two seeds
-    (``connect_MODEL.h5``), or None to leave it out.
+    (``connect_MODEL.h5``), or None to leave it out. ``widths``: the barriers before and after weight matching
+    of every seed pair at a quarter, a half and all of ``resnet_mini``'s channels (:mod:`landscape.reproduce.widths`,
+    ``widths/``), or None.
     """
 
     train: dict[str, dict[str, Any]]
     grid: int
     surface_samples: int
-    spectrum_fraction: float
+    spectrum_batches: int
     spectrum_batch: int
     fourier_samples: int
     reg_coef: float = 0.05
@@ -91,6 +98,7 @@ class DemoSettings:
     sharpness: tuple[SharpnessOptions, ...] = ()
     connect: ConnectOptions | None = None
     connect_model: str = "resnet_mini"
+    widths: WidthSweep | None = None
 
 
 FULL = DemoSettings(
@@ -101,24 +109,25 @@ FULL = DemoSettings(
     },
     grid=11,
     surface_samples=256,
-    spectrum_fraction=0.1,
+    spectrum_batches=3,
     spectrum_batch=16,
     fourier_samples=256,
     data_fractions=(0.06, 0.3),
     paper_b=PaperBSettings(),
     sharpness=(
-        SharpnessOptions(samples=256, batch_size=32, measure="average", rho=(0.1,), draws=4),
-        SharpnessOptions(samples=256, batch_size=32, measure="worst", rho=(0.005,), p="inf"),  # the default ascent
+        SharpnessOptions(samples=96, batch_size=32, measure="average", rho=(0.1,), draws=4),
+        SharpnessOptions(samples=96, batch_size=32, measure="worst", rho=(0.005,), p="inf"),  # the default ascent
     ),
     connect=ConnectOptions(
         split="both", samples=360, steps=11, curve="bezier", bend_epochs=5, plane_steps=7, align="weights"
     ),
+    widths=WidthSweep(),
 )
 QUICK = DemoSettings(
     train={m: {"epochs": 1, "batch_size": 64, "lr": 2e-3, "subset": 0.25} for m in MODELS},
     grid=3,
     surface_samples=32,
-    spectrum_fraction=0.02,
+    spectrum_batches=2,
     spectrum_batch=16,
     fourier_samples=32,
     resamples=200,
@@ -172,7 +181,7 @@ def _spectrum_stage(ckpt: Path, settings: DemoSettings, out: Path, *, device: st
     """
     options = SpectrumOptions(
         batch_size=settings.spectrum_batch,
-        fraction=settings.spectrum_fraction,
+        samples=settings.spectrum_batches * settings.spectrum_batch,
         top_k=5,
         which="LM",
         hvp="graph",
@@ -364,8 +373,8 @@ class _Trained:
 def _units(settings: DemoSettings, out: Path, *, device: str, force: bool, quiet: bool) -> list[Unit]:
     """Every independent piece of the demo, longest and most waited-for first.
 
-    Paper B's seeds, then each model and seed (the connected pair's two first), the line and curve once both
-    exist, and the data-size runs.
+    Paper B's seeds, the widened models of the width sweep, then each model and seed (the connected pair's two
+    first), the line and curve once both exist, the data-size runs, and the width sweep's lines.
     """
     common = {"device": device, "force": force, "quiet": quiet}
     units: list[Unit] = []
@@ -373,6 +382,20 @@ def _units(settings: DemoSettings, out: Path, *, device: str, force: bool, quiet
         units += [
             Unit(f"paper_b/seed{seed}", paper_b_unit, (settings.paper_b, seed, out), common)
             for seed in paper_b_seeds(settings.paper_b, out)
+        ]
+    sweep = settings.widths
+    widened = [k for k in sweep.multipliers if k != 1] if sweep is not None else []
+    for k in sorted(widened, reverse=True):
+        assert sweep is not None
+        train = settings.train[sweep.model]
+        units += [
+            Unit(
+                f"{sweep.model}_w{width_label(k)}x/seed{s}",
+                width_train_unit,
+                (sweep, k, train, out),
+                {"seed": s, **common},
+            )
+            for s in settings.seeds
         ]
     pair = settings.seeds[:2] if settings.connect is not None and len(settings.seeds) >= 2 else ()
     runs = [(m, s) for m in settings.models for s in settings.seeds]
@@ -387,6 +410,19 @@ def _units(settings: DemoSettings, out: Path, *, device: str, force: bool, quiet
         for seed in settings.seeds
         for f in settings.data_fractions
     ]
+    for k in sweep.multipliers if sweep is not None else ():
+        assert sweep is not None
+        trained = f"{sweep.model}/seed{{}}" if k == 1 else f"{sweep.model}_w{width_label(k)}x/seed{{}}"
+        units += [
+            Unit(
+                f"{sweep.model}_w{width_label(k)}x/seed{a}-{b}",
+                width_connect_unit,
+                (sweep, k, (a, b), out),
+                common,
+                after=(trained.format(a), trained.format(b)),
+            )
+            for a, b in pairs(settings.seeds)
+        ]
     return units
 
 
@@ -399,6 +435,7 @@ def _findings_text(settings: DemoSettings, out: Path) -> FindingsText:
         seed=0,
         resamples=settings.resamples,
         fourier_unit=settings.fourier_unit,
+        widths=settings.widths,
     )
     return FindingsText(
         findings_markdown(rows), settings.seeds, settings.resamples, settings.spectrum_batch, settings.fourier_unit
@@ -502,6 +539,7 @@ def run_demo(
         "seed_reports": trained.seed_reports,
         "jobs": jobs,
         "between": between,
+        "widths": read_barriers(out, settings.widths, settings.seeds) if settings.widths is not None else [],
         "force": force,
     }
     pngs = [p for p in shared if p.suffix == ".png"]

@@ -24,7 +24,8 @@ changed). The units:
   ``dataset``, ``split``, ``n_samples``, ``seed`` and ``first_samples`` attributes); the per-batch running sums
   of :func:`landscape.analyses.fourier.features.fourier_profile` are added over the batches of a resample, so each
   resample's statistic is that of one pooled profile;
-- Paper B: seeds only (rows of ``paper_b.json``, one test accuracy per trained model).
+- Paper B: seeds only (rows of ``paper_b.json``, one test accuracy per trained model);
+- the barrier against width (:mod:`landscape.reproduce.widths`): seed pairs (one barrier difference per pair).
 
 Two models' statistics (ViT against ResNet, a small data fraction against all the data) resample each side's
 seeds and units independently.
@@ -67,6 +68,8 @@ from landscape.reproduce.inputs import (
     stack_sums,
 )
 from landscape.reproduce.statistics import bootstrap, hierarchical_bootstrap, hierarchical_two_sample
+from landscape.reproduce.widths import CONNECT_FILE as WIDTH_CONNECT_FILE
+from landscape.reproduce.widths import WIDTH_DIR, WidthSweep, read_barriers, width_estimate, width_label
 from landscape.store.read import read_result
 
 VERDICTS = ("reproduced", "contradicted", "inconclusive", "not measured")
@@ -78,6 +81,8 @@ DEMO_COMMAND = "landscape demo --out DIR"
 PAPER_B_COMMAND = "python benchmarks/cnn_init_vit.py --steps 1000 --seeds 0 1 2 --control"
 #: the bootstrap's unit of each kind of statistic, as the table names it
 ACCURACY_UNIT = "test images"
+#: the paper column of the width sweep's row: Ainsworth et al. 2023 ("Git Re-Basin"), not Paper A or B
+REBASIN = "Re-Basin"
 #: the demo's sharpness files, one per model and measure, in each seed's folder
 SHARPNESS_FILE = "{model}_sharpness_{measure}.h5"
 
@@ -88,7 +93,7 @@ class Finding:
 
     Attributes:
         claim: the claim, one line, the paper's words in ours.
-        paper: ``"A"`` or ``"B"``.
+        paper: ``"A"``, ``"B"`` or :data:`REBASIN` (Ainsworth et al. 2023's width effect, the demo's own test of it).
         statistic: what was measured, one line.
         value: the statistic on all the units.
         low: the lower end of its 95% bootstrap interval.
@@ -471,6 +476,26 @@ def _paper_b_finding(folder: Path, rng: np.random.Generator, resamples: int) -> 
     return _finding(claim + f" (fraction {small:g})", "B", stat, est, (len(d), len(d)), where, side="greater")
 
 
+def _width_finding(
+    root: Path, sweep: WidthSweep, seeds: Sequence[int], rng: np.random.Generator, resamples: int
+) -> Finding:
+    """After weight matching the barrier between two trainings falls as the network widens (Ainsworth et al. 2023).
+
+    The statistic is the aligned line's test loss barrier at the widest multiplier minus at the narrowest,
+    averaged over the seed pairs measured at both (:mod:`landscape.reproduce.widths`); its interval resamples the
+    pairs.
+    """
+    claim = f"After alignment the barrier falls with width ({sweep.model})"
+    stat = "test loss barrier of the weight-matched line, widest - narrowest, mean over seed pairs"
+    estimate = width_estimate(read_barriers(root, sweep, seeds), resamples=resamples, rng=rng)
+    if not estimate:
+        return _not_measured(claim, REBASIN, stat, f"`{DEMO_COMMAND}` (the full demo's width sweep)")
+    narrow, wide, n, value = estimate
+    stat = stat.replace("widest - narrowest", f"{width_label(wide)}x - {width_label(narrow)}x {sweep.model}'s channels")
+    where = f"{WIDTH_DIR}/{WIDTH_CONNECT_FILE.format(model=sweep.model, k='K', a='A', b='B')} of {n} seed pairs"
+    return _finding(claim, REBASIN, stat, value, (n, len(seeds)), where, side="less")
+
+
 def findings(
     folder: str | Path,
     models: Sequence[str] = ("resnet_mini", "vit_mini", "alternet_mini"),
@@ -479,6 +504,7 @@ def findings(
     seed: int = 0,
     resamples: int = 1000,
     fourier_unit: int = 16,
+    widths: WidthSweep | None = None,
 ) -> list[Finding]:
     """A verdict for every claim of Paper A and Paper B from the files of a demo folder (see the module doc).
 
@@ -492,11 +518,13 @@ def findings(
         seed: seeds the bootstrap's ``numpy.random.default_rng`` (the global random states are untouched).
         resamples: bootstrap resamples per interval.
         fourier_unit: images per batch, the bootstrap's unit for Fourier statistics.
+        widths: the width sweep whose ``widths/`` files give the width row (None: the default
+            :class:`~landscape.reproduce.widths.WidthSweep`).
 
     Returns:
         The findings, in the order: high-frequency change per model and block kind, variance change, negative
         share of ViT, ViT - ResNet negative share, ViT / ResNet magnitude, ViT / ResNet adaptive average- and
-        worst-case sharpness, data size, accuracy, Paper B.
+        worst-case sharpness, data size, accuracy, the barrier against width, Paper B.
     """
     root = Path(folder)
     folders = seed_folders(root, training_seeds)
@@ -506,6 +534,7 @@ def findings(
     out += _sharpness_findings(folders, models, rng, resamples)
     out.append(_data_size_finding(folders, models, rng, resamples))
     out.append(_accuracy_finding(folders, models, rng, resamples))
+    out.append(_width_finding(root, widths or WidthSweep(), list(folders), rng, resamples))
     out.append(_paper_b_finding(root, rng, resamples))
     return out
 

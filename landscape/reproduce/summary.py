@@ -17,6 +17,7 @@ from landscape import __version__
 from landscape.analyses.connect.summary import ALL_PATHS, path_barriers
 from landscape.reproduce.inputs import read_paper_b, seeds_text
 from landscape.reproduce.paper_b import written_by_demo
+from landscape.reproduce.widths import WIDTH_DIR, PairBarriers, width_label, width_table
 from landscape.store.files import WRITTEN_BY, write_text
 from landscape.store.read import read_result
 
@@ -193,6 +194,23 @@ def _between_section(between: Sequence[Path], out_dir: Path) -> list[str]:
     return [*lines, ""]
 
 
+def _width_section(rows: Sequence[PairBarriers], under_between: bool) -> list[str]:
+    """The width sweep: every seed pair's barriers before and after weight matching at each width."""
+    if not rows:
+        return []
+    widths = ", ".join(f"{width_label(k)}x" for k in sorted({r.k for r in rows}))
+    about = (
+        f"The line between `{rows[0].model}` trained from every pair of seeds, at {widths} its "
+        f"channels (`{WIDTH_DIR}/`), on the test split, BatchNorm statistics re-estimated at every point: its loss "
+        "and error barriers to theta_B as trained and to theta_B with its units permuted to match theta_A by "
+        "weight matching. Ainsworth et al. (2023) report that the barrier left after matching shrinks as the "
+        'network widens; the findings row "After alignment the barrier falls with width" is this table\'s '
+        "widest-minus-narrowest difference of the matched barriers, averaged over the seed pairs."
+    )
+    head = "### Barriers against width" if under_between else "## Barriers against width"
+    return [head, "", *_paragraph(about), "", *width_table(rows), ""]
+
+
 def _cost_section(table: Sequence[tuple[str, int, float, float]], wall: float, jobs: int | None) -> list[str]:
     """The run's cost: each stage's units, wall and CPU seconds (summed over the units), and the total."""
     cpu = sum(row[3] for row in table)
@@ -220,6 +238,7 @@ def write_summary(
     seed_reports: Sequence[ModelReport] = (),
     jobs: int | None = None,
     between: Sequence[Path] = (),
+    widths: Sequence[PairBarriers] = (),
     force: bool = False,
     cost: tuple[Sequence[tuple[str, int, float, float]], float] | None = None,
 ) -> Path:
@@ -237,6 +256,8 @@ def write_summary(
             or None.
         between: the connect file of two seeds' models and its figures (a "Between two minima" section after
             Paper B's), or empty to leave it out.
+        widths: the width sweep's barriers (:func:`landscape.reproduce.widths.read_barriers`), a table in that
+            section, or empty.
         force: replace a ``summary.md`` that landscape did not write (see
             :func:`landscape.store.files.check_replaceable`).
         cost: what the run cost: its stage table (:func:`landscape.runtime.workers.stage_table`) and its
@@ -267,6 +288,7 @@ def write_summary(
         lines += _findings_section(findings_text)
         lines += _paper_b_section(out_dir / "paper_b.json", quick)
     lines += _between_section(between, out_dir)
+    lines += _width_section(widths, bool(between))
     for r in reports:
         lines += [f"## {r.model}", ""]
         lines += [f"![{p.stem}]({p.relative_to(out_dir).as_posix()})" for p in r.figures]

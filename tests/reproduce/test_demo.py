@@ -21,7 +21,8 @@ ENTRY = str(Path(sys.executable).parent / "landscape")
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo")
+    # where notebooks/07_findings.ipynb keeps its quick demo when its WORKDIR is the folder made here
+    out = tmp_path_factory.mktemp("notebooks") / "quick" / "demo"
     proc = subprocess.run([ENTRY, "demo", "--quick", "--out", str(out), "--jobs", "2"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"summary: {out / 'summary.md'}" in proc.stdout
@@ -126,8 +127,8 @@ def test_summary_has_a_findings_table_with_a_verdict_per_claim(demo_dir):
     assert lines[0] == "| claim | paper | statistic | value [95% interval] | verdict |"
     rows = lines[2:]
     expected = findings(demo_dir, MODELS, resamples=QUICK.resamples, fourier_unit=QUICK.fourier_unit)
-    assert len(rows) == len(expected) == 18  # 5 high-frequency, 5 variance, 3 spectrum, 2 sharpness, data size,
-    # accuracy, Paper B
+    assert len(rows) == len(expected) == 19  # 5 high-frequency, 5 variance, 3 spectrum, 2 sharpness, data size,
+    # accuracy, barrier against width, Paper B
     for row, finding in zip(rows, expected):
         verdict = row.split("|")[-2].strip()
         assert any(verdict.startswith(word) for word in VERDICTS), row
@@ -181,10 +182,15 @@ def _snapshot(demo_dir):
     return stamps, results
 
 
-def test_rerun_resumes_instead_of_recomputing(demo_dir):
+def test_the_findings_notebook_resumes_the_demo_instead_of_recomputing(demo_dir):
+    """notebooks/07_findings.ipynb runs the quick demo into its WORKDIR: given the folder the command line wrote,
+    every stage is skipped (no checkpoint or result file rewritten), and the findings and the figure are shown."""
+    from helpers import execute_notebook
+
     before = _snapshot(demo_dir)
-    proc = subprocess.run([ENTRY, "demo", "--quick", "--out", str(demo_dir), "--quiet"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    workdir = demo_dir.parent.parent
+    assert execute_notebook("07_findings.ipynb", workdir) >= 1
+    assert (workdir / "quick" / "figures" / "07_findings").is_dir()
     assert _snapshot(demo_dir) == before
 
 
