@@ -11,8 +11,16 @@ Printed: one row per width: parameters, the ends' test accuracies, the loss and 
 alignment, and the seconds taken. ``--smoke`` is the CI-sized run (widths 1x and 2x of ``(4, 8)``, one epoch on
 256 images, 3 points): it checks that the pipeline runs, not the finding.
 
+``--compare A B --data cifar10:PATH`` is the published comparison instead (Ainsworth et al. 2023; Jordan et al.
+2023, REPAIR): two networks of one architecture trained elsewhere (a 2x-wide ResNet-20 on CIFAR-10 in the
+papers), the midpoint of the line after weight matching measured on the whole test split twice, with the
+BatchNorm statistics interpolated as the weights are (``bn="eval"``) and re-estimated on training images
+(``bn="recompute"``, the "BN reset"; networks without BatchNorm get REPAIR instead, ``repair=True``). Printed: the
+ends' and the midpoints' test accuracies beside the published 94.5% / 94.2%, 17.6% and 83.9%.
+
 Run:
     python benchmarks/alignment.py [--epochs 3] [--samples 500] [--steps 11] [--smoke]
+    python benchmarks/alignment.py --compare A.pt B.pt --data cifar10:PATH [--samples N]
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -49,17 +58,57 @@ def train_pair(widths: tuple[int, ...], args: argparse.Namespace, folder: Path) 
     return paths
 
 
+#: the published test accuracies (%) of a 2x-wide ResNet-20 on CIFAR-10: the ends, and the midpoint after weight
+#: matching without and with the BatchNorm reset (Jordan et al. 2023)
+PUBLISHED = {"end A": 94.5, "end B": 94.2, "midpoint, no reset": 17.6, "midpoint, reset": 83.9}
+
+
+def compare(ends: list[Path], data: str, samples: int | None) -> dict[str, float]:
+    """The ends' and the matched midpoints' test accuracies (%) of two trained networks, as the papers measure them.
+
+    Args:
+        ends: the two checkpoints.
+        data: their dataset spec (e.g. ``cifar10:PATH``).
+        samples: test images (None: the whole split).
+
+    Returns:
+        The accuracies by :data:`PUBLISHED`'s names.
+    """
+    out: dict[str, float] = {}
+    for reset in (False, True):
+        options = ConnectOptions(data=data, split="test", samples=samples, steps=3, align="weights", bn="eval")
+        if reset:  # a BatchNorm network is reset by re-estimating its statistics, others by REPAIR
+            has_bn = any(name.endswith("running_mean") for name in read_checkpoint(ends[0]).state_dict)
+            options = replace(options, bn="recompute") if has_bn else replace(options, repair=True)
+        accuracy = 100 * run_connect(*ends, options, out=None, device="auto", progress=False)["line/accuracy"][0]
+        if not reset:  # the ends as trained (their own statistics)
+            out["end A"], out["end B"] = float(accuracy[0]), float(accuracy[-1])
+        out["midpoint, reset" if reset else "midpoint, no reset"] = float(accuracy[1])
+    return out
+
+
 def main() -> None:
     """Train, align and measure each width; print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--samples", type=int, default=500, help="Test images the line is measured on.")
+    parser.add_argument("--samples", type=int, default=None, help="Test images (default 500; --compare: all).")
     parser.add_argument("--steps", type=int, default=11)
     parser.add_argument("--multipliers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--smoke", action="store_true", help="CI-sized: widths 1x and 2x of (4, 8), 1 epoch.")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"), help="The published comparison instead.")
+    parser.add_argument("--data", default=None, help="The dataset of --compare, e.g. cifar10:PATH.")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.compare:
+        if not args.data:
+            parser.error("--compare needs --data, the dataset the two networks were trained on (e.g. cifar10:PATH)")
+        measured = compare(list(args.compare), args.data, args.samples)
+        print(f"{'':<20} {'measured %':>10} {'published %':>11}")
+        for name, value in measured.items():
+            print(f"{name:<20} {value:>10.1f} {PUBLISHED[name]:>11.1f}")
+        return
+    args.samples = 500 if args.samples is None else args.samples
     base, args.subset = (8, 16), None
     if args.smoke:
         base, args.subset, args.epochs, args.samples, args.steps, args.multipliers = (4, 8), 256, 1, 128, 3, [1, 2]

@@ -1,5 +1,6 @@
 """benchmarks/alignment.py: the CI-sized run (--smoke) trains, aligns and measures each width and prints its row."""
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -7,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "alignment.py"
@@ -25,3 +27,49 @@ def test_smoke_prints_one_row_per_width_with_barriers_before_and_after() -> None
         numbers = [float(r[i]) for i in (2, 3, 4, 6, 7, 9)]
         assert all(0.0 <= v < 10 for v in numbers)  # accuracies in [0, 1], barriers >= 0 and finite
         assert 0.0 <= float(r[2]) <= 1.0 and 0.0 <= float(r[3]) <= 1.0
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("alignment_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_compare_measures_the_ends_and_the_matched_midpoints_with_and_without_the_reset(tmp_path) -> None:
+    """A permuted copy of a CIFAR-shaped ResNet: after matching, the midpoint is the end itself, with the BatchNorm
+    statistics interpolated or re-estimated, so all three accuracies are equal in each mode."""
+    from analyses.align.references import permuted_resnet, randomise_bn
+    from data.test_data import write_cifar10
+
+    from landscape.models import create_model
+    from landscape.models.checkpoint import save_checkpoint
+
+    write_cifar10(tmp_path, per_class=4)
+    data = f"cifar10:{tmp_path}"
+    torch.manual_seed(0)
+    a = randomise_bn(create_model("resnet_mini", num_classes=10, in_chans=3, widths=(4, 6), layers=(1, 1)))
+    b = permuted_resnet(a, ("stem.0", "stem.1"), "shortcut")
+    ends = []
+    for name, model in (("a", a), ("b", b)):
+        path = save_checkpoint(
+            tmp_path / f"{name}.pt",
+            model,
+            model_name="resnet_mini",
+            model_kwargs=model.model_kwargs,
+            num_classes=10,
+            dataset=data,
+        )
+        ends.append(path)
+    measured = _script().compare(ends, data, None)
+    assert list(measured) == list(_script().PUBLISHED)
+    assert measured["midpoint, no reset"] == measured["end A"] == measured["end B"]
+    for value in measured.values():
+        assert 0.0 <= value <= 100.0 and (10 * value) == pytest.approx(round(10 * value))  # of 10 test images
+
+
+def test_compare_needs_the_data_it_was_trained_on(tmp_path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--compare", "a.pt", "b.pt"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert proc.returncode == 2 and "--compare needs --data" in proc.stderr
