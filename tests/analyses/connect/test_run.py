@@ -192,9 +192,11 @@ def slow(stage, done, total):
     print("POINT", stage, done, flush=True)
     time.sleep(60 if done >= 2 else 0)
 
-run_connect(sys.argv[1], sys.argv[2], ConnectOptions(samples=32, batch_size=16, steps=5), out=sys.argv[3],
-            device="cpu", progress=False, on_progress=slow)
+options = ConnectOptions(samples=32, batch_size=16, steps=5, align="weights", repair=True, curvature=True)
+run_connect(sys.argv[1], sys.argv[2], options, out=sys.argv[3], device="cpu", progress=False, on_progress=slow)
 """
+#: the killed run's options: aligned, REPAIRed, and the curvature at every point
+KILLED = {**SMALL, "align": "weights", "repair": True, "curvature": True}
 
 
 @pytest.mark.slow
@@ -214,11 +216,14 @@ def test_a_killed_run_leaves_its_done_points_and_resumes_identically(ckpts, tmp_
         proc.wait(timeout=60)
     with h5py.File(out, "r") as f:
         assert int(f["line/done"][()].sum()) == 2
-    options = ConnectOptions(**SMALL)
+    options = ConnectOptions(**KILLED)
     res = run_connect(*ckpts, options, out=out, device="cpu", progress=False)
     whole = run_connect(*ckpts, options, out=None, device="cpu", progress=False)
-    for name in ("line/loss", "line/accuracy", "line/done"):
-        np.testing.assert_array_equal(res[name], whole[name])
+    curvature = [n for n in whole.arrays if n.startswith("line/") and ("eigen" in n or "sharp" in n)]
+    assert curvature, sorted(whole.arrays)
+    for name in ("line/loss", "line/accuracy", "line/done", *curvature):
+        np.testing.assert_array_equal(res[name], whole[name], err_msg=name)
+    assert res.attrs["bn_statistics"] == whole.attrs["bn_statistics"]
 
 
 @pytest.mark.slow
@@ -226,6 +231,7 @@ def test_two_rank_torchrun_equals_one(ckpts, tmp_path):
     out = tmp_path / "tr.h5"
     args = ["connect", "--ckpt", ckpts[0], "--ckpt", ckpts[1], "--samples", "32", "--batch-size", "16"]
     args += ["--steps", "3", "--curve", "bezier", "--bend-epochs", "1", "--plane-steps", "2", "--device", "cpu"]
+    args += ["--align", "weights", "--repair", "--curvature"]  # REPAIR's and the curvature's data passes too
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": WORKTREE}
     proc = torchrun("-m", "landscape", *args, "--out", out, "--quiet", timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
