@@ -45,14 +45,13 @@ from landscape.reproduce.findings import SHARPNESS_FILE, findings, findings_mark
 from landscape.reproduce.inputs import seed_folder, seeds_text
 from landscape.reproduce.paper_b import PaperBSettings, paper_b_row, paper_b_seeds, write_paper_b
 from landscape.reproduce.summary import FindingsText, ModelReport, write_summary
-from landscape.reproduce.training import train_or_reuse
+from landscape.reproduce.training import train_on_digits
 from landscape.reproduce.widths import WidthSweep, pairs, read_barriers, width_label
 from landscape.reproduce.widths import connect_unit as width_connect_unit
 from landscape.reproduce.widths import train_unit as width_train_unit
 from landscape.runtime.workers import StageTime, Stopwatch, Unit, run_units, stage_table, usable_cores
 from landscape.store.files import WRITTEN_BY, ensure_folder, ensure_subfolder, write_text
 from landscape.store.read import read_result
-from landscape.train import TrainConfig
 
 MODELS = ("resnet_mini", "vit_mini", "alternet_mini")
 #: the models whose sharpness the demo measures (the findings compare ViT with ResNet)
@@ -165,8 +164,7 @@ def _train_stage(
     ``subset`` replaces the training share of the model's settings (the data-size runs).
     """
     train = dict(settings.train[model]) if subset is None else {**settings.train[model], "subset": subset}
-    config = TrainConfig(model=model, data="digits", seed=seed, device=device, **train)
-    return train_or_reuse(config, out, force=force, quiet=quiet)
+    return train_on_digits(model, train, out, seed=seed, device=device, force=force, quiet=quiet)
 
 
 def _mean_or_nan(values: np.ndarray) -> float:
@@ -384,19 +382,10 @@ def _units(settings: DemoSettings, out: Path, *, device: str, force: bool, quiet
             for seed in paper_b_seeds(settings.paper_b, out)
         ]
     sweep = settings.widths
-    widened = [k for k in sweep.multipliers if k != 1] if sweep is not None else []
-    for k in sorted(widened, reverse=True):
-        assert sweep is not None
-        train = settings.train[sweep.model]
-        units += [
-            Unit(
-                f"{sweep.model}_w{width_label(k)}x/seed{s}",
-                width_train_unit,
-                (sweep, k, train, out),
-                {"seed": s, **common},
-            )
-            for s in settings.seeds
-        ]
+    for k in sorted((k for k in sweep.multipliers if k != 1), reverse=True) if sweep is not None else ():
+        train = (sweep, k, settings.train[sweep.model], out)
+        key = f"{sweep.model}_w{width_label(k)}x/seed"
+        units += [Unit(f"{key}{s}", width_train_unit, train, {"seed": s, **common}) for s in settings.seeds]
     pair = settings.seeds[:2] if settings.connect is not None and len(settings.seeds) >= 2 else ()
     runs = [(m, s) for m in settings.models for s in settings.seeds]
     runs.sort(key=lambda run: run[0] != settings.connect_model or run[1] not in pair)
@@ -411,7 +400,6 @@ def _units(settings: DemoSettings, out: Path, *, device: str, force: bool, quiet
         for f in settings.data_fractions
     ]
     for k in sweep.multipliers if sweep is not None else ():
-        assert sweep is not None
         trained = f"{sweep.model}/seed{{}}" if k == 1 else f"{sweep.model}_w{width_label(k)}x/seed{{}}"
         units += [
             Unit(

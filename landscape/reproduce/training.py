@@ -68,3 +68,27 @@ def train_or_reuse(config: TrainConfig, out: Path, *, force: bool = False, quiet
         return out
     train_model(config, out, force=True, quiet=quiet)
     return out
+
+
+def train_on_digits(
+    model: str, options: dict[str, Any], out: Path, *, seed: int, device: str, force: bool, quiet: bool
+) -> Path:
+    """Train zoo ``model`` on digits with ``seed`` and the training ``options`` into ``out``, or reuse it there.
+
+    Args:
+        model: the zoo model's name.
+        options: :class:`~landscape.train.TrainConfig` fields (epochs, batch size, ``subset``, ``model_kwargs``...).
+        out: the checkpoint path.
+        seed: the training seed.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        force: train again whatever is there.
+        quiet: no progress output.
+
+    Returns:
+        ``out``.
+
+    Raises:
+        LandscapeError: as :func:`train_or_reuse`.
+    """
+    config = TrainConfig(model=model, data="digits", seed=seed, device=device, **options)
+    return train_or_reuse(config, out, force=force, quiet=quiet)

@@ -37,14 +37,14 @@ from landscape.analyses.connect.summary import path_barriers
 from landscape.errors import LandscapeError
 from landscape.models.checkpoint import load_model
 from landscape.models.registry import count_parameters, create_model
+from landscape.options import checks
 from landscape.options.connect import ConnectOptions
 from landscape.reproduce.inputs import seed_folder
 from landscape.reproduce.statistics import bootstrap
-from landscape.reproduce.training import train_or_reuse
+from landscape.reproduce.training import train_on_digits
 from landscape.runtime.workers import StageTime, Stopwatch
 from landscape.store.files import ensure_folder
 from landscape.store.read import read_result
-from landscape.train import TrainConfig
 
 #: the sweep's folder, in the demo folder
 WIDTH_DIR = "widths"
@@ -70,6 +70,13 @@ class WidthSweep:
     connect: ConnectOptions = field(
         default_factory=lambda: ConnectOptions(split=SPLIT, samples=None, steps=11, curve="none", align="weights")
     )
+
+    def __post_init__(self) -> None:
+        """Refuse multipliers that are not finite and positive, or repeated, in one line."""
+        values = tuple(checks.positive(k, "a width multiplier") for k in self.multipliers)
+        if len(set(values)) != len(values):
+            raise LandscapeError(f"the width multipliers {list(values)} repeat one; give each once")
+        object.__setattr__(self, "multipliers", values)
 
 
 def pairs(seeds: Sequence[int]) -> list[tuple[int, int]]:
@@ -134,11 +141,9 @@ def train_unit(
     watch = Stopwatch()
     path = checkpoint(out_dir, sweep.model, k, seed)
     ensure_folder(path.parent)
-    config = TrainConfig(
-        model=sweep.model, data="digits", seed=seed, device=device, model_kwargs=widened(sweep.model, k), **train
-    )
+    options = {**train, "model_kwargs": widened(sweep.model, k)}
     with watch("train"):
-        train_or_reuse(config, path, force=force, quiet=quiet)
+        train_on_digits(sweep.model, options, path, seed=seed, device=device, force=force, quiet=quiet)
     return path, watch.records
 
 
@@ -197,6 +202,7 @@ def read_barriers(out_dir: Path, sweep: WidthSweep, seeds: Sequence[int]) -> lis
     """
     out = []
     for k in sweep.multipliers:
+        parameters = None  # of the width's model, counted once
         for pair in pairs(seeds):
             path = connect_file(out_dir, sweep.model, k, pair)
             if not path.is_file():
@@ -205,12 +211,14 @@ def read_barriers(out_dir: Path, sweep: WidthSweep, seeds: Sequence[int]) -> lis
             line, unaligned = path_barriers(result, "line"), path_barriers(result, "unaligned_line")
             if not line or not unaligned or SPLIT not in line:
                 continue
+            if parameters is None:
+                parameters = count_parameters(load_model(checkpoint(out_dir, sweep.model, k, pair[0]))[0])
             out.append(
                 PairBarriers(
                     sweep.model,
                     k,
                     pair,
-                    count_parameters(load_model(checkpoint(out_dir, sweep.model, k, pair[0]))[0]),
+                    parameters,
                     line[SPLIT].loss,
                     unaligned[SPLIT].loss,
                     line[SPLIT].error,

@@ -65,7 +65,7 @@ def test_compare_measures_the_ends_and_the_matched_midpoints_with_and_without_th
     assert list(measured) == list(_script().PUBLISHED)
     assert measured["midpoint, no reset"] == measured["end A"] == measured["end B"]
     for value in measured.values():
-        assert 0.0 <= value <= 100.0 and (10 * value) == pytest.approx(round(10 * value))  # of 10 test images
+        assert 0.0 <= value <= 100.0 and value / 10 == pytest.approx(round(value / 10))  # % of 10 test images
 
 
 def test_compare_needs_the_data_it_was_trained_on(tmp_path) -> None:

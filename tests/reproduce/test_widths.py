@@ -93,3 +93,12 @@ def test_the_sweep_trains_widened_models_and_reads_every_pairs_barriers(tmp_path
 def test_without_the_sweeps_files_the_row_is_not_measured(tmp_path):
     row = F._width_finding(tmp_path, W.WidthSweep(), [0, 1, 2], np.random.default_rng(0), 100)
     assert row.verdict == "not measured" and "landscape demo" in row.where
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0, -0.5, 1e400, "two"])
+def test_a_multiplier_that_is_not_finite_and_positive_is_refused_in_one_line(bad):
+    with pytest.raises(LandscapeError, match="a width multiplier must be a (finite )?number") as error:
+        W.WidthSweep(multipliers=(bad, 1.0))
+    assert "\n" not in str(error.value)
+    with pytest.raises(LandscapeError, match="repeat one"):
+        W.WidthSweep(multipliers=(0.5, 1, 1.0))
