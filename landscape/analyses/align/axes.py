@@ -20,12 +20,16 @@ class Axis:
             1 otherwise.
         span: the units occupy entries ``[start, stop)`` of the axis only (the query, key or value rows of an
             attention module's fused ``qkv``); None: the whole axis.
+        per_head: the axis holds one entry per head of a head-aware permutation (a relative position table with
+            one row per head): it moves by the permutation's head order only, ``t'[h] = t[p[h d] // d]``, and
+            nothing inside a head moves it.
     """
 
     tensor: str
     dim: int
     repeat: int = 1
     span: tuple[int, int] | None = None
+    per_head: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ class Permutation:
             reorders whole heads and the units within each head only; 1: any permutation.
         heads_of: the attention module whose heads it orders; the permutations of one module (its query/key and
             its value/output units) share one order of the heads.
+        fixed_heads: every head keeps its place (each has a fixed role of its own, as the neighbour offset of a
+            shift attention): only the units within each head move.
     """
 
     name: str
@@ -66,6 +72,7 @@ class Permutation:
     sites: tuple[Site, ...]
     heads: int = 1
     heads_of: str = ""
+    fixed_heads: bool = False
 
 
 @dataclass(frozen=True)

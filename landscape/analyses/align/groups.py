@@ -37,6 +37,7 @@ class Group:
     name: str = ""
     heads: int = 1
     heads_of: str = ""
+    fixed_heads: bool = False
 
 
 class Groups:
@@ -46,16 +47,24 @@ class Groups:
         self.parent: list[int] = [0]
         self.groups: dict[int, Group] = {0: Group(0)}
 
-    def new(self, size: int, creator: str, node: str = "", name: str = "", heads: int = 1) -> int:
+    def new(
+        self, size: int, creator: str, node: str = "", name: str = "", heads: int = 1, fixed_heads: bool = False
+    ) -> int:
         """A new group of ``size`` units started by module ``creator`` at ``node``; its id.
 
-        A group with a ``name`` is an attention module's units in ``heads`` heads (:class:`~.axes.Permutation`),
-        kept though no node's output carries it.
+        A group with a ``name`` is an attention module's units in ``heads`` heads (:class:`~.axes.Permutation`,
+        whose head order stays with ``fixed_heads``), kept though no node's output carries it.
         """
         g = len(self.parent)
         self.parent.append(g)
         self.groups[g] = Group(
-            size, creator=creator, node=node, name=name, heads=heads, heads_of=creator if name else ""
+            size,
+            creator=creator,
+            node=node,
+            name=name,
+            heads=heads,
+            heads_of=creator if name else "",
+            fixed_heads=fixed_heads,
         )
         return g
 

@@ -2,7 +2,8 @@
 
 A permutation ``p`` of ``n`` units (a 1-D int64 tensor) maps the new unit ``i`` to the old unit ``p[i]``: every axis
 it moves becomes ``t'[..., i, ...] = t[..., p[i], ...]`` (for an axis with repeat ``r``, block ``i`` of ``r``
-entries is block ``p[i]``). The objective of weight matching is ``sum_t <A_t, pi(B)_t>`` over every tensor ``t``
+entries is block ``p[i]``; an axis with one entry per head, :attr:`~.axes.Axis.per_head`, moves by the head order
+``p[h d] // d`` only). The objective of weight matching is ``sum_t <A_t, pi(B)_t>`` over every tensor ``t``
 some permutation moves (docs/analyses.md, permutation alignment).
 """
 
@@ -47,8 +48,24 @@ def expand(perm: Tensor, repeat: int) -> Tensor:
     return (perm[:, None] * repeat + torch.arange(repeat, device=perm.device)).reshape(-1)
 
 
+def head_order(perm: Tensor, heads: int) -> Tensor:
+    """The head order of a head-aware permutation of ``heads`` heads: new head ``h`` is old head ``perm[h d] // d``.
+
+    Args:
+        perm: a permutation of ``heads * d`` units that moves whole heads (new unit -> old unit).
+        heads: the number of heads.
+
+    Returns:
+        The permutation of the heads, int64.
+    """
+    d = perm.shape[0] // heads
+    return perm[::d] // d
+
+
 def permute_axis(t: Tensor, axis: Axis, perm: Tensor) -> Tensor:
-    """``t`` with the units on ``axis`` (within its span) reordered by ``perm`` (a new tensor)."""
+    """``t`` with the units on ``axis`` (within its span; its heads for a per-head axis) reordered by ``perm``."""
+    if axis.per_head:
+        return t.index_select(axis.dim, head_order(perm, t.shape[axis.dim]).to(t.device))
     index = expand(perm, axis.repeat).to(t.device)
     if axis.span is not None:
         start, stop = axis.span
@@ -81,7 +98,10 @@ def apply(
 
 
 def units(t: Tensor, axis: Axis) -> Tensor:
-    """``t`` as a ``(units, rest)`` float64 matrix: row ``i`` holds every entry of unit ``i`` on ``axis`` (its span)."""
+    """``t`` as a ``(units, rest)`` float64 matrix: row ``i`` holds every entry of unit ``i`` on ``axis`` (its span).
+
+    For a per-head axis the rows are the heads.
+    """
     if axis.span is not None:
         t = t.narrow(axis.dim, axis.span[0], axis.span[1] - axis.span[0])
     moved = t.detach().to(torch.float64).movedim(axis.dim, 0)

@@ -20,8 +20,9 @@ graph (``torch.fx.symbolic_trace``) and following the permuted axis through ever
   does (the CLS token, a parameter, is tied like a position embedding); indexing by integers and slices that
   takes the units' axis whole (``tokens[:, 0]``) passes them on; ``F.layer_norm`` (a LayerNorm subclass traced
   into) acts as ``LayerNorm``;
-- an attention module (a ViT's, timm's) is a leaf of the traced graph with its own rule, two head-aware
-  permutations of its inner units (:mod:`landscape.analyses.align.attention`);
+- an attention module (a ViT's with or without a relative position bias, timm's, AlterNet's windowed attention,
+  ConvViT's shift attention) is a leaf of the traced graph with its own rule, head-aware permutations of its inner
+  units, a per-head position table moved by their head order (:mod:`landscape.analyses.align.attention`);
 - the network's inputs are never permuted, and what reaches its output is not permuted either (the classifier's
   output axis): a permutation joined with them is dropped.
 
@@ -51,6 +52,7 @@ class _Tracer(fx.Tracer):
     def __init__(self) -> None:
         super().__init__()
         self.inside: list[tuple[str, str]] = []
+        self.failed_in: tuple[str, str] | None = None  # the innermost module being traced when tracing failed
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         """torch.nn's modules and the attention modules (a rule of their own) are not traced into."""
@@ -60,6 +62,10 @@ class _Tracer(fx.Tracer):
         self.inside.append((self.path_of_module(m), type(m).__name__))
         try:
             return super().call_module(m, forward, args, kwargs)
+        except Exception:
+            if self.failed_in is None:
+                self.failed_in = self.inside[-1]
+            raise
         finally:
             self.inside.pop()
 
@@ -81,7 +87,7 @@ def trace(model: nn.Module) -> fx.GraphModule:
     try:
         graph = tracer.trace(model)
     except Exception as exc:  # torch.fx raises TraceError, TypeError, ... from the model's own code
-        where = tracer.inside[-1] if tracer.inside else ("", type(model).__name__)
+        where = tracer.failed_in or ("", type(model).__name__)
         name = f"{where[0]} ({where[1]})" if where[0] else where[1]
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise LandscapeError(

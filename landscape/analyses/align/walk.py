@@ -146,7 +146,7 @@ class Walk:
         return LandscapeError(
             f"{self.where(n)} {why}; landscape align cannot permute this network's hidden units "
             "(supported: Linear, Conv, BatchNorm, LayerNorm, elementwise activations, pooling, residual adds, "
-            "flatten, ViT attention with a fused qkv)"
+            "flatten, attention with a fused qkv, windowed or shift attention)"
         )
 
     def live(self, s: State) -> bool:
@@ -301,7 +301,7 @@ class Walk:
         return self.layer_norm(n, len(shape) if isinstance(shape, (list, tuple)) else 1, tensors)
 
     def attention(self, n: fx.Node, m: nn.Module) -> State:
-        """An attention module's output state; its two head-aware permutations made (:mod:`.attention`).
+        """An attention module's output state; its head-aware permutations made (:mod:`.attention`).
 
         Args:
             n: the node that calls the module.
@@ -311,8 +311,8 @@ class Walk:
             The state of its output: a new permutation of ``proj``'s outputs.
 
         Raises:
-            LandscapeError: a module that is not covered receives permuted units, the units are not on the last axis,
-                or the module is given a mask.
+            LandscapeError: a module that is not covered receives permuted units, the units are not on its channel
+                axis, or the module is given a mask.
         """
         layout = attention_layout(m)
         s = self.first(n)
@@ -320,29 +320,35 @@ class Walk:
             if self.permuted_inputs(n):
                 raise self.refuse(n, layout or "is an attention module no rule covers")
             return FIXED
-        if self.live(s) and s.dim != self.ndim(n.args[0]) - 1:
+        if self.live(s) and (s.dim != layout.channel_dim % self.ndim(n.args[0]) or s.repeat != 1):
             raise self.refuse(n, "attends over the permuted axis")
         extra = [*n.args[1:], *n.kwargs.values()]  # a mask is a tensor; an unset one is None (or a None input)
         if any(
             self.shapes.get(v.name) is not None if isinstance(v, fx.Node) else v not in (None, False) for v in extra
         ):
             raise self.refuse(n, "is given a mask or other inputs (not covered)")
-        heads, head_dim = layout
-        inner = heads * head_dim
+        inner = layout.heads * layout.head_dim
         target = str(n.target)
-        self.tie(s, f"{target}.qkv.weight", 1)
-        has_bias = m.qkv.bias is not None
-        for part, role in ((0, "qk"), (2, "vo")):
-            g = self.groups.new(inner, target, node=n.name, name=f"{target}.{role}", heads=heads)
-            for k in (part, 1) if role == "qk" else (part,):
-                span = (k * inner, (k + 1) * inner)
-                self.groups.tie(g, Axis(f"{target}.qkv.weight", 0, 1, span))
+        qkv = f"{target}.{layout.qkv}"
+        self.tie(s, f"{qkv}.weight", 1)
+        has_bias = getattr(m, layout.qkv).bias is not None
+        roles = {"qk": (0, 1), "vo": (2,)} if layout.qkv == "qkv" else {"vo": (None,)}
+        for role, parts in roles.items():
+            g = self.groups.new(
+                inner, target, node=n.name, name=f"{target}.{role}", heads=layout.heads, fixed_heads=layout.fixed_heads
+            )
+            for k in parts:
+                span = None if k is None else (k * inner, (k + 1) * inner)
+                self.groups.tie(g, Axis(f"{qkv}.weight", 0, 1, span))
                 if has_bias:
-                    self.groups.tie(g, Axis(f"{target}.qkv.bias", 0, 1, span))
+                    self.groups.tie(g, Axis(f"{qkv}.bias", 0, 1, span))
+            if role == "qk":  # the score bias of each head: moved by the head order the module's roles share
+                for tensor in layout.per_head:
+                    self.groups.tie(g, Axis(f"{target}.{tensor}", 0, per_head=True))
             if role == "vo":
                 self.groups.tie(g, Axis(f"{target}.proj.weight", 1))
         tensors = [f"{target}.proj.weight"] + ([f"{target}.proj.bias"] if m.proj.bias is not None else [])
-        return self.new_group(n, m.proj.out_features, self.ndim(n) - 1, tensors)
+        return self.new_group(n, m.proj.weight.shape[0], layout.channel_dim % self.ndim(n), tensors)
 
     # --------------------------------------------------------------------------------- functions
     def function(self, n: fx.Node, f: Any) -> State:
@@ -550,9 +556,8 @@ class Walk:
             sites = tuple(sorted(group.sites, key=lambda s: order[s.node]))
             axes = tuple(dict.fromkeys(group.axes))
             if group.name:
-                found.append(
-                    (order[group.node], Permutation(group.name, group.size, axes, sites, group.heads, group.heads_of))
-                )
+                p = Permutation(group.name, group.size, axes, sites, group.heads, group.heads_of, group.fixed_heads)
+                found.append((order[group.node], p))
             elif sites:
                 name = sites[0].module or sites[0].node
                 found.append((order[sites[0].node], Permutation(name, group.size, axes, sites)))

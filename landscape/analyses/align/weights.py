@@ -11,11 +11,19 @@ them or ``max_sweeps`` is reached; with a single permutation the first step is t
 one permutation moves on two axes (a layer that reads and writes one residual stream) is a quadratic term: its
 other axis is held at the permutation's current value, as in Git Re-Basin.
 
+A tensor with one row per head (a relative position table, :attr:`~.axes.Axis.per_head`) moves by the head order
+only; it contributes to ``M`` as every tensor the permutation moves does: the inner product ``C[a, b] = <row a of A_t,
+row b of B_t>`` of heads ``a`` and ``b`` is spread evenly over block ``(a, b)`` of ``M`` (``C[a, b] / d`` in each of
+its ``d x d`` entries), so a head-aware ``P`` that sends head ``a`` to head ``h[a]`` gains exactly
+``sum_a C[a, h[a]]``, the table's inner product under that head order.
+
 An attention module's two permutations (``qk`` and ``vo``, :mod:`landscape.analyses.align.attention`) are solved
 together, exactly, in one step: for every pair of heads ``(a, b)`` the best permutation within the heads is a linear
 assignment on the ``d x d`` block of each one's ``M``, its value ``V_k[a, b]``; the head order is then the linear
 assignment on ``V_qk + V_vo`` (one order for both), and each permutation is the head order with the within-head
-permutations of the chosen pairs (:func:`head_assignment`).
+permutations of the chosen pairs (:func:`head_assignment`). Heads that keep their places (a shift attention's,
+:attr:`~.axes.Permutation.fixed_heads`) take the identity as head order: each head's block ``(a, a)`` is solved
+alone.
 """
 
 from __future__ import annotations
@@ -92,11 +100,15 @@ def score_matrix(
         for name, other in touching[axis.tensor]:
             if other != axis:
                 held = permute_axis(held, other, perms[name])
-        m += (units(a[axis.tensor], axis) @ units(held, axis).T).cpu()
+        block = (units(a[axis.tensor], axis) @ units(held, axis).T).cpu()
+        if axis.per_head:  # one row per head: spread over the heads' d x d blocks (module doc)
+            d = p.size // block.shape[0]
+            block = block.repeat_interleave(d, 0).repeat_interleave(d, 1) / d
+        m += block
     return m
 
 
-def head_assignment(scores: list[Tensor], heads: int) -> list[Tensor]:
+def head_assignment(scores: list[Tensor], heads: int, fixed: bool = False) -> list[Tensor]:
     """Permutations of ``H d`` units in ``H`` heads sharing one head order, maximising ``sum_k tr(P_k^T M_k)``.
 
     Each ``P_k`` maps head ``a`` of theta_A to head ``h[a]`` of theta_B (one ``h`` for all ``k``) and the units
@@ -105,6 +117,7 @@ def head_assignment(scores: list[Tensor], heads: int) -> list[Tensor]:
     Args:
         scores: the score matrices ``M_k``, each ``(H d, H d)``.
         heads: ``H``.
+        fixed: the heads keep their places (``h`` the identity); only the units within each head move.
 
     Returns:
         The permutations, one per score matrix (new unit -> old unit), int64.
@@ -114,12 +127,12 @@ def head_assignment(scores: list[Tensor], heads: int) -> list[Tensor]:
     within: dict[tuple[int, int, int], Tensor] = {}
     for k, m in enumerate(scores):
         for a in range(heads):
-            for b in range(heads):
+            for b in [a] if fixed else range(heads):
                 block = m[a * d : (a + 1) * d, b * d : (b + 1) * d]
                 cols = assignment(block)
                 within[(k, a, b)] = cols
                 total[a, b] += block[torch.arange(d), cols].sum()
-    order = assignment(total)
+    order = torch.arange(heads) if fixed else assignment(total)
     return [
         torch.cat([int(order[a]) * d + within[(k, a, int(order[a]))] for a in range(heads)]) for k in range(len(scores))
     ]
@@ -167,7 +180,10 @@ def descend(
         for k in rng.permutation(len(steps)):
             step = steps[int(k)]
             scores = [score_matrix(p, a, b, perms, touching) for p in step]
-            found = head_assignment(scores, step[0].heads) if step[0].heads > 1 else [assignment(scores[0])]
+            first = step[0]
+            found = (
+                head_assignment(scores, first.heads, first.fixed_heads) if first.heads > 1 else [assignment(scores[0])]
+            )
             for p, new in zip(step, found):
                 if not torch.equal(new, perms[p.name]):
                     perms[p.name] = new

@@ -177,13 +177,16 @@ def randomise(model, seed=3, scale=0.3):
     return model.eval()
 
 
-def permuted_vit(model, patch="patch_embed", seed=1, aware=True):
+def permuted_vit(model, patch="patch_embed", seed=1, aware=True, fixed_heads=False):
     """A ViT (CLS token, absolute position embedding, pre-norm blocks of fused-qkv attention and an MLP, final
     LayerNorm, Linear head on the CLS token) with its residual stream, every attention module's heads and the
     units within them, and every MLP's hidden units in a random order.
 
     ``aware``: query/key rows one head-aware permutation, value rows and proj's columns another with the same
     head order; False: ONE permutation over all concatenated head dimensions for q, k, v and proj (not head-aware).
+    A relative position table with one row per head (``attn.rel_pos.table``, ``cls_bias``) has its rows in the head
+    order; a shift attention (values only, ``attn.v``) has its value rows and proj's columns permuted.
+    ``fixed_heads``: every head keeps its place (only the units within heads move).
     """
     g = torch.Generator().manual_seed(seed)
     state = {k: v.clone() for k, v in model.state_dict().items()}
@@ -191,20 +194,27 @@ def permuted_vit(model, patch="patch_embed", seed=1, aware=True):
     stream = torch.randperm(width, generator=g)
     linear(state, patch, stream)
     for name in ("cls_token", "pos_embed"):
-        state[name] = state[name][..., stream]
+        if name in state:
+            state[name] = state[name][..., stream]
     for i, block in enumerate(model.blocks):
         b = f"blocks.{i}"
         heads, head_dim = block.attn.num_heads, block.attn.head_dim
         inner = heads * head_dim
+        fused = f"{b}.attn.qkv.weight" in state
+        qkv = f"{b}.attn.qkv" if fused else f"{b}.attn.v"
         linear(state, f"{b}.norm1", stream)
-        cols(state, f"{b}.attn.qkv.weight", stream)
+        cols(state, f"{qkv}.weight", stream)
+        order = torch.arange(heads) if fixed_heads else torch.randperm(heads, generator=g)
         if aware:
-            order = torch.randperm(heads, generator=g)
             qk = torch.cat([int(order[h]) * head_dim + torch.randperm(head_dim, generator=g) for h in range(heads)])
             vo = torch.cat([int(order[h]) * head_dim + torch.randperm(head_dim, generator=g) for h in range(heads)])
         else:
             qk = vo = torch.randperm(inner, generator=g)
-        linear(state, f"{b}.attn.qkv", torch.cat([qk, inner + qk, 2 * inner + vo]))
+        linear(state, qkv, torch.cat([qk, inner + qk, 2 * inner + vo]) if fused else vo)
+        for table in ("table", "cls_bias"):
+            name = f"{b}.attn.rel_pos.{table}"
+            if name in state and state[name].shape[0] == heads:
+                rows(state, name, order)
         cols(state, f"{b}.attn.proj.weight", vo)
         linear(state, f"{b}.attn.proj", stream)
         linear(state, f"{b}.norm2", stream)
@@ -216,3 +226,21 @@ def permuted_vit(model, patch="patch_embed", seed=1, aware=True):
     linear(state, "norm", stream)
     cols(state, "head.weight", stream)
     return load(model, state)
+
+
+def random_permutations(spec, seed=1):
+    """A random permutation for every permutation of a spec, from the definition: a plain one is any order of its
+    units; a head-aware one (``heads > 1``) is a random head order shared by the permutations of one module
+    (``heads_of``; the identity where heads keep their places) with a random order within each head."""
+    g = torch.Generator().manual_seed(seed)
+    orders, perms = {}, {}
+    for p in spec.permutations:
+        if p.heads == 1:
+            perms[p.name] = torch.randperm(p.size, generator=g)
+            continue
+        d = p.size // p.heads
+        if p.heads_of not in orders:
+            orders[p.heads_of] = torch.arange(p.heads) if p.fixed_heads else torch.randperm(p.heads, generator=g)
+        order = orders[p.heads_of]
+        perms[p.name] = torch.cat([int(order[h]) * d + torch.randperm(d, generator=g) for h in range(p.heads)])
+    return perms

@@ -81,14 +81,6 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path):
         broken.fc.weight[0, 0] = float("nan")
     nan = _save(tmp_path / "nan.pt", broken)
     _refused(tmp_path, "--ckpt", a_path, "--ckpt", nan, match="non-finite")
-    vit_kw = {"in_chans": 1, "img_size": 32, "patch_size": 8, "pos_embed": "rpe"}
-    vits = []
-    for seed in (0, 1):
-        torch.manual_seed(seed)
-        vit = create_model("vit_mini", num_classes=10, **vit_kw)
-        path = tmp_path / f"vit{seed}.pt"
-        vits.append(save_checkpoint(path, vit, model_name="vit_mini", model_kwargs=vit_kw, num_classes=10))
-    _refused(tmp_path, "--ckpt", vits[0], "--ckpt", vits[1], match="relative position bias")
     before = b_path.read_bytes()
     line = CliRunner().invoke(cli, ["align", "--ckpt", str(a_path), "--ckpt", str(b_path), "--out", str(b_path)])
     assert line.exit_code == 2 and "is an input checkpoint" in line.output and b_path.read_bytes() == before
