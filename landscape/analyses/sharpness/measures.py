@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from landscape.analyses.sharpness.ascent import ascend
+from landscape.core.combine import PointBuffer, combine
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
@@ -231,9 +232,11 @@ def bootstrap_interval(
     return low, high
 
 
-def _perturbed(w: ParamDict, c: ParamDict, z: ParamDict, sign: float = 1.0) -> ParamDict:
-    """``w + sign * c * z`` by name."""
-    return {n: w[n] + sign * c[n] * z[n] for n in w}
+def _perturbed(
+    w: ParamDict, c: ParamDict, z: ParamDict, coef: float | None = None, buffer: PointBuffer | None = None
+) -> ParamDict:
+    """``w + (coef * z) * c`` by name (``w + z * c`` without ``coef``), new tensors or written into ``buffer``."""
+    return combine([(None, w), (coef, z, c)], buffer)
 
 
 def _batch_losses(
@@ -346,6 +349,7 @@ def average_sharpness(
     values = torch.zeros(len(used), len(radii), dtype=torch.float64)
     stderr = torch.zeros_like(values)
     base = torch.zeros(len(used), dtype=torch.float64)
+    buffer = PointBuffer(w)  # every draw's point is written here: one copy of w, however many draws
     with torch.no_grad():
         for b, loss in enumerate(_batch_losses(objective, used, include_regularizer)):
             base[b] = _finite_base(float(loss(w)), used[b])
@@ -353,10 +357,9 @@ def average_sharpness(
             for j in range(count):
                 eps = _draw(w, gen, "normal")
                 for r, radius in enumerate(radii):
-                    z = {n: radius * e for n, e in eps.items()}
-                    value = float(loss(_perturbed(w, c, z)))
+                    value = float(loss(_perturbed(w, c, eps, radius, buffer)))
                     if antithetic:
-                        value = (value + float(loss(_perturbed(w, c, z, -1.0)))) / 2
+                        value = (value + float(loss(_perturbed(w, c, eps, -radius, buffer)))) / 2
                     if not math.isfinite(value):
                         raise LandscapeError(
                             f"--rho {radius:g} makes the perturbed loss non-finite ({value}); use a smaller --rho"
