@@ -257,16 +257,25 @@ def _batch_losses(
     return [make(i) for i in used]
 
 
-def _draw(like: ParamDict, gen: torch.Generator, kind: str) -> ParamDict:
-    """Random tensors shaped like ``like``: standard normal or uniform on [-1, 1] (drawn on the CPU in float64)."""
-    out = {}
+def _draw(like: ParamDict, gen: torch.Generator, kind: str, out: ParamDict | None = None) -> ParamDict:
+    """Random tensors shaped like ``like``: standard normal or uniform on [-1, 1] (drawn on the CPU in float64).
+
+    Each tensor is drawn into one float64 scratch tensor of the largest tensor's size, then moved: into new
+    tensors, or into ``out``'s (rewritten at every call; the same numbers).
+    """
+    scratch = torch.empty(max((t.numel() for t in like.values()), default=0), dtype=torch.float64)
+    result: ParamDict = {} if out is None else out
     for n, t in like.items():
+        x = scratch[: t.numel()].view(t.shape)
         if kind == "normal":
-            x = torch.randn(t.shape, generator=gen, dtype=torch.float64)
+            torch.randn(t.shape, generator=gen, dtype=torch.float64, out=x)
         else:
-            x = torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1
-        out[n] = x.to(device=t.device, dtype=t.dtype)
-    return out
+            torch.rand(t.shape, generator=gen, dtype=torch.float64, out=x).mul_(2).sub_(1)
+        if out is None:
+            result[n] = x.to(device=t.device, dtype=t.dtype, copy=True)
+        else:
+            out[n].copy_(x)
+    return result
 
 
 def _estimate(
@@ -350,12 +359,13 @@ def average_sharpness(
     stderr = torch.zeros_like(values)
     base = torch.zeros(len(used), dtype=torch.float64)
     buffer = PointBuffer(w)  # every draw's point is written here: one copy of w, however many draws
+    eps = {n: torch.empty_like(t) for n, t in w.items()}  # and every draw's noise here
     with torch.no_grad():
         for b, loss in enumerate(_batch_losses(objective, used, include_regularizer)):
             base[b] = _finite_base(float(loss(w)), used[b])
             draws = torch.zeros(count, len(radii), dtype=torch.float64)
             for j in range(count):
-                eps = _draw(w, gen, "normal")
+                _draw(w, gen, "normal", eps)
                 for r, radius in enumerate(radii):
                     value = float(loss(_perturbed(w, c, eps, radius, buffer)))
                     if antithetic:
