@@ -75,9 +75,10 @@ def point_params(
 class PointEvaluator:
     """Evaluates grid points of one objective and pair of directions, one at a time or vectorised.
 
-    ``loop(points)`` evaluates each point in turn (BatchNorm buffers re-estimated per point when
-    ``bn == "recompute"``); ``vectorised(points)`` stacks the points' params and evaluates them in one
-    ``torch.func.vmap`` call per batch. Both return ``(loss, data_loss, accuracy)`` per point. After
+    ``loop(points)`` evaluates each point in turn, each written into one buffer reused for every point
+    (:meth:`point`; BatchNorm buffers re-estimated per point when ``bn == "recompute"``);
+    ``vectorised(points)`` stacks the points' params and evaluates them in one ``torch.func.vmap`` call per
+    batch. Both return ``(loss, data_loss, accuracy)`` per point. After
     :meth:`enable_fold` every forward runs on a copy of the model with its eval-mode BatchNorms folded into the
     convolutions before them (for each point's own parameters, :mod:`landscape.models.bn_fold`); after
     :meth:`enable_compile` the loop runs a ``torch.compile``-d per-batch loss.
