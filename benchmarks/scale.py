@@ -9,12 +9,22 @@ repeat or raise the one above it) and the surface file's size, against the param
     python benchmarks/scale.py --smoke    # the zoo's minis, 2 images each (under a minute on 2 cores)
     python benchmarks/scale.py            # + torchvision resnet18 and resnet50 at 224 x 224, 4 images
     python benchmarks/scale.py --full     # + torchvision resnet152, vit_b_16 and vit_l_16 (needs tens of GB)
+    python benchmarks/scale.py --memory   # peak memory per analysis against its points (resnet_mini, resnet18)
+
+``--memory`` runs each analysis (a surface of P points, P average-sharpness draws, a connect line of P points)
+in its own process, for each P of ``--points``, and reports what the analysis adds to the process's peak
+resident memory over the memory held once the model, the objective and the directions (or the second network)
+are built, in parameter bytes: flat in P when a point allocates no copy of the parameters of its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
+import math
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from landscape.analyses.connect.evaluate import evaluate_path
+from landscape.analyses.connect.path import Endpoint
 from landscape.analyses.hessian.operator import HessianOperator
 from landscape.analyses.sharpness.measures import average_sharpness
 from landscape.analyses.surface.directions import random_directions
@@ -36,6 +48,10 @@ DEFAULT = [("torchvision:resnet18", 224), ("torchvision:resnet50", 224)]
 FULL = [("torchvision:resnet152", 224), ("torchvision:vit_b_16", 224), ("torchvision:vit_l_16", 224)]
 #: sharpness noise draws timed per model
 DRAWS = 4
+#: (model spec, input side) of ``--memory``
+MEMORY = [("resnet_mini", 32), ("torchvision:resnet18", 64)]
+#: the analyses ``--memory`` runs, each in its own process
+ANALYSES = ("surface", "sharpness", "connect")
 
 
 def measure(spec: str, side: int, images: int, device: str, folder: Path) -> dict[str, float]:
@@ -86,6 +102,115 @@ def measure(spec: str, side: int, images: int, device: str, folder: Path) -> dic
     }
 
 
+def _status_kb(field: str) -> int:
+    """A ``/proc/self/status`` field in kilobytes (``VmRSS``: resident now, ``VmHWM``: its peak)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _reset_peak() -> None:
+    """Reset the kernel's peak resident memory of this process (``VmHWM``) to what is resident now."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def memory_child(analysis: str, spec: str, side: int, images: int, points: int, device: str) -> dict[str, float]:
+    """One analysis of ``points`` points on one model, in this process: its memory over the inputs' and its time.
+
+    The peak is the kernel's ``VmHWM``, reset once the inputs are built: ``resource.getrusage`` cannot be used in a
+    child process, since a child started by ``vfork`` + ``exec`` inherits its parent's peak there.
+
+    Args:
+        analysis: ``surface`` (a square grid of ``points`` points, eager loop), ``sharpness`` (``points`` average-case
+            draws) or ``connect`` (a line of ``points`` points between two initialisations, BatchNorm re-estimated).
+        spec: the model, as ``create_model`` takes it.
+        side: the input images' height and width.
+        images: synthetic images in the one batch.
+        points: the points (or draws) evaluated.
+        device: ``cpu`` or ``cuda``.
+
+    Returns:
+        ``param_mb``; ``objective_copies``: what building the objective added, in parameter bytes; ``extra_copies``:
+        the analysis's peak over the memory held before it, in parameter bytes; ``point_s``: seconds per point.
+    """
+    torch.manual_seed(0)
+    model = create_model(spec, num_classes=10).eval()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(images, 3, side, side, generator=g)
+    y = torch.randint(0, 10, (images,), generator=g)
+    gc.collect()
+    before = _status_kb("VmRSS")
+    objective = Objective(model, [(x, y)], device=device, check=False)
+    gc.collect()
+    param_bytes = sum(t.numel() * t.element_size() for t in objective.params.values())
+    built = _status_kb("VmRSS")
+    folder = tempfile.TemporaryDirectory()
+    if analysis == "surface":
+        n = math.isqrt(points)
+        grid = np.linspace(-1.0, 1.0, n)
+        dirs = random_directions(objective.params, ndim=2, seed=0)
+
+        def run() -> None:
+            out = Path(folder.name) / "surface.h5"
+            compute_surface(objective, dirs, grid, grid, out=out, batch_points=1, compile="off", progress=False)
+
+    elif analysis == "sharpness":
+
+        def run() -> None:
+            average_sharpness(objective, 0.01, samples=points, resamples=10, seed=0)
+
+    else:
+        torch.manual_seed(1)
+        a, b = Endpoint.of(model), Endpoint.of(create_model(spec, num_classes=10).eval())
+
+        def run() -> None:
+            evaluate_path(objective, a, b, points=points, bn="recompute")
+
+    gc.collect()
+    base = _status_kb("VmRSS")
+    _reset_peak()
+    start = time.perf_counter()
+    run()
+    seconds = time.perf_counter() - start
+    peak = _status_kb("VmHWM")
+    folder.cleanup()
+    return {
+        "param_mb": param_bytes / 2**20,
+        "objective_copies": (built - before) * 1024 / param_bytes,
+        "extra_copies": (peak - base) * 1024 / param_bytes,
+        "point_s": seconds / points,
+    }
+
+
+def memory_table(models: list[tuple[str, int]], counts: list[int], images: int, device: str, threads: int) -> None:
+    """Run :func:`memory_child` for every model, analysis and point count, each in a new process; print the rows.
+
+    Args:
+        models: ``(spec, side)`` pairs.
+        counts: the point counts (squares, for the surface's grid).
+        images: synthetic images in the one batch.
+        device: ``cpu`` or ``cuda``.
+        threads: torch threads of each child.
+    """
+    head = ("model", "analysis", "points", "param MB", "objective", "extra", "s/point")
+    print("{:22s} {:10s} {:>6s} {:>8s} {:>9s} {:>7s} {:>8s}".format(*head))
+    for spec, side in models:
+        for analysis in ANALYSES:
+            for count in counts:
+                job = [sys.executable, __file__, "--memory-child", analysis, spec, str(side), str(images), str(count)]
+                job += ["--device", device, "--threads", str(threads)]
+                done = subprocess.run(job, capture_output=True, text=True, check=True)
+                r = json.loads(done.stdout.strip().splitlines()[-1])
+                print(
+                    f"{spec:22s} {analysis:10s} {count:6d} {r['param_mb']:8.2f} {r['objective_copies']:9.2f} "
+                    f"{r['extra_copies']:7.2f} {r['point_s']:8.3f}",
+                    flush=True,
+                )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Measure every model of the chosen mode and print the table.
 
@@ -99,11 +224,23 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--smoke", action="store_true", help="the zoo's minis only, 2 images each")
     mode.add_argument("--full", action="store_true", help="add resnet152, vit_b_16 and vit_l_16")
+    mode.add_argument("--memory", action="store_true", help="peak memory per analysis against its points")
+    mode.add_argument(
+        "--memory-child", nargs=5, metavar=("ANALYSIS", "SPEC", "SIDE", "IMAGES", "POINTS"), help=argparse.SUPPRESS
+    )
+    parser.add_argument("--points", type=int, nargs="+", default=[4, 16], help="point counts of --memory (squares)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--images", type=int, default=None, help="images per model (default 2 smoke, else 4)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.memory_child:
+        analysis, spec, side, images, points = args.memory_child
+        print(json.dumps(memory_child(analysis, spec, int(side), int(images), int(points), args.device)))
+        return 0
+    if args.memory:
+        memory_table(MEMORY, args.points, args.images or 2, args.device, args.threads)
+        return 0
     models = SMOKE + ([] if args.smoke else DEFAULT) + (FULL if args.full else [])
     images = args.images or (2 if args.smoke else 4)
     print(f"{'model':24s} {'params':>12s} {'point s':>9s} {'HVP s':>9s} {'draw s':>9s} {'peak MB':>9s} {'file KB':>9s}")

@@ -112,8 +112,9 @@ class Objective:
     Attributes:
         module: the model's copy on ``device``, in eval mode (its BatchNorm layers in batch-statistics mode with
             ``batch_statistics``).
-        params: the variable parameters theta by name (detached copies).
-        fixed: the parameters held fixed, by name.
+        params: the variable parameters theta by name: detached views of :attr:`module`'s parameters (the copy's,
+            never the caller's model); nothing changes them in place.
+        fixed: the parameters held fixed, by name (detached views likewise).
         buffers: the module's buffers (e.g. BatchNorm statistics), by name.
         batches: the batches on ``device``.
         n_samples: N = sum_b N_b.
@@ -167,8 +168,10 @@ class Objective:
             raise LandscapeError(
                 f"the model ({type(model).__name__}) has no parameters (nothing to analyse); give a model with weights"
             )
-        self.params: ParamDict = {n: named[n].detach().clone() for n in names}
-        self.fixed: ParamDict = {n: p.detach().clone() for n, p in named.items() if n not in self.params}
+        # views of the copy's own parameters, not clones: functional_call is always given them in full, so the
+        # module never reads its parameters, and nothing writes into either (one copy of the weights, not two)
+        self.params: ParamDict = {n: named[n].detach() for n in names}
+        self.fixed: ParamDict = {n: p.detach() for n, p in named.items() if n not in self.params}
         self.buffers: ParamDict = {n: b.detach().clone() for n, b in self.module.named_buffers()}
         self.batches: list[Batch] = [self._place(x, y) for x, y in batches]
         sizes = [int(y.shape[0]) for _, y in self.batches]

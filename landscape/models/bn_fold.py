@@ -54,7 +54,8 @@ class FoldedModel:
     """A copy of a model with its provable conv -> BN pairs folded (see the module docstring).
 
     Attributes:
-        module: the folded copy (the original module itself when nothing was folded).
+        module: the folded copy (the original module itself when nothing was folded); it shares the original's
+            parameters and buffers (it is only called with a full state, :meth:`state`).
         pairs: the folded pairs.
         notes: why other BatchNorm layers or submodules were left unfolded (short, human-readable).
         keys: the names of the folded copy's parameters and buffers.
@@ -122,7 +123,8 @@ def fold_batchnorm(model: nn.Module) -> FoldedModel:
     _find_pairs(model, "", pairs, notes, counts)
     if not pairs:
         return FoldedModel(model, [], notes or ["no conv -> BatchNorm pair"], frozenset())
-    folded = copy.deepcopy(model)
+    # the copy shares the model's tensors: its own are never read (FoldedModel.state gives every one of them)
+    folded = copy.deepcopy(model, {id(t): t for t in tensors + [t for _, t in model.named_buffers()]})
     for p in pairs:
         conv = folded.get_submodule(p.conv)
         if conv.bias is None:

@@ -69,6 +69,9 @@ GRID = "-1:1:21"
 NO_GRID = "none"
 #: the largest grid a surface may have (its arrays and its ``done`` mask are read into memory)
 MAX_POINTS = 1_000_000
+#: the most memory the stacked parameters of one vectorised call may take for ``--batch-points auto`` to try vmap
+#: (k points stack k copies of the parameters; above this bound auto takes the loop, which holds one)
+VMAP_STACK_BYTES = 256 * 2**20
 
 _GRID = re.compile(r"^\s*([-+]?[0-9.eE+-]+)\s*:\s*([-+]?[0-9.eE+-]+)\s*:\s*([0-9]+)\s*$")
 

@@ -229,6 +229,18 @@ def test_objective_never_mutates_the_model():
         assert torch.equal(v, before[k])
 
 
+def test_params_are_views_of_the_copy_not_of_the_model():
+    model = bn_model()
+    _, _, batches = data()
+    obj = Objective(model, batches, param_names=["0.weight", "4.weight"])
+    own = dict(obj.module.named_parameters())
+    given = {n: p.data_ptr() for n, p in model.named_parameters()}
+    for n, t in {**obj.params, **obj.fixed}.items():
+        assert t.data_ptr() == own[n].data_ptr() != given[n]
+        assert not t.requires_grad and torch.equal(t, dict(model.named_parameters())[n])
+    assert list(obj.params) == ["0.weight", "4.weight"] and set(obj.fixed) == {"0.bias", "1.weight", "1.bias", "4.bias"}
+
+
 def test_stochastic_model_is_refused_unless_allowed():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(50, 8), AlwaysDropout(), nn.Linear(8, 4)).double().eval()

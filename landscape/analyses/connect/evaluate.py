@@ -37,6 +37,7 @@ from landscape.analyses.connect.path import (
     first_mismatch,
     linear_point,
 )
+from landscape.core.combine import PointBuffer
 from landscape.core.objective import Evaluation, Objective
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
@@ -232,8 +233,12 @@ def evaluate_path(
     coords = path_coords(points)
     a, b, theta_c = prepare_path(objective, a, b, bend)
     loss, data_loss, accuracy = (np.empty(coords.size) for _ in range(3))
+    buffer = PointBuffer(a.params)  # every point's parameters are written here: one copy, however many points
     for i, c in enumerate(coords):
-        point = linear_point(a, b, float(c)) if theta_c is None else bezier_point(a, theta_c, b, float(c))
+        if theta_c is None:
+            point = linear_point(a, b, float(c), buffer)
+        else:
+            point = bezier_point(a, theta_c, b, float(c), buffer)
         ev = evaluate_point(objective, point, bn)
         loss[i], data_loss[i], accuracy[i] = ev.loss, ev.data_loss, ev.accuracy
         if on_point is not None:

@@ -11,8 +11,10 @@ Floating buffers (BatchNorm running statistics) are interpolated linearly on bot
 ``(1 - a) b_A + a b_B``; on the curve that is ``phi(t)``'s weights with a bend buffer at the midpoint
 ``(b_A + b_B) / 2`` (the bend carries no buffers of its own). Integer buffers (``num_batches_tracked``) are taken
 from the nearer endpoint (``theta_A`` for ``a <= 0.5``). Re-estimating BatchNorm statistics at a point is
-:mod:`landscape.analyses.connect.evaluate`'s job. Every function returns new tensors; its inputs are never
-changed.
+:mod:`landscape.analyses.connect.evaluate`'s job. The points' parameters are formed by
+:func:`landscape.core.combine.combine`: new tensors (differentiable, e.g. for the bend's training), or, given a
+:class:`~landscape.core.combine.PointBuffer`, written into its tensors, reused for every point (the same numbers);
+the inputs are never changed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from landscape.analyses.surface.directions import differences
+from landscape.core.combine import PointBuffer, combine
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
 from landscape.options import checks
@@ -142,22 +145,25 @@ def check_coordinate(value: float, name: str = "alpha") -> float:
     return checks.in_range(value, name, 0.0, 1.0)
 
 
-def interpolate(a: Mapping[str, Tensor], b: Mapping[str, Tensor], alpha: float) -> ParamDict:
+def interpolate(
+    a: Mapping[str, Tensor], b: Mapping[str, Tensor], alpha: float, buffer: PointBuffer | None = None
+) -> ParamDict:
     """``(1 - alpha) a + alpha b`` for every name of ``a`` (exactly ``a`` at 0 and ``b`` at 1, for finite values).
 
     Args:
         a: the first dict, name -> floating tensor.
         b: the second, with ``a``'s names and shapes.
         alpha: the coordinate, in ``[0, 1]``.
+        buffer: write the result into this buffer's tensors (rewritten at every call; no graph); None: new tensors.
 
     Returns:
-        A new dict of ``a``'s names (differentiable in ``a`` and ``b``).
+        A dict of ``a``'s names (new tensors differentiable in ``a`` and ``b``, or ``buffer.tensors``).
 
     Raises:
         LandscapeError: ``alpha`` is not finite or lies outside ``[0, 1]``.
     """
     alpha = check_coordinate(alpha)
-    return {n: (1.0 - alpha) * t + alpha * b[n] for n, t in a.items()}
+    return combine([(1.0 - alpha, a), (alpha, b)], buffer)
 
 
 def interpolate_buffers(a: Mapping[str, Tensor], b: Mapping[str, Tensor], alpha: float) -> ParamDict:
@@ -200,7 +206,13 @@ def bezier_weights(t: float) -> tuple[float, float, float]:
     return (1.0 - t) ** 2, 2.0 * t * (1.0 - t), t**2
 
 
-def bezier(a: Mapping[str, Tensor], bend: Mapping[str, Tensor], b: Mapping[str, Tensor], t: float) -> ParamDict:
+def bezier(
+    a: Mapping[str, Tensor],
+    bend: Mapping[str, Tensor],
+    b: Mapping[str, Tensor],
+    t: float,
+    buffer: PointBuffer | None = None,
+) -> ParamDict:
     """``phi(t) = (1-t)^2 a + 2t(1-t) bend + t^2 b`` for every name of ``a`` (differentiable in the bend).
 
     Args:
@@ -208,15 +220,16 @@ def bezier(a: Mapping[str, Tensor], bend: Mapping[str, Tensor], b: Mapping[str, 
         bend: the bend ``theta_c``, with ``a``'s names and shapes.
         b: the second endpoint's parameters, with ``a``'s names and shapes.
         t: the coordinate, in ``[0, 1]``.
+        buffer: write the result into this buffer's tensors (rewritten at every call; no graph); None: new tensors.
 
     Returns:
-        A new dict of ``a``'s names.
+        A dict of ``a``'s names (new tensors, or ``buffer.tensors``).
 
     Raises:
         LandscapeError: ``t`` is not finite or lies outside ``[0, 1]``.
     """
     wa, wc, wb = bezier_weights(t)
-    return {n: wa * x + wc * bend[n] + wb * b[n] for n, x in a.items()}
+    return combine([(wa, a), (wc, bend), (wb, b)], buffer)
 
 
 def midpoint(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> ParamDict:
@@ -232,24 +245,28 @@ def midpoint(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> ParamDict:
     return {n: ((x + b[n]) / 2).detach().clone() for n, x in a.items()}
 
 
-def linear_point(a: Endpoint, b: Endpoint, alpha: float) -> Endpoint:
+def linear_point(a: Endpoint, b: Endpoint, alpha: float, buffer: PointBuffer | None = None) -> Endpoint:
     """The network ``theta(alpha) = (1 - alpha) theta_A + alpha theta_B`` with interpolated buffers.
 
     Args:
         a: ``theta_A``.
         b: ``theta_B`` (same architecture, see :func:`check_same_architecture`).
         alpha: the coordinate, in ``[0, 1]``.
+        buffer: where the parameters are written (rewritten by the next point); None: new tensors.
 
     Returns:
-        The point (new tensors).
+        The point (new buffers; parameters new or ``buffer.tensors``).
 
     Raises:
         LandscapeError: ``alpha`` is not finite or lies outside ``[0, 1]``.
     """
-    return Endpoint(interpolate(a.params, b.params, alpha), interpolate_buffers(a.buffers, b.buffers, alpha))
+    params = interpolate(a.params, b.params, alpha, buffer)
+    return Endpoint(params, interpolate_buffers(a.buffers, b.buffers, alpha))
 
 
-def bezier_point(a: Endpoint, bend: Mapping[str, Tensor], b: Endpoint, t: float) -> Endpoint:
+def bezier_point(
+    a: Endpoint, bend: Mapping[str, Tensor], b: Endpoint, t: float, buffer: PointBuffer | None = None
+) -> Endpoint:
     """The network ``phi(t)`` on the curve with bend ``theta_c``; buffers interpolated linearly in ``t``.
 
     Args:
@@ -257,14 +274,15 @@ def bezier_point(a: Endpoint, bend: Mapping[str, Tensor], b: Endpoint, t: float)
         bend: the bend's parameters ``theta_c``.
         b: ``theta_B`` (same architecture).
         t: the coordinate, in ``[0, 1]``.
+        buffer: where the parameters are written (rewritten by the next point); None: new tensors.
 
     Returns:
-        The point (new tensors).
+        The point (new buffers; parameters new or ``buffer.tensors``).
 
     Raises:
         LandscapeError: ``t`` is not finite or lies outside ``[0, 1]``.
     """
-    return Endpoint(bezier(a.params, bend, b.params, t), interpolate_buffers(a.buffers, b.buffers, t))
+    return Endpoint(bezier(a.params, bend, b.params, t, buffer), interpolate_buffers(a.buffers, b.buffers, t))
 
 
 def check_finite_point(point: Endpoint, what: str) -> None:

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from landscape.analyses.connect.path import Endpoint, bezier_weights, interpolate_buffers
 from landscape.core import params as P
+from landscape.core.combine import PointBuffer, combine
 from landscape.options.connect import PLANE_MARGIN
 
 #: the bend's distance from the line, relative to ``||theta_B - theta_A||``, under which the plane is undefined
@@ -122,7 +123,15 @@ def plane_grid(
     return PlaneGrid(b_x, c_x, c_y, xs, ys)
 
 
-def plane_point(a: Endpoint, bend: Mapping[str, Tensor], b: Endpoint, grid: PlaneGrid, x: float, y: float) -> Endpoint:
+def plane_point(
+    a: Endpoint,
+    bend: Mapping[str, Tensor],
+    b: Endpoint,
+    grid: PlaneGrid,
+    x: float,
+    y: float,
+    buffer: PointBuffer | None = None,
+) -> Endpoint:
     """The network at the plane point ``(x, y)``: ``w_A theta_A + w_B theta_B + w_c theta_c``, buffers as above.
 
     Args:
@@ -132,11 +141,12 @@ def plane_point(a: Endpoint, bend: Mapping[str, Tensor], b: Endpoint, grid: Plan
         grid: the plane (:func:`plane_grid`).
         x: the point's x coordinate.
         y: the point's y coordinate.
+        buffer: where the parameters are written (rewritten by the next point); None: new tensors.
 
     Returns:
-        The point (new tensors).
+        The point (new buffers; parameters new or ``buffer.tensors``).
     """
     w_a, w_b, w_c = grid.weights(x, y)
-    params = {n: w_a * t + w_b * b.params[n] + w_c * bend[n] for n, t in a.params.items()}
+    params = combine([(w_a, a.params), (w_b, b.params), (w_c, bend)], buffer)
     s = min(max(w_b + w_c / 2.0, 0.0), 1.0)
     return Endpoint(params, interpolate_buffers(a.buffers, b.buffers, s))

@@ -41,6 +41,7 @@ from landscape.analyses.connect.plane import PlaneGrid, plane_grid, plane_point
 from landscape.analyses.connect.points import allocate, run_points
 from landscape.analyses.connect.summary import UNALIGNED
 from landscape.core.calls import analysis_function
+from landscape.core.combine import PointBuffer
 from landscape.core.front import python_call, run_from_python
 from landscape.errors import LandscapeError
 from landscape.options.connect import ConnectOptions
@@ -268,10 +269,11 @@ def _line_values(
 ) -> Callable[[tuple[int, ...]], list[Any]]:
     """The values of the line's point ``i`` on every split (REPAIRed when the run repairs ``group``)."""
     repair = run.repairs.get(group)
+    buffer = PointBuffer(a.params)  # every point's parameters are written here, one point at a time
 
     def values(i: tuple[int, ...]) -> list[Any]:
         alpha = float(coords[i[0]])
-        point = linear_point(a, b, alpha)
+        point = linear_point(a, b, alpha, buffer)
         return run.evaluator(point, () if repair is None else repair.corrections(point, alpha), curvature=True)
 
     return values
@@ -304,8 +306,9 @@ def _curve_and_plane(
     a, b, theta_c = prepare_path(run.objective, run.a, run.b, bend.bend)
     assert theta_c is not None
     coords = path_coords(o.steps)
+    buffer = PointBuffer(a.params)  # the curve's and the plane's points, one at a time
     run_points(
-        lambda i: run.evaluator(bezier_point(a, theta_c, b, float(coords[i[0]])), curvature=True),
+        lambda i: run.evaluator(bezier_point(a, theta_c, b, float(coords[i[0]]), buffer), curvature=True),
         state["curve"],
         f,
         "curve",
@@ -328,7 +331,9 @@ def _curve_and_plane(
     if done is None:
         done = np.zeros((grid.ys.size, grid.xs.size), dtype=bool)
     run_points(
-        lambda ji: run.evaluator(plane_point(a, theta_c, b, grid, float(grid.xs[ji[1]]), float(grid.ys[ji[0]]))),
+        lambda ji: run.evaluator(
+            plane_point(a, theta_c, b, grid, float(grid.xs[ji[1]]), float(grid.ys[ji[0]]), buffer)
+        ),
         done,
         f,
         "plane",

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from landscape.analyses.sharpness.ascent import ascend
+from landscape.core.combine import PointBuffer, combine
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
@@ -231,9 +232,11 @@ def bootstrap_interval(
     return low, high
 
 
-def _perturbed(w: ParamDict, c: ParamDict, z: ParamDict, sign: float = 1.0) -> ParamDict:
-    """``w + sign * c * z`` by name."""
-    return {n: w[n] + sign * c[n] * z[n] for n in w}
+def _perturbed(
+    w: ParamDict, c: ParamDict, z: ParamDict, coef: float | None = None, buffer: PointBuffer | None = None
+) -> ParamDict:
+    """``w + (coef * z) * c`` by name (``w + z * c`` without ``coef``), new tensors or written into ``buffer``."""
+    return combine([(None, w), (coef, z, c)], buffer)
 
 
 def _batch_losses(
@@ -254,16 +257,25 @@ def _batch_losses(
     return [make(i) for i in used]
 
 
-def _draw(like: ParamDict, gen: torch.Generator, kind: str) -> ParamDict:
-    """Random tensors shaped like ``like``: standard normal or uniform on [-1, 1] (drawn on the CPU in float64)."""
-    out = {}
+def _draw(like: ParamDict, gen: torch.Generator, kind: str, out: ParamDict | None = None) -> ParamDict:
+    """Random tensors shaped like ``like``: standard normal or uniform on [-1, 1] (drawn on the CPU in float64).
+
+    Each tensor is drawn into one float64 scratch tensor of the largest tensor's size, then moved: into new
+    tensors, or into ``out``'s (rewritten at every call; the same numbers).
+    """
+    scratch = torch.empty(max((t.numel() for t in like.values()), default=0), dtype=torch.float64)
+    result: ParamDict = {} if out is None else out
     for n, t in like.items():
+        x = scratch[: t.numel()].view(t.shape)
         if kind == "normal":
-            x = torch.randn(t.shape, generator=gen, dtype=torch.float64)
+            torch.randn(t.shape, generator=gen, dtype=torch.float64, out=x)
         else:
-            x = torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1
-        out[n] = x.to(device=t.device, dtype=t.dtype)
-    return out
+            torch.rand(t.shape, generator=gen, dtype=torch.float64, out=x).mul_(2).sub_(1)
+        if out is None:
+            result[n] = x.to(device=t.device, dtype=t.dtype, copy=True)
+        else:
+            out[n].copy_(x)
+    return result
 
 
 def _estimate(
@@ -346,17 +358,18 @@ def average_sharpness(
     values = torch.zeros(len(used), len(radii), dtype=torch.float64)
     stderr = torch.zeros_like(values)
     base = torch.zeros(len(used), dtype=torch.float64)
+    buffer = PointBuffer(w)  # every draw's point is written here: one copy of w, however many draws
+    eps = {n: torch.empty_like(t) for n, t in w.items()}  # and every draw's noise here
     with torch.no_grad():
         for b, loss in enumerate(_batch_losses(objective, used, include_regularizer)):
             base[b] = _finite_base(float(loss(w)), used[b])
             draws = torch.zeros(count, len(radii), dtype=torch.float64)
             for j in range(count):
-                eps = _draw(w, gen, "normal")
+                _draw(w, gen, "normal", eps)
                 for r, radius in enumerate(radii):
-                    z = {n: radius * e for n, e in eps.items()}
-                    value = float(loss(_perturbed(w, c, z)))
+                    value = float(loss(_perturbed(w, c, eps, radius, buffer)))
                     if antithetic:
-                        value = (value + float(loss(_perturbed(w, c, z, -1.0)))) / 2
+                        value = (value + float(loss(_perturbed(w, c, eps, -radius, buffer)))) / 2
                     if not math.isfinite(value):
                         raise LandscapeError(
                             f"--rho {radius:g} makes the perturbed loss non-finite ({value}); use a smaller --rho"

@@ -11,6 +11,7 @@ from torch import Tensor
 from torch.func import functional_call, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from landscape.core.combine import PointBuffer, Term, combine
 from landscape.core.criteria import batch_loss, criterion_name, hit_count, select_logits
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict, weighted_sum
@@ -20,6 +21,7 @@ from landscape.options.surface import (  # noqa: F401 (re-exported)
     BN_MODES,
     COMPILE_MODES,
     MAX_POINTS,
+    VMAP_STACK_BYTES,
     SurfaceOptions,
     compile_attr,
     compile_mode,
@@ -38,9 +40,17 @@ PointResult = tuple[int, int, float, float, float]  # (j, i, loss, data_loss, ac
 
 # ---------------------------------------------------------------------------------------------- grid
 def point_params(
-    theta: Mapping[str, Tensor], dx: Mapping[str, Tensor], dy: Mapping[str, Tensor] | None, a: Tensor, b: Tensor
+    theta: Mapping[str, Tensor],
+    dx: Mapping[str, Tensor],
+    dy: Mapping[str, Tensor] | None,
+    a: Tensor,
+    b: Tensor,
+    buffer: PointBuffer | None = None,
 ) -> ParamDict:
     """``theta + a * dx (+ b * dy)``; ``a`` and ``b`` are 0-d tensors (one point) or (k,) (k stacked points).
+
+    Formed by :func:`landscape.core.combine.combine` (``(theta + a dx) + b dy``, the same roundings with or
+    without a buffer).
 
     Args:
         theta: the centre parameters, name -> tensor.
@@ -48,26 +58,27 @@ def point_params(
         dy: the y direction (same names and shapes), or None for a line (then ``b`` is ignored).
         a: x coordinate(s): a 0-d tensor or a ``(k,)`` tensor.
         b: y coordinate(s), shaped like ``a``.
+        buffer: write the point (0-d ``a`` only) into this buffer's tensors, rewritten at every call; None: new
+            tensors.
 
     Returns:
         The point's params, name -> tensor of the parameter's shape (0-d ``a``), or of ``(k, *shape)``
         (``(k,)`` ``a``: k stacked points, for ``vmap``).
     """
-    out = {}
-    for n, t in theta.items():
-        shape = (-1,) + (1,) * t.ndim if a.ndim else ()
-        p = t + a.reshape(shape) * dx[n]
-        out[n] = p if dy is None else p + b.reshape(shape) * dy[n]
-    return out
+    terms: list[Term] = [(None, theta), (a, dx)]
+    if dy is not None:
+        terms.append((b, dy))
+    return combine(terms, buffer)
 
 
 # ---------------------------------------------------------------------------------------- evaluation
 class PointEvaluator:
     """Evaluates grid points of one objective and pair of directions, one at a time or vectorised.
 
-    ``loop(points)`` evaluates each point in turn (BatchNorm buffers re-estimated per point when
-    ``bn == "recompute"``); ``vectorised(points)`` stacks the points' params and evaluates them in one
-    ``torch.func.vmap`` call per batch. Both return ``(loss, data_loss, accuracy)`` per point. After
+    ``loop(points)`` evaluates each point in turn, each written into one buffer reused for every point
+    (:meth:`point`; BatchNorm buffers re-estimated per point when ``bn == "recompute"``);
+    ``vectorised(points)`` stacks the points' params and evaluates them in one ``torch.func.vmap`` call per
+    batch. Both return ``(loss, data_loss, accuracy)`` per point. After
     :meth:`enable_fold` every forward runs on a copy of the model with its eval-mode BatchNorms folded into the
     convolutions before them (for each point's own parameters, :mod:`landscape.models.bn_fold`); after
     :meth:`enable_compile` the loop runs a ``torch.compile``-d per-batch loss.
@@ -101,6 +112,23 @@ class PointEvaluator:
         self.batches = list(objective.batches)
         self.channels_last = False
         self._eager_layout = (self.batches, False)
+        self._buffer: PointBuffer | None = None
+
+    def point(self, a: Tensor, b: Tensor) -> ParamDict:
+        """The params of one point ``theta + a dx (+ b dy)``, written into the evaluator's one reused buffer.
+
+        The returned tensors are rewritten by the next call: use them before asking for another point.
+
+        Args:
+            a: the x coordinate, a 0-d tensor in the params' dtype and device.
+            b: the y coordinate, likewise (ignored for a 1D surface).
+
+        Returns:
+            The point's params, name -> tensor (the buffer's tensors).
+        """
+        if self._buffer is None:
+            self._buffer = PointBuffer(self.theta)
+        return point_params(self.theta, self.dx, self.dy, a, b, self._buffer)
 
     # -- the per-batch loss ------------------------------------------------------------------------
     def _point_state(self, params: Mapping[str, Tensor]) -> ParamDict:
@@ -295,7 +323,7 @@ class PointEvaluator:
         a, b = self._coords(points)
         out = []
         for k in range(len(points)):
-            params = point_params(self.theta, self.dx, self.dy, a[k], b[k])
+            params = self.point(a[k], b[k])
             if self.bn == "recompute":
                 ev = self.obj.evaluate(params, self.obj.recompute_bn_buffers(params))
                 out.append((ev.loss, ev.data_loss, ev.accuracy))
@@ -377,14 +405,20 @@ class PointEvaluator:
     def choose_batch_points(self, k: int = VMAP_POINTS, repeats: int = 2) -> int:
         """``k`` (vmap) if it evaluated ``k`` points of the first batch in under 0.8x the loop's time, else 1.
 
+        vmap is not tried when the ``k`` stacked copies of the parameters would take more than
+        :data:`~landscape.options.surface.VMAP_STACK_BYTES` (the loop holds one copy, whatever the grid).
+
         Args:
             k: points per vmap call to try.
             repeats: timed runs of each way (after one warm-up); the fastest counts.
 
         Returns:
-            ``k``, or 1 when vmap is slower, fails on the model, ``k <= 1`` or ``bn == "recompute"``.
+            ``k``, or 1 when vmap is slower, fails on the model, its stack is too large, ``k <= 1`` or
+            ``bn == "recompute"``.
         """
         if self.bn == "recompute" or k <= 1:
+            return 1
+        if k * sum(t.numel() * t.element_size() for t in self.theta.values()) > VMAP_STACK_BYTES:
             return 1
         points = [(0.01 * i, -0.01 * i) for i in range(k)]
         one = self.batches[:1]
@@ -393,7 +427,7 @@ class PointEvaluator:
             a, b = self._coords(points)
             with torch.no_grad():
                 for i in range(k):
-                    params = point_params(self.theta, self.dx, self.dy, a[i], b[i])
+                    params = self.point(a[i], b[i])
                     self._batch_eval(params, *one[0])[1].item()
 
         def timed(fn: Callable[[], Any]) -> float:

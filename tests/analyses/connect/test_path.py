@@ -17,6 +17,7 @@ from landscape.analyses.connect.path import (
     linear_point,
     midpoint,
 )
+from landscape.core.combine import PointBuffer
 from landscape.core.objective import Objective
 
 
@@ -65,6 +66,19 @@ def test_linear_and_bezier_points_are_exact_at_the_ends_and_follow_the_formulas(
         torch.testing.assert_close(q.buffers[n], want, rtol=1e-15, atol=1e-15)
     for n, m in midpoint(a.params, b.params).items():
         torch.testing.assert_close(m, (a.params[n] + b.params[n]) / 2, rtol=0, atol=0)
+
+
+def test_points_written_into_a_buffer_equal_new_ones_and_reuse_its_tensors():
+    a, b = ends()
+    bend = {n: torch.full_like(t, 2.0) for n, t in a.params.items()}
+    buffer = PointBuffer(a.params)
+    ptrs = [t.data_ptr() for t in buffer.tensors.values()]
+    for c in (0.0, 0.3, 0.5, 1.0):
+        for make in (lambda buf, c=c: linear_point(a, b, c, buf), lambda buf, c=c: bezier_point(a, bend, b, c, buf)):
+            fresh, kept = make(None), make(buffer)
+            assert kept.params is buffer.tensors and [t.data_ptr() for t in kept.params.values()] == ptrs
+            assert all(torch.equal(kept.params[n], fresh.params[n]) for n in a.params)
+            assert all(torch.equal(kept.buffers[n], fresh.buffers[n]) for n in a.buffers)
 
 
 def test_inputs_are_never_changed():

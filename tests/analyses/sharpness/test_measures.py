@@ -278,3 +278,27 @@ def test_worst_case_refuses_bad_input_in_one_line(kwargs, match):
 def test_norm_names():
     assert check_norm(2) == check_norm("2") == 2.0
     assert check_norm(math.inf) == check_norm("inf") == check_norm("linf") == math.inf
+
+
+def test_noise_drawn_into_reused_tensors_equals_new_draws():
+    from landscape.analyses.sharpness.measures import _draw
+
+    like = {"a": torch.zeros(3, 4), "b": torch.zeros(5, dtype=torch.float64), "c": torch.zeros(2, 2, 2)}
+    for kind in ("normal", "uniform"):
+        fresh_gen, kept_gen = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+        out = {n: torch.empty_like(t) for n, t in like.items()}
+        ptrs = [t.data_ptr() for t in out.values()]
+        for _ in range(3):
+            fresh = _draw(like, fresh_gen, kind)
+            assert _draw(like, kept_gen, kind, out) is out and [t.data_ptr() for t in out.values()] == ptrs
+            assert all(torch.equal(out[n], fresh[n]) and fresh[n].dtype == like[n].dtype for n in like)
+        ref = torch.Generator().manual_seed(4)
+        want = {}
+        for n, t in like.items():
+            if kind == "normal":
+                x = torch.randn(t.shape, generator=ref, dtype=torch.float64)
+            else:
+                x = torch.rand(t.shape, generator=ref, dtype=torch.float64) * 2 - 1
+            want[n] = x.to(t.dtype)
+        first = _draw(like, torch.Generator().manual_seed(4), kind)  # "b" (float64) must not alias the scratch
+        assert all(torch.equal(first[n], want[n]) for n in like)
