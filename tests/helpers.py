@@ -3,10 +3,14 @@
 import os
 import subprocess
 import sys
+import weakref
 
 import pytest
 import torch
 
+from landscape.data.batches import sample_indices
+from landscape.data.loading import load_dataset
+from landscape.data.stream import DatasetBatches
 from landscape.errors import LandscapeError
 
 
@@ -90,3 +94,24 @@ def execute_notebook(name, workdir):
     client.execute(env=env)
     print(f"{name}: {time.perf_counter() - start:.1f} s")
     return sum(1 for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {}))
+
+
+class TrackedBatches(DatasetBatches):
+    """Dataset batches that record every batch placed (views share the record), to count how many are alive."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.alive: list[weakref.ref] = []
+        self.most = 0
+
+    def place(self, x, y):
+        x, y = super().place(x.clone(), y)  # a fresh tensor per read, as on another device
+        self.alive.append(weakref.ref(x))
+        self.most = max(self.most, sum(r() is not None for r in self.alive))
+        return x, y
+
+    @classmethod
+    def synthetic(cls, n, side, batch_size):
+        """``n`` synthetic images of ``side`` x ``side`` in batches of ``batch_size``, seeded order."""
+        ds = load_dataset(f"synthetic:{n}:{side}", "train")
+        return cls(ds, sample_indices(len(ds), n, 0), batch_size)

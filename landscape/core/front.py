@@ -28,10 +28,11 @@ from landscape.core.criteria import select_logits
 from landscape.core.objective import Objective
 from landscape.core.source import AnalysisInputs, ModelSource, resolve_preprocess
 from landscape.data.augment import augmented_batches
-from landscape.data.batches import fixed_batches
+from landscape.data.batches import stream_batches
 from landscape.data.given import ACCEPTED, GivenData, describe, given_batches, is_data
 from landscape.data.labels import check_label_range, label_range
 from landscape.data.loading import load_dataset
+from landscape.data.stream import BatchSource, HeldBatches, as_source
 from landscape.errors import LandscapeError
 from landscape.models.checkpoint import require_finite_weights
 from landscape.models.external import calling_forward
@@ -93,8 +94,8 @@ def load_inputs(
 
 def batches_for(
     inputs: AnalysisInputs, *, batch_size: int, n_samples: int | None, seed: int = 0, first_samples: bool = False
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Fixed batches (no augmentation, fixed seeded order) of the inputs' dataset, on the inputs' device.
+) -> BatchSource:
+    """Fixed batches (no augmentation, fixed seeded order) of the inputs' dataset, read onto its device one by one.
 
     Args:
         inputs: the analysis inputs (dataset spec, split, preprocessing and device).
@@ -104,15 +105,16 @@ def batches_for(
         first_samples: take the first ``n_samples`` of the split in file order, unshuffled (``seed`` unused).
 
     Returns:
-        A list of ``(x, y)`` batches: float32 ``(b, C, H, W)`` images and int64 ``(b,)`` labels.
+        The :class:`~landscape.data.stream.BatchSource` of ``(x, y)`` batches (float32 ``(b, C, H, W)`` images,
+        int64 ``(b,)`` labels) placed on ``inputs.device`` as each is read (`landscape.data.batches.stream_batches`).
 
     Raises:
         LandscapeError: a non-positive ``batch_size`` or ``n_samples``, more samples than the split holds, or a
-            dataset that cannot be loaded (`landscape.data.load_dataset`, `landscape.data.fixed_batches`).
+            dataset that cannot be loaded (`landscape.data.load_dataset`, `landscape.data.batches.stream_batches`).
     """
     _check_sizes(batch_size, n_samples)
     dataset = load_dataset(inputs.dataset_spec, inputs.split, preprocess=inputs.preprocess)
-    return fixed_batches(dataset, batch_size, n_samples, seed=seed, device=inputs.device, first_samples=first_samples)
+    return stream_batches(dataset, batch_size, n_samples, seed=seed, device=inputs.device, first_samples=first_samples)
 
 
 def _check_sizes(batch_size: int, n_samples: int | None) -> None:
@@ -131,8 +133,8 @@ def augmented_batches_for(
     seed: int = 0,
     copies: int = 1,
     first_samples: bool = False,
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Paper A's augmented batches (``--augment paper-a``) of the inputs' dataset, drawn once, on its device.
+) -> BatchSource:
+    """Paper A's augmented batches (``--augment paper-a``) of the inputs' dataset, drawn once, held on the host.
 
     The samples are those :func:`batches_for` takes; each is augmented ``copies`` times and every batch mixed
     within itself, with targets over the model's outputs (see :mod:`landscape.data.augment`). The caller's random
@@ -147,8 +149,8 @@ def augmented_batches_for(
         first_samples: the first ``n_samples`` of the split in file order, as in :func:`batches_for`.
 
     Returns:
-        A list of ``(x, t)`` batches: float32 ``(b, C, H, W)`` images and float32 ``(b, n_outputs)`` label
-        distributions.
+        The ``(x, t)`` batches (float32 ``(b, C, H, W)`` images, float32 ``(b, n_outputs)`` label
+        distributions), held on the host and placed on ``inputs.device`` as each is read.
 
     Raises:
         LandscapeError: a non-positive ``batch_size``, ``n_samples`` or ``copies``, more samples than the split
@@ -161,16 +163,10 @@ def augmented_batches_for(
         with calling_forward(inputs.model, one):
             output = inputs.model(one)
         outputs = int(select_logits(output, inputs.source.output).shape[-1])
-    return augmented_batches(
-        dataset,
-        batch_size,
-        n_samples,
-        seed=seed,
-        copies=copies,
-        num_classes=outputs,
-        device=inputs.device,
-        first_samples=first_samples,
+    held = augmented_batches(
+        dataset, batch_size, n_samples, seed=seed, copies=copies, num_classes=outputs, first_samples=first_samples
     )
+    return HeldBatches(held).placed(inputs.device)
 
 
 def parse_patterns(patterns: Sequence[str] | str | None) -> list[str]:
@@ -190,7 +186,7 @@ def parse_patterns(patterns: Sequence[str] | str | None) -> list[str]:
 
 
 def build_objective(
-    inputs: AnalysisInputs, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], **options: Any
+    inputs: AnalysisInputs, batches: Sequence[tuple[torch.Tensor, torch.Tensor]] | BatchSource, **options: Any
 ) -> Objective:
     """The :class:`~landscape.core.objective.Objective` of ``inputs.model`` over ``batches`` on ``inputs.device``.
 
@@ -212,13 +208,15 @@ def build_objective(
     try:
         return Objective(inputs.model, batches, device=inputs.device, output=inputs.source.output, **options)
     except torch.OutOfMemoryError as exc:
-        size = int(batches[0][1].shape[0]) if batches else 0
+        size = as_source(batches).sizes[0] if batches else 0
         raise LandscapeError(
             f"out of memory on {inputs.device} with batches of {size} samples; lower --batch-size (or --samples)"
         ) from exc
 
 
-def check_labels(model: nn.Module, batches: Sequence[Sequence[Tensor]], output: str | int | None = None) -> None:
+def check_labels(
+    model: nn.Module, batches: Sequence[tuple[Tensor, Tensor]] | BatchSource, output: str | int | None = None
+) -> None:
     """Refuse labels the model cannot predict: every integer target must lie in ``0..n_outputs-1``.
 
     The number of outputs is read from one forward pass of the first image (no batches: nothing to check).
@@ -232,14 +230,16 @@ def check_labels(model: nn.Module, batches: Sequence[Sequence[Tensor]], output: 
         LandscapeError: naming the label range and the model's number of outputs (also: no logits in the
             model's output).
     """
-    if not batches or label_range(y for _, y in batches) is None:
+    source = as_source(batches)
+    labels = [source.labels(i) for i in range(len(source))]  # the targets alone: no image is read
+    if not labels or label_range(labels) is None:
         return
-    one = batches[0][0][:1]
+    one = source[0][0][:1]
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         with calling_forward(model, one):
             logits = model(one)
         n_out = int(select_logits(logits, output).shape[-1])
-    check_label_range((y for _, y in batches), n_out)
+    check_label_range(labels, n_out)
 
 
 @dataclass
@@ -248,7 +248,8 @@ class Prepared:
 
     Attributes:
         inputs: the model rebuilt from its source, with its dataset, device and preprocessing.
-        batches: the fixed ``(x, y)`` batches on the device (targets are label distributions when augmented).
+        batches: the fixed ``(x, y)`` batches, each read onto the device when indexed or iterated (targets are
+            label distributions when augmented).
         criterion: ``"cross_entropy"``, or ``"soft_cross_entropy"`` for Paper A's augmented batches.
         attrs: the result file's root attributes: the provenance, the options' ``attrs()`` and the centre's
             check (:func:`landscape.core.centre.centre_attrs`).
@@ -257,7 +258,7 @@ class Prepared:
     """
 
     inputs: AnalysisInputs
-    batches: list[tuple[Tensor, Tensor]]
+    batches: BatchSource
     criterion: str
     attrs: dict[str, Any]
     centre: CentreCheck
@@ -266,7 +267,7 @@ class Prepared:
     @property
     def n_samples(self) -> int:
         """The number of samples over all batches."""
-        return sum(int(y.shape[0]) for _, y in self.batches)
+        return sum(self.batches.sizes)
 
     @property
     def seconds_per_pass(self) -> float:
@@ -357,11 +358,11 @@ def prepare(
         )
         inputs.dataset_spec, inputs.split, inputs.preprocess = GIVEN, GIVEN, None
         check_labels(inputs.model, held, inputs.source.output)  # the caller's labels: checked for every analysis
-        n_given = sum(int(y.shape[0]) for _, y in held)
+        n_given = sum(held.sizes)
         recorded = {k: v for k, v in options.attrs().items() if k != "seed"}
         attrs = inputs.provenance(n_given, options.seed, command=command, **recorded)
         attrs["data_sha256"] = batches_sha256(held)
-        criterion = AUGMENTED_CRITERION if held[0][1].is_floating_point() else "cross_entropy"
+        criterion = AUGMENTED_CRITERION if held.labels(0).is_floating_point() else "cross_entropy"
         return _checked(inputs, held, criterion, attrs, given=True)
     n = options.samples
     if n is None and fraction is not None:
@@ -379,14 +380,14 @@ def prepare(
         criterion = "soft_cross_entropy"
     if labels:
         check_labels(inputs.model, batches, inputs.source.output)
-    n_samples = sum(int(y.shape[0]) for _, y in batches)
+    n_samples = sum(batches.sizes)
     recorded = {k: v for k, v in options.attrs().items() if k != "seed"}  # the seed is the provenance's own
     attrs = inputs.provenance(n_samples, options.seed, command=command, **recorded)
     return _checked(inputs, batches, criterion, attrs, given=False)
 
 
 def _checked(
-    inputs: AnalysisInputs, batches: list[tuple[Tensor, Tensor]], criterion: str, attrs: dict[str, Any], given: bool
+    inputs: AnalysisInputs, batches: BatchSource, criterion: str, attrs: dict[str, Any], given: bool
 ) -> Prepared:
     """The :class:`Prepared` inputs with the centre measured and the preprocessing traced, both recorded."""
     centre = check_centre(inputs, batches, criterion)

@@ -1,5 +1,8 @@
 """The functional core: loss, accuracy, gradient and Hessian-vector products of a model over fixed batches.
 
+The batches stream (:class:`~landscape.data.stream.BatchSource`): each is moved to the device when it is read,
+so the device holds one batch at a time whatever the number of samples.
+
 An :class:`Objective` never mutates the module it was given. It holds its own copy of the module on the
 target device in eval mode, a params dict and a buffers dict, and evaluates the model through
 ``torch.func.functional_call``. For mean-reduced batch losses ``L_b`` over batches of sizes ``N_b``
@@ -35,6 +38,7 @@ from landscape.core.criteria import (
 from landscape.core.params import ParamDict, weighted_sum
 from landscape.core.regularizer import Regularizer
 from landscape.data.labels import check_label_range, label_range
+from landscape.data.stream import BatchSource, as_source
 from landscape.errors import LandscapeError
 from landscape.models.checkpoint import require_finite
 from landscape.models.external import calling_forward
@@ -90,7 +94,9 @@ class Objective:
 
     Args:
         model: the module; it is copied, never modified.
-        batches: list of ``(inputs, targets)``; moved to ``device`` once, kept in order, never augmented.
+        batches: a :class:`~landscape.data.stream.BatchSource` or a list of ``(inputs, targets)``; kept where
+            they are held (on the host) in order, never augmented, each batch moved to ``device`` (and cast to
+            ``dtype``) when it is read.
         criterion: ``"cross_entropy"``, ``"mse"`` or a callable ``(logits, targets) -> mean loss``.
         regularizer: penalty added to the data loss (default none).
         device: where the copy of the model, the params and the batches live (default: the params' device).
@@ -116,7 +122,8 @@ class Objective:
             never the caller's model); nothing changes them in place.
         fixed: the parameters held fixed, by name (detached views likewise).
         buffers: the module's buffers (e.g. BatchNorm statistics), by name.
-        batches: the batches on ``device``.
+        batches: the batches (a :class:`~landscape.data.stream.BatchSource` placed on ``device``: indexing or
+            iterating it reads one batch at a time onto the device).
         n_samples: N = sum_b N_b.
         weights: N_b / N for each batch.
 
@@ -129,7 +136,7 @@ class Objective:
     def __init__(
         self,
         model: nn.Module,
-        batches: Sequence[Batch],
+        batches: Sequence[Batch] | BatchSource,
         *,
         criterion: Criterion = "cross_entropy",
         regularizer: Regularizer | None = None,
@@ -173,8 +180,8 @@ class Objective:
         self.params: ParamDict = {n: named[n].detach() for n in names}
         self.fixed: ParamDict = {n: p.detach() for n, p in named.items() if n not in self.params}
         self.buffers: ParamDict = {n: b.detach().clone() for n, b in self.module.named_buffers()}
-        self.batches: list[Batch] = [self._place(x, y) for x, y in batches]
-        sizes = [int(y.shape[0]) for _, y in self.batches]
+        self.batches: BatchSource = as_source(batches).placed(self.device, dtype)
+        sizes = self.batches.sizes
         self.n_samples = sum(sizes)
         self.weights = [s / self.n_samples for s in sizes]
         self.allow_stochastic = allow_stochastic
@@ -185,12 +192,6 @@ class Objective:
             self.check_determinism()
 
     # -- evaluation -------------------------------------------------------------------------------
-    def _place(self, x: Tensor, y: Tensor) -> Batch:
-        x = x.to(self.device)
-        if self.dtype is not None and x.is_floating_point():
-            x = x.to(self.dtype)
-        return x, y.to(self.device)
-
     def logits(self, params: Mapping[str, Tensor], x: Tensor, buffers: Mapping[str, Tensor] | None = None) -> Tensor:
         """Model output for inputs ``x`` at ``params`` (fixed parameters and buffers filled in).
 
@@ -229,6 +230,24 @@ class Objective:
 
         return loss_fn
 
+    def batch_loss_at(self, index: int) -> Callable[[ParamDict], Tensor]:
+        """The function ``params -> L_b(params)`` of batch ``index``, the batch read onto the device at each call.
+
+        Unlike :meth:`batch_loss_fn` of a batch read once, nothing stays on the device between calls: a solver
+        may hold one such function per batch.
+
+        Args:
+            index: the position of the batch in :attr:`batches`.
+
+        Returns:
+            A function of a params dict returning the batch's mean loss as a 0-dim tensor (for ``torch.func``).
+        """
+
+        def loss_fn(params: ParamDict) -> Tensor:
+            return self.batch_loss_fn(self.batches[index])(params)
+
+        return loss_fn
+
     def loss(self, params: Mapping[str, Tensor] | None = None) -> Tensor:
         """L(theta) = sum_b (N_b/N) L_b(theta) + R(theta), differentiable in ``params``.
 
@@ -239,7 +258,7 @@ class Objective:
             The full-data loss, a 0-dim tensor.
         """
         params = self.params if params is None else params
-        total = weighted_sum(self.weights, lambda b: self.batch_loss_fn(self.batches[b])(dict(params)))
+        total = weighted_sum(self.weights, lambda b: self.batch_loss_at(b)(dict(params)))
         return total + self.regularizer(params)
 
     @torch.no_grad()
@@ -280,7 +299,7 @@ class Objective:
         """
         params = dict(self.params if params is None else params)
         start = grad(self.regularizer)(params) if self.regularizer.active else None
-        return weighted_sum(self.weights, lambda b: grad(self.batch_loss_fn(self.batches[b]))(params), start=start)
+        return weighted_sum(self.weights, lambda b: grad(self.batch_loss_at(b))(params), start=start)
 
     def hvp(self, vector: Mapping[str, Tensor], params: Mapping[str, Tensor] | None = None) -> ParamDict:
         """Hessian-vector product sum_b (N_b/N) H_b v + H_R v, forward-over-reverse (jvp of grad).
@@ -297,7 +316,7 @@ class Objective:
         start = jvp(grad(self.regularizer), (params,), (vector,))[1] if self.regularizer.active else None
 
         def batch_hvp(b: int) -> ParamDict:
-            return jvp(grad(self.batch_loss_fn(self.batches[b])), (params,), (vector,))[1]
+            return jvp(grad(self.batch_loss_at(b)), (params,), (vector,))[1]
 
         return weighted_sum(self.weights, batch_hvp, start=start)
 
@@ -378,9 +397,13 @@ class Objective:
         Raises:
             LandscapeError: an integer label is negative or ``>=`` the number of model outputs.
         """
-        if label_range(y for _, y in self.batches) is None:  # soft targets: nothing to check
+
+        def labels() -> Iterator[Tensor]:  # the targets one batch at a time; no image is read
+            return (self.batches.labels(i) for i in range(len(self.batches)))
+
+        if label_range(labels()) is None:  # soft targets: nothing to check
             return
-        check_label_range((y for _, y in self.batches), int(self.logits(self.params, self.batches[0][0]).shape[-1]))
+        check_label_range(labels(), int(self.logits(self.params, self.batches[0][0]).shape[-1]))
 
     def check_determinism(self) -> None:
         """Refuse a stochastic objective: two passes must give the same loss and gradient.

@@ -9,6 +9,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from landscape.data.dataset import ImageDataset
+from landscape.data.stream import BatchSource, dataset_batches
 from landscape.errors import LandscapeError
 
 
@@ -53,6 +54,45 @@ def sample_indices(n_all: int, n_samples: int | None, seed: int, *, first_sample
     return torch.randperm(n_all, generator=torch.Generator().manual_seed(seed))[:n]
 
 
+def stream_batches(
+    dataset: ImageDataset,
+    batch_size: int,
+    n_samples: int | None = None,
+    *,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    first_samples: bool = False,
+) -> BatchSource:
+    """The first ``n_samples`` images of a ``seed``-ed permutation (all if None) as fixed batches that stream.
+
+    No augmentation; the order is fixed by ``seed``; the last batch may be smaller. With ``first_samples`` the
+    images are the first ``n_samples`` of the split in file order (no permutation; ``seed`` is unused), as
+    Paper A's released code takes its first, unshuffled test batch. Each batch is built and moved to
+    ``device`` when it is read (:func:`landscape.data.stream.dataset_batches` says what is held on the host).
+
+    Args:
+        dataset: The split to draw from.
+        batch_size: Images per batch (a positive integer).
+        n_samples: Number of images to take, in ``1..len(dataset)``; None takes all.
+        seed: Seeds the permutation.
+        device: Device a batch is moved to when read.
+        first_samples: Take images ``0..n_samples-1`` in order instead of a seeded choice.
+
+    Returns:
+        The :class:`~landscape.data.stream.BatchSource` of ``(x, y)`` batches: float32 ``(b, C, H, W)``
+        normalised images and int64 ``(b,)`` labels, ``dataset.images(idx)`` cut in order.
+
+    Raises:
+        LandscapeError: If ``batch_size`` is not a positive integer, ``n_samples`` is out of range, or an
+            image file cannot be read.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise LandscapeError(f"batch size must be a positive integer, got {batch_size!r}")
+    n = sample_count(dataset, n_samples)
+    idx = sample_indices(len(dataset), n, seed, first_samples=first_samples)
+    return dataset_batches(dataset, idx, int(batch_size), device)
+
+
 def fixed_batches(
     dataset: ImageDataset,
     batch_size: int,
@@ -62,11 +102,7 @@ def fixed_batches(
     device: str | torch.device = "cpu",
     first_samples: bool = False,
 ) -> list[tuple[Tensor, Tensor]]:
-    """The first ``n_samples`` images of a ``seed``-ed permutation (all if None) as fixed batches on ``device``.
-
-    No augmentation; the order is fixed by ``seed``; the last batch may be smaller. With ``first_samples`` the
-    images are the first ``n_samples`` of the split in file order (no permutation; ``seed`` is unused), as
-    Paper A's released code takes its first, unshuffled test batch.
+    """Every batch of :func:`stream_batches` read at once, as a list on ``device`` (for a few small batches).
 
     Args:
         dataset: The split to draw from.
@@ -80,17 +116,9 @@ def fixed_batches(
         A list of ``(x, y)`` batches: float32 ``(b, C, H, W)`` normalised images and int64 ``(b,)`` labels.
 
     Raises:
-        LandscapeError: If ``batch_size`` is not a positive integer, ``n_samples`` is out of range, or an
-            image file cannot be read.
+        LandscapeError: As :func:`stream_batches`.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-        raise LandscapeError(f"batch size must be a positive integer, got {batch_size!r}")
-    n = sample_count(dataset, n_samples)
-    idx = sample_indices(len(dataset), n, seed, first_samples=first_samples)
-    x, y = dataset.images(idx), dataset.targets[idx]
-    return [
-        (x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)) for i in range(0, int(n), int(batch_size))
-    ]
+    return list(stream_batches(dataset, batch_size, n_samples, seed=seed, device=device, first_samples=first_samples))
 
 
 def make_loader(

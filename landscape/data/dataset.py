@@ -73,6 +73,11 @@ class ImageDataset(Dataset):
     def __len__(self) -> int:
         return len(self.targets)
 
+    @property
+    def in_memory(self) -> bool:
+        """Whether the images are held in memory (stored or cached), not read from files on access."""
+        return self._images is not None or self._cache is not None
+
     def _raw(self, idx: Tensor) -> Tensor:
         """Images ``idx`` as float32 (n, C, H, W) in [0, 1], a fresh tensor."""
         if self._images is None:

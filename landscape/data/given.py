@@ -2,8 +2,9 @@
 
 The Python functions (``landscape.surface(model, data, ...)``) take the data in any of these forms; one batch of
 the loader becomes ``(inputs, labels)`` as it is, or through the caller's ``batch=`` function (batches that are
-dicts or longer tuples). The first ``samples`` images are taken, each batch moved to the device as it is read,
-after the memory the whole data will take there has been checked.
+dicts or longer tuples). The first ``samples`` images are taken and held on the host (the CPU) as read, after
+the memory the whole data will take there has been checked; each batch is moved to the device only when an
+analysis reads it (:class:`~landscape.data.stream.HeldBatches`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from landscape.data.stream import BatchSource, HeldBatches
 from landscape.errors import LandscapeError, calling
 from landscape.runtime.devices import require_memory
 
@@ -148,29 +150,30 @@ def given_batches(
     *,
     samples: int | None = None,
     batch_size: int = 128,
-) -> list[tuple[Tensor, Tensor]]:
-    """The caller's data as fixed ``(x, y)`` batches on ``device``: the first ``samples`` images, in order.
+) -> BatchSource:
+    """The caller's data as fixed ``(x, y)`` batches read onto ``device``: the first ``samples`` images, in order.
 
     A ``Dataset`` is read in batches of ``batch_size``; a loader's batches are kept as they come (the last one
-    cut at ``samples``). Each batch is moved to ``device`` as it is read; after the first, the memory that
-    ``samples`` (or the dataset's) images of its size take on ``device`` is checked before the rest is read.
+    cut at ``samples``), held on the CPU (tensors already there are not copied); after the first, the memory
+    that ``samples`` (or the dataset's) images of its size take on the CPU is checked before the rest is read.
+    ``device`` receives one batch at a time, when an analysis reads it.
 
     Args:
         data: a :class:`GivenData`, a ``Dataset``, a ``DataLoader``, an iterable of ``(x, y, ...)`` batches or one
             ``(x, y)`` tuple: float images ``(b, C, H, W)`` and integer labels ``(b,)`` (or floating label
             distributions ``(b, classes)``).
-        device: where the batches are held.
+        device: where a batch is placed when it is read (the source's device).
         samples: the number of images to take (a positive integer); None takes all. More than the data holds is
             an error when the :class:`GivenData` is ``exact``, else all are taken.
         batch_size: the batch size of a ``Dataset``.
 
     Returns:
-        The batches on ``device``.
+        The :class:`~landscape.data.stream.BatchSource` of the batches (held on the CPU, placed on ``device``).
 
     Raises:
         LandscapeError: no batch, a batch that is not ``(x, y)`` tensors (a dict without ``batch=``), an empty
             batch, labels of another count or shape, images that are not finite, fewer images than an exact
-            ``samples``, or data that needs more memory than ``device`` has.
+            ``samples``, or data that needs more memory than the CPU has.
         ForeignError: the caller's ``batch=`` function or the loader raised.
     """
     given = data if isinstance(data, GivenData) else GivenData(data)
@@ -198,11 +201,11 @@ def given_batches(
                 int(wanted),
                 per_image,
                 x.dtype,
-                torch.device(device),
+                torch.device("cpu"),
                 f"the data ({wanted:,} images)",
                 "lower --samples",
             )
-        held.append((x.to(device), y.to(device)))
+        held.append((x.cpu(), y.cpu()))
         taken += int(x.shape[0])
     if not held:
         raise LandscapeError(f"no batches in the data ({describe(given.data)}); give {ACCEPTED}")
@@ -210,7 +213,7 @@ def given_batches(
         raise LandscapeError(
             f"--samples {samples} asks for more images than the data holds ({taken}); lower --samples or leave it out"
         )
-    return held
+    return HeldBatches(held).placed(device)
 
 
 def _dataset_size(data: Any) -> int | None:

@@ -4,13 +4,15 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import one_line_error, reestimate_bn
+from helpers import TrackedBatches, one_line_error, reestimate_bn
 from torch import nn
 
 from landscape.core import params as P
 from landscape.core.criteria import criterion_name, select_logits
 from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
+from landscape.data.batches import fixed_batches, stream_batches
+from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
 
 
@@ -263,3 +265,39 @@ def test_regulariser_coefficient_must_be_finite_and_non_negative(kind, coef):
     assert "--reg-coef" in msg and "finite" in msg
     one_line_error(Regularizer.from_options, kind, coef, match="regulariser coefficient")
     assert Regularizer(kind, 0.0).coef == 0.0 and Regularizer(kind, 2.5).coef == 2.5
+
+
+# ------------------------------------------------------------------------------------ streamed batches
+def synthetic_model():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 36, 10))
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.5, 2.0)
+    return model.eval()
+
+
+def test_a_streamed_objective_equals_one_over_the_list_of_its_batches_exactly():
+    ds = load_dataset("synthetic:50:8", "train")
+    source = stream_batches(ds, 16, 45, seed=2)
+    listed = fixed_batches(ds, 16, 45, seed=2)
+    model = synthetic_model()
+    a = Objective(model, source, dtype=torch.float64)
+    b = Objective(model, [(x.double(), y) for x, y in listed], dtype=torch.float64)
+    assert a.weights == b.weights == [16 / 45, 16 / 45, 13 / 45] and a.n_samples == 45
+    g = torch.Generator().manual_seed(1)
+    v = {n: torch.randn(p.shape, generator=g, dtype=p.dtype) for n, p in a.params.items()}
+    assert torch.equal(a.loss(), b.loss()) and a.evaluate() == b.evaluate()
+    for got, want in ((a.gradient(), b.gradient()), (a.hvp(v), b.hvp(v))):
+        assert all(torch.equal(got[n], want[n]) for n in want)
+    ra, rb = a.recompute_bn_buffers(a.params), b.recompute_bn_buffers(b.params)
+    assert all(torch.equal(ra[n], rb[n]) for n in rb)
+
+
+def test_the_device_holds_at_most_two_batches_at_once_whatever_the_method():
+    source = TrackedBatches.synthetic(96, 8, 8)  # 12 batches
+    obj = Objective(synthetic_model(), source, dtype=torch.float64)
+    v = {n: torch.ones_like(p) for n, p in obj.params.items()}
+    obj.loss(), obj.evaluate(), obj.gradient(), obj.hvp(v), obj.recompute_bn_buffers(obj.params)
+    assert isinstance(obj.batches, TrackedBatches)  # a placed view shares the record (a shallow copy)
+    assert len(source.alive) >= 5 * 12 + 3 and source.most <= 2  # 5 passes over 12 batches, and the checks

@@ -244,7 +244,7 @@ def fourier_profile(
     reader = FeatureTaps(net, taps)
     full_map = maps or profile == "radial"
     result = FourierProfile(profile)
-    batches = list(batches)
+    batches = batches if isinstance(batches, Sequence) else list(batches)  # a source is read batch by batch
     own = not isinstance(progress, Progress)
     bar = Progress("fourier", len(batches), unit="batch", progress=None if progress else False) if own else progress
     with reader, torch.no_grad(), bar if own else contextlib.nullcontext():

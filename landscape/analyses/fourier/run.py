@@ -19,7 +19,7 @@ File layout (kind ``fourier``; docs/schema.md, fourier):
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ from landscape.analyses.fourier.features import FourierProfile, fourier_profile,
 from landscape.analyses.fourier.noise import band_accuracies
 from landscape.core.calls import analysis_function
 from landscape.core.front import eval_model, prepare, python_call, run_from_python
+from landscape.data.stream import Batch, BatchSource
 from landscape.errors import LandscapeError
 from landscape.options.fourier import MIN_PROFILE_SIDE, FourierOptions
 from landscape.runtime import distributed as D
@@ -150,7 +151,7 @@ def run_fourier(
     )
     passes = 1 + (1 + len(o.bands) if o.noise_bands else 0)  # the profile; the clean and each band's accuracy
     prepared.announce(plan, passes, "pass", prepared.seconds_per_pass, progress)
-    mine = D.shard(list(enumerate(batches)))
+    mine = _Indexed(batches, D.shard(range(len(batches))))
     session = AnalysisFile(out, "fourier", attrs, force=force, resume=resume)
     with session as (f, state):
         assert state is not None
@@ -158,9 +159,7 @@ def run_fourier(
             if not state["profile"]:
                 with session.progress("fourier", len(mine), unit="batch", progress=progress) as bar:
                     part = (
-                        fourier_profile(
-                            net, [b for _, b in mine], profile=o.profile, maps=o.maps, progress=bar, taps=o.taps
-                        )
+                        fourier_profile(net, mine.batches, profile=o.profile, maps=o.maps, progress=bar, taps=o.taps)
                         if mine
                         else None
                     )
@@ -197,6 +196,23 @@ def small_maps_warning(names: list[str]) -> str:
     )
 
 
+class _Indexed(Sequence[tuple[int, Batch]]):
+    """This rank's batches with their global indices, ``(j, (x, y))``, each read onto the device when iterated."""
+
+    def __init__(self, source: BatchSource, order: Sequence[int]) -> None:
+        self.order = list(order)
+        self.batches = source.select(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, i: int) -> tuple[int, Batch]:  # type: ignore[override]
+        return self.order[i], self.batches[i]
+
+    def __iter__(self) -> Iterator[tuple[int, Batch]]:
+        return zip(self.order, self.batches)
+
+
 def _summed(counts: tuple[int, int]) -> tuple[int, int]:
     """``(correct, total)`` summed over the ranks."""
     parts = D.all_gather_objects(counts)
@@ -206,7 +222,7 @@ def _summed(counts: tuple[int, int]) -> tuple[int, int]:
 def _write_noise(
     f: store.ResultFile | None,
     net: nn.Module,
-    mine: list,
+    mine: Sequence[tuple[int, Batch]],
     o: FourierOptions,
     bar: Progress,
     output: str | int | None,

@@ -107,7 +107,8 @@ class HessianOperator:
         if not used or any(i < 0 or i >= len(objective.batches) for i in used):
             raise LandscapeError(f"batch indices must lie in [0, {len(objective.batches)}), got {used[:5]}")
         self.batch_indices = used
-        sizes = [int(objective.batches[i][1].shape[0]) for i in used]
+        every = objective.batches.sizes
+        sizes = [every[i] for i in used]
         self.weights = [s / sum(sizes) for s in sizes]
         self.mode = mode
         keep = {"linearize": len(used), "graph": len(used), "jvp": 0, FINITE_DIFFERENCE: 0}
@@ -132,7 +133,8 @@ class HessianOperator:
         return {**self._point, **sub}
 
     def _batch_loss(self, index: int) -> Callable[[ParamDict], Tensor]:
-        loss = self.objective.batch_loss_fn(self.objective.batches[index])
+        """``sub -> L_b`` of batch ``index``, the batch read onto the device at each call (none is held here)."""
+        loss = self.objective.batch_loss_at(index)
         return lambda sub: loss(self._full(sub))
 
     def plan_products(self, count: int) -> None:

@@ -330,7 +330,7 @@ def run_spectrum(
             f.allocate("done", (n,), bool, fill=False, axes=["batch"])
             f.allocate("n_matvec", (n,), "i8", fill=0, axes=["batch"])
             if "batch_sizes" not in f:
-                f.write("batch_sizes", np.array([int(y.shape[0]) for _, y in batches]), axes=["batch"])
+                f.write("batch_sizes", np.array(batches.sizes), axes=["batch"])
         return [int(i) for i in np.flatnonzero(f.read("done"))]
 
     per_batch = None  # a batch's products: at least one Lanczos basis (PyHessian's iterations are not known)

@@ -217,7 +217,7 @@ def max_eigenvalue_spectrum(
     n_params = sum(p.numel() for p in objective.params.values())
     if not 1 <= k < n_params:
         raise LandscapeError(f"--top-k must lie in [1, {n_params - 1}] for this model, got {k}")
-    sizes = np.array([int(y.shape[0]) for _, y in objective.batches])
+    sizes = np.array(objective.batches.sizes)
     out = MaxEigenvalueSpectrum(
         np.full((len(sizes), k), np.nan), sizes, np.zeros(len(sizes), np.int64), np.zeros((len(sizes), k), bool)
     )
@@ -239,7 +239,7 @@ def max_eigenvalue_spectrum(
     elif not todo:
         choice = GroupChoice(group, 1, "serial", "nothing to do")
     else:
-        same = [i for i in todo if objective.batches[i][0].shape == objective.batches[todo[0]][0].shape]
+        same = [i for i in todo if objective.batches.shape(i) == objective.batches.shape(todo[0])]
         threaded = partial(serial, mode="graph")  # worker threads use plain autograd only
         choice = distributed.on_main(lambda: choose_group(objective, same, serial, group, pool, threaded))
     out.group, out.group_choice = choice.group, choice.as_dict()
@@ -268,7 +268,7 @@ def max_eigenvalue_spectrum(
 def _serial_operator(
     objective: Objective, index: int, hvp: str, costs: dict[tuple[int, ...], ProductCosts]
 ) -> HessianOperator:
-    shape = tuple(objective.batches[index][0].shape)
+    shape = objective.batches.shape(index)
     return HessianOperator(objective, batches=[index], mode=hvp, costs=shared_costs(costs, shape))
 
 
@@ -282,7 +282,7 @@ def _batches(
     """The spectra of ``indices``: one at a time, or (``way="vmap"``) equal-sized ones together in lockstep."""
     by_shape: dict[tuple[int, ...], list[int]] = {}
     for i in indices:
-        by_shape.setdefault(tuple(objective.batches[i][0].shape), []).append(i)
+        by_shape.setdefault(objective.batches.shape(i), []).append(i)
     done: dict[int, BatchSpectrum] = {}
     for same in by_shape.values():
         if way != "vmap" or len(same) == 1:

@@ -456,7 +456,7 @@ def run_lesion(
 
     plan = f"lesion: {n} blocks removed one at a time, each scored over the samples"
     prepared.announce(plan, n + 1, "pass", prepared.seconds_per_pass, progress)  # + the intact model's pass
-    mine = D.shard(batches)
+    mine = batches.select(D.shard(range(len(batches))))  # read onto the device one at a time
     session = AnalysisFile(out, "lesion", attrs, force=force, resume=resume)
     with session as (f, state):
         assert state is not None

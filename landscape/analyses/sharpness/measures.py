@@ -246,7 +246,7 @@ def _batch_losses(
     point, reg = objective.params, objective.regularizer
 
     def make(index: int) -> Callable[[ParamDict], Tensor]:
-        loss = objective.batch_loss_fn(objective.batches[index])
+        loss = objective.batch_loss_at(index)  # the batch is read at each call: none is held on the device
 
         def fn(sub: ParamDict) -> Tensor:
             full = {**point, **sub}

@@ -192,7 +192,7 @@ def run_sharpness(
     perturbed = perturbed_names(objective.params, o.patterns or None, o.perturb)  # refused before the file
     counts = perturbed_counts({n: objective.params[n] for n in perturbed})
     attrs.update(perturbed_tensors=counts["tensors"], perturbed_parameters=counts["parameters"])
-    sizes = [int(y.shape[0]) for _, y in objective.batches]
+    sizes = objective.batches.sizes
 
     def resume(f: store.ResultFile) -> dict[str, Any]:
         if f.complete:

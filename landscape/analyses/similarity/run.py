@@ -411,7 +411,8 @@ def run_similarity(
     given = batches is not None
     prepared = prepare(source, o, model_name=model_name, device=device, command=call, batches=batches)
     inputs, attrs, dev = prepared.inputs, prepared.attrs, prepared.inputs.device
-    batches = [b for b in prepared.batches if int(b[0].shape[0]) >= MIN_BATCH]  # a tiny last batch is left out
+    sizes = prepared.batches.sizes
+    batches = prepared.batches.select([i for i, s in enumerate(sizes) if s >= MIN_BATCH])  # not a tiny last batch
     if not batches:
         raise LandscapeError(f"no minibatch of at least {MIN_BATCH} samples; give more --samples")
     inputs_b = None
@@ -422,12 +423,13 @@ def run_similarity(
         if not given and inputs_b.preprocess != inputs.preprocess:
             batches_b = batches_for(inputs_b, batch_size=o.batch_size, n_samples=o.samples, seed=o.seed)
             batches_b = batches_b[: len(batches)]
-            for (_, ya), (_, yb) in zip(batches, batches_b):
+            for j in range(len(batches)):
+                ya, yb = batches.labels(j), batches_b.labels(j)
                 if ya.shape != yb.shape or not torch.equal(ya.cpu(), yb.cpu()):
                     raise LandscapeError("the two models' preprocessing chose different samples; this is a bug")
         else:
             batches_b = batches
-    attrs["n_samples"] = sum(int(x.shape[0]) for x, _ in batches)
+    attrs["n_samples"] = sum(batches.sizes)
     attrs.update(_other_attrs(inputs_b))
     plan = "similarity: CKA between the blocks of " + ("the model and itself" if other is None else "the two models")
     passes = 1 if other is None else 2  # a pass of each model over the samples
@@ -441,9 +443,9 @@ def run_similarity(
                 part = (
                     similarity_sums(
                         inputs.model,
-                        [batches[j] for j in mine],
+                        batches.select(mine),
                         None if inputs_b is None else inputs_b.model,
-                        None if batches_b is None else [batches_b[j] for j in mine],
+                        None if batches_b is None else batches_b.select(mine),
                         taps_a=o.taps,
                         taps_b=o.other_taps,
                         progress=bar,

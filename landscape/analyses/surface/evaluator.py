@@ -98,8 +98,8 @@ class PointEvaluator:
         compiled: the compiled per-batch loss after a successful :meth:`enable_compile`, else None.
         fold: the folded model after a successful :meth:`enable_fold`, else None.
         fold_notes: why BatchNorm layers were left unfolded (after :meth:`enable_fold`).
-        batches: the objective's batches, as evaluated (channels-last inputs after
-            :meth:`choose_memory_format` picked them).
+        batches: the objective's batches as evaluated, read onto the device one at a time (placed channels-last
+            after :meth:`use_channels_last`).
         channels_last: whether the inputs are channels-last.
     """
 
@@ -109,7 +109,7 @@ class PointEvaluator:
         self.compiled: Callable[[ParamDict, Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
         self.fold: FoldedModel | None = None
         self.fold_notes: list[str] = []
-        self.batches = list(objective.batches)
+        self.batches = objective.batches
         self.channels_last = False
         self._eager_layout = (self.batches, False)
         self._buffer: PointBuffer | None = None
@@ -202,7 +202,7 @@ class PointEvaluator:
         if self.bn == "recompute":
             return False
         self._eager_layout = (self.batches, self.channels_last)
-        self.batches, self.channels_last = list(self.obj.batches), False
+        self.batches, self.channels_last = self.obj.batches, False
         if not self._compile():
             self.disable_compile()
             return False
@@ -267,9 +267,13 @@ class PointEvaluator:
             return False
         if not (t_cl < 0.95 * t_plain and close(got, want, 1e-4)):
             return False
-        self.batches = [(x.contiguous(memory_format=torch.channels_last), y) for x, y in self.obj.batches]
-        self.channels_last = True
+        self.use_channels_last()
         return True
+
+    def use_channels_last(self) -> None:
+        """Evaluate on channels-last inputs: each batch is converted as it is read (none is held converted)."""
+        self.batches = self.obj.batches.placed(memory_format=torch.channels_last)
+        self.channels_last = True
 
     def compile_key(self) -> str:
         """The key of this evaluator's compile record: model class, state and batch shapes, device, threads, torch.

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from landscape import store
 from landscape.analyses.surface import directions as dirs
@@ -176,8 +175,7 @@ def compute_surface(
             evaluator = PointEvaluator(objective, dx, dy, bn)
             n_folded = evaluator.enable_fold() if fold_bn else 0
             if bool(D.broadcast_object(evaluator.choose_memory_format() if D.is_main() else False)):
-                evaluator.batches = [(x.contiguous(memory_format=torch.channels_last), y) for x, y in objective.batches]
-                evaluator.channels_last = True
+                evaluator.use_channels_last()
             bp = state["bp"]
             if bp is None and mode != "on":
                 bp = evaluator.choose_batch_points() if batch_points == "auto" else int(batch_points)

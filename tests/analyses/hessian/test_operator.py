@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from helpers import TrackedBatches
 from torch import nn
 
 from landscape.analyses.hessian.density import spectral_density
@@ -340,3 +341,15 @@ def test_auto_falls_back_to_a_way_the_model_allows_and_explicit_modes_fail_in_on
     with pytest.raises(LandscapeError, match="not symmetric"):  # any operator: a plain non-symmetric matrix
         lanczos(DenseOperator(A), k=2, seed=0)
     lanczos(DenseOperator(A + A.T), k=2, seed=0)  # and a symmetric one passes
+
+
+def test_products_read_each_batch_when_needed_and_hold_none():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 2, 3), nn.Tanh(), nn.Flatten(), nn.Linear(2 * 16, 10)).double()
+    source = TrackedBatches.synthetic(40, 6, 4)  # 10 batches
+    obj = Objective(model, source, dtype=torch.float64)
+    op = HessianOperator(obj, mode="jvp")
+    before = len(source.alive)
+    for _ in range(3):
+        op.matvec(torch.ones(op.shape[0], dtype=torch.float64))
+    assert len(source.alive) - before == 3 * 10 and source.most <= 2
