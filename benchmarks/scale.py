@@ -1,10 +1,12 @@
 """How the costs grow with the model: time per surface point, per HVP, per sharpness draw, peak memory, file size.
 
-For each model (random init, eval mode, a few synthetic images in one batch, CPU unless ``--device``): the
-seconds per point of a 2 x 2 surface (eager, one point at a time, default ``--store-directions seed``), the least
-seconds of three Hessian-vector products (``--hvp auto``), the seconds per noise draw of average sharpness (4
-draws), the process's peak resident memory so far (``resource.getrusage``: a running maximum, so a row can only
-repeat or raise the one above it) and the surface file's size, against the parameter count. Prints a table.
+For each model (random init, eval mode, a few synthetic images in one batch, CPU unless ``--device``), each in a
+process of its own: the seconds per point of a 2 x 2 surface (eager, one point at a time, default
+``--store-directions seed``), the least seconds of three Hessian-vector products (``--hvp auto``, its choice of
+way measured before and not counted), the seconds per noise draw of average sharpness (4 draws), the process's
+peak resident memory (``VmHWM``) and the surface file's size, against the parameter count. Prints a table, then
+each cost per parameter and image (the slope) and the exponent of a least-squares fit ``cost ~ (params *
+images)^b`` over the models at the largest input side (b = 1: linear).
 
     python benchmarks/scale.py --smoke    # the zoo's minis, 2 images each (under a minute on 2 cores)
     python benchmarks/scale.py            # + torchvision resnet18 and resnet50 at 224 x 224, 4 images
@@ -23,7 +25,6 @@ import argparse
 import gc
 import json
 import math
-import resource
 import subprocess
 import sys
 import tempfile
@@ -65,7 +66,8 @@ def measure(spec: str, side: int, images: int, device: str, folder: Path) -> dic
         folder: where the surface file is written.
 
     Returns:
-        ``params``, ``point_s``, ``hvp_s``, ``draw_s``, ``peak_rss_mb``, ``file_kb``.
+        ``params``, ``point_s``, ``hvp_s``, ``draw_s``, ``peak_rss_mb`` (this process's peak: run it in a process of
+        its own), ``file_kb``, ``side``, ``images``.
     """
     torch.manual_seed(0)
     model = create_model(spec, num_classes=10).eval()
@@ -91,7 +93,7 @@ def measure(spec: str, side: int, images: int, device: str, folder: Path) -> dic
     start = time.perf_counter()
     average_sharpness(objective, 0.01, samples=DRAWS, resamples=10, seed=0)
     draw_s = (time.perf_counter() - start) / DRAWS
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
+    peak = _status_kb("VmHWM") / 1024  # this process measures one model only
     return {
         "params": float(n_params),
         "point_s": point_s,
@@ -99,6 +101,8 @@ def measure(spec: str, side: int, images: int, device: str, folder: Path) -> dic
         "draw_s": draw_s,
         "peak_rss_mb": peak,
         "file_kb": out.stat().st_size / 1024,
+        "side": float(side),
+        "images": float(images),
     }
 
 
@@ -228,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument(
         "--memory-child", nargs=5, metavar=("ANALYSIS", "SPEC", "SIDE", "IMAGES", "POINTS"), help=argparse.SUPPRESS
     )
+    mode.add_argument("--model-child", nargs=3, metavar=("SPEC", "SIDE", "IMAGES"), help=argparse.SUPPRESS)
     parser.add_argument("--points", type=int, nargs="+", default=[4, 16], help="point counts of --memory (squares)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--images", type=int, default=None, help="images per model (default 2 smoke, else 4)")
@@ -241,18 +246,49 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory:
         memory_table(MEMORY, args.points, args.images or 2, args.device, args.threads)
         return 0
+    if args.model_child:
+        spec, side, images = args.model_child
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(measure(spec, int(side), int(images), args.device, Path(tmp))))
+        return 0
     models = SMOKE + ([] if args.smoke else DEFAULT) + (FULL if args.full else [])
     images = args.images or (2 if args.smoke else 4)
     print(f"{'model':24s} {'params':>12s} {'point s':>9s} {'HVP s':>9s} {'draw s':>9s} {'peak MB':>9s} {'file KB':>9s}")
-    with tempfile.TemporaryDirectory() as tmp:
-        for spec, side in models:
-            r = measure(spec, side, images, args.device, Path(tmp))
-            print(
-                f"{spec:24s} {int(r['params']):12,d} {r['point_s']:9.3g} {r['hvp_s']:9.3g} {r['draw_s']:9.3g} "
-                f"{r['peak_rss_mb']:9.0f} {r['file_kb']:9.1f}",
-                flush=True,
-            )
+    rows = []
+    for spec, side in models:
+        job = [sys.executable, __file__, "--model-child", spec, str(side), str(images)]
+        job += ["--device", args.device, "--threads", str(args.threads)]
+        r = json.loads(subprocess.run(job, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+        rows.append(r)
+        print(
+            f"{spec:24s} {int(r['params']):12,d} {r['point_s']:9.3g} {r['hvp_s']:9.3g} {r['draw_s']:9.3g} "
+            f"{r['peak_rss_mb']:9.0f} {r['file_kb']:9.1f}",
+            flush=True,
+        )
+    print_slopes(rows)
     return 0
+
+
+def print_slopes(rows: list[dict[str, float]]) -> None:
+    """Each cost per parameter and image, and the exponent of its power-law fit, over the largest input side.
+
+    Args:
+        rows: :func:`measure`'s results (at least two at the largest side for a fit).
+    """
+    side = max(r["side"] for r in rows)
+    big = [r for r in rows if r["side"] == side]
+    size = np.array([r["params"] * r["images"] for r in big])
+    print(f"\nper parameter and image, at {int(side)} x {int(side)}:")
+    for key, name in (("point_s", "surface point"), ("hvp_s", "HVP"), ("draw_s", "sharpness draw")):
+        cost = np.array([r[key] for r in big])
+        per = cost / size
+        fit = f"exponent {np.polyfit(np.log(size), np.log(cost), 1)[0]:.2f}" if len(big) > 1 else "one model: no fit"
+        print(f"  {name:15s} {np.median(per):.3g} s (from {per.min():.3g} to {per.max():.3g}); {fit}")
+    memory = np.array([r["peak_rss_mb"] for r in big])
+    params = np.array([r["params"] for r in big])
+    if len(big) > 1:
+        slope = np.polyfit(params, memory, 1)[0] * 2**20
+        print(f"  peak memory: {slope:.1f} bytes per parameter (least squares over the models)")
 
 
 if __name__ == "__main__":
