@@ -37,6 +37,10 @@ HVP_MODES = ("auto", "graph", "linearize", "jvp", "finite-difference")
 TRACE_METHODS = ("hutchinson", "hutch++")
 #: the fewest products each trace estimator needs (a standard error; Hutch++'s sketch, exact part and probes)
 TRACE_MIN_SAMPLES = {"hutchinson": 2, "hutch++": 6}
+#: how many entries of a random vector split across ranks are drawn at a time: every rank draws the whole vector
+#: from the seed in pieces of this many entries and keeps the entries it holds (so that the vector is the same
+#: whatever the number of ranks, and a rank never holds more than this many entries it does not keep)
+SHARDED_DRAW_CHUNK = 2**20
 #: per-mini-batch eigenvalue solvers of ``landscape spectrum``
 SOLVERS = ("lanczos", "pyhessian")
 #: BatchNorm mode of every Hessian (recorded in the result file)

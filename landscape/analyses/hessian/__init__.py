@@ -8,6 +8,8 @@
 - :func:`~landscape.analyses.hessian.trace.trace`: Hutchinson and Hutch++ with a standard error.
 - :func:`~landscape.analyses.hessian.spectrum.max_eigenvalue_spectrum`: per-mini-batch top-k, Paper A's
   protocol (grouped with vmap or worker threads by :mod:`~landscape.analyses.hessian.grouped`).
+- :func:`~landscape.analyses.hessian.fsdp.fsdp_lanczos`: top eigenpairs of a model sharded with FSDP's
+  ``fully_shard``, every Lanczos vector sharded like the parameters (:mod:`~landscape.analyses.hessian.shards`).
 - :func:`~landscape.analyses.hessian.run.run_hessian`, :func:`~landscape.analyses.hessian.run.run_spectrum`:
   a model source in, an HDF5 result out.
 """

@@ -33,11 +33,12 @@ import torch
 from torch import Tensor
 
 from landscape.analyses.hessian.linalg import (
+    LOCAL,
     EigenResult,
+    InnerProduct,
     Operator,
     new_direction,
     orthogonalize,
-    random_unit,
     rank_ritz,
     require_finite,
     require_memory,
@@ -94,6 +95,9 @@ def lanczos(
     of an eigenvalue of ``A`` (within about ``r^2 / gap`` of it). An operator with
     a ``plan_products(count)`` method is told how many more products the solver expects (the basis still to
     fill): :class:`~landscape.analyses.hessian.operator.HessianOperator` uses it to choose how to make them.
+    An operator with an ``inner`` attribute (:class:`~landscape.analyses.hessian.linalg.InnerProduct`) has its
+    vectors split across ranks: every vector of the solver is then this rank's part, and every reduction goes
+    through ``inner`` (:class:`~landscape.analyses.hessian.shards.ShardedInnerProduct`).
 
     The arguments follow ``scipy.sparse.linalg.eigsh``.
 
@@ -105,9 +109,9 @@ def lanczos(
         tol: relative residual of a converged pair, finite and >= 0 (0: ``eps^(2/3)`` of the dtype, the finest
             a residual computed in it is trusted to meet).
         maxiter: maximum number of restarts (default ``max(100, 10 n / ncv)``).
-        v0: starting vector (default: Gaussian from ``seed``).
+        v0: starting vector (default: Gaussian from ``seed``); with ``op.inner``, this rank's part of it.
         seed: seed of the start vector's private generator; None draws fresh entropy (the caller's global
-            random state is never touched).
+            random state is never touched); with ``op.inner`` every rank must pass the same seed.
         return_eigenvectors: whether to form the Ritz vectors.
         callback: ``callback(n_matvec, wanted_ritz_values, wanted_errors)``, called after every product (the
             errors are the gap estimates ``min(r, r^2 / gap)``).
@@ -133,6 +137,7 @@ def lanczos(
         return_eigenvectors=return_eigenvectors,
         callback=callback,
         plan=getattr(op, "plan_products", None),
+        inner=getattr(op, "inner", LOCAL),
     )
     return drive(steps, op.matvec)
 
@@ -210,10 +215,12 @@ def lanczos_steps(
     return_eigenvectors: bool = True,
     callback: Callable[[int, Tensor, Tensor], None] | None = None,
     plan: Callable[[int], None] | None = None,
+    inner: InnerProduct = LOCAL,
 ) -> LanczosSteps:
     """:func:`lanczos` as a generator of its products, so that many runs can share one vectorised product.
 
-    The generator yields each vector ``v`` (shape ``(n,)``, ``dtype`` on ``device``) whose product it needs and
+    The generator yields each vector ``v`` (shape ``(inner.local_length(n),)``: ``(n,)`` unless the vectors are split
+    across ranks; ``dtype`` on ``device``) whose product it needs and
     must be sent ``A v``; it returns the :class:`EigenResult` (``StopIteration.value``; :func:`drive` runs it).
     The arguments are validated here, before the first product; they mean what they mean in :func:`lanczos`.
     Given the same products, the results are those of :func:`lanczos` bit for bit (it is this generator).
@@ -233,6 +240,7 @@ def lanczos_steps(
         callback: ``callback(n_matvec, wanted_ritz_values, wanted_errors)``, called after every product.
         plan: called with the number of products the solver expects next (the basis to fill) before they
             are asked for.
+        inner: the inner product every reduction goes through (default: whole vectors on this process).
 
     Returns:
         The generator.
@@ -243,20 +251,23 @@ def lanczos_steps(
     """
     m = check_request(n, k, which, ncv)
     device = torch.device(device)
-    require_memory(2 * m + 1, n, dtype, device, f"the Lanczos basis (ncv={m}) and its products", "lower --ncv")
+    local = inner.local_length(n)
+    require_memory(2 * m + 1, local, dtype, device, f"the Lanczos basis (ncv={m}) and its products", "lower --ncv")
     eps = torch.finfo(dtype).eps
     tol = checks.non_negative(tol, "tol") or eps ** (2 / 3)
     maxiter = max(100, 10 * n // m) if maxiter is None else int(maxiter)
     gen = local_generator(seed)
     if v0 is None:
-        v = random_unit(n, dtype, device, gen)
+        v = inner.random_unit(n, dtype, device, gen)
     else:
         v = v0.detach().to(device=device, dtype=dtype).reshape(-1).clone()
-        norm = torch.linalg.vector_norm(v)
-        if v.numel() != n or not torch.isfinite(norm) or norm == 0:
-            raise LandscapeError(f"v0 must be a finite nonzero vector of length {n}")
+        if v.numel() != local:
+            raise LandscapeError(f"v0 must be a finite nonzero vector of length {local}")
+        norm = inner.norm(v)
+        if not torch.isfinite(norm) or norm == 0:
+            raise LandscapeError(f"v0 must be a finite nonzero vector of length {local}")
         v = v / norm
-    return _lanczos_steps(n, v, m, k, which, tol, eps, maxiter, gen, return_eigenvectors, callback, plan)
+    return _lanczos_steps(n, v, m, k, which, tol, eps, maxiter, gen, return_eigenvectors, callback, plan, inner)
 
 
 def _lanczos_steps(
@@ -272,11 +283,12 @@ def _lanczos_steps(
     return_eigenvectors: bool,
     callback: Callable[[int, Tensor, Tensor], None] | None,
     plan: Callable[[int], None] | None,
+    inner: InnerProduct,
 ) -> LanczosSteps:
-    dtype, device = v.dtype, v.device
-    # stored column by column (each basis vector contiguous): the (n, j) views below are transposed matrices
-    V = torch.zeros(m + 1, n, dtype=dtype, device=device).T
-    W = torch.zeros(m, n, dtype=dtype, device=device).T
+    dtype, device, local = v.dtype, v.device, v.numel()
+    # stored column by column (each basis vector contiguous): the (local, j) views below are transposed matrices
+    V = torch.zeros(m + 1, local, dtype=dtype, device=device).T
+    W = torch.zeros(m, local, dtype=dtype, device=device).T
     T = torch.zeros(m, m, dtype=torch.float64)
     V[:, 0] = v
     j, restarts, products, anorm = 0, 0, 0, 0.0
@@ -289,13 +301,13 @@ def _lanczos_steps(
             w = (yield V[:, j].clone()).reshape(-1)
             products += 1
             W[:, j] = w
-            r, h = orthogonalize(w, V[:, : j + 1])
+            r, h = orthogonalize(w, V[:, : j + 1], inner)
             hc = require_finite(h.to("cpu", torch.float64), products)  # non-finite whenever w is; already on the CPU
             if coupling is not None:
                 require_symmetric(float(hc[j - 1]), coupling, max(anorm, float(hc.abs().max())), eps, products)
             T[: j + 1, j] = hc
             T[j, : j + 1] = hc
-            beta = torch.linalg.vector_norm(r)
+            beta = inner.norm(r)
             j += 1
             state = _ritz(T[:j, :j], float(beta), k, which)
             anorm = max(anorm, float(state.theta.abs().max()))
@@ -305,11 +317,11 @@ def _lanczos_steps(
             if state.done:
                 break
             if float(beta) <= eps * max(anorm, 1e-300) * math.sqrt(n):  # invariant subspace: new direction
-                fresh = new_direction(V[:, :j], gen)
+                fresh = new_direction(V[:, :j], gen, n, inner)
                 if fresh is None:
                     break
                 V[:, j] = fresh
-                coupling = float(fresh @ r)  # about 0: r is negligible
+                coupling = float(inner.dot(fresh, r))  # about 0: r is negligible
             else:
                 V[:, j] = r / beta
                 coupling = float(beta)  # v_j . A v_{j-1} = ||r||: the next column must show it back
@@ -330,7 +342,7 @@ def _lanczos_steps(
     assert state is not None
     floor = eps ** (2 / 3) * anorm
     return state.result(
-        V[:, : state.size], W[:, : state.size], which, tol, floor, products, restarts, return_eigenvectors
+        V[:, : state.size], W[:, : state.size], which, tol, floor, products, restarts, return_eigenvectors, inner
     )
 
 
@@ -366,7 +378,16 @@ class _RitzState:
         self.done = bool(len(self.wanted) == self.required and self.converged.all())
 
     def result(
-        self, V: Tensor, W: Tensor, which: str, tol: float, floor: float, products: int, restarts: int, vectors: bool
+        self,
+        V: Tensor,
+        W: Tensor,
+        which: str,
+        tol: float,
+        floor: float,
+        products: int,
+        restarts: int,
+        vectors: bool,
+        inner: InnerProduct,
     ) -> EigenResult:
         """The wanted pairs in ascending algebraic order, residuals ``||W s - theta V s||`` and flags judged on them."""
         order = torch.argsort(self.values)
@@ -374,7 +395,7 @@ class _RitzState:
         Sw = self.S[:, wanted].to(device=V.device, dtype=V.dtype)
         Y = V @ Sw
         R = W @ Sw - Y * self.theta[wanted].to(device=V.device, dtype=V.dtype)
-        residuals = torch.linalg.vector_norm(R, dim=0).to("cpu", torch.float64)
+        residuals = inner.norm(R, dim=0).to("cpu", torch.float64)
         gap = self._gaps()[order]
         errors = torch.where(torch.isfinite(gap), torch.minimum(residuals, residuals**2 / gap), residuals)
         return EigenResult(

@@ -1,6 +1,8 @@
 """What the eigen solvers share.
 
-The operator protocol, eigen results, Ritz ranking, memory and finiteness checks, orthogonalisation.
+The operator protocol, eigen results, Ritz ranking, memory and finiteness checks, orthogonalisation, and the
+inner product through which every reduction of a solver goes (:class:`InnerProduct`: whole vectors here;
+:class:`~landscape.analyses.hessian.shards.ShardedInnerProduct` for vectors split across ranks).
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from landscape.runtime.devices import require_memory as require_memory
 
 class Operator(Protocol):
     """What the solvers need: ``matvec`` on flat vectors, ``shape``, ``dtype``, ``device``.
+
+    An operator whose vectors are split across ranks also has an ``inner`` attribute (an :class:`InnerProduct`
+    that all-reduces, e.g. :class:`~landscape.analyses.hessian.shards.ShardedInnerProduct`): ``matvec`` then takes
+    and returns this rank's part of each vector, and ``shape`` stays the whole operator's.
 
     Attributes:
         shape: ``(n, n)``.
@@ -102,7 +108,8 @@ class EigenResult:
 
     Attributes:
         eigenvalues: the Ritz values theta, shape ``(k,)``, float64 on the CPU.
-        eigenvectors: the Ritz vectors y as unit columns, shape ``(n, k)`` on the operator's device, or None.
+        eigenvectors: the Ritz vectors y as unit columns, shape ``(n, k)`` on the operator's device (this rank's
+            rows when the operator's vectors are split across ranks), or None.
         residuals: ``||A y - theta y||``, shape ``(k,)``.
         errors: the estimated eigenvalue errors ``min(r, r^2/gap)``, shape ``(k,)``.
         converged: whether each pair met ``residual <= tol * max(|theta|, eps^(2/3) ||A||)`` (ARPACK's
@@ -208,6 +215,80 @@ def require_symmetric(upper: float, lower: float, scale: float, eps: float, prod
         )
 
 
+class InnerProduct:
+    """The reductions of the solvers over vectors that this process holds whole (the default).
+
+    Every sum over a vector's entries that a solver makes goes through one of these methods, so that a subclass
+    can hold only a part of each vector and add the parts of all ranks
+    (:class:`~landscape.analyses.hessian.shards.ShardedInnerProduct`). Here each is torch's own expression.
+    """
+
+    def local_length(self, n: int) -> int:
+        """How many of a length-``n`` vector's entries this process holds: all of them.
+
+        Args:
+            n: the length of the whole vector.
+
+        Returns:
+            ``n``.
+        """
+        return n
+
+    def dot(self, a: Tensor, b: Tensor) -> Tensor:
+        """``a . b``.
+
+        Args:
+            a: a vector.
+            b: a vector of the same length.
+
+        Returns:
+            The 0-dim inner product.
+        """
+        return a @ b
+
+    def project(self, basis: Tensor, r: Tensor) -> Tensor:
+        """``basis^T r``: the inner products of ``r`` with each column of ``basis``.
+
+        Args:
+            basis: an ``(n, j)`` matrix.
+            r: a vector of length ``n``.
+
+        Returns:
+            The ``(j,)`` coefficients.
+        """
+        return basis.T @ r
+
+    def norm(self, x: Tensor, dim: int | None = None) -> Tensor:
+        """``||x||_2`` (of each column with ``dim=0``).
+
+        Args:
+            x: a vector (or a matrix with ``dim``).
+            dim: the dimension to reduce (None: all).
+
+        Returns:
+            The norm(s).
+        """
+        return torch.linalg.vector_norm(x, dim=dim)
+
+    def random_unit(self, n: int, dtype: torch.dtype, device: torch.device, generator: torch.Generator) -> Tensor:
+        """A unit Gaussian vector of length ``n`` (:func:`random_unit`).
+
+        Args:
+            n: the length of the whole vector.
+            dtype: the dtype of the result.
+            device: the device of the result.
+            generator: the CPU generator to draw from.
+
+        Returns:
+            The vector, shape ``(n,)``.
+        """
+        return random_unit(n, dtype, device, generator)
+
+
+#: the reductions of vectors held whole, the solvers' default
+LOCAL = InnerProduct()
+
+
 def random_unit(n: int, dtype: torch.dtype, device: torch.device, generator: torch.Generator) -> Tensor:
     """A Gaussian vector normalised to unit length (drawn on CPU from ``generator``, so seeds are portable).
 
@@ -224,7 +305,7 @@ def random_unit(n: int, dtype: torch.dtype, device: torch.device, generator: tor
     return (v / torch.linalg.vector_norm(v)).to(device=device, dtype=dtype)
 
 
-def orthogonalize(r: Tensor, basis: Tensor) -> tuple[Tensor, Tensor]:
+def orthogonalize(r: Tensor, basis: Tensor, inner: InnerProduct = LOCAL) -> tuple[Tensor, Tensor]:
     """Remove from ``r`` its components along the orthonormal columns of ``basis`` (Gram-Schmidt twice).
 
     Returns ``(r - basis c, c)`` with ``c = basis^T r`` accumulated over both passes.
@@ -232,26 +313,37 @@ def orthogonalize(r: Tensor, basis: Tensor) -> tuple[Tensor, Tensor]:
     Args:
         r: the vector, shape ``(n,)``.
         basis: orthonormal columns, shape ``(n, j)`` (``j = 0`` allowed).
+        inner: the inner product (:class:`InnerProduct`; its ``project`` forms ``basis^T r``).
 
     Returns:
         ``(r_perp, c)``: the orthogonalised vector, shape ``(n,)``, and the coefficients, shape ``(j,)``.
     """
     if basis.shape[1] == 0:
         return r, r.new_zeros(0)
-    c = basis.T @ r
+    c = inner.project(basis, r)
     r = r - basis @ c
-    c2 = basis.T @ r
+    c2 = inner.project(basis, r)
     return r - basis @ c2, c + c2
 
 
-def new_direction(basis: Tensor, generator: torch.Generator) -> Tensor | None:
-    """A random unit vector orthogonal to ``basis`` (None when the basis already spans the space)."""
-    n, j = basis.shape
+def new_direction(basis: Tensor, generator: torch.Generator, n: int, inner: InnerProduct = LOCAL) -> Tensor | None:
+    """A random unit vector orthogonal to ``basis`` (None when the basis already spans the space).
+
+    Args:
+        basis: orthonormal columns, shape ``(inner.local_length(n), j)``.
+        generator: the CPU generator to draw from.
+        n: the length of the whole vectors.
+        inner: the inner product.
+
+    Returns:
+        The vector (this process's part of it), or None.
+    """
+    j = basis.shape[1]
     if j >= n:
         return None
     for _ in range(3):
-        r, _ = orthogonalize(random_unit(n, basis.dtype, basis.device, generator), basis)
-        norm = torch.linalg.vector_norm(r)
+        r, _ = orthogonalize(inner.random_unit(n, basis.dtype, basis.device, generator), basis, inner)
+        norm = inner.norm(r)
         if norm > 0.5:
             return r / norm
     return None

@@ -22,6 +22,7 @@ from landscape import store
 from landscape.analyses.hessian.block_file import hessian_blocks, write_blocks
 from landscape.analyses.hessian.blocks import ParameterBlock
 from landscape.analyses.hessian.density import require_grid_memory, spectral_density
+from landscape.analyses.hessian.fsdp import is_fully_sharded
 from landscape.analyses.hessian.lanczos import check_request, lanczos
 from landscape.analyses.hessian.linalg import random_unit, require_memory
 from landscape.analyses.hessian.operator import HessianOperator
@@ -432,8 +433,14 @@ def hessian(
         The result (:class:`~landscape.store.Result`): its ``attrs`` and arrays.
 
     Raises:
-        LandscapeError: bad options, a model or data that cannot be used, or a file of other options at ``out``.
+        LandscapeError: bad options, a model or data that cannot be used (a model sharded with ``fully_shard``:
+            :func:`~landscape.analyses.hessian.fsdp.fsdp_lanczos` takes it), or a file of other options at ``out``.
     """
+    if is_fully_sharded(model):
+        raise LandscapeError(
+            "landscape.hessian copies the model whole, which a model sharded with fully_shard is not; call "
+            "landscape.analyses.hessian.fsdp.fsdp_lanczos(model, batches, k=...) on every rank (docs/analyses.md)"
+        )
     return run_from_python(
         run_hessian,
         "landscape.hessian",
