@@ -6,10 +6,10 @@ In eval mode a BatchNorm layer with running statistics ``mu``, ``sigma^2``, weig
     y = x * s_c + t_c,    s_c = gamma_c / sqrt(sigma_c^2 + eps),    t_c = beta_c - mu_c * s_c
 
 (``gamma = 1`` and ``beta = 0`` when the layer has none). torch's fused kernel computes the same values, but the
-derivative of its backward (``batchnorm_double_backward``) is the general batch-statistics formula: on the
-benchmark's ResNet (benchmarks/hessian.py) it took about a third of a Hessian-vector product's time by a kept
-gradient graph. Written as a multiply and an add, the second derivatives are those of two elementwise
-operations. The values agree with the fused kernel to rounding (the same formula in another order); first
+derivative of its backward (``batchnorm_double_backward``) is the general batch-statistics formula, many
+elementwise passes; written as a multiply and an add, the second derivatives are those of two elementwise
+operations (a kept graph's product on the ResNet of benchmarks/hessian.py took about 7% less: docs/measured.md).
+The values agree with the fused kernel to rounding (the same formula in another order); first
 derivatives alone are cheaper with the fused kernel, so :class:`AffineBatchNorm` is used only where second
 derivatives are taken (:meth:`landscape.core.objective.Objective.batch_loss_fn` with ``second_order=True``).
 """
