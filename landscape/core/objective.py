@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +37,7 @@ from landscape.core.criteria import (
 )
 from landscape.core.params import ParamDict, weighted_sum
 from landscape.core.regularizer import Regularizer
+from landscape.core.second_order import AffineBatchNorm
 from landscape.data.labels import check_label_range, label_range
 from landscape.data.stream import BatchSource, as_source
 from landscape.errors import LandscapeError
@@ -192,13 +193,22 @@ class Objective:
             self.check_determinism()
 
     # -- evaluation -------------------------------------------------------------------------------
-    def logits(self, params: Mapping[str, Tensor], x: Tensor, buffers: Mapping[str, Tensor] | None = None) -> Tensor:
+    def logits(
+        self,
+        params: Mapping[str, Tensor],
+        x: Tensor,
+        buffers: Mapping[str, Tensor] | None = None,
+        *,
+        second_order: bool = False,
+    ) -> Tensor:
         """Model output for inputs ``x`` at ``params`` (fixed parameters and buffers filled in).
 
         Args:
             params: the variable parameters by name (a subset of names overrides only those).
             x: a batch of inputs on :attr:`device`.
             buffers: buffers to use instead of the objective's own (e.g. from :meth:`recompute_bn_buffers`).
+            second_order: evaluate eval-mode BatchNorm as its per-channel affine map, whose second derivatives
+                are cheap (:mod:`landscape.core.second_order`; equal values to rounding); for Hessian products.
 
         Returns:
             The logits, shape ``(B, C)`` (see :func:`select_logits`).
@@ -207,18 +217,20 @@ class Objective:
             LandscapeError: the model's output holds no logits tensor.
         """
         state = {**self.fixed, **params, **(self.buffers if buffers is None else buffers)}
-        return select_logits(self._output(state, x), self.output)
+        return select_logits(self._output(state, x, second_order=second_order), self.output)
 
-    def _output(self, state: Mapping[str, Tensor], x: Tensor) -> object:
+    def _output(self, state: Mapping[str, Tensor], x: Tensor, *, second_order: bool = False) -> object:
         """The model's own output for ``x`` with the parameters and buffers ``state`` (math attention kernels)."""
-        with sdpa_kernel(SDPBackend.MATH):
+        with sdpa_kernel(SDPBackend.MATH), AffineBatchNorm() if second_order else nullcontext():
             return functional_call(self.module, dict(state), (x,))
 
-    def batch_loss_fn(self, batch: Batch) -> Callable[[ParamDict], Tensor]:
+    def batch_loss_fn(self, batch: Batch, *, second_order: bool = False) -> Callable[[ParamDict], Tensor]:
         """The function ``params -> L_b(params)`` (data loss of one batch, no regulariser).
 
         Args:
             batch: one ``(inputs, targets)`` pair on :attr:`device`.
+            second_order: the function's second derivatives will be taken (Hessian products): eval-mode
+                BatchNorm is evaluated as its affine map (:meth:`logits`); same values to rounding.
 
         Returns:
             A function of a params dict returning the batch's mean loss as a 0-dim tensor (for ``torch.func``).
@@ -226,11 +238,11 @@ class Objective:
         x, y = batch
 
         def loss_fn(params: ParamDict) -> Tensor:
-            return batch_loss(self.logits(params, x), y, self.criterion)
+            return batch_loss(self.logits(params, x, second_order=second_order), y, self.criterion)
 
         return loss_fn
 
-    def batch_loss_at(self, index: int) -> Callable[[ParamDict], Tensor]:
+    def batch_loss_at(self, index: int, *, second_order: bool = False) -> Callable[[ParamDict], Tensor]:
         """The function ``params -> L_b(params)`` of batch ``index``, the batch read onto the device at each call.
 
         Unlike :meth:`batch_loss_fn` of a batch read once, nothing stays on the device between calls: a solver
@@ -238,13 +250,14 @@ class Objective:
 
         Args:
             index: the position of the batch in :attr:`batches`.
+            second_order: the function's second derivatives will be taken (:meth:`batch_loss_fn`).
 
         Returns:
             A function of a params dict returning the batch's mean loss as a 0-dim tensor (for ``torch.func``).
         """
 
         def loss_fn(params: ParamDict) -> Tensor:
-            return self.batch_loss_fn(self.batches[index])(params)
+            return self.batch_loss_fn(self.batches[index], second_order=second_order)(params)
 
         return loss_fn
 
@@ -316,7 +329,7 @@ class Objective:
         start = jvp(grad(self.regularizer), (params,), (vector,))[1] if self.regularizer.active else None
 
         def batch_hvp(b: int) -> ParamDict:
-            return jvp(grad(self.batch_loss_at(b)), (params,), (vector,))[1]
+            return jvp(grad(self.batch_loss_at(b, second_order=True)), (params,), (vector,))[1]
 
         return weighted_sum(self.weights, batch_hvp, start=start)
 

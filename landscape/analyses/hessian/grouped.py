@@ -82,7 +82,7 @@ class GroupedProducts:
         o = self.objective
 
         def loss(params: ParamDict) -> Tensor:
-            return batch_loss(o.logits(params, x), y, o.criterion)
+            return batch_loss(o.logits(params, x, second_order=True), y, o.criterion)
 
         vec = unflatten(v, self.params)
         hv = jvp(grad(loss), (self.params,), (vec,))[1]

@@ -52,12 +52,13 @@ class HessianOperator:
         mode: how each batch's products are made (:mod:`landscape.analyses.hessian.products`): ``"jvp"``
             (``jvp(grad)`` each time, nothing kept), ``"graph"`` (a gradient graph kept per batch, one backward
             per product), ``"linearize"`` (a trace kept per batch), ``"finite-difference"`` (the central difference
-            of two gradients at ``theta +- eps v``, approximate, no double backward) or ``"auto"``: the first
-            product of a batch
-            is timed with ``jvp`` and each later one made the way with the least expected time for the products
-            still to come (``setup + left * per_product``; ``left`` from :meth:`plan_products`, else the
-            products made so far); only the first ``max_linearized`` batches keep a graph or trace (memory),
-            the others choose between ``jvp`` and a graph rebuilt per product.
+            of two gradients at ``theta +- eps v``, approximate, no double backward) or ``"auto"``: each product
+            made the way with the least expected time for the products still to come (``setup + left *
+            per_product``; ``left`` from :meth:`plan_products`, else the products made so far), measured as it is
+            made and estimated from the measurements before (no product is made only to be timed); only the first
+            ``max_linearized`` batches keep a graph or trace (memory), the others choose between ``jvp`` and a
+            graph rebuilt per product. The exact ways evaluate eval-mode BatchNorm as its affine map
+            (:mod:`landscape.core.second_order`: cheaper second derivatives, equal values to rounding).
         max_linearized: how many batches ``"auto"`` lets keep a graph or trace (each holds one forward and
             backward of memory).
         costs: the measurements ``"auto"`` decides from, shared with other operators on batches of the same
@@ -134,7 +135,9 @@ class HessianOperator:
 
     def _batch_loss(self, index: int) -> Callable[[ParamDict], Tensor]:
         """``sub -> L_b`` of batch ``index``, the batch read onto the device at each call (none is held here)."""
-        loss = self.objective.batch_loss_at(index)
+        # exact ways take second derivatives (eval-mode BatchNorm as its affine map); a central difference only first
+        second_order = self.mode != FINITE_DIFFERENCE
+        loss = self.objective.batch_loss_at(index, second_order=second_order)
         return lambda sub: loss(self._full(sub))
 
     def plan_products(self, count: int) -> None:

@@ -17,11 +17,15 @@ For a batch loss ``L_b`` at a point ``theta`` the product ``v -> H_b v`` is made
   by ``auto``.
 
 What each costs depends on the model, the batch size and the device (``python benchmarks/hessian.py`` prints
-them), so ``auto`` measures: a batch's first product is made by ``jvp`` and timed; before every later product
-the way with the least expected time for the products still to come, ``setup + left * per_product``, is taken
-(:func:`cheapest`). Ways not yet measured are estimated from what has been (:meth:`ProductCosts.estimates`);
-a way that is taken is timed, so the estimate is replaced by a measurement. Batches of one shape share one
-:class:`ProductCosts`, so later batches decide from the first one's measurements.
+them), so ``auto`` measures: before every product the way with the least expected time for the products still
+to come, ``setup + left * per_product``, is taken (:func:`cheapest`). Ways not yet measured are estimated from
+what has been, by fixed ratios to a ``jvp`` product (:meth:`ProductCosts.estimates`; with nothing measured the
+ratios alone decide); a way that is taken is timed, so the estimate is replaced by a measurement. No product
+is made only to be measured: every measured product is one the caller asked for. So a batch that keeps a graph
+starts with it (its setup is a fraction of one gradient) and ``jvp``, which redoes the gradient's work in
+every product, is measured only when it is taken: for a single product, when a graph cannot be made, or when
+the measurements say it is cheaper. Batches of one shape share one :class:`ProductCosts`, so later batches
+decide from the first one's measurements.
 """
 
 from __future__ import annotations
@@ -52,8 +56,9 @@ FINITE_DIFFERENCE = "finite-difference"
 STEP_EXPONENT = {torch.float64: 1.0 / 2.0}
 #: the exponent of every other dtype
 COARSE_STEP_EXPONENT = 1.0 / 3.0
-#: before a graph is measured: its setup and product as fractions of a measured ``jvp`` product (a gradient
-#: with ``create_graph`` is about a quarter of a jvp product, a backward through it about 0.7: benchmarks/hessian.py)
+#: before a graph is measured: its setup and product as fractions of a ``jvp`` product (a gradient with
+#: ``create_graph`` is about a quarter of a jvp product, a backward through it about 0.7: benchmarks/hessian.py);
+#: the product ratio also infers a jvp product from a measured graph product (:meth:`ProductCosts.estimates`)
 GRAPH_SETUP_GUESS, GRAPH_PRODUCT_GUESS = 0.3, 0.7
 #: before a trace is measured: its setup in units of a measured graph setup, and its product as a fraction of a
 #: measured graph product (benchmarks/hessian.py: 22 setups and 0.69 at batch 128; 140 setups at batch 16)
@@ -175,27 +180,30 @@ class ProductCosts:
     def estimates(self, *, cached: bool) -> dict[str, tuple[float, float]]:
         """``way -> (setup, per product)`` in seconds: measured where measured, else estimated from what is.
 
-        Needs a measured ``jvp`` product. Without a cache (``cached=False``: the batch may keep nothing) a
-        graph is built for every product, so its setup is added to its per-product time and linearize is
-        not offered.
+        The unit of the estimates is a ``jvp`` product ``J``: measured, else ``P / GRAPH_PRODUCT_GUESS`` from a
+        measured graph product ``P`` (a later one, else the first), else 1 (nothing measured: only the ratios
+        decide). Unmeasured, a graph costs ``(GRAPH_SETUP_GUESS J, GRAPH_PRODUCT_GUESS J)`` and a trace
+        ``(TRACE_SETUP_GUESS S, TRACE_PRODUCT_GUESS P)`` for the graph's setup ``S`` and product ``P``. Without a
+        cache (``cached=False``: the batch may keep nothing) a graph is built for every product, so its setup is
+        added to its per-product time and linearize is not offered. Ways that failed are left out.
 
         Args:
             cached: whether the batch may keep a graph or a trace between products.
 
         Returns:
-            The options for :func:`cheapest`, ``jvp`` first.
+            The options for :func:`cheapest`, in the order of :data:`WAYS`.
         """
-        t_jvp = self.fastest("jvp")
-        assert t_jvp is not None, "measure a jvp product first"
+        t_jvp, measured_graph = self.fastest("jvp"), self.fastest("graph")
+        if measured_graph is None:
+            measured_graph = self.fastest("graph_first")
+        if t_jvp is None:
+            t_jvp = 1.0 if measured_graph is None else measured_graph / GRAPH_PRODUCT_GUESS
         out = {"jvp": (0.0, t_jvp)}
-        if "graph" not in self.failed:
-            g_setup, g_prod = self._measured("graph", GRAPH_SETUP_GUESS * t_jvp, GRAPH_PRODUCT_GUESS * t_jvp)
-            out["graph"] = (g_setup, g_prod) if cached else (0.0, g_setup + g_prod)
-            if cached and "linearize" not in self.failed:
-                out["linearize"] = self._measured(
-                    "linearize", TRACE_SETUP_GUESS * g_setup, TRACE_PRODUCT_GUESS * g_prod
-                )
-        return out
+        g_setup, g_prod = self._measured("graph", GRAPH_SETUP_GUESS * t_jvp, GRAPH_PRODUCT_GUESS * t_jvp)
+        out["graph"] = (g_setup, g_prod) if cached else (0.0, g_setup + g_prod)
+        if cached:
+            out["linearize"] = self._measured("linearize", TRACE_SETUP_GUESS * g_setup, TRACE_PRODUCT_GUESS * g_prod)
+        return {way: cost for way, cost in out.items() if way not in self.failed}
 
     def _measured(self, way: str, setup_guess: float, product_guess: float) -> tuple[float, float]:
         """``(setup, per product)`` of ``way``: the setup includes what its first product costs beyond a later one."""
@@ -298,12 +306,9 @@ class BatchProducts:
         return out
 
     def _choose(self, left: float) -> str:
-        usable = [w for w in WAYS if w not in self.costs.failed]
-        if "jvp" not in usable:  # nothing to compare with: the first way that works
-            return usable[0]
-        if self.costs.fastest("jvp") is None:
-            return "jvp"
         options = self.costs.estimates(cached=self.cached)
+        if not options:  # only a trace is left and this batch may not keep one: it is traced for this product
+            return next(w for w in WAYS if w not in self.costs.failed)
         if self._cache_way in options and self.cache is not None:
             options[self._cache_way] = (0.0, options[self._cache_way][1])
         return cheapest(left, options)

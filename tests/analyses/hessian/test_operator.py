@@ -84,7 +84,7 @@ def test_every_way_of_making_products_agrees_and_auto_keeps_a_graph_only_where_a
     assert ops["jvp"]._linear == {}
     assert sorted(auto._linear) in ([], [0])  # only slot 0 may keep anything
     choice = auto.hvp_choice()
-    assert choice["mode"] == "auto" and sum(choice["ways"].values()) == 2 and "jvp" in choice["seconds"]
+    assert choice["mode"] == "auto" and sum(choice["ways"].values()) == 2 and "graph_setup" in choice["seconds"]
 
 
 def _costs(**seconds):
@@ -145,6 +145,47 @@ def test_a_first_product_dearer_than_later_ones_counts_as_setup():
     assert costs.estimates(cached=False) == {"jvp": (0.0, 1.0), "graph": (0.0, 0.6)}
     guessed = _costs(jvp=1.0).estimates(cached=True)  # nothing but jvp measured: the stated guesses
     assert guessed["graph"] == pytest.approx((0.3, 0.7)) and guessed["linearize"] == pytest.approx((7.5, 0.49))
+
+
+def _approx(**options):
+    return {way: pytest.approx(cost) for way, cost in options.items()}
+
+
+def test_estimates_need_no_jvp_measurement():
+    guessed = ProductCosts().estimates(cached=True)  # nothing measured: the ratios alone, in jvp products
+    assert guessed["jvp"] == (0.0, 1.0) and guessed["graph"] == pytest.approx((0.3, 0.7))
+    assert guessed["linearize"] == pytest.approx((7.5, 0.49))
+    assert cheapest(1, guessed) == "jvp" and cheapest(20, guessed) == "graph"  # 1 = 0.3 + 0.7; 20 > 14.3 < 17.3
+    costs = ProductCosts()
+    costs.add("graph_setup", 0.2)
+    costs.add("graph_first", 0.7)  # a graph alone measured: a jvp product is inferred as 0.7 / 0.7
+    assert costs.estimates(cached=True) == _approx(jvp=(0.0, 1.0), graph=(0.2, 0.7), linearize=(5.0, 0.49))
+    assert costs.estimates(cached=False) == _approx(jvp=(0.0, 1.0), graph=(0.0, 0.9))
+    costs.add("graph", 0.35)  # a later product measured: it is the unit's source now
+    assert costs.estimates(cached=False)["jvp"] == pytest.approx((0.0, 0.5))
+    costs.failed["graph"] = "RuntimeError"
+    assert list(costs.estimates(cached=True)) == ["jvp", "linearize"]
+    costs.failed["jvp"] = "NotImplementedError"
+    assert costs.estimates(cached=False) == {}
+
+
+def test_auto_makes_no_product_only_to_measure_it_and_its_measured_products_are_exact():
+    obj = Objective(tiny_model(), tiny_batches((7,)), dtype=torch.float64)
+    op = HessianOperator(obj, mode="auto")
+    op.plan_products(10)
+    H = dense_hessian(obj)
+    g = torch.Generator().manual_seed(3)
+    v = torch.randn(63, dtype=torch.float64, generator=g)
+    torch.testing.assert_close(op.matvec(v), H @ v, rtol=1e-12, atol=1e-13)  # the measured product, kept
+    choice = op.hvp_choice()  # nothing measured yet: the ratios chose a graph for 10 products, and no jvp was made
+    assert choice["ways"] == {"graph": 1} and set(choice["seconds"]) == {"graph_setup", "graph_first"}
+    for _ in range(2):  # later products, whichever way the measurements now choose
+        v = torch.randn(63, dtype=torch.float64, generator=g)
+        torch.testing.assert_close(op.matvec(v), H @ v, rtol=1e-12, atol=1e-13)
+    result = lanczos(HessianOperator(obj, mode="auto"), k=3, which="LM", tol=1e-10, seed=0)
+    exact = torch.linalg.eigvalsh(H)
+    top = exact[exact.abs().argsort(descending=True)[:3]].sort().values
+    torch.testing.assert_close(result.eigenvalues, top, rtol=1e-9, atol=1e-12)
 
 
 def test_auto_without_a_cache_rebuilds_a_graph_per_product_when_that_is_cheaper():
@@ -324,7 +365,7 @@ def test_auto_falls_back_to_a_way_the_model_allows_and_explicit_modes_fail_in_on
     obj = Objective(WithFunction(TanhNoJvp), tiny_batches((7, 4)), dtype=torch.float64)
     v = torch.randn(sum(p.numel() for p in obj.params.values()), dtype=torch.float64)
     auto = HessianOperator(obj, mode="auto")
-    auto.plan_products(5)
+    auto.plan_products(1)  # one product: jvp (which keeps nothing) is tried first, fails, and a graph makes it
     graph = HessianOperator(obj, mode="graph").matvec(v)
     torch.testing.assert_close(auto.matvec(v), graph, rtol=1e-13, atol=1e-14)
     choice = auto.hvp_choice()
