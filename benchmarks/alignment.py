@@ -18,18 +18,34 @@ BatchNorm statistics interpolated as the weights are (``bn="eval"``) and re-esti
 (``bn="recompute"``, the "BN reset"; networks without BatchNorm get REPAIR instead, ``repair=True``). Printed: the
 ends' and the midpoints' test accuracies beside the published 94.5% / 94.2%, 17.6% and 83.9%.
 
+``--cost`` measures what alignment and curvature cost instead (one torch thread unless ``--threads``):
+
+(a) weight matching of two torchvision ``resnet18`` (random init, seeds 0 and 1, 10 classes), and of a ``resnet18``
+    and a copy of it with every permutation of its spec drawn at random: the sweeps and the seconds of
+    :func:`~landscape.analyses.align.weights.weight_matching`, and of the whole
+    :func:`~landscape.analyses.align.run.align_models` (tracing the spec, the function check on 4 images);
+(b) connect's curvature pass at one point (:func:`~landscape.analyses.connect.curvature.point_curvature`, the run's
+    defaults) of a ``resnet_mini`` (widths 16-24-32-64, 256 synthetic CIFAR-sized images in batches of 128): the
+    Hessian products it makes and its seconds (split into Lanczos and the average-case sharpness), against the
+    seconds of exactly that many products alone (a fresh operator of the same mode, its set-up included, on
+    random vectors): the ratio is the curvature pass's overhead over the Lanczos products it needs.
+
 Run:
     python benchmarks/alignment.py [--epochs 3] [--samples 500] [--steps 11] [--smoke]
     python benchmarks/alignment.py --compare A.pt B.pt --data cifar10:PATH [--samples N]
+    python benchmarks/alignment.py --cost [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -86,6 +102,136 @@ def compare(ends: list[Path], data: str, samples: int | None) -> dict[str, float
     return out
 
 
+def _timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float, float]:
+    """``(fn(*args, **kwargs), wall seconds, CPU seconds of this process)``."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def _resnet18(seed: int) -> torch.nn.Module:
+    """torchvision's resnet18 (10 classes) at its random init from ``seed``."""
+    import torchvision
+
+    torch.manual_seed(seed)
+    return torchvision.models.resnet18(num_classes=10).eval()
+
+
+def matching_cost(
+    build: Callable[[int], torch.nn.Module] = _resnet18, name: str = "torchvision resnet18"
+) -> list[dict]:
+    """(a) of ``--cost``: weight matching of two networks of one architecture, independent and permuted; printed.
+
+    Args:
+        build: the network at its random init from a seed (3x32x32 inputs).
+        name: what it is, for the header.
+
+    Returns:
+        One row per theta_B: ``name``, ``sweeps``, ``converged``, ``exact`` (A's weights recovered exactly),
+        ``seconds`` and ``cpu`` of the matching, ``align_seconds`` and ``align_cpu`` of the whole alignment.
+    """
+    from landscape.analyses.align.permute import apply
+    from landscape.analyses.align.run import align_models
+    from landscape.analyses.align.spec import permutation_spec
+    from landscape.analyses.align.weights import weight_matching
+
+    a = build(0)
+    x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    spec = permutation_spec(a, x[:2])
+    g = torch.Generator().manual_seed(2)
+    drawn = {p.name: torch.randperm(p.size, generator=g) for p in spec.permutations}  # no heads in a ResNet
+    print(f"(a) weight matching, {name} ({len(spec.permutations)} permutations), one process")
+    print(f"{'theta_B':<22} {'sweeps':>6} {'matching s (cpu)':>16} {'align s (cpu)':>14} {'objective before -> after'}")
+    rows = []
+    for label, b in (("independent (seed 1)", build(1)), ("permuted copy", copy.deepcopy(a))):
+        if label == "permuted copy":
+            b.load_state_dict(apply(spec, a.state_dict(), drawn))
+        m, seconds, cpu = _timed(weight_matching, spec, a.state_dict(), b.state_dict())
+        r, align_seconds, align_cpu = _timed(align_models, a, b, [(x, None)], method="weights")
+        exact = all(torch.equal(r.model.state_dict()[n], t) for n, t in a.state_dict().items())
+        rows.append(
+            {"name": label, "sweeps": m.sweeps, "converged": m.converged, "exact": exact, "seconds": seconds}
+            | {"cpu": cpu, "align_seconds": align_seconds, "align_cpu": align_cpu}
+        )
+        print(
+            f"{label:<22} {m.sweeps:>6} {seconds:>7.2f} ({cpu:>6.2f}) {align_seconds:>6.2f} ({align_cpu:>5.2f}) "
+            f"{m.objective_before:>11.1f} -> {m.objective_after:<11.1f}" + (" A's weights exactly" if exact else ""),
+            flush=True,
+        )
+    return rows
+
+
+def curvature_cost(
+    repeats: int, model_kwargs: dict | None = None, samples: int = 256, batch_size: int = 128
+) -> list[dict]:
+    """(b) of ``--cost``: one point's curvature pass against the Hessian products it makes; printed.
+
+    Args:
+        repeats: measurements (after one warm-up pass).
+        model_kwargs: ``resnet_mini``'s options (default widths 16-24-32-64).
+        samples: synthetic 3x32x32 images.
+        batch_size: images per batch.
+
+    Returns:
+        One row per repeat: ``products`` (the pass's), ``products_alone`` (made alone), and ``(wall, cpu)``
+        seconds of the ``pass``, the products ``alone``, ``lanczos`` alone and the ``sharpness`` alone.
+    """
+    from landscape.analyses.connect.curvature import CurvatureSettings, objective_at, point_curvature
+    from landscape.analyses.hessian.lanczos import lanczos
+    from landscape.analyses.hessian.operator import HessianOperator
+    from landscape.analyses.sharpness.measures import average_sharpness
+    from landscape.core.objective import Objective
+    from landscape.models import create_model
+    from landscape.options.connect import CURVATURE_HVP, ConnectOptions
+
+    torch.manual_seed(0)
+    kwargs = {"widths": (16, 24, 32, 64)} if model_kwargs is None else model_kwargs
+    model = create_model("resnet_mini", num_classes=10, **kwargs).eval()
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(samples, 3, 32, 32, generator=g), torch.randint(0, 10, (samples,), generator=g)
+    objective = Objective(
+        model, [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, samples, batch_size)]
+    )
+    o = ConnectOptions()
+    settings = CurvatureSettings(o.curvature_rho, o.curvature_samples, 0)
+    at = objective_at(objective, objective.params, objective.buffers)
+
+    def products_alone(n: int) -> int:
+        op = HessianOperator(at, at.params, mode=CURVATURE_HVP)
+        v = torch.randn(op.shape[0], generator=torch.Generator().manual_seed(3))
+        for _ in range(n):
+            op.matvec(v)
+        return op.n_matvec
+
+    def lanczos_alone() -> None:
+        op = HessianOperator(at, at.params, mode=CURVATURE_HVP)
+        lanczos(op, k=1, which="LA", tol=settings.tol, maxiter=settings.maxiter, seed=0, return_eigenvectors=False)
+
+    params = sum(t.numel() for t in objective.params.values())
+    print(f"(b) connect --curvature at one point: resnet_mini {kwargs} ({params} parameters), {samples} images")
+    print("    seconds, wall (cpu); 'alone': that many products of a fresh operator, its set-up included")
+    print(f"{'pass':>15} {'products':>8} {'alone':>15} {'lanczos':>15} {'sharpness':>15}")
+    point_curvature(objective, objective.params, objective.buffers, settings)  # warm-up, not timed
+    rows = []
+    for _ in range(repeats):
+        values, *total = _timed(point_curvature, objective, objective.params, objective.buffers, settings)
+        n = int(values[3])
+        made, *alone = _timed(products_alone, n)
+        sharp = _timed(average_sharpness, at, settings.rho, samples=settings.samples, antithetic=True, seed=0)[1:]
+        row = {"products": n, "products_alone": made, "pass": total, "alone": alone}
+        rows.append(row | {"lanczos": list(_timed(lanczos_alone)[1:]), "sharpness": list(sharp)})
+        cells = [f"{rows[-1][k][0]:>6.2f} ({rows[-1][k][1]:>6.2f})" for k in ("pass", "alone", "lanczos", "sharpness")]
+        print(f"{cells[0]} {n:>8} {' '.join(cells[1:])}", flush=True)
+    for i, clock in enumerate(("wall", "cpu")):
+        best = {k: min(r[k][i] for r in rows) for k in ("pass", "alone", "lanczos", "sharpness")}  # least disturbed
+        print(
+            f"ratio ({clock}, best of {repeats}): pass / products alone {best['pass'] / best['alone']:.2f}, "
+            f"lanczos / products alone {best['lanczos'] / best['alone']:.2f}, sharpness / products alone "
+            f"{best['sharpness'] / best['alone']:.2f}"
+        )
+    return rows
+
+
 def main() -> None:
     """Train, align and measure each width; print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -97,8 +243,14 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="CI-sized: widths 1x and 2x of (4, 8), 1 epoch.")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"), help="The published comparison instead.")
     parser.add_argument("--data", default=None, help="The dataset of --compare, e.g. cifar10:PATH.")
+    parser.add_argument("--cost", action="store_true", help="What alignment and curvature cost instead.")
+    parser.add_argument("--repeats", type=int, default=3, help="--cost: repeats of the curvature measurement.")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.cost:
+        matching_cost()
+        curvature_cost(args.repeats)
+        return
     if args.compare:
         if not args.data:
             parser.error("--compare needs --data, the dataset the two networks were trained on (e.g. cifar10:PATH)")

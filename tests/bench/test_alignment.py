@@ -73,3 +73,20 @@ def test_compare_needs_the_data_it_was_trained_on(tmp_path) -> None:
         [sys.executable, str(SCRIPT), "--compare", "a.pt", "b.pt"], capture_output=True, text=True, cwd=tmp_path
     )
     assert proc.returncode == 2 and "--compare needs --data" in proc.stderr
+
+
+def test_cost_matches_a_permuted_copy_in_one_sweep_and_times_as_many_products_as_the_pass_makes(capsys) -> None:
+    from landscape.models import create_model
+
+    def build(seed):
+        torch.manual_seed(seed)
+        return create_model("resnet_mini", num_classes=10, widths=(4, 6), layers=(1, 1)).eval()
+
+    script = _script()
+    independent, permuted = script.matching_cost(build, "resnet_mini")
+    assert independent["converged"] and not independent["exact"]
+    assert permuted["exact"] and permuted["sweeps"] == 1 and permuted["converged"]
+    rows = script.curvature_cost(1, {"widths": (4, 6), "layers": (1, 1)}, samples=8, batch_size=4)
+    assert len(rows) == 1 and rows[0]["products"] == rows[0]["products_alone"] > 0
+    assert all(seconds > 0 for k in ("pass", "alone", "lanczos", "sharpness") for seconds in rows[0][k])
+    assert "pass / products alone" in capsys.readouterr().out

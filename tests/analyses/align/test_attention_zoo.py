@@ -15,7 +15,7 @@ from landscape.analyses.align.attention import attention_layout
 from landscape.analyses.align.permute import apply, identity, objective
 from landscape.analyses.align.run import align_models
 from landscape.analyses.align.spec import permutation_spec
-from landscape.analyses.align.weights import score_matrix
+from landscape.analyses.align.weights import score_matrix, weight_matching
 from landscape.models import create_model
 from landscape.models.layers import Attention, RelativePositionBias, WindowAttention
 
@@ -78,9 +78,7 @@ def test_a_random_head_aware_permutation_keeps_the_function_and_is_aligned_back_
     moved = {n for n in sa if not torch.equal(sa[n], sb[n])}
     assert moved == {n for n in sa if not unmoved(n)}  # every tensor tied to a unit moves, and nothing else
     assert relative_difference(a, b, x) <= 1e-5  # B computes A's function (a forward pass)
-    # seed 1: seed 0's order of the steps makes the coordinate descent stall at a wrong fixed point for most draws
-    # of these two ViTs (objective 0.22-0.24 of the optimum; plain vit_mini too): a limit of the descent, not the spec
-    r = align_models(a, b, [(x, None)], method="weights", seed=1)
+    r = align_models(a, b, [(x, None)], method="weights")
     for name, t in sa.items():
         assert torch.equal(r.model.state_dict()[name], t), name
     assert r.matching.converged and r.function_error <= 1e-5
@@ -93,6 +91,21 @@ def test_a_random_head_aware_permutation_keeps_the_function_and_is_aligned_back_
     naive = {n: (t + sb[n]) / 2 if t.is_floating_point() else t for n, t in sa.items()}
     assert abs(_loss(a, mid, x, y) - ends) < 1e-5  # the barrier of the aligned line
     assert abs(_loss(a, naive, x, y) - ends) > 1e-3  # the unaligned line's midpoint is another function
+
+
+@pytest.mark.parametrize("case", ["vit", *sorted(CASES)])
+def test_weight_matching_undoes_random_permutations_exactly_for_every_seed(case):
+    # from the identity, seeds 0, 2, 3 and 4 stalled at 0.21-0.24 of the optimum for most draws of these ViTs
+    a = _vit("vit_mini") if case == "vit" else CASES[case][0]()
+    sa = a.state_dict()
+    spec = permutation_spec(a, _images(16, 2))
+    for draw in range(3):
+        sb = apply(spec, sa, random_permutations(spec, seed=draw))
+        for seed in range(5):
+            m = weight_matching(spec, sa, sb, seed=seed)
+            aligned = apply(spec, sb, m.perms)
+            assert all(torch.equal(aligned[n], t) for n, t in sa.items()), (draw, seed)
+            assert m.converged and m.sweeps == 1  # the start is the answer (docs/analyses.md, weight matching)
 
 
 @pytest.mark.parametrize(

@@ -165,11 +165,18 @@ def test_repair_options():
     one_line_error(ConnectOptions, repair="yes", match="repair must be True or False")
 
 
+class _Concat(nn.Module):
+    """Two Linear layers whose units are concatenated: no permutation spec covers a concatenation along the units."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.head = nn.Linear(64, 3), nn.Linear(64, 3), nn.Linear(6, 10)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        return self.head(torch.cat([self.a(x), self.b(x)], dim=1))
+
+
 def test_repair_refuses_a_network_without_a_permutation_spec_in_one_line():
-    a = create_model(
-        "vit", num_classes=10, in_chans=1, img_size=8, patch_size=4, embed_dim=8, depth=1, num_heads=2, pos_embed="rpe"
-    )
-    b = create_model(
-        "vit", num_classes=10, in_chans=1, img_size=8, patch_size=4, embed_dim=8, depth=1, num_heads=2, pos_embed="rpe"
-    )
+    a, b = _Concat().eval(), _Concat().eval()
     one_line_error(landscape.connect, a, b, batches(), repair=True, steps=2, device="cpu", match="repair=True")
