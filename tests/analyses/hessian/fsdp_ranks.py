@@ -87,6 +87,7 @@ def main(out: str) -> None:
     if dist.get_rank() == 0:
         with open(out, "w") as f:
             json.dump(everyone, f)
+    dist.barrier()  # no rank tears its groups down while another still talks in them
     dist.destroy_process_group()
 
 
