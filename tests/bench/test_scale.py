@@ -24,10 +24,12 @@ def _load():
 def test_smoke_prints_one_row_per_mini(one_thread, capsys: pytest.CaptureFixture[str]) -> None:
     scale = _load()
     assert scale.main(["--smoke"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    table, slopes = capsys.readouterr().out.strip().split("\n\n")
+    lines = table.splitlines()
     assert lines[0].split()[:2] == ["model", "params"]
     rows = [line.split() for line in lines[1:]]
     assert [row[0] for row in rows] == [spec for spec, _ in scale.SMOKE]
+    assert "per parameter and image" in slopes and slopes.count("exponent") == 3
     for row in rows:
         params, costs = float(row[1].replace(",", "")), [float(value) for value in row[2:]]
         assert params > 1e5 and all(math.isfinite(c) and c > 0 for c in costs)
