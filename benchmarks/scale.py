@@ -206,13 +206,43 @@ def memory_table(models: list[tuple[str, int]], counts: list[int], images: int, 
             for count in counts:
                 job = [sys.executable, __file__, "--memory-child", analysis, spec, str(side), str(images), str(count)]
                 job += ["--device", device, "--threads", str(threads)]
-                done = subprocess.run(job, capture_output=True, text=True, check=True)
-                r = json.loads(done.stdout.strip().splitlines()[-1])
+                r = _child(job, f"{analysis} of {spec}")
                 print(
                     f"{spec:22s} {analysis:10s} {count:6d} {r['param_mb']:8.2f} {r['objective_copies']:9.2f} "
                     f"{r['extra_copies']:7.2f} {r['point_s']:8.3f}",
                     flush=True,
                 )
+
+
+def _positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
+def _device(text: str) -> str:
+    """An argparse type: a device torch knows and this machine has."""
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a torch device; use cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"{text!r} asked for, but no CUDA device is available here")
+    return text
+
+
+def _child(job: list[str], what: str) -> dict[str, float]:
+    """Run one measuring child process; its JSON line, or a one-line exit naming the child's last error line."""
+    done = subprocess.run(job, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no error output"])[-1]
+        raise SystemExit(f"scale.py: the measurement of {what} failed: {last}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,10 +263,12 @@ def main(argv: list[str] | None = None) -> int:
         "--memory-child", nargs=5, metavar=("ANALYSIS", "SPEC", "SIDE", "IMAGES", "POINTS"), help=argparse.SUPPRESS
     )
     mode.add_argument("--model-child", nargs=3, metavar=("SPEC", "SIDE", "IMAGES"), help=argparse.SUPPRESS)
-    parser.add_argument("--points", type=int, nargs="+", default=[4, 16], help="point counts of --memory (squares)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--images", type=int, default=None, help="images per model (default 2 smoke, else 4)")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--points", type=_positive, nargs="+", default=[4, 16], help="point counts of --memory (squares)"
+    )
+    parser.add_argument("--device", type=_device, default="cpu")
+    parser.add_argument("--images", type=_positive, default=None, help="images per model (default 2 smoke, else 4)")
+    parser.add_argument("--threads", type=_positive, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.memory_child:
@@ -258,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     for spec, side in models:
         job = [sys.executable, __file__, "--model-child", spec, str(side), str(images)]
         job += ["--device", args.device, "--threads", str(args.threads)]
-        r = json.loads(subprocess.run(job, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+        r = _child(job, spec)
         rows.append(r)
         print(
             f"{spec:24s} {int(r['params']):12,d} {r['point_s']:9.3g} {r['hvp_s']:9.3g} {r['draw_s']:9.3g} "

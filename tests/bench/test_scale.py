@@ -34,3 +34,30 @@ def test_smoke_prints_one_row_per_mini(one_thread, capsys: pytest.CaptureFixture
         params, costs = float(row[1].replace(",", "")), [float(value) for value in row[2:]]
         assert params > 1e5 and all(math.isfinite(c) and c > 0 for c in costs)
         assert costs[-1] < 50  # KB: the directions are kept as their recipe, not as 2 x 200k floats
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--smoke", "--images", "0"], "--images: must be a whole number >= 1, got '0'"),
+        (["--smoke", "--threads", "-1"], "--threads: must be a whole number >= 1"),
+        (["--memory", "--points", "x"], "--points: must be a whole number >= 1, got 'x'"),
+        (["--smoke", "--device", "nosuch"], "'nosuch' is not a torch device"),
+    ],
+)
+def test_bad_arguments_are_one_line_before_any_measurement(argv, named, capsys: pytest.CaptureFixture[str]) -> None:
+    scale = _load()
+    with pytest.raises(SystemExit) as exit_:
+        scale.main(argv)
+    out = capsys.readouterr()
+    assert exit_.value.code == 2 and out.out == ""
+    assert named in out.err and "Traceback" not in out.err
+
+
+def test_a_failing_child_is_one_line_naming_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    scale = _load()
+    monkeypatch.setattr(scale, "SMOKE", [("nosuch_model", 32)])
+    with pytest.raises(SystemExit) as exit_:
+        scale.main(["--smoke"])
+    message = str(exit_.value.code)
+    assert message.startswith("scale.py: the measurement of nosuch_model failed:") and "\n" not in message

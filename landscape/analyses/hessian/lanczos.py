@@ -63,13 +63,15 @@ def check_request(n: int, k: int, which: str, ncv: int | None) -> int:
         The basis size ``ncv``.
 
     Raises:
-        LandscapeError: an unknown ``which``, ``k`` outside ``[1, n]``, or an ``ncv`` outside ``(k, n]``.
+        LandscapeError: an unknown ``which``, ``k`` not a whole number in ``[1, n]``, or an ``ncv`` not a whole number
+            in ``(k, n]``.
     """
     if which not in WHICH:
         raise LandscapeError(f"unknown which={which!r}; choose one of {', '.join(WHICH)}")
-    if not 1 <= k <= n:
+    k = checks.positive_int(k, "k")
+    if k > n:
         raise LandscapeError(f"k must lie in [1, {n}] (the operator's size), got {k}")
-    m = min(n, max(2 * k + 1, 20)) if ncv is None else int(ncv)
+    m = min(n, max(2 * k + 1, 20)) if ncv is None else checks.positive_int(ncv, "ncv")
     if m > n or (m <= k and m < n):
         raise LandscapeError(f"ncv must satisfy k < ncv <= n (k={k}, n={n}), got {m}")
     return m
@@ -255,7 +257,7 @@ def lanczos_steps(
     require_memory(2 * m + 1, local, dtype, device, f"the Lanczos basis (ncv={m}) and its products", "lower --ncv")
     eps = torch.finfo(dtype).eps
     tol = checks.non_negative(tol, "tol") or eps ** (2 / 3)
-    maxiter = max(100, 10 * n // m) if maxiter is None else int(maxiter)
+    maxiter = max(100, 10 * n // m) if maxiter is None else checks.whole(maxiter, "maxiter")
     gen = local_generator(seed)
     if v0 is None:
         v = inner.random_unit(n, dtype, device, gen)

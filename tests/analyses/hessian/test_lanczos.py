@@ -270,3 +270,28 @@ def test_pairs_not_converged_within_maxiter_are_flagged_false():
     res = lanczos(DenseOperator(A), k=3, which="LA", tol=1e-9, ncv=6, maxiter=0, seed=0)
     flags, relative = check_flags(A, ev, res)
     assert not flags.any() and relative.min() > 1e-9
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"k": 2.5}, "k must be a whole number"),
+        ({"k": "3"}, "k must be a whole number"),
+        ({"k": True}, "k must be a whole number"),
+        ({"k": math.nan}, "k must be a whole number"),
+        ({"k": 31}, r"k must lie in \[1, 30\]"),
+        ({"k": 2, "ncv": 2.5}, "ncv must be a whole number"),
+        ({"k": 2, "maxiter": -1}, "maxiter must be a whole number >= 0"),
+        ({"k": 2, "maxiter": 1.5}, "maxiter must be a whole number >= 0"),
+    ],
+)
+def test_a_request_that_is_not_whole_numbers_is_a_one_line_error(kwargs, match):
+    A, _ = synthetic(n=30)
+    one_line_error(lanczos, DenseOperator(A), seed=0, match=match, **kwargs)
+
+
+def test_no_restart_allowed_reports_its_pairs_unconverged():
+    A, _ = synthetic(n=300)
+    res = lanczos(DenseOperator(A), k=3, ncv=8, maxiter=0, seed=0)
+    assert res.n_restarts == 0 and not bool(res.converged.any())
+    assert bool((res.residuals > res.tol * res.eigenvalues.abs()).any())
