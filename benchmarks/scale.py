@@ -41,7 +41,10 @@ from landscape.analyses.sharpness.measures import average_sharpness
 from landscape.analyses.surface.directions import random_directions
 from landscape.analyses.surface.run import compute_surface
 from landscape.core.objective import Objective
+from landscape.errors import LandscapeError
 from landscape.models import create_model
+from landscape.options import checks
+from landscape.runtime.distributed import resolve_device
 
 #: (model spec, input side) by mode; each mode adds to the one before
 SMOKE = [("resnet_mini", 32), ("vit_mini", 32), ("alternet_mini", 32)]
@@ -215,25 +218,19 @@ def memory_table(models: list[tuple[str, int]], counts: list[int], images: int, 
 
 
 def _positive(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
+    """An argparse type: a whole number from 1 to 2**62 (:func:`landscape.options.checks.positive_int`)."""
     try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
+        return checks.positive_int(int(text), "the value")
+    except (ValueError, LandscapeError):
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 2**62, got {text!r}") from None
 
 
 def _device(text: str) -> str:
-    """An argparse type: a device torch knows and this machine has."""
+    """An argparse type: the device :func:`landscape.runtime.distributed.resolve_device` names, as a string."""
     try:
-        device = torch.device(text)
-    except RuntimeError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a torch device; use cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise argparse.ArgumentTypeError(f"{text!r} asked for, but no CUDA device is available here")
-    return text
+        return str(resolve_device(text))
+    except LandscapeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _child(job: list[str], what: str) -> dict[str, float]:

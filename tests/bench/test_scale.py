@@ -39,10 +39,11 @@ def test_smoke_prints_one_row_per_mini(one_thread, capsys: pytest.CaptureFixture
 @pytest.mark.parametrize(
     ("argv", "named"),
     [
-        (["--smoke", "--images", "0"], "--images: must be a whole number >= 1, got '0'"),
-        (["--smoke", "--threads", "-1"], "--threads: must be a whole number >= 1"),
-        (["--memory", "--points", "x"], "--points: must be a whole number >= 1, got 'x'"),
-        (["--smoke", "--device", "nosuch"], "'nosuch' is not a torch device"),
+        (["--smoke", "--images", "0"], "--images: must be a whole number from 1 to 2**62, got '0'"),
+        (["--smoke", "--threads", "-1"], "--threads: must be a whole number from 1 to 2**62"),
+        (["--memory", "--points", "x"], "--points: must be a whole number from 1 to 2**62, got 'x'"),
+        (["--smoke", "--images", str(2**64)], "must be a whole number from 1 to 2**62"),
+        (["--smoke", "--device", "nosuch"], "unknown device 'nosuch'"),
     ],
 )
 def test_bad_arguments_are_one_line_before_any_measurement(argv, named, capsys: pytest.CaptureFixture[str]) -> None:
