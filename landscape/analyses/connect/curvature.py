@@ -13,7 +13,9 @@ evaluated with, on each split's objective ``L = sum_b (N_b / N) L_b + R``:
   recorded beside it; an unconverged value is the largest Ritz value found, a lower bound of ``lambda_max``.
 - ``S_avg``: the adaptive average-case sharpness ``E_S E_{delta ~ N(0, rho^2 diag(w^2))} [L_S(w + delta) - L_S(w)]``
   (Andriushchenko et al. 2023) of the data loss, averaged over the objective's batches
-  (:func:`~landscape.analyses.sharpness.measures.average_sharpness`, antithetic draws).
+  (:func:`~landscape.analyses.sharpness.measures.average_sharpness`, antithetic draws), its forward passes by the
+  split's :class:`~landscape.core.forward.EvalForward`, tuned once per run (BatchNorm folded but under REPAIR's
+  hooks, the inputs' layout chosen: the same values to rounding, each forward cheaper).
 
 Both use private generators seeded by the run's seed, so a resumed run computes the same numbers.
 """
@@ -29,6 +31,7 @@ from torch import Tensor
 from landscape.analyses.hessian.lanczos import lanczos
 from landscape.analyses.hessian.operator import HessianOperator
 from landscape.analyses.sharpness.measures import average_sharpness
+from landscape.core.forward import EvalForward
 from landscape.core.objective import Objective
 from landscape.options.connect import CURVATURE_HVP, CURVATURE_MAXITER, CURVATURE_TOL
 
@@ -72,7 +75,11 @@ def objective_at(objective: Objective, params: Mapping[str, Tensor], buffers: Ma
 
 
 def point_curvature(
-    objective: Objective, params: Mapping[str, Tensor], buffers: Mapping[str, Tensor], settings: CurvatureSettings
+    objective: Objective,
+    params: Mapping[str, Tensor],
+    buffers: Mapping[str, Tensor],
+    settings: CurvatureSettings,
+    forward: EvalForward | None = None,
 ) -> tuple[float, float, float, float]:
     """``lambda_max`` of the Hessian, whether it converged, ``S_avg`` and the Hessian products made, at a point.
 
@@ -81,6 +88,8 @@ def point_curvature(
         params: the point's variable parameters.
         buffers: its buffers (BatchNorm statistics as it is evaluated with).
         settings: the radius, draws, seed and Lanczos' tolerance.
+        forward: ``S_avg``'s forward passes by this tuned forward of ``objective``
+            (:class:`~landscape.core.forward.EvalForward`, for the point's buffers); default the plain forward.
 
     Returns:
         ``(lambda_max, 1.0 if converged else 0.0, S_avg, products)`` as floats (:data:`CURVATURE_QUANTITIES`).
@@ -93,7 +102,9 @@ def point_curvature(
     top = lanczos(
         op, k=1, which="LA", tol=settings.tol, maxiter=settings.maxiter, seed=settings.seed, return_eigenvectors=False
     )
-    sharp = average_sharpness(at, settings.rho, samples=settings.samples, antithetic=True, seed=settings.seed)
+    sharp = average_sharpness(
+        at, settings.rho, samples=settings.samples, antithetic=True, seed=settings.seed, forward=forward
+    )
     return (
         float(top.eigenvalues[-1]),
         1.0 if bool(top.converged[-1]) else 0.0,

@@ -170,6 +170,7 @@ def load_connect_inputs(
         attrs["split"], attrs["splits"] = o.splits[0], list(o.splits)
     curvature = CurvatureSettings(o.curvature_rho, o.curvature_samples, int(o.seed)) if o.curvature else None
     evaluator = SplitEvaluator(objectives, train if train is not None else first, o.bn, curvature)
+    evaluator.tune_curvature()
     lines = 2 if o.align != "none" else 1
     points = o.steps * (lines + (1 if o.curve == "bezier" else 0)) + (o.plane_steps**2 if o.curve == "bezier" else 0)
     passes = len(o.splits) + (1 if o.bn == "recompute" and first.has_batchnorm() else 0)  # + the re-estimation

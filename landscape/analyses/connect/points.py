@@ -22,6 +22,7 @@ from landscape.analyses.connect.curvature import CURVATURE_QUANTITIES, Curvature
 from landscape.analyses.connect.evaluate import point_buffers
 from landscape.analyses.connect.path import Endpoint
 from landscape.analyses.connect.repair import Correction, corrected
+from landscape.core.forward import EvalForward
 from landscape.core.objective import Objective
 from landscape.runtime import distributed as D
 from landscape.runtime.progress import Progress
@@ -42,12 +43,24 @@ class SplitEvaluator:
         bn_source: the objective whose batches re-estimate BatchNorm statistics (the training samples).
         bn: ``recompute`` or ``eval``.
         curvature: how a point's curvature is measured when it is asked for; None: never.
+        forwards: one tuned :class:`~landscape.core.forward.EvalForward` per objective for the curvature's
+            sharpness draws (:meth:`tune_curvature`); None: the plain forward.
     """
 
     objectives: Sequence[Objective]
     bn_source: Objective
     bn: str
     curvature: CurvatureSettings | None = None
+    forwards: Sequence[EvalForward] | None = None
+
+    def tune_curvature(self) -> None:
+        """Tune each split's forward for the curvature's sharpness draws (every rank together; once per run)."""
+        if self.curvature is None:
+            return
+        forwards = [EvalForward(objective) for objective in self.objectives]
+        for forward in forwards:
+            forward.tune()
+        self.forwards = forwards
 
     def __call__(
         self, point: Endpoint, corrections: Sequence[Correction] = (), curvature: bool = False
@@ -67,11 +80,14 @@ class SplitEvaluator:
         with corrected([*self.objectives, self.bn_source], corrections):
             buffers = point_buffers(self.bn_source, point, self.bn)
             out = []
-            for objective in self.objectives:
+            for k, objective in enumerate(self.objectives):
                 ev = objective.evaluate(point.params, buffers)
                 values: Values = (ev.loss, ev.data_loss, ev.accuracy)
                 if curvature and self.curvature is not None:
-                    values += point_curvature(objective, point.params, buffers, self.curvature)
+                    forward = None if self.forwards is None else self.forwards[k]
+                    if forward is not None and corrections:
+                        forward = forward.unfolded()  # the fold's copy of the model does not carry REPAIR's hooks
+                    values += point_curvature(objective, point.params, buffers, self.curvature, forward)
                 out.append(values)
         return out
 

@@ -37,6 +37,7 @@ from torch import Tensor
 
 from landscape.analyses.sharpness.ascent import ascend
 from landscape.core.combine import PointBuffer, combine
+from landscape.core.forward import EvalForward
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
@@ -240,12 +241,21 @@ def _perturbed(
 
 
 def _batch_losses(
-    objective: Objective, used: list[int], include_regularizer: bool
+    objective: Objective, used: list[int], include_regularizer: bool, forward: EvalForward | None = None
 ) -> list[Callable[[ParamDict], Tensor]]:
-    """For each used batch, ``sub -> L_S(theta with sub)`` (+ R(theta) with ``include_regularizer``)."""
+    """For each used batch, ``sub -> L_S(theta with sub)`` (+ R(theta) with ``include_regularizer``).
+
+    With ``forward`` (no gradients taken) the data loss is ``forward``'s, for ``objective``'s buffers.
+    """
     point, reg = objective.params, objective.regularizer
+    if forward is not None:
+        if forward.obj.module is not objective.module or forward.obj.batches is not objective.batches:
+            raise LandscapeError("forward= must be an EvalForward of this objective's model and batches")
+        forward = forward.at(objective)
 
     def make(index: int) -> Callable[[ParamDict], Tensor]:
+        if forward is not None:
+            return _loss_with(forward, index, point, reg if include_regularizer and reg.active else None)
         loss = objective.batch_loss_at(index)  # the batch is read at each call: none is held on the device
 
         def fn(sub: ParamDict) -> Tensor:
@@ -255,6 +265,18 @@ def _batch_losses(
         return fn
 
     return [make(i) for i in used]
+
+
+def _loss_with(
+    forward: EvalForward, index: int, point: ParamDict, reg: Callable[[ParamDict], Tensor] | None
+) -> Callable[[ParamDict], Tensor]:
+    """``sub -> L_S(theta with sub)`` (+ ``reg``) of batch ``index`` by ``forward``."""
+
+    def fn(sub: ParamDict) -> Tensor:
+        full = {**point, **sub}
+        return forward.batch_loss(index, full) + reg(full) if reg is not None else forward.batch_loss(index, full)
+
+    return fn
 
 
 def _draw(like: ParamDict, gen: torch.Generator, kind: str, out: ParamDict | None = None) -> ParamDict:
@@ -315,6 +337,7 @@ def average_sharpness(
     seed: int = 0,
     confidence: float = 0.95,
     resamples: int = 1000,
+    forward: EvalForward | None = None,
 ) -> SharpnessEstimate:
     """Average-case sharpness ``E_S E_{delta ~ N(0, rho^2 diag(c^2))} [L_S(w + delta) - L_S(w)]``.
 
@@ -340,6 +363,9 @@ def average_sharpness(
         seed: seed of the noise's private generator (and of the bootstrap's).
         confidence: the bootstrap interval's level.
         resamples: bootstrap resamples.
+        forward: evaluate every loss with this :class:`~landscape.core.forward.EvalForward` of the objective's
+            model and batches, tuned once (BatchNorm folded, the inputs' layout chosen: the same values to
+            rounding, each forward cheaper), for the objective's buffers; default the objective's plain forward.
 
     Returns:
         A :class:`SharpnessEstimate` (``measure="average"``, per-batch values with their standard errors).
@@ -361,7 +387,7 @@ def average_sharpness(
     buffer = PointBuffer(w)  # every draw's point is written here: one copy of w, however many draws
     eps = {n: torch.empty_like(t) for n, t in w.items()}  # and every draw's noise here
     with torch.no_grad():
-        for b, loss in enumerate(_batch_losses(objective, used, include_regularizer)):
+        for b, loss in enumerate(_batch_losses(objective, used, include_regularizer, forward)):
             base[b] = _finite_base(float(loss(w)), used[b])
             draws = torch.zeros(count, len(radii), dtype=torch.float64)
             for j in range(count):

@@ -33,6 +33,7 @@ from landscape.analyses.sharpness.measures import (
 )
 from landscape.analyses.sharpness.summary import interval_note
 from landscape.core.calls import analysis_function
+from landscape.core.forward import EvalForward
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
 from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
@@ -46,13 +47,17 @@ if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
 
-def measure_batch(objective: Objective, options: SharpnessOptions, index: int) -> SharpnessEstimate:
+def measure_batch(
+    objective: Objective, options: SharpnessOptions, index: int, forward: EvalForward | None = None
+) -> SharpnessEstimate:
     """The measure of ``options`` on batch ``index`` of ``objective`` alone, seeded by ``options.seed + index``.
 
     Args:
         objective: the loss over the fixed batches (its params are ``w``; never changed).
         options: the measure, its radii and settings.
         index: the batch.
+        forward: the average case's losses by this tuned forward of ``objective``
+            (:func:`~landscape.analyses.sharpness.measures.average_sharpness`); default the plain forward.
 
     Returns:
         The :class:`~landscape.analyses.sharpness.measures.SharpnessEstimate` of the one batch (``values`` of
@@ -71,7 +76,9 @@ def measure_batch(objective: Objective, options: SharpnessOptions, index: int) -
         "resamples": o.resamples,
     }
     if o.measure == "average":
-        return average_sharpness(objective, o.rho, samples=o.draws, antithetic=o.antithetic, **common)
+        return average_sharpness(
+            objective, o.rho, samples=o.draws, antithetic=o.antithetic, forward=forward, **common
+        )
     return worst_sharpness(
         objective, o.rho, p=o.p, steps=o.steps, restarts=o.restarts, step_size=o.step_size, init=o.init, **common
     )
@@ -210,8 +217,9 @@ def run_sharpness(
     with session as (f, state):
         assert state is not None
         todo = [b for b in range(len(sizes)) if b not in set(state["done"])]
+        forward = _tuned_forward(objective, f) if todo and o.measure == "average" else None
         # the batches left, at the time of the first batch's own measure (kept: it is that batch's row)
-        first = fastest(lambda: measure_batch(objective, o, todo[0]), objective.device, 1) if todo else None
+        first = fastest(lambda: measure_batch(objective, o, todo[0], forward), objective.device, 1) if todo else None
         prepared.announce(plan, max(len(todo) - 1, 0), "batch", None if first is None else first[0], progress)
         with session.progress(
             "sharpness", len(sizes), unit="batch", done=len(sizes) - len(todo), progress=progress
@@ -219,7 +227,9 @@ def run_sharpness(
             step = D.world_size()
             for start in range(0, len(todo), step):
                 mine = D.shard(todo[start : start + step])
-                rows = [(b, first[1] if first and b == todo[0] else measure_batch(objective, o, b)) for b in mine]
+                rows = [
+                    (b, first[1] if first and b == todo[0] else measure_batch(objective, o, b, forward)) for b in mine
+                ]
                 shared = [
                     (
                         b,
@@ -248,6 +258,21 @@ def run_sharpness(
         if f is not None and not state["interval"]:
             _write_interval(f, o)
     return session.result
+
+
+def _tuned_forward(objective: Objective, f: store.ResultFile | None) -> EvalForward:
+    """The average case's forward, tuned once (:meth:`~landscape.core.forward.EvalForward.tune`); recorded in ``f``.
+
+    The file's ``bn_folded``, ``bn_fold_notes`` and ``channels_last`` say what was chosen.
+    """
+    forward = EvalForward(objective)
+    forward.tune()
+    if f is not None:
+        folded = 0 if forward.fold is None else forward.fold.n_folded
+        notes = "; ".join(forward.fold_notes)[:2000]
+        f.set_attrs({"bn_folded": folded, "bn_fold_notes": notes, "channels_last": forward.channels_last})
+        f.flush()
+    return forward
 
 
 @analysis_function(SharpnessOptions)

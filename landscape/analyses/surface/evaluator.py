@@ -8,15 +8,14 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.func import functional_call, vmap
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.func import vmap
 
 from landscape.core.combine import PointBuffer, Term, combine
-from landscape.core.criteria import batch_loss, criterion_name, hit_count, select_logits
+from landscape.core.criteria import criterion_name
+from landscape.core.forward import EvalForward
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict, weighted_sum
 from landscape.errors import LandscapeError
-from landscape.models.bn_fold import FoldedModel, fold_batchnorm
 from landscape.options.surface import (  # noqa: F401 (re-exported)
     BN_MODES,
     COMPILE_MODES,
@@ -72,16 +71,16 @@ def point_params(
 
 
 # ---------------------------------------------------------------------------------------- evaluation
-class PointEvaluator:
+class PointEvaluator(EvalForward):
     """Evaluates grid points of one objective and pair of directions, one at a time or vectorised.
 
     ``loop(points)`` evaluates each point in turn, each written into one buffer reused for every point
     (:meth:`point`; BatchNorm buffers re-estimated per point when ``bn == "recompute"``);
     ``vectorised(points)`` stacks the points' params and evaluates them in one ``torch.func.vmap`` call per
-    batch. Both return ``(loss, data_loss, accuracy)`` per point. After
-    :meth:`enable_fold` every forward runs on a copy of the model with its eval-mode BatchNorms folded into the
-    convolutions before them (for each point's own parameters, :mod:`landscape.models.bn_fold`); after
-    :meth:`enable_compile` the loop runs a ``torch.compile``-d per-batch loss.
+    batch. Both return ``(loss, data_loss, accuracy)`` per point. The forward is
+    :class:`~landscape.core.forward.EvalForward`'s (BatchNorm folded, inputs' layout chosen, by its
+    :meth:`~landscape.core.forward.EvalForward.tune`); after :meth:`enable_compile` the loop runs a
+    ``torch.compile``-d per-batch loss.
 
     Args:
         objective: the loss; its params are the centre ``theta``.
@@ -96,21 +95,14 @@ class PointEvaluator:
         bn: the BatchNorm mode.
         theta: the centre params (``objective.params``).
         compiled: the compiled per-batch loss after a successful :meth:`enable_compile`, else None.
-        fold: the folded model after a successful :meth:`enable_fold`, else None.
-        fold_notes: why BatchNorm layers were left unfolded (after :meth:`enable_fold`).
-        batches: the objective's batches as evaluated, read onto the device one at a time (placed channels-last
-            after :meth:`use_channels_last`).
-        channels_last: whether the inputs are channels-last.
+        fold, fold_notes, batches, channels_last: as :class:`~landscape.core.forward.EvalForward`'s.
     """
 
     def __init__(self, objective: Objective, dx: ParamDict, dy: ParamDict | None, bn: str = "eval") -> None:
-        self.obj, self.dx, self.dy, self.bn = objective, dx, dy, bn
+        super().__init__(objective, bn)
+        self.dx, self.dy = dx, dy
         self.theta = objective.params
         self.compiled: Callable[[ParamDict, Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
-        self.fold: FoldedModel | None = None
-        self.fold_notes: list[str] = []
-        self.batches = objective.batches
-        self.channels_last = False
         self._eager_layout = (self.batches, False)
         self._buffer: PointBuffer | None = None
 
@@ -130,62 +122,9 @@ class PointEvaluator:
             self._buffer = PointBuffer(self.theta)
         return point_params(self.theta, self.dx, self.dy, a, b, self._buffer)
 
-    # -- the per-batch loss ------------------------------------------------------------------------
-    def _point_state(self, params: Mapping[str, Tensor]) -> ParamDict:
-        """The full state of the forward at ``params`` (fixed params and buffers added; folded when enabled)."""
-        state = {**self.obj.fixed, **params, **self.obj.buffers}
-        return state if self.fold is None else self.fold.state(state)
-
-    def _batch_eval_state(self, state: ParamDict, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Mean loss and number of correct predictions of one batch for a full state (the function compiled)."""
-        module = self.obj.module if self.fold is None else self.fold.module
-        with sdpa_kernel(SDPBackend.MATH):
-            out = select_logits(functional_call(module, state, (x,)), self.obj.output)
-        hits = hit_count(out, y).to(out.dtype)
-        return batch_loss(out, y, self.obj.criterion), torch.where(torch.isfinite(out).all(), hits, torch.nan)
-
     def _batch_eval(self, params: ParamDict, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """Mean loss and number of correct predictions of one batch at ``params`` (vmap-able)."""
         return self._batch_eval_state(self._point_state(params), x, y)
-
-    def enable_fold(self) -> int:
-        """Fold the model's eval-mode conv -> BatchNorm pairs (:func:`landscape.models.bn_fold.fold_batchnorm`).
-
-        The folded forward is checked at the centre against the unfolded one on the first batch (relative
-        1e-10 in float64, 1e-4 otherwise); it stays unfolded when that fails, when nothing can be folded, or
-        with ``bn == "recompute"``. The objective's model is not modified (the fold works on a copy).
-
-        Returns:
-            The number of BatchNorm layers folded (0 when unfolded; :attr:`fold_notes` says why).
-        """
-        self.fold, self.fold_notes = None, []
-        if self.bn == "recompute":
-            self.fold_notes = ["--bn recompute re-estimates the statistics at every point"]
-            return 0
-        try:
-            folded = fold_batchnorm(self.obj.module)
-        except Exception as exc:  # an unforeseen module structure: stay unfolded
-            self.fold_notes = [f"folding failed ({type(exc).__name__})"]
-            return 0
-        self.fold_notes = list(folded.notes)
-        if folded.n_folded == 0:
-            return 0
-        x, y = self.batches[0]
-        try:
-            with torch.inference_mode():
-                want = self._batch_eval_state(self._point_state(self.theta), x, y)[0]
-                self.fold = folded
-                got = self._batch_eval_state(self._point_state(self.theta), x, y)[0]
-        except Exception as exc:  # the forward uses the folded modules in a way the trace did not show
-            self.fold = None
-            self.fold_notes.append(f"the folded model failed to run ({type(exc).__name__}); unfolded")
-            return 0
-        tol = 1e-10 if want.dtype == torch.float64 else 1e-4
-        if not close(got, want, tol):
-            self.fold = None
-            self.fold_notes.append("the folded loss differs from the unfolded one at the centre; unfolded")
-            return 0
-        return folded.n_folded
 
     def enable_compile(self) -> bool:
         """``torch.compile`` the per-batch loss (params are inputs: no recompilation across points).
@@ -231,49 +170,6 @@ class PointEvaluator:
             return False
         self.compiled = fn
         return True
-
-    def choose_memory_format(self, repeats: int = 2) -> bool:
-        """Use channels-last inputs if a forward of the first batch at the centre is faster so (and agrees).
-
-        Only for 4D float32/float16/bfloat16 inputs of a model with 2D convolutions, with ``bn == "eval"``
-        (float64 stays as it is: its results are compared exactly). On CPU a channels-last convolution runs
-        several times faster in oneDNN than an NCHW one of the same shape. Taken when it is under 0.95x the
-        NCHW time and agrees to a relative 1e-4.
-
-        Args:
-            repeats: timed forwards of each layout (after a warm-up); the fastest counts.
-
-        Returns:
-            Whether the inputs are now channels-last (:attr:`channels_last`, :attr:`batches`).
-        """
-        x0, y0 = self.obj.batches[0]
-        convs = any(isinstance(m, torch.nn.Conv2d) for m in self.obj.module.modules())
-        if self.bn != "eval" or not convs or x0.ndim != 4:
-            return False
-        if x0.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            return False
-        cl = x0.contiguous(memory_format=torch.channels_last)
-        state = self._point_state(self.theta)
-
-        def run(x: Tensor) -> tuple[float, float]:
-            with torch.inference_mode():
-                return fastest(
-                    lambda: float(self._batch_eval_state(state, x, y0)[0]), self.obj.device, repeats, warm_up=True
-                )
-
-        try:
-            (t_plain, want), (t_cl, got) = run(x0), run(cl)
-        except Exception:  # a model that cannot take channels-last inputs
-            return False
-        if not (t_cl < 0.95 * t_plain and close(got, want, 1e-4)):
-            return False
-        self.use_channels_last()
-        return True
-
-    def use_channels_last(self) -> None:
-        """Evaluate on channels-last inputs: each batch is converted as it is read (none is held converted)."""
-        self.batches = self.obj.batches.placed(memory_format=torch.channels_last)
-        self.channels_last = True
 
     def compile_key(self) -> str:
         """The key of this evaluator's compile record: model class, state and batch shapes, device, threads, torch.

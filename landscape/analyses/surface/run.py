@@ -173,9 +173,8 @@ def compute_surface(
             dx, dy = (None if d is None else {n: t.to(objective.device) for n, t in d.items()} for d in (dx, dy))
         if not state["complete"]:
             evaluator = PointEvaluator(objective, dx, dy, bn)
-            n_folded = evaluator.enable_fold() if fold_bn else 0
-            if bool(D.broadcast_object(evaluator.choose_memory_format() if D.is_main() else False)):
-                evaluator.use_channels_last()
+            evaluator.tune(fold_bn)
+            n_folded = 0 if evaluator.fold is None else evaluator.fold.n_folded
             bp = state["bp"]
             if bp is None and mode != "on":
                 bp = evaluator.choose_batch_points() if batch_points == "auto" else int(batch_points)

@@ -112,3 +112,34 @@ def test_curvature_options():
     assert attrs["curvature"] is True and attrs["curvature_rho"] == 0.05 and "curvature" not in ConnectOptions().attrs()
     one_line_error(ConnectOptions, curvature_rho=0.1, match="--curvature-rho has no effect without --curvature")
     one_line_error(ConnectOptions, curvature=True, curvature_samples=0, match="--curvature-samples")
+
+
+def conv_bn(seed):
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(1, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(), nn.Flatten(), nn.Linear(96, 3)
+    ).eval()
+
+
+@pytest.mark.parametrize("repair", [False, True], ids=["plain", "repair"])
+def test_sharpness_draws_by_the_tuned_forward_equal_the_plain_forwards(repair, monkeypatch):
+    """S_avg's draws run BatchNorm folded into the convolution (not under REPAIR's hooks): the plain values."""
+    from landscape.analyses.connect.points import SplitEvaluator
+
+    a, b, data = conv_bn(0).double(), conv_bn(1).double(), [(x.double(), y) for x, y in batches()]
+    kwargs = dict(steps=3, curvature=True, repair=repair, device="cpu", progress=False)
+    tuned = landscape.connect(a, b, data, **kwargs)
+    folded = []
+    real_tune = SplitEvaluator.tune_curvature
+
+    def record(self):
+        real_tune(self)
+        folded.extend(f.fold.n_folded for f in self.forwards)
+
+    monkeypatch.setattr(SplitEvaluator, "tune_curvature", record)
+    landscape.connect(a, b, data, **kwargs)
+    assert folded == [1]
+    monkeypatch.setattr(SplitEvaluator, "tune_curvature", lambda self: None)
+    plain = landscape.connect(a, b, data, **kwargs)
+    np.testing.assert_allclose(tuned["line/average_sharpness"], plain["line/average_sharpness"], rtol=1e-9)
+    np.testing.assert_array_equal(tuned["line/top_eigenvalue"], plain["line/top_eigenvalue"])

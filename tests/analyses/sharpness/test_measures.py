@@ -302,3 +302,17 @@ def test_noise_drawn_into_reused_tensors_equals_new_draws():
             want[n] = x.to(t.dtype)
         first = _draw(like, torch.Generator().manual_seed(4), kind)  # "b" (float64) must not alias the scratch
         assert all(torch.equal(first[n], want[n]) for n in like)
+
+
+def test_a_forward_of_another_objective_is_refused_in_one_line():
+    from landscape.core.forward import EvalForward
+
+    def objective():
+        torch.manual_seed(0)
+        x, y = torch.randn(6, 4), torch.randint(0, 2, (6,))
+        return Objective(nn.Linear(4, 2), [(x, y)])
+
+    mine, other = objective(), objective()
+    one_line_error(
+        average_sharpness, mine, 0.1, forward=EvalForward(other), match="EvalForward of this objective's model"
+    )

@@ -1,0 +1,204 @@
+"""An objective's eval-mode forward made fast once for many points: BatchNorm folded, inputs' layout chosen.
+
+Analyses that evaluate the loss at many parameter points without differentiating it (a surface's grid points,
+average-case sharpness' noise draws) run each forward through an :class:`EvalForward`. Two choices are made
+once, at the objective's own point, and kept for every later point:
+
+- :meth:`EvalForward.enable_fold`: eval-mode BatchNorms folded into the convolutions before them
+  (:mod:`landscape.models.bn_fold`), computed from each point's own parameters and buffers; kept only when the
+  folded loss equals the unfolded one at the objective's point (relative 1e-10 in float64, 1e-4 otherwise);
+- :meth:`EvalForward.choose_memory_format`: channels-last inputs when a forward is faster so (and agrees).
+
+Both give the unfolded, NCHW loss to rounding. Neither applies when BatchNorm statistics are re-estimated at
+every point (``bn="recompute"``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+from torch.func import functional_call
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from landscape.core.criteria import batch_loss, hit_count, select_logits
+from landscape.core.objective import Objective
+from landscape.core.params import ParamDict
+from landscape.models.bn_fold import FoldedModel, fold_batchnorm
+from landscape.runtime import distributed as D
+from landscape.runtime.devices import close, fastest
+
+
+class EvalForward:
+    """The loss and hits of one batch at any full parameter point, by the objective's model in eval mode.
+
+    Args:
+        objective: the loss; its params are the point the choices are checked at.
+        bn: ``eval`` (the objective's running statistics, or those given per call) or ``recompute`` (statistics
+            re-estimated per point elsewhere: nothing is folded, the layout stays).
+
+    Attributes:
+        obj: the objective.
+        bn: the BatchNorm mode.
+        fold: the folded model after a successful :meth:`enable_fold`, else None.
+        fold_notes: why BatchNorm layers were left unfolded (after :meth:`enable_fold`).
+        batches: the objective's batches as evaluated, read onto the device one at a time (placed channels-last
+            after :meth:`use_channels_last`).
+        channels_last: whether the inputs are channels-last.
+    """
+
+    def __init__(self, objective: Objective, bn: str = "eval") -> None:
+        self.obj, self.bn = objective, bn
+        self.fold: FoldedModel | None = None
+        self.fold_notes: list[str] = []
+        self.batches = objective.batches
+        self.channels_last = False
+
+    def at(self, objective: Objective) -> EvalForward:
+        """This forward, its choices kept, for another objective of the same model and batches (another point).
+
+        Args:
+            objective: an objective sharing this one's model, batches and criterion (e.g. a shallow copy holding
+                another point's params and BatchNorm buffers).
+
+        Returns:
+            A shallow copy reading ``objective``'s fixed params and buffers.
+        """
+        other = copy.copy(self)
+        other.obj = objective
+        return other
+
+    def unfolded(self) -> EvalForward:
+        """This forward without its fold (its layout kept): for a model that hooks are added to after the fold.
+
+        The folded model is a copy made when :meth:`enable_fold` ran: hooks registered on the model's layers later
+        (REPAIR's corrections) are not on it.
+
+        Returns:
+            A shallow copy whose :attr:`fold` is None.
+        """
+        other = copy.copy(self)
+        other.fold = None
+        return other
+
+    def _point_state(self, params: Mapping[str, Tensor]) -> ParamDict:
+        """The full state of the forward at ``params`` (fixed params and buffers added; folded when enabled)."""
+        state = {**self.obj.fixed, **params, **self.obj.buffers}
+        return state if self.fold is None else self.fold.state(state)
+
+    def _batch_eval_state(self, state: ParamDict, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """Mean loss and number of correct predictions of one batch for a full state (the function compiled)."""
+        module = self.obj.module if self.fold is None else self.fold.module
+        with sdpa_kernel(SDPBackend.MATH):
+            out = select_logits(functional_call(module, state, (x,)), self.obj.output)
+        hits = hit_count(out, y).to(out.dtype)
+        return batch_loss(out, y, self.obj.criterion), torch.where(torch.isfinite(out).all(), hits, torch.nan)
+
+    def batch_loss(self, index: int, params: Mapping[str, Tensor]) -> Tensor:
+        """``L_b(params)``: the mean data loss of batch ``index`` at ``params`` (no regulariser).
+
+        Args:
+            index: the position of the batch in the objective's batches.
+            params: the variable parameters (the objective's names; fixed params and buffers are the objective's).
+
+        Returns:
+            The batch's mean loss, a 0-dim tensor.
+        """
+        return self._batch_eval_state(self._point_state(params), *self.batches[index])[0]
+
+    def tune(self, fold_bn: bool = True) -> None:
+        """Make both choices: :meth:`enable_fold` (when ``fold_bn``), then :meth:`choose_memory_format`.
+
+        Under torchrun rank 0 times the layouts and every rank takes its choice, so that all ranks evaluate alike.
+
+        Args:
+            fold_bn: fold eval-mode BatchNorm where it can be.
+        """
+        if fold_bn:
+            self.enable_fold()
+        if bool(D.broadcast_object(self.choose_memory_format() if D.is_main() else False)):
+            self.use_channels_last()
+
+    def enable_fold(self) -> int:
+        """Fold the model's eval-mode conv -> BatchNorm pairs (:func:`landscape.models.bn_fold.fold_batchnorm`).
+
+        The folded forward is checked against the unfolded one at the objective's point on the first batch (relative
+        1e-10 in float64, 1e-4 otherwise); it stays unfolded when that fails, when nothing can be folded, or
+        with ``bn == "recompute"``. The objective's model is not modified (the fold works on a copy).
+
+        Returns:
+            The number of BatchNorm layers folded (0 when unfolded; :attr:`fold_notes` says why).
+        """
+        self.fold, self.fold_notes = None, []
+        if self.bn == "recompute":
+            self.fold_notes = ["--bn recompute re-estimates the statistics at every point"]
+            return 0
+        try:
+            folded = fold_batchnorm(self.obj.module)
+        except Exception as exc:  # an unforeseen module structure: stay unfolded
+            self.fold_notes = [f"folding failed ({type(exc).__name__})"]
+            return 0
+        self.fold_notes = list(folded.notes)
+        if folded.n_folded == 0:
+            return 0
+        x, y = self.batches[0]
+        try:
+            with torch.inference_mode():
+                want = self._batch_eval_state(self._point_state(self.obj.params), x, y)[0]
+                self.fold = folded
+                got = self._batch_eval_state(self._point_state(self.obj.params), x, y)[0]
+        except Exception as exc:  # the forward uses the folded modules in a way the trace did not show
+            self.fold = None
+            self.fold_notes.append(f"the folded model failed to run ({type(exc).__name__}); unfolded")
+            return 0
+        tol = 1e-10 if want.dtype == torch.float64 else 1e-4
+        if not close(got, want, tol):
+            self.fold = None
+            self.fold_notes.append("the folded loss differs from the unfolded one at the objective's point; unfolded")
+            return 0
+        return folded.n_folded
+
+    def choose_memory_format(self, repeats: int = 2) -> bool:
+        """Use channels-last inputs if a forward of the first batch at the objective's point is faster so (and agrees).
+
+        Only for 4D float32/float16/bfloat16 inputs of a model with 2D convolutions, with ``bn == "eval"``
+        (float64 stays as it is: its results are compared exactly). On CPU a channels-last convolution runs
+        several times faster in oneDNN than an NCHW one of the same shape. Taken when it is under 0.95x the
+        NCHW time and agrees to a relative 1e-4.
+
+        Args:
+            repeats: timed forwards of each layout (after a warm-up); the fastest counts.
+
+        Returns:
+            Whether the inputs are now channels-last (:attr:`channels_last`, :attr:`batches`).
+        """
+        x0, y0 = self.obj.batches[0]
+        convs = any(isinstance(m, torch.nn.Conv2d) for m in self.obj.module.modules())
+        if self.bn != "eval" or not convs or x0.ndim != 4:
+            return False
+        if x0.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            return False
+        cl = x0.contiguous(memory_format=torch.channels_last)
+        state = self._point_state(self.obj.params)
+
+        def run(x: Tensor) -> tuple[float, float]:
+            with torch.inference_mode():
+                return fastest(
+                    lambda: float(self._batch_eval_state(state, x, y0)[0]), self.obj.device, repeats, warm_up=True
+                )
+
+        try:
+            (t_plain, want), (t_cl, got) = run(x0), run(cl)
+        except Exception:  # a model that cannot take channels-last inputs
+            return False
+        if not (t_cl < 0.95 * t_plain and close(got, want, 1e-4)):
+            return False
+        self.use_channels_last()
+        return True
+
+    def use_channels_last(self) -> None:
+        """Evaluate on channels-last inputs: each batch is converted as it is read (none is held converted)."""
+        self.batches = self.obj.batches.placed(memory_format=torch.channels_last)
+        self.channels_last = True

@@ -1,0 +1,75 @@
+"""EvalForward: the folded, channels-last forward equals the plain eval-mode loss at any point and buffers."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from landscape.core.forward import EvalForward
+from landscape.core.objective import Objective
+from landscape.models import create_model
+
+
+def _conv_bn_objective(dtype=torch.float32):
+    torch.manual_seed(0)
+    model = create_model("resnet_mini", num_classes=10, widths=(4, 8, 8, 8)).eval()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(24, 3, 16, 16, generator=g), torch.randint(0, 10, (24,), generator=g)
+    return Objective(model, [(x[:16], y[:16]), (x[16:], y[16:])], dtype=dtype)
+
+
+def _plain_loss(objective, params, buffers, index):
+    """The reference: the model itself, in eval mode, with the point's params and buffers loaded."""
+    model = copy.deepcopy(objective.module).to(torch.float64)
+    state = {n: t.double() for n, t in {**objective.fixed, **params, **buffers}.items()}
+    model.load_state_dict(state, strict=False)
+    x, y = objective.batches[index]
+    with torch.no_grad():
+        return float(nn.functional.cross_entropy(model(x.double()), y))
+
+
+def _moved(objective, seed):
+    """Another point and other BatchNorm statistics (running variances kept positive)."""
+    g = torch.Generator().manual_seed(seed)
+    params = {n: t + 0.05 * torch.randn(t.shape, generator=g, dtype=t.dtype) for n, t in objective.params.items()}
+    buffers = {}
+    for n, t in objective.buffers.items():
+        if not t.is_floating_point():
+            buffers[n] = t
+        elif n.endswith("running_var"):
+            buffers[n] = t * (0.5 + torch.rand(t.shape, generator=g, dtype=t.dtype))
+        else:
+            buffers[n] = t + 0.1 * torch.randn(t.shape, generator=g, dtype=t.dtype)
+    return params, buffers
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_tuned_forward_equals_the_plain_loss_at_another_point_and_buffers(dtype):
+    objective = _conv_bn_objective(dtype)
+    forward = EvalForward(objective)
+    forward.enable_fold()
+    forward.use_channels_last()
+    assert forward.fold is not None and forward.fold.n_folded > 0
+    params, buffers = _moved(objective, 3)
+    at = copy.copy(objective)
+    at.params, at.buffers = params, buffers
+    tol = 1e-12 if dtype == torch.float64 else 2e-6
+    for index in range(2):
+        got = float(forward.at(at).batch_loss(index, params))
+        assert got == pytest.approx(_plain_loss(objective, params, buffers, index), rel=tol)
+        unfolded = forward.at(at).unfolded()
+        assert unfolded.fold is None and unfolded.channels_last
+        assert float(unfolded.batch_loss(index, params)) == pytest.approx(got, rel=tol)
+    assert forward.fold is not None  # unfolded() is a copy
+
+
+def test_tune_keeps_float64_in_its_own_layout_and_records_why_nothing_folds():
+    objective = _conv_bn_objective(torch.float64)
+    forward = EvalForward(objective)
+    forward.tune()
+    assert not forward.channels_last  # float64 results are compared exactly: layout never changed
+    recomputed = EvalForward(objective, bn="recompute")
+    recomputed.tune()
+    assert recomputed.fold is None and not recomputed.channels_last
+    assert "recompute" in recomputed.fold_notes[0]
