@@ -31,7 +31,8 @@ def test_smoke_prints_one_row_per_mini(one_thread, capsys: pytest.CaptureFixture
     assert [row[0] for row in rows] == [spec for spec, _ in scale.SMOKE]
     assert "per parameter and image" in slopes and slopes.count("exponent") == 3
     for row in rows:
-        params, costs = float(row[1].replace(",", "")), [float(value) for value in row[2:]]
+        assert row[2] == "2"  # images
+        params, costs = float(row[1].replace(",", "")), [float(value) for value in row[3:]]
         assert params > 1e5 and all(math.isfinite(c) and c > 0 for c in costs)
         assert costs[-1] < 50  # KB: the directions are kept as their recipe, not as 2 x 200k floats
 
