@@ -7,6 +7,7 @@ import weakref
 
 import pytest
 import torch
+from torch import nn
 
 from landscape.data.batches import sample_indices
 from landscape.data.loading import load_dataset
@@ -115,3 +116,16 @@ class TrackedBatches(DatasetBatches):
         """``n`` synthetic images of ``side`` x ``side`` in batches of ``batch_size``, seeded order."""
         ds = load_dataset(f"synthetic:{n}:{side}", "train")
         return cls(ds, sample_indices(len(ds), n, 0), batch_size)
+
+
+def conv_bn_model() -> nn.Module:
+    """A float64 Conv(1 -> 3, 3x3) -> BatchNorm -> ReLU -> Linear(48 -> 4) in eval mode, for (N, 1, 6, 6) inputs.
+
+    Seeded (0); its BatchNorm's running statistics are drawn away from 0 and 1, so that folding them matters.
+    """
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(), nn.Linear(48, 4)).double()
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.5, 2.0)
+    return model.eval()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from helpers import one_line_error, tiny_resnet_checkpoint, torchrun
+from helpers import conv_bn_model, one_line_error, tiny_resnet_checkpoint, torchrun
 from torch import nn
 
 import landscape
@@ -323,18 +323,14 @@ def test_perturb_surface_is_the_surfaces_rule(capsys, measure):
 def test_the_average_case_folds_batchnorm_records_it_and_keeps_the_plain_forwards_values(monkeypatch):
     """The draws run with BatchNorm folded into the convolution; the values are the plain forward's (closed forms
     above) to rounding."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(64, 3))
-    with torch.no_grad():
-        model[1].running_mean.uniform_(-0.5, 0.5)
-        model[1].running_var.uniform_(0.5, 2.0)
+    model = conv_bn_model()
     g = torch.Generator().manual_seed(1)
-    batches = [(torch.randn(8, 1, 4, 4, generator=g, dtype=F64), torch.randint(0, 3, (8,), generator=g)) for _ in "ab"]
+    batches = [(torch.randn(8, 1, 6, 6, generator=g, dtype=F64), torch.randint(0, 4, (8,), generator=g)) for _ in "ab"]
     opts = SharpnessOptions(measure="average", rho=[0.05], draws=6, resamples=50, dtype="float64", samples=None)
-    folded = run_sharpness(model.eval().double(), opts, out=None, batches=batches, progress=False)
+    folded = run_sharpness(model, opts, out=None, batches=batches, progress=False)
     assert folded.attrs["bn_folded"] == 1 and not folded.attrs["channels_last"]
     monkeypatch.setattr("landscape.analyses.sharpness.run._tuned_forward", lambda objective, f: None)
-    plain = run_sharpness(model.eval().double(), opts, out=None, batches=batches, progress=False)
+    plain = run_sharpness(model, opts, out=None, batches=batches, progress=False)
     assert "bn_folded" not in plain.attrs
     np.testing.assert_allclose(folded["values"], plain["values"], rtol=1e-10)
     np.testing.assert_allclose(folded["base_loss"], plain["base_loss"], rtol=1e-12)

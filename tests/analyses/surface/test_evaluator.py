@@ -3,7 +3,7 @@ read one at a time."""
 
 import pytest
 import torch
-from helpers import TrackedBatches
+from helpers import TrackedBatches, conv_bn_model
 from torch import nn
 
 from landscape.analyses.surface import evaluator as E
@@ -13,15 +13,11 @@ from landscape.core.objective import Objective
 
 
 def _objective() -> Objective:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(1, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(), nn.Linear(48, 4)).double()
-    with torch.no_grad():
-        model[1].running_mean.uniform_(-0.5, 0.5)
-        model[1].running_var.uniform_(0.5, 2.0)
+    model = conv_bn_model()
     g = torch.Generator().manual_seed(1)
     x = torch.randn(13, 1, 6, 6, generator=g, dtype=torch.float64)
     y = torch.randint(0, 4, (13,), generator=g)
-    return Objective(model.eval(), [(x[:8], y[:8]), (x[8:], y[8:])])
+    return Objective(model, [(x[:8], y[:8]), (x[8:], y[8:])])
 
 
 def test_loop_reuses_one_buffer_and_equals_the_formula():

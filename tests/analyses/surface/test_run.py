@@ -38,11 +38,7 @@ YS = np.linspace(-0.5, 1.0, 4)
 
 
 def build():
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(1, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(), nn.Linear(48, 4)).double()
-    with torch.no_grad():
-        model[1].running_mean.uniform_(-0.5, 0.5)
-        model[1].running_var.uniform_(0.5, 2.0)
+    model = conv_bn_model()
     g = torch.Generator().manual_seed(1)
     x = torch.randn(22, 1, 6, 6, generator=g, dtype=torch.float64)
     y = torch.randint(0, 4, (22,), generator=g)
