@@ -51,6 +51,7 @@ import torch
 
 from landscape.analyses.connect.run import run_connect
 from landscape.models.checkpoint import read_checkpoint
+from landscape.options import checks
 from landscape.options.connect import ConnectOptions
 from landscape.train import TrainConfig, train_model
 
@@ -241,20 +242,27 @@ def curvature_cost(
     return rows
 
 
-def main() -> None:
-    """Train, align and measure each width; print the table."""
+def main(argv: list[str] | None = None) -> None:
+    """Train, align and measure each width; print the table.
+
+    Args:
+        argv: the command line (default ``sys.argv[1:]``).
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--samples", type=int, default=None, help="Test images (default 500; --compare: all).")
-    parser.add_argument("--steps", type=int, default=11)
-    parser.add_argument("--multipliers", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--threads", type=int, default=1)
+    positive = checks.positive_argument
+    parser.add_argument("--epochs", type=positive, default=3)
+    parser.add_argument("--samples", type=positive, default=None, help="Test images (default 500; --compare: all).")
+    parser.add_argument("--steps", type=positive, default=11, help="Points of each line (at least 2).")
+    parser.add_argument("--multipliers", type=positive, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--threads", type=positive, default=1)
     parser.add_argument("--smoke", action="store_true", help="CI-sized: widths 1x and 2x of (4, 8), 1 epoch.")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"), help="The published comparison instead.")
     parser.add_argument("--data", default=None, help="The dataset of --compare, e.g. cifar10:PATH.")
     parser.add_argument("--cost", action="store_true", help="What alignment and curvature cost instead.")
-    parser.add_argument("--repeats", type=int, default=3, help="--cost: repeats of the curvature measurement.")
-    args = parser.parse_args()
+    parser.add_argument("--repeats", type=positive, default=3, help="--cost: repeats of the curvature measurement.")
+    args = parser.parse_args(argv)
+    if args.steps < 2:
+        parser.error(f"--steps: a line needs at least 2 points, got {args.steps}")
     torch.set_num_threads(args.threads)
     if args.cost:
         matching_cost()

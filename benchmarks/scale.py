@@ -224,14 +224,6 @@ def memory_table(models: list[tuple[str, int]], counts: list[int], images: int, 
                 )
 
 
-def _positive(text: str) -> int:
-    """An argparse type: a whole number from 1 to 2**62 (:func:`landscape.options.checks.positive_int`)."""
-    try:
-        return checks.positive_int(int(text), "the value")
-    except (ValueError, LandscapeError):
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 2**62, got {text!r}") from None
-
-
 def _device(text: str) -> str:
     """An argparse type: the device :func:`landscape.runtime.distributed.resolve_device` names, as a string."""
     try:
@@ -268,11 +260,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     mode.add_argument("--model-child", nargs=3, metavar=("SPEC", "SIDE", "IMAGES"), help=argparse.SUPPRESS)
     parser.add_argument(
-        "--points", type=_positive, nargs="+", default=[4, 16], help="point counts of --memory (squares)"
+        "--points", type=checks.positive_argument, nargs="+", default=[4, 16], help="point counts of --memory (squares)"
     )
     parser.add_argument("--device", type=_device, default="cpu")
-    parser.add_argument("--images", type=_positive, default=None, help="images per model (default 2 smoke, else 4)")
-    parser.add_argument("--threads", type=_positive, default=1)
+    parser.add_argument(
+        "--images", type=checks.positive_argument, default=None, help="images per model (default 2 smoke, else 4)"
+    )
+    parser.add_argument("--threads", type=checks.positive_argument, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.memory_child:

@@ -7,6 +7,7 @@ check, whatever the rule: NaN compares false with everything, so ``nan < 0`` alo
 
 from __future__ import annotations
 
+import argparse
 import math
 import numbers
 from typing import Any
@@ -150,6 +151,25 @@ def positive_int(value: Any, name: str) -> int:
         LandscapeError: ``value`` is not an integral number, is a ``bool``, or lies outside ``[1, MAX_INTEGER]``.
     """
     return whole(value, name, 1)
+
+
+def positive_argument(text: str) -> int:
+    """An ``argparse`` type (the benchmarks' scripts): a whole number from 1 to ``MAX_INTEGER`` (:func:`positive_int`).
+
+    Args:
+        text: the command-line value.
+
+    Returns:
+        The number.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is not such a number (argparse prints it in one line and exits with 2).
+    """
+    try:
+        return positive_int(int(text), "the value")
+    except (ValueError, LandscapeError):
+        top = f"2**{MAX_INTEGER.bit_length() - 1}"
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {top}, got {text!r}") from None
 
 
 #: the largest seed: a seed plus a batch or probe index (``seed + j``) stays a seed torch accepts (< 2**63)

@@ -75,6 +75,25 @@ def test_compare_needs_the_data_it_was_trained_on(tmp_path) -> None:
     assert proc.returncode == 2 and "--compare needs --data" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--cost", "--repeats", "0"], "--repeats: must be a whole number from 1 to 2**62, got '0'"),
+        (["--threads", "0"], "--threads: must be a whole number from 1 to 2**62, got '0'"),
+        (["--multipliers", "1", "x"], "--multipliers: must be a whole number from 1 to 2**62, got 'x'"),
+        (["--epochs", "-1"], "--epochs: must be a whole number"),
+        (["--samples", "2.5"], "--samples: must be a whole number"),
+        (["--steps", "1"], "--steps: a line needs at least 2 points, got 1"),
+    ],
+)
+def test_bad_arguments_are_one_line_before_any_work(argv, named, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        _script().main(argv)
+    out = capsys.readouterr()
+    assert exit_.value.code == 2 and out.out == ""
+    assert named in out.err and "Traceback" not in out.err
+
+
 def test_cost_matches_a_permuted_copy_in_one_sweep_and_times_as_many_products_as_the_pass_makes(capsys) -> None:
     from landscape.models import create_model
 

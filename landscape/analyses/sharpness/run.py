@@ -76,9 +76,7 @@ def measure_batch(
         "resamples": o.resamples,
     }
     if o.measure == "average":
-        return average_sharpness(
-            objective, o.rho, samples=o.draws, antithetic=o.antithetic, forward=forward, **common
-        )
+        return average_sharpness(objective, o.rho, samples=o.draws, antithetic=o.antithetic, forward=forward, **common)
     return worst_sharpness(
         objective, o.rho, p=o.p, steps=o.steps, restarts=o.restarts, step_size=o.step_size, init=o.init, **common
     )

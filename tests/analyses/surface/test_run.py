@@ -22,7 +22,8 @@ from landscape.errors import LandscapeError
 from landscape.runtime import compile_cache as compile_cache_module
 
 # A tiny float64 BatchNorm CNN with unequal batches, shared by the in-process tests and the subprocess jobs
-# (torchrun, kill-and-resume): `python job.py OUT [DELAY]` computes the same surface as `build()` here.
+# (torchrun, kill-and-resume): `python job.py OUT [DELAY]` computes the same surface as `build()` here. The job is
+# self-contained (its model is tests/helpers.py's conv_bn_model, written out: a job cannot import the helpers).
 JOB = """
 import sys, time
 import numpy as np
@@ -38,7 +39,11 @@ YS = np.linspace(-0.5, 1.0, 4)
 
 
 def build():
-    model = conv_bn_model()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(), nn.Linear(48, 4)).double()
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.5, 2.0)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(22, 1, 6, 6, generator=g, dtype=torch.float64)
     y = torch.randint(0, 4, (22,), generator=g)
