@@ -7,8 +7,7 @@ One run, one model, one batch (a CIFAR-style ResNet from the zoo's ResNet class,
     ``torch.func.linearize``, a kept gradient graph, ``jvp(grad)``; setups reported apart) and PyHessian's
     double backward;
 (b) wall time of the top-5 (largest-magnitude) eigenvalues at tolerance 1e-3 (ours with ``--hvp auto``, its
-    measurements and choice included; and ours with no conv -> BatchNorm pair folded, the products of the release
-    before) against PyHessian's ``eigenvalues(top_n=5)``, curvlinops'
+    measurements and choice included) against PyHessian's ``eigenvalues(top_n=5)``, curvlinops'
     ``HessianLinearOperator`` + scipy ``eigsh`` and hessian-eigenthings' ``lanczos``, with its defaults and with
     its number of Lanczos steps (``max_iter``, its one accuracy setting: its ``tol`` only sets the flags) raised
     through 15, 20, 25, 30, 40, 60, 80 until all k eigenvalues are within 1e-3; every method's relative error against a
@@ -249,15 +248,6 @@ def top5(args, model, obj, batches, c_grad, sync) -> None:
         print(f"    SLQ density (4 probes x 64 steps): {t_slq:.1f} s, {d.n_matvec} HVPs")
         print("    eigenvalues:", np.round(res.eigenvalues.cpu().numpy(), 6))
         return
-    # the same solve with the products of the release before: no conv -> BatchNorm pair folded
-    unfolded = copy.copy(obj)
-    unfolded._second_order_folds = {"fold": None}
-    op_u = HessianOperator(unfolded, mode="auto")
-    t_u, c_u, res_u, g_u = bracketed(lambda: (lanczos(op_u, k=args.k, which="LM", tol=args.tol, seed=0), sync())[0])
-    print(
-        f"    ours, BatchNorm not folded: {c_u:.1f} s CPU, {res_u.n_matvec} HVPs "
-        f"({c_u / res_u.n_matvec / g_u:.2f} gradients per product); folded {c_ours:.1f} s ({c_u / c_ours:.2f}x faster)"
-    )
     t_ref, ref = timed(lambda: lanczos(op, k=args.k, which="LM", tol=1e-7, ncv=40, seed=1))
     reference = ref.eigenvalues.numpy()
     print(f"    reference (ours, tol 1e-7, ncv 40): {np.round(reference, 6)} ({ref.n_matvec} HVPs, {t_ref:.0f} s)")
@@ -266,8 +256,6 @@ def top5(args, model, obj, batches, c_grad, sync) -> None:
     if args.skip_peers:
         return
     rows = [(f"ours (lanczos, hvp auto: {', '.join(choice['ways'])})", t_ours, c_ours, g_ours, res.n_matvec, err)]
-    err_u = rel_errors(res_u.eigenvalues.numpy(), reference)
-    rows.append(("ours, BatchNorm not folded (the release before)", t_u, c_u, g_u, res_u.n_matvec, err_u))
 
     from pyhessian import hessian as PyHessian
 

@@ -41,10 +41,8 @@ from landscape.core.second_order import AffineBatchNorm
 from landscape.data.labels import check_label_range, label_range
 from landscape.data.stream import BatchSource, as_source
 from landscape.errors import LandscapeError
-from landscape.models.bn_fold import FoldedModel, fold_batchnorm
 from landscape.models.checkpoint import require_finite
 from landscape.models.external import calling_forward
-from landscape.runtime.devices import close
 
 
 def fused_attention_modules(module: nn.Module) -> list[nn.Module]:
@@ -188,7 +186,6 @@ class Objective:
         self.n_samples = sum(sizes)
         self.weights = [s / self.n_samples for s in sizes]
         self.allow_stochastic = allow_stochastic
-        self._second_order_folds: dict[str, FoldedModel | None] = {}  # shared by shallow copies: tried once
         if check:
             self.check_finite()
             self.check_forward()
@@ -223,61 +220,9 @@ class Objective:
         return select_logits(self._output(state, x, second_order=second_order), self.output)
 
     def _output(self, state: Mapping[str, Tensor], x: Tensor, *, second_order: bool = False) -> object:
-        """The model's own output for ``x`` with the parameters and buffers ``state`` (math attention kernels).
-
-        With ``second_order`` the eval-mode conv -> BatchNorm pairs run folded into one convolution
-        (:meth:`second_order_fold`) and the other eval-mode BatchNorms as their affine map.
-        """
-        fold = self.second_order_fold() if second_order else None
+        """The model's own output for ``x`` with the parameters and buffers ``state`` (math attention kernels)."""
         with sdpa_kernel(SDPBackend.MATH), AffineBatchNorm() if second_order else nullcontext():
-            if fold is not None:
-                return functional_call(fold.module, fold.state(state), (x,))
             return functional_call(self.module, dict(state), (x,))
-
-    def second_order_fold(self) -> FoldedModel | None:
-        """The model with its eval-mode conv -> BatchNorm pairs folded, for second derivatives; None when not used.
-
-        A pair folded is one convolution with ``W' = W s`` and ``b' = (b - mu) s + beta``, ``s = gamma / sqrt(sigma^2
-        + eps)`` per output channel (:mod:`landscape.models.bn_fold`), computed from the parameters differentiated:
-        the same function of the same parameters, so the same Hessian to rounding, and its products skip the
-        activation-sized multiply and add of each BatchNorm (about a quarter of a kept graph's product on the
-        ResNet of benchmarks/hessian.py: docs/measured.md). The fold is tried once per objective (and the shallow
-        copies that share it), checked against the unfolded second-order loss on the first batch at
-        :attr:`params` (relative 1e-10 in float64, 1e-4 otherwise), and not used while a forward hook is
-        registered on the model (hooks registered after the fold are not on its copy).
-
-        Returns:
-            The :class:`~landscape.models.bn_fold.FoldedModel`, or None (nothing folds, the check failed, or hooks).
-        """
-        if "fold" not in self._second_order_folds:
-            self._second_order_folds["fold"] = self._checked_fold()
-        fold = self._second_order_folds["fold"]
-        return None if fold is None or _hooked(self.module) else fold
-
-    def _checked_fold(self) -> FoldedModel | None:
-        """:func:`~landscape.models.bn_fold.fold_batchnorm` of the model if it folds a pair and agrees; else None."""
-        if _hooked(self.module):
-            return None
-        try:
-            fold = fold_batchnorm(self.module)
-        except Exception:  # an unforeseen module structure: stay unfolded
-            return None
-        if fold.n_folded == 0:
-            return None
-        state = {**self.fixed, **self.params, **self.buffers}
-        x, y = self.batches[0]
-        try:
-            with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), AffineBatchNorm():
-                want = batch_loss(
-                    select_logits(functional_call(self.module, state, (x,)), self.output), y, self.criterion
-                )
-                got = batch_loss(
-                    select_logits(functional_call(fold.module, fold.state(state), (x,)), self.output), y, self.criterion
-                )
-        except Exception:  # the forward uses the folded modules in a way the trace did not show
-            return None
-        tol = 1e-10 if want.dtype == torch.float64 else 1e-4
-        return fold if close(float(got), float(want), tol) else None
 
     def batch_loss_fn(self, batch: Batch, *, second_order: bool = False) -> Callable[[ParamDict], Tensor]:
         """The function ``params -> L_b(params)`` (data loss of one batch, no regulariser).
@@ -553,12 +498,3 @@ def bn_train_mode(module: nn.Module, *, cumulative: bool = False) -> Iterator[No
         for m, training, momentum in saved:
             m.train(training)
             m.momentum = momentum
-
-
-def _hooked(module: nn.Module) -> bool:
-    """Whether a forward (pre-)hook is registered on ``module``, one of its submodules, or globally."""
-    from torch.nn.modules import module as torch_module
-
-    if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
-        return True
-    return any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())

@@ -69,30 +69,9 @@ def test_second_order_losses_have_the_exact_hessian_of_torchs_batch_norm():
     def of_flat(loss):
         return lambda f: loss(unflatten(f, obj.params))
 
-    assert obj.second_order_fold().n_folded == 1  # the conv -> BN pair runs as one convolution
     torch.testing.assert_close(affine(obj.params), native(obj.params), rtol=1e-14, atol=0)
     want = torch.func.hessian(of_flat(native))(flat)  # torch's fused kernel, twice differentiated
     torch.testing.assert_close(torch.func.hessian(of_flat(affine))(flat), want, rtol=1e-11, atol=1e-12)
     v = torch.randn(flat.numel(), dtype=torch.float64, generator=g)
     torch.testing.assert_close(flatten(obj.hvp(unflatten(v, obj.params))), want @ v, rtol=1e-11, atol=1e-12)
     assert want.abs()[:81, :81].max() > 0  # the conv weights' block, which sees the BN's scale, is not empty
-
-
-def test_a_hooked_model_is_not_folded_and_its_hook_is_in_the_hessian():
-    """A forward hook (as REPAIR's corrections) on the convolution: the fold's copy would not carry it."""
-    g = torch.Generator().manual_seed(3)
-    batch = (torch.randn(5, 2, 4, 4, generator=g), torch.randint(0, 3, (5,), generator=g))
-    obj = Objective(bn_model(), [batch], dtype=torch.float64)
-    flat = flatten(obj.params)
-    assert obj.second_order_fold() is not None
-    shift = torch.randn(3, 1, 1, dtype=torch.float64, generator=g)
-    handle = obj.module[0].register_forward_hook(lambda module, inputs, out: out * 1.5 + shift)
-    try:
-        assert obj.second_order_fold() is None
-        native = obj.batch_loss_fn(obj.batches[0])
-        want = torch.func.hessian(lambda f: native(unflatten(f, obj.params)))(flat)
-        v = torch.randn(flat.numel(), dtype=torch.float64, generator=g)
-        torch.testing.assert_close(flatten(obj.hvp(unflatten(v, obj.params))), want @ v, rtol=1e-11, atol=1e-12)
-    finally:
-        handle.remove()
-    assert obj.second_order_fold() is not None

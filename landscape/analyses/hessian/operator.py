@@ -57,10 +57,8 @@ class HessianOperator:
             per_product``; ``left`` from :meth:`plan_products`, else the products made so far), measured as it is
             made and estimated from the measurements before (no product is made only to be timed); only the first
             ``max_linearized`` batches keep a graph or trace (memory), the others choose between ``jvp`` and a
-            graph rebuilt per product. The exact ways evaluate eval-mode BatchNorm folded into the convolution
-            before it where it can be, else as its affine map (:meth:`Objective.second_order_fold
-            <landscape.core.objective.Objective.second_order_fold>`, :mod:`landscape.core.second_order`: cheaper
-            second derivatives, equal values to rounding).
+            graph rebuilt per product. The exact ways evaluate eval-mode BatchNorm as its affine map
+            (:mod:`landscape.core.second_order`: cheaper second derivatives, equal values to rounding).
         max_linearized: how many batches ``"auto"`` lets keep a graph or trace (each holds one forward and
             backward of memory).
         costs: the measurements ``"auto"`` decides from, shared with other operators on batches of the same
