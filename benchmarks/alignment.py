@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -162,6 +163,10 @@ def matching_cost(
     return rows
 
 
+#: pairs of forward passes (plain, tuned) timed by ``--cost``
+FORWARD_PAIRS = 20
+
+
 def curvature_cost(
     repeats: int, model_kwargs: dict | None = None, samples: int = 256, batch_size: int = 128
 ) -> list[dict]:
@@ -215,9 +220,24 @@ def curvature_cost(
     print(f"{'pass':>15} {'products':>8} {'alone':>15} {'lanczos':>15} {'sharpness':>15}")
     forward = EvalForward(objective)  # as connect tunes it once per run (not timed)
     forward.tune()
+    folded = forward.fold.n_folded if forward.fold else 0
+    ways = {
+        "plain": (objective.batch_loss_at(0), (objective.params,)),
+        "tuned": (forward.batch_loss, (0, objective.params)),
+    }
+    ratios = []
+    with torch.no_grad():
+        for i in range(FORWARD_PAIRS):  # the order alternates: the machine's drift cancels in each pair's ratio
+            seconds = {}
+            for way in ("plain", "tuned") if i % 2 == 0 else ("tuned", "plain"):
+                fn, args = ways[way]
+                seconds[way] = _timed(fn, *args)[2]
+            ratios.append(seconds["tuned"] / seconds["plain"])
+    q1, q2, q3 = statistics.quantiles(ratios, n=4)
     print(
-        f"    sharpness' forward: {forward.fold.n_folded if forward.fold else 0} BatchNorms folded, "
-        f"channels-last {forward.channels_last}"
+        f"    sharpness' forward: {folded} BatchNorms folded, channels-last {forward.channels_last}; a forward of "
+        f"{batch_size} images tuned / plain over {FORWARD_PAIRS} pairs (CPU): median {q2:.3f}, quartiles "
+        f"{q1:.3f}-{q3:.3f}"
     )
     point_curvature(objective, objective.params, objective.buffers, settings, forward)  # warm-up, not timed
     rows = []
