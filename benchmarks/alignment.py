@@ -220,7 +220,6 @@ def curvature_cost(
     print(f"{'pass':>15} {'products':>8} {'alone':>15} {'lanczos':>15} {'sharpness':>15}")
     forward = EvalForward(objective)  # as connect tunes it once per run (not timed)
     forward.tune()
-    folded = forward.fold.n_folded if forward.fold else 0
     ways = {
         "plain": (objective.batch_loss_at(0), (objective.params,)),
         "tuned": (forward.batch_loss, (0, objective.params)),
@@ -235,8 +234,8 @@ def curvature_cost(
             ratios.append(seconds["tuned"] / seconds["plain"])
     q1, q2, q3 = statistics.quantiles(ratios, n=4)
     print(
-        f"    sharpness' forward: {folded} BatchNorms folded, channels-last {forward.channels_last}; a forward of "
-        f"{batch_size} images tuned / plain over {FORWARD_PAIRS} pairs (CPU): median {q2:.3f}, quartiles "
+        f"    sharpness' forward: {forward.n_folded} BatchNorms folded, channels-last {forward.channels_last}; "
+        f"a forward of {batch_size} images tuned / plain over {FORWARD_PAIRS} pairs (CPU): median {q2:.3f}, quartiles "
         f"{q1:.3f}-{q3:.3f}"
     )
     point_curvature(objective, objective.params, objective.buffers, settings, forward)  # warm-up, not timed

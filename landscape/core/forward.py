@@ -44,6 +44,7 @@ class EvalForward:
         bn: the BatchNorm mode.
         fold: the folded model after a successful :meth:`enable_fold`, else None.
         fold_notes: why BatchNorm layers were left unfolded (after :meth:`enable_fold`).
+        fold_tried: whether :meth:`enable_fold` ran.
         batches: the objective's batches as evaluated, read onto the device one at a time (placed channels-last
             after :meth:`use_channels_last`).
         channels_last: whether the inputs are channels-last.
@@ -53,8 +54,23 @@ class EvalForward:
         self.obj, self.bn = objective, bn
         self.fold: FoldedModel | None = None
         self.fold_notes: list[str] = []
+        self.fold_tried = False
         self.batches = objective.batches
         self.channels_last = False
+
+    @property
+    def n_folded(self) -> int:
+        """The number of BatchNorm layers folded (0 when unfolded)."""
+        return 0 if self.fold is None else self.fold.n_folded
+
+    def attrs(self) -> dict[str, object]:
+        """What was chosen, as result files record it (docs/schema.md).
+
+        Returns:
+            ``bn_folded``, ``bn_fold_notes`` (``off`` when folding was not tried) and ``channels_last``.
+        """
+        notes = "; ".join(self.fold_notes)[:2000] if self.fold_tried else "off"
+        return {"bn_folded": self.n_folded, "bn_fold_notes": notes, "channels_last": self.channels_last}
 
     def at(self, objective: Objective) -> EvalForward:
         """This forward, its choices kept, for another objective of the same model and batches (another point).
@@ -131,7 +147,7 @@ class EvalForward:
         Returns:
             The number of BatchNorm layers folded (0 when unfolded; :attr:`fold_notes` says why).
         """
-        self.fold, self.fold_notes = None, []
+        self.fold, self.fold_notes, self.fold_tried = None, [], True
         if self.bn == "recompute":
             self.fold_notes = ["--bn recompute re-estimates the statistics at every point"]
             return 0

@@ -249,6 +249,8 @@ def _batch_losses(
     """
     point, reg = objective.params, objective.regularizer
     if forward is not None:
+        if not isinstance(forward, EvalForward):
+            raise LandscapeError(f"forward= must be an EvalForward of this objective, got {type(forward).__name__}")
         if forward.obj.module is not objective.module or forward.obj.batches is not objective.batches:
             raise LandscapeError("forward= must be an EvalForward of this objective's model and batches")
         forward = forward.at(objective)

@@ -266,9 +266,7 @@ def _tuned_forward(objective: Objective, f: store.ResultFile | None) -> EvalForw
     forward = EvalForward(objective)
     forward.tune()
     if f is not None:
-        folded = 0 if forward.fold is None else forward.fold.n_folded
-        notes = "; ".join(forward.fold_notes)[:2000]
-        f.set_attrs({"bn_folded": folded, "bn_fold_notes": notes, "channels_last": forward.channels_last})
+        f.set_attrs(forward.attrs())
         f.flush()
     return forward
 

@@ -174,7 +174,6 @@ def compute_surface(
         if not state["complete"]:
             evaluator = PointEvaluator(objective, dx, dy, bn)
             evaluator.tune(fold_bn)
-            n_folded = 0 if evaluator.fold is None else evaluator.fold.n_folded
             bp = state["bp"]
             if bp is None and mode != "on":
                 bp = evaluator.choose_batch_points() if batch_points == "auto" else int(batch_points)
@@ -190,10 +189,8 @@ def compute_surface(
                         "compiled": compiled,
                         "compile_option": mode,
                         "compile_decision": decision,
-                        "bn_folded": n_folded,
                         "has_batchnorm": objective.has_batchnorm(),
-                        "channels_last": evaluator.channels_last,
-                        "bn_fold_notes": "; ".join(evaluator.fold_notes)[:2000] if fold_bn else "off",
+                        **evaluator.attrs(),
                     }
                 )
                 f.flush()

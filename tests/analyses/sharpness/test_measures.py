@@ -316,3 +316,6 @@ def test_a_forward_of_another_objective_is_refused_in_one_line():
     one_line_error(
         average_sharpness, mine, 0.1, forward=EvalForward(other), match="EvalForward of this objective's model"
     )
+    one_line_error(
+        average_sharpness, mine, 0.1, forward="fast", match="must be an EvalForward of this objective, got str"
+    )
