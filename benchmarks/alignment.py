@@ -172,8 +172,13 @@ def curvature_cost(
 ) -> list[dict]:
     """(b) of ``--cost``: one point's curvature pass against the Hessian products it makes; printed.
 
+    Each of ``repeats`` rounds times the pass, its products made alone, Lanczos alone and ``S_avg`` alone, in an
+    order that rotates from round to round; the ratios to the products alone are printed as the best of the
+    rounds and, from two rounds on, as the median and quartiles of each round's own ratio (drift cancels within
+    a round).
+
     Args:
-        repeats: measurements (after one warm-up pass).
+        repeats: measurement rounds (after one warm-up pass).
         model_kwargs: ``resnet_mini``'s options (default widths 16-24-32-64).
         samples: synthetic 3x32x32 images.
         batch_size: images per batch.
@@ -238,19 +243,30 @@ def curvature_cost(
         f"a forward of {batch_size} images tuned / plain over {FORWARD_PAIRS} pairs (CPU): median {q2:.3f}, quartiles "
         f"{q1:.3f}-{q3:.3f}"
     )
-    point_curvature(objective, objective.params, objective.buffers, settings, forward)  # warm-up, not timed
-    rows = []
-    for _ in range(repeats):
-        values, *total = _timed(point_curvature, objective, objective.params, objective.buffers, settings, forward)
-        n = int(values[3])
-        made, *alone = _timed(products_alone, n)
-        sharp = _timed(
+    # a warm-up pass, not timed; the products a pass makes (the same at every repeat: seeded)
+    n_pass = int(point_curvature(objective, objective.params, objective.buffers, settings, forward)[3])
+    measured = {
+        "pass": lambda: _timed(point_curvature, objective, objective.params, objective.buffers, settings, forward),
+        "alone": lambda: _timed(products_alone, n_pass),
+        "lanczos": lambda: _timed(lanczos_alone),
+        "sharpness": lambda: _timed(
             average_sharpness, at, settings.rho, samples=settings.samples, antithetic=True, seed=0, forward=forward
-        )[1:]
-        row = {"products": n, "products_alone": made, "pass": total, "alone": alone}
-        rows.append(row | {"lanczos": list(_timed(lanczos_alone)[1:]), "sharpness": list(sharp)})
-        cells = [f"{rows[-1][k][0]:>6.2f} ({rows[-1][k][1]:>6.2f})" for k in ("pass", "alone", "lanczos", "sharpness")]
-        print(f"{cells[0]} {n:>8} {' '.join(cells[1:])}", flush=True)
+        ),
+    }
+    names = list(measured)
+    rows = []
+    for r in range(repeats):  # the order rotates from round to round: the drift within a round cancels on average
+        row: dict = {}
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            out, *seconds = measured[name]()
+            row[name] = seconds
+            if name == "pass":
+                row["products"] = int(out[3])
+            elif name == "alone":
+                row["products_alone"] = out
+        rows.append(row)
+        cells = [f"{row[k][0]:>6.2f} ({row[k][1]:>6.2f})" for k in ("pass", "alone", "lanczos", "sharpness")]
+        print(f"{cells[0]} {row['products']:>8} {' '.join(cells[1:])}", flush=True)
     for i, clock in enumerate(("wall", "cpu")):
         best = {k: min(r[k][i] for r in rows) for k in ("pass", "alone", "lanczos", "sharpness")}  # least disturbed
         print(
@@ -258,6 +274,12 @@ def curvature_cost(
             f"lanczos / products alone {best['lanczos'] / best['alone']:.2f}, sharpness / products alone "
             f"{best['sharpness'] / best['alone']:.2f}"
         )
+    if repeats >= 2:
+        cells = []
+        for k in ("pass", "lanczos", "sharpness"):
+            q1, q2, q3 = statistics.quantiles([r[k][1] / r["alone"][1] for r in rows], n=4, method="inclusive")
+            cells.append(f"{k} / products alone {q2:.2f} ({q1:.2f}-{q3:.2f})")
+        print(f"ratio (cpu, within each of the {repeats} rounds; median, quartiles): {', '.join(cells)}")
     return rows
 
 

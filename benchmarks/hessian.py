@@ -93,8 +93,11 @@ def make_problem(args):
 
 
 @contextlib.contextmanager
-def counted_pyhessian_products():
-    """Count PyHessian's Hessian-vector products (its module-level ``hessian_vector_product``) in the block."""
+def counted_pyhessian_products(clock=None):
+    """Count PyHessian's Hessian-vector products (its module-level ``hessian_vector_product``) in the block.
+
+    With a :class:`GradientClock`, a gradient is timed after each product.
+    """
     import pyhessian  # noqa: F401  (loads the module whose name the class shadows)
 
     module = sys.modules["pyhessian.hessian"]
@@ -104,13 +107,15 @@ def counted_pyhessian_products():
         counter["n"] += 1
         return original(*args, **kwargs)
 
-    module.hessian_vector_product = counting
+    module.hessian_vector_product = counting if clock is None else clock.wrap(counting)
     try:
         yield counter
     finally:
         module.hessian_vector_product = original
 
 
+#: rounds of (a)'s paired product / gradient ratios
+HVP_PAIRS = 15
 #: the parts ``--only`` can pick
 PARTS = {"hvp": "(a) HVP / gradient", "top5": "(b) top-k against the peers", "spectrum": "(c) per-batch spectrum"}
 #: hessian-eigenthings' Lanczos steps (``max_iter``) tried after its default (2k) until all k eigenvalues are within
@@ -181,17 +186,21 @@ def topk_main(args, parts) -> None:
 
 
 def hvp_costs(args, model, obj, batches, n, t_grad, sync) -> None:
-    """(a) one product's time in gradients, for each way of making it and for PyHessian."""
+    """(a) one product's time in gradients, for each way of making it and for PyHessian.
+
+    First each way once after its setup (wall time, as before), then the ratios that decide: :data:`HVP_PAIRS`
+    rounds, each timing a gradient and one product of every way back to back (CPU time) in an order that rotates
+    from round to round, each product divided by the gradient of its own round; the median and quartiles of those
+    ratios (the machine's drift, up to a third within minutes here, cancels within a round).
+    """
     gpu = args.device.startswith("cuda")
     v = torch.randn(n, generator=torch.Generator().manual_seed(2)).to(args.device)
     lin = HessianOperator(obj, mode="linearize")
     t_trace, _ = timed(lambda: (lin.matvec(v), sync()))
     t_lin, _ = timed(lambda: (lin.matvec(v), sync()), 3)
-    lin.clear_cache()
     graph = HessianOperator(obj, mode="graph")
     t_build, _ = timed(lambda: (graph.matvec(v), sync()))
     t_graph, _ = timed(lambda: (graph.matvec(v), sync()), 3)
-    graph.clear_cache()
     plain = HessianOperator(obj, mode="jvp")
     t_jvp, _ = timed(lambda: (plain.matvec(v), sync()), 3)
     print(
@@ -199,23 +208,86 @@ def hvp_costs(args, model, obj, batches, n, t_grad, sync) -> None:
         f"{t_trace:.1f} s = {t_trace / t_grad:.1f} gradients), kept graph {t_graph / t_grad:.2f} (build and first "
         f"product {t_build / t_grad:.1f} gradients), jvp(grad) {t_jvp / t_grad:.2f}"
     )
+    ways = {
+        "kept graph": lambda: (graph.matvec(v), sync()),
+        "linearize": lambda: (lin.matvec(v), sync()),
+        "jvp(grad)": lambda: (plain.matvec(v), sync()),
+    }
     if not gpu and len(batches) == 1:
         from pyhessian import hessian as PyHessian
+        from pyhessian.utils import hessian_vector_product
 
         ph = PyHessian(copy.deepcopy(model), F.cross_entropy, data=batches[0], cuda=False)
         vs = [torch.randn_like(p) for p in ph.params]
-        from pyhessian.utils import hessian_vector_product
-
         t_dbl, _ = timed(lambda: hessian_vector_product(ph.gradsH, ph.params, vs), 3)
         print(f"    PyHessian double backward HVP/gradient {t_dbl / t_grad:.2f}")
+        ways["PyHessian double backward"] = lambda: hessian_vector_product(ph.gradsH, ph.params, vs)
+    ratios = paired_ratios(lambda: (obj.gradient(), sync()), ways, HVP_PAIRS)
+    cells = [f"{name} {q2:.2f} ({q1:.2f}-{q3:.2f})" for name, (q1, q2, q3) in ratios.items()]
+    print(f"    HVP/gradient paired over {HVP_PAIRS} rounds (CPU; median, quartiles): {', '.join(cells)}")
+    lin.clear_cache()
+    graph.clear_cache()
+
+
+def paired_ratios(unit, ways, rounds):
+    """``name -> (q1, median, q3)`` of ``CPU(way) / CPU(unit)`` over ``rounds`` rounds, the order rotating each round.
+
+    Every round times ``unit`` and each way once, back to back; a way's ratio is taken against its own round's
+    ``unit``, so the drift of a shared machine between rounds cancels.
+    """
+    names = ["unit", *ways]
+    fns = {"unit": unit, **ways}
+    ratios = {name: [] for name in ways}
+    for r in range(rounds):
+        seconds = {}
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            c = time.process_time()
+            fns[name]()
+            seconds[name] = time.process_time() - c
+        for name in ways:
+            ratios[name].append(seconds[name] / seconds["unit"])
+    return {name: tuple(statistics.quantiles(values, n=4)) for name, values in ratios.items()}
+
+
+class GradientClock:
+    """Gradients timed between a method's products: the unit of its gradients per product, in the same moments.
+
+    :meth:`wrap` returns a product function that, after each product, times one gradient of the objective (CPU
+    and wall). The method's own time is its total less :attr:`spent`; its unit is the median gradient.
+    """
+
+    def __init__(self, gradient):
+        self.gradient = gradient
+        self.cpu, self.wall = [], []
+
+    def wrap(self, product):
+        def timed_after(*args, **kwargs):
+            out = product(*args, **kwargs)
+            t, c = time.perf_counter(), time.process_time()
+            self.gradient()
+            self.cpu.append(time.process_time() - c)
+            self.wall.append(time.perf_counter() - t)
+            return out
+
+        return timed_after
+
+    @property
+    def spent(self):
+        return sum(self.wall), sum(self.cpu)
+
+    @property
+    def unit(self):
+        return statistics.median(self.cpu)
 
 
 def top5(args, model, obj, batches, c_grad, sync) -> None:
     """(b) the top-k eigenvalues: ours against the peers, with times, products and errors.
 
     Every method's wall and CPU time are reported; speed-ups are ratios of CPU time, and each method's gradients
-    per product are its CPU time per product over a gradient's CPU time measured just before and after it (the
-    mean of two medians of 3: load on a shared machine drifts during a run). One untimed product by a kept
+    per product are its CPU time per product over the median CPU time of a gradient timed after each of its
+    products (:class:`GradientClock`; those gradients' time is taken out of the method's): the unit is measured in
+    the same minutes as the products, where a shared machine's speed drifts by up to a third within minutes and
+    a gradient timed only before and after a method measured 0.25-0.45 s in one process. One untimed product by a kept
     graph first creates the process's second-derivative kernels (oneDNN's per-shape convolution primitives, the
     allocator's pool), which every method then finds, as the gradient's warm-up does for first derivatives;
     ``--cold`` skips it (ours then pays it alone, as the first method run).
@@ -227,16 +299,23 @@ def top5(args, model, obj, batches, c_grad, sync) -> None:
         print(f"    warm-up: one product by a kept graph, {c_warm / c_grad:.1f} gradients (CPU), untimed below")
         del warm
 
-    def bracketed(fn):
-        before = clocked(lambda: (obj.gradient(), sync()), 3)[1]
-        wall, cpu, out = clocked(fn)
-        after = clocked(lambda: (obj.gradient(), sync()), 3)[1]
-        return wall, cpu, out, (before + after) / 2
+    def interleaved(fn):
+        """Run ``fn(clock)``: its wall and CPU seconds less the clock's gradients, its result, the gradient unit."""
+        clock = GradientClock(lambda: (obj.gradient(), sync()))
+        wall, cpu, out = clocked(lambda: fn(clock))
+        spent_wall, spent_cpu = clock.spent
+        return wall - spent_wall, cpu - spent_cpu, out, clock.unit
 
     op = HessianOperator(obj, mode="auto")
-    t_ours, c_ours, res, g_ours = bracketed(
-        lambda: (lanczos(op, k=args.k, which="LM", tol=args.tol, seed=0), sync())[0]
-    )
+
+    def ours(clock):
+        op.matvec = clock.wrap(HessianOperator.matvec.__get__(op))
+        try:
+            return lanczos(op, k=args.k, which="LM", tol=args.tol, seed=0)
+        finally:
+            del op.matvec
+
+    t_ours, c_ours, res, g_ours = interleaved(ours)
     choice = op.hvp_choice()
     print(
         f"(b) ours: top-{args.k} at tol {args.tol} in {t_ours:.1f} s wall, {c_ours:.1f} s CPU, {res.n_matvec} HVPs "
@@ -264,46 +343,51 @@ def top5(args, model, obj, batches, c_grad, sync) -> None:
         h = PyHessian(copy.deepcopy(model), F.cross_entropy, data=batches[0], cuda=False)
         return h.eigenvalues(top_n=args.k, tol=args.tol)[0]
 
-    with counted_pyhessian_products() as py_count:
-        t_py, c_py, py_vals, g_py = bracketed(pyhessian_top)
-    rows.append(("PyHessian eigenvalues(top_n)", t_py, c_py, g_py, py_count["n"], rel_errors(py_vals, reference)))
+    def pyhessian_clocked(clock):
+        with counted_pyhessian_products(clock) as count:
+            return pyhessian_top(), count["n"]
+
+    t_py, c_py, (py_vals, py_n), g_py = interleaved(pyhessian_clocked)
+    rows.append(("PyHessian eigenvalues(top_n)", t_py, c_py, g_py, py_n, rel_errors(py_vals, reference)))
 
     from curvlinops import HessianLinearOperator
     from scipy.sparse.linalg import LinearOperator, eigsh
 
-    def curvlinops_top():
+    def curvlinops_top(clock):
         m = copy.deepcopy(model)
         params = [p for p in m.parameters() if p.requires_grad]
         H = HessianLinearOperator(m, torch.nn.CrossEntropyLoss(), params, batches, check_deterministic=False)
         counter = {"n": 0}
         sp = H.to_scipy()
+        product = clock.wrap(sp.matvec)
 
         def mv(x):
             counter["n"] += 1
-            return sp.matvec(x)
+            return product(x)
 
         lo = LinearOperator(sp.shape, matvec=mv, rmatvec=mv, dtype=np.float32)
         vals = eigsh(lo, k=args.k, which="LM", tol=args.tol, return_eigenvectors=False)
         return vals, counter["n"]
 
-    t_cl, c_cl, (cl_vals, cl_n), g_cl = bracketed(curvlinops_top)
+    t_cl, c_cl, (cl_vals, cl_n), g_cl = interleaved(curvlinops_top)
     rows.append(("curvlinops + scipy eigsh", t_cl, c_cl, g_cl, cl_n, rel_errors(cl_vals, reference)))
 
     import hessian_eigenthings as he
 
-    def eigenthings_top(max_iter=None):
+    def eigenthings_top(clock, max_iter=None):
         m = copy.deepcopy(model)
         H = he.HessianOperator(m, batches, he.supervised_loss(F.cross_entropy))
+        H.matvec = clock.wrap(H.matvec)
         out = he.lanczos(H, k=args.k, max_iter=max_iter, seed=0)
         return out.eigenvalues.cpu().numpy(), out.iterations
 
-    t_he, c_he, (he_vals, he_n), g_he = bracketed(eigenthings_top)
+    t_he, c_he, (he_vals, he_n), g_he = interleaved(eigenthings_top)
     he_err = rel_errors(he_vals, reference)
     rows.append((f"hessian-eigenthings lanczos (defaults: max_iter {2 * args.k})", t_he, c_he, g_he, he_n, he_err))
     for steps in EIGENTHINGS_STEPS:
         if (he_err <= 1e-3).all():
             break
-        t_he, c_he, (he_vals, he_n), g_he = bracketed(lambda steps=steps: eigenthings_top(steps))
+        t_he, c_he, (he_vals, he_n), g_he = interleaved(lambda clock, steps=steps: eigenthings_top(clock, steps))
         he_err = rel_errors(he_vals, reference)
         print(f"    hessian-eigenthings max_iter {steps}: {c_he:.1f} s CPU, max relative error {he_err.max():.1e}")
         if (he_err <= 1e-3).all():
