@@ -25,6 +25,7 @@ inputs (batches of 256) and an SLQ density instead (peers skipped): it needs a G
     python benchmarks/hessian.py            # CPU, ~15 min on 2 idle cores
     python benchmarks/hessian.py --only top5 --threads 1   # (b) alone, a few minutes
     python benchmarks/hessian.py --skip-peers --skip-spectrum
+    python benchmarks/hessian.py --only top5 --threads 1 --keep-memory   # as the landscape command runs
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
 from landscape.core.objective import Objective
 from landscape.models import create_model
 from landscape.models.resnet import ResNet
+from landscape.runtime.memory import keep_freed_memory, kept
 
 warnings.filterwarnings("ignore")
 
@@ -146,7 +148,15 @@ def main() -> None:
     parser.add_argument("--spectrum-batches", type=int, default=90)
     parser.add_argument("--pyhessian-batches", type=int, default=9)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument(
+        "--keep-memory",
+        action="store_true",
+        help="keep freed memory in the process as the landscape command does (every method alike; "
+        "landscape.runtime.memory)",
+    )
     args = parser.parse_args()
+    if args.keep_memory and not keep_freed_memory():
+        parser.error("--keep-memory needs glibc's malloc (Linux)")
     if args.threads:
         torch.set_num_threads(args.threads)
     parts = {"hvp", "top5", "spectrum"} if args.only is None else {args.only}
@@ -168,7 +178,7 @@ def topk_main(args, parts) -> None:
     n = sum(p.numel() for p in obj.params.values())
     print(
         f"model {args.model}: {n:,} parameters, {args.samples} samples in {len(batches)} batches, {args.device}, "
-        f"{torch.get_num_threads()} threads"
+        f"{torch.get_num_threads()} threads, freed memory {'kept' if kept() else 'returned (glibc default)'}"
     )
 
     def grad_once():

@@ -128,6 +128,9 @@ TRACEBACK_HINT = "landscape --traceback ... shows its full trace"
 )
 def cli(traceback: bool) -> None:
     """Loss surfaces, Hessian spectra and Fourier spectra of feature maps of vision networks."""
+    from landscape.runtime.memory import keep_for_command
+
+    keep_for_command()  # freed memory stays in the process for the next pass (LANDSCAPE_KEEP_MEMORY=0: off)
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from landscape.errors import LandscapeError
+from landscape.runtime import memory
 
 
 def usable_cores() -> int:
@@ -103,8 +104,13 @@ def stage_table(records: Sequence[StageTime], order: Sequence[str] = ()) -> list
     return [(s, int(sums[s][0]), sums[s][1], sums[s][2]) for s in names]
 
 
-def _one_torch_thread() -> None:
-    """A worker's start: one intra-op and one inter-op torch thread (set before torch is imported and after)."""
+def _one_torch_thread(keep_memory: bool = False) -> None:
+    """A worker's start: one intra-op and one inter-op torch thread (set before torch is imported and after).
+
+    With ``keep_memory`` (the parent keeps freed memory: :mod:`landscape.runtime.memory`) the worker does too.
+    """
+    if keep_memory:
+        memory.keep_freed_memory()
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
     import torch
@@ -198,6 +204,7 @@ def run_units(
         max_workers=min(jobs, len(units)) or 1,
         mp_context=_start_method(),
         initializer=_one_torch_thread,
+        initargs=(memory.kept(),),
     ) as pool:
         try:
             while pending or running:
