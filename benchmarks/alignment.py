@@ -54,6 +54,7 @@ from landscape.analyses.connect.run import run_connect
 from landscape.models.checkpoint import read_checkpoint
 from landscape.options import checks
 from landscape.options.connect import ConnectOptions
+from landscape.runtime.memory import keep_freed_memory
 from landscape.train import TrainConfig, train_model
 
 
@@ -301,9 +302,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", default=None, help="The dataset of --compare, e.g. cifar10:PATH.")
     parser.add_argument("--cost", action="store_true", help="What alignment and curvature cost instead.")
     parser.add_argument("--repeats", type=positive, default=3, help="--cost: repeats of the curvature measurement.")
+    parser.add_argument(
+        "--keep-memory",
+        action="store_true",
+        help="Keep freed memory in the process as the landscape command does (landscape.runtime.memory).",
+    )
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error(f"--steps: a line needs at least 2 points, got {args.steps}")
+    if args.keep_memory and not keep_freed_memory():
+        parser.error("--keep-memory needs glibc's malloc (Linux)")
     torch.set_num_threads(args.threads)
     if args.cost:
         matching_cost()

@@ -26,6 +26,7 @@ import h5py
 import numpy as np
 
 from landscape.reproduce.demo import TIMINGS_FILE, run_demo
+from landscape.runtime.memory import keep_freed_memory
 from landscape.runtime.workers import usable_cores
 
 
@@ -73,7 +74,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=usable_cores(), help="worker processes (default: the cores)")
     parser.add_argument("--compare-jobs", action="store_true", help="also run with --jobs 1 and print the ratio")
     parser.add_argument("--out", type=Path, default=None, help="keep the demo folders here (default: a temporary)")
+    parser.add_argument(
+        "--keep-memory",
+        action="store_true",
+        help="keep freed memory in the process and its workers, as `landscape demo` does (landscape.runtime.memory)",
+    )
     args = parser.parse_args()
+    if args.keep_memory and not keep_freed_memory():
+        parser.error("--keep-memory needs glibc's malloc (Linux)")
     with tempfile.TemporaryDirectory() as tmp:
         root = args.out or Path(tmp)
         load = os.getloadavg()
