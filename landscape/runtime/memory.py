@@ -13,9 +13,9 @@ systems) and ``M_TRIM_THRESHOLD`` to 1 GiB: blocks up to 32 MiB come from the he
 in the process for the next pass, up to 1 GiB of it beyond what is in use. The process's peak memory is what it
 was; only its resident size after the peak stays higher. Blocks above 32 MiB are still mapped per allocation.
 
-The ``landscape`` command sets it for its own process and its worker processes (``LANDSCAPE_KEEP_MEMORY=0``
-turns it off). It is a setting of the whole process, so from Python it is for the caller to choose: call
-:func:`keep_freed_memory` once. Elsewhere (macOS, Windows, another C library) it changes nothing.
+The ``landscape`` command sets it for its own process and its worker processes (``LANDSCAPE_KEEP_MEMORY=0``,
+``false``, ``no`` or ``off`` turns it off). It is a setting of the whole process, so from Python it is for the
+caller to choose: call :func:`keep_freed_memory` once. Elsewhere (macOS, Windows, another C library) it changes nothing.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ import sys
 MMAP_THRESHOLD = 32 * 1024 * 1024
 #: how much free memory at the top of the heap glibc keeps before returning it to the kernel
 TRIM_THRESHOLD = 1024 * 1024 * 1024
-#: the environment variable that turns the command's setting off (``0``)
+#: the environment variable that turns the command's setting off (one of :data:`OFF`, in any case)
 ENV_SWITCH = "LANDSCAPE_KEEP_MEMORY"
+#: the values of :data:`ENV_SWITCH` that mean off
+OFF = ("0", "false", "no", "off")
 #: glibc's ``mallopt`` parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
@@ -67,11 +69,11 @@ def kept() -> bool:
 
 
 def keep_for_command() -> bool:
-    """:func:`keep_freed_memory` for the ``landscape`` command, unless ``LANDSCAPE_KEEP_MEMORY=0``.
+    """:func:`keep_freed_memory` for the ``landscape`` command, unless ``LANDSCAPE_KEEP_MEMORY`` is ``0`` (or off).
 
     Returns:
         Whether freed memory is now kept.
     """
-    if os.environ.get(ENV_SWITCH, "1").strip() == "0":
+    if os.environ.get(ENV_SWITCH, "1").strip().lower() in OFF:
         return False
     return keep_freed_memory()
