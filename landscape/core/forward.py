@@ -7,7 +7,8 @@ once, at the objective's own point, and kept for every later point:
 - :meth:`EvalForward.enable_fold`: eval-mode BatchNorms folded into the convolutions before them
   (:mod:`landscape.models.bn_fold`), computed from each point's own parameters and buffers; kept only when the
   folded loss equals the unfolded one at the objective's point (relative 1e-10 in float64, 1e-4 otherwise);
-- :meth:`EvalForward.choose_memory_format`: channels-last inputs when a forward is faster so (and agrees).
+- :meth:`EvalForward.choose_memory_format`: channels-last inputs when a forward is faster so (and agrees),
+  timed once per process for a model architecture and input.
 
 Both give the unfolded, NCHW loss to rounding. Neither applies when BatchNorm statistics are re-estimated at
 every point (``bn="recompute"``).
@@ -29,6 +30,10 @@ from landscape.core.params import ParamDict
 from landscape.models.bn_fold import FoldedModel, fold_batchnorm
 from landscape.runtime import distributed as D
 from landscape.runtime.devices import close, fastest
+
+#: the layout measured faster per model architecture, input, device and threads, once per process
+#: (:meth:`EvalForward.choose_memory_format`): two runs of one process evaluate alike, bit for bit
+_LAYOUTS: dict[tuple, bool] = {}
 
 
 class EvalForward:
@@ -182,7 +187,10 @@ class EvalForward:
         Only for 4D float32/float16/bfloat16 inputs of a model with 2D convolutions, with ``bn == "eval"``
         (float64 stays as it is: its results are compared exactly). On CPU a channels-last convolution runs
         several times faster in oneDNN than an NCHW one of the same shape. Taken when it is under 0.95x the
-        NCHW time and agrees to a relative 1e-4.
+        NCHW time and agrees to a relative 1e-4. The timing is made once per process for a model architecture
+        (its class and the names, shapes and dtypes of its tensors), input shape and dtype, device and thread
+        count: later runs in the process take the same layout (checking the agreement again), so that their
+        numbers are equal bit for bit rather than to rounding.
 
         Args:
             repeats: timed forwards of each layout (after a warm-up); the fastest counts.
@@ -205,14 +213,37 @@ class EvalForward:
                     lambda: float(self._batch_eval_state(state, x, y0)[0]), self.obj.device, repeats, warm_up=True
                 )
 
+        key = self._layout_key(x0)
         try:
-            (t_plain, want), (t_cl, got) = run(x0), run(cl)
+            if key in _LAYOUTS:  # measured before in this process: only the agreement is checked again
+                if not _LAYOUTS[key]:
+                    return False
+                with torch.inference_mode():
+                    want, got = (float(self._batch_eval_state(state, x, y0)[0]) for x in (x0, cl))
+                faster = True
+            else:
+                (t_plain, want), (t_cl, got) = run(x0), run(cl)
+                faster = _LAYOUTS[key] = t_cl < 0.95 * t_plain
         except Exception:  # a model that cannot take channels-last inputs
             return False
-        if not (t_cl < 0.95 * t_plain and close(got, want, 1e-4)):
+        if not (faster and close(got, want, 1e-4)):
             return False
         self.use_channels_last()
         return True
+
+    def _layout_key(self, x: Tensor) -> tuple:
+        """What the layouts' timing depends on: the model's class and tensors, the input, the device, the threads."""
+        tensors = tuple((n, tuple(t.shape), str(t.dtype)) for n, t in self.obj.module.state_dict().items())
+        model = type(self.obj.module)
+        return (
+            f"{model.__module__}.{model.__qualname__}",
+            tensors,
+            tuple(x.shape),
+            str(x.dtype),
+            self.obj.device.type,
+            torch.get_num_threads(),
+            self.fold is not None,
+        )
 
     def use_channels_last(self) -> None:
         """Evaluate on channels-last inputs: each batch is converted as it is read (none is held converted)."""

@@ -73,3 +73,23 @@ def test_tune_keeps_float64_in_its_own_layout_and_records_why_nothing_folds():
     recomputed.tune()
     assert recomputed.fold is None and not recomputed.channels_last
     assert "recompute" in recomputed.fold_notes[0]
+
+
+def test_the_layout_is_timed_once_per_process_for_a_model_and_input(monkeypatch):
+    from landscape.core import forward as module
+
+    monkeypatch.setattr(module, "_LAYOUTS", {})
+    times = [1.0, 0.5, 0.5, 1.0]  # NCHW then channels-last: the first pair says channels-last, the second NCHW
+
+    def timed(fn, device, repeats, warm_up=False):
+        return times.pop(0), fn()
+
+    monkeypatch.setattr(module, "fastest", timed)
+    first, second = EvalForward(_conv_bn_objective()), EvalForward(_conv_bn_objective())
+    assert first.choose_memory_format() and first.channels_last
+    assert second.choose_memory_format() and second.channels_last  # the first timing holds: the same numbers
+    assert times == [0.5, 1.0]  # the second was not timed
+    batches = [(torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,)))]
+    wider = Objective(create_model("resnet_mini", num_classes=10, widths=(4, 8, 8, 16)).eval(), batches)
+    assert not EvalForward(wider).choose_memory_format()  # another architecture is timed: NCHW 0.5 against 1.0
+    assert times == []
