@@ -50,6 +50,7 @@ from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
 from landscape.core.objective import Objective
 from landscape.models import create_model
 from landscape.models.resnet import ResNet
+from landscape.options.checks import positive_argument
 from landscape.runtime.memory import keep_freed_memory, kept
 
 warnings.filterwarnings("ignore")
@@ -134,9 +135,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model", default="resnet_cifar_78k")
-    parser.add_argument("--samples", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--k", type=int, default=5)
+    parser.add_argument("--samples", type=positive_argument, default=128)
+    parser.add_argument("--batch", type=positive_argument, default=128)
+    parser.add_argument("--k", type=positive_argument, default=5)
     parser.add_argument("--tol", type=float, default=1e-3)
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument("--skip-topk", action="store_true", help="skip (a) and (b)")
@@ -145,9 +146,11 @@ def main() -> None:
     parser.add_argument(
         "--only", choices=tuple(PARTS), default=None, help="run one part: hvp (a), top5 (b) or spectrum (c)"
     )
-    parser.add_argument("--spectrum-batches", type=int, default=90)
-    parser.add_argument("--pyhessian-batches", type=int, default=9)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--spectrum-batches", type=positive_argument, default=90)
+    parser.add_argument("--pyhessian-batches", type=positive_argument, default=9)
+    parser.add_argument(
+        "--threads", type=positive_argument, default=None, help="torch intra-op threads (default: torch's)"
+    )
     parser.add_argument(
         "--keep-memory",
         action="store_true",
@@ -297,7 +300,7 @@ def top5(args, model, obj, batches, c_grad, sync) -> None:
     per product are its CPU time per product over the median CPU time of a gradient timed after each of its
     products (:class:`GradientClock`; those gradients' time is taken out of the method's): the unit is measured in
     the same minutes as the products, where a shared machine's speed drifts by up to a third within minutes and
-    a gradient timed only before and after a method measured 0.25-0.45 s in one process. One untimed product by a kept
+    the first gradient of this benchmark measured 0.24-0.39 s over four runs on one day. One untimed product by a kept
     graph first creates the process's second-derivative kernels (oneDNN's per-shape convolution primitives, the
     allocator's pool), which every method then finds, as the gradient's warm-up does for first derivatives;
     ``--cold`` skips it (ours then pays it alone, as the first method run).

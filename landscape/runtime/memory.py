@@ -5,8 +5,8 @@ On Linux with glibc, an allocation above malloc's mmap threshold (128 KiB, raise
 soon as more than the trim threshold (twice the mmap threshold) lies free there. A forward pass, a gradient or
 a Hessian product allocates its activations anew and frees them at the end, so each pass touches fresh pages
 and takes one minor page fault per 4 KiB page, each page zeroed by the kernel. On a CIFAR-style ResNet of 78k
-parameters at 128 images that is 25,000-60,000 faults and 20-30% of a gradient's or a product's CPU time
-(``python benchmarks/memory.py``; docs/measured.md).
+parameters at 128 images that was 27,600-54,500 faults per Hessian product and 12-25% of a gradient's or a
+product's CPU time in the kernel (``python benchmarks/memory.py``; docs/measured.md).
 
 :func:`keep_freed_memory` sets glibc's ``M_MMAP_THRESHOLD`` to 32 MiB (the largest it takes on 64-bit
 systems) and ``M_TRIM_THRESHOLD`` to 1 GiB: blocks up to 32 MiB come from the heap, and freed memory stays
