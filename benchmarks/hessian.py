@@ -4,8 +4,9 @@ One run, one model, one batch (a CIFAR-style ResNet from the zoo's ResNet class,
 16/32/64 with one basic block per stage; 128 synthetic 3x32x32 images; eval mode; CPU by default):
 
 (a) time of one HVP / time of one gradient, for each way our operator makes products (a traced
-    ``torch.func.linearize``, a kept gradient graph, ``jvp(grad)``; setups reported apart) and PyHessian's
-    double backward;
+    ``torch.func.linearize``, a kept gradient graph, the same without the BatchNorm fold, ``jvp(grad)``; setups
+    reported apart), PyHessian's double backward and ``Objective.gradient``; the unit everywhere is the model's
+    own gradient by plain ``torch.autograd.grad`` (:func:`model_gradient`);
 (b) wall time of the top-5 (largest-magnitude) eigenvalues at tolerance 1e-3 (ours with ``--hvp auto``, its
     measurements and choice included) against PyHessian's ``eigenvalues(top_n=5)``, curvlinops'
     ``HessianLinearOperator`` + scipy ``eigsh`` and hessian-eigenthings' ``lanczos``, with its defaults and with
@@ -48,6 +49,7 @@ from landscape.analyses.hessian.lanczos import lanczos
 from landscape.analyses.hessian.operator import HessianOperator
 from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
 from landscape.core.objective import Objective
+from landscape.core.second_order import SecondOrderFold
 from landscape.models import create_model
 from landscape.models.resnet import ResNet
 from landscape.options.checks import positive_argument
@@ -79,6 +81,29 @@ def clocked(fn, repeat=1):
         cpus.append(time.process_time() - c)
         walls.append(time.perf_counter() - t)
     return statistics.median(walls), statistics.median(cpus), out
+
+
+def model_gradient(model, batches):
+    """The unit of every ratio: the model's gradient as a user makes it, ``sum_b (N_b / N) grad L_b``.
+
+    Plain ``torch.autograd.grad`` of the model's own cross-entropy (torch's fused kernels, BatchNorm's included),
+    not through ``torch.func`` (part (a) prints what ``Objective.gradient`` costs in this unit).
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    total = sum(len(y) for _, y in batches)
+    out = None
+    for x, y in batches:
+        g = torch.autograd.grad(F.cross_entropy(model(x), y) * (len(y) / total), params)
+        out = g if out is None else [a + b for a, b in zip(out, g)]
+    return out
+
+
+def without_fold(obj):
+    """``obj`` whose Hessian products keep its BatchNorms (as affine maps), not folded: what the fold saves."""
+    other = copy.copy(obj)
+    other.second_order_fold = SecondOrderFold()
+    other.second_order_fold.tried = True  # as if nothing could be folded
+    return other
 
 
 def make_problem(args):
@@ -184,8 +209,10 @@ def topk_main(args, parts) -> None:
         f"{torch.get_num_threads()} threads, freed memory {'kept' if kept() else 'returned (glibc default)'}"
     )
 
+    unit_model = copy.deepcopy(model)
+
     def grad_once():
-        g = obj.gradient()
+        g = model_gradient(unit_model, batches)
         sync()
         return g
 
@@ -193,12 +220,12 @@ def topk_main(args, parts) -> None:
     t_grad, c_grad, _ = clocked(grad_once, 5)
     print(f"gradient {t_grad:.3f} s wall, {c_grad:.3f} s CPU (median of 5); load {os.getloadavg()[0]:.1f}")
     if "hvp" in parts:
-        hvp_costs(args, model, obj, batches, n, t_grad, sync)
+        hvp_costs(args, model, obj, batches, n, t_grad, sync, grad_once)
     if "top5" in parts:
-        top5(args, model, obj, batches, c_grad, sync)
+        top5(args, model, obj, batches, c_grad, sync, grad_once)
 
 
-def hvp_costs(args, model, obj, batches, n, t_grad, sync) -> None:
+def hvp_costs(args, model, obj, batches, n, t_grad, sync, grad_once) -> None:
     """(a) one product's time in gradients, for each way of making it and for PyHessian.
 
     First each way once after its setup (wall time, as before), then the ratios that decide: :data:`HVP_PAIRS`
@@ -214,6 +241,8 @@ def hvp_costs(args, model, obj, batches, n, t_grad, sync) -> None:
     graph = HessianOperator(obj, mode="graph")
     t_build, _ = timed(lambda: (graph.matvec(v), sync()))
     t_graph, _ = timed(lambda: (graph.matvec(v), sync()), 3)
+    unfolded = HessianOperator(without_fold(obj), mode="graph")
+    unfolded.matvec(v)
     plain = HessianOperator(obj, mode="jvp")
     t_jvp, _ = timed(lambda: (plain.matvec(v), sync()), 3)
     print(
@@ -223,8 +252,10 @@ def hvp_costs(args, model, obj, batches, n, t_grad, sync) -> None:
     )
     ways = {
         "kept graph": lambda: (graph.matvec(v), sync()),
+        "kept graph, BatchNorm unfolded (affine)": lambda: (unfolded.matvec(v), sync()),
         "linearize": lambda: (lin.matvec(v), sync()),
         "jvp(grad)": lambda: (plain.matvec(v), sync()),
+        "Objective.gradient (torch.func)": lambda: (obj.gradient(), sync()),
     }
     if not gpu and len(batches) == 1:
         from pyhessian import hessian as PyHessian
@@ -235,11 +266,12 @@ def hvp_costs(args, model, obj, batches, n, t_grad, sync) -> None:
         t_dbl, _ = timed(lambda: hessian_vector_product(ph.gradsH, ph.params, vs), 3)
         print(f"    PyHessian double backward HVP/gradient {t_dbl / t_grad:.2f}")
         ways["PyHessian double backward"] = lambda: hessian_vector_product(ph.gradsH, ph.params, vs)
-    ratios = paired_ratios(lambda: (obj.gradient(), sync()), ways, HVP_PAIRS)
+    ratios = paired_ratios(grad_once, ways, HVP_PAIRS)
     cells = [f"{name} {q2:.2f} ({q1:.2f}-{q3:.2f})" for name, (q1, q2, q3) in ratios.items()]
     print(f"    HVP/gradient paired over {HVP_PAIRS} rounds (CPU; median, quartiles): {', '.join(cells)}")
     lin.clear_cache()
     graph.clear_cache()
+    unfolded.clear_cache()
 
 
 def paired_ratios(unit, ways, rounds):
@@ -293,7 +325,7 @@ class GradientClock:
         return statistics.median(self.cpu)
 
 
-def top5(args, model, obj, batches, c_grad, sync) -> None:
+def top5(args, model, obj, batches, c_grad, sync, grad_once) -> None:
     """(b) the top-k eigenvalues: ours against the peers, with times, products and errors.
 
     Every method's wall and CPU time are reported; speed-ups are ratios of CPU time, and each method's gradients
@@ -314,7 +346,7 @@ def top5(args, model, obj, batches, c_grad, sync) -> None:
 
     def interleaved(fn):
         """Run ``fn(clock)``: its wall and CPU seconds less the clock's gradients, its result, the gradient unit."""
-        clock = GradientClock(lambda: (obj.gradient(), sync()))
+        clock = GradientClock(grad_once)
         wall, cpu, out = clocked(lambda: fn(clock))
         spent_wall, spent_cpu = clock.spent
         return wall - spent_wall, cpu - spent_cpu, out, clock.unit

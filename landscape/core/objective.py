@@ -37,12 +37,15 @@ from landscape.core.criteria import (
 )
 from landscape.core.params import ParamDict, weighted_sum
 from landscape.core.regularizer import Regularizer
-from landscape.core.second_order import AffineBatchNorm
+from landscape.core.second_order import AffineBatchNorm, SecondOrderFold
 from landscape.data.labels import check_label_range, label_range
 from landscape.data.stream import BatchSource, as_source
 from landscape.errors import LandscapeError
+from landscape.models.bn_fold import FoldedModel
 from landscape.models.checkpoint import require_finite
 from landscape.models.external import calling_forward
+from landscape.options.common import FOLD_RTOL, FOLD_RTOL_FLOAT64
+from landscape.runtime.devices import close
 
 
 def fused_attention_modules(module: nn.Module) -> list[nn.Module]:
@@ -186,6 +189,8 @@ class Objective:
         self.n_samples = sum(sizes)
         self.weights = [s / self.n_samples for s in sizes]
         self.allow_stochastic = allow_stochastic
+        #: the model's BatchNorms folded for Hessian products (built at the first; shared by shallow copies)
+        self.second_order_fold = SecondOrderFold()
         if check:
             self.check_finite()
             self.check_forward()
@@ -220,9 +225,34 @@ class Objective:
         return select_logits(self._output(state, x, second_order=second_order), self.output)
 
     def _output(self, state: Mapping[str, Tensor], x: Tensor, *, second_order: bool = False) -> object:
-        """The model's own output for ``x`` with the parameters and buffers ``state`` (math attention kernels)."""
+        """The model's own output for ``x`` with the parameters and buffers ``state`` (math attention kernels).
+
+        With ``second_order`` the model's conv -> BatchNorm pairs are folded (:class:`SecondOrderFold`) and other
+        eval-mode BatchNorms are affine maps (:class:`AffineBatchNorm`): the same values to rounding.
+        """
+        module = self.module
+        if second_order and (folded := self.second_order_fold.get(self.module, self._fold_agrees)) is not None:
+            module, state = folded.module, folded.state(state)
         with sdpa_kernel(SDPBackend.MATH), AffineBatchNorm() if second_order else nullcontext():
-            return functional_call(self.module, dict(state), (x,))
+            return functional_call(module, dict(state), (x,))
+
+    def prepare_second_order(self) -> None:
+        """Fold the model's BatchNorms for second derivatives now, in this thread (:class:`SecondOrderFold`).
+
+        Otherwise the first Hessian product folds them. Folding traces the model with ``torch.fx``, which patches
+        torch's module calls process-wide while it runs: call this before threads evaluate models.
+        """
+        self.second_order_fold.get(self.module, self._fold_agrees)
+
+    def _fold_agrees(self, folded: FoldedModel) -> bool:
+        """Whether ``folded``'s loss on the first batch at this objective's point is the unfolded loss (FOLD_RTOL)."""
+        x, y = self.batches[0]
+        state = {**self.fixed, **self.params, **self.buffers}
+        with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), AffineBatchNorm():
+            want = batch_loss(select_logits(functional_call(self.module, state, (x,)), self.output), y, self.criterion)
+            out = select_logits(functional_call(folded.module, folded.state(state), (x,)), self.output)
+            got = batch_loss(out, y, self.criterion)
+        return close(float(got), float(want), FOLD_RTOL_FLOAT64 if want.dtype == torch.float64 else FOLD_RTOL)
 
     def batch_loss_fn(self, batch: Batch, *, second_order: bool = False) -> Callable[[ParamDict], Tensor]:
         """The function ``params -> L_b(params)`` (data loss of one batch, no regulariser).

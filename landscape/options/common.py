@@ -21,6 +21,9 @@ REGULARIZERS = ("none", "l2", "norm-sum")
 REG_COEF_DEFAULTS = {"none": 0.0, "l2": 5e-4, "norm-sum": 0.05}
 #: floating-point types of the Hessian computations
 DTYPES = ("float32", "float64")
+#: a model with its BatchNorms folded (:mod:`landscape.models.bn_fold`) is used only when its loss at the objective's
+#: point agrees with the unfolded loss to this relative tolerance: in float64, and in every other dtype
+FOLD_RTOL_FLOAT64, FOLD_RTOL = 1e-10, 1e-4
 #: the data a surface or spectrum is measured on: fixed un-augmented images with hard labels (``none``), or
 #: Paper A's training augmentation drawn once and held fixed (``paper-a``, see :mod:`landscape.data.augment`)
 AUGMENTATIONS = ("none", "paper-a")

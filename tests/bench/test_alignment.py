@@ -108,5 +108,7 @@ def test_cost_matches_a_permuted_copy_in_one_sweep_and_times_as_many_products_as
     rows = script.curvature_cost(2, {"widths": (4, 6), "layers": (1, 1)}, samples=8, batch_size=4)
     assert len(rows) == 2 and all(r["products"] == r["products_alone"] > 0 for r in rows)
     assert all(seconds > 0 for r in rows for k in ("pass", "alone", "lanczos", "sharpness") for seconds in r[k])
+    assert all(0 < r["in_pass"] < r["pass"][1] for r in rows)  # the pass's products, timed inside it, are part of it
     out = capsys.readouterr().out
     assert "pass / products alone" in out and "within each of the 2 rounds" in out
+    assert "pass / its own products timed inside it, median of 2" in out

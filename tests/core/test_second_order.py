@@ -75,3 +75,69 @@ def test_second_order_losses_have_the_exact_hessian_of_torchs_batch_norm():
     v = torch.randn(flat.numel(), dtype=torch.float64, generator=g)
     torch.testing.assert_close(flatten(obj.hvp(unflatten(v, obj.params))), want @ v, rtol=1e-11, atol=1e-12)
     assert want.abs()[:81, :81].max() > 0  # the conv weights' block, which sees the BN's scale, is not empty
+
+
+def small_resnet():
+    """The zoo's ResNet (shortcut convolutions, nine conv -> BatchNorm pairs) with non-trivial BatchNorm tensors."""
+    from landscape.models.resnet import ResNet
+
+    torch.manual_seed(0)
+    model = ResNet(layers=(1, 1, 1), widths=(4, 4, 6), num_classes=3).eval()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            with torch.no_grad():
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.3, 0.3)
+    return model
+
+
+def test_products_through_the_folded_model_are_the_exact_hessian_of_the_unfolded_one():
+    from landscape.analyses.hessian.operator import HessianOperator
+
+    g = torch.Generator().manual_seed(3)
+    batch = (torch.randn(6, 3, 8, 8, generator=g), torch.randint(0, 3, (6,), generator=g))
+    obj = Objective(small_resnet(), [batch], dtype=torch.float64)
+    native = obj.batch_loss_fn(obj.batches[0])
+    want = torch.func.hessian(lambda f: native(unflatten(f, obj.params)))(flatten(obj.params))
+    got = HessianOperator(obj, mode="graph").dense()
+    assert obj.second_order_fold.folded is not None and obj.second_order_fold.folded.n_folded == 9
+    torch.testing.assert_close(got, want, rtol=1e-11, atol=1e-12)
+    bn_rows = [i for i, n in enumerate(obj.params) if ".bn" in n or n.startswith("bn")]
+    assert bn_rows  # the BatchNorms' own parameters are rows of the Hessian, through the fold's chain rule
+
+
+def test_a_model_with_hooks_is_not_folded():
+    g = torch.Generator().manual_seed(4)
+    batch = (torch.randn(5, 2, 4, 4, generator=g), torch.randint(0, 3, (5,), generator=g))
+    model = bn_model()
+    handle = model[0].register_forward_hook(lambda mod, inp, out: 2 * out)  # a hook on the folded convolution
+    obj = Objective(model, [batch], dtype=torch.float64)
+    native, second = (obj.batch_loss_fn(obj.batches[0], second_order=flag) for flag in (False, True))
+    torch.testing.assert_close(second(obj.params), native(obj.params), rtol=1e-14, atol=0)
+    assert not obj.second_order_fold.tried
+    handle.remove()
+    obj.module[0]._forward_hooks.clear()  # the objective's copy: now hook-free, so folded at the next loss
+    torch.testing.assert_close(second(obj.params), native(obj.params), rtol=1e-14, atol=0)
+    assert obj.second_order_fold.folded is not None
+    unhooked = native(obj.params)
+    obj.module[1].register_forward_hook(lambda mod, inp, out: out + 1)  # a hook added after the fold: not folded
+    assert not torch.isclose(native(obj.params), unhooked)  # the hook changes the loss...
+    torch.testing.assert_close(second(obj.params), native(obj.params), rtol=1e-14, atol=0)  # ...and is kept
+
+
+def test_a_fold_that_disagrees_or_fails_is_not_used():
+    from landscape.core.second_order import SecondOrderFold
+
+    refused = SecondOrderFold()
+    assert refused.get(bn_model(), lambda folded: False) is None
+    assert refused.tried and "differs" in refused.notes[-1]
+
+    def broken(folded):
+        raise RuntimeError("a use of a folded layer the trace did not show")
+
+    failed = SecondOrderFold()
+    assert failed.get(bn_model(), broken) is None and "folding failed (RuntimeError)" in failed.notes[-1]
+    nothing = SecondOrderFold()
+    assert nothing.get(nn.Sequential(nn.Linear(2, 2), nn.Tanh()), lambda folded: True) is None

@@ -31,6 +31,7 @@ from landscape.analyses.hessian.products import ProductCosts
 from landscape.core.criteria import batch_loss
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict, flatten, unflatten
+from landscape.core.second_order import SecondOrderFold
 from landscape.runtime.devices import fastest, synchronize
 from landscape.runtime.workers import one_intra_op_thread
 
@@ -148,7 +149,8 @@ def _timed(fn: Callable[[], object], device: torch.device, repeats: int = 2) -> 
 class WorkerPool:
     """``workers`` threads, each with its own copy of the objective's model.
 
-    ``functional_call`` swaps a module's tensors while it runs, so two threads must never share one module.
+    ``functional_call`` swaps a module's tensors while it runs, so two threads must never share one module (nor
+    its BatchNorm-folded copy for second derivatives, which is made for each worker before the threads start).
 
     Args:
         objective: the objective; worker 0 uses it, the others shallow copies with a deep-copied module.
@@ -160,9 +162,12 @@ class WorkerPool:
 
     def __init__(self, objective: Objective, workers: int) -> None:
         self.objectives = [objective]
+        objective.prepare_second_order()
         for _ in range(max(1, int(workers)) - 1):
             twin = copy.copy(objective)
             twin.module = copy.deepcopy(objective.module)
+            twin.second_order_fold = SecondOrderFold()  # its own folded copy, folded here and not in a worker
+            twin.prepare_second_order()
             self.objectives.append(twin)
 
     def map(self, fn: Callable[[Objective, int], T], items: Sequence[int]) -> list[T]:

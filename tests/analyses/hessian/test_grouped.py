@@ -158,6 +158,10 @@ def test_worker_pool_models_are_copies_and_errors_reach_the_caller():
     obj = Objective(tiny_model(), tiny_batches(SIZES), dtype=torch.float64)
     pool = WorkerPool(obj, 3)
     assert pool.objectives[0] is obj and len({id(o.module) for o in pool.objectives}) == 3
+    # each worker's fold for second derivatives is its own and made before any thread runs (fx tracing patches
+    # torch process-wide: a trace inside a worker broke another worker's forward)
+    assert len({id(o.second_order_fold) for o in pool.objectives}) == 3
+    assert all(o.second_order_fold.tried for o in pool.objectives)
     assert pool.map(lambda o, i: i * 2, [3, 1, 2]) == [6, 2, 4]
 
     started = []
