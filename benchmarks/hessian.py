@@ -5,8 +5,10 @@ One run, one model, one batch (a CIFAR-style ResNet from the zoo's ResNet class,
 
 (a) time of one HVP / time of one gradient, for each way our operator makes products (a traced
     ``torch.func.linearize``, a kept gradient graph, the same without the BatchNorm fold, ``jvp(grad)``; setups
-    reported apart), PyHessian's double backward and ``Objective.gradient``; the unit everywhere is the model's
-    own gradient by plain ``torch.autograd.grad`` (:func:`model_gradient`);
+    reported apart, the central difference of two gradients), PyHessian's double backward, and a gradient of
+    our objective by ``torch.func.grad`` and by ``Objective.gradient`` (plain ``torch.autograd.grad`` outside
+    transforms); the unit everywhere is the model's own gradient by plain ``torch.autograd.grad``
+    (:func:`model_gradient`);
 (b) wall time of the top-5 (largest-magnitude) eigenvalues at tolerance 1e-3 (ours with ``--hvp auto``, its
     measurements and choice included) against PyHessian's ``eigenvalues(top_n=5)``, curvlinops'
     ``HessianLinearOperator`` + scipy ``eigsh`` and hessian-eigenthings' ``lanczos``, with its defaults and with
@@ -87,7 +89,7 @@ def model_gradient(model, batches):
     """The unit of every ratio: the model's gradient as a user makes it, ``sum_b (N_b / N) grad L_b``.
 
     Plain ``torch.autograd.grad`` of the model's own cross-entropy (torch's fused kernels, BatchNorm's included),
-    not through ``torch.func`` (part (a) prints what ``Objective.gradient`` costs in this unit).
+    not through ``torch.func`` (part (a) prints what a gradient through it costs in this unit).
     """
     params = [p for p in model.parameters() if p.requires_grad]
     total = sum(len(y) for _, y in batches)
@@ -243,6 +245,8 @@ def hvp_costs(args, model, obj, batches, n, t_grad, sync, grad_once) -> None:
     t_graph, _ = timed(lambda: (graph.matvec(v), sync()), 3)
     unfolded = HessianOperator(without_fold(obj), mode="graph")
     unfolded.matvec(v)
+    difference = HessianOperator(obj, mode="finite-difference")
+    indices = range(len(batches))
     plain = HessianOperator(obj, mode="jvp")
     t_jvp, _ = timed(lambda: (plain.matvec(v), sync()), 3)
     print(
@@ -255,7 +259,9 @@ def hvp_costs(args, model, obj, batches, n, t_grad, sync, grad_once) -> None:
         "kept graph, BatchNorm unfolded (affine)": lambda: (unfolded.matvec(v), sync()),
         "linearize": lambda: (lin.matvec(v), sync()),
         "jvp(grad)": lambda: (plain.matvec(v), sync()),
-        "Objective.gradient (torch.func)": lambda: (obj.gradient(), sync()),
+        "finite-difference": lambda: (difference.matvec(v), sync()),
+        "torch.func.grad": lambda: ([torch.func.grad(obj.batch_loss_at(b))(obj.params) for b in indices], sync()),
+        "Objective.gradient": lambda: (obj.gradient(), sync()),
     }
     if not gpu and len(batches) == 1:
         from pyhessian import hessian as PyHessian

@@ -35,6 +35,7 @@ from landscape.core.criteria import (
     prediction_hits,
     select_logits,
 )
+from landscape.core.gradients import gradient_of
 from landscape.core.params import ParamDict, weighted_sum
 from landscape.core.regularizer import Regularizer
 from landscape.core.second_order import AffineBatchNorm, SecondOrderFold
@@ -341,8 +342,8 @@ class Objective:
             The gradient by parameter name, each tensor of its parameter's shape.
         """
         params = dict(self.params if params is None else params)
-        start = grad(self.regularizer)(params) if self.regularizer.active else None
-        return weighted_sum(self.weights, lambda b: grad(self.batch_loss_at(b))(params), start=start)
+        start = gradient_of(self.regularizer)(params) if self.regularizer.active else None
+        return weighted_sum(self.weights, lambda b: gradient_of(self.batch_loss_at(b))(params), start=start)
 
     def hvp(self, vector: Mapping[str, Tensor], params: Mapping[str, Tensor] | None = None) -> ParamDict:
         """Hessian-vector product sum_b (N_b/N) H_b v + H_R v, forward-over-reverse (jvp of grad).

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 from torch.func import grad, jvp, linearize
 
+from landscape.core.gradients import gradient_of
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
 from landscape.runtime.devices import fastest
@@ -288,7 +289,7 @@ class BatchProducts:
             if self._step is None:
                 self._step = self.costs.step = step_length(self.params)
             self.way = way
-            return central_difference(grad(self.loss), self.params, v, self._step)
+            return central_difference(gradient_of(self.loss), self.params, v, self._step)
         if way == "jvp":
             self.drop()
             out = self._timed("jvp", lambda: self._jvp(v))

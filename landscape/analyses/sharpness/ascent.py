@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.func import grad_and_value
 
+from landscape.core.gradients import value_and_gradient
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
 
@@ -129,7 +129,10 @@ def ascend(
         LandscapeError: the loss at a point of the ball is non-finite (``--rho`` too large), or an iterate is
             (``--step-size`` too large).
     """
-    value_and_grad = grad_and_value(loss)
+
+    def value_and_grad(z: ParamDict) -> tuple[ParamDict, Tensor]:
+        return value_and_gradient(loss, z)
+
     marks = set(checkpoints(steps))
     best = AscentEnd(0.0, 0, step_size, 0)  # z = 0 lies in the ball
 
