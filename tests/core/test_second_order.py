@@ -141,3 +141,22 @@ def test_a_fold_that_disagrees_or_fails_is_not_used():
     assert failed.get(bn_model(), broken) is None and "folding failed (RuntimeError)" in failed.notes[-1]
     nothing = SecondOrderFold()
     assert nothing.get(nn.Sequential(nn.Linear(2, 2), nn.Tanh()), lambda folded: True) is None
+
+
+def test_the_operator_records_how_many_batchnorms_its_products_fold():
+    from landscape.analyses.hessian.operator import HessianOperator
+
+    g = torch.Generator().manual_seed(5)
+    batch = (torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 3, (4,), generator=g))
+    v = torch.randn(sum(p.numel() for p in small_resnet().parameters()), generator=g)
+    counts = {}
+    for mode in ("graph", "finite-difference"):
+        op = HessianOperator(Objective(small_resnet(), [batch]), mode=mode)
+        op.matvec(v)
+        counts[mode] = op.hvp_choice()["bn_folded"]
+    hooked = small_resnet()
+    hooked.stem.register_forward_hook(lambda mod, inp, out: out)
+    op = HessianOperator(Objective(hooked, [batch]), mode="graph")
+    op.matvec(v)
+    counts["hooked"] = op.hvp_choice()["bn_folded"]
+    assert counts == {"graph": 9, "finite-difference": 0, "hooked": 0}

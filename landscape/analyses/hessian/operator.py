@@ -33,6 +33,7 @@ from landscape.analyses.hessian.products import (
 )
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict, flatten, unflatten, weighted_sum
+from landscape.core.second_order import has_hooks
 from landscape.errors import LandscapeError
 from landscape.options.hessian import HVP_MODES
 from landscape.options.names import select
@@ -165,12 +166,18 @@ class HessianOperator:
         """How the products were made: the mode, the number of batches per way, and the seconds measured.
 
         Returns:
-            ``{"mode", "ways": {way: n_batches}, "seconds": {...}, "failed": {...}}``, as result files record
-            it (docs/schema.md), and in ``finite-difference`` mode ``finite_difference_step``, the length
-            ``||eps v||`` of every displacement (:func:`~landscape.analyses.hessian.products.step_length`).
+            ``{"mode", "ways": {way: n_batches}, "bn_folded", "seconds": {...}, "failed": {...}}``, as result
+            files record it (docs/schema.md): ``bn_folded`` the BatchNorm layers the exact ways fold into their
+            convolutions (:class:`~landscape.core.second_order.SecondOrderFold`; 0 when none are, as with
+            ``finite-difference``, which differentiates the model as it is); in ``finite-difference`` mode also
+            ``finite_difference_step``, the length ``||eps v||`` of every displacement
+            (:func:`~landscape.analyses.hessian.products.step_length`).
         """
         ways = Counter(p.way for p in self._products if p.way is not None)
-        out = {"mode": self.mode, "ways": dict(sorted(ways.items())), **self.costs.summary()}
+        out = {"mode": self.mode, "ways": dict(sorted(ways.items())), "bn_folded": 0, **self.costs.summary()}
+        folded = self.objective.second_order_fold.folded
+        if self.mode != FINITE_DIFFERENCE and folded is not None and not has_hooks(self.objective.module):
+            out["bn_folded"] = folded.n_folded
         if self.mode == FINITE_DIFFERENCE:
             out["finite_difference_step"] = self._step_length()
         return out
