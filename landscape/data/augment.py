@@ -33,7 +33,6 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from torchvision.transforms import v2
 
 from landscape.data.batches import sample_count, sample_indices
 from landscape.data.dataset import ImageDataset
@@ -64,6 +63,8 @@ def randaugment() -> Callable[[Tensor], Tensor]:
     Returns:
         The transform.
     """
+    from torchvision.transforms import v2  # torchvision's import costs seconds: only when augmenting
+
     return v2.RandAugment()
 
 
@@ -86,6 +87,8 @@ def batch_mixer(
     """
     if mixup <= 0 and cutmix <= 0:
         return None
+    from torchvision.transforms import v2
+
     choices = []
     if mixup > 0:
         choices.append(v2.MixUp(alpha=mixup, num_classes=num_classes))
@@ -103,6 +106,8 @@ def image_transform(hw: tuple[int, int]) -> Callable[[Tensor], Tensor]:
     Returns:
         A transform of a [0, 1] float CHW image (any number of channels) to another of the same shape.
     """
+    from torchvision.transforms import v2
+
     return v2.Compose([v2.RandomCrop(list(hw), padding=PADDING), v2.RandomHorizontalFlip(p=HFLIP), randaugment()])
 
 

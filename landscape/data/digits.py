@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -11,6 +13,7 @@ from torch import Tensor
 from landscape.data.dataset import ImageDataset
 from landscape.data.info import DatasetInfo
 from landscape.data.specs import positive_int
+from landscape.errors import LandscapeError
 
 DIGITS_MEAN = (0.3053834,)
 """Pixel mean of the digits train split at 32x32 (recomputed by tests/data/test_data.py)."""
@@ -23,17 +26,38 @@ DIGITS_STD = (0.3236516,)
 DIGITS_SIZE = 32
 
 
+#: the fixed stratified split: ``train_test_split(range(1797), test_size=0.2, random_state=0, stratify=labels)`` of
+#: scikit-learn, computed once and kept (tests/data/test_data.py checks it), so that reading digits imports no sklearn
+SPLIT_FILE = Path(__file__).with_name("digits_split.npz")
+
+
+def digits_csv() -> Path:
+    """scikit-learn's bundled ``digits.csv.gz``, found without importing scikit-learn (which costs seconds).
+
+    Returns:
+        The file's path.
+
+    Raises:
+        LandscapeError: scikit-learn is not installed.
+    """
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise LandscapeError("--data digits reads scikit-learn's bundled digits: pip install scikit-learn")
+    return Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+
+
 @functools.lru_cache(maxsize=1)
 def _digits_arrays() -> tuple[Tensor, Tensor, dict[str, Tensor]]:
-    """All 1797 digits as (N, 1, 8, 8) float32 in [0, 1], labels, and the fixed split's indices."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+    """All 1797 digits as (N, 1, 8, 8) float32 in [0, 1], labels, and the fixed split's indices.
 
-    d = load_digits()
-    labels = np.asarray(d.target, dtype=np.int64)
-    train, test = train_test_split(np.arange(len(labels)), test_size=0.2, random_state=0, stratify=labels)
-    images = torch.tensor(d.images, dtype=torch.float32).div_(16).unsqueeze(1)
-    split = {"train": torch.from_numpy(train), "test": torch.from_numpy(test)}
+    The rows of ``digits.csv.gz`` are 64 pixel values (0-16) and the label, as scikit-learn's ``load_digits``
+    reads them.
+    """
+    rows = np.loadtxt(digits_csv(), delimiter=",")
+    labels = rows[:, -1].astype(np.int64)
+    images = torch.tensor(rows[:, :-1].reshape(-1, 8, 8), dtype=torch.float32).div_(16).unsqueeze(1)
+    with np.load(SPLIT_FILE) as kept:
+        split = {name: torch.from_numpy(kept[name].astype(np.int64)) for name in ("train", "test")}
     return images, torch.from_numpy(labels), split
 
 

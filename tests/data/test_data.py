@@ -1,5 +1,7 @@
 import os
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -248,6 +250,30 @@ def test_digits_constants_match_the_train_split():
     assert DIGITS_MEAN[0] == pytest.approx(ref.mean().item(), abs=1e-6)
     assert DIGITS_STD[0] == pytest.approx(ref.std(unbiased=False).item(), abs=1e-6)
     torch.testing.assert_close(raw(load_dataset(), load_dataset().tensors()[0]), ref.float(), atol=1e-5, rtol=0)
+
+
+def test_digits_are_scikit_learns_images_labels_and_split_bit_for_bit():
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    from landscape.data.digits import _digits_arrays
+
+    d = load_digits()
+    train, test = train_test_split(np.arange(len(d.target)), test_size=0.2, random_state=0, stratify=d.target)
+    images, labels, split = _digits_arrays()
+    assert torch.equal(images, torch.tensor(d.images, dtype=torch.float32).div(16).unsqueeze(1))
+    assert torch.equal(labels, torch.from_numpy(np.asarray(d.target, dtype=np.int64)))
+    assert split["train"].tolist() == train.tolist() and split["test"].tolist() == test.tolist()
+
+
+def test_reading_digits_imports_neither_scikit_learn_nor_torchvision():
+    code = (
+        "import sys; from landscape.data.loading import load_dataset; load_dataset('digits', 'train').tensors(); "
+        "import landscape.analyses.hessian.run; print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'sklearn', 'torchvision'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_digits_size_suffix():
