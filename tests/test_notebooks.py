@@ -67,10 +67,18 @@ def test_committed_notebook_has_no_outputs(name: str) -> None:
 #: run by tests/reproduce/test_demo.py on the quick demo folder that file's fixture computes (the notebook's
 #: run_demo then resumes it: a second quick demo from nothing here would cost minutes and test nothing more)
 RUN_ELSEWHERE = ("07_findings.ipynb",)
+#: over 40 s each here: run with ``-m slow`` (the others, and 07 through the demo's tests, run by default)
+SLOW = (
+    "01_loss_landscapes.ipynb",
+    "02_hessian_spectra.ipynb",
+    "05_alternet.ipynb",
+    "06_paper_b_conv_to_attention.ipynb",
+)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in NOTEBOOKS if n not in RUN_ELSEWHERE])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in NOTEBOOKS if n not in RUN_ELSEWHERE]
+)
 def test_notebook_runs_quick(name: str, workdir: Path) -> None:
     """Execute the notebook as committed (QUICK = True) in a fresh python3 kernel; any cell error fails."""
     images = execute_notebook(name, workdir)

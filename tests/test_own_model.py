@@ -69,7 +69,6 @@ def loss_of(model, x, y):
         return float(nn.functional.cross_entropy(model(x), y))
 
 
-@pytest.mark.slow
 def test_an_own_cnn_with_dict_batches_runs_every_analysis(model, loader, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     data = DictImages()

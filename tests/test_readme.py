@@ -218,7 +218,6 @@ def test_the_front_door_leads_with_landscape_surface_on_a_module(name):
     assert "landscape.surface" in text.split("```python", 1)[0] + first  # what the docs' search finds
 
 
-@pytest.mark.slow
 def test_the_readme_python_block_runs_as_written(tmp_path, monkeypatch):
     """README's first Python block, executed as it stands: a 21 x 21 surface of its model, a summary, a figure."""
     monkeypatch.chdir(tmp_path)

@@ -13,8 +13,6 @@ import landscape
 from landscape.models import create_model
 from landscape.runtime import progress
 
-pytestmark = pytest.mark.slow
-
 #: the most an estimate may be off, either way
 FACTOR = 3.0
 

@@ -14,7 +14,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "alignment.py"
 
 
-@pytest.mark.slow
 def test_smoke_prints_one_row_per_width_with_barriers_before_and_after() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(

@@ -20,7 +20,6 @@ def _load():
     return module
 
 
-@pytest.mark.slow
 def test_tiny_low_data_experiment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bench = _load()
     argv = [

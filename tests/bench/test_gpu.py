@@ -38,7 +38,6 @@ def _positive(value: object) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
-@pytest.mark.slow
 def test_smoke_table_and_json(tmp_path: Path) -> None:
     out = tmp_path / "rows.json"
     t0 = time.perf_counter()
@@ -98,7 +97,6 @@ def test_smoke_table_and_json(tmp_path: Path) -> None:
     print(f"smoke run: {seconds:.1f} s")
 
 
-@pytest.mark.slow
 def test_tiny_budget_scales_down_and_extrapolates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bench = _load()
     assert (

@@ -63,7 +63,6 @@ def run_on_state_dict(family, command, path, out):
     return CliRunner().invoke(cli, [*map(str, args), "--out", str(out), "--quiet"])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_a_state_dict_with_its_class_count_as_a_model_option_is_analysed(family, state_dicts, tmp_path):
     result = run_on_state_dict(family, "surface", state_dicts[family], tmp_path / "r.h5")
@@ -72,7 +71,6 @@ def test_a_state_dict_with_its_class_count_as_a_model_option_is_analysed(family,
     assert res.attrs["complete"] and np.isfinite(np.asarray(res["loss"])).all()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("command", sorted(set(RUNS) - {"surface"}))
 def test_every_analysis_takes_the_class_count_as_a_model_option(command, state_dicts, tmp_path):
     result = run_on_state_dict("torchvision", command, state_dicts["torchvision"], tmp_path / "r.h5")

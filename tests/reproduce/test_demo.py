@@ -231,6 +231,7 @@ def _tensors(path):
     return read_checkpoint(path).state_dict
 
 
+@pytest.mark.slow  # a second whole quick demo (over 3 min here): run with -m slow
 def test_one_job_writes_the_files_of_two_jobs_bit_for_bit(demo_dir, tmp_path):
     # The fixture ran on two worker processes of one torch thread each; --jobs 1 runs every unit in this process
     # at one thread. Every checkpoint and every array of every result file must be equal to the bit.

@@ -263,7 +263,6 @@ def test_without_xarray_or_pandas_the_error_names_the_extra(tmp_path, monkeypatc
         assert "\n" not in str(info.value)
 
 
-@pytest.mark.slow  # two small runs of the Python API (a few seconds on 2 cores)
 def test_the_python_api_s_results_show_little_and_hold_the_trace_s_numbers(tmp_path, monkeypatch):
     _, model = tiny_resnet_checkpoint(tmp_path)
     monkeypatch.chdir(tmp_path)

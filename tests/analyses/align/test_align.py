@@ -57,7 +57,6 @@ def test_a_permuted_copy_is_aligned_back_exactly(case, method):
     assert all(torch.equal(t, held[n]) for n, t in b.state_dict().items())  # theta_B itself is not changed
 
 
-@pytest.mark.slow
 def test_torchvision_resnet18_at_random_init_is_aligned_back_exactly():
     torchvision = pytest.importorskip("torchvision")
     torch.manual_seed(0)

@@ -41,7 +41,7 @@ def _images(n=16):
 
 @pytest.mark.parametrize(
     ("case", "method"),
-    [("zoo", "weights"), ("zoo", "activations"), pytest.param("timm", "weights", marks=pytest.mark.slow)],
+    [("zoo", "weights"), ("zoo", "activations"), ("timm", "weights")],
 )
 def test_a_vit_permuted_by_heads_is_aligned_back_exactly(case, method):
     build, patch = CASES[case]
@@ -103,7 +103,6 @@ def test_the_head_aware_assignment_reaches_the_brute_force_optimum():
     assert all(sorted((p // d).tolist()) == sorted(list(range(heads)) * d) for p in found)
 
 
-@pytest.mark.slow
 def test_the_barrier_to_an_aligned_vit_permuted_by_heads_is_zero():
     a = _zoo_vit()
     b = permuted_vit(a)

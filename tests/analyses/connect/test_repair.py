@@ -142,7 +142,6 @@ def trained_mlp(seed, data, steps=400):
     return net.eval()
 
 
-@pytest.mark.slow
 def test_repair_lowers_the_midpoint_barrier_of_two_trained_networks_without_batchnorm():
     train = load_dataset("digits", "train")
     x = F.avg_pool2d(torch.stack([train[i][0] for i in range(len(train))]), 4)  # 8 x 8 images

@@ -115,7 +115,6 @@ def test_vectorised_finite_difference_products_equal_the_looped_ones(one_thread)
     assert op.n_matvec == 6
 
 
-@pytest.mark.slow
 def test_hessian_of_resnet_mini_by_finite_differences_has_the_exact_top_3_eigenvalues(one_thread, tmp_path):
     from landscape.analyses.hessian.run import run_hessian
     from landscape.models import create_model

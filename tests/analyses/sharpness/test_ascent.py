@@ -90,7 +90,6 @@ def test_default_linf_ascent_reaches_99_percent_of_a_long_restarted_ascent_relu_
     reaches_the_reference("relu-mlp", (0.05, 0.2))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_default_linf_ascent_reaches_99_percent_of_a_long_restarted_ascent(case):
     reaches_the_reference(case, RADII)

@@ -95,7 +95,6 @@ def closed_form_threshold(optimizer, lr, beta):
     }[optimizer]
 
 
-@pytest.mark.slow
 def test_every_optimizer_records_its_threshold_and_its_state_reproduces_the_record(tmp_path):
     """Each --optimizer's threshold is its closed form; the checkpoint's optimiser state gives Adam's record again."""
     small = {**TINY, "subset": 32, "momentum": 0.8, "lr": 0.01}  # two steps; one record, after the last

@@ -125,7 +125,6 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.slow
 def test_resnet_mini_by_recipe_is_a_tenth_of_full_equal_and_resumes_after_kill_9(one_thread, tmp_path):
     job = tmp_path / "job.py"
     job.write_text(RESNET_JOB)
