@@ -27,8 +27,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from landscape.core.criteria import batch_loss, hit_count, select_logits
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict
+from landscape.core.second_order import folded_loss_agrees
 from landscape.models.bn_fold import FoldedModel, fold_batchnorm
-from landscape.options.common import FOLD_RTOL, FOLD_RTOL_FLOAT64
 from landscape.runtime import distributed as D
 from landscape.runtime.devices import close, fastest
 
@@ -175,8 +175,7 @@ class EvalForward:
             self.fold = None
             self.fold_notes.append(f"the folded model failed to run ({type(exc).__name__}); unfolded")
             return 0
-        tol = FOLD_RTOL_FLOAT64 if want.dtype == torch.float64 else FOLD_RTOL
-        if not close(got, want, tol):
+        if not folded_loss_agrees(got, want):
             self.fold = None
             self.fold_notes.append("the folded loss differs from the unfolded one at the objective's point; unfolded")
             return 0

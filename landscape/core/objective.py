@@ -38,15 +38,13 @@ from landscape.core.criteria import (
 from landscape.core.gradients import gradient_of
 from landscape.core.params import ParamDict, weighted_sum
 from landscape.core.regularizer import Regularizer
-from landscape.core.second_order import AffineBatchNorm, SecondOrderFold
+from landscape.core.second_order import AffineBatchNorm, SecondOrderFold, folded_loss_agrees
 from landscape.data.labels import check_label_range, label_range
 from landscape.data.stream import BatchSource, as_source
 from landscape.errors import LandscapeError
 from landscape.models.bn_fold import FoldedModel
 from landscape.models.checkpoint import require_finite
 from landscape.models.external import calling_forward
-from landscape.options.common import FOLD_RTOL, FOLD_RTOL_FLOAT64
-from landscape.runtime.devices import close
 
 
 def fused_attention_modules(module: nn.Module) -> list[nn.Module]:
@@ -253,7 +251,7 @@ class Objective:
             want = batch_loss(select_logits(functional_call(self.module, state, (x,)), self.output), y, self.criterion)
             out = select_logits(functional_call(folded.module, folded.state(state), (x,)), self.output)
             got = batch_loss(out, y, self.criterion)
-        return close(float(got), float(want), FOLD_RTOL_FLOAT64 if want.dtype == torch.float64 else FOLD_RTOL)
+        return folded_loss_agrees(got, want)
 
     def batch_loss_fn(self, batch: Batch, *, second_order: bool = False) -> Callable[[ParamDict], Tensor]:
         """The function ``params -> L_b(params)`` (data loss of one batch, no regulariser).

@@ -33,6 +33,8 @@ from torch.nn.modules import module as module_globals
 from torch.overrides import TorchFunctionMode
 
 from landscape.models.bn_fold import FoldedModel, fold_batchnorm
+from landscape.options.common import FOLD_RTOL, FOLD_RTOL_FLOAT64
+from landscape.runtime.devices import close
 
 
 def affine_batch_norm(
@@ -92,6 +94,19 @@ class AffineBatchNorm(TorchFunctionMode):
         if func is F.batch_norm:
             return affine_batch_norm(*args, **(kwargs or {}))
         return func(*args, **(kwargs or {}))
+
+
+def folded_loss_agrees(got: Tensor, want: Tensor) -> bool:
+    """Whether a folded model's loss ``got`` is the unfolded loss ``want`` (relative FOLD_RTOL, FOLD_RTOL_FLOAT64).
+
+    Args:
+        got: the folded model's loss (0-dim).
+        want: the unfolded model's loss (0-dim).
+
+    Returns:
+        True when they agree to the dtype's tolerance (:data:`landscape.options.common.FOLD_RTOL`).
+    """
+    return close(float(got), float(want), FOLD_RTOL_FLOAT64 if want.dtype == torch.float64 else FOLD_RTOL)
 
 
 def has_hooks(module: nn.Module) -> bool:
