@@ -160,3 +160,16 @@ def test_the_operator_records_how_many_batchnorms_its_products_fold():
     op.matvec(v)
     counts["hooked"] = op.hvp_choice()["bn_folded"]
     assert counts == {"graph": 9, "finite-difference": 0, "hooked": 0}
+
+
+def test_the_per_mini_batch_spectrum_records_how_many_batchnorms_its_products_fold():
+    from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
+
+    g = torch.Generator().manual_seed(6)
+    batches = [(torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 3, (4,), generator=g)) for _ in range(2)]
+    counts = {}
+    for hvp in ("graph", "auto", "finite-difference"):
+        res = max_eigenvalue_spectrum(small_resnet(), batches, k=1, hvp=hvp, group=1, tol=1e-2, dtype=torch.float64)
+        assert list(res.hvp_choice) == ["4x3x8x8"]
+        counts[hvp] = res.hvp_choice["4x3x8x8"]["bn_folded"]
+    assert counts == {"graph": 9, "auto": 9, "finite-difference": 0}

@@ -40,6 +40,26 @@ from landscape.options.names import select
 from landscape.runtime import distributed
 
 
+def bn_folded(objective: Objective, mode: str) -> int:
+    """How many BatchNorm layers the products of ``mode`` on ``objective`` fold into their convolutions.
+
+    The count of the objective's :class:`~landscape.core.second_order.SecondOrderFold` once it is built; 0 when
+    nothing is folded: no fold (not built, refused or failed), a hook on the model (the fold is not used then),
+    or ``finite-difference``, which differentiates the model as it is.
+
+    Args:
+        objective: the objective whose products were made.
+        mode: the ``--hvp`` mode they were made by.
+
+    Returns:
+        The number of folded BatchNorm layers.
+    """
+    folded = objective.second_order_fold.folded
+    if mode == FINITE_DIFFERENCE or folded is None or has_hooks(objective.module):
+        return 0
+    return folded.n_folded
+
+
 class HessianOperator:
     """The (weighted, regularised) Hessian of an objective at one point, on flat vectors.
 
@@ -174,10 +194,8 @@ class HessianOperator:
             (:func:`~landscape.analyses.hessian.products.step_length`).
         """
         ways = Counter(p.way for p in self._products if p.way is not None)
-        out = {"mode": self.mode, "ways": dict(sorted(ways.items())), "bn_folded": 0, **self.costs.summary()}
-        folded = self.objective.second_order_fold.folded
-        if self.mode != FINITE_DIFFERENCE and folded is not None and not has_hooks(self.objective.module):
-            out["bn_folded"] = folded.n_folded
+        out = {"mode": self.mode, "ways": dict(sorted(ways.items())), **self.costs.summary()}
+        out["bn_folded"] = bn_folded(self.objective, self.mode)
         if self.mode == FINITE_DIFFERENCE:
             out["finite_difference_step"] = self._step_length()
         return out

@@ -24,7 +24,7 @@ from torch import nn
 
 from landscape.analyses.hessian.grouped import GroupChoice, GroupedProducts, WorkerPool, choose_group, shared_costs
 from landscape.analyses.hessian.lanczos import drive_together, lanczos, lanczos_steps
-from landscape.analyses.hessian.operator import HessianOperator
+from landscape.analyses.hessian.operator import HessianOperator, bn_folded
 from landscape.analyses.hessian.products import ProductCosts
 from landscape.core.criteria import Batch, OutputSelector, batch_loss
 from landscape.core.objective import Objective
@@ -66,7 +66,8 @@ class MaxEigenvalueSpectrum:
         converged: convergence flag per eigenvalue, ``(n_batches, k)``.
         group: the most batches computed together (1: one after another).
         group_choice: how the group size was chosen (:meth:`~landscape.analyses.hessian.grouped.GroupChoice.as_dict`).
-        hvp_choice: how the serial products were made, by batch shape (the operators' ``hvp_choice``).
+        hvp_choice: how the serial products were made, by batch shape (the operators' ``hvp_choice``: the
+            seconds measured, the ways that failed, and ``bn_folded``, the BatchNorm layers the products fold).
     """
 
     eigenvalues: np.ndarray
@@ -261,7 +262,8 @@ def max_eigenvalue_spectrum(
                     on_batch(item)
                 bar.update(1)
     bar.close()
-    out.hvp_choice = {"x".join(map(str, shape)): c.summary() for shape, c in costs.items()}
+    folds = bn_folded(objective, "graph" if hvp == "auto" else hvp)
+    out.hvp_choice = {"x".join(map(str, shape)): {**c.summary(), "bn_folded": folds} for shape, c in costs.items()}
     return out
 
 
