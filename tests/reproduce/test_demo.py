@@ -231,6 +231,36 @@ def _tensors(path):
     return read_checkpoint(path).state_dict
 
 
+def test_a_unit_run_alone_in_a_fresh_process_writes_the_demos_files_bit_for_bit(demo_dir, tmp_path):
+    """The default run's share of the check below: one unit (resnet_mini, seed 1: training, spectrum, both
+    sharpness measures, Fourier), run by itself in a new process, writes the files the two-worker demo wrote."""
+    code = (
+        "import sys; from pathlib import Path; from landscape.reproduce.demo import QUICK, model_unit; "
+        "model_unit('resnet_mini', QUICK, Path(sys.argv[1]), seed=1, device='cpu', force=False, quiet=True)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    files = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.suffix in (".h5", ".pt"))
+    assert [f.as_posix() for f in files] == [
+        f"seed1/resnet_mini{end}"
+        for end in (".pt", "_fourier.h5", "_sharpness_average.h5", "_sharpness_worst.h5", "_spectrum.h5")
+    ]
+    _assert_equal_files(tmp_path, demo_dir, files)
+
+
+def _assert_equal_files(one_dir, two_dir, files):
+    """Every checkpoint tensor and every array of every result file of ``files`` equal to the bit in both folders."""
+    for name in files:
+        read = _arrays if name.suffix == ".h5" else _tensors
+        one, two = read(one_dir / name), read(two_dir / name)
+        assert one.keys() == two.keys(), name
+        for key in one:
+            a, b = np.asarray(one[key]), np.asarray(two[key])
+            assert a.dtype == b.dtype and a.shape == b.shape, (name, key)
+            # numbers to the bit; strings (object arrays) by value
+            assert a.tolist() == b.tolist() if a.dtype == object else a.tobytes() == b.tobytes(), (name, key)
+
+
 @pytest.mark.slow  # a second whole quick demo (over 3 min here): run with -m slow
 def test_one_job_writes_the_files_of_two_jobs_bit_for_bit(demo_dir, tmp_path):
     # The fixture ran on two worker processes of one torch thread each; --jobs 1 runs every unit in this process
@@ -244,15 +274,7 @@ def test_one_job_writes_the_files_of_two_jobs_bit_for_bit(demo_dir, tmp_path):
     files = sorted(p.relative_to(demo_dir) for p in demo_dir.rglob("*") if p.suffix in (".h5", ".pt"))
     assert files == sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.suffix in (".h5", ".pt"))
     assert len([f for f in files if f.suffix == ".h5"]) >= 10
-    for name in files:
-        read = _arrays if name.suffix == ".h5" else _tensors
-        one, two = read(tmp_path / name), read(demo_dir / name)
-        assert one.keys() == two.keys(), name
-        for key in one:
-            a, b = np.asarray(one[key]), np.asarray(two[key])
-            assert a.dtype == b.dtype and a.shape == b.shape, (name, key)
-            # numbers to the bit; strings (object arrays) by value
-            assert a.tolist() == b.tolist() if a.dtype == object else a.tobytes() == b.tobytes(), (name, key)
+    _assert_equal_files(tmp_path, demo_dir, files)
     assert _verdicts(tmp_path) == _verdicts(demo_dir)
 
 
