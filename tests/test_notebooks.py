@@ -42,6 +42,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_every_notebook_is_listed() -> None:
     assert NOTEBOOKS == sorted(MIN_FIGURES) == sorted(_generator().NOTEBOOKS)
+    assert set(SLOW) <= set(NOTEBOOKS) and not set(SLOW) & set(RUN_ELSEWHERE)
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

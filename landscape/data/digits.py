@@ -42,8 +42,48 @@ def digits_csv() -> Path:
     """
     spec = importlib.util.find_spec("sklearn")
     if spec is None or not spec.submodule_search_locations:
-        raise LandscapeError("--data digits reads scikit-learn's bundled digits: pip install scikit-learn")
+        raise LandscapeError("the digits dataset is scikit-learn's bundled digits.csv.gz: pip install scikit-learn")
     return Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+
+
+def _checked_digits(path: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The rows of ``path`` and the kept split, each checked before use.
+
+    Each row must be 65 values (64 pixels in [0, 16] and an integer label in [0, 9]), and the split a partition of
+    the rows into train and test.
+
+    Raises:
+        LandscapeError: either is unreadable or not the digits'.
+    """
+    fix = "reinstall scikit-learn (pip install --force-reinstall scikit-learn)"
+    try:
+        rows = np.loadtxt(path, delimiter=",", ndmin=2)
+    except (OSError, EOFError, ValueError) as exc:
+        raise LandscapeError(f"cannot read the digits at {path} ({type(exc).__name__}); {fix}") from None
+    pixels, labels = (rows[:, :-1], rows[:, -1]) if rows.shape[1:] == (65,) else (rows[:, :0], rows[:, :0])
+    if (
+        rows.shape[1:] != (65,)
+        or not np.isfinite(rows).all()
+        or pixels.min(initial=0) < 0
+        or pixels.max(initial=0) > 16
+        or not np.array_equal(labels, np.clip(np.round(labels), 0, 9))
+    ):
+        raise LandscapeError(
+            f"{path} is not scikit-learn's digits (rows of 64 pixels in 0-16 and a label 0-9, got shape "
+            f"{rows.shape}); {fix}"
+        )
+    try:
+        with np.load(SPLIT_FILE) as kept:
+            split = {name: kept[name].astype(np.int64) for name in ("train", "test")}
+    except (OSError, EOFError, ValueError, KeyError) as exc:
+        raise LandscapeError(
+            f"cannot read the kept digits split {SPLIT_FILE} ({type(exc).__name__}); reinstall landscape"
+        ) from None
+    if not np.array_equal(np.sort(np.concatenate(list(split.values()))), np.arange(len(rows))):
+        raise LandscapeError(
+            f"the kept digits split ({SPLIT_FILE}) does not divide the {len(rows)} digits of {path}; {fix}"
+        )
+    return rows, split
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,14 +91,15 @@ def _digits_arrays() -> tuple[Tensor, Tensor, dict[str, Tensor]]:
     """All 1797 digits as (N, 1, 8, 8) float32 in [0, 1], labels, and the fixed split's indices.
 
     The rows of ``digits.csv.gz`` are 64 pixel values (0-16) and the label, as scikit-learn's ``load_digits``
-    reads them.
+    reads them; they and the kept split are checked before use (:func:`_checked_digits`).
+
+    Raises:
+        LandscapeError: scikit-learn is missing, or its file or the kept split is unreadable or not the digits'.
     """
-    rows = np.loadtxt(digits_csv(), delimiter=",")
+    rows, split = _checked_digits(digits_csv())
     labels = rows[:, -1].astype(np.int64)
     images = torch.tensor(rows[:, :-1].reshape(-1, 8, 8), dtype=torch.float32).div_(16).unsqueeze(1)
-    with np.load(SPLIT_FILE) as kept:
-        split = {name: torch.from_numpy(kept[name].astype(np.int64)) for name in ("train", "test")}
-    return images, torch.from_numpy(labels), split
+    return images, torch.from_numpy(labels), {name: torch.from_numpy(idx) for name, idx in split.items()}
 
 
 def _digits_split(split: str, size: int) -> tuple[Tensor, Tensor]:

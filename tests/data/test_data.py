@@ -266,6 +266,32 @@ def test_digits_are_scikit_learns_images_labels_and_split_bit_for_bit():
     assert split["train"].tolist() == train.tolist() and split["test"].tolist() == test.tolist()
 
 
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (None, "cannot read the digits at"),  # no file
+        (b"\x1f\x8b\x08\x00truncated", "cannot read the digits at"),  # a cut gzip stream
+        (b"1,2,3\n4,5,6\n", "is not scikit-learn's digits"),  # the wrong width
+        (b",".join([b"17"] * 64 + [b"3"]) + b"\n", "is not scikit-learn's digits"),  # a pixel over 16
+        (b",".join([b"1"] * 64 + [b"3.5"]) + b"\n", "is not scikit-learn's digits"),  # a label that is no class
+        (b",".join([b"1"] * 64 + [b"3"]) + b"\n", "does not divide the 1 digits"),  # not the kept split's rows
+    ],
+)
+def test_a_broken_digits_file_is_one_line_naming_it(tmp_path, monkeypatch, content, words):
+    import landscape.data.digits as digits
+
+    path = tmp_path / ("digits.csv.gz" if content and content.startswith(b"\x1f") else "digits.csv")
+    if content is not None:
+        path.write_bytes(content)
+    monkeypatch.setattr(digits, "digits_csv", lambda: path)
+    digits._digits_arrays.cache_clear()
+    try:
+        msg = one_line_error(load_dataset, "digits", "train")
+    finally:
+        digits._digits_arrays.cache_clear()
+    assert words in msg and (str(path) in msg) and "reinstall" in msg
+
+
 def test_reading_digits_imports_neither_scikit_learn_nor_torchvision():
     code = (
         "import sys; from landscape.data.loading import load_dataset; load_dataset('digits', 'train').tensors(); "

@@ -262,7 +262,7 @@ def max_eigenvalue_spectrum(
                     on_batch(item)
                 bar.update(1)
     bar.close()
-    folds = bn_folded(objective, "graph" if hvp == "auto" else hvp)
+    folds = bn_folded(objective, hvp)
     out.hvp_choice = {"x".join(map(str, shape)): {**c.summary(), "bn_folded": folds} for shape, c in costs.items()}
     return out
 
