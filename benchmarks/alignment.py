@@ -28,7 +28,12 @@ ends' and the midpoints' test accuracies beside the published 94.5% / 94.2%, 17.
     defaults) of a ``resnet_mini`` (widths 16-24-32-64, 256 synthetic CIFAR-sized images in batches of 128): the
     Hessian products it makes and its seconds (split into Lanczos and the average-case sharpness), against the
     seconds of exactly that many products alone (a fresh operator of the same mode, its set-up included, on
-    random vectors): the ratio is the curvature pass's overhead over the Lanczos products it needs.
+    random vectors): the ratio is the curvature pass's overhead over the Lanczos products it needs. The pass is
+    given the point's batch losses, as connect knows them from the point's loss;
+(c) the same pass at every point of the lines connect measures between two ``resnet_mini`` trained on digits as the
+    demo trains them (seeds 0 and 1, 6 epochs; the line after weight matching and the line as trained, 5 points
+    each, 360 test images): each point's pass against its own products timed inside it, and ``S_avg`` with its
+    Monte-Carlo standard error.
 
 Run:
     python benchmarks/alignment.py [--epochs 3] [--samples 500] [--steps 11] [--smoke]
@@ -54,7 +59,7 @@ import torch
 from landscape.analyses.connect.run import run_connect
 from landscape.models.checkpoint import read_checkpoint
 from landscape.options import checks
-from landscape.options.connect import ConnectOptions
+from landscape.options.connect import CURVATURE_QUANTITIES, ConnectOptions
 from landscape.runtime.memory import keep_freed_memory
 from landscape.train import TrainConfig, train_model
 
@@ -199,6 +204,8 @@ def matching_cost(
     return rows
 
 
+#: where a curvature pass's values hold the Hessian products it made
+PRODUCTS = CURVATURE_QUANTITIES.index("hessian_products")
 #: pairs of forward passes (plain, tuned) timed by ``--cost``
 FORWARD_PAIRS = 20
 
@@ -281,19 +288,27 @@ def curvature_cost(
         f"{q1:.3f}-{q3:.3f}"
     )
     # a warm-up pass, not timed; the products a pass makes (the same at every repeat: seeded)
-    n_pass = int(point_curvature(objective, objective.params, objective.buffers, settings, forward)[3])
+    known = objective.evaluate().batch_losses  # connect knows them from the point's loss (not timed)
+    n_pass = int(point_curvature(objective, objective.params, objective.buffers, settings, forward, known)[PRODUCTS])
     in_pass = InPassProducts()
 
     def timed_pass() -> tuple:
         with in_pass.timing():
-            return _timed(point_curvature, objective, objective.params, objective.buffers, settings, forward)
+            return _timed(point_curvature, objective, objective.params, objective.buffers, settings, forward, known)
 
     measured = {
         "pass": timed_pass,
         "alone": lambda: _timed(products_alone, n_pass),
         "lanczos": lambda: _timed(lanczos_alone),
         "sharpness": lambda: _timed(
-            average_sharpness, at, settings.rho, samples=settings.samples, antithetic=True, seed=0, forward=forward
+            average_sharpness,
+            at,
+            settings.rho,
+            samples=settings.samples,
+            antithetic=True,
+            seed=0,
+            forward=forward,
+            base_loss=known,
         ),
     }
     names = list(measured)
@@ -304,7 +319,7 @@ def curvature_cost(
             out, *seconds = measured[name]()
             row[name] = seconds
             if name == "pass":
-                row["products"], row["in_pass"] = int(out[3]), in_pass.cpu
+                row["products"], row["in_pass"] = int(out[PRODUCTS]), in_pass.cpu
             elif name == "alone":
                 row["products_alone"] = out
         rows.append(row)
@@ -330,6 +345,74 @@ def curvature_cost(
         spread = f" ({q1:.3f}-{q3:.3f})"
     median = statistics.median(own)
     print(f"ratio (cpu): pass / its own products timed inside it, median of {repeats}: {median:.3f}{spread}")
+    return rows
+
+
+def curvature_path_cost(
+    steps: int = 5, samples: int = 360, epochs: int = 6, model_kwargs: dict | None = None, subset: int | None = None
+) -> list[dict]:
+    """(c) of ``--cost``: connect's curvature pass at every point of a line between two trained networks; printed.
+
+    Two ``resnet_mini`` are trained on digits from seeds 0 and 1 as the demo trains them (AdamW, lr 2e-3, batches of
+    64, ``epochs``); :func:`~landscape.analyses.connect.run.run_connect` measures the line between them after weight
+    matching and the line as trained (``steps`` points each, ``samples`` test images, ``--curvature`` at its
+    defaults). Each point's pass is timed, and its own Hessian products inside it (:class:`InPassProducts`).
+
+    Args:
+        steps: points of each line.
+        samples: test images.
+        epochs: training epochs of each network.
+        model_kwargs: ``resnet_mini``'s options (default the zoo's).
+        subset: training images (default all).
+
+    Returns:
+        One row per point, in the order measured: the CPU seconds of the ``pass`` and of its products ``in_pass``,
+        and the pass's values by :data:`~landscape.options.connect.CURVATURE_QUANTITIES`.
+    """
+    from landscape.analyses.connect import points
+
+    rows: list[dict] = []
+    in_pass, measured = InPassProducts(), points.point_curvature
+
+    def timed_pass(*args: Any, **kwargs: Any) -> tuple:
+        with in_pass.timing():
+            out, _, cpu = _timed(measured, *args, **kwargs)
+        rows.append({"pass": cpu, "in_pass": in_pass.cpu, **dict(zip(CURVATURE_QUANTITIES, out))})
+        return out
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ends = []
+        for seed in (0, 1):
+            config = TrainConfig(
+                model="resnet_mini", data="digits", epochs=epochs, seed=seed, device="cpu", subset=subset,
+                model_kwargs=model_kwargs or {},
+            )  # fmt: skip
+            ends.append(Path(tmp) / f"s{seed}.pt")
+            train_model(config, ends[-1], force=True, quiet=True)
+        options = ConnectOptions(split="test", samples=samples, steps=steps, align="weights", curvature=True)
+        points.point_curvature = timed_pass
+        try:
+            run_connect(*ends, options, out=None, device="cpu", progress=False)
+        finally:
+            points.point_curvature = measured
+    print(
+        f"(c) connect --curvature along the lines between two resnet_mini trained on digits ({epochs} epochs), "
+        f"{steps} points each, {samples} test images, {options.curvature_samples} antithetic draws per batch"
+    )
+    print(f"{'point':>5} {'products':>8} {'pass':>7} {'its products':>12} {'ratio':>6} {'S_avg':>8} {'stderr':>8}")
+    for i, r in enumerate(rows):
+        print(
+            f"{i:>5} {r['hessian_products']:>8.0f} {r['pass']:>7.2f} {r['in_pass']:>12.2f} "
+            f"{r['pass'] / r['in_pass']:>6.3f} {r['average_sharpness']:>8.4f} {r['average_sharpness_stderr']:>8.4f}",
+            flush=True,
+        )
+    ratios = [r["pass"] / r["in_pass"] for r in rows]
+    relative = [r["average_sharpness_stderr"] / r["average_sharpness"] for r in rows if r["average_sharpness"] > 0]
+    print(
+        f"ratio (cpu): pass / its own products over the {len(rows)} points: median {statistics.median(ratios):.3f}, "
+        f"largest {max(ratios):.3f}; S_avg's standard error / S_avg: median {statistics.median(relative):.3f}, "
+        f"largest {max(relative):.3f}"
+    )
     return rows
 
 
@@ -365,6 +448,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.cost:
         matching_cost()
         curvature_cost(args.repeats)
+        curvature_path_cost()
         return
     if args.compare:
         if not args.data:

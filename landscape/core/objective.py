@@ -85,11 +85,13 @@ class Evaluation:
         loss: L(theta) = sum_b (N_b/N) L_b(theta) + R(theta).
         data_loss: sum_b (N_b/N) L_b(theta).
         accuracy: the fraction of samples whose arg-max logit is the label; NaN when a logit is not finite.
+        batch_losses: ``L_b(theta)`` of each batch, in order.
     """
 
     loss: float
     data_loss: float
     accuracy: float
+    batch_losses: tuple[float, ...] = ()
 
 
 class Objective:
@@ -318,17 +320,19 @@ class Objective:
         """
         params = self.params if params is None else params
         correct = 0
+        losses: list[float] = []
 
         def batch_term(b: int) -> float:
             nonlocal correct
             x, y = self.batches[b]
             out = self.logits(params, x, buffers)
             correct += prediction_hits(out, y)
-            return float(batch_loss(out, y, self.criterion))
+            losses.append(float(batch_loss(out, y, self.criterion)))
+            return losses[-1]
 
         data_loss = weighted_sum(self.weights, batch_term, start=0.0)
         reg = float(self.regularizer(params))
-        return Evaluation(data_loss + reg, data_loss, correct / self.n_samples)
+        return Evaluation(data_loss + reg, data_loss, correct / self.n_samples, tuple(losses))
 
     def gradient(self, params: Mapping[str, Tensor] | None = None) -> ParamDict:
         """Gradient of the full objective: sum_b (N_b/N) grad L_b + grad R.

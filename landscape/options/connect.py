@@ -46,6 +46,15 @@ CURVATURE_MAXITER = 10
 #: ... how its Hessian-vector products are made: one gradient graph kept per batch for all of the point's products
 #: (fixed, not timed, so that a resumed run makes the same products and finds the same numbers)
 CURVATURE_HVP = "graph"
+#: ... the quantities of a point on one split, in the order
+#: :func:`~landscape.analyses.connect.curvature.point_curvature` returns them (in the file's identity)
+CURVATURE_QUANTITIES = (
+    "top_eigenvalue",
+    "top_eigenvalue_converged",
+    "average_sharpness",
+    "average_sharpness_stderr",
+    "hessian_products",
+)
 
 
 def _whole(value: Any, name: str, least: int) -> int:
@@ -120,7 +129,7 @@ class ConnectOptions(FieldDefaults):
     repair: bool = False
     curvature: bool = False
     curvature_rho: float = 0.05
-    curvature_samples: int = 8
+    curvature_samples: int = 4
 
     def __post_init__(self) -> None:
         split = choice(str(self.split).lower(), "--split", CONNECT_SPLITS)
@@ -173,10 +182,10 @@ class ConnectOptions(FieldDefaults):
         ``steps``, ``bn``, ``curve``, ``regularizer`` (JSON ``{"kind", "coef"}``, as the objective describes
         it), ``allow_stochastic``; ``dataset`` when :attr:`data` is given; ``align`` when it is not ``none`` and
         ``repair`` when it is on, ``curvature`` (with ``curvature_rho``, ``curvature_samples``,
-        ``curvature_tol`` and ``curvature_maxiter``) when it is on (a run without them keeps the identity it had
-        before the options existed); with
-        ``curve="bezier"`` also ``bend_epochs``, ``bend_lr``, ``bend_momentum``, ``bend_weight_decay``,
-        ``bend_samples`` (a count, or ``"all"``) and ``plane_steps`` (a line's identity does not depend on them).
+        ``curvature_tol``, ``curvature_maxiter`` and ``curvature_quantities``) when it is on (a run without them
+        keeps the identity it had before the options existed); with ``curve="bezier"`` also ``bend_epochs``,
+        ``bend_lr``, ``bend_momentum``, ``bend_weight_decay``, ``bend_samples`` (a count, or ``"all"``) and
+        ``plane_steps`` (a line's identity does not depend on them).
 
         Returns:
             Attribute name -> value, as the file records it.
@@ -203,6 +212,7 @@ class ConnectOptions(FieldDefaults):
                 curvature_samples=int(self.curvature_samples),
                 curvature_tol=CURVATURE_TOL,
                 curvature_maxiter=CURVATURE_MAXITER,
+                curvature_quantities=list(CURVATURE_QUANTITIES),
             )
         if self.curve == "bezier":
             out.update(

@@ -5,7 +5,8 @@ on the line, ``t`` on the curve), the line solid and the curve dashed, one colou
 (0) and theta_B (1) are marked, and for the first split each path's barrier is drawn as an arrow from the chord
 between the end values up to the path at the coordinate where it peaks (every path's barrier is in the legend).
 A file with curvature (``--curvature``) adds a row under them: the top Hessian eigenvalue (left, under the loss;
-a hollow marker where Lanczos did not converge, a lower bound) and the adaptive average-case sharpness (right).
+a hollow marker where Lanczos did not converge, a lower bound) and the adaptive average-case sharpness (right; a
+shaded band of one Monte-Carlo standard error on either side, where the file records it).
 ``<stem>_plane`` (files with a Bezier curve, Garipov et al. 2018 Fig. 1): the loss of the first split and the error
 of the last over the plane through theta_A, theta_B and the bend theta_c, with the three points, the line and the
 curve drawn on it, at equal scale when neither axis is more than :data:`MAX_STRETCH` times the other, else in a
@@ -24,9 +25,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from landscape.analyses.connect.barrier import Barrier
-from landscape.analyses.connect.curvature import CURVATURE_QUANTITIES
 from landscape.analyses.connect.summary import ALL_PATHS, path_barriers
 from landscape.errors import LandscapeError
+from landscape.options.connect import CURVATURE_QUANTITIES
 from landscape.plot.common import Array, Schema, captioned, check_arrays, color, save_figures, wrapped
 from landscape.plot.grids import NBSP, has_batchnorm
 from landscape.plot.scales import SPACING_WORDS, _levels, _norm, colorbar_ticks, resolved_spacing, scale_words
@@ -184,8 +185,14 @@ def paths_figure(result: Result) -> Figure:
         fig,
         f"Loss (left) and error 1 - accuracy (right) along {' and '.join(styles.get(p, p) for p in paths)} from θ_A "
         f"(0) to θ_B (1) on {', '.join(splits)}, one colour per split; the arrows are the barriers of the "
-        f"{splits[0]} split above the chord between the ends, every barrier in the legend. Points not done are "
-        "left out.",
+        f"{splits[0]} split above the chord between the ends, every barrier in the legend."
+        + (
+            " Under them, the top Hessian eigenvalue (a hollow marker: Lanczos did not converge, a lower bound) and "
+            "the adaptive average-case sharpness, shaded one Monte-Carlo standard error either side."
+            if curvature
+            else ""
+        )
+        + " Points not done are left out.",
     )
 
 
@@ -207,6 +214,9 @@ def _curvature_panels(result: Result, axes: Any, splits: list[str]) -> None:
             if loose.any():
                 axes[0].plot(coords[loose], top[loose], "o", mfc="none", color=color(k), ms=7)
             axes[1].plot(coords, sharp, style, color=color(k), marker=".", ms=4, label=f"{group} ({split})")
+            if f"{group}/average_sharpness_stderr" in result:  # older files do not record it
+                se = np.where(done, np.asarray(result[f"{group}/average_sharpness_stderr"][k], dtype=float), np.nan)
+                axes[1].fill_between(coords, sharp - se, sharp + se, color=color(k), alpha=0.15, lw=0)
     for ax, name in ((axes[0], "top Hessian eigenvalue λ_max"), (axes[1], f"average-case sharpness (ρ = {rho})")):
         ax.set_xlim(-0.04, 1.04)
         ax.set_xticks([0.0, 0.25, 0.5, 0.75, 1.0], [f"0\n{ENDS[0]}", "0.25", "0.5", "0.75", f"1\n{ENDS[1]}"])

@@ -111,3 +111,14 @@ def test_cost_matches_a_permuted_copy_in_one_sweep_and_times_as_many_products_as
     out = capsys.readouterr().out
     assert "pass / products alone" in out and "within each of the 2 rounds" in out
     assert "pass / its own products timed inside it, median of 2" in out
+
+
+def test_path_cost_times_every_points_pass_against_its_own_products(capsys) -> None:
+    rows = _script().curvature_path_cost(
+        steps=2, samples=16, epochs=1, model_kwargs={"widths": [4, 6], "layers": [1, 1]}, subset=64
+    )
+    assert len(rows) == 4  # two points of the aligned line, two of the line as trained
+    assert all(r["hessian_products"] > 0 and 0 < r["in_pass"] < r["pass"] for r in rows)
+    assert all(r["average_sharpness_stderr"] > 0 for r in rows)
+    out = capsys.readouterr().out
+    assert "pass / its own products over the 4 points: median" in out

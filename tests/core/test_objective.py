@@ -53,6 +53,9 @@ def test_centre_loss_equals_the_model_loss_with_unequal_batches():
     assert ev.loss == pytest.approx(float(expected), rel=1e-13) and ev.loss == ev.data_loss
     assert ev.accuracy == float((out.argmax(1) == y).double().mean())
     assert obj.weights == [7 / 15, 3 / 15, 5 / 15]
+    with torch.no_grad():
+        each = [float(F.cross_entropy(model(bx), by)) for bx, by in batches]
+    assert ev.batch_losses == pytest.approx(each, rel=1e-13)
     # an equal-weight mean of the batch losses is a different number: the weighting matters here
     with torch.no_grad():
         equal = sum(float(F.cross_entropy(model(bx), by)) for bx, by in batches) / 3

@@ -15,7 +15,9 @@ evaluated with, on each split's objective ``L = sum_b (N_b / N) L_b + R``:
   (Andriushchenko et al. 2023) of the data loss, averaged over the objective's batches
   (:func:`~landscape.analyses.sharpness.measures.average_sharpness`, antithetic draws), its forward passes by the
   split's :class:`~landscape.core.forward.EvalForward`, tuned once per run (BatchNorm folded but under REPAIR's
-  hooks, the inputs' layout chosen: the same values to rounding, each forward cheaper).
+  hooks, the inputs' layout chosen: the same values to rounding, each forward cheaper). Its Monte-Carlo standard
+  error given the batches, ``sqrt(sum_b se_b^2) / B`` with ``se_b`` the standard error of batch ``b``'s mean over
+  its draws, is recorded beside it (NaN with one draw).
 
 Both use private generators seeded by the run's seed, so a resumed run computes the same numbers.
 """
@@ -23,7 +25,8 @@ Both use private generators seeded by the run's seed, so a resumed run computes 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from torch import Tensor
@@ -34,9 +37,6 @@ from landscape.analyses.sharpness.measures import average_sharpness
 from landscape.core.forward import EvalForward
 from landscape.core.objective import Objective
 from landscape.options.connect import CURVATURE_HVP, CURVATURE_MAXITER, CURVATURE_TOL
-
-#: the curvature quantities of a point on one split, in the order :func:`point_curvature` returns them
-CURVATURE_QUANTITIES = ("top_eigenvalue", "top_eigenvalue_converged", "average_sharpness", "hessian_products")
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,9 @@ def point_curvature(
     buffers: Mapping[str, Tensor],
     settings: CurvatureSettings,
     forward: EvalForward | None = None,
-) -> tuple[float, float, float, float]:
-    """``lambda_max`` of the Hessian, whether it converged, ``S_avg`` and the Hessian products made, at a point.
+    base_loss: Sequence[float] | None = None,
+) -> tuple[float, float, float, float, float]:
+    """``lambda_max`` of the Hessian, whether it converged, ``S_avg``, its standard error and the products made.
 
     Args:
         objective: one split's objective.
@@ -90,9 +91,13 @@ def point_curvature(
         settings: the radius, draws, seed and Lanczos' tolerance.
         forward: ``S_avg``'s forward passes by this tuned forward of ``objective``
             (:class:`~landscape.core.forward.EvalForward`, for the point's buffers); default the plain forward.
+        base_loss: the data loss of each of the objective's batches at the point, when already known (the point's
+            :attr:`~landscape.core.objective.Evaluation.batch_losses`): ``S_avg`` then makes no forward pass at
+            ``w`` itself; default one per batch.
 
     Returns:
-        ``(lambda_max, 1.0 if converged else 0.0, S_avg, products)`` as floats (:data:`CURVATURE_QUANTITIES`).
+        ``(lambda_max, 1.0 if converged else 0.0, S_avg, its standard error, products)`` as floats
+        (:data:`~landscape.options.connect.CURVATURE_QUANTITIES`).
 
     Raises:
         LandscapeError: a Hessian product with NaN or Inf entries.
@@ -103,11 +108,19 @@ def point_curvature(
         op, k=1, which="LA", tol=settings.tol, maxiter=settings.maxiter, seed=settings.seed, return_eigenvectors=False
     )
     sharp = average_sharpness(
-        at, settings.rho, samples=settings.samples, antithetic=True, seed=settings.seed, forward=forward
+        at,
+        settings.rho,
+        samples=settings.samples,
+        antithetic=True,
+        seed=settings.seed,
+        forward=forward,
+        base_loss=base_loss,
     )
+    stderr = sharp.stderr[:, 0]
     return (
         float(top.eigenvalues[-1]),
         1.0 if bool(top.converged[-1]) else 0.0,
         float(sharp.mean[0]),
+        math.sqrt(float((stderr**2).sum())) / len(stderr),
         float(op.n_matvec),
     )

@@ -18,17 +18,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from landscape import store
-from landscape.analyses.connect.curvature import CURVATURE_QUANTITIES, CurvatureSettings, point_curvature
+from landscape.analyses.connect.curvature import CurvatureSettings, point_curvature
 from landscape.analyses.connect.evaluate import point_buffers
 from landscape.analyses.connect.path import Endpoint
 from landscape.analyses.connect.repair import Correction, corrected
 from landscape.core.forward import EvalForward
 from landscape.core.objective import Objective
+from landscape.options.connect import CURVATURE_QUANTITIES
 from landscape.runtime import distributed as D
 from landscape.runtime.progress import Progress
 
 #: the values of one point on one split: loss (data loss + regulariser), data loss, accuracy, and with curvature
-#: those of :data:`~landscape.analyses.connect.curvature.CURVATURE_QUANTITIES`
+#: those of :data:`~landscape.options.connect.CURVATURE_QUANTITIES`
 Values = tuple[float, ...]
 #: the quantities of a path or plane, in the order of :data:`Values`
 QUANTITIES = ("loss", "data_loss", "accuracy")
@@ -87,7 +88,9 @@ class SplitEvaluator:
                     forward = None if self.forwards is None else self.forwards[k]
                     if forward is not None and corrections:
                         forward = forward.unfolded()  # the fold's copy of the model does not carry REPAIR's hooks
-                    values += point_curvature(objective, point.params, buffers, self.curvature, forward)
+                    values += point_curvature(
+                        objective, point.params, buffers, self.curvature, forward, ev.batch_losses
+                    )
                 out.append(values)
         return out
 
@@ -169,7 +172,7 @@ def write_round(f: store.ResultFile, group: str, results: Sequence[tuple[tuple[i
         f: the connect file, open for writing.
         group: ``line``, ``curve`` or ``plane``.
         results: ``(index, values per split)`` of each point: :data:`QUANTITIES`, then with curvature
-            :data:`~landscape.analyses.connect.curvature.CURVATURE_QUANTITIES`.
+            :data:`~landscape.options.connect.CURVATURE_QUANTITIES`.
     """
     for idx, values in results:
         names = QUANTITIES + (CURVATURE_QUANTITIES if len(values[0]) > len(QUANTITIES) else ())

@@ -340,6 +340,7 @@ def average_sharpness(
     confidence: float = 0.95,
     resamples: int = 1000,
     forward: EvalForward | None = None,
+    base_loss: Sequence[float] | None = None,
 ) -> SharpnessEstimate:
     """Average-case sharpness ``E_S E_{delta ~ N(0, rho^2 diag(c^2))} [L_S(w + delta) - L_S(w)]``.
 
@@ -368,17 +369,23 @@ def average_sharpness(
         forward: evaluate every loss with this :class:`~landscape.core.forward.EvalForward` of the objective's
             model and batches, tuned once (BatchNorm folded, the inputs' layout chosen: the same values to
             rounding, each forward cheaper), for the objective's buffers; default the objective's plain forward.
+        base_loss: ``L_S(w)`` of each used batch, in order, when it is already known (the data loss, e.g.
+            :attr:`~landscape.core.objective.Evaluation.batch_losses` at the objective's params and buffers);
+            default a forward pass of each batch.
 
     Returns:
         A :class:`SharpnessEstimate` (``measure="average"``, per-batch values with their standard errors).
 
     Raises:
         LandscapeError: a radius that is NaN, infinite or negative, ``samples < 1``, a bad ``eta``, batch index or
-            pattern, a bad ``confidence``/``resamples``, or a non-finite loss at ``w`` or at a perturbed point.
+            pattern, a bad ``confidence``/``resamples``, a ``base_loss`` not one number per used batch, or a
+            non-finite loss at ``w`` or at a perturbed point.
     """
     radii = check_radii(rho)
     count = checks.positive_int(samples, "samples")
     used = _check_batches(objective, batches)
+    if base_loss is not None and len(base_loss) != len(used):
+        raise LandscapeError(f"base_loss= needs one loss per used batch ({len(used)}), got {len(base_loss)}")
     names = perturbed_names(objective.params, patterns, perturb)
     w = {n: objective.params[n] for n in names}
     c = perturbation_scale(w, adaptive, eta)
@@ -390,7 +397,7 @@ def average_sharpness(
     eps = {n: torch.empty_like(t) for n, t in w.items()}  # and every draw's noise here
     with torch.no_grad():
         for b, loss in enumerate(_batch_losses(objective, used, include_regularizer, forward)):
-            base[b] = _finite_base(float(loss(w)), used[b])
+            base[b] = _finite_base(float(loss(w) if base_loss is None else base_loss[b]), used[b])
             draws = torch.zeros(count, len(radii), dtype=torch.float64)
             for j in range(count):
                 _draw(w, gen, "normal", eps)

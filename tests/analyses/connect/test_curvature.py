@@ -11,7 +11,7 @@ from torch import nn
 from torch.func import functional_call, hessian
 
 import landscape
-from landscape.options.connect import ConnectOptions
+from landscape.options.connect import CURVATURE_QUANTITIES, ConnectOptions
 from landscape.plot import plot_files
 
 
@@ -72,16 +72,24 @@ def test_top_eigenvalue_at_each_point_equals_the_dense_hessians(batchnorm):
         assert res["line/top_eigenvalue"][0, i] == pytest.approx(top, rel=2e-3, abs=1e-6), alpha
 
 
-def test_average_sharpness_at_a_point_is_its_quadratic_value():
-    """For small rho, S_avg = rho^2 / 2 tr(diag(w^2) H_S) + O(rho^4), averaged over the batches S (antithetic)."""
+def test_average_sharpness_and_its_standard_error_at_a_point_are_their_quadratic_values():
+    """For small rho, S_avg = rho^2 / 2 tr(diag(w^2) H_S) + O(rho^4), averaged over the batches S (antithetic).
+
+    Each antithetic draw is then ``rho^2 / 2 e^T A e`` with ``A = diag(|w|) H_S diag(|w|)``, ``e ~ N(0, I)``, whose
+    variance is ``rho^4 / 4 * 2 tr(A^2)``: the standard error of the mean over the ``B`` batches of ``n`` draws
+    each is ``sqrt(sum_S rho^4 tr(A_S^2) / (2 n)) / B``.
+    """
     a, b, data = tiny(0), tiny(1), batches()
-    rho = 0.02
+    rho, draws = 0.02, 400
     res = landscape.connect(
-        a, b, data, steps=2, curvature=True, curvature_rho=rho, curvature_samples=400, device="cpu", progress=False
+        a, b, data, steps=2, curvature=True, curvature_rho=rho, curvature_samples=draws, device="cpu", progress=False
     )
     per_batch = [dense_hessian(lerp(a, b, 0.0, [batch]), [batch]) for batch in data]
     want = float(np.mean([rho**2 / 2 * float((w**2 * torch.diagonal(h)).sum()) for h, w in per_batch]))
     assert res["line/average_sharpness"][0, 0] == pytest.approx(want, rel=0.15)
+    scaled = [w.abs()[:, None] * h * w.abs()[None, :] for h, w in per_batch]
+    variance = sum(rho**4 * float((s * s).sum()) / (2 * draws) for s in scaled)
+    assert res["line/average_sharpness_stderr"][0, 0] == pytest.approx(variance**0.5 / len(data), rel=0.2)
 
 
 def test_an_interrupted_run_resumes_with_the_same_curvature(tmp_path):
@@ -101,7 +109,7 @@ def test_an_interrupted_run_resumes_with_the_same_curvature(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run_connect(*sources, options, out=out, device="cpu", progress=False, batches=data, on_progress=stop)
     res = run_connect(*sources, options, out=out, device="cpu", progress=False, batches=data)
-    for name in ("top_eigenvalue", "average_sharpness", "top_eigenvalue_converged", "loss"):
+    for name in (*CURVATURE_QUANTITIES, "loss"):
         np.testing.assert_array_equal(res[f"line/{name}"], whole[f"line/{name}"], err_msg=name)
     figures = plot_files([out], tmp_path / "figs")
     assert [p.name for p in figures] == ["c_paths.png"]
@@ -110,6 +118,7 @@ def test_an_interrupted_run_resumes_with_the_same_curvature(tmp_path):
 def test_curvature_options():
     attrs = ConnectOptions(curvature=True).attrs()
     assert attrs["curvature"] is True and attrs["curvature_rho"] == 0.05 and "curvature" not in ConnectOptions().attrs()
+    assert attrs["curvature_samples"] == 4 and attrs["curvature_quantities"] == list(CURVATURE_QUANTITIES)
     one_line_error(ConnectOptions, curvature_rho=0.1, match="--curvature-rho has no effect without --curvature")
     one_line_error(ConnectOptions, curvature=True, curvature_samples=0, match="--curvature-samples")
 

@@ -252,6 +252,8 @@ def test_too_few_batches_give_no_interval():
         ({"rho": 0.1, "batches": [5]}, "batch"),
         ({"rho": 0.1, "patterns": "nothing.*"}, "no parameter"),
         ({"rho": 0.1, "confidence": 1.0}, "confidence"),
+        ({"rho": 0.1, "base_loss": [1.0]}, "base_loss= needs one loss per used batch [(]2[)], got 1"),
+        ({"rho": 0.1, "base_loss": [1.0, math.nan]}, "the loss at the unperturbed weights is nan on mini-batch 1"),
     ],
 )
 def test_average_case_refuses_bad_input_in_one_line(kwargs, match):
@@ -319,3 +321,24 @@ def test_a_forward_of_another_objective_is_refused_in_one_line():
     one_line_error(
         average_sharpness, mine, 0.1, forward="fast", match="must be an EvalForward of this objective, got str"
     )
+
+
+def test_a_known_base_loss_saves_one_forward_per_batch_and_changes_nothing(monkeypatch):
+    """The unperturbed ``L_S(w)`` given (as a point's evaluation knows it) is the one each batch would compute."""
+    obj = quadratic_objective(A, W_VEC, B_VEC, batches=3)
+    calls = []
+    real = Objective.batch_loss_at
+
+    def counted(self, index, **kwargs):
+        loss = real(self, index, **kwargs)
+        return lambda params: calls.append(index) or loss(params)
+
+    monkeypatch.setattr(Objective, "batch_loss_at", counted)
+    computed = average_sharpness(obj, 0.1, samples=5, antithetic=True, seed=4)
+    forwards = len(calls)
+    known = obj.evaluate().batch_losses
+    calls.clear()
+    given = average_sharpness(obj, 0.1, samples=5, antithetic=True, seed=4, base_loss=known)
+    assert forwards == 3 * (1 + 2 * 5) and len(calls) == forwards - 3
+    torch.testing.assert_close(given.values, computed.values, rtol=1e-13, atol=0)
+    torch.testing.assert_close(given.base_loss, computed.base_loss, rtol=1e-13, atol=0)
