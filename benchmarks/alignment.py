@@ -38,7 +38,7 @@ ends' and the midpoints' test accuracies beside the published 94.5% / 94.2%, 17.
 Run:
     python benchmarks/alignment.py [--epochs 3] [--samples 500] [--steps 11] [--smoke]
     python benchmarks/alignment.py --compare A.pt B.pt --data cifar10:PATH [--samples N]
-    python benchmarks/alignment.py --cost [--repeats 3]
+    python benchmarks/alignment.py --cost [--repeats 3] [--draws 4] [--keep-memory]
 """
 
 from __future__ import annotations
@@ -211,7 +211,11 @@ FORWARD_PAIRS = 20
 
 
 def curvature_cost(
-    repeats: int, model_kwargs: dict | None = None, samples: int = 256, batch_size: int = 128
+    repeats: int,
+    model_kwargs: dict | None = None,
+    samples: int = 256,
+    batch_size: int = 128,
+    draws: int = ConnectOptions.curvature_samples,
 ) -> list[dict]:
     """(b) of ``--cost``: one point's curvature pass against the Hessian products it makes; printed.
 
@@ -225,6 +229,7 @@ def curvature_cost(
         model_kwargs: ``resnet_mini``'s options (default widths 16-24-32-64).
         samples: synthetic 3x32x32 images.
         batch_size: images per batch.
+        draws: the average-case sharpness' antithetic draws per batch (connect's ``--curvature-samples``).
 
     Returns:
         One row per repeat: ``products`` (the pass's), ``products_alone`` (made alone), and ``(wall, cpu)``
@@ -247,7 +252,7 @@ def curvature_cost(
     objective = Objective(
         model, [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, samples, batch_size)]
     )
-    o = ConnectOptions()
+    o = ConnectOptions(curvature=True, curvature_samples=draws)
     settings = CurvatureSettings(o.curvature_rho, o.curvature_samples, 0)
     at = objective_at(objective, objective.params, objective.buffers)
 
@@ -349,7 +354,12 @@ def curvature_cost(
 
 
 def curvature_path_cost(
-    steps: int = 5, samples: int = 360, epochs: int = 6, model_kwargs: dict | None = None, subset: int | None = None
+    steps: int = 5,
+    samples: int = 360,
+    epochs: int = 6,
+    model_kwargs: dict | None = None,
+    subset: int | None = None,
+    draws: int = ConnectOptions.curvature_samples,
 ) -> list[dict]:
     """(c) of ``--cost``: connect's curvature pass at every point of a line between two trained networks; printed.
 
@@ -364,6 +374,7 @@ def curvature_path_cost(
         epochs: training epochs of each network.
         model_kwargs: ``resnet_mini``'s options (default the zoo's).
         subset: training images (default all).
+        draws: the average-case sharpness' antithetic draws per batch (connect's ``--curvature-samples``).
 
     Returns:
         One row per point, in the order measured: the CPU seconds of the ``pass`` and of its products ``in_pass``,
@@ -389,7 +400,9 @@ def curvature_path_cost(
             )  # fmt: skip
             ends.append(Path(tmp) / f"s{seed}.pt")
             train_model(config, ends[-1], force=True, quiet=True)
-        options = ConnectOptions(split="test", samples=samples, steps=steps, align="weights", curvature=True)
+        options = ConnectOptions(
+            split="test", samples=samples, steps=steps, align="weights", curvature=True, curvature_samples=draws
+        )
         points.point_curvature = timed_pass
         try:
             run_connect(*ends, options, out=None, device="cpu", progress=False)
@@ -435,6 +448,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cost", action="store_true", help="What alignment and curvature cost instead.")
     parser.add_argument("--repeats", type=positive, default=3, help="--cost: repeats of the curvature measurement.")
     parser.add_argument(
+        "--draws",
+        type=positive,
+        default=ConnectOptions.curvature_samples,
+        help="--cost: the average-case sharpness' draws per batch (connect's --curvature-samples).",
+    )
+    parser.add_argument(
         "--keep-memory",
         action="store_true",
         help="Keep freed memory in the process as the landscape command does (landscape.runtime.memory).",
@@ -447,8 +466,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     if args.cost:
         matching_cost()
-        curvature_cost(args.repeats)
-        curvature_path_cost()
+        curvature_cost(args.repeats, draws=args.draws)
+        curvature_path_cost(draws=args.draws)
         return
     if args.compare:
         if not args.data:

@@ -78,6 +78,7 @@ def test_compare_needs_the_data_it_was_trained_on(tmp_path) -> None:
     ("argv", "named"),
     [
         (["--cost", "--repeats", "0"], "--repeats: must be a whole number from 1 to 2**62, got '0'"),
+        (["--cost", "--draws", "0"], "--draws: must be a whole number from 1 to 2**62, got '0'"),
         (["--threads", "0"], "--threads: must be a whole number from 1 to 2**62, got '0'"),
         (["--multipliers", "1", "x"], "--multipliers: must be a whole number from 1 to 2**62, got 'x'"),
         (["--epochs", "-1"], "--epochs: must be a whole number"),
@@ -115,10 +116,10 @@ def test_cost_matches_a_permuted_copy_in_one_sweep_and_times_as_many_products_as
 
 def test_path_cost_times_every_points_pass_against_its_own_products(capsys) -> None:
     rows = _script().curvature_path_cost(
-        steps=2, samples=16, epochs=1, model_kwargs={"widths": [4, 6], "layers": [1, 1]}, subset=64
+        steps=2, samples=16, epochs=1, model_kwargs={"widths": [4, 6], "layers": [1, 1]}, subset=64, draws=2
     )
     assert len(rows) == 4  # two points of the aligned line, two of the line as trained
     assert all(r["hessian_products"] > 0 and 0 < r["in_pass"] < r["pass"] for r in rows)
     assert all(r["average_sharpness_stderr"] > 0 for r in rows)
     out = capsys.readouterr().out
-    assert "pass / its own products over the 4 points: median" in out
+    assert "2 antithetic draws per batch" in out and "pass / its own products over the 4 points: median" in out
