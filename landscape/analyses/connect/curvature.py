@@ -16,8 +16,8 @@ evaluated with, on each split's objective ``L = sum_b (N_b / N) L_b + R``:
   (:func:`~landscape.analyses.sharpness.measures.average_sharpness`, antithetic draws), its forward passes by the
   split's :class:`~landscape.core.forward.EvalForward`, tuned once per run (BatchNorm folded but under REPAIR's
   hooks, the inputs' layout chosen: the same values to rounding, each forward cheaper). Its Monte-Carlo standard
-  error given the batches, ``sqrt(sum_b se_b^2) / B`` with ``se_b`` the standard error of batch ``b``'s mean over
-  its draws, is recorded beside it (NaN with one draw).
+  error given the batches (:attr:`~landscape.analyses.sharpness.measures.SharpnessEstimate.mean_stderr`,
+  ``sqrt(sum_b se_b^2) / B``) is recorded beside it (NaN with one draw).
 
 Both use private generators seeded by the run's seed, so a resumed run computes the same numbers.
 """
@@ -25,7 +25,6 @@ Both use private generators seeded by the run's seed, so a resumed run computes 
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -116,11 +115,10 @@ def point_curvature(
         forward=forward,
         base_loss=base_loss,
     )
-    stderr = sharp.stderr[:, 0]
     return (
         float(top.eigenvalues[-1]),
         1.0 if bool(top.converged[-1]) else 0.0,
         float(sharp.mean[0]),
-        math.sqrt(float((stderr**2).sum())) / len(stderr),
+        float(sharp.mean_stderr[0]),
         float(op.n_matvec),
     )

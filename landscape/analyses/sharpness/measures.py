@@ -97,6 +97,17 @@ class SharpnessEstimate:
     settings: dict[str, object]
     ascent: dict[str, Tensor] | None = None
 
+    @property
+    def mean_stderr(self) -> Tensor | None:
+        """The average case's Monte-Carlo standard error of :attr:`mean` given the batches, shape ``(R,)``.
+
+        ``sqrt(sum_b stderr[b]^2) / B``: the batches' draws are independent (NaN with one sample); None for the
+        worst case.
+        """
+        if self.stderr is None:
+            return None
+        return (self.stderr**2).sum(dim=0).sqrt() / self.stderr.shape[0]
+
 
 # ------------------------------------------------------------------------------------------------- checks
 def check_norm(p: float | str) -> float:

@@ -219,7 +219,6 @@ def test_a_killed_run_leaves_its_done_points_and_resumes_identically(ckpts, tmp_
     options = ConnectOptions(**KILLED)
     res = run_connect(*ckpts, options, out=out, device="cpu", progress=False)
     whole = run_connect(*ckpts, options, out=None, device="cpu", progress=False)
-
     for name in (
         "line/loss",
         "line/accuracy",

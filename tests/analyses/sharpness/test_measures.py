@@ -101,6 +101,16 @@ def test_average_case_standard_error_shrinks_like_one_over_root_samples():
     assert math.isnan(float(many.low[0])) and math.isnan(float(many.high[0]))  # one batch: no interval
 
 
+def test_the_means_standard_error_is_the_spread_of_the_mean_over_independent_runs():
+    """``mean_stderr`` against its definition: the standard deviation of ``mean`` over many seeds (3 batches)."""
+    obj = quadratic_objective(A, W_VEC, B_VEC, batches=3)
+    runs = [average_sharpness(obj, [0.1, 0.3], samples=6, adaptive=False, resamples=10, seed=s) for s in range(400)]
+    spread = torch.stack([r.mean for r in runs]).std(dim=0)
+    typical = torch.stack([r.mean_stderr for r in runs]).pow(2).mean(dim=0).sqrt()
+    torch.testing.assert_close(typical, spread, rtol=0.12, atol=0)
+    assert worst_sharpness(obj, 0.1, steps=2).mean_stderr is None
+
+
 def test_worst_case_l2_plain_at_the_minimum_is_rho2_lambda_max_over_2():
     obj = quadratic_objective(A, B_VEC, B_VEC)  # w = b: the minimum
     est = worst_sharpness(obj, [0.0, 0.1, 0.5], p=2, steps=50, adaptive=False)
