@@ -9,8 +9,66 @@ call, so that the error is classified by where the call was made, never by the w
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+#: the characters never shown as they are: C0 controls (the newline, the carriage return and the tab among them),
+#: DEL, C1 controls, the line and paragraph separators, bidirectional overrides and isolates, lone surrogates (the
+#: bytes of a file name that is not UTF-8)
+CONTROLS = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+#: the escapes of the controls that have a short one
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_controls(text: str, keep: str = "") -> str:
+    r"""``text`` with every control character of :data:`CONTROLS` but those in ``keep`` written as a visible escape.
+
+    ``ESC`` becomes ``\x1b``, a newline ``\n``, U+202E ``\u202e``, the byte 0xff of a file name that is not
+    UTF-8 (Python's surrogate escape) ``\xff``.
+
+    Args:
+        text: anything about to be shown.
+        keep: the control characters to leave as they are (``"\n"`` for text of several lines).
+
+    Returns:
+        The text, safe to show.
+    """
+    return _pattern(keep).sub(_escape, text)
+
+
+def one_line(text: str) -> str:
+    r"""``text`` as one line: every control character escaped (:func:`escape_controls`), newlines included.
+
+    A value read from a file cannot then start a line of its own in what is printed around it.
+
+    Args:
+        text: a message, or a value from a file.
+
+    Returns:
+        The text on one line; a tab stays.
+    """
+    return escape_controls(text, keep="\t")
+
+
+_PATTERNS: dict[str, re.Pattern[str]] = {}
+
+
+def _pattern(keep: str) -> re.Pattern[str]:
+    if keep not in _PATTERNS:
+        kept = "".join(re.escape(c) for c in keep)
+        _PATTERNS[keep] = re.compile(f"(?![{kept}])[{CONTROLS}]" if kept else f"[{CONTROLS}]")
+    return _PATTERNS[keep]
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if char in _SHORT:
+        return _SHORT[char]
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 class LandscapeError(Exception):

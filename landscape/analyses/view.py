@@ -15,7 +15,7 @@ import numpy as np
 
 from landscape.analyses.registry import Analysis, Table, analyses, summarize
 from landscape.analyses.registry import inconsistency as registry_inconsistency
-from landscape.errors import LandscapeError
+from landscape.errors import LandscapeError, one_line
 from landscape.store.read import Result
 
 #: the extra that brings pandas and xarray
@@ -187,7 +187,7 @@ def short_repr(result: Result) -> str:
     names = table_names(result)
     views = ".plot() .table() .to_xarray() .summary() .attr(name)" if names else ".plot() .to_xarray() .summary()"
     lines.append(_cut(f"  tables: {', '.join(names)}; {views}" if names else f"  {views}"))
-    return "\n".join(lines)
+    return "\n".join(one_line(line) for line in lines)
 
 
 # ---------------------------------------------------------------------------------------------- tables

@@ -71,7 +71,7 @@ class LazyGroup(click.Group):
 
     def _invoke(self, ctx: click.Context) -> object:
         """:meth:`invoke` inside :func:`~landscape.cli.terminal.safe_output`."""
-        from landscape.errors import ForeignError, LandscapeError, LandscapeWarning
+        from landscape.errors import ForeignError, LandscapeError, LandscapeWarning, one_line
 
         try:
             with warnings.catch_warnings():
@@ -81,7 +81,7 @@ class LazyGroup(click.Group):
         except Exception as exc:
             if isinstance(exc, click.UsageError) and exc.ctx is not None and exc.ctx is not ctx:
                 where = exc.ctx.command_path
-                click.echo(f"Error: {exc.format_message()} ('{where} --help' lists the options)", err=True)
+                click.echo(f"Error: {one_line(exc.format_message())} ('{where} --help' lists the options)", err=True)
                 ctx.exit(2)
 
             if isinstance(exc, LandscapeError):
@@ -89,29 +89,29 @@ class LazyGroup(click.Group):
                     traceback.print_exception(exc)
                 elif isinstance(exc, ForeignError):
                     exc = f"{exc} ({TRACEBACK_HINT})"
-                click.echo(f"Error: {exc}", err=True)
+                click.echo(f"Error: {one_line(str(exc))}", err=True)
                 ctx.exit(2)
             if isinstance(exc, BrokenPipeError):  # the reader went away (`landscape models | head`): nothing to say
                 ctx.exit(0)
             if isinstance(exc, OSError):  # an operating-system failure the library did not name: still one line
                 from landscape.store.files import os_error
 
-                click.echo(f"Error: {os_error(exc, exc.filename or 'a file', 'use')}", err=True)
+                click.echo(f"Error: {one_line(str(os_error(exc, exc.filename or 'a file', 'use')))}", err=True)
                 ctx.exit(2)
             raise
 
 
 def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
     """``warnings.showwarning`` that prints a :class:`~landscape.errors.LandscapeWarning` as ``Warning: ...``."""
-    from landscape.errors import LandscapeWarning
+    from landscape.errors import LandscapeWarning, one_line
 
-    def one_line(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
+    def shown(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
         if issubclass(category, LandscapeWarning):
-            click.echo(f"Warning: {message}", err=True)
+            click.echo(f"Warning: {one_line(str(message))}", err=True)
         else:
             show(message, category, *args, **kwargs)
 
-    return one_line
+    return shown
 
 
 #: how the one line of an error raised by the user's code (or a library's) says where to see its trace

@@ -83,5 +83,7 @@ def command(
         "name": name,
         "force": force,
     }
+    from landscape.errors import one_line
+
     for path in plot_files(list(paths), out_dir, fmt, **options):
-        click.echo(str(path))
+        click.echo(one_line(str(path)))

@@ -26,8 +26,10 @@ from landscape.plot.report import REPORT_FORMATS
 )
 def command(folder: str, out: str | None, fmt: str, interactive: bool | None, force: bool, jobs: int | None) -> None:
     """Write DIR/report.html: the summary table, every figure embedded, provenance; no network needed."""
+    from landscape.errors import one_line
     from landscape.plot.report import write_report
     from landscape.runtime.workers import usable_cores
 
     jobs = usable_cores() if jobs is None else jobs
-    click.echo(str(write_report(folder, out=out, fmt=fmt, interactive=interactive, force=force, jobs=jobs)))
+    page = write_report(folder, out=out, fmt=fmt, interactive=interactive, force=force, jobs=jobs)
+    click.echo(one_line(str(page)))

@@ -4,27 +4,34 @@ A result file's attributes, a lock sidecar's fields, a checkpoint's metadata, an
 name all reach the terminal through the command's output. A crafted one could carry terminal escapes
 (``ESC ]0;title BEL`` renames the window, others rewrite the screen or the clipboard), so while a command
 runs, standard output and standard error are wrapped in :class:`SafeStream`, which writes every control
-character other than a newline, a tab and a carriage return (the progress bar's) as a visible escape.
+character other than a newline and a tab as a visible escape; only the progress bar's stream lets its carriage
+return pass. A value read from a file is printed on one line (:func:`landscape.errors.one_line`, by whoever
+formats it), so that it cannot start a line of its own (``faked_line: yes``) or hide what precedes it behind a
+carriage return.
 """
 
 from __future__ import annotations
 
 import io
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-#: the characters never written as they are: C0 controls but newline, tab and carriage return; DEL; C1 controls
-UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+from landscape.errors import escape_controls
+
+#: the control characters standard output and standard error write as they are: the newline and the tab (a
+#: value from a file is shown on one line before it is printed: :func:`landscape.errors.one_line`)
+KEPT = "\n\t"
+#: ... and, on the stream the progress bar writes to alone, its carriage return
+KEPT_BY_THE_BAR = KEPT + "\r"
 
 
 def printable(text: str) -> str:
-    r"""``text`` with every control character (and bidirectional override) written as a visible escape.
+    r"""``text`` with every control character but the newline and the tab written as a visible escape.
 
-    ``ESC`` becomes ``\x1b``, ``BEL`` ``\x07``, U+202E ``\u202e``, the byte 0xff of a file name that is not
-    UTF-8 ``\xff``; newlines, tabs and carriage returns stay.
+    ``ESC`` becomes ``\x1b``, ``BEL`` ``\x07``, a carriage return ``\r``, U+202E ``\u202e``, the byte 0xff of a
+    file name that is not UTF-8 ``\xff``.
 
     Args:
         text: anything about to be printed.
@@ -32,31 +39,31 @@ def printable(text: str) -> str:
     Returns:
         The text to print.
     """
-    return UNSAFE.sub(_escape, text)
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    if 0xDC80 <= code <= 0xDCFF:  # a byte of a file name that is not UTF-8 (Python's surrogateescape)
-        return f"\\x{code - 0xDC00:02x}"
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return escape_controls(text, keep=KEPT)
 
 
 class SafeStream(io.TextIOBase):
     """A text stream that writes what it is given through :func:`printable` to the stream it wraps.
 
-    It has no ``buffer``, so nothing (click included) can write around it.
+    It has no ``buffer``, so nothing (click included) can write around it. Its :attr:`carriage_returns` is the
+    stream the progress bar writes to: the same, but a carriage return passes.
 
     Args:
         stream: the stream written to (``sys.stdout`` or ``sys.stderr``).
+        keep: the control characters written as they are.
     """
 
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
+    def __init__(self, stream: TextIO, keep: str = KEPT) -> None:
+        self._stream, self._keep = stream, keep
+
+    @property
+    def carriage_returns(self) -> SafeStream:
+        """The wrapped stream as the progress bar writes to it: every control escaped but newline, tab and CR."""
+        return SafeStream(self._stream, keep=KEPT_BY_THE_BAR)
 
     def write(self, text: str) -> int:
         """Write ``text`` made printable; returns the length of ``text``."""
-        safe = printable(text)
+        safe = escape_controls(text, keep=self._keep)
         try:
             self._stream.write(safe)
         except UnicodeEncodeError:  # a terminal that cannot show the character: its escape instead

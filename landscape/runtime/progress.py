@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from landscape.errors import one_line
 from landscape.runtime import distributed
 
 #: the environment variable that sets the seconds between two progress lines (when stderr is not a terminal)
@@ -207,7 +208,7 @@ def live_report(path: str, record: Mapping[str, Any], now: float | None = None) 
         lines.append(f"  progress: {describe(record, now)}")
     else:
         lines.append("  progress: not started yet (the run is preparing its work)")
-    return "\n".join(lines)
+    return "\n".join(one_line(line) for line in lines)  # values from the sidecar cannot start a line
 
 
 class Progress:
@@ -257,7 +258,11 @@ class Progress:
         if self.mode == "bar":
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.total, initial=self.done, desc=desc, unit=unit, dynamic_ncols=True, leave=False)
+            # the command line's stderr escapes carriage returns but on the stream it keeps for the bar
+            stream = getattr(sys.stderr, "carriage_returns", sys.stderr)
+            self._bar = tqdm(
+                total=self.total, initial=self.done, desc=desc, unit=unit, dynamic_ncols=True, leave=False, file=stream
+            )
         self._save()
 
     def state(self) -> Record:

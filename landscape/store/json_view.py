@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from landscape.errors import CONTROLS
 from landscape.store.attrs import PROVENANCE, decode
 from landscape.store.read import Result, large_groups
 
@@ -146,7 +148,11 @@ def live_json(path: str | Path, record: Mapping[str, Any]) -> dict:
 
 
 def dumps(view: Any) -> str:
-    """One line of strict JSON (no bare NaN or Infinity) of data from :func:`result_json` or :func:`live_json`.
+    r"""One line of strict JSON (no bare NaN or Infinity) of data from :func:`result_json` or :func:`live_json`.
+
+    Every control character (C0, DEL, C1, line separators, bidirectional controls, the surrogates of a file name
+    that is not UTF-8) is written as a ``\uXXXX`` escape, so that the line is strict JSON also after the
+    terminal's escaping and splits nowhere else.
 
     Args:
         view: JSON-ready data.
@@ -154,4 +160,9 @@ def dumps(view: Any) -> str:
     Returns:
         The JSON text, on one line.
     """
-    return json.dumps(json_ready(view), allow_nan=False, ensure_ascii=False)
+    text = json.dumps(json_ready(view), allow_nan=False, ensure_ascii=False)
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)  # only inside strings: JSON's syntax is ASCII
+
+
+#: the characters a JSON line never holds as they are (a terminal's controls, U+0085 and U+2028 that split lines)
+_CONTROL = re.compile(f"[{CONTROLS}]")

@@ -13,7 +13,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from landscape.errors import LandscapeError
+from landscape.errors import LandscapeError, one_line
 from landscape.store.attrs import as_str, decode
 from landscape.store.files import file_type, os_error
 from landscape.store.h5 import check_no_writer, open_h5, unreadable
@@ -323,7 +323,7 @@ def describe(path: str | Path | Result, summary: str | None = None) -> str:
         lines.append("  attributes of groups and arrays:")
         for where, values in sorted(result.attrs_at.items()):
             lines.append(f"    {where}: " + ", ".join(f"{k}={v}" for k, v in sorted(values.items())))
-    return "\n".join(lines)
+    return "\n".join(one_line(line) for line in lines)  # values from the file cannot start a line
 
 
 def large_groups(arrays: dict[str, np.ndarray]) -> dict[str, list[str]]:
