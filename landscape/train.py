@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from landscape.analyses.sharpness.track_file import start_tracking
+from landscape.analyses.sharpness.track_file import sidecar_path, start_tracking
 from landscape.analyses.surface.directions import POSITION_PARAMETER_PATTERNS
 from landscape.core.source import resolve_preprocess
 from landscape.data.augment import batch_mixer, randaugment
@@ -51,7 +51,13 @@ from landscape.runtime.distributed import launched, resolve_device
 from landscape.runtime.optimizers import build_optimizer, lr_factor, optimizer_state
 from landscape.runtime.progress import Progress
 from landscape.runtime.tensorboard import BOARD_TAGS, Board, log_sidecar, step_scalars
-from landscape.store.files import check_companion, ensure_folder, refuse_input_as_output, temporary_path
+from landscape.store.files import (
+    check_companion,
+    ensure_folder,
+    refuse_input_as_output,
+    refuse_overlapping_outputs,
+    temporary_path,
+)
 
 RECIPES = ("paper-a",)
 
@@ -413,6 +419,11 @@ def train_model(
     if out.exists() and not force:
         raise LandscapeError(f"{out} exists; use --force to overwrite it or --out to write elsewhere")
     outputs = [out, *(snapshot_path(out, tag) for tag in snapshot_tags(config))]
+    tracked = sidecar_path(out) if config.track_sharpness is not None else None
+    refuse_overlapping_outputs(
+        [("--out", out), *(("the snapshot", path) for path in outputs[1:]), ("the sharpness file", tracked)]
+        + [("--tensorboard", tensorboard)]
+    )  # before any work: a run that cannot save what it trained loses it
     for path in outputs:
         refuse_input_as_output(path, [config.init], "--out" if path == out else "the snapshot")
     for path in outputs[1:]:  # a snapshot follows the output's rule, and --force replaces only a checkpoint there

@@ -93,3 +93,25 @@ def test_refusals_come_before_training(tmp_path, monkeypatch):
     assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
     assert "pip install 'landscape-toolkit[tensorboard]'" in result.output and "--tensorboard" in result.output
     assert not (tmp_path / "a.pt").exists() and not (tmp_path / "board").exists()
+
+
+@pytest.mark.parametrize(
+    "board, out, says",
+    [
+        ("x.pt", "x.pt", "--out {out} and --tensorboard {board} are one path"),
+        ("x.pt/logs", "x.pt", "--tensorboard {board} lies inside --out {out}"),
+        ("x.sharpness.h5", "x.pt", "the sharpness file {side} and --tensorboard {board} are one path"),
+        ("x.init.pt", "x.pt", "the snapshot {snap} and --tensorboard {board} are one path"),
+    ],
+)
+def test_outputs_that_collide_are_refused_before_any_work(tmp_path, monkeypatch, board, out, says):
+    # `train --tensorboard x.pt --out x.pt` made the folder, trained, then could not save: the model was lost
+    trained = []
+    monkeypatch.setattr("landscape.train._train", lambda *a, **k: trained.append(1))
+    board, out = tmp_path / board, tmp_path / out
+    args = ["train", *ARGS, "--track-sharpness", "1", "--snapshot-initial", "--tensorboard", board, "--out", out]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    side, snap = tmp_path / "x.sharpness.h5", tmp_path / "x.init.pt"
+    assert says.format(out=out, board=board, side=side, snap=snap) in result.output
+    assert not trained and not board.exists() and not out.exists()

@@ -40,7 +40,8 @@ class AnalysisFile(Generic[T]):
         out: the HDF5 result file, or None for a result held in memory only.
         kind: its result kind (its analysis declares it: :mod:`landscape.analyses.registry`).
         attrs: the root attributes of the run.
-        force: replace a file of other options.
+        force: replace a file of other options, and start again a file of this run that cannot be resumed (its
+            ``resume`` refuses it: a file that fails its checks against itself or against the run).
         resume: the resume state of the opened file, computed on rank 0 (``None``: the state is ``None``).
 
     Attributes:
@@ -68,19 +69,24 @@ class AnalysisFile(Generic[T]):
         """Open the file on rank 0 and share its resume state; return ``(file or None, state)``."""
         opened: list[ResultFile] = []
 
-        def open_file() -> Any:
+        def open_file(again: bool = False) -> Any:
             if self.out is None:
                 f = ResultFile.memory(self.kind, self.attrs)
             else:
-                f = store.open_result(self.out, self.kind, self.attrs, force=self.force)
-            opened.append(f)
+                f = store.open_result(self.out, self.kind, self.attrs, force=self.force, again=again)
+            opened[:] = [f]
             try:
                 if self.out is not None and f.complete:
                     self._check_complete(f)
                 return None if self.resume is None else self.resume(f)
+            except LandscapeError:
+                f.close()
+                if not (self.force and f.resumed and not again):  # --force starts a refused file of this run again
+                    raise
             except BaseException:
                 f.close()
                 raise
+            return open_file(again=True)
 
         state = distributed.on_main(open_file)
         self.file = opened[0] if opened else None

@@ -94,7 +94,8 @@ def decode(value: Any) -> Any:
         value: the value h5py read.
 
     Returns:
-        The value as it was given to :func:`encode` (``"nan"`` stays a string).
+        The value as it was given to :func:`encode` (``"nan"`` stays a string); text that is not JSON, or nested
+        too deeply to decode, stays text (its reader then says what it should have been).
     """
     if isinstance(value, bytes):
         value = value.decode()
@@ -103,7 +104,7 @@ def decode(value: Any) -> Any:
     if isinstance(value, str) and value[:1] in "[{n" and value not in ("nan",):
         try:
             return json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return value
     return value
 

@@ -18,7 +18,7 @@ import os
 import resource
 import stat
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
@@ -278,6 +278,42 @@ def refuse_input_as_output(output: str | Path, inputs: Iterable[str | Path | Non
                 f"{what} {output} is the input {source}: an input is never overwritten, not even with --force; "
                 "choose another --out"
             )
+
+
+def refuse_overlapping_outputs(outputs: Sequence[tuple[str, str | Path | None]]) -> None:
+    """Refuse a run whose outputs collide, before any work: two that are one path, or one inside another.
+
+    A run that wrote one output over another (``--tensorboard x.pt --out x.pt``: the folder made first, the
+    checkpoint then not writable) would lose its work at the end; so the outputs must be distinct paths, none a
+    folder on the way to another (also through links).
+
+    Args:
+        outputs: each output as ``(how it is named in the message, its path)``; None paths are skipped.
+
+    Raises:
+        LandscapeError: two outputs are one path, or one lies inside the other; the message names both.
+    """
+    named = [(what, Path(path)) for what, path in outputs if path is not None]
+    for i, (what, path) in enumerate(named):
+        for other_what, other in named[i + 1 :]:
+            if same_file(path, other):
+                raise LandscapeError(
+                    f"{what} {path} and {other_what} {other} are one path, so the run would write one over the "
+                    "other; give them different paths"
+                )
+            pairs = (((what, path), (other_what, other)), ((other_what, other), (what, path)))
+            for (inner_what, inner), (outer_what, outer) in pairs:
+                if _inside(inner, outer):
+                    raise LandscapeError(
+                        f"{inner_what} {inner} lies inside {outer_what} {outer}, so one cannot be written where "
+                        "the other is; give them paths apart"
+                    )
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` lies below ``folder`` (links resolved)."""
+    inner, outer = os.path.realpath(path), os.path.realpath(folder)
+    return inner.startswith(outer.rstrip(os.sep) + os.sep)
 
 
 #: free bytes under which a failed write is put down to a full disk (see :func:`write_failure`)

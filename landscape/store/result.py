@@ -155,11 +155,14 @@ class ResultFile:
 
     # ----------------------------------------------------------------------------------------- opening
     @classmethod
-    def open(cls, path: str | Path, kind: str, attrs: Mapping[str, Any], *, force: bool = False) -> ResultFile:
+    def open(
+        cls, path: str | Path, kind: str, attrs: Mapping[str, Any], *, force: bool = False, again: bool = False
+    ) -> ResultFile:
         """Open ``path`` for a result of ``kind`` with root attributes ``attrs``: create, resume or refuse.
 
         - No file: a new one is created (under an exclusive temporary name, then moved into place).
-        - A file of the same kind and identity (:func:`identity_of`): resumed; read-only when it is complete.
+        - A file of the same kind and identity (:func:`identity_of`): resumed; read-only when it is complete;
+          started again with ``force`` and ``again`` (a file of this run that failed its checks on resume).
         - A file of other options: refused unless ``force``; replaced without ``force`` only when it holds no
           finished work (an empty file left by a run that failed early).
         - A file held by a live writer: always refused (also with ``force``).
@@ -177,6 +180,7 @@ class ResultFile:
             kind: the result kind, the ``kind`` attribute (see :mod:`landscape.analyses.registry`).
             attrs: the root attributes of the run (options and provenance; ``kind`` is added).
             force: replace a file of other options, a damaged/non-HDF5 file, a link or a file of several names.
+            again: with ``force``, also replace a file of this same run instead of resuming it.
 
         Returns:
             The open :class:`ResultFile` (read-only when a complete file of the same run was found).
@@ -202,7 +206,8 @@ class ResultFile:
         writable = _writable(path)
         if info is not None and info["foreign"] is not None and not force:
             raise refuse_foreign(path, info["foreign"])
-        if info is not None and info["foreign"] is None and info["kind"] == kind and info["identity"] == identity:
+        same_run = info is not None and info["kind"] == kind and info["identity"] == identity
+        if same_run and info["foreign"] is None and not (force and again):
             if info["complete"]:
                 return cls(path, kind, open_h5(path), None, resumed=True)
             if not writable:
@@ -571,7 +576,9 @@ class ResultFile:
         self.close()
 
 
-def open_result(path: str | Path, kind: str, attrs: Mapping[str, Any], *, force: bool = False) -> ResultFile:
+def open_result(
+    path: str | Path, kind: str, attrs: Mapping[str, Any], *, force: bool = False, again: bool = False
+) -> ResultFile:
     """Open ``path`` for a result of ``kind`` (see :meth:`ResultFile.open`).
 
     Args:
@@ -579,6 +586,7 @@ def open_result(path: str | Path, kind: str, attrs: Mapping[str, Any], *, force:
         kind: the result kind, the ``kind`` attribute (see :mod:`landscape.analyses.registry`).
         attrs: the root attributes of the run.
         force: replace a file of other options, or a damaged/non-HDF5 file.
+        again: with ``force``, replace a file of this same run too instead of resuming it.
 
     Returns:
         The open :class:`ResultFile`.
@@ -587,4 +595,4 @@ def open_result(path: str | Path, kind: str, attrs: Mapping[str, Any], *, force:
         ValueError: ``kind`` is not the ``kind`` attribute (see :mod:`landscape.analyses.registry`).
         LandscapeError: the file cannot be created, resumed or replaced (see :meth:`ResultFile.open`).
     """
-    return ResultFile.open(path, kind, attrs, force=force)
+    return ResultFile.open(path, kind, attrs, force=force, again=again)

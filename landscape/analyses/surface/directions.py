@@ -252,7 +252,58 @@ def random_directions(
     return _with_norms(Directions(x, y, "random", meta, recipe=recipe), {"the centre checkpoint": theta})
 
 
-def regenerate(recipe: Mapping[str, Any], theta: Mapping[str, Tensor]) -> Directions:
+#: the seeds a ``torch.Generator`` takes: from -2**63 to 2**64 - 1
+SEED_RANGE = (-(2**63), 2**64 - 1)
+#: what a recipe records (:func:`random_directions`)
+RECIPE_KEYS = ("function", "generator", "seed", "ndim", "norm", "ignore_1d", "zero_patterns", "params")
+
+
+def recipe_problem(recipe: Any) -> str | None:
+    """What makes ``recipe`` something other than a recipe :func:`random_directions` writes, or None.
+
+    A recipe is a dict of ``function`` and ``generator`` (text), ``seed`` (a whole number a ``torch.Generator``
+    takes, :data:`SEED_RANGE`), ``ndim`` (1 or 2), ``norm`` (one of :data:`NORMS`), ``ignore_1d`` (true or
+    false), ``zero_patterns`` (a list of text) and ``params`` (a list of ``[name, shape]``, a shape a list of
+    non-negative whole numbers).
+
+    Args:
+        recipe: what a file holds as the recipe (any JSON value).
+
+    Returns:
+        The first problem in words (``"its seed is 'abc', not a whole number"``), or None for a well-formed recipe.
+    """
+    if not isinstance(recipe, Mapping):
+        return f"it is {type(recipe).__name__} {str(recipe)[:40]!r}, not a record of the draw"
+    missing = [key for key in RECIPE_KEYS if key not in recipe]
+    if missing:
+        return f"it has no {', '.join(missing)}"
+    seed, ndim, params = recipe["seed"], recipe["ndim"], recipe["params"]
+    if not _whole(seed) or not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        return f"its seed is {str(seed)[:40]!r}, not a whole number a torch.Generator takes"
+    if not _whole(ndim) or ndim not in (1, 2):
+        return f"its ndim is {str(ndim)[:40]!r}, not 1 or 2"
+    if recipe["norm"] not in NORMS:
+        return f"its norm is {str(recipe['norm'])[:40]!r}, not one of {', '.join(NORMS)}"
+    if not isinstance(recipe["ignore_1d"], bool):
+        return f"its ignore_1d is {str(recipe['ignore_1d'])[:40]!r}, not true or false"
+    if not isinstance(recipe["zero_patterns"], list) or not all(isinstance(p, str) for p in recipe["zero_patterns"]):
+        return "its zero_patterns are not a list of names"
+    shaped = isinstance(params, list) and all(
+        isinstance(entry, list)
+        and len(entry) == 2
+        and isinstance(entry[0], str)
+        and isinstance(entry[1], list)
+        and all(_whole(n) and n >= 0 for n in entry[1])
+        for entry in params
+    )
+    return None if shaped else "its params are not a list of [name, shape]"
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def regenerate(recipe: Any, theta: Mapping[str, Tensor]) -> Directions:
     """The directions a :attr:`Directions.recipe` describes, drawn again from the centre ``theta``.
 
     Bit for bit those of the first draw when ``theta`` is the same centre (the draw and the normalisation run
@@ -266,22 +317,26 @@ def regenerate(recipe: Mapping[str, Any], theta: Mapping[str, Tensor]) -> Direct
         The directions, with the same recipe.
 
     Raises:
-        LandscapeError: the recipe is not one this version can draw, or its parameters are not ``theta``'s
-            (:func:`check_compatible`).
+        LandscapeError: the recipe is damaged (:func:`recipe_problem`), is not one this version can draw, or its
+            parameters are not ``theta``'s (:func:`check_compatible`).
     """
-    if recipe.get("function") != "random_directions" or recipe.get("generator") != GENERATOR:
+    problem = recipe_problem(recipe)
+    if problem is not None:
+        raise LandscapeError(f"the directions' recipe is damaged ({problem}); rerun with --force to start again")
+    if recipe["function"] != "random_directions" or recipe["generator"] != GENERATOR:
         raise LandscapeError(
-            f"the directions' recipe ({recipe.get('function')!r}, generator {recipe.get('generator')!r}) is not one "
-            "this version of landscape can draw again; use the version that made the file, or --force to start again"
+            f"the directions' recipe ({str(recipe['function'])[:40]!r}, generator {str(recipe['generator'])[:80]!r}) "
+            "is not one this version of landscape can draw again; use the version that made the file, or --force "
+            "to start again"
         )
-    shapes = {str(name): tuple(int(n) for n in shape) for name, shape in recipe.get("params", [])}
+    shapes = {name: tuple(shape) for name, shape in recipe["params"]}
     check_compatible({n: torch.empty(s, device="meta") for n, s in shapes.items()}, theta, "the directions' recipe")
     return random_directions(
         {n: theta[n] for n in shapes},
-        ndim=int(recipe["ndim"]),
-        seed=int(recipe["seed"]),
-        norm=str(recipe["norm"]),
-        ignore_1d=bool(recipe["ignore_1d"]),
+        ndim=recipe["ndim"],
+        seed=recipe["seed"],
+        norm=recipe["norm"],
+        ignore_1d=recipe["ignore_1d"],
         zero_patterns=tuple(recipe["zero_patterns"]),
     )
 

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from landscape import store
-from landscape.analyses.surface.directions import Directions, cosine, regenerate
+from landscape.analyses.surface.directions import RECIPE_KEYS, Directions, cosine, recipe_problem, regenerate
 from landscape.analyses.surface.evaluator import PointResult
 from landscape.core import params as P
 from landscape.core.objective import Objective
@@ -187,28 +187,54 @@ def write_directions(
     f.flush()
 
 
-def read_directions(f: store.ResultFile, like: Mapping[str, Tensor], ndim: int) -> tuple[ParamDict, ParamDict | None]:
+def read_directions(
+    f: store.ResultFile, like: Mapping[str, Tensor], ndim: int, recipe: Mapping[str, Any] | None = None
+) -> tuple[ParamDict, ParamDict | None]:
     """The directions of a surface file, on the device and in the dtype of ``like``; checked against the file.
 
-    Directions stored as ``seed`` are drawn again from the file's recipe (:func:`~landscape.analyses.surface.
-    directions.regenerate`); ``half`` and ``full`` ones are read from ``directions/``, as are those of files
-    written before the storage was recorded (these have no fingerprint to check).
+    The file is checked against itself before its directions are used: it must record how they are stored and
+    their fingerprint (``directions_digest``), which the directions drawn again from its recipe
+    (:func:`~landscape.analyses.surface.directions.regenerate`, storage ``seed``) or read from ``directions/``
+    (``half``, ``full``) must match. A recorded recipe must also be the run's own (``recipe``): the file's
+    directions are those the run's options draw.
 
     Args:
         f: the surface file.
         like: the parameters the directions perturb (names, devices, dtypes): the centre.
         ndim: 1 or 2 directions.
+        recipe: the recipe of the run's own directions (None: directions without one, target, PCA or Hessian).
 
     Returns:
         ``(dx, dy)``; ``dy`` is None for a 1D surface.
 
     Raises:
-        LandscapeError: the stored directions are not those of the model's parameters, the recipe cannot be
-            drawn, or the directions do not match the fingerprint recorded with them.
+        LandscapeError: the file records no storage or fingerprint, its recipe is damaged or not the run's, the
+            stored directions are not those of the model's parameters, or the directions do not match the
+            fingerprint recorded with them.
     """
-    storage = f.attr("directions_storage")
+    storage, recorded = f.attr("directions_storage"), f.attr("directions_digest")
+    fingerprinted = isinstance(recorded, dict) and isinstance(recorded.get("sha256"), str)
+    if storage not in DIRECTION_STORAGE or not fingerprinted:
+        raise LandscapeError(
+            f"{f.path} records no valid storage or fingerprint of its directions, so the points it holds cannot be "
+            "checked to lie on this run's surface; rerun with --force to start again"
+        )
+    stored_recipe = f.attr("directions_recipe")
+    if storage == "seed" or stored_recipe is not None:
+        problem = recipe_problem(stored_recipe)
+        if problem is not None:
+            raise LandscapeError(
+                f"{f.path}: the directions' recipe is damaged ({problem}); rerun with --force to start again"
+            )
+        if recipe is not None and dict(recipe) != stored_recipe:
+            field = next((k for k in RECIPE_KEYS if recipe.get(k) != stored_recipe.get(k)), "function")
+            raise LandscapeError(
+                f"{f.path}: its directions were drawn with {field} {str(stored_recipe.get(field))[:60]}, this run's "
+                f"with {str(recipe.get(field))[:60]}: the file was altered or made by other options; rerun with "
+                "--force to start again"
+            )
     if storage == "seed":
-        again = regenerate(f.attr("directions_recipe") or {}, like)
+        again = regenerate(stored_recipe, like)
         out = [again.x, again.y]
     else:
         out = []
@@ -218,16 +244,14 @@ def read_directions(f: store.ResultFile, like: Mapping[str, Tensor], ndim: int) 
                 raise LandscapeError(f"{f.path}: stored directions do not match the model's parameters; use --force")
             out.append({n: torch.from_numpy(f.read(f"{group}/{n}")).to(t.device, t.dtype) for n, t in like.items()})
     dx, dy = out[0], (out[1] if ndim == 2 else None)
-    recorded = f.attr("directions_digest")
-    if recorded is not None:
-        now = digest(dx, dy)
-        if now["sha256"] != recorded.get("sha256"):
-            how = "drawn again from its recipe" if storage == "seed" else "read back"
-            raise LandscapeError(
-                f"{f.path}: the directions {how} do not match the fingerprint recorded with them (x norm "
-                f"{now['x_norm']:.9g} now, {recorded.get('x_norm')} recorded): the file was altered or made with "
-                "another model or torch version; rerun with --force to start again"
-            )
+    now = digest(dx, dy)
+    if now["sha256"] != recorded["sha256"]:
+        how = "drawn again from its recipe" if storage == "seed" else "read back"
+        raise LandscapeError(
+            f"{f.path}: the directions {how} do not match the fingerprint recorded with them (x norm "
+            f"{now['x_norm']:.9g} now, {str(recorded.get('x_norm'))[:30]} recorded): the file was altered or made "
+            "with another model or torch version; rerun with --force to start again"
+        )
     return dx, dy
 
 
@@ -306,7 +330,7 @@ def resume_surface(
     """
     if f.resumed and f.attr("directions_written", False):
         return {
-            "dirs": read_directions(f, like, directions.ndim),
+            "dirs": read_directions(f, like, directions.ndim, directions.recipe),
             "done": f.read("done"),
             "bp": f.attr("batch_points"),
             "complete": f.complete,

@@ -38,29 +38,85 @@ def test_a_file_whose_recipe_was_altered_is_refused_in_one_line_and_kept(one_thr
         recipe = f.attrs["directions_recipe"]
         f.attrs["directions_recipe"] = recipe.replace('"seed": 3', '"seed": 4')
     before = out.read_bytes()
-    msg = one_line_error(compute_surface, objective, dirs, XS, YS, out=out, match="fingerprint", **KW)
-    assert "--force" in msg
+    msg = one_line_error(compute_surface, objective, dirs, XS, YS, out=out, match="drawn with seed 4", **KW)
+    assert "this run's with 3" in msg and "--force" in msg
     assert out.read_bytes() == before  # nothing written
     with h5py.File(out, "r+") as f:  # restored, it resumes
         f.attrs["directions_recipe"] = recipe
     assert compute_surface(objective, dirs, XS, YS, out=out, **KW)["done"].all()
 
 
-def test_an_old_file_with_stored_directions_and_no_storage_attributes_still_resumes(one_thread, tmp_path):
-    _, _, objective, dirs = build()
-    reference = compute_surface(objective, dirs, XS, YS, out=tmp_path / "ref.h5", **KW)
+def test_a_recipe_of_another_seed_without_its_digest_is_not_resumed(one_thread, tmp_path):
+    # the hostile case: the recipe says another seed and the fingerprint that would catch it is gone; resuming
+    # would append points along other directions under the file's identity (rows of two surfaces in one file)
+    out = tmp_path / "t.h5"
+    objective, dirs = killed_file(out, "seed")
+    with h5py.File(out, "r+") as f:
+        f.attrs["directions_recipe"] = f.attrs["directions_recipe"].replace('"seed": 3', '"seed": 4')
+        del f.attrs["directions_digest"]
+    before = out.read_bytes()
+    msg = one_line_error(compute_surface, objective, dirs, XS, YS, out=out, match="no valid storage or finger", **KW)
+    assert "--force" in msg and out.read_bytes() == before
+
+
+NESTED = "[" * 100000 + "]" * 100000
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda r: "[1, 2, 3]", "it is list"),
+        (lambda r: r.replace('"seed": 3, ', ""), "it has no seed"),
+        (lambda r: r.replace('"seed": 3', '"seed": "abc"'), "its seed is 'abc'"),
+        (lambda r: r.replace('"seed": 3', f'"seed": {2**70}'), f"its seed is '{2**70}'"),
+        (lambda r: r.replace('"seed": 3', '"seed": 3.5'), "its seed is '3.5'"),
+        (lambda r: r.replace('"seed": 3', '"seed": true'), "its seed is 'True'"),
+        (lambda r: r[: r.index('"params"')] + '"params": "abc", ' + r[r.index('"seed"') :], "its params are not"),
+        (lambda r: r.replace('"ndim": 2', '"ndim": 7'), "its ndim is '7'"),
+        (lambda r: r.replace('"norm": "filter"', '"norm": "abc"'), "its norm is 'abc'"),
+        (lambda r: NESTED, "it is str"),
+    ],
+)
+def test_a_tampered_recipe_is_one_line_naming_it_and_the_file_is_kept(one_thread, tmp_path, change, says):
+    out = tmp_path / "t.h5"
+    objective, dirs = killed_file(out, "seed")
+    with h5py.File(out, "r+") as f:
+        recipe = f.attrs["directions_recipe"]
+        assert '"seed": 3' in recipe and '"ndim": 2' in recipe and '"norm": "filter"' in recipe
+        f.attrs["directions_recipe"] = change(recipe)
+    before = out.read_bytes()
+    msg = one_line_error(compute_surface, objective, dirs, XS, YS, out=out, match="recipe is damaged", **KW)
+    assert says in msg and "--force" in msg and len(msg) < 400
+    assert out.read_bytes() == before
+
+
+@pytest.mark.parametrize("value", ['"abc"', "[1, 2]", '{"x_norm": 1.0}', "[" * 100000 + "]" * 100000])
+def test_a_digest_that_is_not_a_fingerprint_is_not_resumed(one_thread, tmp_path, value):
+    out = tmp_path / "t.h5"
+    objective, dirs = killed_file(out, "full")
+    with h5py.File(out, "r+") as f:
+        f.attrs["directions_digest"] = value
+    before = out.read_bytes()
+    one_line_error(compute_surface, objective, dirs, XS, YS, out=out, match="no valid storage or fingerprint", **KW)
+    assert out.read_bytes() == before
+
+
+def test_an_old_file_without_a_fingerprint_is_not_resumed(one_thread, tmp_path):
+    # what versions before the storage option wrote: the arrays and nothing else. Nothing in the file can show
+    # that its directions are this run's (here they were doubled), so it is not resumed: rows of two surfaces
+    # would share one file
     out = tmp_path / "old.h5"
     killed_file(out, "full")
-    with h5py.File(out, "r+") as f:  # what versions before the storage option wrote: the arrays and nothing else
+    with h5py.File(out, "r+") as f:
         for name in ("directions_storage", "directions_digest", "directions_recipe"):
             del f.attrs[name]
-        # directions that are not this seed's: an old file's own directions are used, not drawn again
         f["directions/x/4.weight"][...] *= 2
     objective, dirs = build()[2:]
-    res = compute_surface(objective, dirs, XS, YS, out=out, **KW)
-    assert "directions_storage" not in res.attrs and "directions/x/4.weight" in res.arrays
-    np.testing.assert_array_equal(res["loss"][0, :3], reference["loss"][0, :3])  # the points of the first run
-    assert not np.array_equal(res["loss"], reference["loss"])  # the rest along the file's (doubled) direction
+    before = out.read_bytes()
+    msg = one_line_error(compute_surface, objective, dirs, XS, YS, out=out, match="no valid storage", **KW)
+    assert "--force" in msg and out.read_bytes() == before
+    res = compute_surface(objective, dirs, XS, YS, out=out, force=True, **KW)  # started again
+    assert res["done"].all() and res.attrs["directions_storage"] == "seed"
 
 
 def test_half_storage_evaluates_along_the_float16_directions_and_records_their_error(one_thread, tmp_path):
