@@ -84,11 +84,16 @@ class ImageDataset(Dataset):
             assert self._paths is not None
             return torch.stack([read_image(self._paths[int(i)], self.info) for i in idx])
         raw = self._images[idx]
-        raw = raw.float().div_(255) if raw.dtype == torch.uint8 else raw.float()  # idx copies
+        raw = raw.float() / 255 if raw.dtype == torch.uint8 else raw.float()
         return resize(raw, self.info.hw, self.info.interpolation)
 
-    def _normalise(self, x: Tensor) -> Tensor:
-        return x.sub_(self._mean).div_(self._std)
+    def _normalise(self, x: Tensor, *, in_place: bool = False) -> Tensor:
+        """``(x - mean) / std``, in place only for a tensor of our own outside any trace.
+
+        A batch read inside a traced function (``torch.func.linearize``'s) must not write into what the trace
+        keeps as a constant.
+        """
+        return x.sub_(self._mean).div_(self._std) if in_place else (x - self._mean) / self._std
 
     def __getitem__(self, i: int) -> tuple[Tensor, int]:
         """Return image ``i`` (augmented by ``transform`` if set, then normalised) and its label.
@@ -138,7 +143,7 @@ class ImageDataset(Dataset):
             LandscapeError: If an image file cannot be read (file-backed datasets).
         """
         if self._cache is None:
-            self._cache = self._normalise(self._raw(torch.arange(len(self))))
+            self._cache = self._normalise(self._raw(torch.arange(len(self))), in_place=True)
         return self._cache, self.targets
 
     def _select(self, idx: Tensor) -> ImageDataset:

@@ -301,6 +301,8 @@ class BatchProducts:
             return self._timed(way, lambda: fn(v)) if self.mode == "auto" else fn(v)
         fn = self._timed(f"{way}_setup", lambda: self._setup(way))
         out = self._timed(f"{way}_first", lambda: fn(v))  # a trace's first call does one-time work
+        if way == "linearize":
+            _check_replayed(fn, v, out)
         self.way = way
         if self.cached or self.mode != "auto":
             self.cache, self._cache_way = fn, way
@@ -334,6 +336,25 @@ class BatchProducts:
                 warnings.simplefilter("ignore")
                 return linearize(grad(self.loss), self.params)[1]
         return _graph_products(self.loss, self.params)
+
+
+def _check_replayed(fn: Callable[[ParamDict], ParamDict], v: ParamDict, first: ParamDict) -> None:
+    """Refuse a linearize trace whose second call differs from its first (the first product made again).
+
+    ``torch.func.linearize`` folds the parts of the traced function that do not depend on the parameters into
+    constants and replays the rest on every call; an in-place operation on such a part (a batch normalised in
+    place when it is read, a table built in place in a model's forward) then rewrites the constant at every
+    call, and every product after the first is wrong. A stable trace gives the same product bit for bit.
+
+    Raises:
+        RuntimeError: the two calls differ (``auto`` then takes another way; ``--hvp linearize`` says why).
+    """
+    again = fn(v)
+    if any(not torch.equal(first[n], again[n]) for n in first):
+        raise RuntimeError(
+            "its trace gives another product when called again (an in-place operation on a tensor that does not "
+            "depend on the parameters, which the trace keeps as a constant)"
+        )
 
 
 def _unusable(way: str, exc: BaseException) -> LandscapeError:
