@@ -21,9 +21,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
-from landscape.errors import LandscapeError  # noqa: E402
+from landscape.errors import LandscapeError
+from landscape.version import __version__
 
 if TYPE_CHECKING:  # what a type checker sees of the names loaded on first use (none is imported at run time)
     from landscape.analyses.align.run import align as align

@@ -6,7 +6,7 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "landscape"
 #: the layers, bottom to top (docs/architecture.md, "Layers")
 LAYERS = [
-    ("errors", "options"),
+    ("errors", "options", "version"),
     ("store",),
     ("runtime",),
     ("data",),
@@ -79,3 +79,28 @@ def test_no_import_circle_between_modules():
         if node not in seen:
             visit(node)
     assert not circles, circles[:3]
+
+
+def _names_from_the_face(path):
+    """What ``path`` imports from the package's face (``from landscape import X``), other than its subpackages."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "landscape" and not node.level:
+            for alias in node.names:
+                below = ROOT / alias.name
+                if not (below.is_dir() or below.with_suffix(".py").is_file()):
+                    yield alias.name
+        elif isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name == "landscape")
+
+
+def test_nothing_below_the_face_imports_from_it():
+    # the face (landscape/__init__.py) imports lazily from every layer: a name taken back from it runs up the graph
+    upward = [
+        f"{name} imports {what} from landscape" for name, path in _modules() for what in _names_from_the_face(path)
+    ]
+    assert not upward, upward
+
+
+def test_the_version_is_a_leaf():
+    tree = ast.parse((ROOT / "version.py").read_text())
+    assert not [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]

@@ -38,7 +38,7 @@ def test_every_extra_an_error_names_exists():
 
 def test_the_version_is_defined_once_in_the_package():
     assert "version" not in PROJECT and PROJECT["dynamic"] == ["version"]
-    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "landscape.__version__"}
+    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "landscape.version.__version__"}
     assert re.fullmatch(r"\d+\.\d+\.\d+(\.dev\d+|rc\d+)?", landscape.__version__)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import click
 
-from landscape import __version__
+from landscape.version import __version__
 
 #: the commands that are not analyses: name -> (module, one-line help shown by ``landscape --help``)
 TOOLS: dict[str, tuple[str, str]] = {

@@ -37,12 +37,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from landscape import __version__
 from landscape.errors import LandscapeError, first_line
 from landscape.models import create_model
 from landscape.models.external import is_external, split_spec
 from landscape.models.registry import resolve_model_name
 from landscape.store.files import WRITTEN_BY, atomic_write, landscape_kind, read_regular
+from landscape.version import __version__
 
 FORMAT_VERSION = 1
 #: constructor options a checkpoint file may not set: they make a library load or download other files

@@ -23,10 +23,10 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from landscape import __version__
 from landscape.errors import LandscapeError
 from landscape.store.files import WRITTEN_BY, atomic_write
 from landscape.store.read import Result
+from landscape.version import __version__
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 #: resolution of raster figures (png)

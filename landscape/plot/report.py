@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from landscape import __version__
 from landscape.analyses.numbers import MISSING
 from landscape.analyses.registry import analyses, analysis_of, kinds, numbers_of
 from landscape.errors import LandscapeError, missing_extra
@@ -43,6 +42,7 @@ from landscape.store.files import (
     write_text,
 )
 from landscape.store.read import Result, describe, read_result
+from landscape.version import __version__
 
 #: an empty result: what a kind's ``numbers`` give for it names the summary table's columns
 _EMPTY = Result(Path(""), {})

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from landscape import __version__
 from landscape.plot.grids import grid_of
 from landscape.store.files import WRITTEN_BY, atomic_write
 from landscape.store.read import Result
+from landscape.version import __version__
 
 
 def write_vtp(

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from landscape import __version__
 from landscape.analyses.connect.summary import ALL_PATHS, path_barriers
 from landscape.reproduce.inputs import read_paper_b, seeds_text
 from landscape.reproduce.paper_b import written_by_demo
 from landscape.reproduce.widths import WIDTH_DIR, PairBarriers, width_label, width_table
 from landscape.store.files import WRITTEN_BY, write_text
 from landscape.store.read import read_result
+from landscape.version import __version__
 
 
 @dataclass

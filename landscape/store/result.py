@@ -19,7 +19,6 @@ from typing import Any
 import h5py
 import numpy as np
 
-from landscape import __version__
 from landscape.errors import LandscapeError
 from landscape.store.attrs import as_str, decode, encode, identity_of, now
 from landscape.store.files import atomic_write, check_replaceable, ensure_folder, open_regular, os_error, write_failure
@@ -34,6 +33,7 @@ from landscape.store.h5 import (
 )
 from landscape.store.locks import WriterLock, last_writer
 from landscape.store.read import MEMORY, Result, result_of
+from landscape.version import __version__
 
 
 def _links(path: Path, force: bool) -> int | None:
