@@ -21,8 +21,10 @@ ends' and the midpoints' test accuracies beside the published 94.5% / 94.2%, 17.
 ``--cost`` measures what alignment and curvature cost instead (one torch thread unless ``--threads``):
 
 (a) weight matching of two torchvision ``resnet18`` (random init, seeds 0 and 1, 10 classes), and of a ``resnet18``
-    and a copy of it with every permutation of its spec drawn at random: the sweeps and the seconds of
-    :func:`~landscape.analyses.align.weights.weight_matching`, and of the whole
+    and a copy of it with every permutation of its spec drawn at random: the sweeps (of the kept descent; each
+    descent's objective and sweeps on the next line, with the seconds of the first descent alone, the single start
+    of earlier releases) and the seconds of :func:`~landscape.analyses.align.weights.weight_matching` (every
+    descent), and of the whole
     :func:`~landscape.analyses.align.run.align_models` (tracing the spec, the function check on 4 images);
 (b) connect's curvature pass at one point (:func:`~landscape.analyses.connect.curvature.point_curvature`, the run's
     defaults) of a ``resnet_mini`` (widths 16-24-32-64, 256 synthetic CIFAR-sized images in batches of 128): the
@@ -173,10 +175,11 @@ def matching_cost(
         One row per theta_B: ``name``, ``sweeps``, ``converged``, ``exact`` (A's weights recovered exactly),
         ``seconds`` and ``cpu`` of the matching, ``align_seconds`` and ``align_cpu`` of the whole alignment.
     """
-    from landscape.analyses.align.permute import apply
+    from landscape.analyses.align.permute import apply, identity
     from landscape.analyses.align.run import align_models
     from landscape.analyses.align.spec import permutation_spec
-    from landscape.analyses.align.weights import weight_matching
+    from landscape.analyses.align.weights import best_descent, weight_matching
+    from landscape.options.align import DESCENT_STARTS
 
     a = build(0)
     x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(5))
@@ -201,6 +204,17 @@ def matching_cost(
             f"{m.objective_before:>11.1f} -> {m.objective_after:<11.1f}" + (" A's weights exactly" if exact else ""),
             flush=True,
         )
+        starts = ", ".join(f"{d.start}/{d.order} {d.objective:.1f} ({d.sweeps} sweeps)" for d in m.starts)
+        _, first, first_cpu = _timed(
+            best_descent,
+            spec,
+            a.state_dict(),
+            b.state_dict(),
+            identity(spec),
+            list(spec.permutations),
+            starts=DESCENT_STARTS[:1],
+        )
+        print(f"{'':<22} the descents: {starts}; the first alone {first:.2f} ({first_cpu:.2f}) s", flush=True)
     return rows
 
 

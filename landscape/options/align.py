@@ -5,7 +5,8 @@ Used by ``landscape align``, :func:`landscape.analyses.align.run.run_align` and 
 :class:`AlignOptions` holds every option but the two model sources, the output checkpoint and the run-time
 choices (device, ``force``) and validates them when it is built. The methods (:data:`ALIGN_METHODS`), the
 choices of ``connect --align`` (:data:`CONNECT_ALIGN`), the tolerance of the function check
-(:data:`FUNCTION_TOLERANCE`) and the cap on weight matching's sweeps (:data:`MAX_SWEEPS`) are defined here, once.
+(:data:`FUNCTION_TOLERANCE`), the cap on weight matching's sweeps (:data:`MAX_SWEEPS`) and its descents
+(:data:`DESCENT_STARTS`) are defined here, once.
 No torch here.
 """
 
@@ -27,6 +28,13 @@ CONNECT_ALIGN = ("none", *ALIGN_METHODS)
 FUNCTION_TOLERANCE = 1e-5
 #: weight matching stops after this many sweeps over the permutations even if one still changes
 MAX_SWEEPS = 100
+#: the orders in which a weight-matching descent visits the permutations: the spec's (layer by layer) in every
+#: sweep, or a random order per sweep drawn from the seed
+DESCENT_ORDERS = ("layers", "seeded")
+#: weight matching's descents, ``(start, order)``, the best kept: from the invariant match and from the identity,
+#: each in both orders (tests/analyses/align/test_weights.py: on small independent MLPs trained on digits neither
+#: start is best on every pair, and the best of these four is never below a plain descent from the identity)
+DESCENT_STARTS = (("invariant", "seeded"), ("identity", "seeded"), ("invariant", "layers"), ("identity", "layers"))
 #: images of the training split that activation matching and the function check use by default
 DEFAULT_SAMPLES = 256
 

@@ -105,6 +105,7 @@ def test_cost_matches_a_permuted_copy_in_one_sweep_and_times_as_many_products_as
     independent, permuted = script.matching_cost(build, "resnet_mini")
     assert independent["converged"] and not independent["exact"]
     assert permuted["exact"] and permuted["sweeps"] == 1 and permuted["converged"]
+    assert capsys.readouterr().out.count("the descents: invariant/seeded") == 2  # each descent, and the first alone
     rows = script.curvature_cost(2, {"widths": (4, 6), "layers": (1, 1)}, samples=8, batch_size=4)
     assert len(rows) == 2 and all(r["products"] == r["products_alone"] > 0 for r in rows)
     assert all(seconds > 0 for r in rows for k in ("pass", "alone", "lanczos", "sharpness") for seconds in r[k])

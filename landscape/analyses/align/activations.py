@@ -9,7 +9,8 @@ on the same images are gathered, every spatial position and token a sample, and 
 
 An attention module's inner units (its query/key and value/output permutations) are seen at no node's output:
 they are found by weight matching with every other permutation held at its activation match
-(:func:`~landscape.analyses.align.weights.descend`), and the matching names them (``weight_matched``).
+(:func:`~landscape.analyses.align.weights.best_descent`: the best of its starts), and the matching names them
+(``weight_matched``) and records each start (``starts``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from torch import Tensor, fx, nn
 
 from landscape.analyses.align.permute import apply, identity, objective
 from landscape.analyses.align.spec import PermutationSpec, Site, trace
-from landscape.analyses.align.weights import Matching, assignment, descend
+from landscape.analyses.align.weights import Matching, assignment, best_descent
 
 
 def site_units(out: Tensor, site: Site, size: int) -> Tensor:
@@ -123,7 +124,8 @@ def activation_matching(
             perms[p.name] = assignment(sum(sums[(p.name, s.node)].correlation() for s in p.sites))
     a, b = model_a.state_dict(), model_b.state_dict()
     unseen = [p for p in spec.permutations if not p.sites]
-    _, converged = descend(spec, a, b, perms, unseen, seed=seed, max_sweeps=max_sweeps)
+    starts = best_descent(spec, a, b, perms, unseen, seed=seed, max_sweeps=max_sweeps) if unseen else ()
+    converged = max(starts, key=lambda d: d.objective).converged if starts else True
     after = objective(spec, a, apply(spec, b, perms))
     names = tuple(p.name for p in unseen)
-    return Matching(perms, 1, converged, objective(spec, a, b), after, names)
+    return Matching(perms, 1, converged, objective(spec, a, b), after, names, starts)

@@ -10,7 +10,8 @@ theta_B with them applied, and the check that it computes theta_B's function on 
 over every logit of every image; a network that fails it is refused (a spec that does not keep the function is a
 bug, never a result). :func:`run_align` (``landscape align``) loads both ends, aligns, and writes the aligned
 theta_B as a checkpoint whose metadata (``extra["alignment"]``) holds the method, the permutations, the sweeps, the
-objective before and after, and the measured function error.
+objective before and after, each weight-matching descent's start, order and objective (``starts``), and the measured
+function error.
 """
 
 from __future__ import annotations
@@ -74,11 +75,12 @@ class Alignment:
     def __repr__(self) -> str:
         m = self.matching
         moved = sum(int((v != torch.arange(len(v))).any()) for v in m.perms.values())
+        kept = m.kept_start
+        best = f" (best of {len(m.starts)} starts: {kept.start}, {kept.order} order)" if kept is not None else ""
         return (
             f"Alignment({self.method}: {len(m.perms)} permutations, {moved} not the identity, {m.sweeps} sweep(s); "
-            f"<A, B> {m.objective_before:.6g} -> {m.objective_after:.6g}; function error {self.function_error:.2e}"
-            + (f"; wrote {self.out}" if self.out is not None else "")
-            + ")"
+            f"<A, B> {m.objective_before:.6g} -> {m.objective_after:.6g}{best}; function error "
+            f"{self.function_error:.2e}" + (f"; wrote {self.out}" if self.out is not None else "") + ")"
         )
 
 
@@ -270,6 +272,7 @@ def run_align(
         "weight_matched": list(m.weight_matched),
         "objective_before": m.objective_before,
         "objective_after": m.objective_after,
+        "starts": [d.as_dict() for d in m.starts],
         "function_error": result.function_error,
         "function_tolerance": FUNCTION_TOLERANCE,
         "n_samples": result.n_samples,

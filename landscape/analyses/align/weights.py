@@ -39,6 +39,14 @@ no other permutation. When theta_B is a permutation of theta_A, ``M0[i, j] = <S_
 with equality only where ``S_sigma(i) = S_i``: the start is the permutation that undoes pi (up to units whose
 sorted entries coincide), and the descent confirms it in one sweep.
 
+**Several starts, the best kept.** Neither start is best on every pair of networks: between small independent MLPs
+trained on digits a descent from the identity sometimes ends 1-2% above one from the invariant match, sometimes
+below, and the visit order moves the fixed point too. The descent therefore runs from each start of
+:data:`~landscape.options.align.DESCENT_STARTS` (the invariant match and the identity, each with the
+permutations visited in the layers' order, sweep after sweep, and in seeded random orders) and keeps the
+permutations of the highest objective (the first such start on a tie); each start's objective, sweeps and
+convergence are recorded (:class:`DescentStart`).
+
 **Steps that cannot change are skipped.** A step's ``M`` reads the permutations on the other axes of its tensors
 (its neighbours); a step none of whose neighbours changed since it was last solved has the same ``M`` and the same
 solution, which it already holds, so it is not solved again (the result is that of solving it).
@@ -56,6 +64,38 @@ from torch import Tensor
 
 from landscape.analyses.align.axes import Axis, Permutation, PermutationSpec
 from landscape.analyses.align.permute import Perms, apply, identity, objective, permute_axis, units
+from landscape.errors import LandscapeError
+from landscape.options.align import DESCENT_ORDERS, DESCENT_STARTS
+
+
+@dataclass(frozen=True)
+class DescentStart:
+    """One descent of weight matching: where it started, the order of its steps, and where it ended.
+
+    Attributes:
+        start: ``invariant`` (the invariant match) or ``identity``.
+        order: ``layers`` (the permutations in the spec's order, every sweep) or ``seeded`` (a random order per
+            sweep from the seed).
+        objective: ``sum_t <A_t, pi(B)_t>`` at its end.
+        sweeps: the sweeps it made.
+        converged: its last sweep changed no permutation.
+    """
+
+    start: str
+    order: str
+    objective: float
+    sweeps: int
+    converged: bool
+
+    def as_dict(self) -> dict[str, object]:
+        """The record as JSON-ready values (a checkpoint's metadata, a result file's attribute)."""
+        return {
+            "start": self.start,
+            "order": self.order,
+            "objective": self.objective,
+            "sweeps": self.sweeps,
+            "converged": self.converged,
+        }
 
 
 @dataclass
@@ -70,6 +110,8 @@ class Matching:
         objective_after: ``sum_t <A_t, pi(B)_t>`` after.
         weight_matched: the permutations that activation matching left to weight matching (an attention module's
             inner units, which no node's output shows), with the others held; empty for weight matching.
+        starts: every descent of the weight matching, in the order run (:class:`DescentStart`); the kept one is
+            the first of the highest objective. Empty where nothing was left to weight matching.
     """
 
     perms: Perms
@@ -78,6 +120,12 @@ class Matching:
     objective_before: float
     objective_after: float
     weight_matched: tuple[str, ...] = ()
+    starts: tuple[DescentStart, ...] = ()
+
+    @property
+    def kept_start(self) -> DescentStart | None:
+        """The descent whose permutations were kept (None without weight matching)."""
+        return max(self.starts, key=lambda d: d.objective) if self.starts else None
 
 
 def assignment(m: Tensor) -> Tensor:
@@ -215,31 +263,47 @@ def descend(
     perms: Perms,
     solved: list[Permutation],
     *,
+    start: str = "invariant",
+    order: str = "seeded",
     seed: int = 0,
     max_sweeps: int = 100,
 ) -> tuple[int, bool]:
-    """Coordinate descent of the ``solved`` permutations from their invariant match, the others held; in place.
+    """Coordinate descent of the ``solved`` permutations from ``start``, the others held; in place.
 
-    Module doc: the start, the order of the steps, the steps skipped.
+    Module doc: the starts, the order of the steps, the steps skipped.
 
     Args:
         spec: the networks' permutation spec.
         a: theta_A's tensors.
         b: theta_B's (unpermuted).
-        perms: the current permutations (those of ``solved`` are replaced by their invariant match), updated.
+        perms: the current permutations (those of ``solved`` are replaced by the start), updated.
         solved: the permutations to solve.
-        seed: seeds the order of the steps in each sweep.
+        start: ``invariant`` (the invariant match) or ``identity``.
+        order: ``layers`` (the spec's order, every sweep) or ``seeded`` (a random order per sweep from ``seed``).
+        seed: seeds the order of the steps in each sweep (``seeded``).
         max_sweeps: the most sweeps made.
 
     Returns:
         ``(sweeps, converged)``: converged when the last sweep changed no permutation.
+
+    Raises:
+        LandscapeError: an unknown ``start`` or ``order``.
     """
+    if start not in ("invariant", "identity") or order not in DESCENT_ORDERS:
+        raise LandscapeError(
+            f"a weight-matching descent starts at 'invariant' or 'identity' and visits in one of "
+            f"{', '.join(DESCENT_ORDERS)}, got start={start!r}, order={order!r}"
+        )
     touching = spec.touching()
     rng = np.random.default_rng(seed)
     steps = _steps(solved)
-    for step in steps:  # the invariant match (module doc)
-        for p, new in zip(step, solve(step, [invariant_matrix(p, a, b) for p in step])):
-            perms[p.name] = new
+    for step in steps:
+        if start == "invariant":  # the invariant match (module doc)
+            for p, new in zip(step, solve(step, [invariant_matrix(p, a, b) for p in step])):
+                perms[p.name] = new
+        else:
+            for p in step:
+                perms[p.name] = torch.arange(p.size)
     reads = [_reads(step, touching) for step in steps]
     version = dict.fromkeys(perms, 0)  # how often each permutation changed
     solved_at: list[list[int] | None] = [None] * len(steps)  # the versions a step's last solution read
@@ -247,7 +311,7 @@ def descend(
     while changed and sweeps < max_sweeps:
         sweeps += 1
         changed = False
-        for k in rng.permutation(len(steps)):
+        for k in range(len(steps)) if order == "layers" else rng.permutation(len(steps)):
             step, now = steps[int(k)], [version[name] for name in reads[int(k)]]
             if solved_at[int(k)] == now:
                 continue  # nothing it reads changed: it holds its solution (module doc)
@@ -260,23 +324,71 @@ def descend(
     return sweeps, not changed
 
 
+def best_descent(
+    spec: PermutationSpec,
+    a: Mapping[str, Tensor],
+    b: Mapping[str, Tensor],
+    perms: Perms,
+    solved: list[Permutation],
+    *,
+    seed: int = 0,
+    max_sweeps: int = 100,
+    starts: tuple[tuple[str, str], ...] = DESCENT_STARTS,
+) -> tuple[DescentStart, ...]:
+    """:func:`descend` from each of ``starts``; ``perms`` updated in place to the highest objective's.
+
+    Each descent begins from ``perms`` as given (those of ``solved`` replaced by its start); the objective
+    ``sum_t <A_t, pi(B)_t>`` is that of every permutation, the held ones included. On a tie the first start's
+    permutations are kept.
+
+    Args:
+        spec: the networks' permutation spec.
+        a: theta_A's tensors.
+        b: theta_B's (unpermuted).
+        perms: the current permutations, updated to the kept descent's.
+        solved: the permutations to solve.
+        seed: seeds the ``seeded`` orders.
+        max_sweeps: the most sweeps of each descent.
+        starts: ``(start, order)`` pairs (:data:`~landscape.options.align.DESCENT_STARTS`).
+
+    Returns:
+        Every descent's :class:`DescentStart`, in the order run.
+    """
+    records, kept = [], dict(perms)
+    for start, order in starts:
+        trial = dict(perms)
+        sweeps, converged = descend(
+            spec, a, b, trial, solved, start=start, order=order, seed=seed, max_sweeps=max_sweeps
+        )
+        value = objective(spec, a, apply(spec, b, trial))
+        if not records or value > max(r.objective for r in records):
+            kept = trial
+        records.append(DescentStart(start, order, value, sweeps, converged))
+    perms.update(kept)
+    return tuple(records)
+
+
 def weight_matching(
     spec: PermutationSpec, a: Mapping[str, Tensor], b: Mapping[str, Tensor], *, seed: int = 0, max_sweeps: int = 100
 ) -> Matching:
     """The permutations of theta_B's units that best match its weights to theta_A's (module doc).
 
+    The best of the descents from every start of :data:`~landscape.options.align.DESCENT_STARTS`
+    (:func:`best_descent`); the :class:`Matching`'s sweeps and convergence are the kept descent's.
+
     Args:
         spec: the networks' permutation spec.
         a: theta_A's parameters and buffers by name.
         b: theta_B's, of the same names and shapes.
-        seed: seeds the order in which the permutations are visited in each sweep.
-        max_sweeps: the most sweeps made.
+        seed: seeds the order in which the permutations are visited in each sweep of the seeded descents.
+        max_sweeps: the most sweeps of each descent.
 
     Returns:
-        The :class:`Matching`.
+        The :class:`Matching`, with every descent's record (``starts``).
     """
     perms = identity(spec)
-    sweeps, converged = descend(spec, a, b, perms, list(spec.permutations), seed=seed, max_sweeps=max_sweeps)
+    starts = best_descent(spec, a, b, perms, list(spec.permutations), seed=seed, max_sweeps=max_sweeps)
+    kept = max(starts, key=lambda d: d.objective)
     before = objective(spec, a, b)
     after = objective(spec, a, apply(spec, b, perms))
-    return Matching(perms, sweeps, converged, before, after)
+    return Matching(perms, kept.sweeps, kept.converged, before, after, starts=starts)

@@ -88,6 +88,7 @@ def _write_alignment(f: store.ResultFile, alignment: Alignment) -> None:
             "align_converged": bool(m.converged),
             "align_objective_before": float(m.objective_before),
             "align_objective_after": float(m.objective_after),
+            "align_starts": [d.as_dict() for d in m.starts],
             "align_function_error": float(alignment.function_error),
             **({"align_weight_matched": list(m.weight_matched)} if m.weight_matched else {}),
         }

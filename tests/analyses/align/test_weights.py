@@ -101,3 +101,102 @@ def test_between_independent_networks_every_step_solved_again_keeps_what_the_des
             found = solve(step, [score_matrix(p, sa, sb, m.perms, touching) for p in step])
             assert all(torch.equal(new, m.perms[p.name]) for p, new in zip(step, found)), (seed, step[0].name)
         assert set(m.perms) == set(identity(spec))
+
+
+# ------------------------------------------------------------------ independent MLPs trained on digits
+def _digits_mlp(widths, seed, epochs=3):
+    """An MLP (Linear-ReLU-...-Linear) trained briefly by SGD on digits at 8 x 8 (64 inputs)."""
+    from torch import nn
+
+    from landscape.data import load_dataset
+
+    x, y = load_dataset("digits:8", "train").tensors()
+    x = x.reshape(len(x), -1)
+    g = torch.Generator().manual_seed(seed)
+    layers = []
+    for k, (i, o) in enumerate(zip(widths[:-1], widths[1:])):
+        layers += [nn.Linear(i, o)] + ([nn.ReLU()] if k < len(widths) - 2 else [])
+    net = nn.Sequential(*layers)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) / p.shape[-1] ** 0.5)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    for _ in range(epochs):
+        order = torch.randperm(len(x), generator=g)
+        for i in range(0, len(x), 32):
+            idx = order[i : i + 32]
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
+            opt.step()
+    return net.eval()
+
+
+def _plain_descent_from_the_identity(a, b, n_linear):
+    """Git Re-Basin's coordinate descent, written from the definition for a Sequential MLP, from the identity.
+
+    ``p_l`` (new unit i <- old unit p_l[i]) permutes layer l's rows and bias and layer l+1's columns; one step
+    solves ``p_l`` with the others held, ``M[i, j] = <W_l^A[i], W_l^B[j, p_{l-1}]> + b_l^A[i] b_l^B[j] +
+    <W_{l+1}^A[:, i], W_{l+1}^B[p_{l+1}, j]>``, layer by layer, until a sweep changes nothing. Returns
+    ``sum_t <A_t, pi(B)_t>`` over every tensor a permutation moves (every weight and bias but the last bias).
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    W = [(a[f"{2 * k}.weight"].double(), b[f"{2 * k}.weight"].double()) for k in range(n_linear)]
+    B = [(a[f"{2 * k}.bias"].double(), b[f"{2 * k}.bias"].double()) for k in range(n_linear)]
+    sizes = [w.shape[0] for w, _ in W[:-1]]
+    perms = [torch.arange(n) for n in sizes]
+
+    def rows(k):  # the permutation of layer k's outputs (the last layer's are fixed)
+        return perms[k] if k < len(perms) else torch.arange(W[k][0].shape[0])
+
+    def cols(k):  # the permutation of layer k's inputs (the first layer's are fixed)
+        return perms[k - 1] if k > 0 else torch.arange(W[k][0].shape[1])
+
+    changed = True
+    while changed:
+        changed = False
+        for k in range(len(perms)):
+            (wa, wb), (ba, bb), (na, nb) = W[k], B[k], W[k + 1]
+            m = wa @ wb[:, cols(k)].T + torch.outer(ba, bb) + na.T @ nb[rows(k + 1)]
+            new = torch.as_tensor(linear_sum_assignment(m.numpy(), maximize=True)[1])
+            if not torch.equal(new, perms[k]):
+                perms[k], changed = new, True
+    total = 0.0
+    for k in range(n_linear):
+        (wa, wb), (ba, bb) = W[k], B[k]
+        total += float((wa * wb[rows(k)][:, cols(k)]).sum() + (ba * bb[rows(k)]).sum() * (k < len(perms)))
+    return total
+
+
+PAIRS = [
+    (widths, seeds)
+    for widths in [(64, 16, 12, 10), (64, 20, 16, 12, 10), (64, 32, 24, 10), (64, 24, 32, 10)]
+    for seeds in [(0, 1), (2, 3)]
+]
+
+
+def test_between_independent_mlps_the_best_start_is_never_below_a_plain_descent_from_the_identity():
+    wins = set()
+    for widths, (sa, sb) in PAIRS:
+        net_a, net_b = (_digits_mlp(widths, s) for s in (sa, sb))
+        a, b = net_a.state_dict(), net_b.state_dict()
+        spec = permutation_spec(net_a, torch.randn(2, 64))
+        m = weight_matching(spec, a, b, seed=0)
+        reference = _plain_descent_from_the_identity(a, b, len(widths) - 1)
+        by_start = {(d.start, d.order): d.objective for d in m.starts}
+        assert set(by_start) == {
+            ("invariant", "seeded"),
+            ("identity", "seeded"),
+            ("invariant", "layers"),
+            ("identity", "layers"),
+        }
+        # the package's descent from the identity in the layers' order is the reference's, step for step
+        assert by_start[("identity", "layers")] == pytest.approx(reference, rel=1e-12), widths
+        assert m.objective_after == max(by_start.values()) >= reference * (1 - 1e-12), (widths, sa)
+        assert m.kept_start.objective == m.objective_after and m.converged == m.kept_start.converged
+        wins.add(max(by_start, key=by_start.get)[0])
+        # the objective recorded is that of the permutations kept
+        aligned, last = apply(spec, b, m.perms), f"{2 * (len(widths) - 2)}.bias"
+        moved = sum(float((a[n].double() * aligned[n].double()).sum()) for n in a if n != last)
+        assert moved == pytest.approx(m.objective_after, rel=1e-12)
+    assert wins == {"invariant", "identity"}  # neither start alone would do: each is the best on some pair
