@@ -96,7 +96,10 @@ class TrainConfig:
         snapshot_every: save a snapshot every N epochs (``run.epochNNN.pt``), ``N < epochs``; None: none.
         recipe: the recipe applied (``paper-a``), or None.
         track_sharpness: every N optimiser steps, the sharpness and its stability threshold into ``run.sharpness.h5``
-            (:mod:`landscape.analyses.sharpness.track_file`); None: no tracking.
+            (:mod:`landscape.analyses.sharpness.track_file`); None: no tracking. The tracked function is the
+            tracking batch's cross-entropy plus the coupled weight decay ``sum_g (lambda_g / 2) ||w_g||^2`` of
+            ``sgd``, ``heavy-ball``, ``sgd-nesterov`` and ``adam`` (the decayed group's ``weight_decay``; AdamW's
+            decoupled decay is no term of it); the sidecar's ``tracked_function`` says it in words.
         track_mode: the BatchNorm mode of the tracked Hessian, one of :data:`~landscape.options.train.TRACK_MODES`
             (None: ``train`` for a model with BatchNorm, else ``eval``; the sidecar records the mode applied).
 

@@ -65,8 +65,8 @@ class TrainingTrack:
         tracker: the sharpness tracker (its ``every`` decides the tracking steps).
         path: the sidecar.
         attrs: the sidecar's root attributes besides the tracker's settings (``every``, ``track_batch_size``,
-            ``tol``, ``ncv``, ``maxiter``, ``optimizer``, ``preconditioned``, ``track_mode``, added here); with them,
-            its identity.
+            ``tol``, ``ncv``, ``maxiter``, ``optimizer``, ``preconditioned``, ``track_mode``, ``tracked_function``,
+            added here); with them, its identity.
         total_steps: the run's optimiser steps; the file holds ``total_steps // every`` records.
         force: replace a sidecar of other options.
 
@@ -92,6 +92,7 @@ class TrainingTrack:
             "optimizer": type(tracker.optimizer).__name__,
             "preconditioned": tracker.preconditioned,
             "track_mode": tracker.bn_mode,
+            "tracked_function": tracker.tracked_function(),
         }
         self.tracker, self.path, self.attrs = tracker, path, {**attrs, **settings}
         self.n_records = int(total_steps) // tracker.every
@@ -156,9 +157,10 @@ def start_tracking(
 
     The tracking batch is the first :data:`~landscape.options.sharpness.TRACK_BATCH_SIZE` images (or the whole
     training set, when smaller) of the un-augmented training split (the same ``subset``) in the ``seed``-ed
-    order; the loss is the plain cross-entropy (no label smoothing, MixUp or weight decay), the model in eval
-    mode with its BatchNorm layers in ``bn_mode`` (by default ``train`` where it has any: the tracking batch's own
-    statistics, as training normalises); Lanczos runs with :data:`~landscape.options.sharpness.TRACK_TOL`,
+    order; the loss is the plain cross-entropy (no label smoothing or MixUp) plus the optimiser's coupled weight
+    decay ``sum_g (lambda_g / 2) ||w_g||^2`` (SGD's and Adam's; AdamW's decoupled decay is no term of it), the model
+    in eval mode with its BatchNorm layers in ``bn_mode`` (by default ``train`` where it has any: the tracking
+    batch's own statistics, as training normalises); Lanczos runs with :data:`~landscape.options.sharpness.TRACK_TOL`,
     ``TRACK_NCV`` and ``TRACK_MAXITER``, warm-started from the previous record's eigenvector, its products made
     by ``TRACK_HVP``. Nothing here draws from the global random state, so training with tracking takes the same
     steps as training without it.

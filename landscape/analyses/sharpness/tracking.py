@@ -27,8 +27,16 @@ own copy of the model, at detached copies of the current weights, in eval mode (
 either in eval mode too (``bn_mode="eval"``: the running statistics, as every other Hessian of this toolkit) or,
 with ``bn_mode="train"``, normalising the tracking batch by its own statistics as training does (the function the
 optimiser follows; running statistics neither used nor updated); products are made with ``torch.func``
-(nothing reaches ``.grad``); start vectors come from private generators. Weight decay is not part of ``H`` (pass
-a regulariser for SGD's coupled L2 decay; AdamW's decoupled decay is not modelled).
+(nothing reaches ``.grad``); start vectors come from private generators.
+
+**The function tracked is the one the optimiser descends.** A coupled weight decay ``lambda`` (``weight_decay``
+of ``torch.optim.SGD``, and of ``Adam`` without ``decoupled_weight_decay``) adds ``lambda w`` to the gradient:
+the optimiser descends ``L(w) + sum_g (lambda_g / 2) ||w_g||^2`` over its param groups ``g``, whose Hessian is
+``H + D`` with ``D`` diagonal, ``lambda_g`` on the entries of group ``g`` (0 on a group without decay). The
+tracked matrix is ``H + D`` (SGD) or ``P^-1/2 (H + D) P^-1/2`` (Adam), with each group's ``lambda`` at the
+step tracked. A decoupled decay (``AdamW``, or ``Adam(decoupled_weight_decay=True)``) shrinks the weights outside
+the gradient, ``w <- (1 - eta lambda) w - eta P^-1 m``: it is no term of a loss, and the tracked matrix is
+``P^-1/2 H P^-1/2`` of the loss alone. :meth:`SharpnessTracker.tracked_function` says which, in words.
 """
 
 from __future__ import annotations
@@ -193,6 +201,32 @@ def adam_preconditioner(optimizer: torch.optim.Optimizer, params: Mapping[str, n
     return out
 
 
+def coupled_decay(optimizer: torch.optim.Optimizer, params: Mapping[str, nn.Parameter]) -> dict[str, float]:
+    """Each parameter's coupled weight decay ``lambda``, the ``lambda w`` the optimiser adds to its gradient.
+
+    Its group's ``weight_decay`` for SGD and for Adam without ``decoupled_weight_decay``; 0 for AdamW's.
+
+    Args:
+        optimizer: a ``torch.optim.SGD``, ``Adam`` or ``AdamW``.
+        params: the tracked parameters by name.
+
+    Returns:
+        Name -> ``lambda`` (0.0 for a decoupled decay, or none).
+
+    Raises:
+        LandscapeError: a parameter outside the optimiser's param groups.
+    """
+    group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    out = {}
+    for name, p in params.items():
+        group = group_of.get(id(p))
+        if group is None:
+            raise LandscapeError(f"parameter {name!r} is not in the optimiser's param groups")
+        decoupled = isinstance(optimizer, ADAM_OPTIMIZERS) and bool(group.get("decoupled_weight_decay", False))
+        out[name] = 0.0 if decoupled else float(_value(group.get("weight_decay", 0.0)) or 0.0)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ tracker
 class SharpnessTracker:
     """Tracks the (preconditioned) sharpness of a training run on a fixed batch, every ``every`` steps.
@@ -207,7 +241,8 @@ class SharpnessTracker:
         batch: the fixed tracking batch ``(inputs, targets)``.
         every: track every this many steps (>= 1).
         criterion: the loss (as :class:`~landscape.core.objective.Objective` takes it).
-        regularizer: a penalty added to the loss (default none).
+        regularizer: a penalty added to the loss (default none), besides the optimiser's coupled weight decay,
+            which is always part of the tracked function (module doc).
         dtype: compute the Hessian in this dtype (default the model's).
         device: where (default the model's).
         output: where the logits are in the model's output.
@@ -335,11 +370,18 @@ class SharpnessTracker:
         point = self._refresh()
         hessian = HessianOperator(self.objective, point, mode=self.mode)
         op: HessianOperator | DenseOperator = hessian
+        decay = coupled_decay(self.optimizer, {n: live[n] for n in self.names})
+        if any(decay.values()):  # H + D: the coupled decay's (lambda / 2) ||w||^2 (module doc)
+            d = flatten({n: torch.full_like(point[n], decay[n]) for n in self.names})
+            op = DenseOperator(
+                fn=lambda u: hessian.matvec(u) + d * u, n=hessian.shape[0], dtype=hessian.dtype, device=hessian.device
+            )
         if self.preconditioned:
             P = adam_preconditioner(self.optimizer, {n: live[n] for n in self.names})
             scale = flatten({n: P[n].to(device=hessian.device, dtype=hessian.dtype) for n in self.names}).rsqrt()
+            curvature = op
             op = DenseOperator(
-                fn=lambda u: scale * hessian.matvec(scale * u),
+                fn=lambda u: scale * curvature.matvec(scale * u),
                 n=hessian.shape[0],
                 dtype=hessian.dtype,
                 device=hessian.device,
@@ -361,6 +403,27 @@ class SharpnessTracker:
         )
         self.records.append(record)
         return record
+
+    def tracked_function(self) -> str:
+        """The function whose (preconditioned) Hessian is tracked, in words, with the optimiser's decay as it is now.
+
+        Returns:
+            E.g. ``"the tracking batch's loss + sum over param groups of (lambda / 2) ||w||^2 (the optimiser's
+            coupled weight decay, lambda 0.05)"`` (module doc).
+        """
+        live = dict(self.model.named_parameters())
+        decay = coupled_decay(self.optimizer, {n: live[n] for n in self.names})
+        function = "the tracking batch's loss" + (" + the regulariser" if self.objective.regularizer.active else "")
+        coupled = sorted({v for v in decay.values() if v})
+        if coupled:
+            values = ", ".join(f"{v:g}" for v in coupled)
+            return f"{function} + sum over param groups of (lambda / 2) ||w||^2 (coupled weight decay, lambda {values})"
+        groups = _groups_of(self.optimizer, {id(live[n]) for n in self.names})
+        decoupled = sorted({float(_value(g.get("weight_decay", 0.0)) or 0.0) for g in groups} - {0.0})
+        if decoupled:
+            values = ", ".join(f"{v:g}" for v in decoupled)
+            return f"{function} (the decoupled weight decay, lambda {values}, is no term of it)"
+        return function
 
     def _solve(self, op: HessianOperator | DenseOperator, v0: Tensor | None) -> EigenResult:
         return lanczos(op, k=1, which="LA", ncv=self.ncv, tol=self.tol, maxiter=self.maxiter, v0=v0, seed=self.seed)

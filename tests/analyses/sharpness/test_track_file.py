@@ -56,6 +56,10 @@ def test_tracking_leaves_training_unchanged_and_writes_the_sidecar(tmp_path):
     side = read_result(sidecar_path(tracked.checkpoint))
     assert side.path.name == "tracked.sharpness.h5" and side["step"].tolist() == [2, 4] and side["done"].all()
     assert side.attrs["preconditioned"] and side.attrs["optimizer"] == "AdamW" and side.attrs["model"] == "resnet_mini"
+    assert (
+        side.attrs["tracked_function"]
+        == "the tracking batch's loss (the decoupled weight decay, lambda 0.05, is no term of it)"
+    )
     assert np.isfinite(side["sharpness"]).all() and (side["threshold"] > 0).all()
     (figure,) = plot_files([side.path], tmp_path / "figs")
     assert figure.read_bytes()[:4] == b"\x89PNG"

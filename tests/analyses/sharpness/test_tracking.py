@@ -251,3 +251,53 @@ def test_train_mode_batchnorm_tracks_the_function_training_follows_and_leaves_th
         for n, b in net.named_buffers():  # neither the model's statistics nor the tracker's copy's change
             assert torch.equal(b, buffers[n]) and torch.equal(tracker.objective.buffers[n], buffers[n])
     one_line_error(SharpnessTracker, net, optimizer, batch, bn_mode="batch", match="--track-mode")
+
+
+def _two_groups(model, decay):
+    """Training's two param groups: ``decay`` on the weight matrices, none on the biases."""
+    weights = [p for p in model.parameters() if p.ndim >= 2]
+    biases = [p for p in model.parameters() if p.ndim < 2]
+    return [{"params": weights, "weight_decay": decay}, {"params": biases, "weight_decay": 0.0}]
+
+
+@pytest.mark.parametrize(
+    "make, coupled",
+    [
+        (lambda groups: torch.optim.SGD(groups, lr=0.05), True),
+        (lambda groups: torch.optim.SGD(groups, lr=0.05, momentum=0.9, nesterov=True), True),
+        (lambda groups: torch.optim.Adam(groups, lr=0.01), True),
+        (lambda groups: torch.optim.AdamW(groups, lr=0.01), False),
+    ],
+    ids=["sgd", "sgd-nesterov", "adam", "adamw"],
+)
+def test_the_tracked_hessian_is_that_of_the_function_the_optimiser_descends(make, coupled):
+    """Coupled decay: lambda_max(H + D) (Adam: of P^-1/2 (H + D) P^-1/2), D = lambda on the decayed group only."""
+    model, decay = tiny_net(), 0.7  # a decay large enough to move the top eigenvalue
+    optimizer = make(_two_groups(model, decay))
+    g = torch.Generator().manual_seed(8)
+    batch = (torch.randn(8, 3, generator=g, dtype=F64), torch.randint(0, 3, (8,), generator=g))
+    tracker = SharpnessTracker(model, optimizer, batch, tol=1e-12)
+    for _ in range(3):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(batch[0]), batch[1]).backward()
+        optimizer.step()
+    record = tracker.track(3)
+    H = dense_loss_hessian(model, batch)
+    scale = torch.ones(H.shape[0], dtype=F64)
+    if isinstance(optimizer, torch.optim.Adam):  # Adam's P^-1/2, from the optimiser's state by its definition
+        (beta1, beta2), eps = optimizer.param_groups[0]["betas"], optimizer.param_groups[0]["eps"]
+        diag = []
+        for p in model.parameters():
+            state, t = optimizer.state[p], float(optimizer.state[p]["step"])
+            diag.append(((1 - beta1**t) * ((state["exp_avg_sq"] / (1 - beta2**t)).sqrt() + eps)).reshape(-1))
+        scale = torch.cat(diag).rsqrt()
+
+    def top(lam):  # lambda_max of the (preconditioned) Hessian of L + sum_g (lam_g / 2) ||w_g||^2, written out
+        d = torch.cat([torch.full((p.numel(),), lam if p.ndim >= 2 else 0.0, dtype=F64) for p in model.parameters()])
+        return float(torch.linalg.eigvalsh(scale[:, None] * (H + torch.diag(d)) * scale[None, :]).max())
+
+    assert record.sharpness == pytest.approx(top(decay if coupled else 0.0), rel=1e-9)
+    assert abs(top(decay) - top(0.0)) > 1e-3 * top(0.0)  # the decay moves the top eigenvalue: the test can fail
+    words = tracker.tracked_function()
+    assert ("+ sum over param groups of (lambda / 2) ||w||^2 (coupled weight decay, lambda 0.7)" in words) == coupled
+    assert ("decoupled weight decay, lambda 0.7, is no term" in words) == (not coupled)
