@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., object])
 
+#: the help of ``--dtype``, whose default is the model's own type
+DTYPE_HELP = "Floating-point type of the computation (default: the model's own; the file records the type used)."
+
 
 def _apply(func: F, decorators: list[Callable[[F], F]]) -> F:
     for decorator in reversed(decorators):
@@ -473,7 +476,7 @@ def eigen_options(
                 click.option("--ncv", default=D.ncv, type=COUNT, help=ncv),
                 click.option("--maxiter", default=D.maxiter, type=COUNT, help=maxiter),
                 click.option("--hvp", default=D.hvp, show_default=True, type=click.Choice(HVP_MODES), help=hvp),
-                click.option("--dtype", default=D.dtype, show_default=True, type=click.Choice(DTYPES)),
+                click.option("--dtype", default=D.dtype, type=click.Choice(DTYPES), help=DTYPE_HELP),
             ],
         )
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 from landscape.cli.options import (
     COUNT,
+    DTYPE_HELP,
     SEED,
     augment_options,
     checkpoint_options,
@@ -113,7 +114,7 @@ D = SharpnessOptions
     "--confidence", default=D.confidence, show_default=True, type=float, help="Level of the bootstrap interval."
 )
 @click.option("--resamples", default=D.resamples, show_default=True, type=COUNT, help="Bootstrap resamples.")
-@click.option("--dtype", default=D.dtype, show_default=True, type=click.Choice(DTYPES))
+@click.option("--dtype", default=D.dtype, type=click.Choice(DTYPES), help=DTYPE_HELP)
 def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
     """Average- or worst-case m-sharpness over radii, with an interval over batches (resumable; torchrun)."""
     from landscape.analyses.registry import summarize

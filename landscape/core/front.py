@@ -34,7 +34,7 @@ from landscape.data.labels import check_label_range, label_range
 from landscape.data.loading import load_dataset
 from landscape.data.stream import BatchSource, HeldBatches, as_source
 from landscape.errors import LandscapeError
-from landscape.models.checkpoint import require_finite_weights
+from landscape.models.checkpoint import floating_dtype, require_finite_weights
 from landscape.models.external import calling_forward
 from landscape.options.common import AUGMENTED_CRITERION
 from landscape.runtime import distributed
@@ -350,18 +350,20 @@ def prepare(
     """
     dev = distributed.start(device)
     inputs = load_inputs(source, model_name=model_name, data=options.data, split=options.split, device=dev)
+    dtype = floating_dtype(inputs.model)  # the model's own: its inputs are cast to it
     if batches is not None:
         if getattr(options, "augment", "none") != "none":
             raise LandscapeError("--augment paper-a draws from a dataset: give a dataset spec (data=...), not batches")
-        held = given_batches(
+        given = given_batches(
             batches, inputs.device, samples=getattr(options, "samples", None), batch_size=options.batch_size
         )
+        held = as_source(given).placed(inputs.device, dtype)
         inputs.dataset_spec, inputs.split, inputs.preprocess = GIVEN, GIVEN, None
         check_labels(inputs.model, held, inputs.source.output)  # the caller's labels: checked for every analysis
         n_given = sum(held.sizes)
-        recorded = {k: v for k, v in options.attrs().items() if k != "seed"}
+        recorded = _recorded(options, dtype)
         attrs = inputs.provenance(n_given, options.seed, command=command, **recorded)
-        attrs["data_sha256"] = batches_sha256(held)
+        attrs["data_sha256"] = batches_sha256(given)  # the data as given
         criterion = AUGMENTED_CRITERION if held.labels(0).is_floating_point() else "cross_entropy"
         return _checked(inputs, held, criterion, attrs, given=True)
     n = options.samples
@@ -378,12 +380,24 @@ def prepare(
             inputs, batch_size=options.batch_size, n_samples=n, seed=options.seed, copies=options.augment_copies
         )
         criterion = "soft_cross_entropy"
+    batches = batches.placed(inputs.device, dtype)
     if labels:
         check_labels(inputs.model, batches, inputs.source.output)
     n_samples = sum(batches.sizes)
-    recorded = {k: v for k, v in options.attrs().items() if k != "seed"}  # the seed is the provenance's own
-    attrs = inputs.provenance(n_samples, options.seed, command=command, **recorded)
+    attrs = inputs.provenance(n_samples, options.seed, command=command, **_recorded(options, dtype))
     return _checked(inputs, batches, criterion, attrs, given=False)
+
+
+def _recorded(options: Any, dtype: torch.dtype | None) -> dict[str, Any]:
+    """The options' attributes as a file records them: the seed left out (the provenance's own), the type used.
+
+    An option ``dtype`` left to the model (None) is recorded as the model's own type, ``dtype``: a file records what
+    was computed, never a default.
+    """
+    recorded = {k: v for k, v in options.attrs().items() if k != "seed"}
+    if "dtype" in recorded and recorded["dtype"] is None and dtype is not None:
+        recorded["dtype"] = str(dtype).removeprefix("torch.")
+    return recorded
 
 
 def _checked(

@@ -43,7 +43,7 @@ from landscape.data.labels import check_label_range, label_range
 from landscape.data.stream import BatchSource, as_source
 from landscape.errors import LandscapeError
 from landscape.models.bn_fold import FoldedModel
-from landscape.models.checkpoint import require_finite
+from landscape.models.checkpoint import floating_dtype, require_finite
 from landscape.models.external import calling_forward
 
 
@@ -105,7 +105,8 @@ class Objective:
         criterion: ``"cross_entropy"``, ``"mse"`` or a callable ``(logits, targets) -> mean loss``.
         regularizer: penalty added to the data loss (default none).
         device: where the copy of the model, the params and the batches live (default: the params' device).
-        dtype: cast floating params, buffers and inputs (``torch.float64`` for exact references).
+        dtype: cast floating params, buffers and inputs (``torch.float64`` for exact references); None keeps the
+            model's own type, to which floating inputs are cast (a float64 model gets float64 inputs).
         param_names: names (of ``model.named_parameters()``) that form the variable params dict, in order;
             the remaining parameters are held fixed. Default: all parameters.
         allow_stochastic: skip the refusal of a model whose two evaluations differ.
@@ -168,7 +169,8 @@ class Objective:
         self.output = output
         if dtype is not None:
             self.module = self.module.to(dtype)
-        self.dtype = dtype
+        #: the computation's floating-point type: ``dtype``, else the model's own (its inputs are cast to it)
+        self.dtype = dtype if dtype is not None else floating_dtype(self.module)
         self.criterion = criterion
         self.regularizer = regularizer or Regularizer()
         named = dict(self.module.named_parameters())
@@ -185,7 +187,7 @@ class Objective:
         self.params: ParamDict = {n: named[n].detach() for n in names}
         self.fixed: ParamDict = {n: p.detach() for n, p in named.items() if n not in self.params}
         self.buffers: ParamDict = {n: b.detach().clone() for n, b in self.module.named_buffers()}
-        self.batches: BatchSource = as_source(batches).placed(self.device, dtype)
+        self.batches: BatchSource = as_source(batches).placed(self.device, self.dtype)
         sizes = self.batches.sizes
         self.n_samples = sum(sizes)
         self.weights = [s / self.n_samples for s in sizes]

@@ -14,6 +14,18 @@ from torch import Tensor
 ParamDict = dict[str, Tensor]
 
 
+def torch_dtype(name: str | None) -> torch.dtype | None:
+    """The torch dtype of an option's name (``"float32"``, ``"float64"``); None stays None (the model's own).
+
+    Args:
+        name: the name, as :data:`~landscape.options.common.DTYPES` lists them, or None.
+
+    Returns:
+        ``getattr(torch, name)``, or None.
+    """
+    return None if name is None else getattr(torch, name)
+
+
 def flatten(params: Mapping[str, Tensor]) -> Tensor:
     """Concatenate the tensors of ``params`` (in insertion order) into one 1-D tensor.
 

@@ -388,7 +388,8 @@ def load_model(
     `UNTRUSTED_MODEL_KWARGS` (weights or files to load), are refused.
 
     Returns:
-        The model in eval mode on CPU, and what was read from the file.
+        The model in eval mode on CPU (in float64 when the file's weights are float64, else as built), and what was
+        read from the file.
 
     Raises:
         LandscapeError: unreadable file, no model name, weights that do not fit the model, a weight that is not
@@ -425,6 +426,8 @@ def load_model(
         else TRAINED_WITH
     )
     what = f"{ck.path} does not fit model {name!r} (num_classes={n_classes}, {kwargs})"
+    if floating_dtype(ck.state_dict) == torch.float64:  # a float64 model stays float64 (others load as built)
+        model = model.to(torch.float64)
     load_weights(model, ck.state_dict, what, hint=hint)
     require_finite_weights(model, str(ck.path))
     model.eval()
@@ -522,6 +525,19 @@ def require_finite_weights(model: nn.Module, where: str = "") -> None:
         LandscapeError: naming the first non-finite parameter, else buffer, else invalid running variance.
     """
     _damaged(non_finite_weight(model), where)
+
+
+def floating_dtype(weights: nn.Module | Mapping[str, Tensor]) -> torch.dtype | None:
+    """The floating-point type of a model (its first floating parameter's, else buffer's) or of a state dict.
+
+    Args:
+        weights: the model, or its tensors by name.
+
+    Returns:
+        The dtype, or None where no tensor is floating.
+    """
+    tensors = weights.values() if isinstance(weights, Mapping) else [*weights.parameters(), *weights.buffers()]
+    return next((t.dtype for t in tensors if isinstance(t, Tensor) and t.is_floating_point()), None)
 
 
 def load_weights(model: nn.Module, state_dict: dict[str, Tensor], what: str, *, hint: str = TRAINED_WITH) -> None:

@@ -130,7 +130,8 @@ def _common(o: HessianOptions | SpectrumOptions) -> None:
     choice(o.criterion, "criterion", CRITERIA)
     check_regularizer(o.regularizer, o.reg_coef)
     choice(o.hvp, "--hvp", HVP_MODES)
-    choice(o.dtype, "--dtype", DTYPES)
+    if o.dtype is not None:
+        choice(o.dtype, "--dtype", DTYPES)
     _flag(o.allow_stochastic, "--allow-stochastic")
     check_augment(o.augment, o.augment_copies, o.criterion)
 
@@ -142,7 +143,7 @@ class _LossOptions:
     regularizer: str
     reg_coef: float | None
     hvp: str
-    dtype: str
+    dtype: str | None
     allow_stochastic: bool
     augment: str
     augment_copies: int
@@ -199,7 +200,8 @@ class HessianOptions(_LossOptions):
         regularizer: penalty added to the loss, one of :data:`~landscape.options.common.REGULARIZERS`.
         reg_coef: its coefficient (None: :data:`~landscape.options.common.REG_COEF_DEFAULTS`).
         hvp: how products are made, one of :data:`HVP_MODES`.
-        dtype: floating-point type of the computation, one of :data:`~landscape.options.common.DTYPES`.
+        dtype: floating-point type of the computation, one of :data:`~landscape.options.common.DTYPES` (None: the
+            model's own; the file records the type used).
         allow_stochastic: do not refuse a model whose two forward passes differ.
         augment: the data, one of :data:`~landscape.options.common.AUGMENTATIONS` (``paper-a``: Paper A's training
             augmentation drawn once from ``seed`` and held fixed for every product; soft-target cross-entropy).
@@ -242,7 +244,7 @@ class HessianOptions(_LossOptions):
     regularizer: str = "none"
     reg_coef: float | None = None
     hvp: str = "auto"
-    dtype: str = "float32"
+    dtype: str | None = None
     allow_stochastic: bool = False
     augment: str = "none"
     augment_copies: int = 1
@@ -352,7 +354,8 @@ class SpectrumOptions(_LossOptions):
         regularizer: penalty added to the loss, one of :data:`~landscape.options.common.REGULARIZERS`.
         reg_coef: its coefficient (None: :data:`~landscape.options.common.REG_COEF_DEFAULTS`).
         hvp: how products are made, one of :data:`HVP_MODES`.
-        dtype: floating-point type of the computation, one of :data:`~landscape.options.common.DTYPES`.
+        dtype: floating-point type of the computation, one of :data:`~landscape.options.common.DTYPES` (None: the
+            model's own; the file records the type used).
         allow_stochastic: do not refuse a model whose two forward passes differ.
         augment: the data, one of :data:`~landscape.options.common.AUGMENTATIONS` (``paper-a``: Paper A's training
             augmentation drawn once from ``seed`` and held fixed; every mini-batch mixed within itself).
@@ -381,7 +384,7 @@ class SpectrumOptions(_LossOptions):
     regularizer: str = "none"
     reg_coef: float | None = None
     hvp: str = "auto"
-    dtype: str = "float32"
+    dtype: str | None = None
     allow_stochastic: bool = False
     augment: str = "none"
     augment_copies: int = 1

@@ -151,7 +151,8 @@ class SharpnessOptions(FieldDefaults):
         regularizer: penalty added to the loss, one of :data:`~landscape.options.common.REGULARIZERS`; when
             active it is part of ``L_S``.
         reg_coef: its coefficient (None: :data:`~landscape.options.common.REG_COEF_DEFAULTS`).
-        dtype: floating-point type of the computation, one of :data:`~landscape.options.common.DTYPES`.
+        dtype: floating-point type of the computation, one of :data:`~landscape.options.common.DTYPES` (None: the
+            model's own; the file records the type used).
         allow_stochastic: do not refuse a model whose two forward passes differ.
         augment: the data, one of :data:`~landscape.options.common.AUGMENTATIONS` (``paper-a``: Paper A's training
             augmentation drawn once from ``seed`` and held fixed; soft-target cross-entropy).
@@ -187,7 +188,7 @@ class SharpnessOptions(FieldDefaults):
     criterion: str = "cross_entropy"
     regularizer: str = "none"
     reg_coef: float | None = None
-    dtype: str = "float32"
+    dtype: str | None = None
     allow_stochastic: bool = False
     augment: str = "none"
     augment_copies: int = 1
@@ -218,7 +219,8 @@ class SharpnessOptions(FieldDefaults):
         checks.positive_int(self.resamples, "--resamples")
         choice(self.criterion, "criterion", CRITERIA)
         check_regularizer(self.regularizer, self.reg_coef)
-        choice(self.dtype, "--dtype", DTYPES)
+        if self.dtype is not None:
+            choice(self.dtype, "--dtype", DTYPES)
         check_augment(self.augment, self.augment_copies, self.criterion)
         refuse_without(
             self, self.measure == "worst", "--measure worst", ("p", "steps", "restarts", "step_size", "init")

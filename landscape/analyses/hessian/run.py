@@ -32,6 +32,7 @@ from landscape.analyses.hessian.trace import trace as trace_estimate
 from landscape.core.calls import analysis_function
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
 from landscape.core.objective import Objective, fused_attention_modules
+from landscape.core.params import torch_dtype
 from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 from landscape.options.common import DTYPES, choice
@@ -45,8 +46,8 @@ if TYPE_CHECKING:
     from landscape.core.source import ModelSource
 
 
-def _dtype(name: str) -> Any:
-    return getattr(torch, choice(name, "--dtype", DTYPES))
+def _dtype(name: str | None) -> Any:
+    return torch_dtype(None if name is None else choice(name, "--dtype", DTYPES))
 
 
 def run_hessian(

@@ -36,6 +36,7 @@ from landscape.core.calls import analysis_function
 from landscape.core.forward import EvalForward
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
 from landscape.core.objective import Objective
+from landscape.core.params import torch_dtype
 from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 from landscape.options.sharpness import MIN_INTERVAL_BATCHES, SharpnessOptions
@@ -189,7 +190,7 @@ def run_sharpness(
         prepared.batches,
         criterion=o.loss_criterion,
         regularizer=reg,
-        dtype=getattr(torch, o.dtype),
+        dtype=torch_dtype(o.dtype),
         allow_stochastic=o.allow_stochastic,
     )
     attrs = prepared.attrs
