@@ -78,7 +78,7 @@ D = SharpnessOptions
     default=D.restarts,
     show_default=True,
     type=COUNT,
-    help="The worst case's ascents from different starts (the first at --init, the others random); best kept.",
+    help="The worst case's ascents from different starts (see --init); the best point kept.",
 )
 @click.option(
     "--step-size",
@@ -91,7 +91,8 @@ D = SharpnessOptions
     default=D.init,
     show_default=True,
     type=click.Choice(INITS),
-    help="The worst case's first ascent start.",
+    help="The worst case's starts: output-diversified alternating with random (output), all random, or the "
+    "first at the centre (zero).",
 )
 @click.option(
     "--draws", default=D.draws, show_default=True, type=COUNT, help="The average case's noise draws per batch."

@@ -33,18 +33,23 @@ from landscape.options.hessian import BN_MODE, describe_regularizer, split_patte
 MEASURES = ("average", "worst")
 #: the norms of the worst case's ball, by name: Euclidean (``2``) and max-norm (``inf``)
 NORMS = ("2", "inf")
-#: where the worst case's ascent starts: a random point of the ball, or its centre
-INITS = ("random", "zero")
+#: where the worst case's ascents start: output-diversified points (the ball's point that raises a random
+#: weighting of the model's outputs, Tashiro et al. 2020) alternating with random points of the ball; every one
+#: random; the first at the ball's centre, the others random
+INITS = ("output", "random", "zero")
 #: which parameters are perturbed: ``all`` (every variable parameter) or ``surface`` (the loss surfaces' rule:
 #: tensors of two or more dimensions, position tables and learned tokens left out)
 PERTURB = ("all", "surface")
 #: the default radii of ``landscape sharpness`` (relative to ``|w|`` in the adaptive measures)
 RHO = (0.01, 0.02, 0.05, 0.1)
 #: the worst case's ascent iterations per restart (the step is halved at checkpoints of this schedule)
-WORST_STEPS = 20
-#: the worst case's ascents per batch and radius from different starts, the best kept (tests/analyses/sharpness:
-#: with these defaults the ascent reaches 99% of a 10x longer ascent from 6 starts on small ReLU and GELU nets)
-WORST_RESTARTS = 2
+WORST_STEPS = 10
+#: the worst case's ascents per batch and radius from different starts, the best kept. The maximum of a trained
+#: network's loss over an l-inf ball has several local maxima far apart, and which one an ascent climbs depends on
+#: its start: many short ascents from diverse starts find more than few long ones (benchmarks/ascent.py --mlps)
+WORST_RESTARTS = 8
+#: where they start (:data:`INITS`)
+WORST_INIT = "output"
 #: the worst case's first step over ``rho`` (2: the l-inf cube's and the l2 ball's diameter)
 WORST_STEP_SIZE = 2.0
 #: the fewest mini-batches whose values get a bootstrap interval (fewer give NaN bounds and say so)
@@ -138,7 +143,7 @@ class SharpnessOptions(FieldDefaults):
         restarts: the worst case's ascents from different starts per batch and radius (>= 1), the best kept.
         step_size: the worst case's first step relative to ``rho`` (None: :data:`WORST_STEP_SIZE`, the ball's
             diameter); the ascent halves it when progress stalls.
-        init: where the worst case's first ascent starts, one of :data:`INITS` (the other restarts: random).
+        init: where the worst case's ascents start, one of :data:`INITS`.
         draws: the average case's noise draws per batch (>= 1).
         antithetic: the average case evaluates each draw at ``+delta`` and ``-delta``.
         params: comma-separated parameter-name patterns of the perturbed parameters (None: all).
@@ -178,7 +183,7 @@ class SharpnessOptions(FieldDefaults):
     steps: int = WORST_STEPS
     restarts: int = WORST_RESTARTS
     step_size: float | None = None
-    init: str = "random"
+    init: str = WORST_INIT
     draws: int = 16
     antithetic: bool = False
     params: str | None = None

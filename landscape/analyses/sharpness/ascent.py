@@ -10,8 +10,8 @@ with an ensemble of diverse parameter-free attacks"), written for the normalised
 - the step ``eta`` starts at ``step_size * rho`` (default ``2 rho``, the ball's diameter; for p = inf a larger
   step lands where ``2 rho`` does and is taken as ``2 rho``); at each checkpoint of
   :func:`checkpoints` it is halved, and the ascent goes on from the best point found, when fewer than 75% of the
-  iterations since the last checkpoint raised the loss, or when neither the step nor the best value changed
-  since the last checkpoint;
+  iterations since the last checkpoint raised the loss, or when the step was not halved at the last checkpoint
+  and the best value has not risen since (APGD's two conditions);
 - the value kept is the best ``L(w + c * z) - L(w)`` of every point evaluated (and ``z = 0``, so it is >= 0),
   never the last one; ``restarts`` ascents from different starts, the best of them kept.
 
@@ -98,6 +98,37 @@ def _direction(g: ParamDict, p: float) -> ParamDict | None:
     return {n: t / length for n, t in g.items()} if length > 0 else None
 
 
+def boundary_point(g: ParamDict, p: float) -> ParamDict:
+    """The point of the unit ball's boundary in the direction of ``g``: ``sign(g)`` (p = inf) or ``g / ||g||_2``.
+
+    Args:
+        g: a direction by name (all zero: returned as it is).
+        p: 2 or ``math.inf``.
+
+    Returns:
+        The point, new tensors.
+    """
+    if p == math.inf:
+        return {n: torch.sign(t) for n, t in g.items()}
+    length = _norm2(g)
+    return {n: t / length for n, t in g.items()} if length > 0 else dict(g)
+
+
+def output_diversified(projected: Callable[[ParamDict], Tensor], like: ParamDict, p: float) -> ParamDict | None:
+    """An output-diversified start for radius 1 (Tashiro et al. 2020, ODI): :func:`boundary_point` of the gradient.
+
+    Args:
+        projected: ``z -> <u, f(w + c * z)>``, the model's output weighted by ``u``, differentiable in ``z``.
+        like: ``z``'s tensors (their shapes, dtypes and devices).
+        p: 2 or ``math.inf``.
+
+    Returns:
+        The boundary point in the direction of ``grad_z projected`` at ``z = 0``; None where that is 0.
+    """
+    g, _ = value_and_gradient(projected, {n: torch.zeros_like(t) for n, t in like.items()})
+    return boundary_point(g, p) if any(bool(t.any()) for t in g.values()) else None
+
+
 def _finite(z: ParamDict) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in z.values())
 
@@ -156,7 +187,7 @@ def ascend(
         z, previous = start, start
         value, g = evaluate(z)
         top, top_z, top_g, found = value, z, g, 0
-        last_mark, eta_at_mark, top_at_mark, rises = 0, eta, top, 0
+        last_mark, halved_at_mark, top_at_mark, rises = 0, False, top, 0
         for k in range(1, steps + 1):
             d = _direction(g, p)
             if d is None:
@@ -175,11 +206,12 @@ def ascend(
                 top, top_z, top_g, found = value, z, g, k
             if k in marks:
                 stalled = rises < PROGRESS_SHARE * (k - last_mark)
-                unchanged = eta == eta_at_mark and top == top_at_mark
-                if stalled or unchanged:
+                unchanged = not halved_at_mark and top <= top_at_mark
+                halve = stalled or unchanged
+                if halve:
                     eta, halvings = eta / 2, halvings + 1
                     z, previous, g, value = top_z, top_z, top_g, top
-                last_mark, eta_at_mark, top_at_mark, rises = k, eta, top, 0
+                last_mark, halved_at_mark, top_at_mark, rises = k, halve, top, 0
         final = eta / rho
         if top > best.value:
             best = AscentEnd(top, restart * steps + found, final, halvings)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from landscape.analyses.sharpness.ascent import ascend
+from landscape.analyses.sharpness.ascent import ascend, boundary_point, output_diversified
 from landscape.core.combine import PointBuffer, combine
 from landscape.core.forward import EvalForward
 from landscape.core.objective import Objective
@@ -47,6 +47,7 @@ from landscape.options.sharpness import (
     INITS,
     MIN_INTERVAL_BATCHES,
     PERTURB,
+    WORST_INIT,
     WORST_RESTARTS,
     WORST_STEP_SIZE,
     WORST_STEPS,
@@ -436,25 +437,37 @@ def average_sharpness(
 
 
 # --------------------------------------------------------------------------------------------- worst case
-def _norm(z: ParamDict, p: float) -> float:
-    if p == math.inf:
-        return max(float(t.abs().max()) for t in z.values() if t.numel())
-    return math.sqrt(sum(float((t.double() ** 2).sum()) for t in z.values()))
+def _starts(
+    objective: Objective, index: int, w: ParamDict, c: ParamDict, gen: torch.Generator, p: float, init: str, n: int
+) -> list[ParamDict]:
+    """The ``n`` ascents' starts for radius 1 on batch ``index``, by ``init`` (:func:`worst_sharpness`).
 
-
-def _start(w: ParamDict, c: ParamDict, gen: torch.Generator, p: float, init: str) -> ParamDict:
-    """The ascent's start for radius 1 (scaled by ``rho`` later); coordinates with ``c = 0`` start at 0.
-
-    ``random``: uniform on the unit sphere (p = 2) or uniform in the cube ``[-1, 1]^n`` (p = inf); ``zero``: 0.
+    Random: uniform on the unit sphere (p = 2) or in the cube ``[-1, 1]^n`` (p = inf), coordinates with ``c = 0``
+    at 0; output-diversified: ``u ~ N(0, I)`` drawn per start, one weight per output of the model (its logits
+    averaged over the batch), and :func:`~landscape.analyses.sharpness.ascent.output_diversified` (random where no
+    output moves).
     """
-    if init == "zero":
-        return {n: torch.zeros_like(t) for n, t in w.items()}
-    u = _draw(w, gen, "normal" if p == 2.0 else "uniform")
-    u = {n: torch.where(c[n] != 0, t, torch.zeros_like(t)) for n, t in u.items()}
-    if p == 2.0:
-        length = _norm(u, 2.0)
-        u = {n: t / length for n, t in u.items()} if length > 0 else u
-    return u
+    x, units = objective.batches[index][0] if init == "output" else None, []
+    for j in range(n):
+        start = None
+        if init == "output" and j % 2 == 0:
+            drawn: list[Tensor] = []
+
+            def projected(z: ParamDict, drawn: list[Tensor] = drawn) -> Tensor:
+                out = objective.logits({**objective.params, **_perturbed(w, c, z)}, x).mean(dim=0)
+                if not drawn:  # u, one weight per output, drawn when the outputs' number is known
+                    drawn.append(torch.randn(out.shape, generator=gen, dtype=torch.float64))
+                return (out * drawn[0].to(out.device, out.dtype)).sum()
+
+            start = output_diversified(projected, w, p)
+        if start is None and init == "zero" and j == 0:
+            start = {n: torch.zeros_like(t) for n, t in w.items()}
+        if start is None:
+            u = _draw(w, gen, "normal" if p == 2.0 else "uniform")
+            u = {n: torch.where(c[n] != 0, t, torch.zeros_like(t)) for n, t in u.items()}
+            start = boundary_point(u, p) if p == 2.0 else u
+        units.append(start)
+    return units
 
 
 def worst_sharpness(
@@ -467,7 +480,7 @@ def worst_sharpness(
     adaptive: bool = True,
     eta: float = 0.0,
     step_size: float | None = None,
-    init: str = "random",
+    init: str = WORST_INIT,
     patterns: Sequence[str] | str | None = None,
     perturb: str = "all",
     batches: Sequence[int] | None = None,
@@ -483,12 +496,16 @@ def worst_sharpness(
     :func:`~landscape.analyses.sharpness.ascent.ascend`: APGD-style steps ``sign(g)`` (p = inf) or ``g / ||g||_2``
     (p = 2) of a size that starts at ``step_size * rho`` (default ``2 rho``) and is halved when progress stalls,
     with momentum, projection onto the ball, and the best point kept; ``restarts`` ascents of ``steps``
-    iterations each. The first starts at ``init``: ``"random"`` is a seeded random point of the ball's boundary
-    for p = 2 (``rho`` times a uniform unit direction) and uniform in the cube for p = inf; ``"zero"`` is
-    ``z = 0`` (stuck at a stationary point, e.g. a minimum). Every further restart starts at a random point.
-    The starts are drawn once per batch and shared by every radius. The value reported is the largest
-    ``L_S(w + c * z) - L_S(w)`` over ``z = 0`` (so it is >= 0) and every point evaluated. For ``L = w^T A w / 2``
-    at ``w = 0`` with p = 2 and ``c = 1`` it converges to ``rho^2 lambda_max(A) / 2``.
+    iterations each. A random start is a seeded random point of the ball's boundary for p = 2 (``rho`` times a
+    uniform unit direction) and uniform in the cube for p = inf. ``init`` chooses the starts: ``"output"`` (the
+    default) alternates output-diversified starts (Tashiro et al. 2020, ODI: the point ``rho * sign(g_u)``, or
+    ``rho * g_u / ||g_u||_2``, of ``g_u = grad_z <u, f(w + c * z)>`` at ``z = 0``, ``f`` the model's output
+    averaged over the batch and ``u ~ N(0, I)`` drawn per start) with random ones, the first output-diversified;
+    ``"random"``: every start random; ``"zero"``: the first at ``z = 0`` (stuck at a stationary point, e.g. a
+    minimum), the others random. The starts are drawn once per batch and shared by every radius. The value
+    reported is the largest ``L_S(w + c * z) - L_S(w)`` over ``z = 0`` (so it is >= 0) and every point evaluated:
+    a lower bound of the maximum. For ``L = w^T A w / 2`` at ``w = 0`` with p = 2 and ``c = 1`` it converges to
+    ``rho^2 lambda_max(A) / 2``.
 
     Args:
         objective: the loss; its variable params are ``w`` (never changed).
@@ -499,7 +516,8 @@ def worst_sharpness(
         adaptive: ``c = |w| + eta`` (True) or ``c = 1``.
         eta: the adaptive scale's offset (ASAM's ``eta``), finite and >= 0.
         step_size: the first step over ``rho`` (default 2); finite and > 0.
-        init: ``"random"`` or ``"zero"``, the first restart's start.
+        init: the starts, one of :data:`~landscape.options.sharpness.INITS`: ``"output"``, ``"random"`` or
+            ``"zero"`` (above).
         patterns: perturb only the params matching these; default all variable params.
         perturb: ``all`` or ``surface`` (:func:`perturbed_names`).
         batches: indices of the objective's batches to use (default all).
@@ -537,7 +555,7 @@ def worst_sharpness(
     for b, loss in enumerate(_batch_losses(objective, used, include_regularizer)):
         with torch.no_grad():
             base[b] = _finite_base(float(loss(w)), used[b])
-        units = [_start(w, c, gen, norm, init if j == 0 else "random") for j in range(tries)]
+        units = _starts(objective, used[b], w, c, gen, norm, init, tries)
 
         def moved(z: ParamDict, loss: Callable[[ParamDict], Tensor] = loss) -> Tensor:
             return loss(_perturbed(w, c, z))

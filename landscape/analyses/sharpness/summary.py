@@ -64,12 +64,18 @@ def result_interval_note(result: Result) -> str:
 
 
 def _ascent(result: Result, done: np.ndarray) -> str:
-    """``; the ascent's best at iteration <= 37 of 40`` for a worst-case file that records its ascents."""
+    """``; a lower bound of the maximum, the best point of 8 ascents (found at iteration <= 37 of 80)``.
+
+    For a worst-case file that records its ascents: every value is the loss of a point found, never more than the
+    maximum and possibly less (docs/analyses.md measures by how much).
+    """
     if "best_iteration" not in result or not done.any():
         return ""
     latest = int(np.max(np.asarray(result["best_iteration"])[done]))
-    total = int(result.attrs.get("steps", 0)) * int(result.attrs.get("restarts", 1))
-    return f"; the ascent's best at iteration <= {latest} of {total}"
+    restarts = int(result.attrs.get("restarts", 1))
+    total = int(result.attrs.get("steps", 0)) * restarts
+    found = f"found at iteration <= {latest} of {total}"
+    return f"; a lower bound of the maximum, the best point of {restarts} ascents ({found})"
 
 
 def _interval(result: Result, r: int) -> str:
@@ -84,7 +90,8 @@ def sharpness_summary(result: Result) -> str:
     """``worst-case adaptive l2 sharpness of 8 batches of 128: rho 0.05: 0.0123 [0.0101, 0.015]; ...``.
 
     The mean over the finished batches at each radius, with the bootstrap interval once every batch is done (or
-    why there is none), and for the worst case the latest iteration at which an ascent found its best value.
+    why there is none), and for the worst case that it is a lower bound, and the latest iteration at which an
+    ascent found its best value.
 
     Args:
         result: a sharpness file, finished or not.
