@@ -79,8 +79,10 @@ def command(
     )
     m = r.matching
     moved = sum(int((p != p.new_tensor(range(len(p)))).any()) for p in m.perms.values())
+    kept = m.kept_start
+    best = "" if kept is None else f" (the best of {len(m.starts)} descents: {kept.start}, {kept.order} order)"
     click.echo(
         f"wrote {out}: {len(m.perms)} permutations ({moved} not the identity) by {r.method} matching"
         + (f" in {m.sweeps} sweep(s)" + ("" if m.converged else ", not converged") if r.method == "weights" else "")
-        + f"; <A, B> {m.objective_before:.6g} -> {m.objective_after:.6g}; function error {r.function_error:.2e}"
+        + f"; <A, B> {m.objective_before:.6g} -> {m.objective_after:.6g}{best}; function error {r.function_error:.2e}"
     )

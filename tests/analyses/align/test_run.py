@@ -1,6 +1,7 @@
 """``landscape align`` and ``landscape.align``: the aligned checkpoint, its record, and bad input in one line with
 nothing written."""
 
+import pytest
 import torch
 from click.testing import CliRunner
 from helpers import one_line_error
@@ -46,7 +47,17 @@ def test_the_command_writes_theta_b_aligned_with_its_record(tmp_path):
     assert record["aligned"] == str(b_path) and record["reference_sha256"] == read_checkpoint(a_path).sha256
     assert ck.model_name == "resnet_mini" and ck.meta["dataset"] == "digits"
     again = _align("--ckpt", a_path, "--ckpt", b_path, "--out", out)  # landscape's own file is replaced
-    assert again.exit_code == 0 and read_checkpoint(out).meta["extra"]["alignment"]["method"] == "weights"
+    record = read_checkpoint(out).meta["extra"]["alignment"]
+    assert again.exit_code == 0 and record["method"] == "weights"
+    starts = record["starts"]  # every descent, its start, order and objective; a permuted copy: all find it
+    assert [(d["start"], d["order"]) for d in starts] == [
+        ("invariant", "seeded"),
+        ("identity", "seeded"),
+        ("invariant", "layers"),
+        ("identity", "layers"),
+    ]
+    assert all(d["objective"] == pytest.approx(record["objective_after"]) for d in starts)
+    assert "(the best of 4 descents: invariant, seeded order)" in again.output
 
 
 def test_the_python_function_returns_the_aligned_network_and_writes_nothing_without_out(tmp_path, monkeypatch):
