@@ -80,9 +80,9 @@ D = HessianOptions
     help="PATTERN=KIND: a module (glob on names) whose output is a block of --per-block, for models no rule knows.",
 )
 def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
-    """Hessian eigenvalues (Lanczos), spectral density (SLQ) and trace of a checkpoint's loss."""
+    """Hessian eigenvalues (Lanczos), spectral density (SLQ) and trace of a checkpoint's loss (or of --operator)."""
     from landscape.analyses.hessian.run import run_hessian
-    from landscape.analyses.hessian.summary import block_summary
+    from landscape.analyses.hessian.summary import block_summary, operator_label
     from landscape.runtime import distributed
 
     opts = HessianOptions(**{**options, "block": tuple(options["block"]), "taps": tuple(options["taps"])})
@@ -91,7 +91,8 @@ def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool
     )
     if not distributed.is_main():
         return
-    lines = [f"wrote {out}: {result.attrs.get('n_params', '?')} parameters, {result.attrs['n_samples']} samples"]
+    size = f"{result.attrs.get('n_params', '?')} parameters, {result.attrs['n_samples']} samples"
+    lines = [f"wrote {out}: {operator_label(result)}{size}"]
     if "eigenvalues" in result:
         values = ", ".join(f"{v:.6g}" for v in result["eigenvalues"])
         flag = "" if result["converged"].all() else " (not all converged: raise --maxiter or --tol)"

@@ -429,13 +429,20 @@ def output_options(default_out: str) -> Callable[[F], F]:
     return wrap
 
 
+#: the help of ``--operator``, shared by every command that takes it
+OPERATOR_HELP = (
+    "The curvature operator: the Hessian H, the generalised Gauss-Newton G = J^T H_z J, the empirical Fisher "
+    "(1/N) sum g_n g_n^T, the residual H - G, or K-FAC (Kronecker factors per Linear/Conv2d layer)."
+)
+
+
 def eigen_options(
     defaults: Any, *, top_k: str, which: str, ncv: str, maxiter: str, hvp: str, solver: bool = False
 ) -> Callable[[F], F]:
     """The eigen solver's options and its products', as ``landscape hessian`` and ``landscape spectrum`` share them.
 
-    ``--top-k``, ``--which`` (``--solver`` too with ``solver``), ``--tol``, ``--ncv``, ``--maxiter``, ``--hvp`` and
-    ``--dtype``, their defaults from the command's options class.
+    ``--top-k``, ``--which`` (``--solver`` too with ``solver``), ``--tol``, ``--ncv``, ``--maxiter``, ``--hvp``,
+    ``--operator`` and ``--dtype``, their defaults from the command's options class.
 
     Args:
         defaults: the command's options class (:class:`~landscape.options.hessian.HessianOptions` or
@@ -451,7 +458,7 @@ def eigen_options(
         The decorator.
     """
     from landscape.options.common import DTYPES
-    from landscape.options.hessian import HVP_MODES, SOLVERS, WHICH
+    from landscape.options.hessian import HVP_MODES, OPERATORS, SOLVERS, WHICH
 
     D = defaults
 
@@ -476,6 +483,13 @@ def eigen_options(
                 click.option("--ncv", default=D.ncv, type=COUNT, help=ncv),
                 click.option("--maxiter", default=D.maxiter, type=COUNT, help=maxiter),
                 click.option("--hvp", default=D.hvp, show_default=True, type=click.Choice(HVP_MODES), help=hvp),
+                click.option(
+                    "--operator",
+                    default=D.operator,
+                    show_default=True,
+                    type=click.Choice(OPERATORS),
+                    help=OPERATOR_HELP,
+                ),
                 click.option("--dtype", default=D.dtype, type=click.Choice(DTYPES), help=DTYPE_HELP),
             ],
         )

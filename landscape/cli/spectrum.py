@@ -62,6 +62,7 @@ D = SpectrumOptions
 def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
     """Top-k Hessian eigenvalues of every mini-batch, pooled (Paper A, Fig 1c/4)."""
     from landscape.analyses.hessian.run import run_spectrum
+    from landscape.analyses.hessian.summary import operator_label
     from landscape.runtime import distributed
 
     opts = SpectrumOptions(**options)
@@ -72,6 +73,6 @@ def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool
         return
     eig = result["eigenvalues"]
     click.echo(
-        f"wrote {out}: {eig.shape[0]} batches x top-{eig.shape[1]}, eigenvalues from {eig.min():.6g} to "
-        f"{eig.max():.6g} ({int((eig < 0).sum())} negative)"
+        f"wrote {out}: {operator_label(result)}{eig.shape[0]} batches x top-{eig.shape[1]}, eigenvalues from "
+        f"{eig.min():.6g} to {eig.max():.6g} ({int((eig < 0).sum())} negative)"
     )

@@ -24,7 +24,7 @@ from landscape.cli.options import (
     output_options,
     regularizer_options,
 )
-from landscape.options.hessian import HVP_MODES
+from landscape.options.hessian import HVP_MODES, OPERATORS
 from landscape.options.surface import (
     BN_MODES,
     COMPILE_MODES,
@@ -107,6 +107,13 @@ DEFAULTS = SurfaceOptions.defaults()
     show_default=True,
     type=click.Choice(HVP_MODES),
     help="Computed Hessian directions: how the Hessian-vector products are made (see landscape hessian --hvp).",
+)
+@click.option(
+    "--operator",
+    default=DEFAULTS["operator"],
+    show_default=True,
+    type=click.Choice(OPERATORS),
+    help="Hessian directions: the eigenvectors of this curvature operator (see landscape hessian --operator).",
 )
 @click.option(
     "--store-directions",

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.func import grad, jvp
 
 from landscape.errors import LandscapeError
 from landscape.options.common import ALL_CRITERIA as CRITERIA
@@ -78,6 +79,108 @@ def batch_loss(logits: Tensor, targets: Tensor, criterion: Criterion) -> Tensor:
     if criterion == "soft_cross_entropy":
         return soft_cross_entropy(logits, targets)
     raise LandscapeError(f"unknown criterion {criterion!r}; choose one of {', '.join(CRITERIA)}")
+
+
+def _target_mass(logits: Tensor, targets: Tensor) -> Tensor:
+    """``s_n = sum_c t_nc`` of soft targets, shape ``(B, 1)`` (1 for integer labels)."""
+    if targets.is_floating_point() and targets.shape == logits.shape:
+        return targets.to(logits.dtype).sum(-1, keepdim=True)
+    return logits.new_ones(logits.shape[0], 1)
+
+
+def _named(criterion: Criterion, what: str) -> str:
+    """``criterion`` if it is one of the named criteria; a one-line refusal of a callable for ``what``."""
+    if callable(criterion) or criterion not in CRITERIA:
+        raise LandscapeError(
+            f"{what} needs the Hessian of the loss in the logits per sample, known for the criteria "
+            f"{', '.join(CRITERIA)}; a callable criterion has none: use one of them"
+        )
+    return str(criterion)
+
+
+def logit_hessian_product(logits: Tensor, targets: Tensor, criterion: Criterion, u: Tensor) -> Tensor:
+    """``H_z u``: the Hessian of the batch's mean loss ``L_b`` in the logits times ``u`` (``(B, C)`` each).
+
+    With ``L_b = (1/B) sum_n l(z_n, y_n)`` the Hessian is block-diagonal over the samples, ``(1/B) d^2 l / dz_n^2``:
+
+    - ``cross_entropy``: ``d^2 l / dz^2 = diag(p) - p p^T``, ``p = softmax(z)``;
+    - ``soft_cross_entropy``: ``s (diag(p) - p p^T)`` with ``s = sum_c t_c`` (1 for label distributions);
+    - ``mse`` (``F.mse_loss`` against one-hot targets, the mean over ``B C`` entries): ``(2 / C) I``;
+    - a callable: the second derivative of ``criterion(z, targets)`` in ``z`` by ``jvp(grad)``.
+
+    None depends on the network: this is the middle factor of the generalised Gauss-Newton ``J^T H_z J``.
+
+    Args:
+        logits: ``z``, shape ``(B, C)``.
+        targets: the batch's targets (integer labels or label distributions).
+        criterion: as :func:`batch_loss`.
+        u: the vector, shape ``(B, C)``.
+
+    Returns:
+        ``H_z u``, shape ``(B, C)``.
+    """
+    batch, classes = logits.shape[0], logits.shape[-1]
+    if callable(criterion):
+        return jvp(grad(lambda z: criterion(z, targets)), (logits.detach(),), (u,))[1]
+    if criterion == "mse":
+        return u * (2.0 / (batch * classes))
+    _named(criterion, "the Gauss-Newton product")
+    p = torch.softmax(logits.detach(), dim=-1)
+    mass = _target_mass(logits, targets) if criterion == "soft_cross_entropy" else 1.0
+    return mass * (p * u - p * (p * u).sum(-1, keepdim=True)) / batch
+
+
+def logit_hessian_sqrt(logits: Tensor, targets: Tensor, criterion: Criterion) -> Tensor:
+    """Per-sample square roots ``Q_n`` of the loss's Hessian in the logits: ``Q_n Q_n^T = d^2 l(z_n) / dz_n^2``.
+
+    ``l`` is the per-sample loss whose mean over the batch is :func:`batch_loss` (so ``H_z = (1/B) diag_n(Q_n
+    Q_n^T)``, :func:`logit_hessian_product`):
+
+    - ``cross_entropy``: ``Q = diag(sqrt(p)) - p sqrt(p)^T`` (``Q Q^T = diag(p) - p p^T`` since ``sum p = 1``);
+    - ``soft_cross_entropy``: ``sqrt(s)`` times that, ``s = sum_c t_c``;
+    - ``mse``: ``sqrt(2 / C) I``.
+
+    Args:
+        logits: ``z``, shape ``(B, C)``.
+        targets: the batch's targets.
+        criterion: ``cross_entropy``, ``soft_cross_entropy`` or ``mse``.
+
+    Returns:
+        ``Q``, shape ``(B, C, C)`` (detached).
+
+    Raises:
+        LandscapeError: a callable criterion (its per-sample Hessian is not known).
+    """
+    name = _named(criterion, "K-FAC")
+    z = logits.detach()
+    classes = z.shape[-1]
+    if name == "mse":
+        eye = torch.eye(classes, dtype=z.dtype, device=z.device)
+        return (2.0 / classes) ** 0.5 * eye.expand(z.shape[0], classes, classes)
+    p = torch.softmax(z, dim=-1)
+    root = p.sqrt()
+    q = torch.diag_embed(root) - p.unsqueeze(-1) * root.unsqueeze(-2)
+    if name == "soft_cross_entropy":
+        q = q * _target_mass(z, targets).sqrt().unsqueeze(-1)
+    return q
+
+
+def sample_logit_gradients(logits: Tensor, targets: Tensor, criterion: Criterion) -> Tensor:
+    """``e_n = dl(z_n, y_n) / dz_n``, the gradient of each sample's loss in its logits, shape ``(B, C)``.
+
+    Computed as ``B`` times the gradient of the batch's mean loss: for a loss that is a mean over samples, each
+    ``z_n`` enters only its own term. The per-sample parameter gradient is then ``g_n = J_n^T e_n``.
+
+    Args:
+        logits: ``z``, shape ``(B, C)``.
+        targets: the batch's targets.
+        criterion: as :func:`batch_loss`.
+
+    Returns:
+        ``e``, shape ``(B, C)`` (detached).
+    """
+    z = logits.detach()
+    return grad(lambda w: batch_loss(w, targets, criterion))(z) * z.shape[0]
 
 
 def criterion_name(criterion: Criterion) -> str:

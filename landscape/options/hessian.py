@@ -33,6 +33,11 @@ WHICH = ("LA", "SA", "BE", "LM")
 #: how Hessian-vector products are made: a kept gradient graph, a kept trace, jvp(grad) each time, measured (auto),
 #: or the central difference of two gradients (approximate; no double backward)
 HVP_MODES = ("auto", "graph", "linearize", "jvp", "finite-difference")
+#: the curvature operators every Hessian analysis can take (docs/analyses.md, curvature operators): the Hessian, the
+#: generalised Gauss-Newton, the empirical Fisher, the residual H - G and K-FAC
+OPERATORS = ("hessian", "ggn", "empirical-fisher", "residual", "kfac")
+#: the operators whose products take second derivatives of the network (--hvp chooses how)
+SECOND_ORDER_OPERATORS = ("hessian", "residual")
 #: stochastic trace estimators
 TRACE_METHODS = ("hutchinson", "hutch++")
 #: the fewest products each trace estimator needs (a standard error; Hutch++'s sketch, exact part and probes)
@@ -119,6 +124,29 @@ def _optional_str(value: Any, name: str) -> None:
         raise LandscapeError(f"{name} must be a string, got {value!r}")
 
 
+def check_operator(operator: Any, hvp: Any = "auto") -> str:
+    """Refuse an unknown ``--operator`` and a ``--hvp`` given to an operator whose products take no second derivative.
+
+    Args:
+        operator: one of :data:`OPERATORS`.
+        hvp: the ``--hvp`` asked for (only ``hessian`` and ``residual`` use it).
+
+    Returns:
+        ``operator``.
+
+    Raises:
+        LandscapeError: an unknown operator, or ``hvp`` other than ``auto`` with ``ggn``, ``empirical-fisher`` or
+            ``kfac``.
+    """
+    choice(operator, "--operator", OPERATORS)
+    if hvp != "auto" and operator not in SECOND_ORDER_OPERATORS:
+        raise LandscapeError(
+            f"--hvp chooses how Hessian products are made; --operator {operator} takes no second derivative of the "
+            "network (its products are a jvp and a vjp, or Kronecker factors): drop --hvp"
+        )
+    return str(operator)
+
+
 def _common(o: HessianOptions | SpectrumOptions) -> None:
     """Checks both classes share: data, eigen solver, loss and product options."""
     _optional_str(o.data, "--data")
@@ -130,6 +158,7 @@ def _common(o: HessianOptions | SpectrumOptions) -> None:
     choice(o.criterion, "criterion", CRITERIA)
     check_regularizer(o.regularizer, o.reg_coef)
     choice(o.hvp, "--hvp", HVP_MODES)
+    check_operator(o.operator, o.hvp)
     if o.dtype is not None:
         choice(o.dtype, "--dtype", DTYPES)
     _flag(o.allow_stochastic, "--allow-stochastic")
@@ -143,6 +172,7 @@ class _LossOptions:
     regularizer: str
     reg_coef: float | None
     hvp: str
+    operator: str
     dtype: str | None
     allow_stochastic: bool
     augment: str
@@ -156,7 +186,8 @@ class _LossOptions:
     def _loss_attrs(self) -> dict[str, Any]:
         """The root attributes of the loss and its products.
 
-        ``augment`` and ``augment_copies`` are there only with an augmentation (files made before them still resume).
+        ``augment`` and ``augment_copies`` are there only with an augmentation, ``operator`` only for an operator
+        other than the Hessian (files made before them still resume; an absent ``operator`` is ``hessian``).
         """
         attrs = {
             "criterion": self.loss_criterion,
@@ -168,6 +199,8 @@ class _LossOptions:
         }
         if self.augment != "none":
             attrs.update(augment=self.augment, augment_copies=int(self.augment_copies))
+        if self.operator != "hessian":
+            attrs.update(operator=self.operator)
         return attrs
 
 
@@ -199,7 +232,8 @@ class HessianOptions(_LossOptions):
         criterion: data loss, one of :data:`~landscape.options.common.CRITERIA`.
         regularizer: penalty added to the loss, one of :data:`~landscape.options.common.REGULARIZERS`.
         reg_coef: its coefficient (None: :data:`~landscape.options.common.REG_COEF_DEFAULTS`).
-        hvp: how products are made, one of :data:`HVP_MODES`.
+        hvp: how products are made, one of :data:`HVP_MODES` (``hessian`` and ``residual`` only).
+        operator: the curvature operator analysed, one of :data:`OPERATORS` (docs/analyses.md).
         dtype: floating-point type of the computation, one of :data:`~landscape.options.common.DTYPES` (None: the
             model's own; the file records the type used).
         allow_stochastic: do not refuse a model whose two forward passes differ.
@@ -244,6 +278,7 @@ class HessianOptions(_LossOptions):
     regularizer: str = "none"
     reg_coef: float | None = None
     hvp: str = "auto"
+    operator: str = "hessian"
     dtype: str | None = None
     allow_stochastic: bool = False
     augment: str = "none"
@@ -353,7 +388,8 @@ class SpectrumOptions(_LossOptions):
         criterion: data loss, one of :data:`~landscape.options.common.CRITERIA`.
         regularizer: penalty added to the loss, one of :data:`~landscape.options.common.REGULARIZERS`.
         reg_coef: its coefficient (None: :data:`~landscape.options.common.REG_COEF_DEFAULTS`).
-        hvp: how products are made, one of :data:`HVP_MODES`.
+        hvp: how products are made, one of :data:`HVP_MODES` (``hessian`` and ``residual`` only).
+        operator: the curvature operator of each mini-batch, one of :data:`OPERATORS` (docs/analyses.md).
         dtype: floating-point type of the computation, one of :data:`~landscape.options.common.DTYPES` (None: the
             model's own; the file records the type used).
         allow_stochastic: do not refuse a model whose two forward passes differ.
@@ -384,6 +420,7 @@ class SpectrumOptions(_LossOptions):
     regularizer: str = "none"
     reg_coef: float | None = None
     hvp: str = "auto"
+    operator: str = "hessian"
     dtype: str | None = None
     allow_stochastic: bool = False
     augment: str = "none"
@@ -399,6 +436,13 @@ class SpectrumOptions(_LossOptions):
             raise LandscapeError("give --fraction (a share of the split) or --samples (a number of images)")
         checks.positive_int(self.top_k, "--top-k")
         choice(self.solver, "--solver", SOLVERS)
+        if self.operator != "hessian" and self.solver != "lanczos":
+            raise LandscapeError(f"--solver {self.solver} computes Hessian eigenvalues only; drop it with --operator")
+        if self.operator != "hessian" and self.group not in ("auto", 1):
+            raise LandscapeError(
+                f"--group computes several batches' Hessian products at once; --operator {self.operator} runs one "
+                "batch at a time: drop --group"
+            )
 
     def attrs(self) -> dict[str, Any]:
         """The options a spectrum result file records as root attributes (besides split, seed and samples).

@@ -33,7 +33,7 @@ from landscape.options.common import (
     check_regularizer,
     choice,
 )
-from landscape.options.hessian import HVP_MODES, HessianOptions
+from landscape.options.hessian import HVP_MODES, HessianOptions, check_operator
 
 #: normalisations of a random direction against the centre (see :mod:`landscape.analyses.surface.directions`)
 NORMS = ("filter", "dim0", "layer", "weight", "none")
@@ -290,6 +290,9 @@ class SurfaceOptions(FieldDefaults):
         hvp: how the Hessian-vector products of computed Hessian directions are made, one of
             :data:`~landscape.options.hessian.HVP_MODES` (only with ``directions="hessian"`` and no
             ``eigenvectors``; recorded when it is not ``auto``).
+        operator: the curvature operator whose eigenvectors are the Hessian directions, one of
+            :data:`~landscape.options.hessian.OPERATORS` (only with ``directions="hessian"``; recorded when it is not
+            ``hessian``; an eigenvector file must be of the same operator).
 
     Raises:
         LandscapeError: an invalid value (bad grid, unknown choice, non-finite or out-of-range number), naming
@@ -325,6 +328,7 @@ class SurfaceOptions(FieldDefaults):
     augment_copies: int = 1
     store_directions: str = "seed"
     hvp: str = "auto"
+    operator: str = "hessian"
 
     def __post_init__(self) -> None:
         if isinstance(self.y, str) and self.y.strip().lower() == NO_GRID:
@@ -384,6 +388,11 @@ class SurfaceOptions(FieldDefaults):
         if self.eigenvectors is not None and not isinstance(self.eigenvectors, (str, Path)):
             raise LandscapeError(f"--eigenvectors must be the path of a hessian file, got {self.eigenvectors!r}")
         choice(self.hvp, "--hvp", HVP_MODES)
+        check_operator(self.operator, self.hvp)
+        if self.operator != "hessian" and self.directions != "hessian":
+            raise LandscapeError(
+                "--operator chooses whose eigenvectors the Hessian directions are; add --directions hessian"
+            )
         if self.hvp != "auto" and (self.directions != "hessian" or self.eigenvectors is not None):
             raise LandscapeError(
                 "--hvp chooses how computed Hessian directions are made; use it with --directions hessian and "
@@ -428,8 +437,8 @@ class SurfaceOptions(FieldDefaults):
         These are the options' part of the file's identity: ``split``, ``seed``/``direction_seed``,
         ``batch_size``, the direction attributes (``direction_type``, ``norm``, ``ignore_1d``/``zero_patterns``
         where they shape a random direction, ``target``, ``trajectory``/``n_snapshots``, ``which``, ``eigen_tol``
-        and (unless ``auto``) ``hvp`` of computed Hessian directions; the directions add ``eigen_source``, the
-        eigenvector file's ``which`` and the block ``hessian_params``), ``surface_ndim``,
+        and (unless ``auto``) ``hvp`` of computed Hessian directions, ``operator`` unless ``hessian``; the directions
+        add ``eigen_source``, the eigenvector file's ``which`` and the block ``hessian_params``), ``surface_ndim``,
         ``xgrid``/``ygrid`` (and ``xgrid_points``/``ygrid_points`` of a grid given point by point), ``bn``,
         ``regularizer`` and ``compile`` (``auto``, or True/False for ``on``/``off``,
         as files made before ``auto`` existed recorded them); ``dataset`` when :attr:`data` is given;
@@ -461,6 +470,8 @@ class SurfaceOptions(FieldDefaults):
                 out.update(shaping)
         elif self.directions == "hessian":
             out.update(direction_type="hessian", norm="none")
+            if self.operator != "hessian":  # files of Hessian directions made before --operator existed still resume
+                out.update(operator=self.operator)
             if self.eigenvectors is None:
                 out.update(which=self.which, eigen_tol=float(self.eigen_tol))
                 if self.hvp != "auto":  # files made before --hvp existed made their products the auto way

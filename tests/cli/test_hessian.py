@@ -146,3 +146,20 @@ def test_a_solver_option_too_large_for_the_model_is_one_line_and_leaves_no_file(
     assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("Error: "), r.output
     assert all(w in lines[0] for w in words), lines[0]
     assert not out.exists()
+
+
+def test_hessian_and_spectrum_take_an_operator(ckpt, tmp_path):
+    out = tmp_path / "g.h5"
+    common = ["--ckpt", str(ckpt), "--samples", "6", "--batch-size", "3", "--device", "cpu", "--quiet"]
+    args = ["hessian", *common, "--top-k", "2", "--tol", "1e-3", "--params", "fc.*", "--operator", "kfac"]
+    result = CliRunner().invoke(cli, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    res = read_result(out)
+    assert res.attrs["operator"] == "kfac" and res.attrs["eigen_method"] == "kronecker"
+    assert f"wrote {out}: kfac (0 parameter tensors not covered): 90 parameters, 6 samples" in result.output
+    refused = CliRunner().invoke(cli, [*args, "--hvp", "graph", "--out", str(tmp_path / "x.h5")])
+    assert refused.exit_code == 2 and "drop --hvp" in refused.output and not (tmp_path / "x.h5").exists()
+    spectrum = ["spectrum", *common, "--top-k", "1", "--which", "SA", "--operator", "residual"]
+    result = CliRunner().invoke(cli, [*spectrum, "--out", str(tmp_path / "r.h5")])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {tmp_path / 'r.h5'}: residual: 2 batches x top-1" in result.output

@@ -52,6 +52,9 @@ BAD_HESSIAN = [
     ({"params": " , "}, "--params"),
     ({"top_k": 0}, "nothing to compute"),
     ({"density": "yes"}, "--density"),
+    ({"operator": "fisher"}, "--operator"),
+    ({"operator": "ggn", "hvp": "graph"}, "--operator ggn takes no second derivative"),
+    ({"operator": "kfac", "hvp": "jvp"}, "drop --hvp"),
 ]
 BAD_SPECTRUM = [
     ({"fraction": 0.0}, "--fraction"),
@@ -67,6 +70,8 @@ BAD_SPECTRUM = [
     ({"group": "many"}, "--group"),
     ({"group": 2.5}, "--group"),
     ({"group": True}, "--group"),
+    ({"operator": "residual", "solver": "pyhessian"}, "--solver pyhessian computes Hessian eigenvalues only"),
+    ({"operator": "ggn", "group": 4}, "--operator ggn runs one batch at a time"),
 ]
 
 
@@ -157,6 +162,8 @@ def test_the_defaults_record_todays_attributes():
     }
     assert HessianOptions(params="fc.*, conv1.*", regularizer="l2").attrs()["params"] == ["fc.*", "conv1.*"]
     assert HessianOptions(regularizer="norm-sum").attrs()["regularizer"] == '{"kind": "norm-sum", "coef": 0.05}'
+    assert HessianOptions(operator="kfac").attrs()["operator"] == "kfac"  # recorded when not the Hessian
+    assert SpectrumOptions(operator="residual", hvp="graph").attrs()["operator"] == "residual"
 
 
 def test_the_file_records_exactly_the_options_attrs_and_progress_shows_when_asked(ckpt, tmp_path, capsys):
@@ -193,6 +200,7 @@ MODEL_SOURCE = set(_MODEL_OPTIONS)  # the model-source options, declared once in
             {
                 "which": hessian.WHICH,
                 "hvp": hessian.HVP_MODES,
+                "operator": hessian.OPERATORS,
                 "dtype": common.DTYPES,
                 "trace_method": hessian.TRACE_METHODS,
                 "split": common.SPLIT_CHOICES,
@@ -205,6 +213,7 @@ MODEL_SOURCE = set(_MODEL_OPTIONS)  # the model-source options, declared once in
             {
                 "which": hessian.WHICH,
                 "hvp": hessian.HVP_MODES,
+                "operator": hessian.OPERATORS,
                 "dtype": common.DTYPES,
                 "solver": hessian.SOLVERS,
                 "split": common.SPLIT_CHOICES,

@@ -75,6 +75,9 @@ def ckpts(tmp_path_factory):
         ({"hvp": "double"}, "--hvp"),
         ({"hvp": "finite-difference"}, "use it with --directions hessian"),
         ({"hvp": "jvp", "directions": "hessian", "eigenvectors": "h.h5"}, "no --eigenvectors"),
+        ({"operator": "ggn"}, "add --directions hessian"),
+        ({"operator": "fisher", "directions": "hessian"}, "--operator"),
+        ({"operator": "kfac", "directions": "hessian", "hvp": "jvp"}, "drop --hvp"),
     ],
 )
 def test_invalid_surface_options_are_one_line_errors(kwargs, match):
@@ -110,6 +113,8 @@ def test_direction_storage_is_not_part_of_the_identity_and_hvp_is_recorded_only_
     assert SurfaceOptions(store_directions="full").attrs() == SurfaceOptions().attrs()
     assert "hvp" not in SurfaceOptions(directions="hessian").attrs()  # files made before --hvp still resume
     assert SurfaceOptions(directions="hessian", hvp="finite-difference").attrs()["hvp"] == "finite-difference"
+    assert "operator" not in SurfaceOptions(directions="hessian").attrs()  # files made before --operator resume
+    assert SurfaceOptions(directions="hessian", operator="ggn").attrs()["operator"] == "ggn"
 
 
 def test_options_are_normalised_and_frozen():

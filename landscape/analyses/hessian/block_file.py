@@ -90,7 +90,7 @@ def write_blocks(
     """Compute and write every block's curvature not yet in ``f`` (rank 0's file; None on the other ranks).
 
     Each block's Lanczos (largest algebraic, ``--tol``, ``--ncv``, ``--maxiter``) and trace (``--trace-samples``
-    by ``--trace-method``) run with the seed ``--seed``; the products by ``--hvp``.
+    by ``--trace-method``) run with the seed ``--seed``; the products of ``--operator`` by ``--hvp``.
 
     Args:
         f: the open hessian file on rank 0, else None.
@@ -134,6 +134,7 @@ def _curvature(objective: Objective, block: ParameterBlock, options: HessianOpti
         trace_method=options.trace_method,
         seed=options.seed,
         mode=options.hvp,
+        operator=options.operator,
     )
     return {name: read(c) for name, (_, read) in COLUMNS.items()}
 

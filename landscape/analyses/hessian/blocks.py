@@ -37,8 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from landscape.analyses.hessian.lanczos import lanczos
-from landscape.analyses.hessian.operator import HessianOperator
+from landscape.analyses.hessian.operators import curvature_operator, eigenpairs
 from landscape.analyses.hessian.trace import trace
 from landscape.core.objective import Objective
 from landscape.errors import LandscapeError
@@ -285,12 +284,15 @@ def block_curvature(
     seed: int = 0,
     mode: str = "auto",
     batches: Sequence[int] | None = None,
+    operator: str = "hessian",
 ) -> list[BlockCurvature]:
     """``lambda_max(H[B, B])`` and ``tr(H[B, B])`` for every block ``B``, ``H`` the objective's Hessian at its params.
 
     ``H[B, B]`` is the :class:`~landscape.analyses.hessian.operator.HessianOperator` over the block's parameters
-    (all others held fixed): ``sum_b (N_b / N) d^2 L_b / d theta_B^2 + d^2 R / d theta_B^2``. Lanczos
-    (largest algebraic, ``k = 1``) gives the top eigenvalue with its residual; the trace estimator spends
+    (all others held fixed): ``sum_b (N_b / N) d^2 L_b / d theta_B^2 + d^2 R / d theta_B^2``; with ``operator``
+    another curvature operator's diagonal block (:mod:`landscape.analyses.hessian.operators`). Lanczos
+    (largest algebraic, ``k = 1``; K-FAC's exactly from its factors) gives the top eigenvalue with its residual; the
+    trace estimator spends
     ``trace_samples`` products (Hutch++ is exact once ``trace_samples // 3 >= n_block``: its sketch then spans
     the block).
 
@@ -306,6 +308,7 @@ def block_curvature(
         seed: seed of the start vectors and probes (private generators).
         mode: how the Hessian-vector products are made (see ``HessianOperator``).
         batches: the objective's batches to use (default all).
+        operator: the curvature operator, one of :data:`~landscape.options.hessian.OPERATORS`.
 
     Returns:
         One :class:`BlockCurvature` per block, in order.
@@ -322,10 +325,10 @@ def block_curvature(
         if not block.names or unknown:
             what = f"names not among the objective's parameters: {unknown[:3]}" if unknown else "no parameters"
             raise LandscapeError(f"block {block.name!r} has {what}")
-        op = HessianOperator(objective, patterns=list(block.names), mode=mode, batches=batches)
+        op = curvature_operator(objective, operator, patterns=list(block.names), mode=mode, batches=batches)
         if set(op.names) != set(block.names):  # a name with glob characters matched others too
             raise LandscapeError(f"block {block.name!r}: its parameter names select other parameters as globs")
-        eig = lanczos(op, k=1, which="LA", tol=tol, ncv=ncv, maxiter=maxiter, seed=seed, return_eigenvectors=False)
+        eig = eigenpairs(op, 1, "LA", tol=tol, ncv=ncv, maxiter=maxiter, seed=seed, return_eigenvectors=False)
         estimate = trace(op, trace_samples, trace_method, seed=seed)
         results.append(
             BlockCurvature(

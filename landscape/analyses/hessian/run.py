@@ -22,10 +22,11 @@ from landscape import store
 from landscape.analyses.hessian.block_file import hessian_blocks, write_blocks
 from landscape.analyses.hessian.blocks import ParameterBlock
 from landscape.analyses.hessian.density import require_grid_memory, spectral_density
+from landscape.analyses.hessian.flat import FlatOperator
 from landscape.analyses.hessian.fsdp import is_fully_sharded
-from landscape.analyses.hessian.lanczos import check_request, lanczos
+from landscape.analyses.hessian.lanczos import check_request
 from landscape.analyses.hessian.linalg import random_unit, require_memory
-from landscape.analyses.hessian.operator import HessianOperator
+from landscape.analyses.hessian.operators import curvature_operator, eigen_method, eigenpairs
 from landscape.analyses.hessian.probes import require_probe_memory
 from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
 from landscape.analyses.hessian.trace import trace as trace_estimate
@@ -64,7 +65,9 @@ def run_hessian(
 ) -> store.Result:
     """Hessian of a model's full-data loss on ``options.samples`` images, written to ``out``.
 
-    Computes the ``options.top_k`` eigenpairs of kind ``options.which`` by Lanczos (``top_k=0`` skips
+    The curvature operator is ``options.operator`` (the Hessian by default; the Gauss-Newton, the empirical Fisher,
+    the residual ``H - G`` or K-FAC: :mod:`landscape.analyses.hessian.operators`). Computes the ``options.top_k``
+    eigenpairs of kind ``options.which`` by Lanczos (K-FAC's exactly from its factors; ``top_k=0`` skips
     them), with ``options.density`` the SLQ density (``probes`` x ``steps`` products, broadening ``sigma``),
     with ``options.trace`` the trace estimate (``trace_samples`` products by ``trace_method``).
     ``options.params``: comma-separated name patterns for a per-layer Hessian block. With ``options.per_block``
@@ -110,7 +113,7 @@ def run_hessian(
         allow_stochastic=o.allow_stochastic,
     )
     attrs["fused_attention_off"] = objective.fused_attention_off
-    op = HessianOperator(objective, patterns=patterns or None, mode=o.hvp, shard=True)
+    op = curvature_operator(objective, o.operator, patterns=patterns or None, mode=o.hvp, shard=True)
     if o.top_k > op.shape[0]:
         raise LandscapeError(
             f"--top-k {o.top_k} asks for more eigenvalues than the {op.shape[0]} parameters of "
@@ -131,7 +134,7 @@ def run_hessian(
     timed = progress is not False  # the estimate is only shown, so only timed, when the run says what it does
     seconds = products * seconds_per_product(op, o.seed) if products and timed else 0.0
     if blocks and timed:  # the first block's products, timed: its backward reaches deepest
-        first = HessianOperator(objective, patterns=list(blocks[0].names), mode=o.hvp)
+        first = curvature_operator(objective, o.operator, patterns=list(blocks[0].names), mode=o.hvp)
         seconds += sum(block_products) * seconds_per_product(first, o.seed)
         first.clear_cache()
     units = products + sum(block_products)
@@ -142,10 +145,10 @@ def run_hessian(
     with session as (f, _):
         if _todo(f, "eigenvalues", o.top_k > 0):
             with session.progress("lanczos", None, unit="product", progress=progress) as bar:
-                res = lanczos(
+                res = eigenpairs(
                     op,
-                    k=o.top_k,
-                    which=o.which,
+                    o.top_k,
+                    o.which,
                     ncv=o.ncv,
                     tol=o.tol,
                     maxiter=o.maxiter,
@@ -164,6 +167,7 @@ def run_hessian(
                         "parameter_names": op.names,
                         "eigen_n_matvec": res.n_matvec,
                         "eigen_restarts": res.n_restarts,
+                        "eigen_method": eigen_method(op),
                         "hvp_choice": op.hvp_choice(),
                     }
                 )
@@ -208,7 +212,7 @@ class _Counted:
     Every other attribute is ``op``'s own (``shape``, ``dtype``, ``device``, ``plan_products``, ...).
     """
 
-    def __init__(self, op: HessianOperator, bar: Progress) -> None:
+    def __init__(self, op: FlatOperator, bar: Progress) -> None:
         self.op, self.bar = op, bar
 
     def matvec(self, v: Any) -> Any:
@@ -221,7 +225,7 @@ class _Counted:
         return getattr(self.op, name)
 
 
-def seconds_per_product(op: HessianOperator, seed: int) -> float:
+def seconds_per_product(op: FlatOperator, seed: int) -> float:
     """The measured time of one product ``H v`` of ``op``: the least of two, after one that sets the way up.
 
     Args:
@@ -260,7 +264,8 @@ def _plan(o: HessianOptions, n: int) -> str:
         parts.append(f"SLQ density ({o.probes} probes x {min(o.steps, n)} steps)")
     if o.trace:
         parts.append(f"trace ({o.trace_samples} {o.trace_method} samples)")
-    return f"hessian of {n} parameters: " + (", ".join(parts) or "nothing")
+    what = "hessian" if o.operator == "hessian" else f"{o.operator} operator"
+    return f"{what} of {n} parameters: " + (", ".join(parts) or "nothing")
 
 
 def _todo(f: store.ResultFile | None, name: str, wanted: bool) -> bool:
@@ -347,7 +352,7 @@ def run_spectrum(
             dtype=_dtype(o.dtype),
             allow_stochastic=o.allow_stochastic,
         )
-        per_batch = basis * seconds_per_product(HessianOperator(first, mode=o.hvp), o.seed)
+        per_batch = basis * seconds_per_product(curvature_operator(first, o.operator, mode=o.hvp), o.seed)
     plan = f"spectrum: top {top_k} Hessian eigenvalues ({o.which}) of each of {len(batches)} batches by {o.solver}"
     prepared.announce(plan, len(batches), "batch", per_batch, progress)  # Lanczos may stop early or restart
     session = AnalysisFile(out, "spectrum", attrs, force=force, resume=resume)
@@ -376,6 +381,7 @@ def run_spectrum(
                     maxiter=o.maxiter,
                     seed=o.seed,
                     hvp=o.hvp,
+                    operator=o.operator,
                     group=o.group,
                     device=inputs.device,
                     dtype=_dtype(o.dtype),

@@ -22,15 +22,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from landscape.analyses.hessian.flat import FlatOperator
 from landscape.analyses.hessian.grouped import GroupChoice, GroupedProducts, WorkerPool, choose_group, shared_costs
-from landscape.analyses.hessian.lanczos import drive_together, lanczos, lanczos_steps
-from landscape.analyses.hessian.operator import HessianOperator, bn_folded
+from landscape.analyses.hessian.lanczos import drive_together, lanczos_steps
+from landscape.analyses.hessian.operator import bn_folded
+from landscape.analyses.hessian.operators import curvature_operator, eigenpairs
 from landscape.analyses.hessian.products import ProductCosts
 from landscape.core.criteria import Batch, OutputSelector, batch_loss
 from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
-from landscape.options.hessian import SOLVERS
+from landscape.options.hessian import SOLVERS, check_operator
 from landscape.runtime import distributed
 from landscape.runtime.progress import Progress
 
@@ -145,6 +147,7 @@ def max_eigenvalue_spectrum(
     maxiter: int | None = None,
     seed: int = 0,
     hvp: str = "auto",
+    operator: str = "hessian",
     group: int | str = "auto",
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
@@ -154,7 +157,7 @@ def max_eigenvalue_spectrum(
     on_batch: Callable[[BatchSpectrum], None] | None = None,
     progress: bool = False,
 ) -> MaxEigenvalueSpectrum:
-    """Top-k Hessian eigenvalues of every mini-batch's loss (+ regulariser), Paper A's protocol.
+    """Top-k Hessian eigenvalues of every mini-batch's loss (+ regulariser), Paper A's protocol (or another operator's).
 
     ``solver="lanczos"`` uses :func:`~landscape.analyses.hessian.lanczos.lanczos` with ``which``/``tol``/``ncv``/
     ``maxiter`` on :class:`HessianOperator` of the single batch (seed ``seed + index``, products by ``hvp``,
@@ -185,7 +188,10 @@ def max_eigenvalue_spectrum(
         seed: batch ``index`` uses seed ``seed + index`` for its start vector(s).
         hvp: how products are made (lanczos, one batch at a time), one of
             :data:`~landscape.options.hessian.HVP_MODES`.
-        group: batches computed together (lanczos), or ``"auto"``.
+        operator: the curvature operator of each mini-batch, one of :data:`~landscape.options.hessian.OPERATORS`
+            (:mod:`landscape.analyses.hessian.operators`; K-FAC's eigenvalues come exactly from its factors); an
+            operator other than the Hessian runs one batch at a time (``group`` 1).
+        group: batches computed together (lanczos, the Hessian), or ``"auto"``.
         device: where the computation runs (None: the model's parameters' device).
         dtype: floating-point type of the computation (None: the model's own).
         allow_stochastic: do not refuse a model whose two forward passes differ.
@@ -205,6 +211,9 @@ def max_eigenvalue_spectrum(
     """
     if solver not in SOLVERS:
         raise LandscapeError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
+    check_operator(operator, hvp)
+    if operator != "hessian" and (solver != "lanczos" or group not in ("auto", 1)):
+        raise LandscapeError(f"operator {operator!r} runs one batch at a time by Lanczos: leave solver and group")
     objective = Objective(
         model,
         batches,
@@ -227,16 +236,25 @@ def max_eigenvalue_spectrum(
     costs: dict[tuple[int, ...], ProductCosts] = {}
     pool = None
     threads = torch.get_num_threads()
-    if solver == "lanczos" and group == "auto" and hvp in ("auto", "graph") and objective.device.type != "cuda":
+    hessian = operator == "hessian"
+    if (
+        hessian
+        and solver == "lanczos"
+        and group == "auto"
+        and hvp in ("auto", "graph")
+        and objective.device.type != "cuda"
+    ):
         pool = WorkerPool(objective, min(threads, len(todo))) if threads > 1 and len(todo) > 1 else None
 
     def serial(obj: Objective, index: int, mode: str = hvp) -> Callable[[torch.Tensor], torch.Tensor]:
-        op = _serial_operator(obj, index, mode, costs)
+        op = _serial_operator(obj, index, mode, costs, operator)
         op.plan_products(ncv or 20)
         return op.matvec
 
     if solver == "pyhessian":
         choice = GroupChoice(group, 1, "serial", "pyhessian solver")
+    elif not hessian:
+        choice = GroupChoice(group, 1, "serial", f"operator {operator}")
     elif not todo:
         choice = GroupChoice(group, 1, "serial", "nothing to do")
     else:
@@ -246,7 +264,8 @@ def max_eigenvalue_spectrum(
     out.group, out.group_choice = choice.group, choice.as_dict()
     bar = Progress("spectrum", len(todo), unit="batch", progress=None if progress else False)
     per_round = world * choice.group * (8 if choice.way == "threads" else 1)  # threads take batches as they free
-    solve = partial(_one_batch, k=k, which=which, solver=solver, tol=tol, ncv=ncv, maxiter=maxiter, seed=seed, hvp=hvp)
+    lanczos_options = {"tol": tol, "ncv": ncv, "maxiter": maxiter, "seed": seed}
+    solve = partial(_one_batch, k=k, which=which, solver=solver, hvp=hvp, operator=operator, **lanczos_options)
     for start in range(0, len(todo), per_round):
         mine = distributed.shard(todo[start : start + per_round])  # this rank's share of the round
         if choice.way == "threads" and pool is not None:
@@ -263,15 +282,24 @@ def max_eigenvalue_spectrum(
                 bar.update(1)
     bar.close()
     folds = bn_folded(objective, hvp)
-    out.hvp_choice = {"x".join(map(str, shape)): {**c.summary(), "bn_folded": folds} for shape, c in costs.items()}
+    out.hvp_choice = {
+        "x".join(map(str, shape)): {"operator": operator, **c.summary(), "bn_folded": folds}
+        for shape, c in costs.items()
+    }
+    if not hessian:  # the operator's own record (its products need no measured choice)
+        out.hvp_choice = {"operator": operator, **out.hvp_choice}
     return out
 
 
 def _serial_operator(
-    objective: Objective, index: int, hvp: str, costs: dict[tuple[int, ...], ProductCosts]
-) -> HessianOperator:
+    objective: Objective,
+    index: int,
+    hvp: str,
+    costs: dict[tuple[int, ...], ProductCosts],
+    operator: str = "hessian",
+) -> FlatOperator:
     shape = objective.batches.shape(index)
-    return HessianOperator(objective, batches=[index], mode=hvp, costs=shared_costs(costs, shape))
+    return curvature_operator(objective, operator, batches=[index], mode=hvp, costs=shared_costs(costs, shape))
 
 
 def _batches(
@@ -346,10 +374,11 @@ def _one_batch(
     seed: int,
     hvp: str,
     costs: dict[tuple[int, ...], ProductCosts],
+    operator: str = "hessian",
 ) -> BatchSpectrum:
     if solver == "pyhessian":
         values = pyhessian_top_eigenvalues(objective, index, k, tol=tol, maxiter=maxiter or 100, seed=seed + index)
         return BatchSpectrum(index, values, -1, np.ones(k, bool))
-    op = _serial_operator(objective, index, hvp, costs)
-    res = lanczos(op, k=k, which=which, ncv=ncv, tol=tol, maxiter=maxiter, seed=seed + index, return_eigenvectors=False)
+    op = _serial_operator(objective, index, hvp, costs, operator)
+    res = eigenpairs(op, k, which, ncv=ncv, tol=tol, maxiter=maxiter, seed=seed + index, return_eigenvectors=False)
     return BatchSpectrum(index, res.eigenvalues.numpy(), res.n_matvec, res.converged.numpy())

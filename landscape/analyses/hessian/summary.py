@@ -8,8 +8,30 @@ from landscape.analyses.numbers import MISSING, finite, number
 from landscape.store.read import Result
 
 
+def operator_label(result: Result) -> str:
+    """What a hessian or spectrum file's operator is, for a summary: ``""`` for the Hessian, else e.g. ``"ggn: "``.
+
+    K-FAC's label counts the parameters it does not cover (``hvp_choice``'s ``uncovered``), when recorded.
+
+    Args:
+        result: a hessian or spectrum file.
+
+    Returns:
+        The label, with a trailing ``": "`` unless empty.
+    """
+    operator = str(result.attrs.get("operator", "hessian"))
+    if operator == "hessian":
+        return ""
+    choice = result.attrs.get("hvp_choice")
+    uncovered = choice.get("uncovered") if isinstance(choice, dict) else None
+    detail = f" ({len(uncovered)} parameter tensors not covered)" if isinstance(uncovered, list) else ""
+    return f"{operator}{detail}: "
+
+
 def hessian_summary(result: Result) -> str:
     """``78218 parameters, 256 samples; eigenvalues (LA): ...; trace: ... +- ...; density: 8 probes``.
+
+    An operator other than the Hessian comes first (:func:`operator_label`).
 
     Args:
         result: a hessian file, finished or not.
@@ -17,7 +39,8 @@ def hessian_summary(result: Result) -> str:
     Returns:
         The size of the problem and each section written so far.
     """
-    parts = [f"{result.attrs.get('n_params', '?')} parameters, {result.attrs.get('n_samples', '?')} samples"]
+    size = f"{result.attrs.get('n_params', '?')} parameters, {result.attrs.get('n_samples', '?')} samples"
+    parts = [operator_label(result) + size]
     if "eigenvalues" in result:
         values = ", ".join(f"{v:.6g}" for v in np.asarray(result["eigenvalues"], dtype=float))
         converged = "converged" not in result or bool(np.asarray(result["converged"]).all())
@@ -67,7 +90,7 @@ def spectrum_summary(result: Result) -> str:
         The number of batches and eigenvalues per batch, their range and how many are negative.
     """
     if "eigenvalues" not in result:
-        return "spectrum, no batch yet"
+        return operator_label(result) + "spectrum, no batch yet"
     eig = np.asarray(result["eigenvalues"], dtype=float)
     done = np.asarray(result["done"], dtype=bool) if "done" in result else np.isfinite(eig).all(axis=-1)
     values = eig[done] if done.shape == eig.shape[:1] else eig
@@ -75,7 +98,7 @@ def spectrum_summary(result: Result) -> str:
     if not finite.size:
         return f"{eig.shape[0]} batches x top-{eig.shape[1]}, no batch done yet"
     left = "" if done.all() else f" ({int(done.sum())} of {done.size} batches done)"
-    return (
+    return operator_label(result) + (
         f"{eig.shape[0]} batches x top-{eig.shape[1]}, eigenvalues from {finite.min():.6g} to {finite.max():.6g} "
         f"({int((finite < 0).sum())} negative){left}"
     )

@@ -28,9 +28,8 @@ from torch import Tensor
 
 from landscape import store
 from landscape.analyses.hessian.lanczos import converged as lanczos_converged
-from landscape.analyses.hessian.lanczos import lanczos
 from landscape.analyses.hessian.linalg import rank_ritz
-from landscape.analyses.hessian.operator import HessianOperator
+from landscape.analyses.hessian.operators import curvature_operator, eigen_method, eigenpairs
 from landscape.analyses.surface.directions import Directions
 from landscape.analyses.surface.quadratic import quadratic_model  # noqa: F401 (re-exported)
 from landscape.core import params as P
@@ -59,9 +58,11 @@ PROVENANCE_ATTRS = (
     "regularizer",
     "augment",
     "augment_copies",
+    "operator",
 )
-#: what an attribute a file does not record means (files without an augmentation record none)
-PROVENANCE_DEFAULTS: dict[str, Any] = {"augment": "none", "augment_copies": 1}
+#: what an attribute a file does not record means (files without an augmentation record none, nor Hessian files
+#: their operator)
+PROVENANCE_DEFAULTS: dict[str, Any] = {"augment": "none", "augment_copies": 1, "operator": "hessian"}
 
 
 @dataclass
@@ -75,7 +76,8 @@ class EigenDirections:
         which: the kind of eigenpairs, ``LA``, ``SA``, ``LM`` or ``BE``.
         names: the parameters of the Hessian block, in flattening order.
         residuals: ``||H v_i - lambda_i v_i||`` of each pair, in the same order.
-        source: ``"lanczos"``, or the path of the hessian file read.
+        source: ``"lanczos"`` (or ``"kronecker"``: K-FAC's exact pairs), or the path of the hessian file read.
+        operator: the curvature operator whose eigenvectors they are (:data:`~landscape.options.hessian.OPERATORS`).
     """
 
     eigenvalues: list[float]
@@ -84,6 +86,7 @@ class EigenDirections:
     names: list[str]
     residuals: list[float]
     source: str
+    operator: str = "hessian"
 
     def directions(self, ndim: int = 2) -> Directions:
         """The surface directions: x = ``v_1`` (and y = ``v_2`` for a plane).
@@ -94,7 +97,7 @@ class EigenDirections:
         Returns:
             :class:`~landscape.analyses.surface.directions.Directions` of kind ``hessian``; ``meta`` holds
             ``direction_type``, ``norm`` (``none``), ``which``, ``direction_eigenvalues`` and ``direction_residuals``
-            (of the directions used),
+            (of the directions used), ``operator`` (when not the Hessian),
             ``hessian_params`` (the block), ``eigen_source``, ``x_norm`` (``y_norm``, ``cosine``).
 
         Raises:
@@ -116,6 +119,8 @@ class EigenDirections:
             "hessian_params": list(self.names),
             "eigen_source": self.source,
         }
+        if self.operator != "hessian":  # files of Hessian directions made before operators existed still resume
+            meta["operator"] = self.operator
         d = Directions(self.vectors[0], self.vectors[1] if ndim == 2 else None, "hessian", meta)
         for axis, direction in (("x", d.x), ("y", d.y)):
             if direction is not None:
@@ -163,12 +168,15 @@ def hessian_eigendirections(
     maxiter: int | None = None,
     seed: int = 0,
     hvp: str = "auto",
+    operator: str = "hessian",
 ) -> EigenDirections:
     """The top-``k`` unit eigenvectors of the objective's Hessian at its parameters (thick-restart Lanczos).
 
     Args:
         objective: the objective; its :class:`~landscape.analyses.hessian.operator.HessianOperator` at
-            ``objective.params`` (BatchNorm in eval mode, as every Hessian here).
+            ``objective.params`` (BatchNorm in eval mode, as every Hessian here), or with ``operator`` another
+            curvature operator (:mod:`landscape.analyses.hessian.operators`; K-FAC's pairs exactly from its
+            factors).
         k: how many eigenpairs.
         which: ``LA`` (default), ``SA``, ``LM`` or ``BE``; "top" in that order.
         patterns: parameter-name patterns of a Hessian block (see
@@ -178,16 +186,17 @@ def hessian_eigendirections(
         maxiter: the most Lanczos restarts (None: the solver's default).
         seed: the seed of the Lanczos start vector (a private generator).
         hvp: how the products are made (``auto``, ``jvp``, ``graph``, ``linearize``).
+        operator: the curvature operator, one of :data:`~landscape.options.hessian.OPERATORS`.
 
     Returns:
-        The :class:`EigenDirections` (``source="lanczos"``).
+        The :class:`EigenDirections` (``source`` ``"lanczos"``, or ``"kronecker"`` for K-FAC's exact pairs).
 
     Raises:
         LandscapeError: a bad ``k``, ``which``, ``tol``, ``ncv``, ``hvp`` or ``patterns``, or a wanted pair that
             did not converge within ``maxiter`` restarts.
     """
-    op = HessianOperator(objective, patterns=patterns, mode=hvp)
-    res = lanczos(op, k=k, which=which, ncv=ncv, tol=tol, maxiter=maxiter, seed=seed, return_eigenvectors=True)
+    op = curvature_operator(objective, operator, patterns=patterns, mode=hvp)
+    res = eigenpairs(op, k, which, ncv=ncv, tol=tol, maxiter=maxiter, seed=seed, return_eigenvectors=True)
     assert res.eigenvectors is not None
     order = rank_ritz(res.eigenvalues, which).tolist()
     _check_converged(res.converged.tolist(), order, k, "raise maxiter or tol")
@@ -197,7 +206,8 @@ def hessian_eigendirections(
         which=which,
         names=list(op.names),
         residuals=[float(res.residuals[j]) for j in order],
-        source="lanczos",
+        source=eigen_method(op),
+        operator=operator,
     )
 
 
@@ -207,7 +217,7 @@ def hessian_directions(objective: Objective, *, ndim: int = 2, **lanczos_options
     Args:
         objective: the objective; its parameters are the surface's centre.
         ndim: 1 for a line, 2 for a plane.
-        **lanczos_options: ``which``, ``patterns``, ``tol``, ``ncv``, ``maxiter``, ``seed``, ``hvp`` (see
+        **lanczos_options: ``which``, ``patterns``, ``tol``, ``ncv``, ``maxiter``, ``seed``, ``hvp``, ``operator`` (see
             :func:`hessian_eigendirections`).
 
     Returns:
@@ -496,6 +506,7 @@ def read_eigendirections(
         names=names,
         residuals=[float(residuals[j]) for j in order],
         source=where,
+        operator=str(res.attrs.get("operator", "hessian")),
     )
 
 

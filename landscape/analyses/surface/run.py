@@ -336,10 +336,12 @@ def run_surface(
 
 
 def _hessian_directions(objective: Objective, o: SurfaceOptions, expected: Mapping[str, Any]) -> Directions:
-    """The directions along the top unit eigenvectors of the Hessian, from ``o.eigenvectors`` or by Lanczos."""
+    """The directions along the top unit eigenvectors of the Hessian (or ``o.operator``), from a file or computed."""
     if o.eigenvectors is not None:
         return file_hessian_directions(o.eigenvectors, objective.params, expected=expected, ndim=o.ndim, wanted=o.which)
-    return hessian_directions(objective, ndim=o.ndim, which=o.which, tol=o.eigen_tol, seed=o.seed, hvp=o.hvp)
+    return hessian_directions(
+        objective, ndim=o.ndim, which=o.which, tol=o.eigen_tol, seed=o.seed, hvp=o.hvp, operator=o.operator
+    )
 
 
 def _plan(xs: np.ndarray, ys: np.ndarray | None) -> str:

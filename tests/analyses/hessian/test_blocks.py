@@ -69,6 +69,20 @@ def test_block_curvature_equals_the_dense_diagonal_blocks():
     assert r.size == 30 and r.trace_method == "hutchinson" and abs(r.trace - exact) < 4 * r.trace_stderr
 
 
+@pytest.mark.parametrize("operator", ["ggn", "empirical-fisher"])
+def test_block_curvature_of_another_operator_is_its_dense_diagonal_block(operator):
+    from analyses.hessian.references import dense_empirical_fisher, dense_ggn
+
+    obj = Objective(tiny_model(), tiny_batches(), dtype=F64, regularizer=Regularizer("l2", 0.1))
+    blocks = pattern_blocks(list(obj.params), {"norm": "1", "last": "3"}, other=None)
+    dense = {"ggn": dense_ggn, "empirical-fisher": dense_empirical_fisher}[operator]
+    results = block_curvature(obj, blocks, tol=1e-12, trace_samples=63, seed=1, operator=operator)
+    for r in results:
+        C = dense(obj, list(r.block.names))
+        assert r.top_eigenvalue == pytest.approx(float(torch.linalg.eigvalsh(C).max()), rel=1e-9, abs=1e-12)
+        assert r.trace == pytest.approx(float(torch.trace(C)), rel=1e-10, abs=1e-12)
+
+
 def conv_net(seed=0):
     g = torch.Generator().manual_seed(seed)
     net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Tanh(), nn.Conv2d(2, 1, 3), nn.Tanh(), nn.Flatten(), nn.Linear(4, 3)).to(

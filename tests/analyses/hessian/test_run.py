@@ -180,3 +180,60 @@ def test_a_density_basis_larger_than_the_memory_is_refused_before_the_file_is_ma
     with pytest.raises(LandscapeError, match="lower --steps"):
         run_hessian(ckpt, opts, out=tmp_path / "h.h5", **RUN)
     assert not (tmp_path / "h.h5").exists()
+
+
+@pytest.mark.parametrize("operator", ["ggn", "empirical-fisher", "residual", "kfac"])
+def test_run_hessian_of_each_operator_records_it_and_equals_the_reference(ckpt, tmp_path, operator):
+    from analyses.hessian.references import dense_empirical_fisher, dense_ggn
+    from analyses.hessian.test_operator import dense_hessian
+
+    hvp = {"hvp": "jvp"} if operator == "residual" else {}  # --hvp is the Hessian's: refused for the others
+    block = "layer2.0.bn2.*,fc"  # the head alone has R = 0: the logits are linear in it
+    opts = HessianOptions(
+        samples=8, batch_size=3, top_k=2, tol=1e-10, eigenvectors=True, params=block, dtype="float64", **hvp
+    )
+    res = run_hessian(ckpt, replace(opts, operator=operator), out=tmp_path / "h.h5", **RUN)
+    a = res.attrs
+    assert a["operator"] == operator and a["hvp_choice"]["operator"] == operator and res["converged"].all()
+    assert a["eigen_method"] == ("kronecker" if operator == "kfac" else "lanczos")
+    model, _ = load_model(ckpt)
+    batches = batches_for(load_inputs(ckpt, device="cpu"), batch_size=3, n_samples=8, seed=0)
+    obj = Objective(model, batches, dtype=torch.float64)
+    names = ["layer2.0.bn2.weight", "layer2.0.bn2.bias", "fc.weight", "fc.bias"]
+    dense = {
+        "ggn": lambda: dense_ggn(obj, names),
+        "empirical-fisher": lambda: dense_empirical_fisher(obj, names),
+        "residual": lambda: dense_hessian(obj, names) - dense_ggn(obj, names),
+        "kfac": lambda: torch.block_diag(torch.zeros(16, 16, dtype=torch.float64), head_kfac(obj)),
+    }[operator]()
+    if operator == "kfac":
+        assert a["hvp_choice"]["layers"] == ["fc"] and a["hvp_choice"]["uncovered"] == names[:2]
+    np.testing.assert_allclose(res["eigenvalues"], torch.linalg.eigvalsh(dense).numpy()[-2:], rtol=1e-8)
+
+
+def head_kfac(obj):
+    """K-FAC of the head ``fc`` (a Linear on vectors, logits out): ``S (x) A`` with ``S = (1/N) sum H_z,n`` (dz/ds = I)
+    and ``A`` the second moment of its inputs with a 1, reordered to the flat order (weight row-major, then bias)."""
+    inputs = []
+    hook = obj.module.fc.register_forward_pre_hook(lambda m, args: inputs.append(args[0].detach()))
+    z = torch.cat([obj.logits(obj.params, x) for x, _ in obj.batches])
+    hook.remove()
+    a = torch.cat(inputs)
+    a = torch.cat([a, a.new_ones(len(a), 1)], dim=1)
+    p = torch.softmax(z, -1)
+    S = (torch.diag_embed(p) - p[:, :, None] * p[:, None, :]).mean(0)
+    K = torch.kron(S, a.T @ a / len(a))  # over vec_rowmajor([W | b])
+    out, width = S.shape[0], a.shape[1]
+    order = [o * width + i for o in range(out) for i in range(width - 1)] + [o * width + width - 1 for o in range(out)]
+    return K[order][:, order]
+
+
+def test_run_spectrum_of_the_residual_per_batch(ckpt, tmp_path):
+    opts = SpectrumOptions(samples=6, batch_size=3, top_k=1, which="SA", tol=1e-8, operator="residual")
+    res = run_spectrum(ckpt, replace(opts, dtype="float64"), out=tmp_path / "r.h5", **RUN)
+    assert res.attrs["operator"] == "residual" and res.attrs["group"] == 1
+    assert res.attrs["hvp_choice"]["operator"] == "residual" and res["done"].all()
+    assert res.attrs["group_choice"]["reason"] == "operator residual"
+    hessian = run_spectrum(ckpt, replace(opts, dtype="float64", operator="hessian"), out=tmp_path / "h.h5", **RUN)
+    assert "operator" not in hessian.attrs  # a Hessian file keeps the identity it had before operators existed
+    assert (res["eigenvalues"] <= hessian["eigenvalues"] + 1e-8).all()  # Weyl: lambda_min(R) <= lambda_min(H)

@@ -72,6 +72,28 @@ def test_directions_are_the_dense_eigenvectors_up_to_sign(which):
     assert d.meta["x_norm"] == pytest.approx(1.0, abs=1e-14) and abs(d.meta["cosine"]) < 1e-10
 
 
+@pytest.mark.parametrize("operator", ["ggn", "kfac"])
+def test_directions_of_another_operator_are_its_eigenvectors(operator):
+    from analyses.hessian.references import dense_ggn, dense_kfac, regularizer_hessian
+
+    obj = small_objective()
+    names = list(obj.params)
+    if operator == "ggn":
+        dense = dense_ggn(obj, names)
+    else:
+        dense = dense_kfac(obj, obj.module)[0] + regularizer_hessian(obj, names)
+    evals, evecs = torch.linalg.eigh(dense)
+    eig = hessian_eigendirections(obj, 2, which="LA", tol=1e-12, operator=operator)
+    np.testing.assert_allclose(eig.eigenvalues, evals[-2:].flip(0).numpy(), rtol=1e-9)
+    for v, j in zip(eig.vectors, (-1, -2)):
+        got = flat(v, names)
+        torch.testing.assert_close(got, torch.sign(got @ evecs[:, j]) * evecs[:, j], rtol=0, atol=1e-7)
+    d = eig.directions(2)
+    assert d.meta["operator"] == operator and d.meta["eigen_source"] == (
+        "kronecker" if operator == "kfac" else "lanczos"
+    )
+
+
 def test_second_difference_along_the_top_eigenvector_is_the_top_eigenvalue():
     obj = small_objective()
     d = hessian_directions(obj, ndim=1, tol=1e-12, hvp="jvp")
@@ -145,6 +167,14 @@ def test_eigenvector_files_are_read_and_files_of_another_model_or_objective_refu
     _, fewer = this_surface(ckpt, n_samples=6)
     one_line_error(read_eigendirections, out, obj.params, expected=fewer, match="n_samples is 8 there but 6 here")
     one_line_error(read_eigendirections, out, obj.params, expected={**expected, "model": "vit_mini"}, match="model is")
+    # directions of another operator than the file's (a Hessian file records none)
+    one_line_error(
+        read_eigendirections,
+        out,
+        obj.params,
+        expected={**expected, "operator": "ggn"},
+        match="operator is 'hessian' there but 'ggn' here",
+    )
     # a file without eigenvectors, and directions that need more eigenvectors than the file holds
     bare = tmp_path / "bare.h5"
     shutil.copy(out, bare)
