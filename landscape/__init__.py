@@ -27,10 +27,12 @@ from landscape.version import __version__
 if TYPE_CHECKING:  # what a type checker sees of the names loaded on first use (none is imported at run time)
     from landscape.analyses.align.run import align as align
     from landscape.analyses.connect.run import connect as connect
+    from landscape.analyses.curvature.run import curvature as curvature
     from landscape.analyses.fourier.run import fourier as fourier
     from landscape.analyses.hessian.density import spectral_density as spectral_density
     from landscape.analyses.hessian.lanczos import lanczos as lanczos
     from landscape.analyses.hessian.operator import HessianOperator as HessianOperator
+    from landscape.analyses.hessian.operators import curvature_operator as curvature_operator
     from landscape.analyses.hessian.run import hessian as hessian
     from landscape.analyses.hessian.run import spectrum as spectrum
     from landscape.analyses.hessian.trace import trace as trace
@@ -57,6 +59,7 @@ PIECES = {
     "Regularizer": "landscape.core.regularizer:Regularizer",
     "ModelSource": "landscape.core.source:ModelSource",
     "HessianOperator": "landscape.analyses.hessian.operator:HessianOperator",
+    "curvature_operator": "landscape.analyses.hessian.operators:curvature_operator",
     "lanczos": "landscape.analyses.hessian.lanczos:lanczos",
     "spectral_density": "landscape.analyses.hessian.density:spectral_density",
     "trace": "landscape.analyses.hessian.trace:trace",

@@ -262,6 +262,39 @@ def track_arrays(n=4):
     }
 
 
+def curvature_arrays(k=2, blocks=2):
+    """The Hessian and two approximations: top-k pairs, SLQ nodes, densities on one grid, distances, blocks."""
+    grid = np.linspace(-1.0, 3.0, 50)
+    values = np.stack([np.exp(-((grid - c) ** 2)) / np.sqrt(np.pi) for c in (0.5, 0.3, 0.8)])
+    return {
+        "operators": np.array(["hessian", "ggn", "kfac"]),
+        "approximations": np.array(["ggn", "kfac"]),
+        "spectra/eigenvalues": np.array([[1.0, 2.0], [0.8, 1.9], [0.3, 0.9]])[:, :k],
+        "spectra/residuals": np.full((3, k), 1e-6),
+        "spectra/converged": np.ones((3, k), bool),
+        "spectra/angles": np.array([[0.0, 0.0], [0.1, 0.4], [0.5, 1.2]])[:, :k],
+        "spectra/nodes": np.tile(np.linspace(-0.5, 2.5, 4), (3, 2, 1)),
+        "spectra/weights": np.full((3, 2, 4), 0.25),
+        "spectra/done": np.ones(3, bool),
+        "distance/spectral": np.array([0.4, 0.9]),
+        "distance/spectral_converged": np.ones(2, bool),
+        "distance/frobenius": np.array([0.5, 0.95]),
+        "distance/frobenius_stderr": np.array([0.02, 0.01]),
+        "distance/done": np.ones(2, bool),
+        "density/grid": grid,
+        "density/values": values,
+        "blocks/names": np.array([f"b{i}" for i in range(blocks)]),
+        "blocks/kinds": np.array(["conv", "other"][:blocks]),
+        "blocks/size": np.array([40, 10][:blocks]),
+        "blocks/spectral": np.full((blocks, 2), 0.5),
+        "blocks/spectral_converged": np.ones((blocks, 2), bool),
+        "blocks/frobenius": np.full((blocks, 2), 0.6),
+        "blocks/frobenius_stderr": np.full((blocks, 2), 0.01),
+        "blocks/hessian_spectral_norm": np.full(blocks, 2.0),
+        "blocks/done": np.ones(blocks, bool),
+    }
+
+
 def well_formed(kind):
     """``(arrays, attrs)`` of a well-formed result of ``kind`` (every registered kind)."""
     return {
@@ -275,4 +308,5 @@ def well_formed(kind):
         "connect": lambda: (connect_arrays(), {"model": "toy", "steps": 5}),
         "sharpness": lambda: (sharpness_arrays(), {"model": "toy", "measure": "worst", "batch_size": 16}),
         "sharpness_track": lambda: (track_arrays(), {"model": "toy", "optimizer": "sgd"}),
+        "curvature": lambda: (curvature_arrays(), {"model": "toy", "n_params": 50, "n_samples": 16}),
     }[kind]()

@@ -66,6 +66,7 @@ def test_the_builtin_analyses_are_registered_once_each_in_report_order():
         "surface",
         "connect",
         "hessian",
+        "curvature",
         "spectrum",
         "sharpness",
         "fourier",

@@ -76,6 +76,13 @@ INCONSISTENT = [
     ("lesion", "intact NLL text", _attr("intact_nll", "x"), ["intact_nll"]),
     ("lesion", "depth of another length", _replace("depth", np.zeros(2)), ["'depth'", "block"]),
     ("similarity", "names of another length", _replace("names_a", np.array(["a"])), ["'names_a'", "layer_a"]),
+    ("curvature", "complete, a distance not done", _undone("distance/done"), ["marked complete", "'distance/done'"]),
+    (
+        "curvature",
+        "angles of another operator count",
+        _replace("spectra/angles", np.zeros((2, 2))),
+        ["'spectra/angles'", "operator"],
+    ),
     ("similarity", "sample count NaN", _attr("n_samples", float("nan")), ["n_samples"]),
     ("trajectory", "angles of another length", _replace("angle", np.zeros(2)), ["'angle'", "snapshot"]),
     ("trajectory", "distances as text", _replace("distance", np.array(["a"] * 4)), ["'distance'", "numbers"]),

@@ -79,7 +79,12 @@ def quadrature(alpha: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def broadened_density(
-    nodes: Tensor, weights: Tensor, sigma: float | None = None, grid_points: int = 1000
+    nodes: Tensor,
+    weights: Tensor,
+    sigma: float | None = None,
+    grid_points: int = 1000,
+    *,
+    span: tuple[float, float] | None = None,
 ) -> tuple[Tensor, Tensor, float]:
     """Gaussian-broadened density of weighted nodes, as cell averages on a uniform grid.
 
@@ -90,8 +95,10 @@ def broadened_density(
     Args:
         nodes: the quadrature nodes (any shape).
         weights: their weights (same shape).
-        sigma: the Gaussian's standard deviation, finite and > 0; None: 1% of the nodes' spread.
+        sigma: the Gaussian's standard deviation, finite and > 0; None: 1% of the nodes' spread (of ``span``'s).
         grid_points: number of grid cells, >= 2.
+        span: ``(lo, hi)`` to use instead of the nodes' least and greatest (several densities on one grid: the
+            span of all their nodes); the grid is ``[lo - 6 sigma, hi + 6 sigma]``.
 
     Returns:
         ``(grid, values, sigma)``: cell centres, cell averages of the density, the sigma used.
@@ -102,7 +109,7 @@ def broadened_density(
     x = nodes.reshape(-1).to(torch.float64)
     w = weights.reshape(-1).to(torch.float64)
     w = w / w.sum()
-    lo, hi = float(x.min()), float(x.max())
+    lo, hi = (float(x.min()), float(x.max())) if span is None else (float(span[0]), float(span[1]))
     if sigma is None:
         spread = hi - lo if hi > lo else max(abs(hi), 1.0)
         sigma = 0.01 * spread

@@ -21,9 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import torch
 from torch import Tensor
-from torch.func import grad
 
-from landscape.analyses.hessian.products import quiet_jvp
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict, flatten, unflatten, weighted_sum
 from landscape.errors import LandscapeError
@@ -100,11 +98,9 @@ class FlatOperator:
         raise NotImplementedError
 
     def _regularizer_product(self, v: ParamDict) -> ParamDict | None:
-        """``d^2 R / d theta^2 v`` by ``jvp(grad(R))``, or None without an active regulariser."""
+        """``d^2 R / d theta^2 v`` in closed form (``Regularizer.hessian_product``), or None without a regulariser."""
         reg = self.objective.regularizer
-        if not reg.active:
-            return None
-        return quiet_jvp(grad(lambda sub: reg(self._full(sub))), self.params, v)
+        return reg.hessian_product(self.params, v) if reg.active else None
 
     def hvp_choice(self) -> dict[str, object]:
         """How the products were made, as result files record it (``operator`` first; docs/schema.md).
