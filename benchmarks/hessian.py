@@ -20,7 +20,9 @@ One run, one model, one batch (a CIFAR-style ResNet from the zoo's ResNet class,
     of the previous release (one Lanczos per batch, ``jvp(grad)`` products) on all of them, and PyHessian's
     per-batch ``eigenvalues(top_n=5)`` on the first ``--pyhessian-batches`` (its time per batch scaled to all);
     PyHessian's eigenvalues that differ from a tight reference (ours at tol 1e-6) by more than 1e-3 relative
-    are counted.
+    are counted;
+(d) each curvature operator's product in gradients (the Hessian, Gauss-Newton, empirical Fisher, residual, K-FAC and
+    K-FAC's factors) beside curvlinops' Hessian, GGN, EF and KFAC operators on the same model and batch, paired.
 
 ``--device cuda --model resnet50 --samples 4096`` times top-5 of the zoo's resnet50 on 4,096 CIFAR-sized
 inputs (batches of 256) and an SLQ density instead (peers skipped): it needs a GPU.
@@ -29,6 +31,7 @@ inputs (batches of 256) and an SLQ density instead (peers skipped): it needs a G
     python benchmarks/hessian.py --only top5 --threads 1   # (b) alone, a few minutes
     python benchmarks/hessian.py --skip-peers --skip-spectrum
     python benchmarks/hessian.py --only top5 --threads 1 --keep-memory   # as the landscape command runs
+    python benchmarks/hessian.py --only operators --threads 1   # (d) alone
 """
 
 from __future__ import annotations
@@ -147,7 +150,12 @@ def counted_pyhessian_products(clock=None):
 #: rounds of (a)'s paired product / gradient ratios
 HVP_PAIRS = 15
 #: the parts ``--only`` can pick
-PARTS = {"hvp": "(a) HVP / gradient", "top5": "(b) top-k against the peers", "spectrum": "(c) per-batch spectrum"}
+PARTS = {
+    "hvp": "(a) HVP / gradient",
+    "top5": "(b) top-k against the peers",
+    "spectrum": "(c) per-batch spectrum",
+    "operators": "(d) curvature operators' products against curvlinops'",
+}
 #: hessian-eigenthings' Lanczos steps (``max_iter``) tried after its default (2k) until all k eigenvalues are within
 #: 1e-3 relative of the reference
 EIGENTHINGS_STEPS = (15, 20, 25, 30, 40, 60, 80)
@@ -167,7 +175,7 @@ def main() -> None:
     parser.add_argument("--k", type=positive_argument, default=5)
     parser.add_argument("--tol", type=float, default=1e-3)
     parser.add_argument("--skip-peers", action="store_true")
-    parser.add_argument("--skip-topk", action="store_true", help="skip (a) and (b)")
+    parser.add_argument("--skip-topk", action="store_true", help="skip (a), (b) and (d)")
     parser.add_argument("--skip-spectrum", action="store_true", help="skip (c)")
     parser.add_argument("--cold", action="store_true", help="(b): no untimed warm-up product before the methods")
     parser.add_argument(
@@ -189,12 +197,12 @@ def main() -> None:
         parser.error("--keep-memory needs glibc's malloc (Linux)")
     if args.threads:
         torch.set_num_threads(args.threads)
-    parts = {"hvp", "top5", "spectrum"} if args.only is None else {args.only}
+    parts = set(PARTS) if args.only is None else {args.only}
     if args.skip_topk:
-        parts -= {"hvp", "top5"}
+        parts -= {"hvp", "top5", "operators"}
     if args.skip_spectrum:
         parts.discard("spectrum")
-    if parts & {"hvp", "top5"}:
+    if parts & {"hvp", "top5", "operators"}:
         topk_main(args, parts)
     if "spectrum" in parts:
         spectrum_main(args)
@@ -225,6 +233,66 @@ def topk_main(args, parts) -> None:
         hvp_costs(args, model, obj, batches, n, t_grad, sync, grad_once)
     if "top5" in parts:
         top5(args, model, obj, batches, c_grad, sync, grad_once)
+    if "operators" in parts:
+        operator_costs(args, model, obj, batches, n, sync, grad_once)
+
+
+def operator_costs(args, model, obj, batches, n, sync, grad_once) -> None:
+    """(d) one product of each curvature operator in gradients, ours beside curvlinops' on the same model and data.
+
+    Ours: the Hessian (a kept graph), the Gauss-Newton and the empirical Fisher (a jvp and a vjp through a kept
+    logits graph), the residual (both), K-FAC (its factors computed once, set up apart). curvlinops 3.0:
+    ``HessianLinearOperator``, ``GGNLinearOperator``, ``EFLinearOperator`` and ``KFACLinearOperator``
+    (``fisher_type="type-2"``, ``kfac_approx="expand"``, weight and bias joint: our K-FAC), mean reduction over the
+    same batches. Paired over :data:`HVP_PAIRS` rounds as in (a): each product's CPU time over its round's gradient.
+    """
+    from curvlinops import EFLinearOperator, GGNLinearOperator, HessianLinearOperator, KFACLinearOperator
+
+    from landscape.analyses.hessian.operators import curvature_operator
+
+    v = torch.randn(n, generator=torch.Generator().manual_seed(3)).to(args.device)
+    ours = {name: curvature_operator(obj, name) for name in ("ggn", "empirical-fisher", "kfac")}
+    ours["hessian"] = HessianOperator(obj, mode="graph")
+    ours["residual"] = curvature_operator(obj, "residual", mode="graph")
+    c = time.process_time()
+    setup = curvature_operator(obj, "kfac")
+    c_kfac = time.process_time() - c
+    copy_ = copy.deepcopy(model).eval()
+    params = [p for p in copy_.parameters() if p.requires_grad]
+    data = [(x, y) for x, y in batches]
+    loss = torch.nn.CrossEntropyLoss()
+    common = {"progressbar": False, "check_deterministic": False}
+    theirs = {
+        "hessian": HessianLinearOperator(copy_, loss, params, data, **common),
+        "ggn": GGNLinearOperator(copy_, loss, params, data, **common),
+        "empirical-fisher": EFLinearOperator(copy_, loss, params, data, **common),
+    }
+    kfac_options = {"fisher_type": "type-2", "kfac_approx": "expand", "separate_weight_and_bias": False}
+    named = dict(copy_.named_parameters())
+    held = [n for layer in setup.layers for n in (layer.weight, layer.bias) if n]  # curvlinops refuses the others
+    c = time.process_time()
+    kfac = KFACLinearOperator(copy_, loss, [named[n] for n in held], data, **common, **kfac_options)
+    kfac.compute_kronecker_factors()
+    c_their_kfac = time.process_time() - c
+    offsets = dict(zip(obj.params, np.cumsum([0] + [p.numel() for p in obj.params.values()])))
+    v_held = torch.cat([v[offsets[name] : offsets[name] + named[name].numel()] for name in held])
+    c = time.process_time()
+    grad_once()
+    c_unit = time.process_time() - c
+    print(
+        f"(d) K-FAC factors (setup): ours {c_kfac / c_unit:.1f} gradients, curvlinops {c_their_kfac / c_unit:.1f} "
+        f"(CPU, one run each; {len(setup.layers)} layers, {len(setup.uncovered)} parameter tensors not covered)"
+    )
+    for op in ours.values():  # each way's graphs kept: the products below are the ones a solver repeats
+        op.matvec(v)
+    ways = {f"ours {name}": (lambda op=op: (op.matvec(v), sync())) for name, op in ours.items()}
+    ways.update({f"curvlinops {name}": (lambda op=op: (op @ v, sync())) for name, op in theirs.items()})
+    ways["curvlinops kfac"] = lambda: (kfac @ v_held, sync())
+    ratios = paired_ratios(grad_once, ways, HVP_PAIRS)
+    cells = [f"{name} {q2:.2f} ({q1:.2f}-{q3:.2f})" for name, (q1, q2, q3) in ratios.items()]
+    print(f"    product/gradient paired over {HVP_PAIRS} rounds (CPU; median, quartiles): {', '.join(cells)}")
+    for op in ours.values():
+        op.clear_cache()
 
 
 def hvp_costs(args, model, obj, batches, n, t_grad, sync, grad_once) -> None:

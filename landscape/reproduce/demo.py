@@ -43,6 +43,7 @@ from landscape.plot import plot_files
 from landscape.plot.report import write_report
 from landscape.reproduce.findings import SHARPNESS_FILE, findings, findings_markdown
 from landscape.reproduce.inputs import seed_folder, seeds_text
+from landscape.reproduce.negative import NEGATIVE_FILE, NEGATIVE_OPERATORS, NEGATIVE_TOL
 from landscape.reproduce.paper_b import PaperBSettings, paper_b_row, paper_b_seeds, write_paper_b
 from landscape.reproduce.summary import FindingsText, ModelReport, write_summary
 from landscape.reproduce.training import train_on_digits
@@ -98,6 +99,7 @@ class DemoSettings:
     connect: ConnectOptions | None = None
     connect_model: str = "resnet_mini"
     widths: WidthSweep | None = None
+    negative_curvature: tuple[str, ...] = ("resnet_mini", "vit_mini")
 
 
 FULL = DemoSettings(
@@ -189,6 +191,28 @@ def _spectrum_stage(ckpt: Path, settings: DemoSettings, out: Path, *, device: st
     return out
 
 
+def _negative_stage(
+    ckpt: Path, settings: DemoSettings, operator: str, out: Path, *, device: str, force: bool, quiet: bool
+) -> Path:
+    """The most negative eigenvalue of ``operator`` (``hessian`` or ``residual``) of each of the spectrum's batches.
+
+    The same mini-batches as :func:`_spectrum_stage` (the seeded order's first), products by a kept gradient graph,
+    each eigenvalue to :data:`~landscape.reproduce.negative.NEGATIVE_TOL`.
+    """
+    options = SpectrumOptions(
+        batch_size=settings.spectrum_batch,
+        samples=settings.spectrum_batches * settings.spectrum_batch,
+        top_k=1,
+        which="SA",
+        tol=NEGATIVE_TOL,
+        hvp="graph",
+        group=1,
+        operator=operator,
+    )
+    run_spectrum(ckpt, options, out=out, device=device, force=force, progress=_progress(quiet))
+    return out
+
+
 def _surface_options(settings: DemoSettings) -> SurfaceOptions:
     """The first seed's 2D surface: Paper A's plotted loss on filter-normalised directions.
 
@@ -211,13 +235,13 @@ def _surface_options(settings: DemoSettings) -> SurfaceOptions:
 def model_unit(
     model: str, settings: DemoSettings, out_dir: Path, *, seed: int, device: str, force: bool, quiet: bool
 ) -> tuple[ModelReport, dict[str, Path], list[StageTime]]:
-    """One model and seed: train, then spectrum, sharpness and Fourier, and the surface and its figures (first seed).
+    """One model and seed: train, spectrum, sharpness, negative curvature, Fourier, the surface (first seed).
 
     Each stage is skipped when its file is complete.
 
     Returns:
         The model's numbers read back from its files, the result files by analysis (``surface``, ``spectrum``,
-        ``sharpness_MEASURE``, ``fourier``) and what each stage cost.
+        ``sharpness_MEASURE``, ``negative_OPERATOR``, ``fourier``) and what each stage cost.
     """
     watch = Stopwatch()
     folder = ensure_folder(seed_folder(out_dir, seed))
@@ -249,6 +273,12 @@ def model_unit(
         files[name] = folder / SHARPNESS_FILE.format(model=model, measure=options.measure)
         with watch("sharpness"):
             run_sharpness(ckpt, options, out=files[name], device=device, force=force, progress=_progress(quiet))
+    for operator in NEGATIVE_OPERATORS if model in settings.negative_curvature else ():
+        files[f"negative_{operator}"] = folder / NEGATIVE_FILE.format(model=model, operator=operator)
+        with watch("curvature"):
+            _negative_stage(
+                ckpt, settings, operator, files[f"negative_{operator}"], device=device, force=force, quiet=quiet
+            )
     files["fourier"] = folder / f"{model}_fourier.h5"
     with watch("fourier"):
         run_fourier(
@@ -354,7 +384,19 @@ def _report(model: str, seed: int, ckpt: Path, files: dict[str, Path], figures: 
 
 
 #: the stages of the demo's cost table, in order
-STAGES = ("train", "surface", "spectrum", "sharpness", "fourier", "connect", "paper_b", "figures", "findings", "report")
+STAGES = (
+    "train",
+    "surface",
+    "spectrum",
+    "sharpness",
+    "curvature",
+    "fourier",
+    "connect",
+    "paper_b",
+    "figures",
+    "findings",
+    "report",
+)
 #: the demo folder's record of what the last run cost (stage by stage; ``benchmarks/demo.py`` prints it)
 TIMINGS_FILE = "timings.json"
 

@@ -67,6 +67,7 @@ from landscape.reproduce.inputs import (
     stack_seeds,
     stack_sums,
 )
+from landscape.reproduce.negative import CLAIM, NEGATIVE_SHARE, STATISTIC, negative_curvature
 from landscape.reproduce.statistics import bootstrap, hierarchical_bootstrap, hierarchical_two_sample
 from landscape.reproduce.widths import CONNECT_FILE as WIDTH_CONNECT_FILE
 from landscape.reproduce.widths import WIDTH_DIR, WidthSweep, read_barriers, width_estimate, width_label
@@ -351,6 +352,22 @@ def _spectrum_findings(
     return out
 
 
+def _negative_curvature_findings(
+    folders: dict[int, Path], models: Sequence[str], rng: np.random.Generator, resamples: int
+) -> list[Finding]:
+    """Where ViT's and ResNet's negative curvature comes from (:mod:`landscape.reproduce.negative`)."""
+    out = []
+    for model in [m for m in (_role(models, "vit"), _role(models, "resnet")) if m]:
+        row = negative_curvature(folders, model, rng, resamples)
+        claim = CLAIM.format(model=model)
+        if row.estimate is None:
+            out.append(_not_measured(claim, "A", STATISTIC, f"`{DEMO_COMMAND}` (the negative-curvature stage)"))
+        else:
+            kw = {"side": "greater", "threshold": NEGATIVE_SHARE}
+            out.append(_finding(claim, "A", STATISTIC, row.estimate, row.units, row.where, **kw))
+    return out
+
+
 def _data_size_finding(
     folders: dict[int, Path], models: Sequence[str], rng: np.random.Generator, resamples: int
 ) -> Finding:
@@ -523,7 +540,8 @@ def findings(
 
     Returns:
         The findings, in the order: high-frequency change per model and block kind, variance change, negative
-        share of ViT, ViT - ResNet negative share, ViT / ResNet magnitude, ViT / ResNet adaptive average- and
+        share of ViT, ViT - ResNet negative share, ViT / ResNet magnitude, the residual's share of ViT's and
+        ResNet's negative curvature, ViT / ResNet adaptive average- and
         worst-case sharpness, data size, accuracy, the barrier against width, Paper B.
     """
     root = Path(folder)
@@ -531,6 +549,7 @@ def findings(
     rng = np.random.default_rng(seed)
     out = _fourier_findings(folders, models, rng, resamples, fourier_unit)
     out += _spectrum_findings(folders, models, rng, resamples)
+    out += _negative_curvature_findings(folders, models, rng, resamples)
     out += _sharpness_findings(folders, models, rng, resamples)
     out.append(_data_size_finding(folders, models, rng, resamples))
     out.append(_accuracy_finding(folders, models, rng, resamples))

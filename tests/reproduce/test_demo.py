@@ -59,7 +59,16 @@ def test_every_file_is_written_and_complete(demo_dir):
             for measure in ("average", "worst"):
                 run = read_result(seed_folder(demo_dir, seed) / f"{model}_sharpness_{measure}.h5")
                 assert run.attrs["complete"] and run.attrs["measure"] == measure and run["done"].all()
+            negative = {}
+            for operator in ("hessian", "residual"):  # the negative-curvature row's stage: the spectrum's batches
+                run = read_result(seed_folder(demo_dir, seed) / f"{model}_negative_{operator}.h5")
+                assert run.attrs["complete"] and run.attrs["which"] == "SA" and run["done"].all()
+                assert run.attrs.get("operator", "hessian") == operator
+                negative[operator] = run["eigenvalues"]
+            assert negative["hessian"].shape == (QUICK.spectrum_batches, 1)
+            assert (negative["residual"] <= negative["hessian"] + 1e-4).all()  # G >= 0: lambda_min(R) <= lambda_min(H)
     assert not (demo_dir / "alternet_mini_sharpness_worst.h5").exists()
+    assert not (demo_dir / "alternet_mini_negative_residual.h5").exists()
 
 
 def test_the_line_and_curve_between_two_seeds_are_in_the_summary(demo_dir):
@@ -127,8 +136,8 @@ def test_summary_has_a_findings_table_with_a_verdict_per_claim(demo_dir):
     assert lines[0] == "| claim | paper | statistic | value [95% interval] | verdict |"
     rows = lines[2:]
     expected = findings(demo_dir, MODELS, resamples=QUICK.resamples, fourier_unit=QUICK.fourier_unit)
-    assert len(rows) == len(expected) == 19  # 5 high-frequency, 5 variance, 3 spectrum, 2 sharpness, data size,
-    # accuracy, barrier against width, Paper B
+    assert len(rows) == len(expected) == 21  # 5 high-frequency, 5 variance, 3 spectrum, 2 negative curvature,
+    # 2 sharpness, data size, accuracy, barrier against width, Paper B
     for row, finding in zip(rows, expected):
         verdict = row.split("|")[-2].strip()
         assert any(verdict.startswith(word) for word in VERDICTS), row
@@ -233,7 +242,8 @@ def _tensors(path):
 
 def test_a_unit_run_alone_in_a_fresh_process_writes_the_demos_files_bit_for_bit(demo_dir, tmp_path):
     """The default run's share of the check below: one unit (resnet_mini, seed 1: training, spectrum, both
-    sharpness measures, Fourier), run by itself in a new process, writes the files the two-worker demo wrote."""
+    sharpness measures, negative curvature, Fourier), run by itself in a new process, writes the files the two-worker
+    demo wrote."""
     code = (
         "import sys; from pathlib import Path; from landscape.reproduce.demo import QUICK, model_unit; "
         "model_unit('resnet_mini', QUICK, Path(sys.argv[1]), seed=1, device='cpu', force=False, quiet=True)"
@@ -243,7 +253,15 @@ def test_a_unit_run_alone_in_a_fresh_process_writes_the_demos_files_bit_for_bit(
     files = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.suffix in (".h5", ".pt"))
     assert [f.as_posix() for f in files] == [
         f"seed1/resnet_mini{end}"
-        for end in (".pt", "_fourier.h5", "_sharpness_average.h5", "_sharpness_worst.h5", "_spectrum.h5")
+        for end in (
+            ".pt",
+            "_fourier.h5",
+            "_negative_hessian.h5",
+            "_negative_residual.h5",
+            "_sharpness_average.h5",
+            "_sharpness_worst.h5",
+            "_spectrum.h5",
+        )
     ]
     _assert_equal_files(tmp_path, demo_dir, files)
 
@@ -284,7 +302,17 @@ def test_the_summary_and_timings_say_what_each_stage_cost(demo_dir):
     timings = json.loads((demo_dir / "timings.json").read_text())
     assert timings["jobs"] == 2 and timings["torch_threads_per_job"] == 1
     stages = {row["stage"]: row for row in timings["stages"]}
-    assert {"train", "surface", "spectrum", "sharpness", "fourier", "connect", "findings", "report"} <= set(stages)
+    assert {
+        "train",
+        "surface",
+        "spectrum",
+        "sharpness",
+        "curvature",
+        "fourier",
+        "connect",
+        "findings",
+        "report",
+    } <= set(stages)
     assert stages["train"]["units"] == len(MODELS) * len(QUICK.seeds)
     assert all(row["wall_seconds"] >= 0 and row["cpu_seconds"] >= 0 for row in timings["stages"])
     assert timings["wall_seconds"] >= max(row["wall_seconds"] for row in timings["stages"]) / 2
