@@ -43,7 +43,7 @@ from landscape.plot import plot_files
 from landscape.plot.report import write_report
 from landscape.reproduce.findings import SHARPNESS_FILE, findings, findings_markdown
 from landscape.reproduce.inputs import seed_folder, seeds_text
-from landscape.reproduce.negative import NEGATIVE_FILE, NEGATIVE_OPERATORS, NEGATIVE_TOL
+from landscape.reproduce.negative import NEGATIVE_DIR, NEGATIVE_FILE, NEGATIVE_OPERATORS, NEGATIVE_TOL
 from landscape.reproduce.paper_b import PaperBSettings, paper_b_row, paper_b_seeds, write_paper_b
 from landscape.reproduce.summary import FindingsText, ModelReport, write_summary
 from landscape.reproduce.training import train_on_digits
@@ -274,7 +274,8 @@ def model_unit(
         with watch("sharpness"):
             run_sharpness(ckpt, options, out=files[name], device=device, force=force, progress=_progress(quiet))
     for operator in NEGATIVE_OPERATORS if model in settings.negative_curvature else ():
-        files[f"negative_{operator}"] = folder / NEGATIVE_FILE.format(model=model, operator=operator)
+        where = ensure_folder(folder / NEGATIVE_DIR)
+        files[f"negative_{operator}"] = where / NEGATIVE_FILE.format(model=model, operator=operator)
         with watch("curvature"):
             _negative_stage(
                 ckpt, settings, operator, files[f"negative_{operator}"], device=device, force=force, quiet=quiet

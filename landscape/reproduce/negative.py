@@ -3,7 +3,8 @@
 For a loss convex in the logits ``H = G + R`` with the Gauss-Newton ``G`` positive semi-definite, so
 ``lambda_min(H) >= lambda_min(R)`` (docs/analyses.md, curvature operators): every negative eigenvalue of ``H`` is the
 residual's, the network's second derivatives. The demo's negative-curvature stage writes, for ViT and ResNet and
-every seed, the most negative eigenvalue of every mini-batch's ``H_b`` and ``R_b`` (:data:`NEGATIVE_FILE`, one
+every seed, the most negative eigenvalue of every mini-batch's ``H_b`` and ``R_b`` (:data:`NEGATIVE_FILE` in
+:data:`NEGATIVE_DIR`, one
 ``landscape spectrum --which SA --top-k 1`` file per operator, on the spectrum's mini-batches). The statistic is
 
     sum_b lambda_min(H_b) / sum_b lambda_min(R_b)
@@ -23,7 +24,9 @@ import numpy as np
 from landscape.reproduce.inputs import read_spectrum, seeds_text, stack_seeds
 from landscape.reproduce.statistics import hierarchical_bootstrap
 
-#: the stage's file of one model and operator (``hessian`` or ``residual``), in each seed's folder
+#: the stage's folder in each seed's folder (apart from the models' own spectra, which the report overlays)
+NEGATIVE_DIR = "negative_curvature"
+#: the stage's file of one model and operator (``hessian`` or ``residual``), in :data:`NEGATIVE_DIR`
 NEGATIVE_FILE = "{model}_negative_{operator}.h5"
 #: the operators of the stage
 NEGATIVE_OPERATORS = ("hessian", "residual")
@@ -76,11 +79,14 @@ def negative_curvature(
     """
     pairs = {}
     for seed, folder in folders.items():
-        h, r = (read_spectrum(folder / NEGATIVE_FILE.format(model=model, operator=op)) for op in NEGATIVE_OPERATORS)
+        h, r = (
+            read_spectrum(folder / NEGATIVE_DIR / NEGATIVE_FILE.format(model=model, operator=op))
+            for op in NEGATIVE_OPERATORS
+        )
         if h is not None and r is not None and len(h) == len(r):
             pairs[seed] = np.concatenate([h[:, :1], r[:, :1]], axis=1)
     grouped = stack_seeds(pairs)
-    name = NEGATIVE_FILE.format(model=model, operator="{hessian,residual}")
+    name = f"{NEGATIVE_DIR}/" + NEGATIVE_FILE.format(model=model, operator="{hessian,residual}")
     if grouped is None:
         return NegativeCurvature(model, None, (0, 0), name)
     hr = grouped.units

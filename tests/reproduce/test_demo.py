@@ -61,14 +61,16 @@ def test_every_file_is_written_and_complete(demo_dir):
                 assert run.attrs["complete"] and run.attrs["measure"] == measure and run["done"].all()
             negative = {}
             for operator in ("hessian", "residual"):  # the negative-curvature row's stage: the spectrum's batches
-                run = read_result(seed_folder(demo_dir, seed) / f"{model}_negative_{operator}.h5")
+                run = read_result(
+                    seed_folder(demo_dir, seed) / "negative_curvature" / f"{model}_negative_{operator}.h5"
+                )
                 assert run.attrs["complete"] and run.attrs["which"] == "SA" and run["done"].all()
                 assert run.attrs.get("operator", "hessian") == operator
                 negative[operator] = run["eigenvalues"]
             assert negative["hessian"].shape == (QUICK.spectrum_batches, 1)
             assert (negative["residual"] <= negative["hessian"] + 1e-4).all()  # G >= 0: lambda_min(R) <= lambda_min(H)
     assert not (demo_dir / "alternet_mini_sharpness_worst.h5").exists()
-    assert not (demo_dir / "alternet_mini_negative_residual.h5").exists()
+    assert not (demo_dir / "negative_curvature" / "alternet_mini_negative_residual.h5").exists()
 
 
 def test_the_line_and_curve_between_two_seeds_are_in_the_summary(demo_dir):
@@ -171,12 +173,18 @@ def test_report_embeds_every_figure_of_the_demo(demo_dir):
     demo_figures = {p.name for p in (demo_dir / "figures").rglob("*.png")}
     assert demo_figures and demo_figures <= names, demo_figures - names
     assert [text for tag, text in page.headings if tag == "h2"][1:4] == list(MODELS)
-    files = [*demo_dir.glob("*.h5"), *(demo_dir / "seed1").glob("*.h5")]  # the second seed's: a section of its own
+    # the second seed's files, and the first seed's negative-curvature stage, are a section of their own each
+    files = [
+        *demo_dir.glob("*.h5"),
+        *(demo_dir / "seed1").glob("*.h5"),
+        *(demo_dir / "negative_curvature").glob("*.h5"),
+    ]
     assert sorted(file for file, _ in page.details) == sorted(p.name for p in files)
     assert "Summary" in [text for _, text in page.headings]
     links = [url for url in page.urls if not url.startswith("data:image/png;base64,")]
-    # nothing else is loaded or linked; the second seed's files are a section of their own
-    assert links == [f"#model-{m}" for m in MODELS] + ["#all-models", "#folder-seed1"]
+    # nothing else is loaded or linked (the sections in the order their first file was written)
+    assert links[: len(MODELS) + 1] == [f"#model-{m}" for m in MODELS] + ["#all-models"]
+    assert sorted(links[len(MODELS) + 1 :]) == ["#folder-negative_curvature", "#folder-seed1"]
 
 
 def _snapshot(demo_dir):
@@ -251,17 +259,10 @@ def test_a_unit_run_alone_in_a_fresh_process_writes_the_demos_files_bit_for_bit(
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     files = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.suffix in (".h5", ".pt"))
-    assert [f.as_posix() for f in files] == [
+    negative = [f"seed1/negative_curvature/resnet_mini_negative_{op}.h5" for op in ("hessian", "residual")]
+    assert [f.as_posix() for f in files] == negative + [
         f"seed1/resnet_mini{end}"
-        for end in (
-            ".pt",
-            "_fourier.h5",
-            "_negative_hessian.h5",
-            "_negative_residual.h5",
-            "_sharpness_average.h5",
-            "_sharpness_worst.h5",
-            "_spectrum.h5",
-        )
+        for end in (".pt", "_fourier.h5", "_sharpness_average.h5", "_sharpness_worst.h5", "_spectrum.h5")
     ]
     _assert_equal_files(tmp_path, demo_dir, files)
 

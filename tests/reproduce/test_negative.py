@@ -8,10 +8,11 @@ from plot_results import spectrum_arrays, write_result
 
 from landscape.reproduce import findings as F
 from landscape.reproduce import inputs as I
-from landscape.reproduce.negative import NEGATIVE_FILE, NEGATIVE_SHARE, negative_curvature
+from landscape.reproduce.negative import NEGATIVE_DIR, NEGATIVE_FILE, NEGATIVE_SHARE, negative_curvature
 
 
 def _stage(folder, model, hessian, residual):
+    folder = folder / NEGATIVE_DIR
     folder.mkdir(parents=True, exist_ok=True)
     for operator, values in (("hessian", hessian), ("residual", residual)):
         eig = np.asarray(values, float).reshape(-1, 1)

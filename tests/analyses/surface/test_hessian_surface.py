@@ -97,6 +97,18 @@ def test_directions_from_an_eigenvector_file_and_a_file_of_another_checkpoint_re
     one_line_error(run_surface, ckpt, options, out=out, device="cpu", match="eigenpair 1 .* did not converge")
 
 
+def test_a_surface_along_the_gauss_newtons_eigenvectors_records_its_operator(tmp_path):
+    from analyses.hessian.references import dense_ggn
+
+    model, batches = small_problem()
+    top = torch.linalg.eigvalsh(dense_ggn(Objective(model, batches)))[-1]
+    grid = f"{-H}:{H}:3"
+    res = landscape.surface(model, batches, directions="hessian", operator="ggn", eigen_tol=1e-10, x=grid, y=None)
+    assert res.attrs["operator"] == "ggn" and res.attrs["eigen_source"] == "lanczos"
+    assert res.attrs["direction_eigenvalues"][0] == pytest.approx(float(top), rel=1e-8)
+    one_line_error(landscape.surface, model, batches, operator="ggn", x=grid, y=None, match="add directions=")
+
+
 def hessian_eigenvalues(path):
     from landscape.store.read import read_result
 
