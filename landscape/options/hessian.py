@@ -141,8 +141,8 @@ def check_operator(operator: Any, hvp: Any = "auto") -> str:
     choice(operator, "--operator", OPERATORS)
     if hvp != "auto" and operator not in SECOND_ORDER_OPERATORS:
         raise LandscapeError(
-            f"--hvp chooses how Hessian products are made; --operator {operator} takes no second derivative of the "
-            "network (its products are a jvp and a vjp, or Kronecker factors): drop --hvp"
+            f"--hvp chooses how Hessian products are made, and the {operator} operator takes no second derivative of "
+            "the network (its products are a jvp and a vjp, or Kronecker factors): drop --hvp"
         )
     return str(operator)
 

@@ -53,7 +53,7 @@ BAD_HESSIAN = [
     ({"top_k": 0}, "nothing to compute"),
     ({"density": "yes"}, "--density"),
     ({"operator": "fisher"}, "--operator"),
-    ({"operator": "ggn", "hvp": "graph"}, "--operator ggn takes no second derivative"),
+    ({"operator": "ggn", "hvp": "graph"}, "the ggn operator takes no second derivative"),
     ({"operator": "kfac", "hvp": "jvp"}, "drop --hvp"),
 ]
 BAD_SPECTRUM = [
