@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 from landscape.cli.options import (
     COUNT,
+    DTYPE_HELP,
     SEED,
     augment_options,
     checkpoint_options,
@@ -82,7 +83,7 @@ D = CurvatureOptions
     type=click.Choice(HVP_MODES),
     help="How the Hessian's products are made (see landscape hessian --hvp).",
 )
-@click.option("--dtype", default=D.dtype, show_default=True, type=click.Choice(DTYPES))
+@click.option("--dtype", default=D.dtype, type=click.Choice(DTYPES), help=DTYPE_HELP)
 def command(source: ModelSource, out: str, device: str, force: bool, quiet: bool, **options: Any) -> None:
     """The Hessian beside its approximations: top eigenpairs, densities, angles, distances (resumable)."""
     from landscape.analyses.curvature.run import run_curvature

@@ -85,7 +85,8 @@ class CurvatureOptions(FieldDefaults):
         regularizer: penalty added to the loss (its Hessian belongs to every operator).
         reg_coef: its coefficient (None: the kind's default).
         hvp: how the Hessian's products are made, one of :data:`~landscape.options.hessian.HVP_MODES`.
-        dtype: floating-point type of the computation, one of :data:`~landscape.options.common.DTYPES`.
+        dtype: floating-point type of the computation, one of :data:`~landscape.options.common.DTYPES` (None: the
+            model's own; the file records the type used).
         allow_stochastic: do not refuse a model whose two forward passes differ.
         augment: the data, one of :data:`~landscape.options.common.AUGMENTATIONS`.
         augment_copies: augmented copies drawn of each sample (``paper-a``).
@@ -118,7 +119,7 @@ class CurvatureOptions(FieldDefaults):
     regularizer: str = "none"
     reg_coef: float | None = None
     hvp: str = "auto"
-    dtype: str = "float32"
+    dtype: str | None = None
     allow_stochastic: bool = False
     augment: str = "none"
     augment_copies: int = 1
@@ -155,7 +156,8 @@ class CurvatureOptions(FieldDefaults):
         choice(self.criterion, "criterion", CRITERIA)
         check_regularizer(self.regularizer, self.reg_coef)
         choice(self.hvp, "--hvp", HVP_MODES)
-        choice(self.dtype, "--dtype", DTYPES)
+        if self.dtype is not None:
+            choice(self.dtype, "--dtype", DTYPES)
         check_augment(self.augment, self.augment_copies, self.criterion)
 
     @property

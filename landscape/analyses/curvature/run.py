@@ -40,6 +40,7 @@ from landscape.analyses.hessian.products import ProductCosts
 from landscape.core.calls import analysis_function
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
 from landscape.core.objective import Objective
+from landscape.core.params import torch_dtype
 from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 from landscape.options.common import DTYPES, choice
@@ -143,7 +144,7 @@ def run_curvature(
         prepared.batches,
         criterion=o.loss_criterion,
         regularizer=Regularizer.from_options(o.regularizer, o.reg_coef),
-        dtype=getattr(torch, choice(o.dtype, "--dtype", DTYPES)),
+        dtype=torch_dtype(None if o.dtype is None else choice(o.dtype, "--dtype", DTYPES)),
         allow_stochastic=o.allow_stochastic,
     )
     attrs = {**prepared.attrs, "fused_attention_off": objective.fused_attention_off}

@@ -78,7 +78,7 @@ def test_float32_with_batchnorm_agrees_with_the_float64_reference():
     single = Objective(model, tiny_batches())
     want = dense_ggn(ref)
     got = GGNOperator(single).dense().double()
-    assert single.dtype is None and got.dtype == torch.float64
+    assert single.dtype == torch.float32 and got.dtype == torch.float64
     assert (got - want).abs().max() <= 1e-5 * want.abs().max()
 
 
