@@ -15,6 +15,9 @@ can say what each of its stages cost wherever it ran; :func:`stage_table` adds t
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -104,6 +107,43 @@ def stage_table(records: Sequence[StageTime], order: Sequence[str] = ()) -> list
     return [(s, int(sums[s][0]), sums[s][1], sums[s][2]) for s in names]
 
 
+PARENT_POLL_SECONDS = 1.0
+"""How often a worker looks whether the process that started it is still there."""
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _end_with_parent(parent: int) -> None:
+    """Make this worker end when ``parent`` (the process that started it) ends, however it ends.
+
+    A parent killed with ``kill -9`` runs no clean-up, and a worker waiting for its next unit would wait on the
+    pipe for ever. On Linux the kernel sends the worker SIGKILL when its parent dies (``PR_SET_PDEATHSIG``);
+    everywhere a daemon thread looks every :data:`PARENT_POLL_SECONDS` whether the worker has been handed to
+    another parent (``os.getppid()`` changed) and ends the process if so. A parent already gone before either
+    was set is seen at once.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="landscape-parent-watch", daemon=True).start()
+
+
+def _start_worker(parent: int, keep_memory: bool = False) -> None:
+    """A worker's start: it ends with ``parent`` (:func:`_end_with_parent`) and runs at one torch thread."""
+    _end_with_parent(parent)
+    _one_torch_thread(keep_memory)
+
+
 def _one_torch_thread(keep_memory: bool = False) -> None:
     """A worker's start: one intra-op and one inter-op torch thread (set before torch is imported and after).
 
@@ -173,7 +213,8 @@ def run_units(
     Every unit runs at one torch thread, here or in a worker process, so the numbers do not depend on ``jobs``.
     At most ``jobs`` units run at once; when one finishes, the first ready unit in the list starts (list the
     longest first, and early a unit that others wait for). The first unit to raise stops the rest: the units not
-    yet started are cancelled, the running ones finish, and its error is raised here.
+    yet started are cancelled, the running ones finish, and its error is raised here. A worker whose parent dies
+    (even by ``kill -9``) ends within about a second, busy or idle.
 
     Args:
         units: the work, each listed after the units it waits for.
@@ -203,8 +244,8 @@ def run_units(
     with ProcessPoolExecutor(
         max_workers=min(jobs, len(units)) or 1,
         mp_context=_start_method(),
-        initializer=_one_torch_thread,
-        initargs=(memory.kept(),),
+        initializer=_start_worker,
+        initargs=(os.getpid(), memory.kept()),
     ) as pool:
         try:
             while pending or running:

@@ -1,4 +1,8 @@
+import contextlib
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -93,3 +97,98 @@ def test_stages_are_timed_and_added_up_by_stage():
     records = [StageTime("x", 1.0, 0.5), StageTime("y", 2.0, 1.0), StageTime("x", 3.0, 1.5)]
     assert stage_table(records, order=("y", "x")) == [("y", 1, 2.0, 1.0), ("x", 2, 4.0, 2.0)]
     assert stage_table(records) == [("x", 2, 4.0, 2.0), ("y", 1, 2.0, 1.0)]
+
+
+PARENT = """
+import sys, time
+from landscape.runtime.workers import Unit, run_units
+units = [Unit("idle", time.sleep, (0,)), Unit("busy", time.sleep, (600,))]
+run_units(units, 2, on_done=lambda unit, _: print("started", flush=True))
+"""
+
+
+def _children(pid):
+    found = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            found.update(int(c) for c in f.read().split())
+    return found
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads the process tree from /proc")
+def test_workers_end_when_their_parent_is_killed():
+    """The parent killed with kill -9 while one worker waits for a unit and the other is inside one."""
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
+    workers = set()
+    try:
+        assert parent.stdout.readline().strip() == "started"
+        deadline = time.monotonic() + 30
+        while len(workers := _children(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(workers) == 2  # one idle on the pipe, one inside a unit of ten minutes
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(w) for w in workers)
+    finally:
+        parent.kill()
+        parent.wait()
+        for w in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(w, signal.SIGKILL)
+
+
+WATCHED = """
+import os, sys, time
+from landscape.runtime import workers
+sys.platform = "elsewhere"  # no PR_SET_PDEATHSIG: only the portable watch
+workers._end_with_parent(os.getppid())
+print("watching", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads the process tree from /proc")
+def test_the_portable_watch_alone_ends_a_worker_whose_parent_died():
+    middle = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', {WATCHED!r}]); "
+            "print(c.pid, flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    child = int(middle.stdout.readline())
+    try:
+        time.sleep(3)  # the child is watching (its imports done)
+        assert _alive(child)
+        os.kill(middle.pid, signal.SIGKILL)
+        middle.wait()
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child)
+    finally:
+        middle.kill()
+        middle.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_a_worker_started_after_its_parent_died_ends_at_once():
+    code = "import os; from landscape.runtime import workers; workers._end_with_parent(-1); print('alive')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "alive" not in done.stdout
