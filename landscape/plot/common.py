@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import html
 import io
 import re
@@ -24,6 +25,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from landscape.errors import LandscapeError
+from landscape.store.attrs import as_str
 from landscape.store.files import WRITTEN_BY, atomic_write
 from landscape.store.read import Result
 from landscape.version import __version__
@@ -188,8 +190,33 @@ def _check_number_attrs(result: Result, schema: Schema, redo: str) -> None:
             raise LandscapeError(f"{result.path}: attribute {key}={value!r} is not a finite number; {redo}")
 
 
+#: the most characters of a name read from a file (a model, a file name) that a title, legend or folder shows
+SHOWN_CHARS = 60
+_HIDDEN = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def shown(text: object) -> str:
+    """A name read from a file (a ``model`` attribute, a file name) as a title, legend or folder may show it.
+
+    Bytes that are not UTF-8 and control characters (a newline, a carriage return, DEL, U+0085 ...) become
+    backslash escapes; a name longer than :data:`SHOWN_CHARS` keeps its start and ends with ``…`` and 8 hex
+    digits of its SHA-256, so that two long names stay apart.
+
+    Args:
+        text: the name (any value: it is shown as text).
+
+    Returns:
+        At most :data:`SHOWN_CHARS` printable characters.
+    """
+    text = _HIDDEN.sub(lambda m: repr(m.group())[1:-1], as_str(text))
+    if len(text) <= SHOWN_CHARS:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{text[: SHOWN_CHARS - 9]}…{digest}"
+
+
 def model_name(result: Result) -> str:
-    """The model a result was computed for.
+    """The model a result was computed for, as it may be shown (:func:`shown`).
 
     Args:
         result: a result file.
@@ -197,7 +224,7 @@ def model_name(result: Result) -> str:
     Returns:
         Its ``model`` attribute, else the file's stem.
     """
-    return str(result.attrs.get("model", result.path.stem))
+    return shown(result.attrs.get("model", result.path.stem))
 
 
 def labels(results: Sequence[Result]) -> list[str]:
@@ -210,7 +237,7 @@ def labels(results: Sequence[Result]) -> list[str]:
         The model name of each (:func:`model_name`), plus the file's stem when two files share a model.
     """
     models = [model_name(r) for r in results]
-    return [m if models.count(m) == 1 else f"{m} ({r.path.stem})" for m, r in zip(models, results)]
+    return [m if models.count(m) == 1 else f"{m} ({shown(r.path.stem)})" for m, r in zip(models, results)]
 
 
 #: how many model names an overlay's file name lists before it says "and N more"

@@ -28,7 +28,17 @@ from landscape.analyses.connect.barrier import Barrier
 from landscape.analyses.connect.summary import ALL_PATHS, path_barriers
 from landscape.errors import LandscapeError
 from landscape.options.connect import CURVATURE_QUANTITIES
-from landscape.plot.common import Array, Schema, captioned, check_arrays, color, save_figures, wrapped
+from landscape.plot.common import (
+    Array,
+    Schema,
+    captioned,
+    check_arrays,
+    color,
+    model_name,
+    save_figures,
+    shown,
+    wrapped,
+)
 from landscape.plot.grids import NBSP, has_batchnorm
 from landscape.plot.scales import SPACING_WORDS, _levels, _norm, colorbar_ticks, resolved_spacing, scale_words
 from landscape.store.read import Result
@@ -115,9 +125,9 @@ def check(result: Result) -> None:
 def _title(result: Result) -> str:
     """The model, the two ends (file names) and the BatchNorm mode (for a model with BatchNorm)."""
     a = result.attrs
-    ends = [Path(str(a.get(key, name))).name for key, name in (("checkpoint", "θ_A"), ("other_checkpoint", "θ_B"))]
-    bn = f" (BN{NBSP}{a.get('bn')})" if has_batchnorm(result) else ""
-    return wrapped(f"{a.get('model', result.path.stem)}: {ends[0]} to {ends[1]}{bn}")
+    ends = [shown(Path(str(a.get(key, end))).name) for key, end in (("checkpoint", "θ_A"), ("other_checkpoint", "θ_B"))]
+    bn = f" (BN{NBSP}{shown(a.get('bn'))})" if has_batchnorm(result) else ""
+    return wrapped(f"{model_name(result)}: {ends[0]} to {ends[1]}{bn}")
 
 
 def _path(result: Result, group: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

@@ -9,6 +9,7 @@ from landscape.plot.common import (
     Array,
     Schema,
     check_arrays,
+    model_name,
     wrapped,
 )
 from landscape.plot.scales import (
@@ -234,7 +235,7 @@ def title_of(result: Result) -> str:
     reg = a.get("regularizer")
     if isinstance(reg, dict) and reg.get("kind", "none") != "none":
         details.append(f"{reg['kind']}{NBSP}{reg.get('coef')}")
-    model = str(a.get("model", result.path.stem))
+    model = model_name(result)
     return wrapped(f"{model} ({', '.join(details)})" if details else model)
 
 

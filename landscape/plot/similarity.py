@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 
 from landscape.errors import LandscapeError
 from landscape.plot.common import Array, Schema, captioned, check_arrays, figure_name, model_name, save_figures, wrapped
+from landscape.store.attrs import as_str
 from landscape.store.read import Result
 
 #: the colour of MSA blocks' tick labels and strips
@@ -74,7 +75,7 @@ def check(result: Result) -> None:
 
 
 def _text(values: Any) -> list[str]:
-    return [v.decode() if isinstance(v, bytes) else str(v) for v in values]
+    return [as_str(v) for v in values]
 
 
 def _label_axis(ax: Axes, axis: str, names: Sequence[str], kinds: Sequence[str]) -> None:

@@ -37,6 +37,7 @@ from landscape.plot.common import (
     color,
     figure_name,
     save_figures,
+    shown,
     single_axes,
 )
 from landscape.plot.grids import above_lowest, check_zmax, direction_labels, grid_of, is_2d, title_of, z_of
@@ -316,7 +317,7 @@ def lines_figure(results: Sequence[Result], *, log: bool = False) -> Figure:
     losses = []
     for k, result in enumerate(results):
         xs, _, loss, acc = grid_of(result)
-        label = result.path.stem
+        label = shown(result.path.stem)
         ax.plot(xs, loss[0], "-", color=color(k), label=f"{label} loss")
         ax2.plot(xs, acc[0], "--", color=color(k), label=f"{label} accuracy")
         losses.append(_finite(loss))
@@ -369,7 +370,7 @@ def _quadratic_models(ax: Any, results: Sequence[Result]) -> bool:
         top = float(result.attrs["direction_eigenvalues"][0])
         dense = np.linspace(float(xs[0]), float(xs[-1]), 201)
         model = quadratic_model(float(loss[0, centre[0]]), [top], dense)
-        label = f"{result.path.stem} L(0) + λa²/2 (λ = {top:.3g})"
+        label = f"{shown(result.path.stem)} L(0) + λa²/2 (λ = {top:.3g})"
         kinks = result.attrs.get("kinked_operations")
         if isinstance(kinks, list) and kinks:
             measured = result.attrs.get("direction_second_differences")

@@ -198,7 +198,7 @@ def live_report(path: str, record: Mapping[str, Any], now: float | None = None) 
     lines = [f"{path}: being written by a running analysis (pid {int(record.get('pid') or -1)})"]
     try:
         identity = json.loads(str(record.get("identity") or "{}"))
-    except ValueError:
+    except (ValueError, RecursionError):
         identity = {}
     identity = identity if isinstance(identity, dict) else {}
     for key in ("kind", "model", "dataset", "split", "n_samples"):

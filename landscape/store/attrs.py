@@ -94,13 +94,14 @@ def decode(value: Any) -> Any:
         value: the value h5py read.
 
     Returns:
-        The value as it was given to :func:`encode` (``"nan"`` stays a string); text that is not JSON, or nested
-        too deeply to decode, stays text (its reader then says what it should have been).
+        The value as it was given to :func:`encode` (``"nan"`` stays a string); text that is not UTF-8 (a crafted
+        file) with each foreign byte as a backslash escape (:func:`as_str`); text that is not JSON, or nested too
+        deeply to decode, stays text (its reader then says what it should have been).
     """
-    if isinstance(value, bytes):
-        value = value.decode()
     if isinstance(value, np.generic):
         value = value.item()
+    if isinstance(value, (bytes, str)):
+        value = as_str(value)
     if isinstance(value, str) and value[:1] in "[{n" and value not in ("nan",):
         try:
             return json.loads(value)
@@ -144,7 +145,11 @@ def now() -> str:
 
 
 def as_str(value: Any) -> str:
-    """``value`` as text (bytes decoded as UTF-8).
+    """``value`` as valid UTF-8 text: bytes decoded as UTF-8, each byte that is not UTF-8 as a backslash escape.
+
+    h5py reads a variable-length string attribute that is not UTF-8 as text with lone surrogates, and a
+    fixed-length one as bytes; both become the same valid text (:func:`storable_text`), so that no reader of a
+    crafted file meets a decoding error.
 
     Args:
         value: a str, bytes or any value.
@@ -152,4 +157,6 @@ def as_str(value: Any) -> str:
     Returns:
         The text.
     """
-    return value.decode() if isinstance(value, bytes) else str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return storable_text(str(value))

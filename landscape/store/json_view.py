@@ -132,7 +132,7 @@ def live_json(path: str | Path, record: Mapping[str, Any]) -> dict:
     """
     try:
         identity = json.loads(str(record.get("identity") or "{}"))
-    except ValueError:
+    except (ValueError, RecursionError):
         identity = {}
     identity = {k: decode(v) for k, v in identity.items()} if isinstance(identity, dict) else {}
     progress = {k: v for k, v in record.items() if k not in ("pid", "identity")}

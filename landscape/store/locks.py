@@ -151,14 +151,23 @@ def _read_record(fd: int, attempts: int = 3) -> dict[str, Any] | None:
     return None
 
 
+def _json_object(text: str) -> bool:
+    """Whether ``text`` is a JSON object (nested too deeply to read back, it is not)."""
+    try:
+        return isinstance(json.loads(text, parse_constant=lambda _: None), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
 def sidecar_record(data: bytes) -> dict[str, Any] | None:
     """The record a lock sidecar holds, with every entry checked; None when ``data`` is not such a record.
 
     The one reader of sidecars: a record is a JSON object (padded with spaces) with a positive integer
-    ``pid`` and a text ``identity``; the progress entries are kept when they have their types (texts
-    ``desc``/``unit``, finite non-negative counts ``done``/``initial``/``total``, finite times
-    ``started``/``updated``, a boolean ``failed``) and dropped otherwise, so a crafted sidecar can neither
-    raise nor reach a terminal with values of other types.
+    ``pid`` and a text ``identity`` that is itself a JSON object (the run's attributes, nested no deeper than
+    Python reads back); the progress entries are kept when they have their types (texts ``desc``/``unit``,
+    finite non-negative counts ``done``/``initial``/``total``, finite times ``started``/``updated``, a boolean
+    ``failed``) and dropped otherwise, so a crafted sidecar can neither raise nor reach a terminal with values
+    of other types.
 
     Args:
         data: the sidecar's bytes.
@@ -176,7 +185,7 @@ def sidecar_record(data: bytes) -> dict[str, Any] | None:
     if not isinstance(record, dict):
         return None
     pid, identity = record.get("pid"), record.get("identity")
-    if type(pid) is not int or pid <= 0 or not isinstance(identity, str):
+    if type(pid) is not int or pid <= 0 or not isinstance(identity, str) or not _json_object(identity):
         return None
     checked: dict[str, Any] = {"pid": pid}
     for key in _RECORD_TEXT:

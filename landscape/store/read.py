@@ -221,13 +221,15 @@ MIN_DECLARED_LIMIT = 1 << 30
 
 
 def _axes(value: Any, name: str, path: str | Path) -> list[str]:
-    """An array's ``axes`` attribute: a JSON list of axis names (one line naming the file and the array otherwise)."""
+    """An array's ``axes`` attribute: a JSON list of distinct axis names (else one line naming file and array)."""
     try:
         axes = json.loads(as_str(value))
     except (ValueError, TypeError, RecursionError):
         axes = None
     if not isinstance(axes, list) or not all(isinstance(a, str) for a in axes):
         raise LandscapeError(f"{path}: the axes attribute of {name!r} is not a JSON list of names; the file is damaged")
+    if len(set(axes)) < len(axes):
+        raise LandscapeError(f"{path}: the axes attribute of {name!r} repeats a name ({axes}); the file is damaged")
     return axes
 
 
@@ -262,7 +264,7 @@ def result_of(f: h5py.File, path: str | Path, *, limit: int | None = None) -> Re
             try:
                 data = obj[()]
                 if obj.dtype.kind == "O" or h5py.check_string_dtype(obj.dtype) is not None:
-                    data = np.asarray(obj.asstr()[()])
+                    data = np.asarray(obj.asstr(errors="backslashreplace")[()])
             except MemoryError:
                 raise LandscapeError(
                     f"{path}: array {name!r} ({tuple(obj.shape)} x {obj.dtype}) does not fit in memory"

@@ -6,6 +6,8 @@ info`` prints the inconsistency as the summary line, ``plot`` refuses it in one 
 note and goes on. Values the checks cannot foresee, which fail while a figure is drawn, are one line too.
 """
 
+import os
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -185,3 +187,54 @@ def test_a_summary_that_overflows_is_a_line_that_says_so(tmp_path):
         assert summarize(read_result(path)) == "Toy: the arrays do not fit (OverflowError)"
     finally:
         unregister_analysis("toy")
+
+
+# ------------------------------------------------------------------------------ names read from the files
+def _texts(fig):
+    """Every text a figure shows: titles, the suptitle, axis labels, legends, free texts."""
+    artists = list(fig.texts)
+    for ax in fig.axes:
+        artists += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label, *ax.texts]
+        if ax.get_legend() is not None:
+            artists += ax.get_legend().get_texts()
+    return [a.get_text() for a in artists if a.get_text()]
+
+
+@pytest.mark.parametrize("kind", kinds())
+def test_a_two_megabyte_model_name_is_cut_in_every_title_and_legend(tmp_path, kind):
+    arrays, attrs = well_formed(kind)
+    path = write_result(tmp_path / "r.h5", kind, arrays, **{**attrs, "model": "m" * 2_000_000})
+    for fig in read_result(path).plot().values():
+        for text in _texts(fig):
+            assert "m" * 61 not in text and len(text) < 400, text[:100]
+
+
+@pytest.mark.parametrize("kind", ["surface", "fourier", "connect"])
+def test_control_characters_of_a_model_name_are_shown_escaped(tmp_path, kind):
+    arrays, attrs = well_formed(kind)
+    path = write_result(tmp_path / "r.h5", kind, arrays, **{**attrs, "model": "toy\nfaked_line: yes\r\x9b\x7f"})
+    shown = [t for fig in read_result(path).plot().values() for t in _texts(fig) if "toy" in t]
+    assert shown and all("toy\\nfaked_line: yes\\r\\x9b\\x7f" in t.replace("\n", " ") for t in shown), shown
+
+
+def test_report_folders_of_long_model_names_are_short_and_apart(tmp_path):
+    for name, tail in (("a", "1"), ("b", "2")):
+        arrays, attrs = well_formed("surface")
+        write_result(tmp_path / f"{name}.h5", "surface", arrays, **{**attrs, "model": "m" * 2_000_000 + tail})
+    page = write_report(tmp_path, interactive=False)
+    folders = sorted(p.name for p in (tmp_path / "report_figures").iterdir())
+    assert len(folders) == 3 and all(len(f) <= 80 for f in folders), folders  # two models and all-models
+    outside_details = re.sub(r"<pre>.*?</pre>", "", page.read_text(), flags=re.S)  # the files' full description
+    assert "m" * 61 not in outside_details
+
+
+def test_a_file_name_that_is_not_utf8_is_drawn_under_its_own_name(tmp_path):
+    arrays, attrs = well_formed("surface")
+    arrays = {k: (v[:1] if k in ("ycoordinates",) else v[:1] if k != "xcoordinates" else v) for k, v in arrays.items()}
+    path = tmp_path / "n\udcffame.h5"  # the bytes b"n\xffame.h5" on disk
+    write_result(path, "surface", arrays, **{**attrs, "surface_ndim": 1})
+    code_output = CliRunner().invoke(cli, ["plot", str(path), "--out", str(tmp_path / "fig")])
+    assert code_output.exit_code == 0, code_output.output
+    assert os.listdir(os.fsencode(tmp_path / "fig")) == [b"n\xffame_1d.png"]
+    legend = [t for fig in read_result(path).plot().values() for t in _texts(fig) if "ame" in t]
+    assert legend and all("n\\xffame" in t for t in legend), legend

@@ -29,6 +29,7 @@ from landscape.options.hessian import HessianOptions
 from landscape.options.names import matches_any
 from landscape.runtime import distributed as D
 from landscape.runtime.progress import Progress
+from landscape.store.attrs import as_str
 
 #: the group of the section in the hessian file
 GROUP = "blocks"
@@ -144,7 +145,7 @@ def _allocate(f: store.ResultFile, blocks: Sequence[ParameterBlock]) -> list[boo
     n = len(blocks)
     names = [b.name for b in blocks]
     if f"{GROUP}/names" in f:
-        held = [str(x.decode() if isinstance(x, bytes) else x) for x in f.read(f"{GROUP}/names")]
+        held = [as_str(x) for x in f.read(f"{GROUP}/names")]
         if held != names:
             raise LandscapeError(f"the blocks of {f.path} are not this model's; recompute it with --force")
     else:
