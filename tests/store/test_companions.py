@@ -199,6 +199,7 @@ def _crafted_bend(path, identity, **changes):
         ({"extra": {"momentum": {"fc.weight": torch.zeros(2)}}}, "momentum"),
         ({"extra": {"momentum": [1, 2]}}, "momentum"),
         ({"extra": {"momentum": {"fc.weight": "text"}}}, "momentum"),
+        ({"extra": {"momentum": {"fc.weight": torch.zeros(10, 8)}}}, "no buffer for parameter 'stem.0.weight'"),
     ],
 )
 def test_a_crafted_bend_is_one_line_naming_its_field(tmp_path, changes, field):

@@ -129,6 +129,9 @@ def _checked_state(
     for name, buf in momentum.items():
         if name not in names or not isinstance(buf, Tensor) or tuple(buf.shape) != tuple(state[name].shape):
             raise LandscapeError(f"its momentum of {name!r} is not a tensor of that parameter's shape")
+    lacking = next((n for n in names if n not in momentum), None)
+    if momentum and lacking is not None:  # SGD keeps a buffer for every tensor once it has stepped, else none
+        raise LandscapeError(f"its momentum has no buffer for parameter {lacking!r} (it holds one for others)")
     for where, tensors in (("parameter", {n: state[n] for n in names}), ("momentum of", momentum)):
         bad = next((n for n, t in tensors.items() if not t.is_floating_point() or not bool(t.isfinite().all())), None)
         if bad is not None:
