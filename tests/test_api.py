@@ -55,6 +55,20 @@ def test_out_writes_the_file_and_the_same_weights_resume_it(tmp_path):
     one_line_error(landscape.hessian, model, "digits", out=out, top_k=1, samples=24, progress=False, match="differs in")
 
 
+@pytest.mark.parametrize("function", sorted(a.api.partition(":")[2] for a in analyses() if a.api))
+def test_an_out_ending_with_a_slash_names_a_folder_and_nothing_is_written(tmp_path, monkeypatch, function):
+    monkeypatch.chdir(tmp_path)
+    model = torch.nn.Linear(2, 2)
+    models = [["a.pt"]] if function == "trajectory" else [model, model] if function in ("connect", "align") else [model]
+    one_line_error(
+        getattr(landscape, function),
+        *models,
+        out="newdir/",
+        match=rf"^out='newdir/' names a folder: give a file in it, e.g. out='newdir/{function}.h5'$",
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_options_are_given_once():
     one_line_error(landscape.surface, torch.nn.Linear(2, 2), options=SurfaceOptions(), x="-1:1:3", match="not both")
     one_line_error(

@@ -125,17 +125,10 @@ class OutputFile(click.Path):
         Raises:
             LandscapeError: ``value`` ends with ``/`` (a folder's name).
         """
-        import os
+        from landscape.options.checks import output_file
 
-        from landscape.errors import LandscapeError
-
-        text = os.fsdecode(value) if isinstance(value, bytes) else str(value)
-        if text.endswith(("/", os.sep)):
-            option = param.opts[0] if param is not None and param.opts else "the output"
-            raise LandscapeError(
-                f"{option} {text} names a folder: give a file in it, e.g. {option} {text}{self._example(param)}"
-            )
-        return super().convert(value, param, ctx)
+        option = param.opts[0] if param is not None and param.opts else "the output"
+        return super().convert(output_file(value, option, self._example(param)), param, ctx)
 
     @staticmethod
     def _example(param: click.Parameter | None) -> str:

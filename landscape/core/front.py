@@ -36,6 +36,7 @@ from landscape.data.stream import BatchSource, HeldBatches, as_source
 from landscape.errors import LandscapeError
 from landscape.models.checkpoint import floating_dtype, require_finite_weights
 from landscape.models.external import calling_forward
+from landscape.options import checks
 from landscape.options.common import AUGMENTED_CRITERION
 from landscape.runtime import distributed
 from landscape.runtime import progress as progress_display
@@ -536,6 +537,8 @@ def run_from_python(
             that is neither, ``batch=`` without held data, or the runner's errors.
     """
     fields = dict(fields or {})
+    if run_kwargs.get("out") is not None:
+        checks.output_file(run_kwargs["out"], "--out", f"{name.rpartition('.')[2]}.h5")
     if options is not None and fields:
         raise LandscapeError(f"{name}: give the options as options=... or as keywords, not both")
     for position, value in enumerate((model, *others)):

@@ -208,3 +208,28 @@ def finite_all(values: Any, name: str) -> list[float]:
         LandscapeError: an entry is not a number, or is ``nan``/``inf``.
     """
     return [_as_float(v, f"{name}[{i}]") for i, v in enumerate(values)]
+
+
+def output_file(value: Any, name: str = "--out", example: str = "FILE") -> Any:
+    """``value`` unchanged; an error when it names a folder by ending with a path separator.
+
+    ``Path("newdir/")`` is ``Path("newdir")``, so a file would be written under the folder's name: the text is
+    judged before it becomes a path, by the command line (``--out``) and by every Python function (``out=``).
+
+    Args:
+        value: the output file as given (a str, bytes or an ``os.PathLike``).
+        name: the option's name, used in the error message.
+        example: a file name to suggest inside the folder.
+
+    Returns:
+        ``value``.
+
+    Raises:
+        LandscapeError: ``value`` ends with ``/`` (or the platform's separator).
+    """
+    import os
+
+    text = os.fsdecode(value) if isinstance(value, bytes) else value if isinstance(value, str) else None
+    if text is not None and text.endswith(("/", os.sep)):
+        raise LandscapeError(f"{name} {text!r} names a folder: give a file in it, e.g. {name} {text + example!r}")
+    return value

@@ -277,7 +277,7 @@ def test_an_out_ending_with_a_slash_is_a_folder_and_refused(tmp_path, command):
     given = {"train": ["--model", "resnet_mini"], "report": [str(tmp_path)], "trajectory": ["a.pt"]}
     args = [command, *given.get(command, []), "--out", f"{tmp_path}/newdir/"]
     result = CliRunner().invoke(cli, args)
-    assert result.exit_code == 2 and result.output.startswith(f"Error: --out {tmp_path}/newdir/ names a folder")
+    assert result.exit_code == 2 and result.output.startswith(f"Error: --out '{tmp_path}/newdir/' names a folder")
     assert len(result.output.strip().splitlines()) == 1, result.output
     assert list(tmp_path.iterdir()) == []
 

@@ -34,6 +34,7 @@ from landscape.core.calls import analysis_function
 from landscape.core.front import python_call
 from landscape.errors import LandscapeError
 from landscape.models.checkpoint import Checkpoint, load_model, read_checkpoint, snapshot_path
+from landscape.options import checks
 from landscape.options.names import matches_any
 from landscape.options.trajectory import TrajectoryOptions
 from landscape.runtime.lifecycle import AnalysisFile
@@ -371,6 +372,8 @@ def trajectory(
     """
     if options is not None and fields:
         raise LandscapeError("landscape.trajectory: give the options as options=... or as keywords, not both")
+    if out is not None:
+        checks.output_file(out, "--out", "trajectory.h5")
     options = options if options is not None else TrajectoryOptions(**fields)
     record = python_call("landscape.trajectory", list(checkpoints), out=out, **fields)
     return run_trajectory(
