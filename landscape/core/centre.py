@@ -83,7 +83,8 @@ def check_centre(inputs: AnalysisInputs, batches: Sequence[tuple[Tensor, Tensor]
 
     The :class:`~landscape.core.objective.Objective` of every analysis evaluates them (sample-weighted over
     the batches), without its checks, under a forked random state (the caller's is untouched); an exception of
-    the model's forward is the model's one-line error (:func:`~landscape.models.external.calling_forward`). A first pass
+    the model's forward is the model's one-line error naming the batch it was given
+    (:func:`~landscape.models.external.calling_forward`). A first pass
     shorter than :data:`WARM_PASS_SECONDS` is timed again (the first pays for warming up), the shorter kept.
 
     Args:
@@ -96,11 +97,12 @@ def check_centre(inputs: AnalysisInputs, batches: Sequence[tuple[Tensor, Tensor]
     """
     objective = Objective(inputs.model, batches, criterion=criterion, output=inputs.source.output, check=False)
     devices = [objective.device] if objective.device.type == "cuda" else []
-    first = objective.batches[0][0]
-    # a model that draws in eval mode leaves the caller's state alone; what its forward raises is named as its own
-    with torch.random.fork_rng(devices=devices), calling_forward(inputs.model, first):
-        with torch.no_grad():
-            classes = int(objective.logits(objective.params, first[:1]).shape[-1])
+    one = objective.batches[0][0][:1]
+    # a model that draws in eval mode leaves the caller's state alone; what a forward raises is named as the
+    # model's with the batch it was given (Objective.evaluate), what the loss raises is not
+    with torch.random.fork_rng(devices=devices):
+        with torch.no_grad(), calling_forward(inputs.model, one):
+            classes = int(objective.logits(objective.params, one).shape[-1])
         evaluation, seconds = _timed(objective)
         if seconds < WARM_PASS_SECONDS:  # the first pass pays for warming up: time a second, cheap one
             seconds = min(seconds, _timed(objective)[1])

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.func import grad, jvp
 
-from landscape.errors import LandscapeError
+from landscape.errors import LandscapeError, calling
 from landscape.options.common import ALL_CRITERIA as CRITERIA
 
 Batch = tuple[Tensor, Tensor]
@@ -50,6 +51,20 @@ def soft_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits, targets.to(logits.dtype) if targets.is_floating_point() else targets)
 
 
+def calling_criterion(criterion: Criterion) -> AbstractContextManager[None]:
+    """The context of a loss computed by ``criterion``: what a callable criterion raises is named as the caller's.
+
+    Args:
+        criterion: a string criterion (landscape's own: nothing is renamed) or the caller's callable.
+
+    Returns:
+        `landscape.errors.calling` naming the callable, or a context that does nothing.
+    """
+    if not callable(criterion):
+        return nullcontext()
+    return calling(f"your criterion ({criterion_name(criterion)})", "it must return the batch's mean loss")
+
+
 def batch_loss(logits: Tensor, targets: Tensor, criterion: Criterion) -> Tensor:
     """Mean-reduced loss of one batch: cross-entropy, MSE between logits and one-hot targets, or a callable.
 
@@ -67,10 +82,16 @@ def batch_loss(logits: Tensor, targets: Tensor, criterion: Criterion) -> Tensor:
         The batch's mean loss L_b, a 0-dim tensor.
 
     Raises:
-        LandscapeError: ``criterion`` is a string other than those of :data:`CRITERIA`.
+        LandscapeError: ``criterion`` is a string other than those of :data:`CRITERIA`, or (a string criterion)
+            the logits have another number of rows than the targets.
     """
     if callable(criterion):
         return criterion(logits, targets)
+    if logits.shape[0] != targets.shape[0]:
+        raise LandscapeError(
+            f"the model returned logits of shape {tuple(logits.shape)} for a batch of {targets.shape[0]} samples: "
+            "its output must have one row of class scores per input"
+        )
     if criterion == "cross_entropy":
         return F.cross_entropy(logits, targets)
     if criterion == "mse":
@@ -212,18 +233,18 @@ def select_logits(output: object, selector: OutputSelector = None) -> Tensor:
         The logits tensor.
 
     Raises:
-        LandscapeError: no logits tensor is found in ``output``, ``selector`` cannot be applied to it, or what
-            it selects is not a tensor.
+        LandscapeError: no logits tensor is found in ``output``, ``selector`` cannot be applied to it, what it
+            selects is not a tensor, or the logits are not 2-D ``(batch, classes)`` (a 0-d loss, a feature map).
     """
     if selector is None:
         if isinstance(output, Tensor):
-            return output
+            return _as_logits(output)
         if isinstance(output, Mapping) and isinstance(output.get("logits"), Tensor):
-            return output["logits"]
+            return _as_logits(output["logits"])
         if isinstance(getattr(output, "logits", None), Tensor):
-            return output.logits  # type: ignore[attr-defined]
+            return _as_logits(output.logits)  # type: ignore[attr-defined]
         if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
-            return output[0]
+            return _as_logits(output[0])
         raise LandscapeError(
             f"the model returned {type(output).__name__}, not logits: pass output= (Python) or "
             "--model-output KEY naming the logits"
@@ -237,7 +258,17 @@ def select_logits(output: object, selector: OutputSelector = None) -> Tensor:
         ) from None
     if not isinstance(chosen, Tensor):
         raise LandscapeError(f"output {selector!r} of the model is {type(chosen).__name__}, not a logits tensor")
-    return chosen
+    return _as_logits(chosen)
+
+
+def _as_logits(logits: Tensor) -> Tensor:
+    """``logits``, when it has the shape of logits: ``(batch, classes)``."""
+    if logits.ndim != 2:
+        raise LandscapeError(
+            f"the model's logits have shape {tuple(logits.shape)}, not (batch, classes): give a classifier whose "
+            "output holds one row of class scores per input (or pick them with --model-output)"
+        )
+    return logits
 
 
 def hit_count(logits: Tensor, targets: Tensor) -> Tensor:

@@ -32,6 +32,7 @@ from landscape.core.criteria import (
     Criterion,
     OutputSelector,
     batch_loss,
+    calling_criterion,
     prediction_hits,
     select_logits,
 )
@@ -319,6 +320,10 @@ class Objective:
 
         Returns:
             The :class:`Evaluation` (floats; accuracy NaN when any logit is not finite).
+
+        Raises:
+            ForeignError: the model's forward raised on a batch (named with its index and shape), or a callable
+                criterion raised.
         """
         params = self.params if params is None else params
         correct = 0
@@ -327,9 +332,11 @@ class Objective:
         def batch_term(b: int) -> float:
             nonlocal correct
             x, y = self.batches[b]
-            out = self.logits(params, x, buffers)
+            with calling_forward(self.module, x, b):  # what the forward raises is the model's, on this batch
+                out = self.logits(params, x, buffers)
             correct += prediction_hits(out, y)
-            losses.append(float(batch_loss(out, y, self.criterion)))
+            with calling_criterion(self.criterion):
+                losses.append(float(batch_loss(out, y, self.criterion)))
             return losses[-1]
 
         data_loss = weighted_sum(self.weights, batch_term, start=0.0)

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from landscape.data.labels import checked_labels
 from landscape.data.stream import BatchSource, HeldBatches
 from landscape.errors import LandscapeError, calling
 from landscape.runtime.devices import require_memory
@@ -78,12 +79,24 @@ def describe(value: Any) -> str:
     return f"<{type(value).__name__} of {size} {unit}>" if size is not None else f"<{type(value).__name__}>"
 
 
-def _length(value: Any) -> int | None:
-    """``len(value)``, or None when it has none (an iterable dataset, a generator)."""
-    try:
-        return len(value)
-    except TypeError:
+def _length(value: Any, *, strict: bool = False) -> int | None:
+    """``len(value)``, or None when it has none (an iterable dataset, a generator).
+
+    With ``strict``, a ``__len__`` that raises (or returns a negative or non-integer value) is the caller's error
+    (a :class:`~landscape.errors.ForeignError`); otherwise it counts as no length (for messages).
+    """
+    if not hasattr(type(value), "__len__"):
         return None
+    if not strict:
+        try:
+            return len(value)
+        except Exception:  # noqa: BLE001 - a description never fails
+            return None
+    dataset = value.dataset if isinstance(value, DataLoader) else value
+    if isinstance(dataset, IterableDataset) and not hasattr(type(dataset), "__len__"):
+        return None
+    with calling(f"len() of your data ({type(dataset).__name__})", "its __len__ must return the number of samples"):
+        return len(value)
 
 
 def as_loader(data: Any, batch_size: int) -> Iterable[Any]:
@@ -95,8 +108,17 @@ def as_loader(data: Any, batch_size: int) -> Iterable[Any]:
 
     Returns:
         What to iterate for the batches.
+
+    Raises:
+        LandscapeError: a map-style ``Dataset`` without ``__len__``.
+        ForeignError: its ``__len__`` raised or returned no count.
     """
-    if isinstance(data, Dataset) and not isinstance(data, IterableDataset) and _length(data) is not None:
+    if isinstance(data, Dataset) and not isinstance(data, IterableDataset):
+        if _length(data, strict=True) is None:
+            raise LandscapeError(
+                f"data= is a {type(data).__name__} without __len__: a map-style Dataset needs one (the number of "
+                "samples), or give an IterableDataset or a DataLoader"
+            )
         return DataLoader(data, batch_size=int(batch_size), shuffle=False)
     return data
 
@@ -121,27 +143,39 @@ def _pair(item: Any, index: int, batch: BatchFunction | None) -> tuple[Tensor, T
     return item[0], item[1]
 
 
-def _check(x: Tensor, y: Tensor, index: int) -> None:
-    """One batch's images and labels: as many of each, at least one, finite images, labels of one shape."""
+def _checked(x: Tensor, y: Tensor, index: int, first: tuple[Tensor, Tensor] | None) -> Tensor:
+    """One batch's images and labels checked (against the first batch's too); its labels as analyses take them.
+
+    As many labels as images and at least one, finite images, labels of one of the two forms
+    (:func:`~landscape.data.labels.checked_labels`: integer class indices become int64); after the first batch,
+    images of its dtype and labels of its form (class indices, or distributions over as many classes).
+    """
+    where = f"batch {index}"
     if x.ndim == 0 or x.shape[0] == 0:
-        raise LandscapeError(f"batch {index} is empty (no images); leave empty batches out of the data")
+        raise LandscapeError(f"{where} is empty (no images); leave empty batches out of the data")
     if y.ndim == 0 or x.shape[0] != y.shape[0]:
         raise LandscapeError(
-            f"batch {index} has {x.shape[0]} images but labels of shape {tuple(y.shape)}; give one label per image"
+            f"{where} has {x.shape[0]} images but labels of shape {tuple(y.shape)}; give one label per image"
         )
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
-        raise LandscapeError(f"batch {index} has images that are not finite (NaN or Inf); check the data")
-    if y.is_floating_point():
-        if y.ndim != 2:
+        raise LandscapeError(f"{where} has images that are not finite (NaN or Inf); check the data")
+    y = checked_labels(y, where)
+    if first is not None:
+        x0, y0 = first
+        if x.dtype != x0.dtype:
             raise LandscapeError(
-                f"batch {index} has floating labels of shape {tuple(y.shape)}: give class indices (int64, "
-                "shape (b,)) or label distributions (float, shape (b, classes))"
+                f"{where} has {x.dtype} images but batch 0 has {x0.dtype}: give every batch images of one dtype"
             )
-    elif y.is_complex() or y.dtype == torch.bool or y.ndim != 1:
-        raise LandscapeError(
-            f"batch {index} has {y.dtype} labels of shape {tuple(y.shape)}: give class indices (int64, shape "
-            "(b,); y.argmax(1) of one-hot labels) or label distributions (float, shape (b, classes))"
-        )
+        if y.is_floating_point() != y0.is_floating_point() or y.shape[1:] != y0.shape[1:]:
+            raise LandscapeError(
+                f"{where} has labels of {_form(y)} but batch 0 has {_form(y0)}: give every batch labels of one form"
+            )
+    return y
+
+
+def _form(y: Tensor) -> str:
+    """The form of checked labels, in words."""
+    return f"distributions over {y.shape[1]} classes" if y.is_floating_point() else "class indices"
 
 
 def given_batches(
@@ -152,6 +186,8 @@ def given_batches(
     batch_size: int = 128,
 ) -> BatchSource:
     """The caller's data as fixed ``(x, y)`` batches read onto ``device``: the first ``samples`` images, in order.
+
+    Every batch is checked as it is read (:func:`_checked`); integer class indices are held as int64.
 
     A ``Dataset`` is read in batches of ``batch_size``; a loader's batches are kept as they come (the last one
     cut at ``samples``), held on the CPU (tensors already there are not copied); after the first, the memory
@@ -172,9 +208,11 @@ def given_batches(
 
     Raises:
         LandscapeError: no batch, a batch that is not ``(x, y)`` tensors (a dict without ``batch=``), an empty
-            batch, labels of another count or shape, images that are not finite, fewer images than an exact
-            ``samples``, or data that needs more memory than the CPU has.
-        ForeignError: the caller's ``batch=`` function or the loader raised.
+            batch, labels of another count, shape or form, label distributions that are not distributions,
+            images that are not finite, a batch whose images or labels differ in dtype or form from the first
+            batch's, fewer images than an exact ``samples``, a ``Dataset`` without a length, or data that needs
+            more memory than the CPU has.
+        ForeignError: the caller's ``batch=`` function, the loader or the dataset's ``__len__`` raised.
     """
     given = data if isinstance(data, GivenData) else GivenData(data)
     if samples is not None and (isinstance(samples, bool) or not isinstance(samples, numbers.Integral) or samples < 1):
@@ -192,7 +230,7 @@ def given_batches(
         if item is None:
             break
         x, y = _pair(item, len(held), given.batch)
-        _check(x, y, len(held))
+        y = _checked(x, y, len(held), held[0] if held else None)
         if samples is not None and taken + x.shape[0] > samples:
             x, y = x[: samples - taken], y[: samples - taken]
         if not held and wanted is not None:
@@ -219,4 +257,4 @@ def given_batches(
 def _dataset_size(data: Any) -> int | None:
     """The number of images of a ``Dataset`` or a loader's dataset, when it says (else None)."""
     dataset = data.dataset if isinstance(data, DataLoader) else data
-    return _length(dataset) if isinstance(dataset, Dataset) else None
+    return _length(dataset, strict=True) if isinstance(dataset, Dataset) else None

@@ -260,17 +260,19 @@ def forward_origin(model: nn.Module) -> str:
     return f"the forward of model {spec}"
 
 
-def calling_forward(model: nn.Module, x: Tensor) -> AbstractContextManager[None]:
+def calling_forward(model: nn.Module, x: Tensor, batch: int | None = None) -> AbstractContextManager[None]:
     """The context of a forward pass of ``model`` on ``x``: what the pass raises is named as the model's.
 
     Args:
         model: the model whose forward runs inside the ``with`` block.
         x: its inputs (their shape is quoted in the message).
+        batch: which batch of the data ``x`` is (named in the message); None: not said.
 
     Returns:
         `landscape.errors.calling` with the :func:`forward_origin` of ``model``; running out of memory keeps its type.
     """
-    hint = f"it was given inputs of shape {tuple(x.shape)}: check the model and the data"
+    which = "" if batch is None else f"batch {batch}, "
+    hint = f"it was given {which}inputs of shape {tuple(x.shape)}: check the model and the data"
     return calling(forward_origin(model), hint, passing=(torch.OutOfMemoryError,))
 
 

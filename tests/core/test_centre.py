@@ -6,7 +6,9 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import one_line_error
 
+import landscape
 from landscape.analyses.surface.run import run_surface
 from landscape.core.centre import CentreCheck
 from landscape.core.source import ModelSource
@@ -127,3 +129,64 @@ def test_the_issues_command_line_says_it_before_the_work(trained_on_unit_images,
     assert warning.startswith("warning: the centre's loss") and warning.endswith("check --mean, --std and --input-size")
     quiet = CliRunner().invoke(cli, ["surface", *common, *grid, "--quiet", "--out", str(tmp_path / "q.h5")])
     assert quiet.exit_code == 0 and quiet.stderr == ""
+
+
+# --------------------------------------------------------------- what the centre's pass raises, and whose it is
+def _linear():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3)).eval()
+
+
+def _batches(*shapes):
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(4, 1, *s, generator=g), torch.randint(0, 3, (4,), generator=g)) for s in shapes]
+
+
+def test_a_later_batch_the_model_cannot_take_is_named_with_its_own_shape():
+    msg = one_line_error(
+        landscape.surface, _linear(), _batches((4, 4), (4, 4), (5, 5)), x="-1:1:3", y="none", progress=False
+    )
+    assert msg.startswith("your model's forward (Sequential) raised RuntimeError")
+    assert "it was given batch 2, inputs of shape (4, 1, 5, 5)" in msg and "(4, 1, 4, 4)" not in msg
+
+
+def test_int32_labels_give_the_int64_labels_surface():
+    batches = _batches((4, 4), (4, 4))
+    grid = {"x": "-1:1:3", "y": "none", "progress": False, "seed": 3, "batch_points": 1}
+    want = landscape.surface(_linear(), batches, **grid)["loss"]
+    got = landscape.surface(_linear(), [(x, y.int()) for x, y in batches], **grid)["loss"]
+    assert (got == want).all()
+
+
+class _Returns(torch.nn.Module):
+    def __init__(self, make):
+        super().__init__()
+        self.fc, self.make = torch.nn.Linear(16, 3), make
+
+    def forward(self, x):
+        return self.make(self.fc(x.flatten(1)))
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda z: z.sum(), r"the model's logits have shape \(\), not \(batch, classes\)"),
+        (lambda z: z[0], r"the model's logits have shape \(3,\), not \(batch, classes\)"),
+        (lambda z: z.unsqueeze(-1), r"the model's logits have shape \(1, 3, 1\)"),
+        (lambda z: {"logits": z[:1]}, r"logits of shape \(1, 3\) for a batch of 4 samples"),
+    ],
+)
+def test_an_output_that_is_no_logits_is_one_line(make, words):
+    one_line_error(landscape.hessian, _Returns(make).eval(), _batches((4, 4)), top_k=1, progress=False, match=words)
+
+
+def test_what_a_callable_criterion_raises_is_named_as_the_callers():
+    from landscape.core.objective import Objective
+    from landscape.errors import ForeignError
+
+    def mine(logits, targets):
+        raise ValueError("my bug")
+
+    objective = Objective(_linear(), _batches((4, 4)), criterion=mine, check=False)
+    with pytest.raises(ForeignError, match=r"^your criterion \(callable:test_what_a_callable_criterion_raises"):
+        objective.evaluate()

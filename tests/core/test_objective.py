@@ -139,7 +139,8 @@ def test_unreadable_outputs_and_out_of_range_labels_are_one_line_errors():
     one_line_error(Objective, DictOut(model, "named"), batches, output="nope", match="cannot take 'nope'")
     bad = [(x, y + 2) for x, y in batches]
     one_line_error(Objective, model, bad, match="labels 2..5 but the model outputs 4 classes")
-    assert select_logits(torch.zeros(2)).shape == (2,)
+    assert select_logits(torch.zeros(2, 3)).shape == (2, 3)
+    one_line_error(select_logits, torch.zeros(2), match=r"logits have shape \(2,\), not \(batch, classes\)")
 
 
 @pytest.mark.parametrize("kind,coef", [("l2", 0.3), ("norm-sum", 0.05)])

@@ -76,3 +76,80 @@ def test_one_pair_is_one_batch():
     x, y = images(4)
     (held,) = given_batches((x, y), samples=3)
     assert torch.equal(held[0], x[:3]) and torch.equal(held[1], y[:3])
+
+
+# -------------------------------------------------------------------------------------- labels and lengths
+def distributions(n, classes=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(n, classes, generator=g), dim=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.uint8])
+def test_class_indices_of_any_integer_dtype_are_held_as_int64(dtype):
+    x, y = images(4)
+    (held,) = given_batches([(x, y.to(dtype))])
+    assert held[1].dtype == torch.int64 and torch.equal(held[1], y)
+
+
+@pytest.mark.parametrize(
+    "bend, words",
+    [
+        (lambda t: t.index_fill(0, torch.tensor([2]), float("nan")), "row 2 holds values that are not finite"),
+        (lambda t: torch.cat([t[:, :1] - 1, t[:, 1:2] + 1, t[:, 2:]], 1), "row 0 has a negative entry"),
+        (lambda t: t * 2, r"row 0 does not sum to 1 \(it sums to 2\)"),
+        (lambda t: t.index_fill(0, torch.tensor([3]), float("inf")), "row 3 holds values that are not finite"),
+    ],
+)
+def test_label_distributions_must_be_distributions(bend, words):
+    x, _ = images(4)
+    t = distributions(4)
+    (held,) = given_batches([(x, t)])  # a sound distribution passes unchanged
+    assert torch.equal(held[1], t)
+    msg = one_line_error(given_batches, [(x, t), (x, bend(t))], match=words)
+    assert msg.startswith("batch 1 has label distributions that are not distributions")
+
+
+def test_every_batch_has_the_first_batchs_image_dtype_and_label_form():
+    x, y = images(4)
+    one_line_error(given_batches, [(x, y), (x.double(), y)], match=r"^batch 1 has torch.float64 images but batch 0")
+    one_line_error(given_batches, [(x, y), (x, distributions(4))], match="batch 1 has labels of distributions over 3")
+    one_line_error(given_batches, [(x, distributions(4)), (x, distributions(4, 5))], match="over 5 classes but batch")
+    assert len(given_batches([(x, y), (x, y.int())])) == 2  # one form: class indices, whatever their dtype
+
+
+class Sized(torch.utils.data.Dataset):
+    def __init__(self, length):
+        self.length = length
+
+    def __len__(self):
+        if isinstance(self.length, Exception):
+            raise self.length
+        return self.length
+
+    def __getitem__(self, i):
+        return torch.zeros(1, 4, 4), 0
+
+
+class Unsized(torch.utils.data.Dataset):
+    def __getitem__(self, i):  # never raises IndexError: iterating it would not end
+        return torch.zeros(1, 4, 4), 0
+
+
+@pytest.mark.parametrize(
+    "length, words",
+    [
+        (-1, r"len\(\) of your data \(Sized\) raised ValueError: __len__\(\) should return >= 0"),
+        (2.5, r"len\(\) of your data \(Sized\) raised TypeError"),
+        (RuntimeError("no count"), r"len\(\) of your data \(Sized\) raised RuntimeError: no count"),
+    ],
+)
+def test_a_dataset_whose_length_is_no_count_is_one_line(length, words):
+    with pytest.raises(ForeignError, match=words):
+        given_batches(Sized(length), batch_size=2)
+    with pytest.raises(ForeignError, match=words):
+        given_batches(DataLoader(Sized(length), batch_size=2))
+    assert describe(Sized(length)) == "<Sized>"  # a description never fails
+
+
+def test_a_map_style_dataset_without_a_length_is_refused_not_iterated_for_ever():
+    one_line_error(given_batches, Unsized(), batch_size=2, match="Unsized without __len__")

@@ -31,6 +31,9 @@ from landscape.analyses.hessian.linalg import EigenResult
 from landscape.analyses.hessian.probes import local_generator
 from landscape.analyses.hessian.products import relative_step
 from landscape.analyses.hessian.shards import ShardedInnerProduct
+from landscape.core.front import check_labels
+from landscape.data.given import given_batches
+from landscape.data.stream import BatchSource
 from landscape.errors import LandscapeError
 
 #: ``(outputs, labels) -> the batch's mean loss``
@@ -129,6 +132,25 @@ def shard_ranges(params: Sequence[Tensor]) -> tuple[list[tuple[int, int]], int, 
     return ranges, offset, mesh
 
 
+def _front_door(model: nn.Module, batches: Sequence[tuple[Tensor, Tensor]], first: Tensor | None) -> BatchSource:
+    """The batches checked as every analysis checks the data it is given (read onto the ``first`` parameter's device).
+
+    :func:`~landscape.data.given.given_batches` (each batch's images and labels, one dtype and one label form in
+    every batch, integer class indices as int64), images of the parameters' dtype, and every class index an
+    output of the model (:func:`~landscape.core.front.check_labels`: one forward pass of one image, which every rank
+    makes together).
+    """
+    held = given_batches(list(batches), first.device if first is not None else "cpu")
+    images, dtype = held[0][0].dtype, first.dtype if first is not None else None
+    if dtype is not None and images.is_floating_point and images != dtype:
+        raise LandscapeError(
+            f"the batches hold {images} images but the model's parameters are {dtype}: give images of the "
+            f"model's dtype (x.to({dtype}))"
+        )
+    check_labels(model, held)
+    return held
+
+
 class FSDPHessianOperator:
     """The full-data loss Hessian of a ``fully_shard``-ed model, on this rank's shards of flat vectors.
 
@@ -160,7 +182,9 @@ class FSDPHessianOperator:
         n_matvec: the number of products made so far.
 
     Raises:
-        LandscapeError: a model that is not sharded as above, in training mode, or no batches.
+        LandscapeError: a model that is not sharded as above, in training mode, or no batches; batches that the
+            analyses' Python functions refuse (:func:`~landscape.data.given.given_batches`), images of another
+            dtype than the parameters', or a class index the model cannot output.
     """
 
     def __init__(self, model: nn.Module, batches: Sequence[tuple[Tensor, Tensor]], criterion: Criterion | None = None):
@@ -173,6 +197,7 @@ class FSDPHessianOperator:
         if not batches:
             raise LandscapeError("give at least one (inputs, labels) batch")
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        held = _front_door(model, batches, named[0][1] if named else None)
         self.model, self.names, self.params = model, [n for n, _ in named], [p for _, p in named]
         ranges, n, mesh = shard_ranges(self.params)
         self.rank, self.world = mesh.get_local_rank(), mesh.size()
@@ -182,8 +207,8 @@ class FSDPHessianOperator:
         self.dtype, self.device = shards[0].dtype, shards[0].device
         self.shape = (n, n)
         self.inner = ShardedInnerProduct(ranges, n, mesh.get_group(), self.device)
-        self.batches = list(batches)
-        sizes = [int(y.shape[0]) for _, y in self.batches]
+        self.batches = held
+        sizes = held.sizes
         self.weights = [s / sum(sizes) for s in sizes]
         self.criterion = criterion or nn.functional.cross_entropy
         squares = sum(t.double().pow(2).sum() for t in self._point)

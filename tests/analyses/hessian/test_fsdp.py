@@ -97,3 +97,55 @@ def test_a_plain_model_is_not_sharded_and_the_operator_refuses_it():
     assert not is_fully_sharded(model)
     with pytest.raises(LandscapeError, match="not wrapped with fully_shard"):
         FSDPHessianOperator(model, ranks.make_batches())
+
+
+FRONT_DOOR = """
+import json, sys, tempfile
+import torch
+import torch.distributed as dist
+sys.path.insert(0, {here!r})
+import fsdp_ranks as ranks
+from landscape.analyses.hessian.fsdp import fsdp_lanczos, fully_shard_model
+from landscape.errors import LandscapeError
+
+torch.set_num_threads(1)
+dist.init_process_group("gloo", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
+model = fully_shard_model(ranks.make_model())
+good = ranks.make_batches()
+x, y = good[0]
+cases = {{
+    "labels out of range": [(x, y + 5)],
+    "images of two dtypes": [good[0], (good[1][0].float(), good[1][1])],
+    "images of another dtype than the model": [(x.float(), y)],
+    "labels of two forms": [good[0], (good[1][0], torch.full((4, 3), 1 / 3, dtype=torch.float64))],
+    "int32 labels": [(b, t.int()) for b, t in good],
+    "int64 labels": good,
+}}
+out = {{}}
+for name, batches in cases.items():
+    try:
+        out[name] = fsdp_lanczos(model, batches, k=2, tol=1e-8).eigenvalues.tolist()
+    except LandscapeError as exc:
+        out[name] = "Error: " + str(exc)
+print(json.dumps(out))
+dist.destroy_process_group()
+"""
+
+
+def test_fsdp_lanczos_checks_its_batches_as_the_front_door_does():
+    import subprocess
+    import sys
+
+    script = FRONT_DOOR.format(here=str(SCRIPT.parent))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["labels out of range"].startswith("Error: the data has labels 5..")
+    assert "outputs 3 classes" in out["labels out of range"]
+    assert out["images of two dtypes"].startswith("Error: batch 1 has torch.float32 images but batch 0 has")
+    assert out["images of another dtype than the model"].startswith(
+        "Error: the batches hold torch.float32 images but the model's parameters are torch.float64"
+    )
+    assert out["labels of two forms"].startswith("Error: batch 1 has labels of distributions over 3 classes")
+    assert out["int32 labels"] == out["int64 labels"] and len(out["int64 labels"]) == 2
+    assert all("\n" not in v for v in out.values() if isinstance(v, str))
