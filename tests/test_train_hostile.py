@@ -79,6 +79,9 @@ def test_amp_on_a_cpu_is_warned_of_and_recorded_as_not_applied(tmp_path):
     [
         ({"epochs": 3, "snapshot_every": 3}, "--snapshot-every 3 saves no snapshot in 3 epoch(s)"),
         ({"snapshot_warmup": True}, "--snapshot-warmup saves the weights after the warm-up, and there is none"),
+        ({"optimizer": "adam", "momentum": 0.9}, "--momentum 0.9 has no effect with --optimizer adam"),
+        ({"momentum": 0.5}, "--momentum 0.5 has no effect with --optimizer adamw"),
+        ({"optimizer": "sgd", "momentum": float("nan")}, "--momentum nan has no effect with --optimizer sgd"),
     ],
 )
 def test_options_that_would_have_no_effect_are_refused(options, start):
@@ -103,3 +106,19 @@ def test_a_subset_that_is_neither_a_fraction_nor_a_count_is_one_line(subset, tmp
     result = CliRunner().invoke(cli, ["train", "--model", "resnet_mini", "--subset", subset, "--out", str(out)])
     assert result.exit_code == 2 and "Traceback" not in result.output and not out.exists()
     assert "'--subset'" in result.output and "neither a fraction" in result.output
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_momentum_with_an_optimiser_without_one_is_refused_before_training(tmp_path, optimizer):
+    base = ["train", "--model", "resnet_mini", "--data", "digits:16", "--out", str(tmp_path / "x.pt")]
+    for value in ("0.9", "nan"):
+        run = CliRunner().invoke(cli, [*base, "--optimizer", optimizer, "--momentum", value])
+        assert run.exit_code == 2 and run.output.count("\n") == 1, run.output
+        assert f"--momentum {value} has no effect with --optimizer {optimizer}" in run.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_momentum_applied_is_the_one_recorded():
+    assert TrainConfig(**TINY, optimizer="heavy-ball").momentum == 0.9  # the default, recorded as applied
+    assert TrainConfig(**TINY, optimizer="sgd-nesterov", momentum=0.5).momentum == 0.5
+    assert TrainConfig(**TINY, optimizer="adam").momentum is None  # Adam has none

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from landscape.cli.options import COUNT, OUTPUT, SEED, parse_model_kw
-from landscape.options.train import OPTIMIZERS, TRACK_MODES
+from landscape.options.train import DEFAULT_MOMENTUM, OPTIMIZERS, TRACK_MODES
 
 if TYPE_CHECKING:
     from landscape.train import TrainConfig
@@ -75,7 +75,12 @@ def check_tracking(config: TrainConfig) -> None:
     type=click.Choice(OPTIMIZERS),
     help="sgd is plain SGD; sgd-nesterov and heavy-ball use --momentum [default: adamw].",
 )
-@click.option("--momentum", default=None, type=float, help="Momentum of sgd-nesterov and heavy-ball [default: 0.9].")
+@click.option(
+    "--momentum",
+    default=None,
+    type=float,
+    help=f"Momentum of sgd-nesterov and heavy-ball (refused with the others) [default: {DEFAULT_MOMENTUM}].",
+)
 @click.option("--lr", default=None, type=float, help="Peak learning rate [default: 2e-3].")
 @click.option("--weight-decay", default=None, type=float, help="Decoupled weight decay [default: 0.05].")
 @click.option("--warmup-epochs", default=None, type=float, help="Linear warm-up epochs [default: 1].")

@@ -16,10 +16,12 @@ import torch
 from torch import nn
 
 from landscape.errors import LandscapeError
-from landscape.options.train import OPTIMIZERS
+from landscape.options.train import DEFAULT_MOMENTUM, OPTIMIZERS
 
 
-def build_optimizer(name: str, groups: Sequence[dict], lr: float, momentum: float) -> torch.optim.Optimizer:
+def build_optimizer(
+    name: str, groups: Sequence[dict], lr: float, momentum: float | None = None
+) -> torch.optim.Optimizer:
     """The optimiser ``name`` over the param groups ``groups`` (each with its ``weight_decay``).
 
     ``adamw``: ``torch.optim.AdamW``; ``adam``: ``torch.optim.Adam``; ``sgd``: ``torch.optim.SGD`` without
@@ -30,7 +32,8 @@ def build_optimizer(name: str, groups: Sequence[dict], lr: float, momentum: floa
         name: one of :data:`~landscape.options.train.OPTIMIZERS`.
         groups: the param groups.
         lr: the learning rate.
-        momentum: the momentum of ``sgd-nesterov`` and ``heavy-ball``.
+        momentum: the momentum of ``sgd-nesterov`` and ``heavy-ball`` (None: ``DEFAULT_MOMENTUM``); unused by
+            the others.
 
     Returns:
         The optimiser.
@@ -45,7 +48,8 @@ def build_optimizer(name: str, groups: Sequence[dict], lr: float, momentum: floa
     if name == "sgd":
         return torch.optim.SGD(groups, lr=lr)
     if name in ("sgd-nesterov", "heavy-ball"):
-        return torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=name == "sgd-nesterov")
+        beta = DEFAULT_MOMENTUM if momentum is None else momentum
+        return torch.optim.SGD(groups, lr=lr, momentum=beta, nesterov=name == "sgd-nesterov")
     raise LandscapeError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
