@@ -6,6 +6,7 @@ sharpness scalars against the sidecar; training itself is unchanged, and every r
 
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,3 +116,21 @@ def test_outputs_that_collide_are_refused_before_any_work(tmp_path, monkeypatch,
     side, snap = tmp_path / "x.sharpness.h5", tmp_path / "x.init.pt"
     assert says.format(out=out, board=board, side=side, snap=snap) in result.output
     assert not trained and not board.exists() and not out.exists()
+
+
+def test_a_folder_that_cannot_be_made_names_tensorboard_not_out(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    msg = one_line_error(train_model, TrainConfig(**TINY), tmp_path / "a.pt", tensorboard=tmp_path / "file" / "board")
+    assert msg.endswith("choose another --tensorboard") and "--out" not in msg
+
+    mkdir = Path.mkdir
+
+    def refused(self, *args, **kwargs):
+        if self.name == "board":
+            raise PermissionError(13, "Permission denied")
+        return mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refused)
+    msg = one_line_error(train_model, TrainConfig(**TINY), tmp_path / "a.pt", tensorboard=tmp_path / "board")
+    assert msg.endswith("permission denied; choose a writable --tensorboard"), msg
+    assert not (tmp_path / "a.pt").exists()

@@ -30,6 +30,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 _FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?: (-?\d[^\s,;)]*|'[^']*'))?")
 #: a Sphinx role naming an object of the options' module without its module (``:data:`NORMS```)
 _ROLE = re.compile(r"(:\w+:`)(~?)([A-Za-z_]\w*)`")
+#: command-line flags of the model's source, which a Python call sets on a ModelSource given as the model
+SOURCE_FLAGS = {
+    "--model-output": "ModelSource(output=...)",
+    "--num-classes": "ModelSource(num_classes=...)",
+    "--model-kw": "ModelSource(model_kwargs=...)",
+}
 #: the width the options' entries of a docstring are wrapped to
 WIDTH = 116
 #: an entry of a Google docstring section: ``name: text`` (or ``**name: text``) at the section's indent
@@ -179,7 +185,8 @@ def python_message(message: str, signature: inspect.Signature, aliases: Mapping[
 
     ``--batch-size 64`` becomes ``batch_size=64``, ``--x`` becomes ``x=`` and a flag of a keyword that is False by
     default (``--force``) ``force=True``; a flag whose keyword is named otherwise is looked up in ``aliases``
-    (flag -> the Python text, e.g. ``{"--zero": "zero_patterns"}``). Other flags stay as they are.
+    (flag -> the Python text, e.g. ``{"--zero": "zero_patterns"}``); a flag of the model's source that is no keyword
+    becomes its :class:`~landscape.core.source.ModelSource` field (:data:`SOURCE_FLAGS`). Other flags stay.
 
     Args:
         message: the message.
@@ -196,6 +203,8 @@ def python_message(message: str, signature: inspect.Signature, aliases: Mapping[
         name = aliases.get(flag, match.group(1).replace("-", "_"))
         keyword, _, fixed = name.partition("=")
         param = signature.parameters.get(keyword)
+        if param is None and flag in SOURCE_FLAGS:
+            return SOURCE_FLAGS[flag].replace("...", value or "...")
         if param is None or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
             return match.group(0)
         if fixed:
@@ -205,6 +214,33 @@ def python_message(message: str, signature: inspect.Signature, aliases: Mapping[
         return f"{keyword}=True" if param.default is False else f"{keyword}="
 
     return _FLAG.sub(one, message)
+
+
+def speaks_python(function: F) -> F:
+    """Decorate a function only Python calls (never the command line): its errors name its own keywords.
+
+    A :class:`~landscape.errors.LandscapeError` raised inside it, in the command line's words (``lower --ncv``),
+    reaches the caller with each flag that is one of its keywords in Python's (``lower ncv=``,
+    :func:`python_message`).
+
+    Args:
+        function: the function.
+
+    Returns:
+        The decorated function.
+    """
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except LandscapeError as exc:
+            if exc.args and isinstance(exc.args[0], str):
+                exc.args = (python_message(exc.args[0], signature), *exc.args[1:])
+            raise
+
+    return call  # type: ignore[return-value]
 
 
 def analysis_function(options_class: type) -> Callable[[F], F]:

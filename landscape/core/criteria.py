@@ -246,8 +246,8 @@ def select_logits(output: object, selector: OutputSelector = None) -> Tensor:
         if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
             return _as_logits(output[0])
         raise LandscapeError(
-            f"the model returned {type(output).__name__}, not logits: pass output= (Python) or "
-            "--model-output KEY naming the logits"
+            f"the model returned {type(output).__name__}, not logits: name them with --model-output (a key, an "
+            "index or an attribute of the output)"
         )
     try:
         chosen = selector(output) if callable(selector) else output[selector]  # type: ignore[index]

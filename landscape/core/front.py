@@ -30,7 +30,7 @@ from landscape.core.source import AnalysisInputs, ModelSource, resolve_preproces
 from landscape.data.augment import augmented_batches
 from landscape.data.batches import stream_batches
 from landscape.data.given import ACCEPTED, GivenData, describe, given_batches, is_data
-from landscape.data.labels import check_label_range, label_range
+from landscape.data.labels import LABEL_RANGE_REMEDY, check_label_range, label_range
 from landscape.data.loading import load_dataset
 from landscape.data.stream import BatchSource, HeldBatches, as_source
 from landscape.errors import LandscapeError
@@ -216,7 +216,10 @@ def build_objective(
 
 
 def check_labels(
-    model: nn.Module, batches: Sequence[tuple[Tensor, Tensor]] | BatchSource, output: str | int | None = None
+    model: nn.Module,
+    batches: Sequence[tuple[Tensor, Tensor]] | BatchSource,
+    output: str | int | None = None,
+    remedy: str = LABEL_RANGE_REMEDY,
 ) -> None:
     """Refuse labels the model cannot predict: every integer target must lie in ``0..n_outputs-1``.
 
@@ -226,6 +229,7 @@ def check_labels(
         model: the classifier (eval mode).
         batches: ``(x, y)`` batches of images and labels.
         output: where the logits are in the model's output (``--model-output``).
+        remedy: what to do about labels it cannot output, in the caller's words.
 
     Raises:
         LandscapeError: naming the label range and the model's number of outputs (also: no logits in the
@@ -240,7 +244,7 @@ def check_labels(
         with calling_forward(model, one):
             logits = model(one)
         n_out = int(select_logits(logits, output).shape[-1])
-    check_label_range(labels, n_out)
+    check_label_range(labels, n_out, remedy)
 
 
 @dataclass

@@ -476,9 +476,11 @@ class Objective:
         fn = self.batch_loss_fn(batch)
         l1, g1 = float(fn(params)), grad(fn)(params)
         if not math.isfinite(l1):
+            dtype = self.dtype or next(iter(self.params.values())).dtype
+            wider = ", or --dtype float64" if self.dtype is not None and dtype != torch.float64 else ""
             raise LandscapeError(
                 f"the loss of the first batch is {l1} although every weight is finite: the model overflows on "
-                "this data (check --data, --mean/--std, or --dtype float64)"
+                f"this data in {str(dtype).replace('torch.', '')} (check --data, --mean/--std{wider})"
             )
         l2, g2 = float(fn(params)), grad(fn)(params)
         exact = self.device.type == "cpu"

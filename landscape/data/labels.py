@@ -78,12 +78,19 @@ def label_range(targets: Iterable[Tensor]) -> tuple[int, int] | None:
     return min(int(y.min()) for y in labels), max(int(y.max()) for y in labels)
 
 
-def check_label_range(targets: Iterable[Tensor], n_outputs: int) -> None:
+#: what to do about labels a model cannot output, in the command line's words
+LABEL_RANGE_REMEDY = (
+    "analyse it on data with at most that many classes (--data), or build the model with more outputs (--num-classes)"
+)
+
+
+def check_label_range(targets: Iterable[Tensor], n_outputs: int, remedy: str = LABEL_RANGE_REMEDY) -> None:
     """Refuse labels a model of ``n_outputs`` classes cannot output: every integer label must lie in ``0..n-1``.
 
     Args:
         targets: label tensors (floating soft targets are not checked).
         n_outputs: the number of the model's outputs.
+        remedy: what to do, in the caller's words.
 
     Raises:
         LandscapeError: an integer label is negative or ``>= n_outputs``, naming the labels' range and the
@@ -96,6 +103,5 @@ def check_label_range(targets: Iterable[Tensor], n_outputs: int) -> None:
     if low < 0 or high >= n_outputs:
         raise LandscapeError(
             f"the data has labels {low}..{high} but the model outputs {n_outputs} classes (0..{n_outputs - 1}): "
-            "analyse it on data with at most that many classes (--data), or build the model with more outputs "
-            "(--num-classes)"
+            + remedy
         )

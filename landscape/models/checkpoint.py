@@ -29,6 +29,7 @@ import hashlib
 import io
 import os
 import pickle
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,7 @@ from landscape.errors import LandscapeError, first_line
 from landscape.models import create_model
 from landscape.models.external import is_external, split_spec
 from landscape.models.registry import resolve_model_name
-from landscape.store.files import WRITTEN_BY, atomic_write, landscape_kind, read_regular
+from landscape.store.files import WRITTEN_BY, atomic_write, file_type, landscape_kind, os_error, read_regular
 from landscape.version import __version__
 
 FORMAT_VERSION = 1
@@ -218,6 +219,31 @@ def weights_sha256(module: nn.Module) -> str:
     return digest.hexdigest()
 
 
+def require_checkpoint_file(path: str | os.PathLike) -> Path:
+    """``path`` as a Path, when it names a file to read a checkpoint from (a link is followed).
+
+    Args:
+        path: the checkpoint's path as given.
+
+    Returns:
+        ``Path(path)``.
+
+    Raises:
+        LandscapeError: nothing is there ("not found"), or what is there is not a regular file (a folder, a FIFO,
+            a device: named as what it is), or it cannot be looked at (permissions).
+    """
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise LandscapeError(f"checkpoint {path} not found: check the path") from None
+    except OSError as exc:
+        raise os_error(exc, path, "read") from exc
+    if not stat.S_ISREG(mode):
+        raise LandscapeError(f"checkpoint {path} is {file_type(mode)}, not a file: give the path of a checkpoint file")
+    return path
+
+
 def file_sha256(path: str | os.PathLike) -> str:
     """Hex SHA-256 of a file's bytes.
 
@@ -230,9 +256,7 @@ def file_sha256(path: str | os.PathLike) -> str:
     Raises:
         LandscapeError: If ``path`` is not an existing file.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise LandscapeError(f"checkpoint {path} not found: check the path")
+    path = require_checkpoint_file(path)
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -297,10 +321,8 @@ def read_checkpoint(path: str | os.PathLike, *, companion: str | None = None) ->
         data = read_regular(path, companion)
         source: Any = io.BytesIO(data)
         sha = hashlib.sha256(data).hexdigest()
-    elif not path.is_file():
-        raise LandscapeError(f"checkpoint {path} not found: check the path")
     else:
-        source, sha = path, None
+        source, sha = require_checkpoint_file(path), None
     if path.suffix == ".safetensors":
         state = _strip_prefixes(_read_safetensors(path, None if companion is None else data))
         return Checkpoint(

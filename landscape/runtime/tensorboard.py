@@ -18,6 +18,9 @@ from landscape.errors import missing_extra
 from landscape.store.files import ensure_folder, os_error, temporary_path
 from landscape.store.read import read_result
 
+#: the option that names the folder, in the errors
+OPTION = "--tensorboard"
+
 #: the TensorBoard scalars of a run (``--tensorboard``), by what they are: their tags
 BOARD_TAGS = {
     "loss": "train/loss",  # the mini-batch's training loss, every optimiser step
@@ -51,8 +54,8 @@ class Board:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:  # torch raises it when the tensorboard package is missing
             raise missing_extra("--tensorboard needs the tensorboard package", "tensorboard") from None
-        self.folder = ensure_folder(folder)
-        temporary_path(self.folder / "events").unlink()  # the folder takes files: checked before the run
+        self.folder = ensure_folder(folder, OPTION)
+        temporary_path(self.folder / "events", OPTION).unlink()  # the folder takes files: checked before the run
         self._make = SummaryWriter
         self._writer: Any = None  # the event file is made with the first scalar: a run that fails first leaves none
 
@@ -70,7 +73,7 @@ class Board:
             try:
                 self._writer = self._make(log_dir=str(self.folder))
             except OSError as exc:
-                raise os_error(exc, self.folder, "write") from exc
+                raise os_error(exc, self.folder, "write", OPTION) from exc
         for tag, value in scalars.items():
             self._writer.add_scalar(tag, float(value), int(step))
 
@@ -85,7 +88,7 @@ class Board:
         try:
             self._writer.close()
         except OSError as exc:
-            raise os_error(exc, self.folder, "write") from exc
+            raise os_error(exc, self.folder, "write", OPTION) from exc
 
 
 def step_scalars(loss: float, lr: float, record: Any = None) -> dict[str, float]:

@@ -2,10 +2,11 @@
 
 - :func:`atomic_write` writes a file through a temporary created with a random name and exclusive creation
   (``tempfile.mkstemp``) in the target folder, then ``os.replace``-s it into place, so a planted symlink is
-  never followed and a failed write never leaves a half-written file under the final name.
-- The writer locks beside result files are in :mod:`landscape.store.locks`.
-- :func:`os_error` turns an ``OSError`` into a one-line :class:`~landscape.errors.LandscapeError` chosen by
-  the exception's type and ``errno`` (never by the words of its message).
+  never followed and a failed write never leaves a half-written file under the final name (the writer locks
+  beside result files are in :mod:`landscape.store.locks`).
+- :func:`~landscape.store.oserrors.os_error` (:mod:`landscape.store.oserrors`, imported here for every writer)
+  turns an ``OSError`` into a one-line :class:`~landscape.errors.LandscapeError` chosen by the exception's type
+  and ``errno`` (never by the words of its message).
 - :func:`check_replaceable` is the one rule for replacing what is at a path: nothing that is not a regular
   file, ever; a symbolic link (the link itself, never followed) or a file landscape did not write
   (:func:`written_by_landscape`) only with ``--force``.
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import os
-import resource
 import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -24,41 +24,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from landscape.errors import LandscapeError
+from landscape.store.oserrors import os_error
 
-_ERRNO_CAUSES = {
-    errno.ENOSPC: "no space left on the device; free some space",
-    errno.EFBIG: "the file size limit was reached (ulimit -f); raise the limit",
-    errno.EROFS: "the file system is read-only; choose a writable --out",
-    errno.EDQUOT: "the disk quota is exceeded; free some space",
-    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another --out",
-    errno.EISDIR: "it is a folder; give a file name",
-    errno.ENAMETOOLONG: "the name is too long; choose a shorter --out",
-}
 #: open flags that never follow a symlink, never block on a FIFO and are never inherited by child processes
 _SAFE_OPEN = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-
-
-def os_error(exc: OSError, path: str | Path, action: str = "write") -> LandscapeError:
-    """A one-line error for an ``OSError`` raised while doing ``action`` on ``path``, classified by type/errno.
-
-    Args:
-        exc: the error raised by the operating system (or by h5py, which keeps ``errno``).
-        path: the file or folder concerned.
-        action: what was being done, e.g. ``"write"``, ``"create"``, ``"read"``.
-
-    Returns:
-        The :class:`LandscapeError` to raise (``raise os_error(exc, path) from exc``).
-    """
-    if isinstance(exc, PermissionError):
-        cause = "permission denied; choose a writable --out" if action != "read" else "permission denied"
-    elif isinstance(exc, FileNotFoundError) and action == "read":
-        cause = "it does not exist"
-    elif exc.errno in _ERRNO_CAUSES:
-        cause = _ERRNO_CAUSES[exc.errno]
-    else:
-        detail = (exc.strerror or str(exc) or type(exc).__name__).strip().splitlines()[0]
-        cause = f"{type(exc).__name__}: {detail}"
-    return LandscapeError(f"cannot {action} {path}: {cause}")
 
 
 #: the phrase that marks a file as written by landscape (a PNG text chunk, SVG / PDF metadata, an HTML ``meta``
@@ -121,9 +90,9 @@ _KIND_OPENINGS = (
 def landscape_kind(path: str | Path) -> str | None:
     """Which kind of file landscape wrote at ``path`` (one of :data:`FILE_KINDS`); None when landscape did not.
 
-    A file carries landscape's mark (:func:`written_by_landscape`); its kind is told by how it begins: an HDF5
-    result, a checkpoint (``torch.save``'s zip), a figure (PNG, PDF or SVG), a report page, a demo summary, a
-    surface mesh (VTK XML) or a JSON record. A link is never followed.
+    A file carries landscape's mark (:func:`written_by_landscape`), or is an HDF5 result naming its kind; its kind
+    is told by how it begins: an HDF5 result, a checkpoint (``torch.save``'s zip), a figure (PNG, PDF or SVG), a
+    report page, a demo summary, a surface mesh (VTK XML) or a JSON record. A link is never followed.
 
     Args:
         path: the file.
@@ -132,7 +101,7 @@ def landscape_kind(path: str | Path) -> str | None:
         The kind, or None (no regular file, no mark, or an opening landscape never writes).
     """
     if not written_by_landscape(path):
-        return None
+        return "result" if is_result_file(path) else None
     try:
         fd = os.open(path, os.O_RDONLY | _SAFE_OPEN)
     except OSError:
@@ -149,6 +118,29 @@ def landscape_kind(path: str | Path) -> str | None:
     if head.startswith(b"<?xml") or head.startswith(b"<svg"):
         return "surface mesh" if b"<VTKFile" in head else "figure" if b"<svg" in head else None
     return None
+
+
+def is_result_file(path: str | Path) -> bool:
+    """Whether ``path`` is a regular HDF5 file (not a link) whose root names its ``kind``: a landscape result.
+
+    Result files carry no mark of their own (:func:`landscape.store.files.written_by_landscape`): this is how
+    the one replacement rule tells them apart from files landscape did not write. Never raises.
+
+    Args:
+        path: the file.
+
+    Returns:
+        True for a result file, False for anything else or what cannot be read.
+    """
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        import h5py  # here: the replacement rule is used where no result is read
+
+        with h5py.File(path, "r", locking=False) as f:
+            return isinstance(f.attrs.get("kind"), (str, bytes))
+    except Exception:  # noqa: BLE001 - not HDF5, damaged, unreadable: not a result
+        return False
 
 
 def check_replaceable(path: str | Path, *, force: bool = False, kind: str | None = None) -> None:
@@ -191,7 +183,7 @@ def check_replaceable(path: str | Path, *, force: bool = False, kind: str | None
         )
     if force:
         return
-    there = landscape_kind(path) if kind is not None else ("any" if written_by_landscape(path) else None)
+    there = landscape_kind(path) or ("any" if kind is None and written_by_landscape(path) else None)
     if there is None:
         raise LandscapeError(
             f"{path} exists and landscape did not write it (it lacks landscape's mark); pass --force to replace it, "
@@ -316,56 +308,12 @@ def _inside(path: Path, folder: Path) -> bool:
     return inner.startswith(outer.rstrip(os.sep) + os.sep)
 
 
-#: free bytes under which a failed write is put down to a full disk (see :func:`write_failure`)
-NEARLY_FULL = 1 << 20
-
-
-def _failed_write_errno(path: Path) -> int | None:
-    """The cause of a failed write that came without an ``errno``, read from the state of the machine.
-
-    The file size limit (``RLIMIT_FSIZE``) reached by ``path``, or a file system with less than
-    :data:`NEARLY_FULL` bytes free; None when neither holds.
-    """
-    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-    try:
-        size = os.stat(path).st_size
-    except OSError:
-        size = 0
-    if soft != resource.RLIM_INFINITY and size >= soft - NEARLY_FULL:
-        return errno.EFBIG
-    try:
-        fs = os.statvfs(path if os.path.exists(path) else os.path.dirname(os.path.abspath(path)))
-    except OSError:
-        return None
-    return errno.ENOSPC if fs.f_bavail * fs.f_frsize < NEARLY_FULL else None
-
-
-def write_failure(exc: BaseException, path: str | Path) -> LandscapeError:
-    """A one-line error for a write to ``path`` that a library reported as ``exc``, classified by its cause.
-
-    An ``OSError`` with an ``errno`` is named by :func:`os_error`. A library that reports a failed write without
-    one (h5py raises ``RuntimeError`` when HDF5 cannot write its metadata, e.g. on closing) is classified by the
-    state of the machine: the file size limit reached, or a full disk; otherwise its type and first line are kept.
-
-    Args:
-        exc: the exception the write raised.
-        path: the file being written.
-
-    Returns:
-        The :class:`LandscapeError` to raise (``raise write_failure(exc, path) from exc``).
-    """
-    code = getattr(exc, "errno", None) or _failed_write_errno(Path(path))
-    if code is not None:
-        return os_error(OSError(code, os.strerror(code)), path, "write")
-    detail = (str(exc).strip().splitlines() or [""])[0]
-    return LandscapeError(f"cannot write {path}: {type(exc).__name__}: {detail}".rstrip(": "))
-
-
-def ensure_folder(path: str | Path) -> Path:
-    """Create folder ``path`` (and its parents) if needed; any OS failure is a one-line error.
+def ensure_folder(path: str | Path, option: str = "--out") -> Path:
+    """Create folder ``path`` (and its parents) if needed; any OS failure is a one-line error naming ``option``.
 
     Args:
         path: the folder to create (an existing folder is fine).
+        option: the option that chose it (:func:`os_error`).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -378,9 +326,11 @@ def ensure_folder(path: str | Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise LandscapeError(f"cannot create folder {path}: a file of that name exists; choose another --out") from None
+        raise LandscapeError(
+            f"cannot create folder {path}: a file of that name exists; choose another {option}"
+        ) from None
     except OSError as exc:
-        raise os_error(exc, path, "create folder") from exc
+        raise os_error(exc, path, "create folder", option) from exc
     return path
 
 
@@ -501,14 +451,14 @@ def write_text(path: str | Path, text: str, *, force: bool = False, kind: str | 
         handle.write(storable_text(text))
 
 
-def temporary_path(path: str | Path) -> Path:
+def temporary_path(path: str | Path, option: str = "--out") -> Path:
     """Create an empty exclusive temporary file beside ``path`` (random name, ``O_EXCL``) and return its path.
 
-    For writers that need a file name rather than a file object; the caller moves it into place with
-    ``os.replace`` or removes it.
+    For writers that need a file name, not a file object; the caller moves it into place or removes it.
 
     Args:
         path: the final file; the temporary ``.NAME.XXXXXXXX.tmp`` is created in its folder.
+        option: the option that chose ``path`` (:func:`os_error`).
 
     Returns:
         The path of the new, empty temporary file.
@@ -516,18 +466,17 @@ def temporary_path(path: str | Path) -> Path:
     Raises:
         LandscapeError: the folder cannot be created, or the temporary cannot be created in it.
     """
-    fd, tmp = _exclusive_temporary(Path(path))
+    fd, tmp = _exclusive_temporary(Path(path), option)
     os.close(fd)
     return Path(tmp)
 
 
-def _exclusive_temporary(path: Path) -> tuple[int, str]:
+def _exclusive_temporary(path: Path, option: str = "--out") -> tuple[int, str]:
     """``mkstemp`` in ``path``'s folder (created if needed): a random ``.NAME.XXXXXXXX.tmp``, ``O_EXCL``."""
-    folder = ensure_folder(path.parent if str(path.parent) else ".")
     try:
-        return tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+        return tempfile.mkstemp(dir=ensure_folder(path.parent, option), prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
-        raise os_error(exc, path, "write") from exc
+        raise os_error(exc, path, "write", option) from exc
 
 
 def _umask() -> int:

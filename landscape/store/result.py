@@ -21,7 +21,7 @@ import numpy as np
 
 from landscape.errors import LandscapeError
 from landscape.store.attrs import as_str, decode, encode, identity_of, now
-from landscape.store.files import atomic_write, check_replaceable, ensure_folder, open_regular, os_error, write_failure
+from landscape.store.files import atomic_write, check_replaceable, ensure_folder, open_regular, os_error
 from landscape.store.h5 import (
     abandon,
     check_no_writer,
@@ -32,6 +32,7 @@ from landscape.store.h5 import (
     unreadable,
 )
 from landscape.store.locks import WriterLock, last_writer
+from landscape.store.oserrors import write_failure
 from landscape.store.read import MEMORY, Result, result_of
 from landscape.version import __version__
 

@@ -305,3 +305,35 @@ def test_the_device_holds_at_most_two_batches_at_once_whatever_the_method():
     obj.loss(), obj.evaluate(), obj.gradient(), obj.hvp(v), obj.recompute_bn_buffers(obj.params)
     assert isinstance(obj.batches, TrackedBatches)  # a placed view shares the record (a shallow copy)
     assert len(source.alive) >= 5 * 12 + 3 and source.most <= 2  # 5 passes over 12 batches, and the checks
+
+
+class Overflowing(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1)) * 1e300 * 1e300  # inf in float32 and in float64
+
+
+@pytest.mark.parametrize(
+    "dtype, model_dtype, words, float64_said",
+    [
+        (None, torch.float32, "in float32 (check --data, --mean/--std)", False),  # the caller has no --dtype
+        (None, torch.float64, "in float64 (check --data, --mean/--std)", False),
+        (torch.float32, torch.float32, "in float32 (check --data, --mean/--std, or --dtype float64)", True),
+        (torch.float64, torch.float32, "in float64 (check --data, --mean/--std)", False),
+    ],
+)
+def test_float64_is_suggested_only_where_it_is_not_already_used(dtype, model_dtype, words, float64_said):
+    batches = [(torch.randn(5, 1, 2, 2, dtype=model_dtype), torch.tensor([0, 1, 2, 0, 1]))]
+    msg = one_line_error(Objective, Overflowing().to(model_dtype), batches, dtype=dtype, match="overflows")
+    assert msg.endswith(words) and ("float64)" in msg) == float64_said, msg
+
+
+def test_a_python_call_is_told_the_model_source_field_not_the_flag():
+    import landscape
+
+    batches = [(torch.randn(5, 2), torch.tensor([0, 1, 2, 0, 1]))]
+    msg = one_line_error(landscape.hessian, DictOut(nn.Linear(2, 3), "named"), batches, top_k=1, progress=False)
+    assert "name them with ModelSource(output=...)" in msg and "--model-output" not in msg

@@ -316,3 +316,13 @@ def test_a_checkpoint_cannot_choose_code_or_files_to_load(tmp_path, monkeypatch)
             tmp_path / "t.pt", model, model_name="timm:resnet10t", model_kwargs={key: value}, num_classes=10
         )
         one_line_error(load_model, tmp_path / "t.pt", match=f"model option '{key}'")
+
+
+def test_a_checkpoint_path_that_names_no_file_says_what_is_there(tmp_path):
+    fifo = tmp_path / "pipe.pt"
+    os.mkfifo(fifo)
+    for path, what in ((fifo, "a named pipe"), ("/dev/null", "a character device"), (tmp_path, "a folder")):
+        for read in (read_checkpoint, file_sha256):
+            msg = one_line_error(read, path, match=rf"^checkpoint {path} is {what}")
+            assert "not found" not in msg
+    one_line_error(landscape.surface, str(fifo), match=r"is a named pipe \(FIFO\), not a file")

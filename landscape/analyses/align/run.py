@@ -176,7 +176,7 @@ def _check_out(out: Path, sources: Iterable[Any], force: bool) -> None:
         same = path.exists() and out.exists() and os.path.samefile(path, out)
         if same or out.resolve() == path.resolve():
             raise LandscapeError(f"--out {out} is an input checkpoint; write the aligned network to another file")
-    check_replaceable(out, force=force)
+    check_replaceable(out, force=force, kind="checkpoint")
 
 
 def _carried(source: Any) -> dict[str, Any]:

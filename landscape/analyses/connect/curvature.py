@@ -114,6 +114,7 @@ def point_curvature(
         seed=settings.seed,
         forward=forward,
         base_loss=base_loss,
+        option="--curvature-rho",
     )
     return (
         float(top.eigenvalues[-1]),

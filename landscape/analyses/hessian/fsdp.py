@@ -31,6 +31,7 @@ from landscape.analyses.hessian.linalg import EigenResult
 from landscape.analyses.hessian.probes import local_generator
 from landscape.analyses.hessian.products import relative_step
 from landscape.analyses.hessian.shards import ShardedInnerProduct
+from landscape.core.calls import speaks_python
 from landscape.core.front import check_labels
 from landscape.data.given import given_batches
 from landscape.data.stream import BatchSource
@@ -147,7 +148,7 @@ def _front_door(model: nn.Module, batches: Sequence[tuple[Tensor, Tensor]], firs
             f"the batches hold {images} images but the model's parameters are {dtype}: give images of the "
             f"model's dtype (x.to({dtype}))"
         )
-    check_labels(model, held)
+    check_labels(model, held, remedy="give labels the model can output, or a model with more outputs")
     return held
 
 
@@ -216,6 +217,13 @@ class FSDPHessianOperator:
         self.step = max(relative_step(t.dtype) for t in self._point) * (1.0 + size)
         self.n_matvec = 0
 
+    def remedy(self, problem: str) -> str:
+        """What to try when these products are not a Hessian's, in Python's words (fsdp_lanczos has no flags)."""
+        wider = "" if self.dtype == torch.float64 else "; a float64 model makes them smaller"
+        if problem == "non-finite":
+            return f"a NaN weight, or a loss that overflows in {str(self.dtype).replace('torch.', '')}{wider}"
+        return f"its products are central differences, which cross kinks of ReLU-like activations{wider}"
+
     def _set(self, shift: Sequence[Tensor] | None, sign: float) -> None:
         """Set every local shard to ``w + sign * shift`` (``w`` itself, copied, when ``shift`` is None)."""
         with torch.no_grad():
@@ -273,6 +281,7 @@ class FSDPHessianOperator:
         return ((plus - minus) / (2 * eps)).to(self.dtype)
 
 
+@speaks_python
 def fsdp_lanczos(
     model: nn.Module,
     batches: Sequence[tuple[Tensor, Tensor]],

@@ -40,6 +40,7 @@ from landscape.analyses.hessian.linalg import (
     new_direction,
     orthogonalize,
     rank_ritz,
+    remedy_of,
     require_finite,
     require_memory,
     require_symmetric,
@@ -140,6 +141,7 @@ def lanczos(
         callback=callback,
         plan=getattr(op, "plan_products", None),
         inner=getattr(op, "inner", LOCAL),
+        remedy=remedy_of(op),
     )
     return drive(steps, op.matvec)
 
@@ -218,6 +220,7 @@ def lanczos_steps(
     callback: Callable[[int, Tensor, Tensor], None] | None = None,
     plan: Callable[[int], None] | None = None,
     inner: InnerProduct = LOCAL,
+    remedy: Callable[[str], str] | None = None,
 ) -> LanczosSteps:
     """:func:`lanczos` as a generator of its products, so that many runs can share one vectorised product.
 
@@ -243,6 +246,8 @@ def lanczos_steps(
         plan: called with the number of products the solver expects next (the basis to fill) before they
             are asked for.
         inner: the inner product every reduction goes through (default: whole vectors on this process).
+        remedy: what to try when the products are not finite or not symmetric (the operator's, see
+            :func:`~landscape.analyses.hessian.linalg.remedy_of`; default the generic advice).
 
     Returns:
         The generator.
@@ -269,7 +274,9 @@ def lanczos_steps(
         if not torch.isfinite(norm) or norm == 0:
             raise LandscapeError(f"v0 must be a finite nonzero vector of length {local}")
         v = v / norm
-    return _lanczos_steps(n, v, m, k, which, tol, eps, maxiter, gen, return_eigenvectors, callback, plan, inner)
+    advice = remedy or remedy_of(None)
+    steps = (n, v, m, k, which, tol, eps, maxiter, gen, return_eigenvectors, callback, plan, inner, advice)
+    return _lanczos_steps(*steps)
 
 
 def _lanczos_steps(
@@ -286,6 +293,7 @@ def _lanczos_steps(
     callback: Callable[[int, Tensor, Tensor], None] | None,
     plan: Callable[[int], None] | None,
     inner: InnerProduct,
+    remedy: Callable[[str], str],
 ) -> LanczosSteps:
     dtype, device, local = v.dtype, v.device, v.numel()
     # stored column by column (each basis vector contiguous): the (local, j) views below are transposed matrices
@@ -304,9 +312,10 @@ def _lanczos_steps(
             products += 1
             W[:, j] = w
             r, h = orthogonalize(w, V[:, : j + 1], inner)
-            hc = require_finite(h.to("cpu", torch.float64), products)  # non-finite whenever w is; already on the CPU
+            hc = require_finite(h.to("cpu", torch.float64), products, remedy("non-finite"))  # whenever w is
             if coupling is not None:
-                require_symmetric(float(hc[j - 1]), coupling, max(anorm, float(hc.abs().max())), eps, products)
+                scale = max(anorm, float(hc.abs().max()))
+                require_symmetric(float(hc[j - 1]), coupling, scale, eps, products, remedy("asymmetric"))
             T[: j + 1, j] = hc
             T[j, : j + 1] = hc
             beta = inner.norm(r)
@@ -472,9 +481,10 @@ def lanczos_tridiagonal(op: Operator, v0: Tensor, steps: int) -> tuple[Tensor, T
         r, h = orthogonalize(w, Q[:, : j + 1])
         alpha.append(float(h[j]))
         b = float(torch.linalg.vector_norm(r))
-        require_finite(torch.tensor([alpha[-1], b]), j + 1)  # NaN/Inf anywhere in w reaches both
+        require_finite(torch.tensor([alpha[-1], b]), j + 1, remedy_of(op)("non-finite"))  # NaN/Inf in w reach both
         if j > 0:
-            require_symmetric(float(h[j - 1]), beta[-1], max(anorm, abs(alpha[-1]) + b), eps, j + 1)
+            scale = max(anorm, abs(alpha[-1]) + b)
+            require_symmetric(float(h[j - 1]), beta[-1], scale, eps, j + 1, remedy_of(op)("asymmetric"))
         anorm = max(anorm, abs(alpha[-1]) + b)
         if j + 1 == steps or b <= eps * max(anorm, 1e-300) * math.sqrt(n):
             break

@@ -164,13 +164,42 @@ def rank_ritz(theta: Tensor, which: str) -> Tensor:
     return torch.tensor(out, dtype=torch.long)
 
 
-def require_finite(values: Tensor, products: int) -> Tensor:
+#: what to try when an operator's products are not finite, for an operator without a ``remedy`` method
+NON_FINITE_REMEDY = "a NaN weight, or a loss that overflows in this dtype: try float64"
+#: what to try when an operator's products are not symmetric, for an operator without a ``remedy`` method
+ASYMMETRIC_REMEDY = (
+    "a custom autograd function whose backward cannot be differentiated (once_differentiable) makes "
+    "double-backward products drop terms"
+)
+
+
+def remedy_of(op: object) -> Callable[[str], str]:
+    """What to try when ``op``'s products are not a Hessian's, in its caller's words: ``remedy(problem)``.
+
+    ``problem`` is ``"non-finite"`` or ``"asymmetric"``; an operator that knows better (the options its caller
+    has, its dtype) has a ``remedy`` method; otherwise the generic advice (:data:`NON_FINITE_REMEDY`,
+    :data:`ASYMMETRIC_REMEDY`).
+
+    Args:
+        op: the operator.
+
+    Returns:
+        The function from the problem to the advice.
+    """
+    own = getattr(op, "remedy", None)
+    if callable(own):
+        return own
+    return lambda problem: NON_FINITE_REMEDY if problem == "non-finite" else ASYMMETRIC_REMEDY
+
+
+def require_finite(values: Tensor, products: int, remedy: str = NON_FINITE_REMEDY) -> Tensor:
     """``values`` unchanged; an error when the operator's product that gave them holds NaN or Inf.
 
     Args:
         values: the product ``A v`` (or anything computed from it that is non-finite exactly when it is,
             such as ``V^T A v``: ``0 * inf`` is NaN).
         products: how many products have been made, this one included (for the message).
+        remedy: what to try (:func:`remedy_of`).
 
     Returns:
         ``values``.
@@ -181,8 +210,7 @@ def require_finite(values: Tensor, products: int) -> Tensor:
     if not bool(torch.isfinite(values).all()):
         raise LandscapeError(
             f"the Hessian-vector product returned non-finite values (NaN or Inf) at product {products}; check that "
-            "the model's weights, the inputs and the loss are finite at this point (a NaN weight, or a loss that "
-            "overflows in this dtype: try float64)"
+            f"the model's weights, the inputs and the loss are finite at this point ({remedy})"
         )
     return values
 
@@ -199,19 +227,20 @@ def announce(op: object, count: int) -> None:
         plan(count)
 
 
-def require_symmetric(upper: float, lower: float, scale: float, eps: float, products: int) -> None:
+def require_symmetric(
+    upper: float, lower: float, scale: float, eps: float, products: int, remedy: str = ASYMMETRIC_REMEDY
+) -> None:
     """Refuse an operator whose products are not symmetric: ``v_{j-1} . A v_j`` must equal ``v_j . A v_{j-1}``.
 
     A Hessian is symmetric; products that lose a second-derivative term (a custom autograd function whose
     backward is not differentiable, marked ``once_differentiable``) are not, and would give wrong eigenvalues.
-    The two couplings may differ by rounding, ``10 sqrt(eps)`` of the operator's scale.
+    The two couplings may differ by rounding, ``10 sqrt(eps)`` of the operator's scale. ``remedy`` says what
+    to try (:func:`remedy_of`).
     """
     if abs(upper - lower) > 10 * math.sqrt(eps) * max(scale, 1e-300):
         raise LandscapeError(
             f"the operator is not symmetric (v_i . A v_j = {upper:.6g} but v_j . A v_i = {lower:.6g} at product "
-            f"{products}): its products are not a Hessian's. A custom autograd function whose backward cannot be "
-            "differentiated (once_differentiable) makes double-backward products drop terms; try --hvp jvp (with "
-            "--hvp finite-difference the differences cross kinks of ReLU-like activations: try --dtype float64)"
+            f"{products}): its products are not a Hessian's: {remedy}"
         )
 
 

@@ -174,6 +174,23 @@ class HessianOperator(FlatOperator):
             self._step = step_length(self.params)
         return self._step
 
+    def remedy(self, problem: str) -> str:
+        """What to try when these products are not a Hessian's (``problem``: ``non-finite`` or ``asymmetric``).
+
+        Float64 is suggested only to an operator that computes in another dtype, and another product only where
+        another could help (:func:`~landscape.analyses.hessian.linalg.remedy_of`).
+        """
+        wider = "" if self.dtype == torch.float64 else ": try --dtype float64"
+        if problem == "non-finite":
+            return f"a NaN weight, or a loss that overflows in {str(self.dtype).replace('torch.', '')}{wider}"
+        if self.mode == FINITE_DIFFERENCE:
+            return f"with --hvp finite-difference the differences cross kinks of ReLU-like activations{wider}"
+        other = "finite-difference" if self.mode == "jvp" else "jvp"
+        return (
+            "a custom autograd function whose backward cannot be differentiated (once_differentiable) makes the "
+            f"products drop terms; try --hvp {other}"
+        )
+
     def matmat(self, V: Tensor, *, vectorize: bool = False) -> Tensor:
         """``H V`` for an (n, m) matrix: column by column, or all columns at once with ``vmap``.
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from landscape.analyses.hessian.linalg import Operator, announce, require_finite
+from landscape.analyses.hessian.linalg import Operator, announce, remedy_of, require_finite
 from landscape.analyses.hessian.probes import probe_vectors
 from landscape.errors import LandscapeError
 from landscape.options.hessian import TRACE_METHODS
@@ -46,7 +46,7 @@ class TraceEstimate:
 def _product(op: Operator, v: Tensor, counter: list[int]) -> Tensor:
     """``A v`` flattened, refused when it holds NaN or Inf; ``counter[0]`` counts the products made."""
     counter[0] += 1
-    return require_finite(op.matvec(v).reshape(-1), counter[0])
+    return require_finite(op.matvec(v).reshape(-1), counter[0], remedy_of(op)("non-finite"))
 
 
 def _apply(op: Operator, V: Tensor, counter: list[int]) -> Tensor:

@@ -353,6 +353,7 @@ def average_sharpness(
     resamples: int = 1000,
     forward: EvalForward | None = None,
     base_loss: Sequence[float] | None = None,
+    option: str = "--rho",
 ) -> SharpnessEstimate:
     """Average-case sharpness ``E_S E_{delta ~ N(0, rho^2 diag(c^2))} [L_S(w + delta) - L_S(w)]``.
 
@@ -384,6 +385,7 @@ def average_sharpness(
         base_loss: ``L_S(w)`` of each used batch, in order, when it is already known (the data loss, e.g.
             :attr:`~landscape.core.objective.Evaluation.batch_losses` at the objective's params and buffers);
             default a forward pass of each batch.
+        option: the option that set ``rho``, as its errors name it (``--curvature-rho`` for connect's pass).
 
     Returns:
         A :class:`SharpnessEstimate` (``measure="average"``, per-batch values with their standard errors).
@@ -393,7 +395,7 @@ def average_sharpness(
             pattern, a bad ``confidence``/``resamples``, a ``base_loss`` not one number per used batch, or a
             non-finite loss at ``w`` or at a perturbed point.
     """
-    radii = check_radii(rho)
+    radii = check_radii(rho, option)
     count = checks.positive_int(samples, "samples")
     used = _check_batches(objective, batches)
     if base_loss is not None and len(base_loss) != len(used):
@@ -419,7 +421,7 @@ def average_sharpness(
                         value = (value + float(loss(_perturbed(w, c, eps, -radius, buffer)))) / 2
                     if not math.isfinite(value):
                         raise LandscapeError(
-                            f"--rho {radius:g} makes the perturbed loss non-finite ({value}); use a smaller --rho"
+                            f"{option} {radius:g} makes the perturbed loss non-finite ({value}); use a smaller {option}"
                         )
                     draws[j, r] = value - float(base[b])
             values[b] = draws.mean(dim=0)

@@ -33,7 +33,7 @@ from landscape import store
 from landscape.core.calls import analysis_function
 from landscape.core.front import python_call
 from landscape.errors import LandscapeError
-from landscape.models.checkpoint import Checkpoint, load_model, read_checkpoint, snapshot_path
+from landscape.models.checkpoint import Checkpoint, load_model, read_checkpoint, require_checkpoint_file, snapshot_path
 from landscape.options import checks
 from landscape.options.names import matches_any
 from landscape.options.trajectory import TrajectoryOptions
@@ -101,9 +101,7 @@ def snapshots_of(checkpoint: str | Path) -> list[Path]:
     Raises:
         LandscapeError: ``checkpoint`` does not exist, or there is no initial snapshot beside it.
     """
-    checkpoint = Path(checkpoint)
-    if not checkpoint.is_file():
-        raise LandscapeError(f"checkpoint {checkpoint} not found: check the path")
+    checkpoint = require_checkpoint_file(checkpoint)
     init = snapshot_path(checkpoint, "init")
     if not os.path.lexists(init):
         raise LandscapeError(

@@ -99,3 +99,14 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path):
     foreign.write_text("mine")
     line = _align("--ckpt", a_path, "--ckpt", b_path, "--out", foreign)
     assert line.exit_code == 2 and "landscape did not write it" in line.output and foreign.read_text() == "mine"
+
+
+def test_a_result_file_at_out_is_named_as_a_result_landscape_wrote(tmp_path):
+    a_path, b_path, _ = _pair(tmp_path)
+    result = tmp_path / "s.h5"
+    landscape.surface(load_model(a_path)[0], "digits", x="-1:1:3", y="none", samples=16, out=result, progress=False)
+    before = result.read_bytes()
+    line = _align("--ckpt", a_path, "--ckpt", b_path, "--out", result)
+    assert line.exit_code == 2 and line.output.count("\n") == 1, line.output
+    assert f"{result} is a result that landscape wrote, not a checkpoint" in line.output
+    assert "did not write" not in line.output and result.read_bytes() == before

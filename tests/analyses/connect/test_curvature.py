@@ -152,3 +152,12 @@ def test_sharpness_draws_by_the_tuned_forward_equal_the_plain_forwards(repair, m
     plain = landscape.connect(a, b, data, **kwargs)
     np.testing.assert_allclose(tuned["line/average_sharpness"], plain["line/average_sharpness"], rtol=1e-9)
     np.testing.assert_array_equal(tuned["line/top_eigenvalue"], plain["line/top_eigenvalue"])
+
+
+def test_a_radius_too_large_names_the_option_that_set_it():
+    msg = one_line_error(
+        landscape.connect, tiny(0), tiny(1), batches(), steps=2, curvature=True, curvature_rho=1e100, progress=False
+    )
+    assert msg.startswith("curvature_rho=1e+100 makes the perturbed loss non-finite") and "rho=" not in msg.replace(
+        "curvature_rho=", ""
+    )

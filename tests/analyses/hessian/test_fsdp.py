@@ -127,6 +127,12 @@ for name, batches in cases.items():
         out[name] = fsdp_lanczos(model, batches, k=2, tol=1e-8).eigenvalues.tolist()
     except LandscapeError as exc:
         out[name] = "Error: " + str(exc)
+with torch.no_grad():
+    next(model.parameters()).to_local().view(-1)[0] = float("nan")
+try:
+    fsdp_lanczos(model, good, k=2, tol=1e-8)
+except LandscapeError as exc:
+    out["nan weight"] = "Error: " + str(exc)
 print(json.dumps(out))
 dist.destroy_process_group()
 """
@@ -148,4 +154,6 @@ def test_fsdp_lanczos_checks_its_batches_as_the_front_door_does():
     )
     assert out["labels of two forms"].startswith("Error: batch 1 has labels of distributions over 3 classes")
     assert out["int32 labels"] == out["int64 labels"] and len(out["int64 labels"]) == 2
-    assert all("\n" not in v for v in out.values() if isinstance(v, str))
+    assert out["nan weight"].startswith("Error: the Hessian-vector product returned non-finite values")
+    assert "a NaN weight, or a loss that overflows in float64)" in out["nan weight"]  # float64 already
+    assert all("\n" not in v and "--" not in v for v in out.values() if isinstance(v, str))  # no flags: Python

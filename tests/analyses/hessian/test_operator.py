@@ -394,3 +394,35 @@ def test_products_read_each_batch_when_needed_and_hold_none():
     for _ in range(3):
         op.matvec(torch.ones(op.shape[0], dtype=torch.float64))
     assert len(source.alive) - before == 3 * 10 and source.most <= 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_advice_for_products_that_are_no_hessians_fits_the_operator(dtype):
+    obj = Objective(WithFunction(TanhNoJvp), tiny_batches((7, 4)), dtype=dtype)
+    wider = dtype != torch.float64
+    for mode in ("graph", "jvp", "finite-difference"):
+        op = HessianOperator(obj, mode=mode)
+        assert ("--dtype float64" in op.remedy("non-finite")) == wider
+        asymmetric = op.remedy("asymmetric")
+        if mode == "finite-difference":
+            assert "kinks" in asymmetric and ("--dtype float64" in asymmetric) == wider
+        else:
+            assert asymmetric.endswith("try --hvp " + ("finite-difference" if mode == "jvp" else "jvp"))
+    once = Objective(WithFunction(TanhOnce), tiny_batches((7, 4)), dtype=dtype)
+    with pytest.raises(LandscapeError, match=r"not symmetric .*drop terms; try --hvp jvp$"):
+        lanczos(HessianOperator(once, mode="graph"), k=2, which="LM", tol=1e-8, seed=0)
+
+
+def test_an_operator_without_advice_of_its_own_gets_the_generic_one():
+    A = torch.randn(30, 30, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(LandscapeError, match=r"not a Hessian's: a custom autograd function"):
+        lanczos(DenseOperator(A), k=2, seed=0)
+
+    class Advised(DenseOperator):
+        def remedy(self, problem):
+            return f"advice for {problem}"
+
+    with pytest.raises(LandscapeError, match=r"not a Hessian's: advice for asymmetric$"):
+        lanczos(Advised(A), k=2, seed=0)
+    with pytest.raises(LandscapeError, match=r"\(advice for non-finite\)$"):
+        lanczos(Advised(A * float("nan")), k=2, seed=0)
