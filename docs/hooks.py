@@ -8,7 +8,9 @@ A page says where a list goes with a marker on a line of its own:
   options classes, linked to their API pages (a runner that is not on an API page fails the strict build).
 
 It also writes the escaped pipes in the code of table cells (a backslash before the pipe, which GitHub needs)
-as plain pipes, which is what Python-Markdown needs.
+as plain pipes, which is what Python-Markdown needs; and it marks where a name in inline code may break (a
+``<wbr>`` after each dot or slash, so that ``landscape.analyses.surface.run`` breaks between its parts and never
+inside one: docs/stylesheets/landscape.css).
 
 The registry is read through ``landscape.analyses.registry.analyses()``, which imports no torch; so a new
 analysis appears in the pages without editing them. An analysis whose ``docs`` page is not part of the site
@@ -30,6 +32,10 @@ from landscape.analyses.registry import Analysis, analyses  # noqa: E402
 
 MARKERS = ("<!-- analyses -->", "<!-- analyses-python -->")
 CODE = re.compile(r"`[^`]*`")
+#: inline code of plain text (a code block's <code> follows <pre> and its first <span>; highlighted code has tags)
+INLINE_CODE = re.compile(r"(?<!<pre>)(?<!</span>)<code>([^<]*)</code>")
+#: where a name breaks: after a dot or a slash that a letter or an underscore follows (not in 3.5)
+BREAK = re.compile(r"([./])(?=[A-Za-z_])")
 
 
 def _link(target: str, page: str) -> str:
@@ -95,3 +101,17 @@ def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
     where = page.file.src_uri
     markdown = markdown.replace(MARKERS[0], analyses_table(items, where))
     return markdown.replace(MARKERS[1], python_table(items, where))
+
+
+def break_points(html: str) -> str:
+    """Inline code of ``html`` with a ``<wbr>`` after each dot or slash inside a name (:data:`BREAK`).
+
+    A line then breaks a long dotted name between its parts; the copied text is unchanged (``<wbr>`` is no
+    character). Code blocks are left as they are.
+    """
+    return INLINE_CODE.sub(lambda m: "<code>" + BREAK.sub(r"\1<wbr>", m.group(1)) + "</code>", html)
+
+
+def on_page_content(html: str, **kwargs: Any) -> str:
+    """Mark the break points of names in inline code (:func:`break_points`)."""
+    return break_points(html)

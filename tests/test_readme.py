@@ -232,3 +232,26 @@ def test_the_readme_python_block_runs_as_written(tmp_path, monkeypatch):
     with torch.no_grad():  # the centre is the model itself: its mean cross-entropy (BatchNorm in eval mode)
         nll = sum(float(torch.nn.functional.cross_entropy(model.eval()(x), y, reduction="sum")) for x, y in loader)
     assert surface["loss"][10, 10] == pytest.approx(nll / 256, rel=1e-5)
+
+
+def test_the_site_shows_code_whole_and_breaks_names_between_their_parts():
+    """The stylesheet widens the pages and keeps names whole; the hook marks where a name in inline code breaks."""
+    import importlib.util
+
+    config = (ROOT / "mkdocs.yml").read_text()
+    sheet = re.search(r"^extra_css:\n  - (\S+)$", config, flags=re.M).group(1)
+    css = (DOCS / sheet).read_text()
+    assert "word-break: normal" in css and re.search(r"\.md-grid \{\s*max-width: 100rem", css)
+    assert re.search(r"^\s+line_length: 100$", config, flags=re.M)  # signatures formatted to that width
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    html = (
+        '<p><code>landscape.analyses.surface.run</code>, <a href="x"><code>out/s.h5</code></a>, <code>3.5</code></p>'
+        '<pre><span></span><code>import landscape.core\n</code></pre><code class="highlight"><span>a.b</span></code>'
+    )
+    marked = hooks.on_page_content(html)
+    assert "<code>landscape.<wbr>analyses.<wbr>surface.<wbr>run</code>" in marked
+    assert "<code>out/<wbr>s.<wbr>h5</code>" in marked and "<code>3.5</code>" in marked  # not inside a number
+    assert "<code>import landscape.core\n</code>" in marked and "<span>a.b</span>" in marked  # code blocks as they are
+    assert marked.replace("<wbr>", "") == html
