@@ -89,3 +89,46 @@ def test_a_type_checker_sees_every_name_offered_at_the_top():
     seen = {alias.asname: f"{node.module}:{alias.name}" for node in block.body for alias in node.names}
     offered = {**landscape.PIECES, **{a.api.partition(":")[2]: a.api for a in analyses() if a.api}}
     assert seen == offered
+
+
+# ---------------------------------------------------------------------- what a file records of given data
+def _loader_problem(batch_size=8):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3)).eval()
+    g = torch.Generator().manual_seed(1)
+    data = TensorDataset(torch.randn(24, 1, 4, 4, generator=g), torch.randint(0, 3, (24,), generator=g))
+    return model, data, DataLoader(data, batch_size=batch_size)
+
+
+def test_a_loaders_batches_are_the_batch_size_every_file_records():
+    from landscape.analyses.registry import summarize
+    from landscape.plot.sharpness import curve_figure
+
+    model, _, loader = _loader_problem()
+    quiet = {"progress": False}
+    files = {
+        "sharpness": landscape.sharpness(model, loader, measure="average", rho=0.05, draws=2, **quiet),
+        "surface": landscape.surface(model, loader, x="-1:1:3", y="none", **quiet),
+        "hessian": landscape.hessian(model, loader, top_k=1, **quiet),
+        "connect": landscape.connect(model, model, loader, steps=2, **quiet),
+    }
+    for name, result in files.items():
+        assert result.attrs["batch_size"] == 8, name  # the loader's, not the option's default 128
+    sharp = files["sharpness"]
+    assert "of 3 batches of 8" in summarize(sharp) and "batches of 128" not in summarize(sharp)
+    titles = [ax.get_title() for ax in curve_figure([sharp]).axes]
+    assert any("m = 8" in t for t in titles), titles
+
+
+def test_a_batch_size_that_is_not_the_loaders_has_no_effect_and_is_refused():
+    model, data, loader = _loader_problem()
+    grid = {"x": "-1:1:3", "y": "none", "progress": False}
+    for given in (loader, list(loader)):
+        msg = one_line_error(landscape.surface, model, given, batch_size=4, match="^batch_size=4 has no effect", **grid)
+        assert "of 8 images" in msg
+        assert landscape.surface(model, given, batch_size=8, **grid).attrs["batch_size"] == 8  # the same: harmless
+    assert landscape.surface(model, loader, batch_size=8, samples=5, **grid).attrs["batch_size"] == 5  # computed
+    held = landscape.surface(model, data, batch_size=4, **grid)  # a Dataset: cut into batches of 4 here
+    assert held.attrs["batch_size"] == 4

@@ -130,17 +130,22 @@ class EvalForward:
         """
         return self._batch_eval_state(self._point_state(params), *self.batches[index])[0]
 
-    def tune(self, fold_bn: bool = True) -> None:
+    def tune(self, fold_bn: bool = True, channels_last: bool | None = None) -> None:
         """Make both choices: :meth:`enable_fold` (when ``fold_bn``), then :meth:`choose_memory_format`.
 
         Under torchrun rank 0 times the layouts and every rank takes its choice, so that all ranks evaluate alike.
+        A run that resumes a file takes the layout the file records instead of timing it again: its numbers are
+        then those of the run that began the file, bit for bit (a timing may choose otherwise, and the layouts
+        agree only to rounding).
 
         Args:
             fold_bn: fold eval-mode BatchNorm where it can be.
+            channels_last: the layout recorded by the run being resumed (rank 0's value counts); None: time it.
         """
         if fold_bn:
             self.enable_fold()
-        if bool(D.broadcast_object(self.choose_memory_format() if D.is_main() else False)):
+        chosen = (self.choose_memory_format() if channels_last is None else bool(channels_last)) if D.is_main() else 0
+        if bool(D.broadcast_object(chosen)):
             self.use_channels_last()
 
     def enable_fold(self) -> int:

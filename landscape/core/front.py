@@ -367,6 +367,8 @@ def prepare(
         check_labels(inputs.model, held, inputs.source.output)  # the caller's labels: checked for every analysis
         n_given = sum(held.sizes)
         recorded = _recorded(options, dtype)
+        if "batch_size" in recorded:  # what was computed: the data's own batches (a loader's come as they are)
+            recorded["batch_size"] = max(held.sizes)
         attrs = inputs.provenance(n_given, options.seed, command=command, **recorded)
         attrs["data_sha256"] = batches_sha256(given)  # the data as given
         criterion = AUGMENTED_CRITERION if held.labels(0).is_floating_point() else "cross_entropy"
@@ -558,7 +560,9 @@ def run_from_python(
         raise LandscapeError("batch= reads the batches of data you hold: give a Dataset or DataLoader as data=")
     given = None
     if data is not None and spec is None:
-        given = GivenData(data, batch=batch, exact="samples" in fields or _set(options, "samples"))
+        asked = options.batch_size if "batch_size" in fields or _set(options, "batch_size") else None
+        exact = "samples" in fields or _set(options, "samples")
+        given = GivenData(data, batch=batch, exact=exact, batch_size=asked)
     record = python_call(name, model, *others, data=spec or given, batch=batch, out=run_kwargs.get("out"), **fields)
     return run(model, *others, options, command=record, batches=given, **run_kwargs)
 

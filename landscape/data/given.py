@@ -40,11 +40,15 @@ class GivenData:
         data: a ``Dataset`` (map-style), a ``DataLoader`` or any iterable of batches.
         batch: a function from one batch to ``(inputs, labels)``; None: a batch is ``(x, y, ...)`` itself.
         exact: the caller asked for ``samples`` images: fewer in the data is an error (else all are used).
+        batch_size: the batch size the caller asked for (None: not asked): a ``Dataset`` is cut into batches of
+            it; batches that come as they are (a loader's) must hold that many images, else it is an error (the
+            option would have no effect).
     """
 
     data: Any
     batch: BatchFunction | None = None
     exact: bool = False
+    batch_size: int | None = None
 
 
 def is_data(value: Any) -> bool:
@@ -219,10 +223,11 @@ def given_batches(
         raise LandscapeError(f"--samples must be a positive integer, got {samples!r}")
     pair = isinstance(given.data, tuple) and len(given.data) == 2 and all(isinstance(t, Tensor) for t in given.data)
     source = [given.data] if pair else as_loader(given.data, batch_size)  # one (x, y) pair: one batch
+    cut_here = source is not given.data and not pair  # a map-style Dataset, cut into batches of batch_size here
     sizes = [n for n in (samples, _dataset_size(given.data)) if n is not None]
     wanted = min(sizes) if sizes else None  # unknown (a generator of batches): not checked ahead
     held: list[tuple[Tensor, Tensor]] = []
-    taken = 0
+    taken, largest = 0, 0  # largest: the data's own batch size, before the cut at samples
     items = iter(source)
     while samples is None or taken < samples:
         with calling(f"iterating your data ({describe(given.data)})", "check the loader"):
@@ -231,6 +236,7 @@ def given_batches(
             break
         x, y = _pair(item, len(held), given.batch)
         y = _checked(x, y, len(held), held[0] if held else None)
+        largest = max(largest, int(x.shape[0]))
         if samples is not None and taken + x.shape[0] > samples:
             x, y = x[: samples - taken], y[: samples - taken]
         if not held and wanted is not None:
@@ -247,6 +253,11 @@ def given_batches(
         taken += int(x.shape[0])
     if not held:
         raise LandscapeError(f"no batches in the data ({describe(given.data)}); give {ACCEPTED}")
+    if given.batch_size is not None and not cut_here and largest != given.batch_size:
+        raise LandscapeError(
+            f"--batch-size {given.batch_size} has no effect on data given as batches ({describe(given.data)}): "
+            f"they are used as they come, of {largest} images; set the loader's batch size, or give its Dataset"
+        )
     if samples is not None and taken < samples and given.exact:
         raise LandscapeError(
             f"--samples {samples} asks for more images than the data holds ({taken}); lower --samples or leave it out"

@@ -140,7 +140,7 @@ def load_connect_inputs(
         unaligned, b = b, Endpoint.of(alignment.model)
     repairs = _repairs(train if train is not None else first, a, b, unaligned, o.bn) if o.repair else {}
     attrs = prepared.attrs
-    attrs.update({k: v for k, v in o.attrs().items() if k != "seed"})
+    attrs.update({k: v for k, v in o.attrs().items() if k not in ("seed", "batch_size")})  # prepare's: the data's
     attrs.update(inputs_b.other_provenance())
     bn_source = "given" if batches is not None else "train split's"
     attrs.update(

@@ -208,7 +208,7 @@ def run_sharpness(
     plan = f"sharpness: {o.measure}-case, {'adaptive' if o.adaptive else 'plain'}"
     plan += f", c = |w| + {o.eta:g}" if o.adaptive and o.eta else ""
     plan += f" (p = {o.p}, {o.steps} steps x {o.restarts} starts)" if o.measure == "worst" else f" ({o.draws} draws)"
-    plan += f", rho {', '.join(f'{r:g}' for r in o.rho)}, {len(sizes)} mini-batches of {o.batch_size}"
+    plan += f", rho {', '.join(f'{r:g}' for r in o.rho)}, {len(sizes)} mini-batches of {max(sizes)}"
     plan += f", perturbing {counts['tensors']} of {len(objective.params)} tensors ({counts['parameters']:,} numbers"
     rule = [f"--params {o.params}"] * bool(o.params) + [f"--perturb {o.perturb}"] * (o.perturb != "all")
     plan += f"; {', '.join(rule)})" if rule else ")"
@@ -262,10 +262,11 @@ def run_sharpness(
 def _tuned_forward(objective: Objective, f: store.ResultFile | None) -> EvalForward:
     """The average case's forward, tuned once (:meth:`~landscape.core.forward.EvalForward.tune`); recorded in ``f``.
 
-    The file's ``bn_folded``, ``bn_fold_notes`` and ``channels_last`` say what was chosen.
+    The file's ``bn_folded``, ``bn_fold_notes`` and ``channels_last`` say what was chosen; a resumed file's
+    ``channels_last`` is taken again (its batches left are then computed as its first were).
     """
     forward = EvalForward(objective)
-    forward.tune()
+    forward.tune(channels_last=f.attr("channels_last") if f is not None and f.resumed else None)  # a resumed file's
     if f is not None:
         f.set_attrs(forward.attrs())
         f.flush()

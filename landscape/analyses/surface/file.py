@@ -323,16 +323,22 @@ def resume_surface(
 ) -> dict[str, Any]:
     """Rank 0: set up a new file or read a resumed one; return the state every rank needs (directions, done mask).
 
+    A resumed file's evaluation choices (``batch_points``, ``channels_last``, ``compiled``) come back with it: the
+    points left are computed as its first points were.
+
     A new file gets its arrays and the directions stored as ``storage`` (:func:`write_directions`; ``directions``
     already as evaluated, :func:`as_stored`); a resumed one keeps the storage it was written with and its
     directions are read back and checked (:func:`read_directions`). ``extra``: root attributes recorded with the
     directions of a new file.
     """
     if f.resumed and f.attr("directions_written", False):
+        chosen = f.attr("batch_points") is not None  # the first run's choices, made before its first point
         return {
             "dirs": read_directions(f, like, directions.ndim, directions.recipe),
             "done": f.read("done"),
             "bp": f.attr("batch_points"),
+            "channels_last": f.attr("channels_last") if chosen else None,
+            "compiled": f.attr("compiled") if chosen else None,
             "complete": f.complete,
         }
     f.delete("directions")  # a new file, or one killed before its directions were complete: (re)write them
@@ -341,7 +347,8 @@ def resume_surface(
     f.set_attrs({k: directions.meta[k] for k in MEASURED_META if k in directions.meta})
     f.set_attrs({"directions_written": True})
     f.flush()
-    return {"dirs": None, "done": f.read("done"), "bp": None, "complete": False}
+    fresh = {"bp": None, "channels_last": None, "compiled": None}  # chosen by this run
+    return {"dirs": None, "done": f.read("done"), **fresh, "complete": False}
 
 
 def check_finite_surface(result: store.Result) -> None:

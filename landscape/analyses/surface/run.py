@@ -173,13 +173,18 @@ def compute_surface(
             dx, dy = (None if d is None else {n: t.to(objective.device) for n, t in d.items()} for d in (dx, dy))
         if not state["complete"]:
             evaluator = PointEvaluator(objective, dx, dy, bn)
-            evaluator.tune(fold_bn)
+            evaluator.tune(fold_bn, channels_last=state.get("channels_last"))  # a resumed file's layout, if any
             bp = state["bp"]
             if bp is None and mode != "on":
                 bp = evaluator.choose_batch_points() if batch_points == "auto" else int(batch_points)
                 bp = int(D.broadcast_object(bp))
             left = -(-int((~state["done"].astype(bool)).sum()) // D.world_size())
-            compiled, decision = choose_compile(evaluator, mode, int(bp or 1), left)
+            recorded = D.broadcast_object(state.get("compiled"))
+            if recorded is None:
+                compiled, decision = choose_compile(evaluator, mode, int(bp or 1), left)
+            else:  # as the run that began the file chose, so that its points and these agree bit for bit
+                compiled, decision = choose_compile(evaluator, "on" if recorded else "off", int(bp or 1), left)
+                decision.update(option=mode, reason="as recorded by the run that began the file")
             bp = 1 if compiled else int(bp or 1)
             if f is not None:
                 f.set_attrs(

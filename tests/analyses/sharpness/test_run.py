@@ -334,3 +334,41 @@ def test_the_average_case_folds_batchnorm_records_it_and_keeps_the_plain_forward
     assert "bn_folded" not in plain.attrs
     np.testing.assert_allclose(folded["values"], plain["values"], rtol=1e-10)
     np.testing.assert_allclose(folded["base_loss"], plain["base_loss"], rtol=1e-12)
+
+
+def test_a_resumed_average_case_takes_the_recorded_layout_and_equals_the_uninterrupted_run(tmp_path, monkeypatch):
+    """The average case's forward is tuned by timing; a resumed file's layout is taken again, not timed again."""
+    from landscape.core.forward import EvalForward
+    from landscape.core.source import ModelSource
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
+        nn.Flatten(), nn.Linear(32 * 8 * 8, 4),
+    ).eval()  # fmt: skip
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(24, 3, 8, 8, generator=g), torch.randint(0, 4, (24,), generator=g)
+    batches = [(x[i : i + 6], y[i : i + 6]) for i in range(0, 24, 6)]
+    options = SharpnessOptions(measure="average", rho=0.05, draws=2, samples=24, batch_size=6)
+
+    def run(out, layout, on_batch=None):
+        def choose(self, repeats=2):
+            if layout:
+                self.use_channels_last()
+            return layout
+
+        monkeypatch.setattr(EvalForward, "choose_memory_format", choose)
+        source = ModelSource(module=model)
+        return run_sharpness(source, options, out=out, batches=batches, progress=False, on_batch=on_batch)
+
+    def stop_after_two(b):
+        if b == 1:
+            raise KeyboardInterrupt
+
+    whole, other = run(tmp_path / "whole.h5", False), run(tmp_path / "other.h5", True)
+    assert not np.array_equal(whole["values"], other["values"])  # the layouts differ in the last bits here
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "cut.h5", False, on_batch=stop_after_two)
+    resumed = run(tmp_path / "cut.h5", True)
+    np.testing.assert_array_equal(resumed["values"], whole["values"])
+    assert not resumed.attrs["channels_last"]

@@ -20,6 +20,7 @@ from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 from landscape.runtime import compile_cache as compile_cache_module
+from landscape.store.read import read_result
 
 # A tiny float64 BatchNorm CNN with unequal batches, shared by the in-process tests and the subprocess jobs
 # (torchrun, kill-and-resume): `python job.py OUT [DELAY]` computes the same surface as `build()` here. The job is
@@ -358,7 +359,6 @@ def test_two_rank_torchrun_equals_the_single_process_run(tmp_path, reference):
     assert proc.returncode == 0, proc.stderr[-2000:]
     rounds = [line for line in proc.stdout.splitlines() if line.startswith("ROUND")]
     assert rounds[0] == "ROUND 2"  # each round holds one point per rank
-    from landscape.store.read import read_result
 
     res = read_result(out)
     for name in ("loss", "data_loss", "accuracy", "done"):
@@ -388,12 +388,15 @@ def test_compile_auto_stays_eager_without_a_record_and_resumes_as_the_same_run(t
 
     with pytest.raises(KeyboardInterrupt):
         compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False, on_round=stop)
+    decision = read_result(out).attrs["compile_decision"]  # the first run's, made before its first point
+    assert decision["reason"] == "does not pay back" and decision["estimate_source"] == "defaults"
+    assert decision["points_left"] == XS.size * YS.size and decision["eager_point_s"] > 0
+    assert decision["compile_s_estimate"] == compile_cache_module.DEFAULT_COMPILE_SECONDS
     res = compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False)  # auto: resumes
     assert res.attrs["compile"] == "auto" and res.attrs["compile_option"] == "auto" and not res.attrs["compiled"]
-    decision = res.attrs["compile_decision"]
-    assert decision["reason"] == "does not pay back" and decision["estimate_source"] == "defaults"
-    assert decision["points_left"] == XS.size * YS.size - 6 and decision["eager_point_s"] > 0
-    assert decision["compile_s_estimate"] == compile_cache_module.DEFAULT_COMPILE_SECONDS
+    decision = res.attrs["compile_decision"]  # not decided again: the first run's choice is taken
+    assert decision["reason"] == "as recorded by the run that began the file" and decision["option"] == "auto"
+    assert decision["points_left"] == XS.size * YS.size - 6
     np.testing.assert_allclose(res["loss"], reference["loss"], rtol=1e-12)
     with pytest.raises(LandscapeError, match="--compile must be one of auto, on, off"):
         compute_surface(objective, dirs, XS, YS, out=tmp_path / "bad.h5", compile="sometimes")
@@ -460,3 +463,55 @@ def test_non_finite_grid_coordinates_are_refused(tmp_path):
     with pytest.raises(LandscapeError, match="finite"):
         compute_surface(objective, dirs, [0.0, float("nan")], YS, out=tmp_path / "n.h5")
     assert not (tmp_path / "n.h5").exists()
+
+
+# ------------------------------------------------------------------------------- a resumed run's choices
+def _wide_conv():
+    """A float32 CNN whose 32-channel convolutions give other last bits in the channels-last layout on a CPU."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.Conv2d(32, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(32 * 8 * 8, 4),
+    ).eval()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(24, 3, 8, 8, generator=g), torch.randint(0, 4, (24,), generator=g)
+    return model, [(x[:12], y[:12]), (x[12:], y[12:])]
+
+
+def _timed_as(layout):
+    """A memory-format timing that comes out as ``layout`` (as another machine's, or another moment's, might)."""
+
+    def choose(self, repeats=2):
+        if layout:
+            self.use_channels_last()
+        return layout
+
+    return choose
+
+
+def test_a_resumed_surface_takes_the_recorded_layout_and_equals_the_uninterrupted_run(tmp_path, monkeypatch):
+    from landscape.core.forward import EvalForward
+
+    model, batches = _wide_conv()
+
+    def run(out, layout, on_round=None):
+        monkeypatch.setattr(EvalForward, "choose_memory_format", _timed_as(layout))
+        objective = Objective(model, batches)
+        dirs = random_directions(objective.params, ndim=2, seed=3)
+        kw = {"batch_points": 1, "compile": "off", "progress": False, "on_round": on_round}
+        return compute_surface(objective, dirs, XS, YS, out=out, **kw)
+
+    whole = run(tmp_path / "whole.h5", False)
+    other = run(tmp_path / "other.h5", True)
+    assert not np.array_equal(whole["loss"], other["loss"])  # the layouts differ in the last bits here
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "cut.h5", False, on_round=interrupt_after(8))
+    resumed = run(tmp_path / "cut.h5", True)  # this run's timing prefers channels-last: the file's choice wins
+    np.testing.assert_array_equal(resumed["loss"], whole["loss"])
+    np.testing.assert_array_equal(resumed["accuracy"], whole["accuracy"])
+    assert resumed.attrs["channels_last"] is False or resumed.attrs["channels_last"] == 0
