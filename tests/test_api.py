@@ -132,3 +132,20 @@ def test_a_batch_size_that_is_not_the_loaders_has_no_effect_and_is_refused():
     assert landscape.surface(model, loader, batch_size=8, samples=5, **grid).attrs["batch_size"] == 5  # computed
     held = landscape.surface(model, data, batch_size=4, **grid)  # a Dataset: cut into batches of 4 here
     assert held.attrs["batch_size"] == 4
+
+
+def test_your_own_model_without_data_is_refused_naming_data():
+    from landscape.core.source import ModelSource
+
+    own = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
+    for call in (
+        lambda: landscape.surface(own, progress=False),
+        lambda: landscape.hessian(ModelSource(module=own), progress=False),
+        lambda: landscape.connect(own, own, progress=False),
+    ):
+        one_line_error(call, match=r"^give data=: your model \(Sequential\) brings no dataset of its own")
+    zoo = landscape.create_model("resnet_mini", num_classes=10, in_chans=1)  # a zoo model's data is digits
+    assert landscape.lesion(zoo, samples=16, progress=False).attrs["dataset"] == "digits"
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
+    named = landscape.surface(net, "digits:8", x="-1:1:3", y="none", samples=16, progress=False)  # a spec: fine
+    assert named.attrs["dataset"] == "digits:8"

@@ -540,7 +540,8 @@ def run_from_python(
 
     Raises:
         LandscapeError: both ``options`` and keywords, options of another analysis, a model or data of a type
-            that is neither, ``batch=`` without held data, or the runner's errors.
+            that is neither, the caller's own module without data (it has no dataset of its own), ``batch=``
+            without held data, or the runner's errors.
     """
     fields = dict(fields or {})
     if run_kwargs.get("out") is not None:
@@ -549,6 +550,13 @@ def run_from_python(
         raise LandscapeError(f"{name}: give the options as options=... or as keywords, not both")
     for position, value in enumerate((model, *others)):
         _check_model(name, value, position, len(others) + 1)
+    own = next((m for m in map(_own_module, (model, *others)) if m is not None), None)
+    if data is None and own is not None and fields.get("data") is None and getattr(options, "data", None) is None:
+        raise LandscapeError(
+            f"give data=: your model ({type(own).__name__}) brings no dataset of its own, and without data= it "
+            "would be analysed on the bundled digits; pass your DataLoader, Dataset or list of (x, y) batches, or a "
+            "dataset spec such as data='digits'"
+        )
     if data is not None and not isinstance(data, (str, Path)) and not is_data(data):
         raise LandscapeError(f"data= takes {ACCEPTED}; got {describe_value(data)}")
     spec = data if isinstance(data, (str, Path)) else None
@@ -580,6 +588,14 @@ def describe_value(value: Any) -> str:
     kind = type(value).__name__
     article = "an" if kind[0].lower() in "aeiou" else "a"
     return f"{article} {kind}" + (f" ({value!r})" if isinstance(value, (int, float, bool)) else "")
+
+
+def _own_module(value: Any) -> nn.Module | None:
+    """The caller's own module (not one :func:`~landscape.models.create_model` built), given or in a ModelSource."""
+    module = value.module if isinstance(value, ModelSource) else value
+    if isinstance(module, nn.Module) and not isinstance(getattr(module, "model_name", None), str):
+        return module
+    return None
 
 
 def _check_model(name: str, value: Any, position: int, count: int) -> None:

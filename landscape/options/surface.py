@@ -169,11 +169,22 @@ def parse_grid(spec: str, option: str = "--x") -> np.ndarray:
 
 
 def _points(spec: str, option: str) -> np.ndarray:
-    """Comma-separated coordinates: at least one, finite, increasing."""
+    """Comma-separated coordinates: at least one, finite, increasing, and not MIN:MAX:NUM written with commas."""
+    items = [p for p in spec.split(",") if p.strip()]
     try:
-        points = np.array([float(p) for p in spec.split(",") if p.strip()], dtype=np.float64)
+        points = np.array([float(p) for p in items], dtype=np.float64)
     except ValueError:
         raise LandscapeError(f"bad grid {option} {spec!r}: write MIN:MAX:NUM or comma-separated coordinates") from None
+    if _min_max_num_with_commas(items, points):
+        lo, hi, num = points
+        python = not option.startswith("--")
+        grid = f"({lo:g}, {hi:g}, {int(num)})" if python else f"{lo:g}:{hi:g}:{int(num)}"
+        point = f"[{lo:g}, {hi:g}, {num:g}]" if python else f"{lo:g},{hi:g},{num:.1f}"
+        raise LandscapeError(
+            f"bad grid {option} {spec!r}: it reads as the three points {lo:g}, {hi:g} and {num:g}, but it looks like "
+            f"MIN:MAX:NUM written with commas: give {grid} for {int(num)} points from {lo:g} to {hi:g}, or {point} "
+            "for those three points"
+        )
     if points.size == 0:
         raise LandscapeError(f"bad grid {option} {spec!r}: give at least one coordinate")
     if not np.isfinite(points).all():
@@ -181,6 +192,18 @@ def _points(spec: str, option: str) -> np.ndarray:
     if points.size > 1 and not (np.diff(points) > 0).all():
         raise LandscapeError(f"bad grid {option} {spec!r}: the coordinates must increase")
     return points
+
+
+def _min_max_num_with_commas(items: list[str], points: np.ndarray) -> bool:
+    """Whether three comma-separated numbers look like ``MIN,MAX,NUM`` (as ``-1,1,21`` does).
+
+    The last is a whole number written without a point, at least 3, and far beyond the other two (its gap over
+    twice theirs); ``21.0`` (or a Python list) says it is a point.
+    """
+    if len(items) != 3 or not re.fullmatch(r"\s*\+?[0-9]+\s*", items[2]):
+        return False
+    lo, hi, num = (float(p) for p in points)
+    return num >= 3 and lo < hi < num and num - hi > 2 * (hi - lo)
 
 
 def _grid_num(spec: str, option: str) -> int:

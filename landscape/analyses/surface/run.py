@@ -350,11 +350,24 @@ def _hessian_directions(objective: Objective, o: SurfaceOptions, expected: Mappi
 
 
 def _plan(xs: np.ndarray, ys: np.ndarray | None) -> str:
-    """What a surface run will compute, in words: its grid and number of points."""
-    x = f"[{xs[0]:g}, {xs[-1]:g}]"
+    """What a surface run will compute, in words: its grid and number of points.
+
+    An axis of evenly spaced coordinates is its range; coordinates given one by one, unevenly, are listed, so that
+    a grid read otherwise than meant is seen before the work.
+    """
+    x = _axis_words(xs)
     if ys is None:
         return f"surface: a 1D line of {xs.size} points over {x}"
-    return f"surface: {xs.size} x {ys.size} grid over {x} x [{ys[0]:g}, {ys[-1]:g}] ({xs.size * ys.size} points)"
+    return f"surface: {xs.size} x {ys.size} grid over {x} x {_axis_words(ys)} ({xs.size * ys.size} points)"
+
+
+def _axis_words(values: np.ndarray, shown: int = 6) -> str:
+    """``[MIN, MAX]`` for evenly spaced coordinates, else ``{c0, c1, ...} (the points as given)``."""
+    steps = np.diff(values)
+    if steps.size < 2 or np.allclose(steps, steps[0], rtol=1e-9, atol=0.0):
+        return f"[{values[0]:g}, {values[-1]:g}]"
+    listed = ", ".join(f"{v:g}" for v in values[:shown]) + (", ..." if values.size > shown else "")
+    return f"{{{listed}}} (the points as given)"
 
 
 @analysis_function(SurfaceOptions)
