@@ -80,3 +80,29 @@ def test_the_citation_file_names_the_toolkit_and_the_two_papers():
         "He",
         "Hsieh",
     ]
+
+
+def test_an_editable_install_is_a_plain_path_that_type_checkers_follow(tmp_path):
+    """``pip install -e .`` must give mypy and pyright the package: a .pth of one path, not setuptools' import hook.
+
+    The editable wheel is built (as pip builds it) from a copy of the project, and its .pth read.
+    """
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    copy = tmp_path / "project"
+    copy.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, copy / name)
+    shutil.copytree(ROOT / "landscape", copy / "landscape", ignore=shutil.ignore_patterns("__pycache__"))
+    build = "import setuptools.build_meta as b, sys; print(b.build_editable(sys.argv[1]))"
+    done = subprocess.run([sys.executable, "-c", build, str(tmp_path)], cwd=copy, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with zipfile.ZipFile(tmp_path / done.stdout.strip().splitlines()[-1]) as wheel:
+        pth = [n for n in wheel.namelist() if n.endswith(".pth")]
+        assert len(pth) == 1 and not [n for n in wheel.namelist() if n.endswith("_finder.py")]
+        lines = wheel.read(pth[0]).decode().split()
+    assert lines == [str(copy)]  # the folder that holds landscape/ and its py.typed, nothing to import
+    assert "typing_extensions" in " ".join(PROJECT["dependencies"])  # Unpack of the typed keywords on 3.10

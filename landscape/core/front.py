@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -513,7 +513,7 @@ def run_from_python(
     *,
     others: Sequence[Any] = (),
     options: Any = None,
-    fields: dict[str, Any] | None = None,
+    fields: Mapping[str, Any] | None = None,
     batch: Callable[[Any], Sequence[Tensor]] | None = None,
     **run_kwargs: Any,
 ) -> Any:

@@ -13,7 +13,7 @@ No torch here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from landscape.errors import LandscapeError
 from landscape.options import checks
@@ -90,3 +90,18 @@ class AlignOptions(FieldDefaults):
             max_sweeps=int(self.max_sweeps),
         )
         return out
+
+
+class AlignKeywords(TypedDict, total=False):
+    """Keywords of :func:`landscape.align`: the fields of :class:`AlignOptions` (``data`` is its own argument).
+
+    Each with the types the function takes, so that a type checker flags ``top_k="5"``; the options class
+    checks the values and holds them normalised (tests/options/test_keywords.py keeps the two in step).
+    """
+
+    split: str
+    method: str
+    samples: int | None
+    batch_size: int
+    seed: int
+    max_sweeps: int

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from landscape.errors import LandscapeError
 from landscape.options import checks
@@ -224,3 +224,33 @@ class ConnectOptions(FieldDefaults):
                 plane_steps=int(self.plane_steps),
             )
         return out
+
+
+class ConnectKeywords(TypedDict, total=False):
+    """Keywords of :func:`landscape.connect`: the fields of :class:`ConnectOptions` (``data`` is its own argument).
+
+    Each with the types the function takes, so that a type checker flags ``top_k="5"``; the options class
+    checks the values and holds them normalised (tests/options/test_keywords.py keeps the two in step).
+    """
+
+    split: str
+    samples: int | None
+    batch_size: int
+    seed: int
+    steps: int
+    bn: str
+    curve: str
+    bend_epochs: int
+    bend_lr: float
+    bend_momentum: float
+    bend_weight_decay: float
+    bend_samples: int | None
+    plane_steps: int
+    regularizer: str
+    reg_coef: float | None
+    allow_stochastic: bool
+    align: str
+    repair: bool
+    curvature: bool
+    curvature_rho: float
+    curvature_samples: int

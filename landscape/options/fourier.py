@@ -12,8 +12,9 @@ constructions (:data:`NOISE_CONSTRUCTIONS`) and the default noise bands (:data:`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from landscape.errors import LandscapeError
 from landscape.options import checks
@@ -153,3 +154,27 @@ class FourierOptions(FieldDefaults):
         if self.first_samples:
             out["first_samples"] = True
         return out
+
+
+class FourierKeywords(TypedDict, total=False):
+    """Keywords of :func:`landscape.fourier`: the fields of :class:`FourierOptions` (``data`` is its own argument).
+
+    Each with the types the function takes, so that a type checker flags ``top_k="5"``; the options class
+    checks the values and holds them normalised (tests/options/test_keywords.py keeps the two in step).
+    """
+
+    split: str
+    samples: int | None
+    first_samples: bool
+    batch_size: int
+    seed: int
+    profile: str
+    frequency_axis: str
+    maps: bool
+    noise_bands: bool
+    bands: float | Sequence[float]
+    noise_width: float
+    noise_strength: float
+    noise_construction: str
+    noise_eps: float
+    taps: str | Sequence[Any] | None

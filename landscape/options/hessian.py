@@ -10,8 +10,9 @@ records with :meth:`~HessianOptions.attrs`. No torch here: the CLI declares its 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from landscape.errors import LandscapeError
 from landscape.options import checks
@@ -461,3 +462,71 @@ class SpectrumOptions(_LossOptions):
             "maxiter": self.maxiter,
             **self._loss_attrs(),
         }
+
+
+class HessianKeywords(TypedDict, total=False):
+    """Keywords of :func:`landscape.hessian`: the fields of :class:`HessianOptions` (``data`` is its own argument).
+
+    Each with the types the function takes, so that a type checker flags ``top_k="5"``; the options class
+    checks the values and holds them normalised (tests/options/test_keywords.py keeps the two in step).
+    """
+
+    split: str
+    samples: int | None
+    batch_size: int
+    seed: int
+    top_k: int
+    which: str
+    tol: float
+    ncv: int | None
+    maxiter: int | None
+    eigenvectors: bool
+    density: bool
+    probes: int
+    steps: int
+    sigma: float | None
+    grid_points: int
+    trace: bool
+    trace_samples: int
+    trace_method: str
+    params: str | None
+    criterion: str
+    regularizer: str
+    reg_coef: float | None
+    hvp: str
+    dtype: str
+    allow_stochastic: bool
+    augment: str
+    augment_copies: int
+    per_block: bool
+    block: str | Sequence[str]
+    taps: str | Sequence[str]
+
+
+class SpectrumKeywords(TypedDict, total=False):
+    """Keywords of :func:`landscape.spectrum`: the fields of :class:`SpectrumOptions` (``data`` is its own argument).
+
+    Each with the types the function takes, so that a type checker flags ``top_k="5"``; the options class
+    checks the values and holds them normalised (tests/options/test_keywords.py keeps the two in step).
+    """
+
+    split: str
+    batch_size: int
+    fraction: float | None
+    samples: int | None
+    seed: int
+    top_k: int
+    which: str
+    solver: str
+    tol: float
+    ncv: int | None
+    maxiter: int | None
+    criterion: str
+    regularizer: str
+    reg_coef: float | None
+    hvp: str
+    dtype: str
+    allow_stochastic: bool
+    augment: str
+    augment_copies: int
+    group: int | str

@@ -8,7 +8,7 @@ model, data or file is touched. It imports no torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from landscape.errors import LandscapeError
 from landscape.options.common import FieldDefaults, check_data_options
@@ -57,3 +57,16 @@ class LesionOptions(FieldDefaults):
         if self.data is not None:
             out["dataset"] = self.data
         return out
+
+
+class LesionKeywords(TypedDict, total=False):
+    """Keywords of :func:`landscape.lesion`: the fields of :class:`LesionOptions` (``data`` is its own argument).
+
+    Each with the types the function takes, so that a type checker flags ``top_k="5"``; the options class
+    checks the values and holds them normalised (tests/options/test_keywords.py keeps the two in step).
+    """
+
+    split: str
+    samples: int | None
+    batch_size: int
+    seed: int

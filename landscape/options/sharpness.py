@@ -11,8 +11,9 @@ measures (``landscape.analyses.sharpness.measures``), the tracker's file and the
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from landscape.errors import LandscapeError
 from landscape.options import checks
@@ -278,3 +279,38 @@ class SharpnessOptions(FieldDefaults):
         if self.augment != "none":
             out.update(augment=self.augment, augment_copies=int(self.augment_copies))
         return out
+
+
+class SharpnessKeywords(TypedDict, total=False):
+    """Keywords of :func:`landscape.sharpness`: the fields of :class:`SharpnessOptions` (``data`` is its own argument).
+
+    Each with the types the function takes, so that a type checker flags ``top_k="5"``; the options class
+    checks the values and holds them normalised (tests/options/test_keywords.py keeps the two in step).
+    """
+
+    split: str
+    samples: int | None
+    batch_size: int
+    seed: int
+    measure: str
+    rho: float | str | Sequence[float]
+    adaptive: bool
+    eta: float
+    p: str | float
+    steps: int
+    restarts: int
+    step_size: float | None
+    init: str
+    draws: int
+    antithetic: bool
+    params: str | None
+    perturb: str
+    confidence: float
+    resamples: int
+    criterion: str
+    regularizer: str
+    reg_coef: float | None
+    dtype: str
+    allow_stochastic: bool
+    augment: str
+    augment_copies: int

@@ -10,8 +10,9 @@ any model, data or file is touched.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from landscape.errors import LandscapeError
 from landscape.options.common import FieldDefaults, check_data_options
@@ -92,3 +93,18 @@ class SimilarityOptions(FieldDefaults):
             out["dataset"] = self.data
         out.update(batch_size=int(self.batch_size), taps=list(self.taps or []), other_taps=list(self.other_taps or []))
         return out
+
+
+class SimilarityKeywords(TypedDict, total=False):
+    """Keywords of :func:`landscape.similarity`: the fields of :class:`SimilarityOptions` (``data``: its own argument).
+
+    Each with the types the function takes, so that a type checker flags ``top_k="5"``; the options class
+    checks the values and holds them normalised (tests/options/test_keywords.py keeps the two in step).
+    """
+
+    split: str
+    samples: int | None
+    batch_size: int
+    seed: int
+    taps: str | Sequence[Any] | None
+    other_taps: str | Sequence[Any] | None

@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 import numpy as np
 
@@ -535,3 +535,41 @@ def compile_attr(mode: str) -> bool | str:
         True for ``on``, False for ``off`` (as files made before ``auto`` existed recorded them), else ``mode``.
     """
     return {"on": True, "off": False}.get(mode, mode)
+
+
+if TYPE_CHECKING:  # the keywords' types name torch's Tensor; these options import no torch
+    from torch import Tensor
+
+
+class SurfaceKeywords(TypedDict, total=False):
+    """Keywords of :func:`landscape.surface`: the fields of :class:`SurfaceOptions` (``data`` is its own argument).
+
+    Each with the types the function takes, so that a type checker flags ``top_k="5"``; the options class
+    checks the values and holds them normalised (tests/options/test_keywords.py keeps the two in step).
+    """
+
+    split: str
+    samples: int | None
+    batch_size: int
+    x: str | tuple[float, float, int] | Sequence[float] | np.ndarray | Tensor
+    y: str | tuple[float, float, int] | Sequence[float] | np.ndarray | Tensor | None
+    norm: str
+    seed: int
+    directions: str
+    which: str
+    eigen_tol: float
+    eigenvectors: str | Path | None
+    target: str | Path | None
+    trajectory: str | Path | Sequence[str | Path]
+    regularizer: str
+    reg_coef: float | None
+    bn: str
+    ignore_1d: bool
+    zero_patterns: str | Sequence[str] | None
+    allow_stochastic: bool
+    batch_points: int | str
+    compile: str | bool
+    augment: str
+    augment_copies: int
+    store_directions: str
+    hvp: str

@@ -6,8 +6,9 @@ them when it is built (no torch here: the CLI declares its options from it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from landscape.errors import LandscapeError
 
@@ -53,3 +54,13 @@ class TrajectoryOptions:
             ``parameter_set`` (:data:`PARAMETER_SET`) and ``exclude`` (a list of patterns).
         """
         return {"parameter_set": PARAMETER_SET, "exclude": list(self.exclude)}
+
+
+class TrajectoryKeywords(TypedDict, total=False):
+    """Keywords of :func:`landscape.trajectory`: the fields of :class:`TrajectoryOptions`.
+
+    Each with the types the function takes, so that a type checker flags ``top_k="5"``; the options class
+    checks the values and holds them normalised (tests/options/test_keywords.py keeps the two in step).
+    """
+
+    exclude: str | Sequence[str]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
+from typing_extensions import Unpack
 
 from landscape.analyses.align.activations import activation_matching
 from landscape.analyses.align.permute import apply
@@ -36,7 +37,7 @@ from landscape.core.criteria import select_logits
 from landscape.core.front import eval_model, load_inputs, prepare, python_call, run_from_python
 from landscape.errors import LandscapeError
 from landscape.models.checkpoint import read_checkpoint, save_checkpoint
-from landscape.options.align import FUNCTION_TOLERANCE, AlignOptions
+from landscape.options.align import FUNCTION_TOLERANCE, AlignKeywords, AlignOptions
 from landscape.store.files import check_replaceable
 
 if TYPE_CHECKING:
@@ -310,7 +311,7 @@ def align(
     force: bool = False,
     progress: bool | None = None,
     batch: Callable[[Any], Any] | None = None,
-    **fields: Any,
+    **fields: Unpack[AlignKeywords],
 ) -> Alignment:
     """``model_b`` with its hidden units permuted to match ``model_a``'s (``landscape align``).
 

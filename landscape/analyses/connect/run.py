@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from typing_extensions import Unpack
 
 from landscape import store
 from landscape.analyses.align.run import Alignment
@@ -44,7 +45,7 @@ from landscape.core.calls import analysis_function
 from landscape.core.combine import PointBuffer
 from landscape.core.front import python_call, run_from_python
 from landscape.errors import LandscapeError
-from landscape.options.connect import ConnectOptions
+from landscape.options.connect import ConnectKeywords, ConnectOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import AnalysisFile
 from landscape.runtime.progress import Progress
@@ -355,7 +356,7 @@ def connect(
     force: bool = False,
     progress: bool | None = None,
     batch: Callable[[Any], Any] | None = None,
-    **fields: Any,
+    **fields: Unpack[ConnectKeywords],
 ) -> store.Result:
     """Loss, accuracy and barriers on the line (and curve) between ``model_a`` and ``model_b`` (``landscape connect``).
 

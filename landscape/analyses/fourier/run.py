@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from torch import nn
+from typing_extensions import Unpack
 
 from landscape import store
 from landscape.analyses.fourier.features import FourierProfile, fourier_profile, merge_profiles
@@ -33,7 +34,7 @@ from landscape.core.calls import analysis_function
 from landscape.core.front import eval_model, prepare, python_call, run_from_python
 from landscape.data.stream import Batch, BatchSource
 from landscape.errors import LandscapeError
-from landscape.options.fourier import MIN_PROFILE_SIDE, FourierOptions
+from landscape.options.fourier import MIN_PROFILE_SIDE, FourierKeywords, FourierOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import AnalysisFile
 from landscape.runtime.progress import Progress
@@ -284,7 +285,7 @@ def fourier(
     force: bool = False,
     progress: bool | None = None,
     batch: Callable[[Any], Any] | None = None,
-    **fields: Any,
+    **fields: Unpack[FourierKeywords],
 ) -> store.Result:
     """The Fourier spectra of every block's feature maps of ``model`` on ``data`` (``landscape fourier``).
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from typing_extensions import Unpack
 
 from landscape import store
 from landscape.analyses.hessian.block_file import hessian_blocks, write_blocks
@@ -37,7 +38,7 @@ from landscape.core.params import torch_dtype
 from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 from landscape.options.common import DTYPES, choice
-from landscape.options.hessian import HessianOptions, SpectrumOptions
+from landscape.options.hessian import HessianKeywords, HessianOptions, SpectrumKeywords, SpectrumOptions
 from landscape.runtime import distributed
 from landscape.runtime.devices import fastest
 from landscape.runtime.lifecycle import AnalysisFile
@@ -413,7 +414,7 @@ def hessian(
     force: bool = False,
     progress: bool | None = None,
     batch: Callable[[Any], Any] | None = None,
-    **fields: Any,
+    **fields: Unpack[HessianKeywords],
 ) -> store.Result:
     """The Hessian of ``model``'s loss on ``data``: top eigenpairs, spectral density, trace (``landscape hessian``).
 
@@ -475,7 +476,7 @@ def spectrum(
     force: bool = False,
     progress: bool | None = None,
     batch: Callable[[Any], Any] | None = None,
-    **fields: Any,
+    **fields: Unpack[SpectrumKeywords],
 ) -> store.Result:
     """The top-k Hessian eigenvalues of every mini-batch of ``data``, pooled (Paper A's spectra).
 

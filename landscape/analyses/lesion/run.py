@@ -40,6 +40,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from typing_extensions import Unpack
 
 from landscape import store
 from landscape.core.calls import analysis_function
@@ -50,7 +51,7 @@ from landscape.models.alternet import MSABlock
 from landscape.models.resnet import ResidualBlock, ResNet
 from landscape.models.vit import ViT
 from landscape.models.vit_rpe import ShiftAttention
-from landscape.options.lesion import LesionOptions
+from landscape.options.lesion import LesionKeywords, LesionOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import AnalysisFile
 
@@ -501,7 +502,7 @@ def lesion(
     force: bool = False,
     progress: bool | None = None,
     batch: Callable[[Any], Any] | None = None,
-    **fields: Any,
+    **fields: Unpack[LesionKeywords],
 ) -> store.Result:
     """Accuracy and NLL of ``model`` with each residual block removed, one at a time (``landscape lesion``).
 

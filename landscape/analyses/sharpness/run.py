@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from typing_extensions import Unpack
 
 from landscape import store
 from landscape.analyses.sharpness.measures import (
@@ -39,7 +40,7 @@ from landscape.core.objective import Objective
 from landscape.core.params import torch_dtype
 from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
-from landscape.options.sharpness import MIN_INTERVAL_BATCHES, SharpnessOptions
+from landscape.options.sharpness import MIN_INTERVAL_BATCHES, SharpnessKeywords, SharpnessOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.devices import fastest
 from landscape.runtime.lifecycle import AnalysisFile
@@ -284,7 +285,7 @@ def sharpness(
     force: bool = False,
     progress: bool | None = None,
     batch: Callable[[Any], Any] | None = None,
-    **fields: Any,
+    **fields: Unpack[SharpnessKeywords],
 ) -> store.Result:
     """Average- or worst-case m-sharpness of ``model`` on ``data`` at each radius (``landscape sharpness``).
 

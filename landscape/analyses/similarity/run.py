@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from torch import Tensor, nn
+from typing_extensions import Unpack
 
 from landscape import store
 from landscape.core.calls import analysis_function
@@ -41,7 +42,7 @@ from landscape.core.front import (
 )
 from landscape.errors import LandscapeError
 from landscape.models.taps import FeatureTaps, as_grid
-from landscape.options.similarity import MIN_BATCH, SimilarityOptions
+from landscape.options.similarity import MIN_BATCH, SimilarityKeywords, SimilarityOptions
 from landscape.runtime import distributed as D
 from landscape.runtime.lifecycle import AnalysisFile
 from landscape.runtime.progress import Progress
@@ -474,7 +475,7 @@ def similarity(
     force: bool = False,
     progress: bool | None = None,
     batch: Callable[[Any], Any] | None = None,
-    **fields: Any,
+    **fields: Unpack[SimilarityKeywords],
 ) -> store.Result:
     """Linear CKA between every pair of blocks of ``model`` (or of ``model`` and ``other``) on ``data``.
 

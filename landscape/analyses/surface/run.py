@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from typing_extensions import Unpack
 
 from landscape import store
 from landscape.analyses.surface import directions as dirs
@@ -54,6 +55,7 @@ from landscape.options.surface import (  # noqa: F401 (re-exported)
     BN_MODES,
     COMPILE_MODES,
     MAX_POINTS,
+    SurfaceKeywords,
     SurfaceOptions,
     compile_attr,
     compile_mode,
@@ -381,7 +383,7 @@ def surface(
     force: bool = False,
     progress: bool | None = None,
     batch: Callable[[Any], Any] | None = None,
-    **fields: Any,
+    **fields: Unpack[SurfaceKeywords],
 ) -> store.Result:
     """The loss and accuracy around ``model`` on a 1D line or 2D plane of parameter space (``landscape surface``).
 

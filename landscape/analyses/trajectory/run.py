@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
+from typing_extensions import Unpack
 
 from landscape import store
 from landscape.core.calls import analysis_function
@@ -36,7 +37,7 @@ from landscape.errors import LandscapeError
 from landscape.models.checkpoint import Checkpoint, load_model, read_checkpoint, require_checkpoint_file, snapshot_path
 from landscape.options import checks
 from landscape.options.names import matches_any
-from landscape.options.trajectory import TrajectoryOptions
+from landscape.options.trajectory import TrajectoryKeywords, TrajectoryOptions
 from landscape.runtime.lifecycle import AnalysisFile
 
 #: snapshot tags that ``landscape train`` writes beside ``run.pt`` (:func:`landscape.models.checkpoint.snapshot_path`)
@@ -345,7 +346,7 @@ def trajectory(
     model: str | None = None,
     model_kwargs: Mapping[str, Any] | None = None,
     force: bool = False,
-    **fields: Any,
+    **fields: Unpack[TrajectoryKeywords],
 ) -> store.Result:
     """Training snapshots in polar coordinates around the initial weights (Paper A's Fig 1b, ``landscape trajectory``).
 
