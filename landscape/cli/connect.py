@@ -48,8 +48,8 @@ DEFAULTS = ConnectOptions.defaults()
     default=DEFAULTS["bn"],
     show_default=True,
     type=click.Choice(BN_MODES),
-    help="BatchNorm statistics at each point: re-estimated from the training samples (recompute), or the "
-    "ends' interpolated (eval).",
+    help="BatchNorm statistics at each point between the ends: re-estimated from the training samples "
+    "(recompute), or the ends' interpolated (eval); the ends keep their own.",
 )
 @click.option(
     "--curve",

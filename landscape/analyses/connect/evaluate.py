@@ -4,11 +4,11 @@ Each point of the line ``theta(a) = (1 - a) theta_A + a theta_B`` (or of the Bez
 :mod:`landscape.analyses.connect.path`) is evaluated by the :class:`~landscape.core.objective.Objective` (its
 model, batches, criterion and regulariser: ``L = sum_b (N_b/N) L_b + R``). BatchNorm statistics:
 
-- ``bn="recompute"`` (default): re-estimated at every point from the objective's batches
+- ``bn="recompute"`` (default): re-estimated at every point between the ends from the objective's batches
   (:meth:`~landscape.core.objective.Objective.recompute_bn_buffers`: the cumulative average of the batch means
   and unbiased variances in train mode, each batch counting once), as REPAIR (Jordan et al. 2022) does, since an
-  interpolated network's interpolated statistics otherwise show barriers of their own. On a model without
-  BatchNorm it is the same as ``eval``.
+  interpolated network's interpolated statistics otherwise show barriers of their own; the ends, theta_A and
+  theta_B as given, keep their own. On a model without BatchNorm it is the same as ``eval``.
 - ``bn="eval"``: the endpoints' buffers interpolated with the point (:func:`~landscape.analyses.connect.path.
   interpolate_buffers`).
 
@@ -165,8 +165,9 @@ def point_buffers(objective: Objective, point: Endpoint, bn: str = "recompute") 
         objective: the objective (its batches re-estimate the statistics).
         point: the point (parameters and interpolated buffers), on the objective's device.
         bn: ``"recompute"``: :meth:`~landscape.core.objective.Objective.recompute_bn_buffers` at the point's
-            parameters, starting from its buffers (only the BatchNorm statistics change); ``"eval"``: the
-            point's buffers as they are.
+            parameters, starting from its buffers (only the BatchNorm statistics change), for every point but a
+            network as given (an end: :attr:`~landscape.analyses.connect.path.Endpoint.as_given`, its own
+            statistics); ``"eval"``: the point's buffers as they are.
 
     Returns:
         The buffers, name -> tensor (new tensors with ``recompute``).
@@ -174,7 +175,7 @@ def point_buffers(objective: Objective, point: Endpoint, bn: str = "recompute") 
     Raises:
         LandscapeError: an unknown ``bn``.
     """
-    if check_bn(bn) == "recompute" and objective.has_batchnorm():
+    if check_bn(bn) == "recompute" and objective.has_batchnorm() and not point.as_given:
         return objective.recompute_bn_buffers(point.params, point.buffers)
     return point.buffers
 

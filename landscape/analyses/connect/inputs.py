@@ -71,7 +71,10 @@ def _bn_statistics(o: ConnectOptions, has_batchnorm: bool, source: str) -> str:
         return "none: the model has no BatchNorm layer with running statistics"
     if o.bn == "eval":
         return "the endpoints' running statistics interpolated with the point (--bn eval), not re-estimated"
-    return f"re-estimated at every point from the {source} samples (cumulative average over their batches)"
+    return (
+        f"re-estimated at every point between the ends from the {source} samples (cumulative average over their "
+        "batches); the ends, the networks as given, keep their own"
+    )
 
 
 def load_connect_inputs(

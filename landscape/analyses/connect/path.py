@@ -38,10 +38,13 @@ class Endpoint:
     Attributes:
         params: the parameters, name -> tensor (the variable parameters of the objective it is evaluated with).
         buffers: the buffers (BatchNorm statistics, ...), name -> tensor.
+        as_given: the point is one of the networks as given (an end of a path): it is evaluated with its own
+            BatchNorm statistics, never re-estimated ones (``bn="recompute"`` is for the points between).
     """
 
     params: ParamDict
     buffers: ParamDict
+    as_given: bool = False
 
     @classmethod
     def of(cls, module: nn.Module) -> Endpoint:
@@ -77,6 +80,7 @@ class Endpoint:
         return Endpoint(
             {n: cast(t, params[n]) for n, t in self.params.items()},
             {n: cast(t, buffers[n]) for n, t in self.buffers.items()},
+            self.as_given,
         )
 
 
@@ -255,13 +259,14 @@ def linear_point(a: Endpoint, b: Endpoint, alpha: float, buffer: PointBuffer | N
         buffer: where the parameters are written (rewritten by the next point); None: new tensors.
 
     Returns:
-        The point (new buffers; parameters new or ``buffer.tensors``).
+        The point (new buffers; parameters new or ``buffer.tensors``); at ``alpha`` 0 and 1, theta_A and theta_B as
+        given (:attr:`Endpoint.as_given`).
 
     Raises:
         LandscapeError: ``alpha`` is not finite or lies outside ``[0, 1]``.
     """
     params = interpolate(a.params, b.params, alpha, buffer)
-    return Endpoint(params, interpolate_buffers(a.buffers, b.buffers, alpha))
+    return Endpoint(params, interpolate_buffers(a.buffers, b.buffers, alpha), as_given=alpha in (0.0, 1.0))
 
 
 def bezier_point(
@@ -277,12 +282,14 @@ def bezier_point(
         buffer: where the parameters are written (rewritten by the next point); None: new tensors.
 
     Returns:
-        The point (new buffers; parameters new or ``buffer.tensors``).
+        The point (new buffers; parameters new or ``buffer.tensors``); at ``t`` 0 and 1, theta_A and theta_B as
+        given (:attr:`Endpoint.as_given`).
 
     Raises:
         LandscapeError: ``t`` is not finite or lies outside ``[0, 1]``.
     """
-    return Endpoint(bezier(a.params, bend, b.params, t, buffer), interpolate_buffers(a.buffers, b.buffers, t))
+    params = bezier(a.params, bend, b.params, t, buffer)
+    return Endpoint(params, interpolate_buffers(a.buffers, b.buffers, t), as_given=t in (0.0, 1.0))
 
 
 def check_finite_point(point: Endpoint, what: str) -> None:

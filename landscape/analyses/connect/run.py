@@ -12,8 +12,9 @@ For two networks ``theta_A`` and ``theta_B`` of one architecture, on every split
 
 each point's loss, data loss and accuracy (:mod:`landscape.analyses.connect.points`), and the loss and error
 barriers of both paths, ``max_a [v(a) - ((1 - a) v(0) + a v(1))]`` with the coordinate where each peaks
-(:mod:`landscape.analyses.connect.barrier`). BatchNorm statistics are re-estimated at every point from the training
-samples by default (``bn="recompute"``), or interpolated between the ends' (``bn="eval"``).
+(:mod:`landscape.analyses.connect.barrier`). BatchNorm statistics are re-estimated at every point between the ends
+from the training samples by default (``bn="recompute"``; the ends are the networks as given, with their own), or
+interpolated between the ends' (``bn="eval"``).
 
 The file (docs/schema.md, connect) is written point by point and flushed: a killed run resumes from the ``done``
 masks and from the bend saved after every epoch beside it (``NAME.bend.pt``, :mod:`landscape.analyses.connect.

@@ -67,7 +67,8 @@ def test_top_eigenvalue_at_each_point_equals_the_dense_hessians(batchnorm):
     assert res["line/top_eigenvalue"].shape == (1, 3) and np.asarray(res["line/top_eigenvalue_converged"]).all()
     assert (np.asarray(res["line/hessian_products"]) > 0).all()
     for i, alpha in ((1, 0.5), (2, 1.0)):
-        H, _ = dense_hessian(lerp(a, b, alpha, data), data)
+        point = lerp(a, b, alpha, data) if alpha < 1 else copy.deepcopy(b).double()  # the end: theta_B as given
+        H, _ = dense_hessian(point, data)
         top = float(torch.linalg.eigvalsh(H)[-1])
         assert res["line/top_eigenvalue"][0, i] == pytest.approx(top, rel=2e-3, abs=1e-6), alpha
 

@@ -82,14 +82,17 @@ def loss_and_accuracy(net, data):
 
 @pytest.mark.parametrize("bn", ["recompute", "eval"])
 def test_line_equals_the_interpolated_networks_and_its_barrier(bn):
-    a, b, data = tiny(0), tiny(1), batches()
+    a, b, data = tiny(0), tiny(1), batches()  # the ends as given; with recompute, re-estimated statistics between
     res = landscape.connect(a, b, data, steps=5, bn=bn, device="cpu", progress=False)
     assert res.kind == "connect" and res.attrs["bn"] == bn and list(res["splits"]) == ["train"]
     assert ("not re-estimated" in res.attrs["bn_statistics"]) == (bn == "eval")
     coords = np.asarray(res["line/coords"])
     np.testing.assert_array_equal(coords, np.linspace(0, 1, 5))
     want = np.array(
-        [loss_and_accuracy(lerp_model(a, b, float(t), data, recompute=bn == "recompute"), data) for t in coords]
+        [
+            loss_and_accuracy(lerp_model(a, b, float(t), data, recompute=bn == "recompute" and 0 < t < 1), data)
+            for t in coords
+        ]
     )
     np.testing.assert_allclose(res["line/loss"][0], want[:, 0], rtol=1e-5)
     np.testing.assert_array_equal(res["line/accuracy"][0], want[:, 1])
@@ -283,3 +286,31 @@ def test_cli_prints_barriers_and_errors_in_one_line(ckpts, tmp_path):
     result = CliRunner().invoke(cli, [*base, "--steps", "0", "--out", str(tmp_path / "z.h5")])
     assert result.exit_code == 2 and "--steps" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "z.h5").exists()
+
+
+def test_the_ends_are_the_networks_as_given_and_only_the_points_between_are_re_estimated():
+    """With bn="recompute" the ends keep their own BatchNorm statistics; a point between gets re-estimated ones."""
+    from helpers import conv_bn_model, reestimate_bn
+
+    a = conv_bn_model()
+    b = copy.deepcopy(a)
+    with torch.no_grad():
+        for p in b.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+        b[1].running_mean.uniform_(-0.5, 0.5)
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(20, 1, 6, 6, generator=g, dtype=torch.float64), torch.randint(0, 4, (20,), generator=g)
+    batches = [(x[:12], y[:12]), (x[12:], y[12:])]
+    res = landscape.connect(a, b, batches, steps=3, bn="recompute", progress=False)
+
+    def loss(net):
+        with torch.no_grad():
+            return float(F.cross_entropy(net.eval()(x), y))
+
+    line = res["line/loss"][0]
+    assert line[0] == pytest.approx(loss(a), rel=1e-12)  # theta_A with its own statistics (0.144 vs 0.337 before)
+    assert line[2] == pytest.approx(loss(b), rel=1e-12)
+    middle = copy.deepcopy(a)
+    middle.load_state_dict({k: (v + b.state_dict()[k]) / 2 for k, v in a.state_dict().items()})
+    assert line[1] == pytest.approx(loss(reestimate_bn(middle, batches)), rel=1e-10)  # between: re-estimated
+    assert loss(reestimate_bn(copy.deepcopy(a), batches)) != pytest.approx(loss(a), rel=1e-6)  # the test can fail
