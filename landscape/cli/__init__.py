@@ -128,8 +128,10 @@ TRACEBACK_HINT = "landscape --traceback ... shows its full trace"
 )
 def cli(traceback: bool) -> None:
     """Loss surfaces, Hessian spectra and Fourier spectra of feature maps of vision networks."""
+    from landscape.runtime import clock
     from landscape.runtime.memory import keep_for_command
 
+    clock.start()  # the command's set-up (imports, model, data, checks) counts in its time and its estimate
     keep_for_command()  # freed memory stays in the process for the next pass (LANDSCAPE_KEEP_MEMORY=0: off)
 
 

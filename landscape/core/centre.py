@@ -23,6 +23,7 @@ from landscape.core.objective import Evaluation, Objective
 from landscape.core.source import AnalysisInputs
 from landscape.data.loading import dataset_info
 from landscape.models.external import calling_forward, model_preprocess
+from landscape.runtime.progress import duration
 
 #: a centre accuracy at most this many times chance (1 / classes) is "near chance"
 NEAR_CHANCE = 1.5
@@ -197,8 +198,9 @@ def announcement(
     sources: dict[str, str],
     values: dict[str, Any],
     estimate: str,
+    setup: float | None = None,
 ) -> list[str]:
-    """The lines printed before the work: what will run, the preprocessing, the centre (and a warning).
+    """The lines printed before the work: what will run, its set-up, the preprocessing, the centre (and a warning).
 
     Args:
         plan: what will run, e.g. ``surface: 21 x 21 grid over [-1, 1] x [-1, 1] (441 points)``.
@@ -208,6 +210,7 @@ def announcement(
         sources: :func:`preprocess_sources`.
         values: :func:`preprocess_values`.
         estimate: the estimated time in words (:func:`landscape.runtime.progress.estimate`), or ``""``.
+        setup: the seconds the run spent before its work (the set-up stage, said on a line of its own), or None.
 
     Returns:
         The lines.
@@ -223,8 +226,10 @@ def announcement(
         if len(set(said.values())) == 1
         else ", ".join(f"{name} {where}" for name, where in said.items())
     )
+    stage = [f"set-up: {duration(setup)} (the model, the data, the centre's pass, the checks)"] if setup else []
     lines = [
         f"{plan} on {n_samples} samples of {data}" + (f", {estimate}" if estimate else ""),
+        *stage,
         f"preprocessing: {h} x {w} px, mean {numbers(values['mean'])}, std {numbers(values['std'])} ({origin})",
         f"centre: loss {check.loss:.4g}, accuracy {check.accuracy:.4g} on these samples",
     ]

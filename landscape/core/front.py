@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from landscape.core.objective import Objective
 from landscape.core.source import AnalysisInputs, ModelSource, resolve_preprocess
 from landscape.data.augment import augmented_batches
 from landscape.data.batches import stream_batches
-from landscape.data.given import ACCEPTED, GivenData, describe, given_batches, is_data
+from landscape.data.given import ACCEPTED, GivenData, batches_sha256, describe, given_batches, is_data
 from landscape.data.labels import LABEL_RANGE_REMEDY, check_label_range, label_range
 from landscape.data.loading import load_dataset
 from landscape.data.stream import BatchSource, HeldBatches, as_source
@@ -38,7 +38,7 @@ from landscape.models.checkpoint import floating_dtype, require_finite_weights
 from landscape.models.external import calling_forward
 from landscape.options import checks
 from landscape.options.common import AUGMENTED_CRITERION
-from landscape.runtime import distributed
+from landscape.runtime import clock, distributed
 from landscape.runtime import progress as progress_display
 from landscape.runtime.distributed import resolve_device
 
@@ -260,6 +260,7 @@ class Prepared:
             check (:func:`landscape.core.centre.centre_attrs`).
         centre: the model's own weights measured once on the batches (loss, accuracy, time of the pass).
         preprocess: where the preprocessing came from and its values (:mod:`landscape.core.centre`).
+        started: when the run began (:func:`landscape.runtime.clock.take`); the time to the work is its set-up.
     """
 
     inputs: AnalysisInputs
@@ -268,6 +269,7 @@ class Prepared:
     attrs: dict[str, Any]
     centre: CentreCheck
     preprocess: tuple[dict[str, str], dict[str, Any]]
+    started: float = field(default_factory=time.perf_counter)
 
     @property
     def n_samples(self) -> int:
@@ -301,14 +303,15 @@ class Prepared:
             progress: the run's tri-state (``False``: ``--quiet``).
             at_least: ``units`` is the fewest the work makes (a Lanczos solve restarts as it needs).
         """
-        estimate = progress_display.estimate(units, seconds_per_unit, unit, at_least=at_least)
+        setup = time.perf_counter() - self.started  # the run's time before its work: counted, and said
+        estimate = progress_display.estimate(units, seconds_per_unit, unit, at_least=at_least, setup=setup)
         sources, values = self.preprocess
         data = (
             "the given batches"
             if self.inputs.dataset_spec == GIVEN
             else f"{self.inputs.dataset_spec} ({self.inputs.split})"
         )
-        lines = announcement(plan, data, self.n_samples, self.centre, sources, values, estimate)
+        lines = announcement(plan, data, self.n_samples, self.centre, sources, values, estimate, setup)
         progress_display.announce(lines, progress)
 
 
@@ -353,6 +356,7 @@ def prepare(
         LandscapeError: the model or data cannot be loaded, a weight is not finite, the sizes are out of range,
             or (with ``labels``) a label the model cannot output.
     """
+    started = clock.take()  # the command's start, or the Python call's
     dev = distributed.start(device)
     inputs = load_inputs(source, model_name=model_name, data=options.data, split=options.split, device=dev)
     dtype = floating_dtype(inputs.model)  # the model's own: its inputs are cast to it
@@ -372,7 +376,7 @@ def prepare(
         attrs = inputs.provenance(n_given, options.seed, command=command, **recorded)
         attrs["data_sha256"] = batches_sha256(given)  # the data as given
         criterion = AUGMENTED_CRITERION if held.labels(0).is_floating_point() else "cross_entropy"
-        return _checked(inputs, held, criterion, attrs, given=True)
+        return _checked(inputs, held, criterion, attrs, given=True, started=started)
     n = options.samples
     if n is None and fraction is not None:
         n = max(1, round(fraction * len(load_dataset(inputs.dataset_spec, inputs.split, preprocess=inputs.preprocess))))
@@ -392,7 +396,7 @@ def prepare(
         check_labels(inputs.model, batches, inputs.source.output)
     n_samples = sum(batches.sizes)
     attrs = inputs.provenance(n_samples, options.seed, command=command, **_recorded(options, dtype))
-    return _checked(inputs, batches, criterion, attrs, given=False)
+    return _checked(inputs, batches, criterion, attrs, given=False, started=started)
 
 
 def _recorded(options: Any, dtype: torch.dtype | None) -> dict[str, Any]:
@@ -408,35 +412,17 @@ def _recorded(options: Any, dtype: torch.dtype | None) -> dict[str, Any]:
 
 
 def _checked(
-    inputs: AnalysisInputs, batches: BatchSource, criterion: str, attrs: dict[str, Any], given: bool
+    inputs: AnalysisInputs, batches: BatchSource, criterion: str, attrs: dict[str, Any], given: bool, started: float
 ) -> Prepared:
     """The :class:`Prepared` inputs with the centre measured and the preprocessing traced, both recorded."""
     centre = check_centre(inputs, batches, criterion)
     sources, values = preprocess_sources(inputs, given), preprocess_values(inputs, batches, given)
     attrs.update(centre_attrs(centre, sources, values))
-    return Prepared(inputs, batches, criterion, attrs, centre, (sources, values))
+    return Prepared(inputs, batches, criterion, attrs, centre, (sources, values), started)
 
 
 #: what the file records as the dataset and split of data given as batches
 GIVEN = "batches"
-
-
-def batches_sha256(batches: Sequence[tuple[Tensor, Tensor]]) -> str:
-    """Hex SHA-256 of batches' images and labels (dtype, shape and bytes of each, in order): their identity.
-
-    Args:
-        batches: the ``(x, y)`` batches.
-
-    Returns:
-        The hex digest.
-    """
-    digest = hashlib.sha256()
-    for x, y in batches:
-        for t in (x, y):
-            t = t.detach().cpu().contiguous()
-            digest.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
-            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def python_call(function: str, *args: Any, **kwargs: Any) -> str:
@@ -543,6 +529,7 @@ def run_from_python(
             that is neither, the caller's own module without data (it has no dataset of its own), ``batch=``
             without held data, or the runner's errors.
     """
+    clock.start()  # the call's set-up counts in its time and its estimate
     fields = dict(fields or {})
     if run_kwargs.get("out") is not None:
         checks.output_file(run_kwargs["out"], "--out", f"{name.rpartition('.')[2]}.h5")

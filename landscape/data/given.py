@@ -9,6 +9,7 @@ analysis reads it (:class:`~landscape.data.stream.HeldBatches`).
 
 from __future__ import annotations
 
+import hashlib
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -269,3 +270,21 @@ def _dataset_size(data: Any) -> int | None:
     """The number of images of a ``Dataset`` or a loader's dataset, when it says (else None)."""
     dataset = data.dataset if isinstance(data, DataLoader) else data
     return _length(dataset, strict=True) if isinstance(dataset, Dataset) else None
+
+
+def batches_sha256(batches: Sequence[tuple[Tensor, Tensor]]) -> str:
+    """Hex SHA-256 of batches' images and labels (dtype, shape and bytes of each, in order): their identity.
+
+    Args:
+        batches: the ``(x, y)`` batches.
+
+    Returns:
+        The hex digest.
+    """
+    digest = hashlib.sha256()
+    for x, y in batches:
+        for t in (x, y):
+            t = t.detach().cpu().contiguous()
+            digest.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
+            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

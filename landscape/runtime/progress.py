@@ -116,24 +116,32 @@ def duration(seconds: float) -> str:
     return f"{whole // 3600} h {whole % 3600 // 60} min"
 
 
-def estimate(units: float, seconds_per_unit: float | None, unit: str, *, at_least: bool = False) -> str:
-    """The time ``units`` units will take at the measured ``seconds_per_unit``, in words.
+def estimate(
+    units: float, seconds_per_unit: float | None, unit: str, *, at_least: bool = False, setup: float = 0.0
+) -> str:
+    """The time of the whole run in words: the set-up already spent and ``units`` units at ``seconds_per_unit``.
 
-    ``T = units * seconds_per_unit``, said to be an estimate.
+    ``T = setup + units * seconds_per_unit``, said to be an estimate.
 
     Args:
         units: how many units the run will make.
         seconds_per_unit: the measured seconds of one, or None when none was measured.
         unit: the unit's name (singular).
         at_least: ``units`` is the fewest the run makes (a solver's restarts add more): say so.
+        setup: the seconds the run has spent before its work (loading, checks, timing): counted in ``T``.
 
     Returns:
-        E.g. ``estimated 3 min 2 s (0.41 s per point)``; ``""`` without a measurement.
+        E.g. ``estimated 3 min 2 s in all (41 s of set-up done, then 0.41 s per point)``; without set-up
+        ``estimated 2 min 21 s (0.41 s per point)``; ``""`` without a measurement.
     """
     if seconds_per_unit is None or not math.isfinite(seconds_per_unit):
         return ""
     bound = "at least " if at_least else ""
-    return f"estimated {bound}{duration(units * seconds_per_unit)} ({duration(seconds_per_unit)} per {unit})"
+    per = f"{duration(seconds_per_unit)} per {unit}"
+    if setup <= 0:
+        return f"estimated {bound}{duration(units * seconds_per_unit)} ({per})"
+    total = setup + units * seconds_per_unit
+    return f"estimated {bound}{duration(total)} in all ({duration(setup)} of set-up done, then {per})"
 
 
 def announce(lines: Sequence[str], progress: bool | None) -> None:

@@ -123,8 +123,10 @@ def test_the_issues_command_line_says_it_before_the_work(trained_on_unit_images,
     grid = ["--x", "0:1:2", "--y", "none", "--samples", "64"]
     result = CliRunner().invoke(cli, ["surface", *common, *grid, "--out", str(tmp_path / "s.h5")])
     assert result.exit_code == 0, result.output
-    plan, preprocessing, centre, warning = result.stderr.splitlines()[:4]
+    plan, setup, preprocessing, centre, warning = result.stderr.splitlines()[:5]
     assert plan.startswith("surface: a 1D line of 2 points over [0, 1] on 64 samples of digits:16 (train)")
+    assert "s in all (" in plan and "s of set-up done, then " in plan  # the estimate counts the set-up
+    assert setup.startswith("set-up: ") and setup.endswith("(the model, the data, the centre's pass, the checks)")
     assert preprocessing.startswith("preprocessing: 16 x 16 px") and centre.startswith("centre: loss ")
     assert warning.startswith("warning: the centre's loss") and warning.endswith("check --mean, --std and --input-size")
     quiet = CliRunner().invoke(cli, ["surface", *common, *grid, "--quiet", "--out", str(tmp_path / "q.h5")])

@@ -46,6 +46,8 @@ def test_duration_estimate_and_description_are_worded_from_the_numbers():
     assert progress.plural("batch", 2) == "batches" and progress.plural("point", 1) == "point"
     assert progress.estimate(441, 0.5, "point") == "estimated 3 min 40 s (0.5 s per point)"
     assert progress.estimate(20, 0.5, "product", at_least=True) == "estimated at least 10 s (0.5 s per product)"
+    with_setup = progress.estimate(10, 0.5, "point", setup=12.0)  # the whole run: the set-up done, then the work
+    assert with_setup == "estimated 17 s in all (12 s of set-up done, then 0.5 s per point)"
     record = {"desc": "surface", "unit": "point", "done": 30, "total": 90, "initial": 10, "started": 100.0}
     record["updated"] = 110.0  # (30 - 10) points in 10 s: 2 points/s, (90 - 30) / 2 = 30 s left
     assert progress.describe(record) == "surface: 30/90 points (33%), 2 points/s, about 30 s left"
@@ -132,3 +134,13 @@ def test_an_interval_beyond_the_clock_is_clamped_to_a_day_and_the_lines_still_en
     assert "Traceback" not in err and "OverflowError" not in err
     assert err.splitlines()[-1].startswith("surface: 2/2 points done in ")
     assert not any(t.name == "landscape-progress" for t in threading.enumerate())
+
+
+def test_the_run_clock_is_taken_once():
+    import time
+
+    from landscape.runtime import clock
+
+    clock.start()
+    began = clock.take()
+    assert began <= time.perf_counter() and clock.take() > began  # the next run starts when it is taken

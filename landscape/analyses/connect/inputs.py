@@ -6,6 +6,7 @@ with before any file is opened (every check made here; a bad input is a one-line
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from landscape.analyses.align.run import Alignment, align_models
 from landscape.analyses.connect.curvature import CurvatureSettings
 from landscape.analyses.connect.evaluate import prepare_path
-from landscape.analyses.connect.path import Endpoint
+from landscape.analyses.connect.path import Endpoint, linear_point
 from landscape.analyses.connect.points import SplitEvaluator
 from landscape.analyses.connect.repair import Repair
 from landscape.analyses.connect.summary import UNALIGNED
@@ -190,7 +191,13 @@ def load_connect_inputs(
     plan += f" on {' and '.join(o.splits)}"
     plan += ", REPAIRed" if o.repair else ""
     plan += ", with the top Hessian eigenvalue and sharpness at every path point" if o.curvature else ""
-    prepared.announce(plan, points, "point", passes * prepared.seconds_per_pass, progress, at_least=True)
+    per_point = passes * prepared.seconds_per_pass
+    if progress is not False:  # shown, so timed: one point between the ends as the line makes it (not kept)
+        pa, pb, _ = prepare_path(first, a, b)
+        start = time.perf_counter()
+        evaluator(linear_point(pa, pb, 0.5), curvature=o.curvature)
+        per_point = time.perf_counter() - start
+    prepared.announce(plan, points, "point", per_point, progress, at_least=True)
     return Inputs(inputs, a, b, o.splits, evaluator, train, attrs, unaligned, alignment, bend, repairs)
 
 

@@ -341,34 +341,6 @@ class PointEvaluator(EvalForward):
         return k if t_vmap < 0.8 * t_loop else 1
 
 
-def tuning_points(n_batches: int, bn: str, batch_points: int | str, compile: str) -> float:
-    """The point evaluations that choosing how to evaluate spends before the grid, in points of all batches.
-
-    The memory layout: 3 forwards of each layout on the first batch; ``batch_points="auto"``: 3 timed calls of
-    :data:`VMAP_POINTS` points by vmap and by a loop on the first batch (:meth:`PointEvaluator.choose_batch_points`);
-    a compile decision (``compile`` not ``off``): 2 timed evaluations of ``batch_points`` points (a compile's own
-    time is not known before it runs). ``bn="recompute"`` chooses nothing.
-
-    Args:
-        n_batches: the objective's batches.
-        bn: ``eval`` or ``recompute``.
-        batch_points: the option (``auto`` or a count).
-        compile: ``auto``, ``on`` or ``off``.
-
-    Returns:
-        The points' worth of evaluations, to add to the grid's points in an estimate.
-    """
-    if bn == "recompute":
-        return 0.0
-    first = 1.0 / max(n_batches, 1)  # an evaluation on the first batch alone
-    points = 6 * first
-    if batch_points == "auto":
-        points += 6 * VMAP_POINTS * first
-    if compile != "off":
-        points += 2 * (VMAP_POINTS if batch_points == "auto" else int(batch_points))
-    return points
-
-
 def choose_compile(
     evaluator: PointEvaluator, mode: str, batch_points: int, points_left: int
 ) -> tuple[bool, dict[str, Any]]:

@@ -23,7 +23,7 @@ from typing_extensions import Unpack
 from landscape import store
 from landscape.analyses.surface import directions as dirs
 from landscape.analyses.surface.directions import Directions
-from landscape.analyses.surface.evaluator import PointEvaluator, choose_compile, tuning_points
+from landscape.analyses.surface.evaluator import PointEvaluator, choose_compile
 from landscape.analyses.surface.file import (
     MEASURED_META,
     as_stored,
@@ -83,6 +83,7 @@ def compute_surface(
     compile: bool | str = "auto",
     fold_bn: bool = True,
     store_directions: str = "seed",
+    on_ready: Callable[[float | None, int], None] | None = None,
 ) -> store.Result:
     """Evaluate ``L(theta + a*dx + b*dy)`` and accuracy on the grid ``xcoords x ycoords`` into ``out``.
 
@@ -113,6 +114,9 @@ def compute_surface(
             ``directions_storage_note``), ``half`` float16 arrays (the grid is then evaluated along the rounded
             directions; ``directions_half_error`` records the rounding's relative error), ``full`` the arrays.
             Each records the fingerprint the directions are checked against on resume.
+        on_ready: called once the evaluation is chosen and before the first point, with the seconds per point
+            measured while choosing (None when nothing was measured) and the points left: where a run says what
+            it will do and how long it will take, its set-up (tuning included) done.
 
     Returns:
         The file read back (:class:`landscape.store.read.Result`), on every rank.
@@ -188,6 +192,9 @@ def compute_surface(
                 compiled, decision = choose_compile(evaluator, "on" if recorded else "off", int(bp or 1), left)
                 decision.update(option=mode, reason="as recorded by the run that began the file")
             bp = 1 if compiled else int(bp or 1)
+            if on_ready is not None:
+                measured = decision.get("compiled_point_s" if compiled else "eager_point_s")
+                on_ready(None if measured is None else float(measured), int((~state["done"].astype(bool)).sum()))
             if f is not None:
                 f.set_attrs(
                     {
@@ -322,10 +329,11 @@ def run_surface(
         directions = dirs.random_directions(
             objective.params, ndim=ndim, seed=o.seed, norm=o.norm, ignore_1d=o.ignore_1d, zero_patterns=patterns
         )
-    n_points = xs.size * (1 if ys is None else ys.size)
-    per_point = prepared.seconds_per_pass * (2 if o.bn == "recompute" else 1)  # + the re-estimation pass
-    tuning = tuning_points(len(objective.batches), o.bn, o.batch_points, o.compile)
-    prepared.announce(_plan(xs, ys), n_points + tuning, "point", per_point, progress)
+    per_pass = prepared.seconds_per_pass * (2 if o.bn == "recompute" else 1)  # + the re-estimation pass
+
+    def ready(per_point: float | None, left: int) -> None:  # tuned: what the points left take, measured if it was
+        prepared.announce(_plan(xs, ys), left, "point", per_pass if per_point is None else per_point, progress)
+
     return compute_surface(
         objective,
         directions,
@@ -338,6 +346,7 @@ def run_surface(
         batch_points=o.batch_points,
         progress=progress,
         compile=o.compile,
+        on_ready=ready,
         store_directions=o.store_directions,
     )
 
