@@ -98,13 +98,23 @@ def function_error(
         output: where the logits are in the models' output (:func:`~landscape.core.criteria.select_logits`).
 
     Returns:
-        The relative error (NaN when an output is not finite; 0 for outputs that are all zero and equal).
+        The relative error (NaN when an output of ``other`` is not finite; 0 for outputs that are all zero and
+        equal).
+
+    Raises:
+        LandscapeError: an output of ``reference`` itself is not finite (theta_B overflows on these images:
+            there is no function to keep, whatever the permutation).
     """
     worst = torch.zeros((), dtype=torch.float64)
     scale = torch.zeros((), dtype=torch.float64)
-    for batch in batches:
+    for i, batch in enumerate(batches):
         x = batch[0]
         f_b = select_logits(reference(x), output).double()
+        if not bool(torch.isfinite(f_b).all()):
+            raise LandscapeError(
+                f"theta_B's outputs on batch {i} are not finite (NaN or Inf) although its weights are: it overflows "
+                "on these images; check its checkpoint and the inputs' preprocessing (--mean, --std, --input-size)"
+            )
         f_p = select_logits(other(x), output).double()
         worst = torch.maximum(worst, (f_p - f_b).abs().max().cpu())
         scale = torch.maximum(scale, f_b.abs().max().cpu())

@@ -110,3 +110,15 @@ def test_a_result_file_at_out_is_named_as_a_result_landscape_wrote(tmp_path):
     assert line.exit_code == 2 and line.output.count("\n") == 1, line.output
     assert f"{result} is a result that landscape wrote, not a checkpoint" in line.output
     assert "did not write" not in line.output and result.read_bytes() == before
+
+
+def test_a_theta_b_that_overflows_on_the_images_is_named_not_called_a_spec_bug():
+    torch.manual_seed(0)
+    a, b = (create_model("resnet_mini", num_classes=10, **KW) for _ in range(2))
+    with torch.no_grad():
+        for p in b.parameters():
+            if p.ndim > 1:
+                p.mul_(1e8)  # finite weights whose activations overflow float32
+    for method in ("weights", "activations"):
+        msg = one_line_error(landscape.align, a, b, "digits", method=method, samples=32, progress=False)
+        assert msg.startswith("theta_B's outputs on batch 0 are not finite") and "spec" not in msg, msg
