@@ -46,7 +46,7 @@ from landscape.models.registry import data_kwargs
 from landscape.options import checks
 from landscape.options.common import choice
 from landscape.options.names import matches_any
-from landscape.options.train import DEFAULT_MOMENTUM, MOMENTUM_OPTIMIZERS, OPTIMIZERS, TRACK_MODES
+from landscape.options.train import OPTIMIZERS, TRACK_MODES, momentum_applied
 from landscape.runtime.distributed import launched, resolve_device
 from landscape.runtime.optimizers import build_optimizer, lr_factor, optimizer_state
 from landscape.runtime.progress import Progress
@@ -75,9 +75,8 @@ class TrainConfig:
             ``heavy-ball``: with ``momentum``).
         lr: base (peak) learning rate (positive).
         weight_decay: weight decay (non-negative).
-        momentum: SGD momentum, in (0, 1), of ``sgd-nesterov`` and ``heavy-ball`` (None there:
-            :data:`~landscape.options.train.DEFAULT_MOMENTUM`, recorded as applied); refused with the optimisers
-            that have no momentum (it would have no effect), None for them.
+        momentum: SGD momentum, in (0, 1), of ``sgd-nesterov`` and ``heavy-ball``; None: the default there, none
+            with the others (:func:`~landscape.options.train.momentum_applied`), recorded as applied.
         warmup_epochs: epochs of linear warm-up, in ``[0, epochs]``.
         label_smoothing: label smoothing of the cross-entropy, in [0, 1].
         clip_grad: gradient-norm clip (non-negative; None: no clipping; 0 turns off a recipe's clipping, and
@@ -153,15 +152,7 @@ class TrainConfig:
         checks.positive_int(self.batch_size, "--batch-size")
         checks.positive(self.lr, "--lr")
         checks.non_negative(self.weight_decay, "--weight-decay")
-        if self.optimizer in MOMENTUM_OPTIMIZERS:  # momentum needs 0 < momentum < 1
-            if self.momentum is None:
-                self.momentum = DEFAULT_MOMENTUM
-            checks.in_range(self.momentum, "momentum", 0.0, 1.0, low_open=True, high_open=True)
-        elif self.momentum is not None:
-            raise LandscapeError(
-                f"--momentum {self.momentum!r} has no effect with --optimizer {self.optimizer}: only "
-                f"{' and '.join(MOMENTUM_OPTIMIZERS)} have a momentum; drop --momentum or choose one of them"
-            )
+        self.momentum = momentum_applied(self.optimizer, self.momentum)
         checks.in_range(self.warmup_epochs, f"--warmup-epochs (at most epochs={self.epochs})", 0.0, self.epochs)
         checks.in_range(self.label_smoothing, "--label-smoothing", 0.0, 1.0)
         if self.track_sharpness is not None:

@@ -172,6 +172,7 @@ class Objective:
             self.module = self.module.to(dtype)
         #: the computation's floating-point type: ``dtype``, else the model's own (its inputs are cast to it)
         self.dtype = dtype if dtype is not None else floating_dtype(self.module)
+        self.dtype_chosen = dtype is not None  # by the caller's --dtype (advice may then name another)
         self.criterion = criterion
         self.regularizer = regularizer or Regularizer()
         named = dict(self.module.named_parameters())
@@ -476,8 +477,8 @@ class Objective:
         fn = self.batch_loss_fn(batch)
         l1, g1 = float(fn(params)), grad(fn)(params)
         if not math.isfinite(l1):
-            dtype = self.dtype or next(iter(self.params.values())).dtype
-            wider = ", or --dtype float64" if self.dtype is not None and dtype != torch.float64 else ""
+            dtype = self.dtype
+            wider = ", or --dtype float64" if self.dtype_chosen and dtype != torch.float64 else ""
             raise LandscapeError(
                 f"the loss of the first batch is {l1} although every weight is finite: the model overflows on "
                 f"this data in {str(dtype).replace('torch.', '')} (check --data, --mean/--std{wider})"

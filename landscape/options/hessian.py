@@ -494,7 +494,7 @@ class HessianKeywords(TypedDict, total=False):
     regularizer: str
     reg_coef: float | None
     hvp: str
-    dtype: str
+    dtype: str | None
     allow_stochastic: bool
     augment: str
     augment_copies: int
@@ -525,7 +525,7 @@ class SpectrumKeywords(TypedDict, total=False):
     regularizer: str
     reg_coef: float | None
     hvp: str
-    dtype: str
+    dtype: str | None
     allow_stochastic: bool
     augment: str
     augment_copies: int

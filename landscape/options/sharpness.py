@@ -310,7 +310,7 @@ class SharpnessKeywords(TypedDict, total=False):
     criterion: str
     regularizer: str
     reg_coef: float | None
-    dtype: str
+    dtype: str | None
     allow_stochastic: bool
     augment: str
     augment_copies: int
