@@ -181,11 +181,8 @@ class TrainConfig:
                 "--warmup-epochs > 0 or drop --snapshot-warmup"
             )
         if self.clip_grad == 0 and self.recipe is None:
-            warnings.warn(
-                "--clip-grad 0 clips nothing, as without --clip-grad (0 only turns off the clipping of a --recipe)",
-                LandscapeWarning,
-                stacklevel=3,
-            )
+            advice = "--clip-grad 0 clips nothing, as without --clip-grad (0 only turns off the clipping of a --recipe)"
+            warnings.warn(advice, LandscapeWarning, stacklevel=3)
 
     @classmethod
     def paper_a(cls, model: str, **overrides: Any) -> TrainConfig:
@@ -417,17 +414,15 @@ def train_model(
     if launched():
         raise LandscapeError(
             "landscape train runs in one process: under torchrun every rank would train the same model and write "
-            "the same checkpoint (data-parallel training is not supported); run it without torchrun"
+            "the same checkpoint (no data-parallel training); run it without torchrun"
         )
     out = Path(out)
     if out.exists() and not force:
         raise LandscapeError(f"{out} exists; use --force to overwrite it or --out to write elsewhere")
     outputs = [out, *(snapshot_path(out, tag) for tag in snapshot_tags(config))]
-    tracked = sidecar_path(out) if config.track_sharpness is not None else None
-    refuse_overlapping_outputs(
-        [("--out", out), *(("the snapshot", path) for path in outputs[1:]), ("the sharpness file", tracked)]
-        + [("--tensorboard", tensorboard)]
-    )  # before any work: a run that cannot save what it trained loses it
+    named = [("--out", out), ("the sharpness file", sidecar_path(out) if config.track_sharpness else None)]
+    named += [("--tensorboard", tensorboard)]  # before any work: a run that cannot save what it trained loses it
+    refuse_overlapping_outputs(named + [("the snapshot", path) for path in outputs[1:]])
     for path in outputs:
         refuse_input_as_output(path, [config.init], "--out" if path == out else "the snapshot")
     for path in outputs[1:]:  # a snapshot follows the output's rule, and --force replaces only a checkpoint there

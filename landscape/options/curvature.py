@@ -8,8 +8,9 @@ with :meth:`~CurvatureOptions.attrs`. No torch here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from landscape.errors import LandscapeError
 from landscape.options import checks
@@ -207,3 +208,38 @@ class CurvatureOptions(FieldDefaults):
         if self.augment != "none":
             out.update(augment=self.augment, augment_copies=int(self.augment_copies))
         return out
+
+
+class CurvatureKeywords(TypedDict, total=False):
+    """Keywords of :func:`landscape.curvature`: the fields of :class:`CurvatureOptions` (``data`` is its own argument).
+
+    Each with the types the function takes, so that a type checker flags ``top_k="5"``; the options class checks
+    the values and holds them normalised (tests/options/test_keywords.py keeps the two in step).
+    """
+
+    split: str
+    samples: int | None
+    batch_size: int
+    seed: int
+    operators: str | Sequence[str]
+    top_k: int
+    tol: float
+    ncv: int | None
+    maxiter: int | None
+    probes: int
+    steps: int
+    sigma: float | None
+    grid_points: int
+    distance_samples: int
+    per_block: bool
+    block: str | Sequence[str]
+    taps: str | Sequence[str]
+    params: str | None
+    criterion: str
+    regularizer: str
+    reg_coef: float | None
+    hvp: str
+    dtype: str | None
+    allow_stochastic: bool
+    augment: str
+    augment_copies: int

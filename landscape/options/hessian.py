@@ -494,6 +494,7 @@ class HessianKeywords(TypedDict, total=False):
     regularizer: str
     reg_coef: float | None
     hvp: str
+    operator: str
     dtype: str | None
     allow_stochastic: bool
     augment: str
@@ -525,6 +526,7 @@ class SpectrumKeywords(TypedDict, total=False):
     regularizer: str
     reg_coef: float | None
     hvp: str
+    operator: str
     dtype: str | None
     allow_stochastic: bool
     augment: str

@@ -573,3 +573,4 @@ class SurfaceKeywords(TypedDict, total=False):
     augment_copies: int
     store_directions: str
     hvp: str
+    operator: str

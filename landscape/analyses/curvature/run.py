@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from typing_extensions import Unpack
 
 from landscape import store
 from landscape.analyses.curvature.distances import (
@@ -44,7 +45,7 @@ from landscape.core.params import torch_dtype
 from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 from landscape.options.common import DTYPES, choice
-from landscape.options.curvature import CurvatureOptions
+from landscape.options.curvature import CurvatureKeywords, CurvatureOptions
 from landscape.options.hessian import SECOND_ORDER_OPERATORS
 from landscape.runtime.lifecycle import AnalysisFile
 
@@ -316,7 +317,7 @@ def curvature(
     force: bool = False,
     progress: bool | None = None,
     batch: Callable[[Any], Any] | None = None,
-    **fields: Any,
+    **fields: Unpack[CurvatureKeywords],
 ) -> store.Result:
     """The Hessian beside its approximations: top eigenpairs, densities, angles and distances (``landscape curvature``).
 
