@@ -420,9 +420,9 @@ def train_model(
     if out.exists() and not force:
         raise LandscapeError(f"{out} exists; use --force to overwrite it or --out to write elsewhere")
     outputs = [out, *(snapshot_path(out, tag) for tag in snapshot_tags(config))]
-    named = [("--out", out), ("the sharpness file", sidecar_path(out) if config.track_sharpness else None)]
-    named += [("--tensorboard", tensorboard)]  # before any work: a run that cannot save what it trained loses it
-    refuse_overlapping_outputs(named + [("the snapshot", path) for path in outputs[1:]])
+    named = [("--out", out), *(("the snapshot", path) for path in outputs[1:])]
+    named += [("the sharpness file", sidecar_path(out) if config.track_sharpness else None)]
+    refuse_overlapping_outputs([*named, ("--tensorboard", tensorboard)])  # before any work: else what it trains is lost
     for path in outputs:
         refuse_input_as_output(path, [config.init], "--out" if path == out else "the snapshot")
     for path in outputs[1:]:  # a snapshot follows the output's rule, and --force replaces only a checkpoint there
