@@ -1,31 +1,41 @@
-"""Loss-surface cost, measured in one run on one model, data set and grid.
+"""Loss-surface speed against the peers, whole grids measured side by side in one run, every goal printed.
 
-(a) seconds per grid point / seconds of one bare eager forward over the same samples (goal <= 1.10 on CPU);
-(b) `loss-landscapes` (PyPI, import loss_landscapes) time for the same number of grid points / ours, and
-    whether its value at the centre agrees with ours;
-(c) with --compile [on|auto]: the whole compute_surface call with the per-point loss compiled by torch.compile,
-    compile included (its seconds, read from the file's compile_decision, reported apart);
-(d) vectorised (vmap over k stacked points) vs loop, per point;
-(e) Li et al.'s per-point loop on the same samples and directions: a faithful minimal re-implementation, in this
-    script, of the loop of the original loss-landscape code (github.com/tomgoldstein/loss-landscape: set the
-    model's weights in place to theta + x*d1 + y*d2 with p.data.copy_, then a plain model(x) under no_grad over
-    the batches);
-(goals) with --compile: per point compiled <= 0.6x a bare eager forward; the whole grid, compile included, >= 1.3x
-    faster than loss-landscapes and than Li et al.; a run with a warm compile cache (the same command run a second
-    time) >= 1.5x faster than loss-landscapes. A goal not met is printed with a profile of a compiled point.
+For each model (``--models``: the CIFAR-style ResNet of about 90k parameters, ``resnet``: resnet_mini with widths
+16-24-32-64; ``vit``: vit_mini, about 255k parameters) on ``--samples`` synthetic CIFAR-sized inputs (3x32x32, one
+batch of 128 by default) and each square grid (``--grids``, default 3, 10 and 51 points a side over [-1, 1]^2), a
+round times, one after the other and each whole, from the model and the batches to the surface:
 
-Ours evaluates every point with the model's eval-mode BatchNorms folded into the convolutions (bn_folded) and with
-channels-last inputs when that measured faster (channels_last); both are recorded in the file.
+- ``plain``: ours as the plain loop, ``compile="off", batch_points=1`` (the Objective, the directions and
+  ``compute_surface``, BatchNorm folded and the layout chosen as every run does);
+- ``auto cold``: ours with the defaults (``compile="auto", batch_points="auto"``) and an empty cache folder
+  (``LANDSCAPE_CACHE_DIR``, inductor's kernels included): whatever it chooses to try (a vmap trial, exporting and
+  building a compiled package) is counted;
+- ``auto warm``: the same with the cache folder a first compiled run of the model left (``compile="on"`` on a
+  2x2 grid, timed once per model from an empty cache and printed: its package and record);
+- ``loss-landscapes``: its ``random_plane`` (PyPI ``loss-landscapes``; filter normalisation, else model
+  normalisation where that crashes on BatchNorm, as it does on the ResNet);
+- ``Li et al.``: their per-point loop, re-implemented in this script from the original code
+  (github.com/tomgoldstein/loss-landscape: the model's weights set in place to theta + x d1 + y d2 with
+  ``p.data.copy_``, then ``model(x)`` under ``no_grad`` over the batches), along our directions.
 
-CPU (default): a CIFAR-style ResNet of about 90k parameters (resnet_mini with widths 16-24-32-64), 128
-synthetic CIFAR-sized inputs (3x32x32) in one batch of 128, a 10 x 10 grid (even, so that loss-landscapes'
-grid contains the centre). Run:  python benchmarks/surface.py [--threads 1] [--compile]
+Each of our runs starts as a fresh process would: the per-process memory of the measured layout is cleared.
+With ``--rounds R`` the rounds alternate and the medians count. Wall seconds are printed with the CPU seconds
+of the process and its children (a package is built in a child process; ``--clock cpu`` compares those, for a
+loaded machine, where wall seconds measure the load), and the goals of issue 45:
+
+- goal 4: ``auto`` / ``plain`` <= 1.25 on every grid, cold and warm;
+- goal 5: the peers / ``auto warm`` >= 1.3 on every grid, and the peers / ``auto cold`` >= 1.3 on every grid
+  where the cold run compiled and on the largest grid;
+- agreement: the largest relative difference of each of our surfaces to ``plain`` (the compiled package is checked
+  against eager to 1e-4 before use) and of ``plain`` to Li et al.'s loop.
+
+Run:  python benchmarks/surface.py [--models resnet vit] [--grids 10 51] [--rounds 1] [--samples 128]
+      python benchmarks/surface.py --quick      (a smoke test: 2x2 and 3x3 grids, 16 samples, nothing compiled)
 
 GPU (not run by the authors of this script: no GPU was available): ``--device cuda`` (or ``--large`` on any
-device) times a 51 x 51 grid of
-resnet50 (CIFAR stem) on 10,000 synthetic CIFAR-sized inputs in batches of 500, reports minutes for the
-whole grid (extrapolated from --gpu-points points, or all of them with --full) and the vmap speed-up:
-    python benchmarks/surface.py --device cuda [--full] [--compile]
+device) times a 51 x 51 grid of resnet50 (CIFAR stem) on 10,000 synthetic CIFAR-sized inputs in batches of 500,
+reports minutes for the whole grid (extrapolated from --gpu-points points, or all of them with --full) and the
+vmap speed-up:  python benchmarks/surface.py --device cuda [--full] [--compile]
 """
 
 from __future__ import annotations
@@ -33,6 +43,8 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import resource
+import shutil
 import statistics
 import tempfile
 import time
@@ -45,9 +57,16 @@ import torch.nn.functional as F
 from landscape.analyses.surface.directions import random_directions
 from landscape.analyses.surface.evaluator import PointEvaluator
 from landscape.analyses.surface.run import compute_surface
+from landscape.core import forward
 from landscape.core.objective import Objective
 from landscape.models import create_model
-from landscape.runtime import compile_cache
+from landscape.options import checks
+
+MODELS = {"resnet": ("resnet_mini", {"widths": (16, 24, 32, 64)}), "vit": ("vit_mini", {})}
+#: goal 4: auto's whole grid at most this many times the plain loop's
+AUTO_BOUND = 1.25
+#: goal 5: the peers' whole grid at least this many times ours
+PEER_GOAL = 1.3
 
 
 def sync(device: torch.device) -> None:
@@ -68,12 +87,19 @@ def timed(fn, device, repeats: int) -> float:
     return statistics.median(times)
 
 
-def make_problem(args, device):
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and of its children that have ended."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def make_problem(args, device, name="resnet"):
     torch.manual_seed(0)
     if args.large:
         model = create_model("resnet50", num_classes=10)
     else:
-        model = create_model("resnet_mini", num_classes=10, widths=(16, 24, 32, 64))
+        zoo, kwargs = MODELS[name]
+        model = create_model(zoo, num_classes=10, **kwargs)
     model = model.to(device).eval()
     g = torch.Generator().manual_seed(1)
     x = torch.randn(args.samples, 3, 32, 32, generator=g)
@@ -94,12 +120,6 @@ def bare_forward(model, batches, device, repeats):
     return timed(run, device, repeats)
 
 
-def bare_forward_once(model, batches):
-    with torch.inference_mode():
-        for x, _ in batches:
-            model(x)
-
-
 def ours(objective, dirs, xs, ys, out, **kw):
     """Whole compute_surface call and steady-state seconds per point (between the first and last rounds)."""
     stamps = []
@@ -118,6 +138,25 @@ def ours(objective, dirs, xs, ys, out, **kw):
     (d0, t_first), (d1, t_last) = stamps[0], stamps[-1]
     steady = (t_last - t_first) / max(1, d1 - d0)
     return res, total, steady
+
+
+def whole_ours(model, batches, steps, folder: Path, name: str, **kw):
+    """Ours from the model and batches to the surface: (wall s, CPU s, result, seconds of the Objective alone)."""
+    forward._LAYOUTS.clear()  # as a fresh process: the layout is measured again
+    xs = np.linspace(-1, 1, steps)
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    objective = Objective(model, batches)
+    built = time.perf_counter() - t0
+    dirs = random_directions(objective.params, ndim=2, seed=0)
+    res = compute_surface(objective, dirs, xs, xs, out=folder / f"{name}.h5", progress=False, **kw)
+    return time.perf_counter() - t0, cpu_seconds() - c0, res, built
+
+
+def with_cache(folder: Path):
+    """Point landscape's cache folder (compile records, packages) and inductor's kernels at ``folder``."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.environ["LANDSCAPE_CACHE_DIR"] = str(folder)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "inductor")
 
 
 def peer(model, batches, steps):
@@ -171,21 +210,54 @@ def li_et_al(model, batches, dirs, xs, ys):
     return losses, time.perf_counter() - t0
 
 
-def top_ops(fn, calls=3, rows=6):
-    """The ``rows`` operators with the most self CPU time over ``calls`` calls of ``fn`` (torch.profiler), as text."""
-    from torch.profiler import ProfilerActivity, profile
+def way(res) -> str:
+    """How a surface's points were evaluated, from its file."""
+    if res.attrs["compiled"]:
+        return "compiled"
+    bp = int(res.attrs["batch_points"])
+    return f"vmap x{bp}" if bp > 1 else "eager"
 
-    fn()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(calls):
-            fn()
-    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
-    total = sum(e.self_cpu_time_total for e in events) or 1.0
-    text = "; ".join(
-        f"{e.key} {e.self_cpu_time_total / calls / 1e3:.1f} ms ({100 * e.self_cpu_time_total / total:.0f}%)"
-        for e in events[:rows]
+
+def build_warm_cache(model, batches, folder: Path) -> tuple[float, str]:
+    """Fill ``folder`` as a first compiled run would: ``compile="on"`` on a 2x2 grid (its package and record)."""
+    with_cache(folder)
+    seconds, _, res, _ = whole_ours(model, batches, 2, folder, "build", compile="on", batch_points=1)
+    return seconds, way(res)
+
+
+def one_round(model, batches, steps, tmp: Path, warm_cache: Path, k: int) -> dict:
+    """One round on one model and grid: every way timed whole, one after the other."""
+    row: dict = {}
+    with_cache(tmp / f"unused{k}")
+    row["plain"], row["plain_cpu"], plain, row["objective"] = whole_ours(
+        model, batches, steps, tmp, f"plain{k}", compile="off", batch_points=1
     )
-    return text, {e.key: e.self_cpu_time_total / calls / 1e6 for e in events}
+    c0 = cpu_seconds()
+    grid, row["ll"], row["ll_norm"], row["ll_error"] = peer(model, batches, steps)
+    row["ll_cpu"] = cpu_seconds() - c0
+    xs = np.linspace(-1, 1, steps)
+    objective = Objective(model, batches)
+    dirs = random_directions(objective.params, ndim=2, seed=0)
+    c0 = cpu_seconds()
+    li, row["li"] = li_et_al(model, batches, dirs, xs, xs)
+    row["li_cpu"] = cpu_seconds() - c0
+    with_cache(tmp / f"cold{k}")  # empty
+    row["cold"], row["cold_cpu"], cold, _ = whole_ours(model, batches, steps, tmp, f"cold{k}")
+    with_cache(warm_cache)
+    row["warm"], row["warm_cpu"], warm, _ = whole_ours(model, batches, steps, tmp, f"warm{k}")
+    ref = plain["data_loss"]
+    scale = np.abs(ref).max()
+    row["cold_way"], row["warm_way"] = way(cold), way(warm)
+    row["cold_setup"] = cold.attrs["compile_decision"].get("setup_s", 0.0)
+    row["warm_setup"] = warm.attrs["compile_decision"].get("setup_s", 0.0)
+    row["cold_reason"] = cold.attrs["compile_decision"].get("reason", "")
+    row["warm_reason"] = warm.attrs["compile_decision"].get("reason", "")
+    row["diff"] = max(np.abs(cold["data_loss"] - ref).max(), np.abs(warm["data_loss"] - ref).max()) / scale
+    row["li_diff"] = np.abs(li - ref).max() / scale
+    if grid is not None and steps % 2 == 0:
+        centre = float(objective.evaluate().data_loss)
+        row["ll_centre"] = abs(peer_centre(grid, steps) - centre) / abs(centre)
+    return row
 
 
 def peer_centre(grid, steps):
@@ -199,158 +271,85 @@ def peer_centre(grid, steps):
 
 def cpu_main(args):
     device = torch.device("cpu")
-    model, batches = make_problem(args, device)
-    n_params = sum(p.numel() for p in model.parameters())
     print(
-        f"model: CIFAR-style ResNet, {n_params} parameters; {args.samples} samples, batch {args.batch_size}; "
-        f"grid {args.steps}x{args.steps}; threads {torch.get_num_threads()}; "
-        f"cache {compile_cache.cache_dir()}"
+        f"{args.samples} synthetic 3x32x32 samples in batches of {args.batch_size}; torch threads "
+        f"{torch.get_num_threads()}; torch {torch.__version__}, CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()}; grids {', '.join(f'{g}x{g}' for g in args.grids)}; "
+        f"{args.rounds} round(s)"
     )
-    objective = Objective(model, batches)
-    dirs = random_directions(objective.params, ndim=2, seed=0)
-    xs = ys = np.linspace(-1, 1, args.steps)
-    n_points = args.steps**2
-    t_fwd = bare_forward(model, batches, device, args.repeats)
-    print(f"bare eager forward over the samples: {t_fwd * 1e3:.1f} ms")
-
-    with tempfile.TemporaryDirectory() as tmp:
-        res, total, steady = ours(objective, dirs, xs, ys, Path(tmp) / "a.h5", batch_points=1, compile="off")
-        t_fwd_after = bare_forward(model, batches, device, args.repeats)
-        t_fwd = min(t_fwd, t_fwd_after)
-        print(
-            f"(a) ours, loop: {total:.2f} s for {n_points} points = {total / n_points * 1e3:.1f} ms/point "
-            f"end to end ({steady * 1e3:.1f} ms/point steady)"
-        )
-        print(
-            f"    ratio to a bare forward: {total / n_points / t_fwd:.3f} end to end, {steady / t_fwd:.3f} steady "
-            f"(goal <= 1.10; bare forward re-measured after the run, min taken: {t_fwd * 1e3:.1f} ms)"
-        )
-        centre = objective.evaluate().loss
-        ev = PointEvaluator(objective, dirs.x, dirs.y)
-        ev.enable_fold()  # as compute_surface evaluates a point (BatchNorm folded, channels-last when faster)
-        ev.choose_memory_format()
-        ratios = []
-        for k in range(args.pairs):  # adjacent pairs see the same machine load (this machine is shared)
-            t_b = timed(lambda: bare_forward_once(model, batches), device, 1)
-            t_p = timed(lambda k=k: ev.loop([(xs[k % len(xs)], ys[-1 - k % len(ys)])]), device, 1)
-            ratios.append(t_p / t_b)
-        print(
-            f"    paired (bare forward, one grid point) x {args.pairs}: median ratio {statistics.median(ratios):.3f} "
-            f"(quartiles {np.percentile(ratios, 25):.3f}..{np.percentile(ratios, 75):.3f})"
-        )
-
-        grid, t_peer, norm, error = peer(model, batches, args.steps)
-        if grid is None:
-            print(f"(b) loss-landscapes failed: {error}")
+    header = (
+        f"{'model':<8}{'grid':>7}{'plain':>9}{'l-l':>9}{'Li':>9}{'cold':>9}{'warm':>9}  "
+        f"{'cold way':<10}{'warm way':<10}{'set-up cold/warm s':>19}  {'diff':>8}"
+    )
+    goals = []
+    table = []
+    for name in args.models:
+        model, batches = make_problem(args, device, name)
+        n_params = sum(p.numel() for p in model.parameters())
+        t_fwd = bare_forward(model, batches, device, 3)
+        print(f"{name}: {MODELS[name][0]}, {n_params} parameters; a bare eager forward {t_fwd * 1e3:.1f} ms")
+        warm_cache = Path(tempfile.mkdtemp(prefix="landscape-bench-cache-"))
+        if args.quick:
+            print("    the warm cache: left empty (--quick builds nothing)")
         else:
-            print(
-                f"(b) loss-landscapes random_plane ({norm} normalisation): {t_peer:.2f} s for {grid.size} points "
-                f"= {t_peer / grid.size * 1e3:.1f} ms/point; theirs / ours = {t_peer / total:.2f}x"
+            seconds, built = build_warm_cache(model, batches, warm_cache)
+            print(f"    the warm cache: compile='on' on a 2x2 grid took {seconds:.1f} s ({built}), from an empty cache")
+        for steps in args.grids:
+            rows = []
+            for k in range(args.rounds):
+                with tempfile.TemporaryDirectory() as tmp:
+                    rows.append(one_round(model, batches, steps, Path(tmp), warm_cache, k))
+            med = {key: statistics.median(r[key] for r in rows) for key in rows[0] if isinstance(rows[0][key], float)}
+            last = rows[-1]
+            table.append(
+                f"{name:<8}{steps:>4}x{steps:<2}{med['plain']:>9.2f}{med['ll']:>9.2f}{med['li']:>9.2f}"
+                f"{med['cold']:>9.2f}{med['warm']:>9.2f}  {last['cold_way']:<10}{last['warm_way']:<10}"
+                f"{med['cold_setup']:>9.2f}/{med['warm_setup']:<9.2f}  {med['diff']:>8.1e}"
             )
-            if error:
-                print(f"    ({error})")
-            if args.steps % 2 == 0:
-                their = peer_centre(grid, args.steps)
-                print(
-                    f"    centre: ours {centre:.7f}, theirs {their:.7f}, relative difference "
-                    f"{abs(their - centre) / abs(centre):.1e}"
+            print(table[-1], flush=True)
+            if last["ll_error"]:
+                print(f"    (loss-landscapes: {last['ll_error']}; ran with {last['ll_norm']} normalisation)")
+            centre = f", loss-landscapes' centre {med['ll_centre']:.1e}" if "ll_centre" in med else ""
+            print(
+                f"    CPU s: plain {med['plain_cpu']:.1f}, l-l {med['ll_cpu']:.1f}, Li {med['li_cpu']:.1f}, "
+                f"cold {med['cold_cpu']:.1f}, warm {med['warm_cpu']:.1f}; the Objective (in each of ours) "
+                f"{med['objective']:.2f} s; decisions: cold {last['cold_reason']!r}, warm {last['warm_reason']!r}; "
+                f"relative differences to plain: Li et al. {med['li_diff']:.1e}{centre}"
+            )
+
+            def ratio(a: str, b: str, rows: list[dict] = rows) -> float:
+                suffix = "_cpu" if args.clock == "cpu" else ""
+                return statistics.median(r[a + suffix] / r[b + suffix] for r in rows)
+
+            where = f"{name} {steps}x{steps}"
+            for cache in ("cold", "warm"):
+                goals.append((f"4: {where}, auto {cache} / plain", ratio(cache, "plain"), f"<= {AUTO_BOUND}", "le"))
+            for peer_key, peer_name in (("ll", "loss-landscapes"), ("li", "Li et al.")):
+                goals.append((f"5: {where}, {peer_name} / auto warm", ratio(peer_key, "warm"), f">= {PEER_GOAL}", "ge"))
+                cold_applies = last["cold_way"] == "compiled" or steps == max(args.grids)
+                goals.append(
+                    (
+                        f"5: {where}, {peer_name} / auto cold",
+                        ratio(peer_key, "cold"),
+                        f">= {PEER_GOAL}" if cold_applies else "(information: the cold run judged a build not to pay)",
+                        "ge" if cold_applies else "",
+                    )
                 )
-            else:
-                print("    (an odd --steps puts no grid point of theirs at the centre: centre not compared)")
-
-        li, t_li = li_et_al(model, batches, dirs, xs, ys)
-        li_diff = np.abs(li - res["data_loss"]).max() / np.abs(res["data_loss"]).max()
-        print(
-            f"(e) Li et al.'s loop (re-implemented here): {t_li:.2f} s for {li.size} points = "
-            f"{t_li / li.size * 1e3:.1f} ms/point; theirs / ours = {t_li / total:.2f}x; max relative difference "
-            f"to our surface (same directions) {li_diff:.1e}"
+        shutil.rmtree(warm_cache, ignore_errors=True)
+    print()
+    print("whole grids, wall seconds (medians over the rounds); ways chosen and set-up seconds of the last round")
+    print(header)
+    for line in table:
+        print(line)
+    print()
+    print(f"goals ({args.clock} seconds; ratios: medians over the rounds of each round's ratio)")
+    for what, value, goal, sense in goals:
+        verdict = (
+            ""
+            if not sense
+            else ("MET" if (value <= AUTO_BOUND if sense == "le" else value >= PEER_GOAL) else "NOT MET")
         )
-
-        evaluator = PointEvaluator(objective, dirs.x, dirs.y)
-        pts = [(0.1 * i, -0.05 * i) for i in range(args.vmap_points)]
-        t_loop = timed(lambda: evaluator.loop(pts), device, 2) / len(pts)
-        t_vmap = timed(lambda: evaluator.vectorised(pts), device, 2) / len(pts)
-        diff = np.abs(np.array(evaluator.loop(pts)) - np.array(evaluator.vectorised(pts)))[:, 0].max()
-        print(
-            f"(d) vmap over {len(pts)} points: {t_vmap * 1e3:.1f} ms/point vs loop {t_loop * 1e3:.1f} ms/point "
-            f"(vmap speed-up {t_loop / t_vmap:.2f}x; max loss difference {diff:.1e}); auto picks "
-            f"{evaluator.choose_batch_points()}"
-        )
-
-        if args.compile:
-            probe = PointEvaluator(objective, dirs.x, dirs.y)
-            probe.enable_fold()
-            before = compile_cache.read_record(probe.compile_key())
-            res_c, total_c, steady_c = ours(objective, dirs, xs, ys, Path(tmp) / "c.h5", compile=args.compile)
-            d = res_c.attrs["compile_decision"]
-            diff = np.abs(res_c["loss"] - res["loss"]).max() / np.abs(res["loss"]).max()
-            cache = "cold" if before is None else f"warm ({before.n_compiles} compile(s) recorded before)"
-            print(
-                f"(c) compile {args.compile}: compiled {res_c.attrs['compiled']}, cache {cache}, "
-                f"{d.get('compile_s', 0.0):.1f} s to compile (checked), {total_c:.2f} s for {n_points} points "
-                f"compile included ({steady_c * 1e3:.1f} ms/point steady); steady ratio to a bare eager forward "
-                f"{steady_c / t_fwd:.3f}; BatchNorms folded {res_c.attrs['bn_folded']}; max relative difference "
-                f"to eager {diff:.1e}"
-            )
-            print(f"    decision: {d}")
-            goals(args, objective, dirs, model, batches, t_fwd, steady_c, total_c, t_peer, t_li, before, res_c)
-
-
-def goals(args, objective, dirs, model, batches, t_fwd, steady_c, total_c, t_peer, t_li, before, res_c):
-    """Print each goal as met / not met with the measured numbers; with a profile where one is not met."""
-
-    def line(name, value, goal, met):
-        print(f"    {name}: {value:.2f}x (goal {goal}) {'MET' if met else 'NOT MET'}")
-        return met
-
-    ev = PointEvaluator(objective, dirs.x, dirs.y)
-    ev.enable_fold()
-    ev.enable_compile()  # warm in this process: not timed
-    ratios = []
-    for k in range(args.pairs):  # adjacent pairs see the same machine load (this machine is shared)
-        t_b = timed(lambda: bare_forward_once(model, batches), torch.device("cpu"), 1)
-        t_p = timed(lambda k=k: ev.loop([(0.05 * k, -0.03 * k)]), torch.device("cpu"), 1)
-        ratios.append(t_p / t_b)
-    paired = statistics.median(ratios)
-    print("(goals)")
-    print(
-        f"    paired (bare forward, one compiled point) x {args.pairs}: median {paired:.3f} (quartiles "
-        f"{np.percentile(ratios, 25):.3f}..{np.percentile(ratios, 75):.3f}); whole-run steady {steady_c / t_fwd:.3f}"
-    )
-    ok1 = line("per point compiled / bare eager forward (paired median)", paired, "<= 0.60", paired <= 0.6)
-    ok2 = t_peer == t_peer and line(
-        f"{args.steps}x{args.steps} compile included: loss-landscapes / ours",
-        t_peer / total_c,
-        ">= 1.3",
-        t_peer / total_c >= 1.3,
-    )
-    ok3 = line(
-        f"{args.steps}x{args.steps} compile included: Li et al. / ours", t_li / total_c, ">= 1.3", t_li / total_c >= 1.3
-    )
-    if before is None:
-        print("    warm-cache goal (>= 1.5x loss-landscapes): this run compiled cold; run the same command again")
-        ok4 = True
-    else:
-        ok4 = line("warm cache: loss-landscapes / ours", t_peer / total_c, ">= 1.5", t_peer / total_c >= 1.5)
-    if not (ok1 and ok2 and ok3 and ok4):
-        d = res_c.attrs["compile_decision"]
-        print(
-            f"    why (measured): compile {d.get('compile_s', 0.0):.1f} s of the {total_c:.1f} s; "
-            f"{args.steps**2} points x {steady_c * 1e3:.1f} ms = {args.steps**2 * steady_c:.1f} s"
-        )
-        text_c, ops_c = top_ops(lambda: ev.loop([(0.1, 0.2)]))
-        text_b, _ = top_ops(lambda: bare_forward_once(model, batches))
-        print(f"    profile of a compiled point: {text_c}")
-        print(f"    profile of a bare eager forward: {text_b}")
-        conv = ops_c.get("aten::mkldnn_convolution", 0.0)
-        if conv:
-            n = args.steps**2
-            print(
-                f"    bound: the compiled point's convolutions alone take {conv * 1e3:.1f} ms = {conv / t_fwd:.2f}x "
-                f"the bare forward; with nothing else per point the grid would take {n * conv:.1f} s + compile "
-                f"{d.get('compile_s', 0.0):.1f} s, {t_peer / (n * conv + d.get('compile_s', 0.0)):.2f}x faster than "
-                "loss-landscapes"
-            )
+        print(f"  goal {what}: {value:.2f}x {goal} {verdict}".rstrip())
 
 
 def large_main(args):
@@ -400,34 +399,33 @@ def large_main(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--samples", type=int, default=None, help="default 128 on CPU, 10000 on CUDA")
-    p.add_argument("--batch-size", type=int, default=None, help="default 128 on CPU, 500 on CUDA")
-    p.add_argument("--steps", type=int, default=10, help="CPU grid is steps x steps (even: the centre is compared)")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--vmap-points", type=int, default=8)
-    p.add_argument("--pairs", type=int, default=15, help="paired forward/point measurements")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    p.add_argument("--grids", type=checks.positive_argument, nargs="+", default=[3, 10, 51], help="points a side")
+    p.add_argument("--rounds", type=checks.positive_argument, default=1, help="alternating rounds (medians count)")
+    p.add_argument("--samples", type=checks.positive_argument, default=None, help="default 128 on CPU, 10000 on CUDA")
+    p.add_argument("--batch-size", type=checks.positive_argument, default=None, help="default 128 on CPU, 500 on CUDA")
+    p.add_argument("--threads", type=checks.positive_argument, default=1, help="torch intra-op threads")
     p.add_argument(
-        "--compile",
-        nargs="?",
-        const="on",
-        default=None,
-        choices=["on", "auto"],
-        help="also time a compiled run (--compile alone: on) and check the goals",
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="the seconds the goals compare: wall (default), or CPU of the process and its children (on a loaded "
+        "machine, where wall seconds measure the load)",
     )
-    p.add_argument("--cache-dir", default=None, help="LANDSCAPE_CACHE_DIR for this run (compile records, kernels)")
+    p.add_argument("--quick", action="store_true", help="smoke test: grids 2 and 3, 16 samples, nothing compiled")
+    p.add_argument("--vmap-points", type=int, default=8)
+    p.add_argument("--compile", nargs="?", const="on", default=None, choices=["on", "auto"], help="GPU: compile")
     p.add_argument("--full", action="store_true", help="CUDA: run the whole 51x51 grid")
     p.add_argument(
         "--large", action="store_true", help="the resnet50 / 51x51 / 10,000-input benchmark (implied by --device cuda)"
     )
     p.add_argument("--gpu-points", type=int, default=20, help="CUDA: points timed when not --full")
     args = p.parse_args()
-    if args.cache_dir:
-        os.environ["LANDSCAPE_CACHE_DIR"] = args.cache_dir
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     args.large = args.large or args.device == "cuda"
     gpu = args.large
+    if args.quick:
+        args.grids, args.samples, args.rounds = [2, 3], args.samples or 16, 1
     args.samples = args.samples or (10000 if gpu else 128)
     args.batch_size = args.batch_size or (500 if gpu else 128)
     (large_main if gpu else cpu_main)(args)

@@ -172,8 +172,9 @@ DEFAULTS = SurfaceOptions.defaults()
     show_default=True,
     is_flag=False,
     flag_value="on",
-    help="torch.compile the per-point loss: auto (when the compile time pays back over the points left, "
-    "measured and recorded), on (eager fallback; --compile alone) or off.",
+    help="Compile the per-point loss into a package kept in the cache folder: auto (only when it pays back over "
+    "the points left, its set-up bounded by them; measured and recorded), on (eager fallback; --compile alone) "
+    "or off.",
 )
 def command(source: ModelSource, out: str, force: bool, device: str, quiet: bool, **fields: object) -> None:
     """Compute a 1D or 2D loss surface around a checkpoint (resumable; torchrun shares the points)."""

@@ -148,12 +148,16 @@ class EvalForward:
         if bool(D.broadcast_object(chosen)):
             self.use_channels_last()
 
-    def enable_fold(self) -> int:
+    def enable_fold(self, check: bool = True) -> int:
         """Fold the model's eval-mode conv -> BatchNorm pairs (:func:`landscape.models.bn_fold.fold_batchnorm`).
 
-        The folded forward is checked against the unfolded one at the objective's point on the first batch (relative
-        1e-10 in float64, 1e-4 otherwise); it stays unfolded when that fails, when nothing can be folded, or
-        with ``bn == "recompute"``. The objective's model is not modified (the fold works on a copy).
+        The folded forward is checked against the unfolded one (:meth:`check_fold`); it stays unfolded when that
+        fails, when nothing can be folded, or with ``bn == "recompute"``. The objective's model is not modified
+        (the fold works on a copy).
+
+        Args:
+            check: check the fold now; False leaves it to the caller (:meth:`check_fold`, or a check of its own
+                against the unfolded forward).
 
         Returns:
             The number of BatchNorm layers folded (0 when unfolded; :attr:`fold_notes` says why).
@@ -170,9 +174,24 @@ class EvalForward:
         self.fold_notes = list(folded.notes)
         if folded.n_folded == 0:
             return 0
+        self.fold = folded
+        return self.check_fold() if check else folded.n_folded
+
+    def check_fold(self) -> int:
+        """Keep the fold only if the folded loss equals the unfolded one at the objective's point on the first batch.
+
+        Relative 1e-10 in float64, 1e-4 otherwise (:func:`landscape.core.second_order.folded_loss_agrees`).
+
+        Returns:
+            The number of BatchNorm layers folded (0 when the check unfolded the model; :attr:`fold_notes` says why).
+        """
+        folded = self.fold
+        if folded is None:
+            return 0
         x, y = self.batches[0]
         try:
             with torch.inference_mode():
+                self.fold = None
                 want = self._batch_eval_state(self._point_state(self.obj.params), x, y)[0]
                 self.fold = folded
                 got = self._batch_eval_state(self._point_state(self.obj.params), x, y)[0]

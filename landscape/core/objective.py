@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, grad, jvp
+from torch.func import functional_call, grad, grad_and_value, jvp
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from landscape.core.criteria import (
@@ -198,8 +198,8 @@ class Objective:
         self.second_order_fold = SecondOrderFold()
         if check:
             self.check_finite()
-            self.check_forward()
-            self.check_labels()
+            output = self.check_forward()
+            self.check_labels(output)
             self.check_determinism()
 
     # -- evaluation -------------------------------------------------------------------------------
@@ -430,25 +430,31 @@ class Objective:
         require_finite(self.buffers, "buffer")
 
     @torch.no_grad()
-    def check_forward(self) -> None:
+    def check_forward(self) -> object:
         """Run the model once on the first batch: an exception its forward raises is named as the model's.
 
         This first plain pass (no transform around it) is where a model that cannot run on the data is told
         apart from a fault of landscape: what it raises is quoted with the model's origin
         (`landscape.models.external.forward_origin`) and the shape of the inputs.
 
+        Returns:
+            The model's output (for :meth:`check_labels`).
+
         Raises:
             ForeignError: the model's forward raised.
         """
         x = self.batches[0][0]
         with calling_forward(self.module, x):
-            self._output({**self.fixed, **self.params, **self.buffers}, x)
+            return self._output({**self.fixed, **self.params, **self.buffers}, x)
 
     @torch.no_grad()
-    def check_labels(self) -> None:
+    def check_labels(self, output: object = None) -> None:
         """Refuse class labels the model cannot output: every integer target must lie in ``0..n_outputs-1``.
 
         Soft (floating) targets are not checked.
+
+        Args:
+            output: the model's output on the first batch when at hand (:meth:`check_forward`'s); None: computed.
 
         Raises:
             LandscapeError: an integer label is negative or ``>=`` the number of model outputs.
@@ -459,7 +465,9 @@ class Objective:
 
         if label_range(labels()) is None:  # soft targets: nothing to check
             return
-        check_label_range(labels(), int(self.logits(self.params, self.batches[0][0]).shape[-1]))
+        if output is None:  # computed here only when not handed in
+            output = self._output({**self.fixed, **self.params, **self.buffers}, self.batches[0][0])
+        check_label_range(labels(), int(select_logits(output, self.output).shape[-1]))
 
     def check_determinism(self) -> None:
         """Refuse a stochastic objective: two passes must give the same loss and gradient.
@@ -475,7 +483,8 @@ class Objective:
         params = dict(self.params)
         batch = self.batches[0]
         fn = self.batch_loss_fn(batch)
-        l1, g1 = float(fn(params)), grad(fn)(params)
+        g1, l1 = grad_and_value(fn)(params)  # the loss of the gradient's own forward: one pass, not two
+        l1 = float(l1)
         if not math.isfinite(l1):
             dtype = self.dtype
             wider = ", or --dtype float64" if self.dtype_chosen and dtype != torch.float64 else ""
@@ -483,7 +492,8 @@ class Objective:
                 f"the loss of the first batch is {l1} although every weight is finite: the model overflows on "
                 f"this data in {str(dtype).replace('torch.', '')} (check --data, --mean/--std{wider})"
             )
-        l2, g2 = float(fn(params)), grad(fn)(params)
+        g2, l2 = grad_and_value(fn)(params)
+        l2 = float(l2)
         exact = self.device.type == "cpu"
         same_grad = all(
             torch.equal(g1[n], g2[n]) if exact else torch.allclose(g1[n], g2[n], rtol=1e-5, atol=1e-7) for n in g1

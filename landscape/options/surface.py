@@ -56,8 +56,8 @@ POSITION_PARAMETER_PATTERNS = ("*pos_embed*", "*pos_embedding*", "*rel_pos*", "*
 LEARNED_TOKEN_PATTERNS = ("*cls_token*", "*class_token*", "*reg_token*")
 #: name patterns whose tensors get a zero direction by default: position parameters and learned tokens
 DEFAULT_ZERO_PATTERNS = POSITION_PARAMETER_PATTERNS + LEARNED_TOKEN_PATTERNS
-#: ``--compile``: ``auto`` (compile when the measured / recorded compile time pays back over the points left),
-#: ``on`` (compile; eager if compiling fails) or ``off`` (eager)
+#: ``--compile``: ``auto`` (compile when the measured / recorded build or load time pays back over the points left,
+#: within the set-up's share of them), ``on`` (compile; eager if compiling fails) or ``off`` (eager)
 COMPILE_MODES = ("auto", "on", "off")
 #: ``--store-directions``: how a surface file keeps its directions: ``seed`` (the recipe that draws random directions
 #: again bit for bit, and their fingerprint; directions without a recipe are stored in full), ``half`` (float16
@@ -72,6 +72,14 @@ MAX_POINTS = 1_000_000
 #: the most memory the stacked parameters of one vectorised call may take for ``--batch-points auto`` to try vmap
 #: (k points stack k copies of the parameters; above this bound auto takes the loop, which holds one)
 VMAP_STACK_BYTES = 256 * 2**20
+#: with ``--batch-points auto`` / ``--compile auto``: the share of the plain loop's predicted time (the points left
+#: times the first point's seconds) that choosing how to evaluate may spend beyond it (vmap trial, exporting,
+#: building or loading and checking a compiled package); a build is stopped at the end of it
+SETUP_SHARE = 0.2
+#: a vmap trial is predicted to cost this many times the loop's seconds for its points (measured 3.3 on CPU)
+VMAP_TRIAL_SLOWDOWN = 4.0
+#: vmap is taken when its seconds per point are under this share of the loop's
+VMAP_GAIN = 0.8
 
 _GRID = re.compile(r"^\s*([-+]?[0-9.eE+-]+)\s*:\s*([-+]?[0-9.eE+-]+)\s*:\s*([0-9]+)\s*$")
 
@@ -300,9 +308,10 @@ class SurfaceOptions(FieldDefaults):
         allow_stochastic: do not refuse a model whose two forward passes differ.
         batch_points: points per vectorised call (1: a loop) or ``"auto"`` (the faster, measured); a string of
             digits is read as the number.
-        compile: ``torch.compile`` the per-point loss: one of :data:`COMPILE_MODES` (``auto``: only when the
-            compile time pays back over the points left; ``on``: always, eager if compiling fails; ``off``);
-            True and False are read as ``on`` and ``off``.
+        compile: compile the per-point loss ahead of time into a package kept in the cache folder
+            (:mod:`landscape.analyses.surface.setup`): one of :data:`COMPILE_MODES` (``auto``: only when it pays
+            back over the points left, the set-up bounded by :data:`SETUP_SHARE` of their time; ``on``: always,
+            eager if compiling fails; ``off``); True and False are read as ``on`` and ``off``.
         augment: the data of every point, one of :data:`~landscape.options.common.AUGMENTATIONS`: ``none``
             (the fixed images with hard labels) or ``paper-a`` (Paper A's training augmentation with Mixup/CutMix,
             drawn once from ``seed`` and held fixed; the loss is then the soft-target cross-entropy).

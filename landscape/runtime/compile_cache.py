@@ -1,23 +1,23 @@
-"""What makes ``torch.compile`` pay across runs: a persistent compiler cache, compile records and the pay-back rule.
+"""What makes compiling pay across runs: the cache folder, compile records and the pay-back rule.
 
 - :func:`cache_dir` is landscape's cache folder: ``$LANDSCAPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/landscape``,
   else ``~/.cache/landscape``; created with mode 0700 and used only when it is a real folder (not a symlink)
-  owned by this user and writable by no one else.
-- :func:`use_inductor_cache` points inductor's on-disk caches (FX graph cache, AOTAutograd cache, the compiled
-  C++/Triton kernels) at ``<cache>/inductor`` by setting ``TORCHINDUCTOR_CACHE_DIR`` (a value set by the user
-  wins; torch writes its own default there on first use, which does not count),
-  so that a rerun, a resume or the next surface of the same architecture does not compile from scratch. On CPU
-  the compiled kernels are what takes the time, and ``torch.compiler.save_cache_artifacts`` does not hold them,
-  so the folder itself is kept.
-- :class:`CompileRecord`: a small JSON record per architecture / input shapes / device / threads
-  (:func:`record_key`) of the last compile: its seconds (first and latest), and the per-point seconds compiled and
-  eager measured in the same run. Written atomically (:func:`landscape.store.files.write_text`), read without
-  following a symlink.
+  owned by this user and writable by no one else. The compiled packages themselves are kept there by
+  :mod:`landscape.runtime.packages`.
+- :func:`use_inductor_cache` points inductor's on-disk caches (its FX graph cache and compiled C++/Triton kernels)
+  at ``<cache>/inductor`` by setting ``TORCHINDUCTOR_CACHE_DIR`` (a value set by the user wins; torch writes its
+  own default there on first use, which does not count), so that a package of a model whose kernels were
+  compiled before builds faster.
+- :class:`CompileRecord`: a small JSON record per key (:func:`record_key`: the compiled function's model
+  fingerprint, input shapes, device, threads and torch version) of what earlier runs measured: how long the last
+  build took or the deadline it was stopped at, how long a load took, the compiled and eager seconds per point
+  of one run, and how vmap compared with the loop. Written atomically (:func:`landscape.store.files.write_text`),
+  read without following a symlink; an unreadable record counts as none.
 - :func:`quiet_cuda_home_probe` keeps the warning torch's extension builder logs when it is imported on a machine
   with a CUDA toolkit but no CUDA runtime ("No CUDA runtime is found, using CUDA_HOME=...", inductor imports it)
   from reaching the user: it says nothing about the run.
 - :func:`pays_back` is the rule ``compile_s + n * t_compiled < n * t_eager``; :func:`estimate` supplies its
-  inputs from a record or from the conservative defaults below.
+  inputs from a record or from the defaults below.
 """
 
 from __future__ import annotations
@@ -34,13 +34,15 @@ from typing import Any
 from landscape.errors import LandscapeError
 from landscape.store import files
 
-#: without a record: seconds a first compile is assumed to take (measured 17-35 s on 2 CPU cores for a 90k-parameter
-#: ResNet; larger models take longer)
+#: without a record: the wall seconds a first build of a package is assumed to take (exporting, compiling with
+#: AOTInductor: measured 17-57 s on idle and 60-115 s on loaded CPU cores for 90k-255k-parameter ResNets and ViTs;
+#: the deadline bounds what an underestimate costs)
 DEFAULT_COMPILE_SECONDS = 60.0
-#: without a record: the compiled per-point time as a fraction of the eager one (measured 0.5-0.7 on CPU)
-DEFAULT_COMPILED_RATIO = 0.8
-#: with a record of one cold compile only: the next (warm-cache) compile as a fraction of it (measured about 0.2)
-DEFAULT_WARM_FRACTION = 0.5
+#: without a record: the compiled seconds per point as a fraction of the eager ones (measured 0.36-0.56 on idle CPU
+#: cores for the zoo's minis; 0.93 for a folded, channels-last ResNet on heavily loaded ones)
+DEFAULT_COMPILED_RATIO = 0.6
+#: without a record: the seconds a cached package takes to load and check (measured 0.02-0.05 s to load)
+DEFAULT_LOAD_SECONDS = 0.5
 #: the largest record file read
 _MAX_RECORD_BYTES = 64 * 1024
 
@@ -156,25 +158,47 @@ def record_key(**parts: Any) -> str:
 
 @dataclass
 class CompileRecord:
-    """What the last compile of one key measured.
+    """What earlier runs measured for one key: its package's build and load, compiled and eager points, vmap.
+
+    A field that was never measured is 0.
 
     Attributes:
-        first_compile_s: seconds of the first compile recorded (a cold cache).
-        last_compile_s: seconds of the latest compile.
-        n_compiles: compiles recorded.
-        compiled_point_s: seconds per point compiled, measured with the latest compile.
-        eager_point_s: seconds per point eager, measured in the same run.
-        inductor_dir: the inductor cache folder the compile wrote to.
-        failed: the latest compile failed or disagreed with eager.
+        compile_s: wall seconds of the last completed build of the package (exporting and compiling).
+        stopped_s: the longest deadline a build was stopped at unfinished: the build takes longer than this.
+        load_s: seconds the last load of the package took (with the check that follows it).
+        eager_point_s: wall seconds of an eager point, measured in the last run that timed one.
+        eager_work_s: its work: CPU seconds on a CPU device (wall seconds on others).
+        compiled_point_s: wall seconds of a compiled point, measured in the last run that used the package.
+        compiled_ratio: the compiled point's work over the eager point's, both measured in that run.
+        vmap_points: the points per vectorised call timed against the loop.
+        vmap_ratio: vmap's work per point over the loop's, on the first batch.
+        n_builds: builds completed.
+        failed: the last build failed, or its package disagreed with eager.
     """
 
-    first_compile_s: float
-    last_compile_s: float
-    n_compiles: int
-    compiled_point_s: float
-    eager_point_s: float
-    inductor_dir: str = ""
+    compile_s: float = 0.0
+    stopped_s: float = 0.0
+    load_s: float = 0.0
+    eager_point_s: float = 0.0
+    eager_work_s: float = 0.0
+    compiled_point_s: float = 0.0
+    compiled_ratio: float = 0.0
+    vmap_points: int = 0
+    vmap_ratio: float = 0.0
+    n_builds: int = 0
     failed: bool = False
+
+
+_FLOAT_FIELDS = (
+    "compile_s",
+    "stopped_s",
+    "load_s",
+    "eager_point_s",
+    "eager_work_s",
+    "compiled_point_s",
+    "compiled_ratio",
+    "vmap_ratio",
+)
 
 
 def _record_path(key: str) -> Path | None:
@@ -209,18 +233,14 @@ def read_record(key: str) -> CompileRecord | None:
     try:
         raw = json.loads(data.decode())
         rec = CompileRecord(
-            first_compile_s=float(raw["first_compile_s"]),
-            last_compile_s=float(raw["last_compile_s"]),
-            n_compiles=int(raw["n_compiles"]),
-            compiled_point_s=float(raw["compiled_point_s"]),
-            eager_point_s=float(raw["eager_point_s"]),
-            inductor_dir=str(raw.get("inductor_dir", "")),
-            failed=bool(raw.get("failed", False)),
+            **{f: float(raw[f]) for f in _FLOAT_FIELDS},
+            vmap_points=int(raw["vmap_points"]),
+            n_builds=int(raw["n_builds"]),
+            failed=bool(raw["failed"]),
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    values = (rec.first_compile_s, rec.last_compile_s, rec.compiled_point_s, rec.eager_point_s)
-    if not all(v >= 0 and v < float("inf") for v in values):
+    if not all(0 <= getattr(rec, f) < float("inf") for f in _FLOAT_FIELDS) or rec.vmap_points < 0:
         return None
     return rec
 
@@ -246,68 +266,36 @@ def write_record(key: str, record: CompileRecord) -> bool:
     return True
 
 
-def updated_record(
-    old: CompileRecord | None,
-    compile_s: float,
-    compiled_point_s: float,
-    eager_point_s: float,
-    inductor_dir: str,
-    failed: bool = False,
-) -> CompileRecord:
-    """The record after one more compile (the first compile's time is kept; a changed inductor folder restarts it).
+def estimate(record: CompileRecord | None, package: bool) -> dict[str, Any]:
+    """The expected seconds to have the compiled function ready, its compiled/eager ratio, and their source.
 
-    Args:
-        old: the record before, or None.
-        compile_s: seconds the compile took now.
-        compiled_point_s: seconds per point compiled, measured now (``inf`` when it failed).
-        eager_point_s: seconds per point eager, measured now.
-        inductor_dir: the inductor cache folder in force.
-        failed: the compile failed or disagreed with eager.
-
-    Returns:
-        The new record.
-    """
-    if old is None or old.inductor_dir != inductor_dir:
-        return CompileRecord(compile_s, compile_s, 1, compiled_point_s, eager_point_s, inductor_dir, failed)
-    return CompileRecord(
-        old.first_compile_s, compile_s, old.n_compiles + 1, compiled_point_s, eager_point_s, inductor_dir, failed
-    )
-
-
-def estimate(record: CompileRecord | None, eager_point_s: float, inductor_dir: str) -> dict[str, Any]:
-    """The expected compile seconds and compiled per-point seconds of the next compile, and where they come from.
-
-    With a record for the current inductor folder: the latest compile's seconds once it has been warm
-    (``n_compiles >= 2``), else the first compile's times :data:`DEFAULT_WARM_FRACTION` (the cache now holds it);
-    the compiled per-point time is the recorded compiled/eager ratio times ``eager_point_s`` (a ratio measured
-    within one run, robust to the machine's load). Without one: :data:`DEFAULT_COMPILE_SECONDS` and
-    :data:`DEFAULT_COMPILED_RATIO`.
+    With the package in the cache: the recorded load time (:data:`DEFAULT_LOAD_SECONDS` without one). Without:
+    the last completed build's seconds, else :data:`DEFAULT_COMPILE_SECONDS`; a build stopped at a deadline
+    before raises it to twice that deadline (so that it is tried again only with twice the time). The ratio is the
+    recorded compiled/eager work per point (measured within one run: robust to the machine's load), else
+    :data:`DEFAULT_COMPILED_RATIO`. A failed build is expected never to pay.
 
     Args:
         record: the record of this key, or None.
-        eager_point_s: the eager seconds per point measured now.
-        inductor_dir: the inductor cache folder in force.
+        package: whether the key's package is in the cache.
 
     Returns:
-        ``{"compile_s", "compiled_point_s", "source"}``; ``source`` is ``record-warm``, ``record-cold``,
-        ``record-failed``, ``record-other-cache`` or ``defaults``.
+        ``{"compile_s", "compiled_ratio", "source"}``; ``source`` is ``package``, ``record``, ``defaults`` or
+        ``record-failed``.
     """
     if record is not None and record.failed:
-        return {"compile_s": float("inf"), "compiled_point_s": float("inf"), "source": "record-failed"}
-    if record is None or record.eager_point_s <= 0:
-        return {
-            "compile_s": DEFAULT_COMPILE_SECONDS,
-            "compiled_point_s": DEFAULT_COMPILED_RATIO * eager_point_s,
-            "source": "defaults",
-        }
-    ratio = record.compiled_point_s / record.eager_point_s
-    if record.inductor_dir != inductor_dir or not inductor_dir or not Path(inductor_dir).is_dir():
-        compile_s, source = max(record.first_compile_s, record.last_compile_s), "record-other-cache"
-    elif record.n_compiles >= 2:
-        compile_s, source = record.last_compile_s, "record-warm"
+        return {"compile_s": float("inf"), "compiled_ratio": float("inf"), "source": "record-failed"}
+    ratio = (record.compiled_ratio if record is not None else 0.0) or DEFAULT_COMPILED_RATIO
+    if package:
+        load = record.load_s if record is not None and record.load_s > 0 else DEFAULT_LOAD_SECONDS
+        return {"compile_s": load, "compiled_ratio": ratio, "source": "package"}
+    if record is not None and record.compile_s > 0:
+        compile_s, source = record.compile_s, "record"
     else:
-        compile_s, source = DEFAULT_WARM_FRACTION * record.first_compile_s, "record-cold"
-    return {"compile_s": compile_s, "compiled_point_s": ratio * eager_point_s, "source": source}
+        compile_s, source = DEFAULT_COMPILE_SECONDS, "defaults"
+    if record is not None and record.stopped_s > 0:
+        compile_s = max(compile_s, 2.0 * record.stopped_s)
+    return {"compile_s": compile_s, "compiled_ratio": ratio, "source": source}
 
 
 def pays_back(compile_s: float, compiled_point_s: float, eager_point_s: float, points_left: int) -> bool:

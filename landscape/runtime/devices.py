@@ -25,6 +25,28 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def measured(fn: Callable[[], T], device: torch.device) -> tuple[float, float, T]:
+    """``(wall seconds, work seconds, value)`` of one call of ``fn``; work is this process's CPU time on a CPU.
+
+    Two ways of doing the same work compare by their work: on a machine shared with other jobs the wall time also
+    measures the others' load, the CPU time only this work. On a GPU the work is the wall time (the device is
+    synchronised before and after).
+
+    Args:
+        fn: the work.
+        device: where it runs.
+
+    Returns:
+        The wall and work seconds and what ``fn`` returned.
+    """
+    synchronize(device)
+    t0, c0 = time.perf_counter(), time.process_time()
+    value = fn()
+    synchronize(device)
+    wall = time.perf_counter() - t0
+    return wall, (time.process_time() - c0 if device.type == "cpu" else wall), value
+
+
 def fastest(fn: Callable[[], T], device: torch.device, repeats: int = 2, *, warm_up: bool = False) -> tuple[float, T]:
     """The least wall time of ``repeats`` calls of ``fn`` (load spikes only add), and the last call's value.
 

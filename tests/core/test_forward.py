@@ -93,3 +93,18 @@ def test_the_layout_is_timed_once_per_process_for_a_model_and_input(monkeypatch)
     wider = Objective(create_model("resnet_mini", num_classes=10, widths=(4, 8, 8, 16)).eval(), batches)
     assert not EvalForward(wider).choose_memory_format()  # another architecture is timed: NCHW 0.5 against 1.0
     assert times == []
+
+
+def test_a_fold_checked_later_is_kept_or_undone_as_one_checked_at_once(monkeypatch):
+    objective = _conv_bn_objective(torch.float64)
+    now, later = EvalForward(objective), EvalForward(objective)
+    n = now.enable_fold()
+    assert later.enable_fold(check=False) == n > 0 and later.fold is not None  # folded, not yet checked
+    assert later.check_fold() == n and later.fold is not None
+    from landscape.core import forward as module
+
+    monkeypatch.setattr(module, "folded_loss_agrees", lambda got, want: False)  # a fold that would disagree
+    wrong = EvalForward(objective)
+    wrong.enable_fold(check=False)
+    assert wrong.check_fold() == 0 and wrong.fold is None and "differs" in wrong.fold_notes[-1]
+    assert wrong.attrs()["bn_folded"] == 0

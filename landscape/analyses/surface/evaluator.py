@@ -1,9 +1,11 @@
-"""The loss and accuracy at grid points ``theta + a dx + b dy``: the point evaluator (loop, vmap, compiled)."""
+"""The loss and accuracy at grid points ``theta + a dx + b dy``: the point evaluator (loop, vmap, compiled package)."""
 
 from __future__ import annotations
 
-import time
+import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -11,11 +13,12 @@ from torch import Tensor
 from torch.func import vmap
 
 from landscape.core.combine import PointBuffer, Term, combine
-from landscape.core.criteria import criterion_name
+from landscape.core.criteria import batch_loss, criterion_name, hit_count, select_logits
 from landscape.core.forward import EvalForward
 from landscape.core.objective import Objective
 from landscape.core.params import ParamDict, weighted_sum
 from landscape.errors import LandscapeError
+from landscape.models.fingerprint import module_fingerprint
 from landscape.options.surface import (  # noqa: F401 (re-exported)
     BN_MODES,
     COMPILE_MODES,
@@ -27,8 +30,7 @@ from landscape.options.surface import (  # noqa: F401 (re-exported)
     parse_grid,
 )
 from landscape.runtime import compile_cache
-from landscape.runtime import distributed as D
-from landscape.runtime.devices import close, fastest
+from landscape.runtime.devices import close, fastest, measured
 
 #: points evaluated in one vectorised call when vmap is tried
 VMAP_POINTS = 8
@@ -79,8 +81,8 @@ class PointEvaluator(EvalForward):
     ``vectorised(points)`` stacks the points' params and evaluates them in one ``torch.func.vmap`` call per
     batch. Both return ``(loss, data_loss, accuracy)`` per point. The forward is
     :class:`~landscape.core.forward.EvalForward`'s (BatchNorm folded, inputs' layout chosen, by its
-    :meth:`~landscape.core.forward.EvalForward.tune`); after :meth:`enable_compile` the loop runs a
-    ``torch.compile``-d per-batch loss.
+    :meth:`~landscape.core.forward.EvalForward.tune`); after :meth:`use_package` the loop runs the per-batch
+    loss compiled ahead of time (:meth:`export`, :mod:`landscape.runtime.packages`).
 
     Args:
         objective: the loss; its params are the centre ``theta``.
@@ -94,7 +96,7 @@ class PointEvaluator(EvalForward):
         dy: the y direction, or None.
         bn: the BatchNorm mode.
         theta: the centre params (``objective.params``).
-        compiled: the compiled per-batch loss after a successful :meth:`enable_compile`, else None.
+        compiled: the compiled per-batch loss after a successful :meth:`use_package`, else None.
         fold, fold_notes, batches, channels_last: as :class:`~landscape.core.forward.EvalForward`'s.
     """
 
@@ -126,84 +128,169 @@ class PointEvaluator(EvalForward):
         """Mean loss and number of correct predictions of one batch at ``params`` (vmap-able)."""
         return self._batch_eval_state(self._point_state(params), x, y)
 
-    def enable_compile(self) -> bool:
-        """``torch.compile`` the per-batch loss (params are inputs: no recompilation across points).
-
-        Compiles once per distinct batch shape now, under inference mode as the loop runs it, and checks the
-        compiled loss at the centre against eager (relative 1e-4). The inputs go back to their own layout
-        (inductor chooses the convolutions' layouts itself; channels-last inputs measured no faster compiled).
-        Returns False, staying eager (and in the layout before), if compilation fails or disagrees, or with
-        ``bn == "recompute"``.
-
-        Returns:
-            True when the compiled loss is in use (:attr:`compiled` set), else False.
-        """
-        if self.bn == "recompute":
-            return False
-        self._eager_layout = (self.batches, self.channels_last)
-        self.batches, self.channels_last = self.obj.batches, False
-        if not self._compile():
-            self.disable_compile()
-            return False
-        return True
-
-    def disable_compile(self) -> None:
-        """Go back to the eager loss, in the input layout it had before :meth:`enable_compile`."""
-        self.compiled = None
-        self.batches, self.channels_last = self._eager_layout
-
-    def _compile(self) -> bool:
-        try:
-            fn = torch.compile(self._batch_eval_state, dynamic=False)
-            with torch.inference_mode():
-                state = self._point_state(dict(self.theta))
-                seen = set()
-                for x, y in self.batches:
-                    if tuple(x.shape) in seen:
-                        continue
-                    seen.add(tuple(x.shape))
-                    got = float(fn(state, x, y)[0])
-                    want = float(self._batch_eval_state(state, x, y)[0])
-                    if not close(got, want, 1e-4):
-                        return False
-        except Exception:  # no compiler, an unsupported model, ...: eager fallback
-            return False
-        self.compiled = fn
-        return True
-
     def compile_key(self) -> str:
-        """The key of this evaluator's compile record: model class, state and batch shapes, device, threads, torch.
+        """The key of this evaluator's compiled package and compile record.
+
+        It holds what the compiled per-batch loss is a function of, apart from the values of its inputs: the
+        model's fingerprint (:func:`landscape.models.fingerprint.module_fingerprint`: tree, attributes, code; of
+        the folded copy when folded) and the code of the loss, the names, shapes and dtypes of the state, the
+        inputs' and labels' shapes and dtypes, the logits selector, criterion, device, threads and the torch and
+        Python versions and CPU capability.
 
         Returns:
             The key (:func:`landscape.runtime.compile_cache.record_key`).
         """
         state = self._point_state(self.theta)
         dev = self.obj.device
+        module = self.obj.module if self.fold is None else self.fold.module
+        code = [batch_loss, hit_count, select_logits, EvalForward._batch_eval_state]
+        if self.fold is not None:
+            code.append(type(self.fold).state)
         return compile_cache.record_key(
             torch=torch.__version__,
-            model=f"{type(self.obj.module).__module__}.{type(self.obj.module).__qualname__}",
-            state=[(n, list(t.shape), str(t.dtype)) for n, t in state.items()],
-            batches=sorted({(tuple(x.shape), str(x.dtype)) for x, _ in self.obj.batches}),
+            python=list(sys.version_info[:2]),
+            capability=torch.backends.cpu.get_cpu_capability(),
+            model=module_fingerprint(module, code),
+            state=sorted((n, list(t.shape), str(t.dtype)) for n, t in state.items()),
+            batches=self._shapes(),
+            output=repr(self.obj.output),
             device=dev.type,
             device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else "",
             threads=torch.get_num_threads() if dev.type == "cpu" else 0,
             criterion=criterion_name(self.obj.criterion),
-            folded=0 if self.fold is None else self.fold.n_folded,
+            folded=self.n_folded,
         )
 
-    def time_point(self, batch_points: int = 1, repeats: int = 2) -> float:
-        """Seconds per point of the current way of evaluating (compiled, loop or vmap), the fastest of ``repeats``.
+    def _shapes(self) -> list[tuple[Any, ...]]:
+        """The distinct ``(input shape, dtype, label shape, dtype)`` of the batches, sorted."""
+        seen = set()
+        for b in range(len(self.obj.batches)):
+            x, y = self.obj.batches[b]
+            seen.add((tuple(x.shape), str(x.dtype), tuple(y.shape), str(y.dtype)))
+        return sorted(seen)
+
+    def export(self, path: Path) -> int:
+        """``torch.export`` the per-batch loss of a full state to ``path`` (``torch.export.save``), for a package.
+
+        The exported function takes the state's tensors in the order of their sorted names, a batch of inputs
+        and its labels, and returns the batch's mean loss and number of correct predictions (NaN when a logit
+        is not finite). With batches of more than one size the batch dimension is symbolic (one package serves
+        them all), else every shape is fixed.
 
         Args:
-            batch_points: points per call (the way :meth:`evaluate` takes it).
-            repeats: timed evaluations of ``batch_points`` points near the centre; the fastest counts.
+            path: the file to write.
 
         Returns:
-            Seconds per point.
+            The number of nodes in the exported graph.
         """
-        points = [(0.01 * i, -0.01 * i) for i in range(max(1, batch_points))]
-        best, _ = fastest(lambda: self.evaluate(points, batch_points), self.obj.device, repeats)
-        return best / len(points)
+        state = self._point_state(self.theta)
+        names = sorted(state)
+        evaluate = self._batch_eval_state
+
+        class PerBatchLoss(torch.nn.Module):
+            def forward(self, tensors: list[Tensor], x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+                return evaluate(dict(zip(names, tensors)), x, y)
+
+        x, y = self.obj.batches[0]
+        dynamic = None
+        if len({s[0][0] for s in self._shapes()}) > 1:
+            batch = torch.export.Dim("batch", min=1)
+            dynamic = ([None] * len(names), {0: batch}, {0: batch})
+        args = ([state[n] for n in names], x.contiguous(), y)
+        with torch.inference_mode(False), torch.no_grad():
+            program = torch.export.export(PerBatchLoss(), args, dynamic_shapes=dynamic, strict=False)
+        torch.export.save(program, path)
+        return len(program.graph.nodes)
+
+    def use_package(
+        self,
+        runner: Callable[[list[Tensor]], list[Tensor]],
+        at: tuple[float, float] = (0.0, 0.0),
+        unfolded: bool = False,
+    ) -> bool:
+        """Evaluate every batch by ``runner`` (a loaded package of :meth:`export`) if it agrees with eager.
+
+        Checked at the grid point ``at`` (the centre where the eager loss there is not finite) on the first batch
+        of each shape: the loss by the package against the eager one to a relative 1e-4 (the compiled loss's
+        tolerance). With ``unfolded`` the eager loss is the model's own, BatchNorm unfolded: the check then also
+        stands for the fold's (:meth:`~landscape.core.forward.EvalForward.check_fold`), which need not run. Inputs
+        go to the package in their own layout (inductor chose the convolutions' layouts itself). Nothing changes
+        when it disagrees or fails.
+
+        Args:
+            runner: the loaded package (:func:`landscape.runtime.packages.load_package`): the state's tensors in the
+                order of their sorted names, the inputs and the labels in, the loss and hits out.
+            at: ``(a, b)``: the point checked.
+            unfolded: check against the unfolded eager loss.
+
+        Returns:
+            True when the package is in use (:attr:`compiled` set).
+        """
+        if self.bn == "recompute":
+            return False
+        names = sorted(self._point_state(self.theta))
+        reference = self.unfolded() if unfolded else self
+
+        def compiled(state: ParamDict, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+            loss, hits = runner([*(state[n] for n in names), x.contiguous(), y])
+            return loss, hits
+
+        try:
+            with torch.inference_mode():
+                a, b = self._coords([at])
+                point = {n: t.clone() for n, t in self.point(a[0], b[0]).items()}
+                seen: set[tuple[int, ...]] = set()
+                for k in range(len(self.obj.batches)):
+                    x, y = self.obj.batches[k]
+                    if tuple(x.shape) in seen:
+                        continue
+                    seen.add(tuple(x.shape))
+                    at_point = point
+                    want = float(reference._batch_eval_state(reference._point_state(at_point), x, y)[0])
+                    if not math.isfinite(want):
+                        at_point = dict(self.theta)
+                        want = float(reference._batch_eval_state(reference._point_state(at_point), x, y)[0])
+                    if not close(float(compiled(self._point_state(at_point), x, y)[0]), want, 1e-4):
+                        return False
+        except Exception:  # a package of other inputs, a runtime failure: stay eager
+            return False
+        self._eager_layout = (self.batches, self.channels_last)
+        self.batches, self.channels_last = self.obj.batches, False
+        self.compiled = compiled
+        return True
+
+    def compiled_ratio(self, at: tuple[float, float], rounds: int = 3) -> float:
+        """The package's work over eager's on the first batch at the grid point ``at``: the median of ``rounds`` pairs.
+
+        Each pair evaluates the batch eagerly (in the eager way's layout) and by the package, one after the other,
+        and compares their work (:func:`landscape.runtime.devices.measured`: CPU seconds on a CPU), so that a
+        pair sees one load of a shared machine.
+
+        Args:
+            at: ``(a, b)``: the point.
+            rounds: the pairs.
+
+        Returns:
+            The median ratio (inf without a package in use).
+        """
+        if self.compiled is None:
+            return float("inf")
+        a, b = self._coords([at])
+        eager_batches = self._eager_layout[0]
+        ratios = []
+        with torch.inference_mode():
+            state = self._point_state(self.point(a[0], b[0]))
+            for _ in range(rounds):
+                _, eager, _ = measured(lambda: self._batch_eval_state(state, *eager_batches[0]), self.obj.device)
+                _, mine, _ = measured(lambda: self.compiled(state, *self.obj.batches[0]), self.obj.device)
+                ratios.append(mine / max(eager, 1e-12))
+        return sorted(ratios)[len(ratios) // 2]
+
+    def drop_compiled(self) -> None:
+        """Go back to the eager loss, in the input layout it had before :meth:`use_package`."""
+        if self.compiled is not None:
+            self.compiled = None
+            self.batches, self.channels_last = self._eager_layout
 
     def _coords(self, points: Sequence[tuple[float, float]]) -> tuple[Tensor, Tensor]:
         ref = next(iter(self.theta.values()))
@@ -302,97 +389,33 @@ class PointEvaluator(EvalForward):
             out += self.vectorised(group + [group[-1]] * pad)[: len(group)]
         return out
 
-    def choose_batch_points(self, k: int = VMAP_POINTS, repeats: int = 2) -> int:
-        """``k`` (vmap) if it evaluated ``k`` points of the first batch in under 0.8x the loop's time, else 1.
-
-        vmap is not tried when the ``k`` stacked copies of the parameters would take more than
-        :data:`~landscape.options.surface.VMAP_STACK_BYTES` (the loop holds one copy, whatever the grid).
+    def vmap_fits(self, k: int) -> bool:
+        """Whether ``k`` stacked copies of the parameters fit :data:`~landscape.options.surface.VMAP_STACK_BYTES`.
 
         Args:
-            k: points per vmap call to try.
-            repeats: timed runs of each way (after one warm-up); the fastest counts.
+            k: points per vectorised call.
 
         Returns:
-            ``k``, or 1 when vmap is slower, fails on the model, its stack is too large, ``k <= 1`` or
-            ``bn == "recompute"``.
+            True when vmap over ``k`` points may be tried (the loop holds one copy, whatever the grid).
         """
-        if self.bn == "recompute" or k <= 1:
-            return 1
-        if k * sum(t.numel() * t.element_size() for t in self.theta.values()) > VMAP_STACK_BYTES:
-            return 1
+        size = sum(t.numel() * t.element_size() for t in self.theta.values())
+        return self.bn != "recompute" and k > 1 and k * size <= VMAP_STACK_BYTES
+
+    def time_vmap(self, k: int = VMAP_POINTS) -> float | None:
+        """Seconds per point of one vmap call of ``k`` points on the first batch (no warm-up: an upper bound).
+
+        Args:
+            k: points per call.
+
+        Returns:
+            The seconds per point, or None when vmap cannot evaluate the model (data-dependent control flow,
+            in-place operations) or ``k`` points do not fit (:meth:`vmap_fits`).
+        """
+        if not self.vmap_fits(k):
+            return None
         points = [(0.01 * i, -0.01 * i) for i in range(k)]
-        one = self.batches[:1]
-
-        def loop_first_batch() -> None:
-            a, b = self._coords(points)
-            with torch.no_grad():
-                for i in range(k):
-                    params = self.point(a[i], b[i])
-                    self._batch_eval(params, *one[0])[1].item()
-
-        def timed(fn: Callable[[], Any]) -> float:
-            return fastest(fn, self.obj.device, repeats, warm_up=True)[0]
-
         try:
-            t_vmap = timed(lambda: self.vectorised(points, batches=1))
-        except Exception:  # a model vmap cannot batch (data-dependent control flow, in-place ops)
-            return 1
-        t_loop = timed(loop_first_batch)
-        return k if t_vmap < 0.8 * t_loop else 1
-
-
-def choose_compile(
-    evaluator: PointEvaluator, mode: str, batch_points: int, points_left: int
-) -> tuple[bool, dict[str, Any]]:
-    """Decide (rank 0, then every rank follows), compile where decided, record; return (compiled, decision).
-
-    ``off``: eager. ``on``: compile. ``auto``: compile iff :func:`landscape.runtime.compile_cache.pays_back` with the
-    eager seconds per point measured now (at ``batch_points``) and the compile record's estimates
-    (:func:`landscape.runtime.compile_cache.estimate`); after a compile in ``auto`` the compiled loss is dropped again
-    if it measures slower than eager. Every compile updates the record.
-    """
-    decision: dict[str, Any] = {"option": mode, "points_left": points_left}
-    if mode == "off" or evaluator.bn == "recompute" or points_left == 0:
-        decision["reason"] = "off" if mode == "off" else ("--bn recompute" if points_left else "no points left")
-        return False, decision
-    inductor_dir = compile_cache.use_inductor_cache()
-    key, record, go = "", None, mode == "on"
-    if D.is_main():
-        key = evaluator.compile_key()
-        record = compile_cache.read_record(key)
-        eager_s = evaluator.time_point(batch_points)
-        decision.update(eager_point_s=eager_s, cache=inductor_dir, key=key)
-        if mode == "auto":
-            est = compile_cache.estimate(record, eager_s, inductor_dir)
-            go = compile_cache.pays_back(est["compile_s"], est["compiled_point_s"], eager_s, points_left)
-            decision.update(
-                compile_s_estimate=est["compile_s"],
-                compiled_point_s_estimate=est["compiled_point_s"],
-                estimate_source=est["source"],
-                rule="compile_s + points_left * compiled_point_s < points_left * eager_point_s",
-                reason="pays back" if go else "does not pay back",
-            )
-    go = bool(D.broadcast_object(go))
-    if not go:
-        return False, decision
-    t0 = time.perf_counter()
-    ok = evaluator.enable_compile()
-    compile_s = time.perf_counter() - t0
-    keep = ok
-    if D.is_main():
-        decision["compile_s"] = compile_s
-        compiled_s = evaluator.time_point(1) if ok else float("inf")
-        decision["compiled_point_s"] = compiled_s if ok else None
-        eager_s = float(decision["eager_point_s"])
-        new = compile_cache.updated_record(
-            record, compile_s, compiled_s if ok else 0.0, eager_s, inductor_dir, failed=not ok
-        )
-        compile_cache.write_record(key, new)
-        if not ok:
-            decision["reason"] = "compiling failed or disagreed with eager"
-        elif mode == "auto" and compiled_s >= eager_s:
-            keep, decision["reason"] = False, "compiled, but measured slower than eager"
-    keep = bool(D.broadcast_object(keep))
-    if not keep:
-        evaluator.disable_compile()
-    return keep, decision
+            seconds, _ = fastest(lambda: self.vectorised(points, batches=1), self.obj.device, 1)
+        except Exception:  # a model vmap cannot batch
+            return None
+        return seconds / k

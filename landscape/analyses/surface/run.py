@@ -23,7 +23,7 @@ from typing_extensions import Unpack
 from landscape import store
 from landscape.analyses.surface import directions as dirs
 from landscape.analyses.surface.directions import Directions
-from landscape.analyses.surface.evaluator import PointEvaluator, choose_compile
+from landscape.analyses.surface.evaluator import PointEvaluator
 from landscape.analyses.surface.file import (
     MEASURED_META,
     as_stored,
@@ -43,6 +43,7 @@ from landscape.analyses.surface.hessian_directions import (
     measure_curvature,
     objective_attrs,
 )
+from landscape.analyses.surface.setup import SetUp, set_up
 from landscape.core.calls import analysis_function
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
 from landscape.core.objective import Objective
@@ -179,38 +180,39 @@ def compute_surface(
             dx, dy = (None if d is None else {n: t.to(objective.device) for n, t in d.items()} for d in (dx, dy))
         if not state["complete"]:
             evaluator = PointEvaluator(objective, dx, dy, bn)
-            evaluator.tune(fold_bn, channels_last=state.get("channels_last"))  # a resumed file's layout, if any
-            bp = state["bp"]
-            if bp is None and mode != "on":
-                bp = evaluator.choose_batch_points() if batch_points == "auto" else int(batch_points)
-                bp = int(D.broadcast_object(bp))
-            left = -(-int((~state["done"].astype(bool)).sum()) // D.world_size())
-            recorded = D.broadcast_object(state.get("compiled"))
-            if recorded is None:
-                compiled, decision = choose_compile(evaluator, mode, int(bp or 1), left)
-            else:  # as the run that began the file chose, so that its points and these agree bit for bit
-                compiled, decision = choose_compile(evaluator, "on" if recorded else "off", int(bp or 1), left)
-                decision.update(option=mode, reason="as recorded by the run that began the file")
-            bp = 1 if compiled else int(bp or 1)
-            if on_ready is not None:
-                measured = decision.get("compiled_point_s" if compiled else "eager_point_s")
-                on_ready(None if measured is None else float(measured), int((~state["done"].astype(bool)).sum()))
-            if f is not None:
-                f.set_attrs(
-                    {
-                        "batch_points": bp,
-                        "batch_points_option": str(batch_points),
-                        "compiled": compiled,
-                        "compile_option": mode,
-                        "compile_decision": decision,
-                        "has_batchnorm": objective.has_batchnorm(),
-                        **evaluator.attrs(),
-                    }
-                )
-                f.flush()
             done = state["done"].astype(bool)
+            todo = [(j, i) for j in range(ys.size) for i in range(xs.size) if not done[j, i]]
+            first = (todo[0][0], todo[0][1], float(xs[todo[0][1]]), float(ys[todo[0][0]])) if todo else None
+            left = -(-len(todo) // D.world_size())
             with session.progress("surface", done.size, unit="point", done=int(done.sum()), progress=progress) as bar:
-                _run_points(evaluator, xs, ys, done, int(bp), f, bar, on_round)
+                plan = set_up(
+                    evaluator,
+                    mode=mode,
+                    batch_points=batch_points,
+                    fixed_batch_points=state["bp"],
+                    first=first,
+                    points_left=left,
+                    fold_bn=fold_bn,
+                    note=bar.note,
+                    recorded=D.broadcast_object({k: state.get(k) for k in ("channels_last", "compiled")}),
+                )
+                if on_ready is not None:
+                    on_ready(plan.point_seconds, len(todo))
+                if f is not None:
+                    decision = {**plan.decision, "setup_s": plan.seconds, "steps": plan.steps}
+                    f.set_attrs(
+                        {
+                            "batch_points": plan.batch_points,
+                            "batch_points_option": str(batch_points),
+                            "compiled": plan.compiled,
+                            "compile_option": mode,
+                            "compile_decision": decision,
+                            "has_batchnorm": objective.has_batchnorm(),
+                            **evaluator.attrs(),
+                        }
+                    )
+                    f.flush()
+                _run_points(evaluator, xs, ys, todo, plan, f, bar, on_round)
     result = session.result
     if D.is_main():
         check_finite_surface(result)
@@ -221,28 +223,38 @@ def _run_points(
     evaluator: PointEvaluator,
     xs: np.ndarray,
     ys: np.ndarray,
-    done: np.ndarray,
-    batch_points: int,
+    todo: list[tuple[int, int]],
+    plan: SetUp,
     f: store.ResultFile | None,
     bar: Progress,
     on_round: Callable[[int, int], None] | None,
 ) -> None:
-    """Evaluate the points not yet done, in rounds of ``batch_points * world_size``; rank 0 writes each round."""
-    todo = [(j, i) for j in range(ys.size) for i in range(xs.size) if not done[j, i]]
-    total = int(done.size)
+    """Write the set-up's points, then evaluate the others in rounds of ``batch_points * world_size``.
+
+    Rank 0 writes each round.
+    """
+    total = int(xs.size * ys.size)
     n_done = total - len(todo)
-    step = batch_points * D.world_size()
-    for s in range(0, len(todo), step):
-        mine = D.shard(todo[s : s + step])
-        values = evaluator.evaluate([(xs[i], ys[j]) for j, i in mine], batch_points) if mine else []
-        results = [(j, i, *v) for (j, i), v in zip(mine, values)]
-        gathered = [r for part in D.all_gather_objects(results) for r in part]
+    made = {(j, i) for j, i, *_ in plan.first}
+    todo = [p for p in todo if p not in made]
+
+    def finish(results: list[tuple[int, int, float, float, float]]) -> None:
+        nonlocal n_done
         if f is not None:
-            write_points(f, gathered)
-        n_done += len(gathered)
-        bar.update(len(gathered))
+            write_points(f, results)
+        n_done += len(results)
+        bar.update(len(results))
         if on_round is not None:
             on_round(n_done, total)
+
+    if plan.first:
+        finish(list(plan.first))
+    step = plan.batch_points * D.world_size()
+    for s in range(0, len(todo), step):
+        mine = D.shard(todo[s : s + step])
+        values = evaluator.evaluate([(xs[i], ys[j]) for j, i in mine], plan.batch_points) if mine else []
+        results = [(j, i, *v) for (j, i), v in zip(mine, values)]
+        finish([r for part in D.all_gather_objects(results) for r in part])
 
 
 # --------------------------------------------------------------------------------- from a checkpoint

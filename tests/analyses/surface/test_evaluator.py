@@ -40,7 +40,7 @@ def test_loop_reuses_one_buffer_and_equals_the_formula():
     assert all(t.data_ptr() not in ptrs for t in obj.params.values())  # the centre is never written
 
 
-def test_auto_never_stacks_more_than_the_bound(monkeypatch):
+def test_vmap_is_never_tried_on_more_than_the_bound(monkeypatch):
     obj = _objective()
     d = random_directions(obj.params, ndim=2, seed=3)
     ev = PointEvaluator(obj, d.x, d.y)
@@ -48,10 +48,10 @@ def test_auto_never_stacks_more_than_the_bound(monkeypatch):
     tried = []
     monkeypatch.setattr(ev, "vectorised", lambda *a, **k: tried.append(1) or [])
     monkeypatch.setattr(E, "VMAP_STACK_BYTES", 4 * size - 1)
-    assert ev.choose_batch_points(k=4) == 1 and not tried  # 4 copies exceed the bound: vmap is not even tried
+    assert not ev.vmap_fits(4) and ev.time_vmap(k=4) is None and not tried  # 4 copies exceed the bound
     monkeypatch.setattr(E, "VMAP_STACK_BYTES", 4 * size)
-    ev.choose_batch_points(k=4, repeats=1)
-    assert tried  # at the bound it is timed
+    assert ev.vmap_fits(4) and ev.time_vmap(k=4) is not None and tried  # at the bound it is timed
+    assert not ev.vmap_fits(1)  # one point per call is the loop
 
 
 @pytest.mark.parametrize("channels_last", [False, True])

@@ -227,21 +227,17 @@ def test_vectorised_and_looped_evaluation_agree(tmp_path, reference):
     np.testing.assert_allclose(ev.vectorised(pts), ev.loop(pts), rtol=1e-12)
 
 
-def test_batch_points_choice_follows_the_measured_times(monkeypatch):
+def test_vmap_timing_is_per_point_and_none_when_vmap_cannot_batch(monkeypatch):
     _, _, objective, dirs = build()
     ev = PointEvaluator(objective, dirs.x, dirs.y)
-    monkeypatch.setattr(ev, "vectorised", lambda points, batches=None: None)  # vmap costs nothing: take it
-    assert ev.choose_batch_points(k=4, repeats=1) == 4
-    monkeypatch.setattr(ev, "vectorised", lambda points, batches=None: time.sleep(0.2))  # far slower: the loop
-    assert ev.choose_batch_points(k=4, repeats=1) == 1
+    monkeypatch.setattr(ev, "vectorised", lambda points, batches=None: time.sleep(0.2))
+    assert 0.2 / 4 <= ev.time_vmap(k=4) < 0.2  # one call of 4 points on the first batch, per point
 
     def cannot_batch(points, batches=None):
         raise RuntimeError("vmap: data-dependent control flow")
 
     monkeypatch.setattr(ev, "vectorised", cannot_batch)
-    assert ev.choose_batch_points(k=4, repeats=1) == 1
-    monkeypatch.setattr(ev, "vectorised", lambda points, batches=None: None)
-    assert ev.choose_batch_points(k=1, repeats=1) == 1  # one point per call is the loop
+    assert ev.time_vmap(k=4) is None
 
 
 def test_vectorised_regulariser_agrees_with_loop():
@@ -358,7 +354,8 @@ def test_two_rank_torchrun_equals_the_single_process_run(tmp_path, reference):
     proc = torchrun(job_file(tmp_path), out, timeout=120, env={"OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     rounds = [line for line in proc.stdout.splitlines() if line.startswith("ROUND")]
-    assert rounds[0] == "ROUND 2"  # each round holds one point per rank
+    assert rounds[:2] == ["ROUND 1", "ROUND 3"]  # the set-up's timed first point, then one point per rank
+    from landscape.store.read import read_result
 
     res = read_result(out)
     for name in ("loss", "data_loss", "accuracy", "done"):
@@ -369,15 +366,32 @@ def test_two_rank_torchrun_equals_the_single_process_run(tmp_path, reference):
 
 
 # ------------------------------------------------------------------------------------------- compile
-def test_compiled_evaluation_agrees_with_eager(tmp_path, reference):
-    _, _, objective, dirs = build()
-    res = compute_surface(objective, dirs, XS, YS, out=tmp_path / "c.h5", compile=True, progress=False)
-    assert res.attrs["compiled"] and res.attrs["compile"] and res.attrs["batch_points"] == 1
-    np.testing.assert_allclose(res["loss"], reference["loss"], rtol=1e-12)
-    np.testing.assert_array_equal(res["accuracy"], reference["accuracy"])
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_compiled_package_agrees_with_eager_and_is_loaded_from_the_cache_next_time(tmp_path, reference, dtype):
+    model, batches, _, _ = build()
+    objective = Objective(model.to(dtype), [(x.to(dtype), y) for x, y in batches])
+    dirs = random_directions(objective.params, ndim=2, seed=3)
+    kw = {"progress": False}
+    eager = compute_surface(objective, dirs, XS, YS, out=tmp_path / "e.h5", compile="off", batch_points=1, **kw)
+    rtol = 1e-12 if dtype == torch.float64 else 1e-5
+    if dtype == torch.float64:
+        np.testing.assert_allclose(eager["loss"], reference["loss"], rtol=1e-12)
+    cold = compute_surface(objective, dirs, XS, YS, out=tmp_path / "c.h5", compile=True, progress=False)
+    assert cold.attrs["compiled"] and cold.attrs["compile"] and cold.attrs["batch_points"] == 1
+    steps = [s for s, _ in cold.attrs["compile_decision"]["steps"]]
+    assert "build built" in steps and "first point compiled" in steps
+    np.testing.assert_allclose(cold["loss"], eager["loss"], rtol=rtol)
+    np.testing.assert_array_equal(cold["accuracy"], eager["accuracy"])
+    warm = compute_surface(objective, dirs, XS, YS, out=tmp_path / "w.h5", compile=True, progress=False)
+    steps = [s for s, _ in warm.attrs["compile_decision"]["steps"]]
+    assert warm.attrs["compiled"] and steps[1].startswith("package loaded") and not [s for s in steps if "build" in s]
+    np.testing.assert_array_equal(warm["loss"], cold["loss"])
+    record = compile_cache_module.read_record(warm.attrs["compile_decision"]["key"])
+    assert record.n_builds == 1 and record.compiled_point_s > 0 and not record.failed
 
 
-def test_compile_auto_stays_eager_without_a_record_and_resumes_as_the_same_run(tmp_path, reference, monkeypatch):
+def test_compile_auto_tries_nothing_on_a_small_grid_and_resumes_as_the_same_run(tmp_path, reference, monkeypatch):
     monkeypatch.setenv("LANDSCAPE_CACHE_DIR", str(tmp_path / "cache"))  # no record
     _, _, objective, dirs = build()
     out = tmp_path / "auto.h5"
@@ -389,46 +403,40 @@ def test_compile_auto_stays_eager_without_a_record_and_resumes_as_the_same_run(t
     with pytest.raises(KeyboardInterrupt):
         compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False, on_round=stop)
     decision = read_result(out).attrs["compile_decision"]  # the first run's, made before its first point
-    assert decision["reason"] == "does not pay back" and decision["estimate_source"] == "defaults"
+    assert decision["reason"] == "does not fit the set-up budget" and decision["estimate_source"] == "defaults"
     assert decision["points_left"] == XS.size * YS.size and decision["eager_point_s"] > 0
     assert decision["compile_s_estimate"] == compile_cache_module.DEFAULT_COMPILE_SECONDS
+    assert [s for s, _ in decision["steps"]] == ["fold", "fold checked", "layout", "first point"]
     res = compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False)  # auto: resumes
     assert res.attrs["compile"] == "auto" and res.attrs["compile_option"] == "auto" and not res.attrs["compiled"]
     decision = res.attrs["compile_decision"]  # not decided again: the first run's choice is taken
     assert decision["reason"] == "as recorded by the run that began the file" and decision["option"] == "auto"
     assert decision["points_left"] == XS.size * YS.size - 6
+    assert [s for s, _ in decision["steps"]] == ["fold", "fold checked"]  # the layout and compile not timed again
     np.testing.assert_allclose(res["loss"], reference["loss"], rtol=1e-12)
     with pytest.raises(LandscapeError, match="--compile must be one of auto, on, off"):
         compute_surface(objective, dirs, XS, YS, out=tmp_path / "bad.h5", compile="sometimes")
 
 
-def test_compile_auto_compiles_when_a_record_says_it_pays_back(tmp_path, reference):
-    _, _, objective, dirs = build()
-    evaluator = PointEvaluator(objective, dirs.x, dirs.y)
-    evaluator.enable_fold()
-    key = evaluator.compile_key()
-    ind = compile_cache_module.use_inductor_cache()
-    fast = compile_cache_module.CompileRecord(0.0, 0.0, 2, 1e-9, 1.0, ind)  # free to compile, compiled ~free
-    assert compile_cache_module.write_record(key, fast)
-    res = compute_surface(objective, dirs, XS, YS, out=tmp_path / "a.h5", progress=False)
-    d = res.attrs["compile_decision"]
-    assert d["estimate_source"] == "record-warm" and d["compile_s"] > 0 and d["compiled_point_s"] > 0
-    # compiled unless it measured slower than eager (then dropped again, and said so)
-    assert res.attrs["compiled"] == (d["reason"] == "pays back"), d
-    np.testing.assert_allclose(res["loss"], reference["loss"], rtol=1e-12)
-    after = compile_cache_module.read_record(key)
-    assert after.n_compiles == 3 and after.last_compile_s == pytest.approx(d["compile_s"])
-
-
-def test_compile_failure_falls_back_to_eager(tmp_path, reference, monkeypatch):
+def test_a_model_that_cannot_be_exported_stays_eager(tmp_path, reference, monkeypatch):
     def broken(*args, **kwargs):
-        raise RuntimeError("no compiler here")
+        raise RuntimeError("data-dependent control flow")
 
-    monkeypatch.setattr(torch, "compile", broken)
+    monkeypatch.setattr(torch.export, "export", broken)
     _, _, objective, dirs = build()
     res = compute_surface(objective, dirs, XS, YS, out=tmp_path / "e.h5", compile=True, batch_points=1, progress=False)
     assert res.attrs["compile"] and not res.attrs["compiled"]
+    assert res.attrs["compile_decision"]["reason"] == "torch.export failed (RuntimeError)"
     np.testing.assert_array_equal(res["loss"], reference["loss"])
+
+
+def test_the_progress_line_shows_the_set_up(tmp_path, capfd, monkeypatch):
+    monkeypatch.setenv("LANDSCAPE_PROGRESS_SECONDS", "1000")
+    _, _, objective, dirs = build()
+    compute_surface(objective, dirs, XS, YS, out=tmp_path / "p.h5", batch_points=1, progress=True)
+    err = capfd.readouterr().err
+    line = [text for text in err.splitlines() if text.startswith("surface: 20/20 points done")]
+    assert line and "set-up" in line[0] and "fold" in line[0] and "first point" in line[0] and line[0].endswith("eager")
 
 
 def test_a_file_killed_while_writing_directions_is_completed_on_resume(tmp_path, reference):

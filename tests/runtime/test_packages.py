@@ -1,0 +1,108 @@
+"""Compiled packages in the cache folder: kept only when intact, built in a child stopped at its deadline."""
+
+import json
+import os
+import time
+
+import pytest
+import torch
+
+from landscape.runtime import packages as P
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LANDSCAPE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def plant(key: str, data: bytes, digest: bytes | None = None):
+    """A package entry as build_package leaves it: the package, then its digest file."""
+    path = P.package_path(key)
+    path.write_bytes(data)
+    if digest is None:
+        import hashlib
+
+        digest = json.dumps({"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}).encode()
+    path.with_name(path.name + ".json").write_bytes(digest)
+    return path
+
+
+def test_an_intact_package_is_found_and_a_damaged_one_removed(cache, tmp_path):
+    key = "a" * 32
+    assert P.cached_package(key) is None
+    path = plant(key, b"package bytes")
+    assert P.cached_package(key) == path
+    assert (os.stat(cache / "packages").st_mode & 0o777) == 0o700
+    path.write_bytes(b"package bytes, cut sh")  # changed after its digest was written
+    assert P.cached_package(key) is None and not path.exists() and not path.with_name(path.name + ".json").exists()
+    path = plant(key, b"package bytes")
+    path.with_name(path.name + ".json").unlink()  # a build killed between the package and its digest
+    assert P.cached_package(key) is None and not path.exists()
+    plant(key, b"package bytes", digest=b"{not json")
+    assert P.cached_package(key) is None and not path.exists()
+
+
+def test_a_planted_link_is_never_followed_nor_kept(tmp_path):
+    key = "b" * 32
+    victim = tmp_path / "victim.so"
+    victim.write_bytes(b"elsewhere")
+    path = P.package_path(key)
+    path.symlink_to(victim)
+    plant_digest = json.dumps({"sha256": __import__("hashlib").sha256(b"elsewhere").hexdigest()})
+    path.with_name(path.name + ".json").write_text(plant_digest)
+    assert P.cached_package(key) is None
+    assert not path.is_symlink() and victim.read_bytes() == b"elsewhere"
+
+
+def test_no_usable_cache_folder_means_no_packages(cache):
+    cache.mkdir(mode=0o700)
+    os.chmod(cache, 0o777)  # writable by others: not used
+    assert P.package_path("c" * 32) is None and P.cached_package("c" * 32) is None
+    assert P.build_package(cache / "x.pt2", "c" * 32, threads=1).outcome == "no cache"
+    os.chmod(cache, 0o700)
+
+
+def test_a_build_that_fails_keeps_nothing_and_says_why(tmp_path):
+    bogus = tmp_path / "program.pt2"
+    bogus.write_bytes(b"not an exported program")
+    build = P.build_package(bogus, "d" * 32, threads=1)
+    assert build.outcome == "failed" and build.path is None and build.detail
+    assert not list(P.packages_dir().iterdir())  # no temporary, no package
+
+
+def test_a_build_is_stopped_at_its_deadline_with_everything_it_started(tmp_path, monkeypatch):
+    monkeypatch.setattr(P.sys, "executable", str(_sleeper(tmp_path)))  # a child that starts a grandchild and waits
+    start = time.perf_counter()
+    build = P.build_package(tmp_path / "program.pt2", "e" * 32, threads=1, deadline_s=1.0)
+    assert build.outcome == "deadline" and build.path is None and 1.0 <= build.seconds < 20.0
+    assert time.perf_counter() - start < 20.0
+    assert not list(P.packages_dir().iterdir())
+    grandchild = int((tmp_path / "grandchild.pid").read_text())
+    for _ in range(50):  # killed with its group: gone (reaped by init) within moments
+        if not _alive(grandchild):
+            break
+        time.sleep(0.1)
+    assert not _alive(grandchild)
+
+
+def _sleeper(tmp_path):
+    script = tmp_path / "sleeper.sh"
+    script.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {tmp_path}/grandchild.pid\nwait\n")
+    script.chmod(0o700)
+    return script
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_package_that_does_not_load_is_removed():
+    key = "f" * 32
+    path = plant(key, b"not a zip file")
+    assert P.load_package(key, path, torch.device("cpu")) is None
+    assert not path.exists() and P.cached_package(key) is None
