@@ -22,6 +22,7 @@ from landscape.models.checkpoint import load_model, weights_sha256
 from landscape.models.external import model_preprocess
 from landscape.models.registry import data_kwargs
 from landscape.options import checks
+from landscape.runtime.machine import machine
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,8 @@ class AnalysisInputs:
 
         Returns:
             A dict of JSON-ready attributes: command line, model, checkpoint and its sha256, dataset, split,
-            preprocessing, ``n_samples``, ``seed``, device, torch version, and ``options``.
+            preprocessing, ``n_samples``, ``seed``, and what it computed on (torch version, CPU capability,
+            threads, device: :func:`landscape.runtime.machine.machine`), then ``options``.
         """
         return {
             "command": command,
@@ -216,8 +218,7 @@ class AnalysisInputs:
             "preprocess": None if self.preprocess is None else self.preprocess.as_dict(),
             "n_samples": int(n_samples),
             "seed": int(seed),
-            "device": str(self.device),
-            "torch_version": str(torch.__version__),
+            **machine(self.device),
             **options,
         }
 

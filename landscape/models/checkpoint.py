@@ -5,6 +5,7 @@ A landscape checkpoint is a ``torch.save``-d dict::
     {"format_version": 1, "model": str, "model_kwargs": dict, "num_classes": int,
      "state_dict": {name: Tensor}, "dataset": str | None, "epoch": int | None, "metrics": dict,
      "train_options": dict, "extra": dict, "landscape_version": str, "torch_version": str,
+     "cpu_capability": str, "torch_threads": int, "device": str,
      "created": ISO-8601 UTC str, "written_by": "written by landscape"}
 
 holding only tensors, str, int, float, bool, None, lists, tuples and dicts, so that
@@ -27,6 +28,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import io
+import itertools
 import os
 import pickle
 import stat
@@ -42,6 +44,7 @@ from landscape.errors import LandscapeError, first_line
 from landscape.models import create_model
 from landscape.models.external import is_external, split_spec
 from landscape.models.registry import resolve_model_name
+from landscape.runtime.machine import machine
 from landscape.store.files import WRITTEN_BY, atomic_write, file_type, landscape_kind, os_error, read_regular
 from landscape.version import __version__
 
@@ -126,6 +129,9 @@ def save_checkpoint(
 ) -> Path:
     """Write ``model``'s weights and metadata to ``path`` atomically (temporary file + os.replace).
 
+    The metadata record what the weights were computed on: torch version, CPU capability, torch threads and the
+    model's device (:func:`landscape.runtime.machine.machine`, at the time of saving).
+
     Parent folders are created. An existing checkpoint that landscape wrote is replaced; any other file only with
     ``force`` (see :func:`landscape.store.files.check_replaceable`). Returns the path.
 
@@ -162,7 +168,7 @@ def save_checkpoint(
         "train_options": _plain(dict(train_options or {}), "train_options"),
         "extra": _plain(dict(extra or {}), "extra"),
         "landscape_version": __version__,
-        "torch_version": str(torch.__version__),
+        **machine(next(itertools.chain(model.parameters(), model.buffers()), torch.empty(0)).device),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "written_by": WRITTEN_BY,
     }

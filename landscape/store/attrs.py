@@ -11,8 +11,10 @@ from typing import Any
 import numpy as np
 
 #: attributes that describe how a run happened, not what it computes; they never block a resume
+#: (what a run computed on, landscape.runtime.machine, among them: another machine or thread count resumes a file)
 VOLATILE = frozenset(
     {"created", "command", "landscape_version", "torch_version", "device", "complete", "identity", "has_results"}
+    | {"cpu_capability", "torch_threads"}
 ) | frozenset(  # measured or derived before the work; a file from before these were written still resumes
     {
         "centre_loss",
@@ -44,6 +46,8 @@ PROVENANCE = (
     "seed",
     "device",
     "torch_version",
+    "cpu_capability",
+    "torch_threads",
 )
 
 

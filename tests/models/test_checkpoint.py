@@ -92,6 +92,9 @@ def test_round_trip_and_metadata(tmp_path):
     assert m["metrics"] == {"acc": 0.5, "loss": 1.25} and type(m["metrics"]["acc"]) is float
     assert m["train_options"] == {"lr": 0.1, "out": str(tmp_path)} and m["extra"] == {"note": "x"}
     assert m["landscape_version"] == landscape.__version__ and m["torch_version"] == torch.__version__
+    # what the weights were computed on (landscape.runtime.machine)
+    assert m["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and m["device"] == "cpu"
+    assert m["torch_threads"] == torch.get_num_threads()
     assert m["created"].endswith("+00:00") and "state_dict" not in m
     raw = torch.load(path, weights_only=True)
     assert set(raw) == {
@@ -107,6 +110,9 @@ def test_round_trip_and_metadata(tmp_path):
         "extra",
         "landscape_version",
         "torch_version",
+        "cpu_capability",
+        "torch_threads",
+        "device",
         "created",
         "written_by",
     }

@@ -37,8 +37,10 @@ def _finished(path, kind="surface", complete=True, **over):
 
 def test_create_then_resume_same_options(tmp_path):
     path = _finished(tmp_path / "r.h5", complete=False)
-    # device and command are provenance, not identity: a rerun on another device still resumes
-    with open_result(path, "surface", _attrs(device="cuda", command="y")) as f:
+    # device and command are provenance, not identity: a rerun on another device still resumes, and so does one on
+    # other CPU kernels or another thread count (what the run computed on, landscape.runtime.machine)
+    other = {"device": "cuda", "command": "y", "cpu_capability": "AVX2", "torch_threads": 2, "torch_version": "x"}
+    with open_result(path, "surface", _attrs(**other)) as f:
         assert f.resumed and f.writable and not f.complete
         assert f.read("loss")[0, 1] == 4.5 and np.isnan(f.read("loss")[1, 1])
         assert f.read("done").sum() == 1
@@ -149,6 +151,9 @@ def test_read_roundtrip_and_describe(tmp_path):
 
 def test_identity_ignores_provenance():
     assert identity_of(_attrs(device="a", command="b")) == identity_of(_attrs(device="c", command="d"))
+    assert identity_of(_attrs(cpu_capability="AVX512", torch_threads=1)) == identity_of(
+        _attrs(cpu_capability="DEFAULT", torch_threads=16)
+    )
     assert identity_of(_attrs(seed=1)) != identity_of(_attrs(seed=2))
 
 

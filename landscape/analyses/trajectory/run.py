@@ -39,6 +39,7 @@ from landscape.options import checks
 from landscape.options.names import matches_any
 from landscape.options.trajectory import TrajectoryKeywords, TrajectoryOptions
 from landscape.runtime.lifecycle import AnalysisFile
+from landscape.runtime.machine import machine
 
 #: snapshot tags that ``landscape train`` writes beside ``run.pt`` (:func:`landscape.models.checkpoint.snapshot_path`)
 SNAPSHOT_TAG = re.compile(r"(init|warmup|epoch(\d+))")
@@ -317,8 +318,7 @@ def run_trajectory(
         "snapshots_sha256": traj.sha256,
         "n_snapshots": len(traj.paths),
         "n_params": traj.n_params,
-        "device": "cpu",
-        "torch_version": str(torch.__version__),
+        **machine("cpu"),
         **options.attrs(),
     }
     axes = ["snapshot"]
