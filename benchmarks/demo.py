@@ -1,4 +1,4 @@
-"""What ``landscape demo`` costs, stage by stage: wall and CPU time of every stage, and the total.
+"""What ``landscape demo`` costs, stage by stage, and whether its verdicts hold under other kernels, threads, seeds.
 
 Runs the demo (full, or ``--quick``) from nothing into a fresh folder with ``--jobs`` worker processes of one
 torch thread each and prints the table the demo wrote to ``timings.json`` (the same table ends ``summary.md``):
@@ -7,8 +7,18 @@ time, its CPU time, the machine's cores and the load average before and after (o
 lengthens every number). With ``--compare-jobs`` it runs the same demo again with ``--jobs 1`` and prints the
 ratio of the two wall-clock times, after checking that both runs wrote the same arrays.
 
+With ``--kernels`` the same demo runs twice more, with ``ATEN_CPU_CAPABILITY=avx2`` (ATen's vector kernels of an
+AVX2-only CPU) and with two torch threads per worker; with ``--replicate 3,4,5`` once more on those training
+seeds (a second, disjoint set). Then every findings row is printed side by side, each run's value, interval and
+verdict, with whether every run gives the same verdict; the first run's findings table follows as ``summary.md``
+has it, with what it ran on (the table README.md and docs/reproduction.md show). Every demo runs in a process of
+its own (``python -m landscape demo``), so that the kernels are chosen before torch starts. With ``--out DIR`` the
+folders are kept (``DIR/native``, ``DIR/avx2``, ``DIR/threads2``, ``DIR/seeds3-4-5``) and a rerun resumes them:
+its timings are then those of the resumed run.
+
     python benchmarks/demo.py --quick --compare-jobs
     python benchmarks/demo.py            # the full demo (the README's first command)
+    python benchmarks/demo.py --kernels --replicate 3,4,5 --out DIR   # the docs' findings table
 """
 
 from __future__ import annotations
@@ -17,23 +27,41 @@ import argparse
 import json
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
 import numpy as np
 
-from landscape.reproduce.demo import TIMINGS_FILE, run_demo
-from landscape.runtime.memory import keep_freed_memory
+from landscape.reproduce.demo import TIMINGS_FILE
+from landscape.reproduce.table import FINDINGS_FILE, Finding, findings_markdown, read_findings_record
+from landscape.runtime.machine import machine_line
 from landscape.runtime.workers import usable_cores
 
 
-def _run(out: Path, quick: bool, jobs: int) -> dict:
-    """One demo from nothing into ``out``; its timings, with the wall time measured here too."""
+@dataclass(frozen=True)
+class Variant:
+    """One demo run: its folder's name, its environment and its extra ``landscape demo`` options."""
+
+    name: str
+    env: dict[str, str]
+    options: tuple[str, ...] = ()
+
+
+NATIVE = Variant("native", {})
+KERNELS = (Variant("avx2", {"ATEN_CPU_CAPABILITY": "avx2"}), Variant("threads2", {}, ("--threads", "2")))
+
+
+def _run(out: Path, quick: bool, jobs: int, variant: Variant = NATIVE) -> dict:
+    """One demo into ``out`` in a process of its own; its timings, with the wall time measured here too."""
+    command = [sys.executable, "-m", "landscape", "demo", "--out", str(out), "--jobs", str(jobs), "--device", "cpu"]
+    command += ["--quick"] * quick + list(variant.options)
     start = time.perf_counter()
-    run_demo(out, quick=quick, jobs=jobs, device="cpu")  # the workers are quiet; the [demo] lines say what is done
+    subprocess.run(command, check=True, env={**os.environ, **variant.env})  # the [demo] lines say what is done
     timings = json.loads((out / TIMINGS_FILE).read_text())
     timings["measured_wall_seconds"] = time.perf_counter() - start
     return timings
@@ -67,35 +95,103 @@ def _same_arrays(a: Path, b: Path) -> bool:
     return True
 
 
+def _cell(f: Finding) -> str:
+    if f.verdict == "not measured":
+        return "not measured"
+    return f"{f.value:.4g} [{f.low:.4g}, {f.high:.4g}] {f.verdict}"
+
+
+def side_by_side(runs: dict[str, list[Finding]]) -> tuple[str, bool]:
+    """Every findings row of every run side by side, and whether every row has one verdict in all runs.
+
+    Args:
+        runs: each run's findings by its name, rows in the same order.
+
+    Returns:
+        The Markdown table (claim, one cell per run, "same verdict") and whether all rows agree.
+    """
+    names = list(runs)
+    first = runs[names[0]]
+    lines = [f"| claim | {' | '.join(names)} | same verdict |", "|---" * (len(names) + 2) + "|"]
+    agree = True
+    for i, row in enumerate(first):
+        verdicts = {runs[n][i].verdict for n in names}
+        agree &= len(verdicts) == 1
+        same = "yes" if len(verdicts) == 1 else "**no**"
+        lines.append(f"| {row.claim} | " + " | ".join(_cell(runs[n][i]) for n in names) + f" | {same} |")
+    return "\n".join(lines), agree
+
+
+def with_other_runs(runs: dict[str, list[Finding]]) -> str:
+    """The first run's findings table with a last column: whether the other runs give each row the same verdict.
+
+    Args:
+        runs: each run's findings by its name, the first run's first, rows in the same order.
+
+    Returns:
+        The Markdown table of :func:`landscape.reproduce.table.findings_markdown` with a column "other runs":
+        "same verdict" or, for a row that is not stable, each other run's verdict.
+    """
+    names = list(runs)
+    first, others = runs[names[0]], names[1:]
+    lines = findings_markdown(first).splitlines()
+    out = [lines[0] + f" {', '.join(others)} |", lines[1] + " --- |"]
+    for i, line in enumerate(lines[2:]):
+        differ = [n for n in others if runs[n][i].verdict != first[i].verdict]
+        if not others:
+            cell = "–"
+        elif differ:
+            cell = "not stable: " + "; ".join(f"{n} {runs[n][i].verdict}" for n in others)
+        else:
+            cell = "same verdict"
+        out.append(f"{line} {cell} |")
+    return "\n".join(out)
+
+
 def main() -> None:
-    """Run the demo and print its stage table (and the one-job comparison)."""
+    """Run the demo and print its stage table (and the one-job comparison, the side-by-side findings)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="the quick demo")
     parser.add_argument("--jobs", type=int, default=usable_cores(), help="worker processes (default: the cores)")
     parser.add_argument("--compare-jobs", action="store_true", help="also run with --jobs 1 and print the ratio")
+    parser.add_argument("--kernels", action="store_true", help="also run with ATEN_CPU_CAPABILITY=avx2 and 2 threads")
+    parser.add_argument("--replicate", default=None, help="also run on these training seeds, e.g. 3,4,5")
     parser.add_argument("--out", type=Path, default=None, help="keep the demo folders here (default: a temporary)")
-    parser.add_argument(
-        "--keep-memory",
-        action="store_true",
-        help="keep freed memory in the process and its workers, as `landscape demo` does (landscape.runtime.memory)",
-    )
     args = parser.parse_args()
-    if args.keep_memory and not keep_freed_memory():
-        parser.error("--keep-memory needs glibc's malloc (Linux)")
+    variants = [NATIVE, *(KERNELS if args.kernels else ())]
+    if args.replicate:
+        seeds = args.replicate.replace(",", " ").split()
+        variants.append(Variant(f"seeds{'-'.join(seeds)}", {}, ("--seeds", ",".join(seeds))))
     with tempfile.TemporaryDirectory() as tmp:
         root = args.out or Path(tmp)
         load = os.getloadavg()
-        many = _run(root / f"jobs{args.jobs}", args.quick, args.jobs)
+        main_run = _run(root / NATIVE.name, args.quick, args.jobs)
         print(f"landscape demo{' --quick' if args.quick else ''} --jobs {args.jobs} on {usable_cores()} cores")
-        print(_table(many))
+        print(_table(main_run))
         if args.compare_jobs and args.jobs != 1:
             one = _run(root / "jobs1", args.quick, 1)
             print(f"\nthe same with --jobs 1:\n{_table(one)}")
-            same = _same_arrays(root / "jobs1", root / f"jobs{args.jobs}")
-            ratio = many["measured_wall_seconds"] / one["measured_wall_seconds"]
+            same = _same_arrays(root / "jobs1", root / NATIVE.name)
+            ratio = main_run["measured_wall_seconds"] / one["measured_wall_seconds"]
             print(f"\nwall time --jobs {args.jobs} / --jobs 1: {ratio:.2f}; same arrays: {same}")
+        for variant in variants[1:]:
+            timings = _run(root / variant.name, args.quick, args.jobs, variant)
+            print(
+                f"\n{variant.name}: {timings['measured_wall_seconds']:.1f} s wall, {timings['cpu_seconds']:.1f} s CPU"
+            )
+        if len(variants) > 1 or args.out:
+            records = {v.name: json.loads((root / v.name / FINDINGS_FILE).read_text()) for v in variants}
+            runs = {v.name: read_findings_record(root / v.name / FINDINGS_FILE) for v in variants}
+            print("\nWhat each run computed on:")
+            for name, record in records.items():
+                print(f"- {name}: seeds {', '.join(map(str, record['seeds']))}; {machine_line(record)}")
+            if len(variants) > 1:
+                table, agree = side_by_side(runs)
+                print(f"\n{table}\n\nevery verdict the same in all {len(runs)} runs: {agree}")
+            print(f"\nThe findings of {NATIVE.name} ({machine_line(records[NATIVE.name])}), beside the other runs:\n")
+            print(with_other_runs(runs))
         after = os.getloadavg()
-    print(f"load average (1 min) before {load[0]:.1f}, after {after[0]:.1f}")
+    print(f"\nload average (1 min) before {load[0]:.1f}, after {after[0]:.1f}")
     print("command: python " + shlex.join(["benchmarks/demo.py", *sys.argv[1:]]))
 
 

@@ -729,10 +729,10 @@ def nb_findings() -> list[nbformat.NotebookNode]:
 `landscape demo` trains `resnet_mini`, `vit_mini` and `alternet_mini` on digits, computes their surfaces, spectra
 and Fourier profiles, and `landscape.reproduce.findings` turns the files into one row per claim of Paper A and Paper
 B: the
-statistic measured on every seed's trained model, a 95% hierarchical bootstrap interval (seeds with replacement,
-then each drawn seed's units: mini-batches, images, batches of images) and a verdict: reproduced (the interval
-lies on the claimed side), contradicted (on the other side), inconclusive (it contains the threshold) or not
-measured (the inputs are absent; the row names the command).
+statistic measured on every seed's trained model, a 95% interval over the seeds (training randomness enters once
+per seed: the delete-one-seed jackknife with a t quantile of seeds - 1 degrees of freedom) and a verdict:
+reproduced (the interval lies on the claimed side), contradicted (on the other side), inconclusive (it contains
+the threshold) or not measured (the inputs are absent; the row names the command).
 
 `QUICK = True` runs the quick demo (two seeds, smoke sizes: the verdicts mean little; no Paper B row);
 `QUICK = False` runs the full demo on the CPU (three seeds per model and a small Paper B run of its own). With

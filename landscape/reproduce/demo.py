@@ -8,19 +8,20 @@ also a 2D filter-normalised loss surface and every figure. Seed 0's files are in
 ``vit_mini`` is also trained on shares of the data into ``data_size/`` of each seed's folder (the data-size
 claim); with ``DemoSettings.paper_b`` (FULL only) Paper B's low-data experiment runs at a small size
 (:mod:`landscape.reproduce.paper_b`, ``paper_b/`` and ``paper_b.json``). Then ``summary.md`` puts the models side
-by side and gives a verdict on every claim of both papers with a hierarchical bootstrap interval over seeds and
-units (:mod:`landscape.reproduce.findings`), and ``report.html`` (:func:`landscape.plot.report.write_report`: the
+by side and gives a verdict on every claim of both papers with an interval over the training seeds
+(:mod:`landscape.reproduce.findings`), and ``report.html`` (:func:`landscape.plot.report.write_report`: the
 tables and every figure in one self-contained page). Every stage writes its own file and is skipped when its
 file is complete, so a rerun resumes rather than recomputes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,16 +42,27 @@ from landscape.options.sharpness import SharpnessOptions
 from landscape.options.surface import SurfaceOptions
 from landscape.plot import plot_files
 from landscape.plot.report import write_report
-from landscape.reproduce.findings import SHARPNESS_FILE, findings, findings_markdown
+from landscape.reproduce.findings import SHARPNESS_FILE, findings
 from landscape.reproduce.inputs import seed_folder, seeds_text
 from landscape.reproduce.negative import NEGATIVE_DIR, NEGATIVE_FILE, NEGATIVE_OPERATORS, NEGATIVE_TOL
 from landscape.reproduce.paper_b import PaperBSettings, paper_b_row, paper_b_seeds, write_paper_b
 from landscape.reproduce.summary import FindingsText, ModelReport, write_summary
+from landscape.reproduce.table import FINDINGS_FILE, findings_markdown, findings_record
 from landscape.reproduce.training import train_on_digits
 from landscape.reproduce.widths import WidthSweep, pairs, read_barriers, width_label
 from landscape.reproduce.widths import connect_unit as width_connect_unit
 from landscape.reproduce.widths import train_unit as width_train_unit
-from landscape.runtime.workers import StageTime, Stopwatch, Unit, run_units, stage_table, usable_cores
+from landscape.runtime.distributed import resolve_device
+from landscape.runtime.machine import machine, machine_line
+from landscape.runtime.workers import (
+    StageTime,
+    Stopwatch,
+    Unit,
+    intra_op_threads,
+    run_units,
+    stage_table,
+    usable_cores,
+)
 from landscape.store.files import WRITTEN_BY, ensure_folder, ensure_subfolder, write_text
 from landscape.store.read import read_result
 
@@ -66,14 +78,14 @@ class DemoSettings:
     """The sizes of one demo run: training per model, surface grid, spectrum and Fourier samples.
 
     ``seeds``: the training seeds; every model is trained with each, and its spectrum and Fourier profile
-    computed (the findings' hierarchical bootstrap resamples them); the surface and the figures are of the first
-    seed's models. ``spectrum_batches``: the mini-batches of ``spectrum_batch`` training images of each spectrum
-    (the first of a seeded order: more batches add to the same ones). ``data_fractions``: the shares of the
-    training data on which ``vit_mini`` is trained again (same options otherwise, each seed) for Paper A's
-    data-size claim; each gets a checkpoint and a spectrum in ``data_size/`` (the main models' files are not
-    touched). ``paper_b``: the size of Paper B's run, or None to
-    leave it out (its row is then "not measured" unless a ``paper_b.json`` is there). ``resamples`` and
-    ``fourier_unit``: the bootstrap of the findings table (:func:`landscape.reproduce.findings.findings`).
+    computed (the findings' intervals are over them); the surface and the figures are of the first seed's models.
+    ``spectrum_batches``: the mini-batches of ``spectrum_batch`` training images of each spectrum (the first of a
+    seeded order: more batches add to the same ones). ``data_fractions``: the shares of the training data on
+    which ``vit_mini`` is trained again (same options otherwise, each seed) for Paper A's data-size claim; each
+    gets a checkpoint and a spectrum in ``data_size/`` (the main models' files are not touched). ``paper_b``: the
+    size of Paper B's run, or None to leave it out (its row is then "not measured" unless a ``paper_b.json`` is
+    there). ``fourier_unit``: images per batch of the findings' recomputed Fourier profiles
+    (:func:`landscape.reproduce.findings.findings`).
     ``sharpness``: the m-sharpness runs of ``vit_mini`` and ``resnet_mini`` of every seed, one per options
     object (one per measure: ``MODEL_sharpness_MEASURE.h5``), for the findings' rescaling-invariant flatness
     rows. ``connect``: the line (and curve) between ``connect_model`` trained with the first two seeds
@@ -91,7 +103,6 @@ class DemoSettings:
     reg_coef: float = 0.05
     models: tuple[str, ...] = MODELS
     data_fractions: tuple[float, ...] = ()
-    resamples: int = 1000
     fourier_unit: int = 16
     seeds: tuple[int, ...] = (0, 1, 2)
     paper_b: PaperBSettings | None = None
@@ -131,7 +142,6 @@ QUICK = DemoSettings(
     spectrum_batches=2,
     spectrum_batch=16,
     fourier_samples=32,
-    resamples=200,
     fourier_unit=4,
     seeds=(0, 1),
     sharpness=(
@@ -457,28 +467,57 @@ def _units(settings: DemoSettings, out: Path, *, device: str, force: bool, quiet
     return units
 
 
-def _findings_text(settings: DemoSettings, out: Path) -> FindingsText:
-    """The findings of the demo folder as the summary shows them."""
-    rows = findings(
-        out,
-        settings.models,
-        training_seeds=settings.seeds,
-        seed=0,
-        resamples=settings.resamples,
-        fourier_unit=settings.fourier_unit,
-        widths=settings.widths,
-    )
-    return FindingsText(
-        findings_markdown(rows), settings.seeds, settings.resamples, settings.spectrum_batch, settings.fourier_unit
-    )
+def _findings_text(settings: DemoSettings, out: Path, facts: dict[str, Any]) -> FindingsText:
+    """The findings of the demo folder as the summary shows them; also written to :data:`FINDINGS_FILE`.
+
+    Computed at the workers' thread count (the Fourier rows recompute profiles), so that they do not depend on the
+    threads of this process.
+    """
+    with intra_op_threads(facts["torch_threads"]):
+        rows = findings(
+            out,
+            settings.models,
+            training_seeds=settings.seeds,
+            fourier_unit=settings.fourier_unit,
+            widths=settings.widths,
+        )
+    record = findings_record(rows, seeds=list(settings.seeds), **facts, written_by=WRITTEN_BY)
+    write_text(out / FINDINGS_FILE, json.dumps(record, indent=1) + "\n", kind="record")
+    return FindingsText(findings_markdown(rows), settings.seeds, settings.spectrum_batch, settings.fourier_unit)
 
 
-def _write_timings(out: Path, records: list[StageTime], wall: float, jobs: int) -> list[tuple[str, int, float, float]]:
-    """Write :data:`TIMINGS_FILE`: the run's stage table, its wall-clock time and its workers; return the table."""
+def with_seeds(settings: DemoSettings, seeds: Sequence[int]) -> DemoSettings:
+    """``settings`` with other training seeds, Paper B's run's included (e.g. a second, disjoint set of seeds).
+
+    Args:
+        settings: the sizes.
+        seeds: the training seeds (distinct non-negative integers; the first seed's models get the surfaces and
+            figures, and the first two are connected).
+
+    Returns:
+        The settings with ``seeds`` (and Paper B's ``seeds``) replaced.
+
+    Raises:
+        LandscapeError: no seed, a seed that is not a non-negative integer, or a repeated seed.
+    """
+    seeds = tuple(seeds)
+    for s in seeds:
+        seed_folder(".", s)  # refuses what is not a non-negative integer
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise LandscapeError(f"seeds must be one or more distinct non-negative integers, got {list(seeds)}")
+    paper_b = None if settings.paper_b is None else dataclasses.replace(settings.paper_b, seeds=seeds)
+    return dataclasses.replace(settings, seeds=tuple(int(s) for s in seeds), paper_b=paper_b)
+
+
+def _write_timings(
+    out: Path, records: list[StageTime], wall: float, jobs: int, facts: dict[str, Any]
+) -> list[tuple[str, int, float, float]]:
+    """Write :data:`TIMINGS_FILE`: the run's stage table, wall-clock time, workers and machine; return the table."""
     table = stage_table(records, STAGES)
     payload = {
         "jobs": jobs,
-        "torch_threads_per_job": 1,
+        "torch_threads_per_job": facts["torch_threads"],
+        **facts,
         "wall_seconds": wall,
         "cpu_seconds": sum(row[3] for row in table),
         "stages": [{"stage": s, "units": n, "wall_seconds": w, "cpu_seconds": c} for s, n, w, c in table],
@@ -497,14 +536,17 @@ def run_demo(
     quiet: bool = False,
     jobs: int | None = None,
     settings: DemoSettings | None = None,
+    seeds: Sequence[int] | None = None,
+    threads: int = 1,
     log: Callable[[str], None] | None = None,
 ) -> Path:
     """Run the whole demo into ``out_dir`` (see the module doc); every stage whose file is complete is skipped.
 
     The independent units (each model and seed, each of Paper B's seeds, each data-size run, the line and curve
-    once its two models exist) run on ``jobs`` worker processes of one torch thread each
-    (:func:`landscape.runtime.workers.run_units`): the files are those of a one-thread serial run, bit for bit,
-    whatever ``jobs`` is. What each stage cost goes to ``summary.md`` and :data:`TIMINGS_FILE`.
+    once its two models exist) run on ``jobs`` worker processes of ``threads`` (one) torch thread each
+    (:func:`landscape.runtime.workers.run_units`): the files are those of a serial run at that many threads, bit for
+    bit, whatever ``jobs`` is. What each stage cost goes to ``summary.md`` and :data:`TIMINGS_FILE`, and what the
+    run computed on (torch, the CPU capability, threads, device) to both and to every result file.
 
     Args:
         out_dir: the demo folder (created).
@@ -514,16 +556,22 @@ def run_demo(
         quiet: no progress output.
         jobs: worker processes (None: the cores this process may use; 1: every unit here, in order).
         settings: the sizes (default: :data:`QUICK` or :data:`FULL`).
+        seeds: the training seeds, replacing those of the settings and of their Paper B run (e.g. ``(3, 4, 5)``:
+            the same demo on a second, disjoint set of seeds); None: the settings' own.
+        threads: torch threads of every worker (1; more only to check that the verdicts do not depend on them:
+            the last bits of the files do).
         log: where the stage lines go (default: stderr unless ``quiet``).
 
     Returns:
         The path of ``summary.md`` (``report.html`` is beside it).
 
     Raises:
-        LandscapeError: no training seed in the settings, ``jobs`` below 1, or any stage's error.
+        LandscapeError: no training seed, bad ``seeds``, ``jobs`` or ``threads`` below 1, or any stage's error.
     """
     began = time.perf_counter()
     settings = settings or (QUICK if quick else FULL)
+    if seeds is not None:
+        settings = with_seeds(settings, seeds)
     if not settings.seeds:
         raise LandscapeError("the demo needs at least one training seed")
     jobs = usable_cores() if jobs is None else jobs
@@ -531,7 +579,8 @@ def run_demo(
     say = log or (lambda msg: None if quiet else print(msg, file=sys.stderr))
     units = _units(settings, out, device=device, force=force, quiet=quiet or jobs > 1)
     workers = "in this process" if jobs == 1 else f"on {min(jobs, len(units))} worker processes"
-    say(f"[demo] {len(units)} units ({', '.join(u.key for u in units)}) {workers}, one torch thread each")
+    facts = {**machine(resolve_device(device)), "torch_threads": threads}
+    say(f"[demo] {len(units)} units ({', '.join(u.key for u in units)}) {workers}; each on {machine_line(facts)}")
     if settings.paper_b is not None and not paper_b_seeds(settings.paper_b, out):
         say(f"[demo] Paper B: keeping {out / 'paper_b.json'} (not written by the demo); its rows give the Paper B row")
     records: list[StageTime] = []
@@ -540,7 +589,7 @@ def run_demo(
         records.extend(value[-1])
         say(f"[demo] done: {unit.key} ({sum(r.wall for r in value[-1]):.0f} s)")
 
-    done = run_units(units, jobs, on_done=finished)
+    done = run_units(units, jobs, on_done=finished, threads=threads)
     watch = Stopwatch()
     trained = _Trained([], [], {})
     for model, seed in ((m, s) for m in settings.models for s in settings.seeds):
@@ -559,16 +608,17 @@ def run_demo(
         )
     if settings.paper_b is not None and paper_b_seeds(settings.paper_b, out):
         rows = [done[f"paper_b/seed{seed}"][0] for seed in settings.paper_b.seeds]
-        write_paper_b(settings.paper_b, out, rows)
+        write_paper_b(settings.paper_b, out, rows, machine=facts)
     between = done["connect"][0] if "connect" in done else []
-    say(f"[demo] findings: a verdict for every claim, hierarchical bootstrap over {seeds_text(settings.seeds)}")
+    say(f"[demo] findings: a verdict for every claim, intervals over {seeds_text(settings.seeds)}")
     with watch("findings"):
-        text = _findings_text(settings, out)
+        text = _findings_text(settings, out, facts)
     summary_args = {
         "quick": quick,
         "findings_text": text,
         "seed_reports": trained.seed_reports,
         "jobs": jobs,
+        "machine": facts,
         "between": between,
         "widths": read_barriers(out, settings.widths, settings.seeds) if settings.widths is not None else [],
         "force": force,
@@ -578,7 +628,7 @@ def run_demo(
         summary = write_summary(trained.reports, pngs, out, **summary_args)
         report = write_report(out, force=force, jobs=jobs)
     records += watch.records
-    table = _write_timings(out, records, time.perf_counter() - began, jobs)
+    table = _write_timings(out, records, time.perf_counter() - began, jobs, facts)
     # the cost of the whole run, the report included, is the summary's last section (the report is built from the
     # summary written before it, which has every other section)
     write_summary(trained.reports, pngs, out, **summary_args, cost=(table, time.perf_counter() - began))

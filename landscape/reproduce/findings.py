@@ -1,4 +1,4 @@
-"""A verdict for every claim of Paper A and Paper B, from a demo folder, with hierarchical bootstrap intervals.
+"""A verdict for every claim of Paper A and Paper B, from a demo folder, with intervals over training seeds.
 
 :func:`findings` reads the files ``landscape demo`` writes (checkpoints, ``*_spectrum.h5``, ``*_fourier.h5``, the
 optional ``data_size/`` spectra, for every training seed: seed 0's in the folder, seed K's in ``seedK/``, see
@@ -6,14 +6,14 @@ optional ``data_size/`` spectra, for every training seed: seed 0's in the folder
 :func:`findings_markdown` turns them into a Markdown table (the "Findings" section of ``summary.md``).
 
 **Statistic and interval.** Every claim is a sign (or threshold) claim about one number. The number is computed
-on all the units of all the seeds' models; its 95% interval is the percentile interval of the same statistic
-recomputed on ``resamples`` (default 1000) two-stage bootstrap resamples
-(:func:`landscape.reproduce.statistics.hierarchical_bootstrap`): draw the seeds with replacement, then within
-each drawn seed's model draw its units with replacement, and compute the statistic on the pooled resample. So
-the interval covers the randomness of training as well as that of the units, and a claim is reproduced or
-contradicted only when it holds across trainings; with a single seed there is no interval (inconclusive). The
-draws come from ``numpy.random.default_rng(seed)`` (the global numpy and torch random states are never used nor
-changed). The units:
+on all the units of all the seeds' models; its 95% interval is over the seeds
+(:func:`landscape.reproduce.statistics.seed_jackknife`): the same statistic recomputed without each seed in turn
+gives the jackknife standard error, and the interval is the value -/+ the t quantile of ``S - 1`` degrees of
+freedom times it (for a ratio, the same on the log scale). Training randomness enters once per seed, so ``S``
+seeds are ``S`` independent observations whatever the units within each; the interval covers the randomness of
+training as well as that of the units, and a claim is reproduced or contradicted only when it holds across
+trainings; with a single seed there is no interval (inconclusive). Nothing is drawn at random. The units, each
+seed's contribution to the statistic:
 
 - Hessian spectra: mini-batches (rows of ``eigenvalues``, one per mini-batch of 16 images);
 - adaptive sharpness: mini-batches ``S`` (rows of a sharpness file's ``values`` at its largest radius; the
@@ -22,19 +22,18 @@ changed). The units:
   difference AlterNet - ResNet is paired: seed K's AlterNet with seed K's ResNet, image by image);
 - Fourier statistics: batches of ``fourier_unit`` (16) images of the very samples of the Fourier file (its
   ``dataset``, ``split``, ``n_samples``, ``seed`` and ``first_samples`` attributes); the per-batch running sums
-  of :func:`landscape.analyses.fourier.features.fourier_profile` are added over the batches of a resample, so each
-  resample's statistic is that of one pooled profile;
-- Paper B: seeds only (rows of ``paper_b.json``, one test accuracy per trained model);
-- the barrier against width (:mod:`landscape.reproduce.widths`): seed pairs (one barrier difference per pair).
+  of :func:`landscape.analyses.fourier.features.fourier_profile` are added over a seed's batches, so each seed's
+  share of the statistic is that of its profile;
+- Paper B: one test accuracy difference per seed (rows of ``paper_b.json``);
+- the barrier against width (:mod:`landscape.reproduce.widths`): seed pairs (a pair leaves with either seed).
 
-Two models' statistics (ViT against ResNet, a small data fraction against all the data) resample each side's
-seeds and units independently.
+Two models' statistics (ViT against ResNet, a small data fraction against all the data) leave a seed out of both
+sides at once (seed K's two models are independent trainings, so the pairs are independent).
 
 **Verdict rule.** A claim says the number lies on one side of a threshold (zero unless stated):
 ``reproduced`` when the whole interval lies on the claimed side, ``contradicted`` when the whole interval lies
-on the other side, ``inconclusive`` when the interval contains the threshold (or is undefined: one seed, one
-unit); ``not measured`` only when the inputs are absent, and then :attr:`Finding.where` names the command that
-makes them.
+on the other side, ``inconclusive`` when the interval contains the threshold (or is undefined: one seed);
+``not measured`` only when the inputs are absent, and then :attr:`Finding.where` names the command that makes them.
 
 **Change across a block.** Paper A's "MSAs lower the high-frequency amplitude, Convs raise it" (and the same for
 the variance) is measured block by block: for map ``i >= 1`` of a model (forward order, as in the Fourier file),
@@ -45,9 +44,7 @@ summary).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -68,81 +65,29 @@ from landscape.reproduce.inputs import (
     stack_sums,
 )
 from landscape.reproduce.negative import CLAIM, NEGATIVE_SHARE, STATISTIC, negative_curvature
-from landscape.reproduce.statistics import bootstrap, hierarchical_bootstrap, hierarchical_two_sample
+from landscape.reproduce.statistics import seed_jackknife, seed_mean, seed_weights
+from landscape.reproduce.table import (
+    DemoFiles,
+    Finding,
+    compare,
+    measured,
+    not_measured,
+    one_model,
+)
 from landscape.reproduce.widths import CONNECT_FILE as WIDTH_CONNECT_FILE
 from landscape.reproduce.widths import WIDTH_DIR, WidthSweep, read_barriers, width_estimate, width_label
 from landscape.store.read import read_result
 
-VERDICTS = ("reproduced", "contradicted", "inconclusive", "not measured")
 #: "at least as accurate": the accuracy difference must lie above -EPSILON (0.5 percentage points)
 ACCURACY_EPSILON = 0.005
 #: the data fractions of Paper A's Fig 4 (besides 100%), trained by the FULL demo into ``data_size/``
 DATA_SIZE_DIR = "data_size"
 DEMO_COMMAND = "landscape demo --out DIR"
 PAPER_B_COMMAND = "python benchmarks/cnn_init_vit.py --steps 1000 --seeds 0 1 2 --control"
-#: the bootstrap's unit of each kind of statistic, as the table names it
-ACCURACY_UNIT = "test images"
 #: the paper column of the width sweep's row: Ainsworth et al. 2023 ("Git Re-Basin"), not Paper A or B
 REBASIN = "Re-Basin"
 #: the demo's sharpness files, one per model and measure, in each seed's folder
 SHARPNESS_FILE = "{model}_sharpness_{measure}.h5"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """The verdict on one claim.
-
-    Attributes:
-        claim: the claim, one line, the paper's words in ours.
-        paper: ``"A"``, ``"B"`` or :data:`REBASIN` (Ainsworth et al. 2023's width effect, the demo's own test of it).
-        statistic: what was measured, one line.
-        value: the statistic on all the units.
-        low: the lower end of its 95% bootstrap interval.
-        high: the upper end of its 95% bootstrap interval.
-        n: the number of resampled units over all seeds (mini-batches, images, batches of images, or seeds for
-            Paper B; 0 when not measured).
-        verdict: one of :data:`VERDICTS`.
-        where: the files the number comes from, or the command that measures it.
-        seeds: the number of trained models (seeds) the units come from (0 when not measured).
-    """
-
-    claim: str
-    paper: str
-    statistic: str
-    value: float
-    low: float
-    high: float
-    n: int
-    verdict: str
-    where: str
-    seeds: int = 0
-
-
-# ------------------------------------------------------------------------------------------ verdict and bootstrap
-def verdict(low: float, high: float, *, side: str, threshold: float = 0.0) -> str:
-    """The verdict of a claim that a number lies on ``side`` of ``threshold``, from its interval.
-
-    Args:
-        low: the interval's lower end.
-        high: the interval's upper end.
-        side: ``"greater"`` (the claim: number > threshold) or ``"less"`` (number < threshold).
-        threshold: the claimed threshold.
-
-    Returns:
-        ``reproduced`` when the whole interval lies on the claimed side, ``contradicted`` when it lies wholly on
-        the other side, ``inconclusive`` when it contains the threshold or is not finite.
-
-    Raises:
-        LandscapeError: an unknown ``side``.
-    """
-    if side not in ("greater", "less"):
-        raise LandscapeError(f"side must be 'greater' or 'less', got {side!r}")
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return "inconclusive"
-    above, below = low > threshold, high < threshold
-    if side == "greater":
-        return "reproduced" if above else "contradicted" if below else "inconclusive"
-    return "reproduced" if below else "contradicted" if above else "inconclusive"
 
 
 # ------------------------------------------------------------------------------------------ statistics
@@ -150,7 +95,7 @@ def change_across_blocks(values: np.ndarray, kinds: Sequence[str], group: Sequen
     """The mean change of a per-map value across the blocks of ``group``: block output minus block input.
 
     Args:
-        values: per-map values in forward order, shape ``(..., L)`` (e.g. one row per bootstrap resample).
+        values: per-map values in forward order, shape ``(..., L)`` (e.g. one row per set of seeds).
         kinds: the kind of each of the ``L`` maps.
         group: the kinds of the blocks to average over (the kind of the block's output map).
 
@@ -173,7 +118,7 @@ def negative_share(eigenvalues: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
     Args:
         eigenvalues: ``(n_batches, k)``, one row per mini-batch (NaN: not computed).
-        weights: ``(r, n_batches)`` how often each batch is drawn.
+        weights: ``(r, n_batches)``, the weight of each batch in each of ``r`` evaluations.
 
     Returns:
         ``r`` shares.
@@ -199,27 +144,6 @@ def top_magnitude(eigenvalues: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------ the claims
-def _not_measured(claim: str, paper: str, statistic: str, where: str) -> Finding:
-    return Finding(claim, paper, statistic, math.nan, math.nan, math.nan, 0, "not measured", where)
-
-
-def _finding(
-    claim: str,
-    paper: str,
-    statistic: str,
-    estimate: tuple[float, float, float],
-    units: tuple[int, int],
-    where: str,
-    *,
-    side: str,
-    threshold: float = 0.0,
-) -> Finding:
-    """A measured finding; ``units`` is ``(n, seeds)``."""
-    value, low, high = estimate
-    rule = verdict(low, high, side=side, threshold=threshold)
-    return Finding(claim, paper, statistic, value, low, high, units[0], rule, where, units[1])
-
-
 def _role(models: Sequence[str], prefix: str) -> str | None:
     return next((m for m in models if m.startswith(prefix)), None)
 
@@ -241,10 +165,9 @@ def _seed_sums(folders: dict[int, Path], model: str, unit: int) -> tuple[dict[in
     return sums, all(x.matches_file() for x in sums.values())
 
 
-def _fourier_findings(
-    folders: dict[int, Path], models: Sequence[str], rng: np.random.Generator, resamples: int, unit: int
-) -> list[Finding]:
+def _fourier_findings(src: DemoFiles) -> list[Finding]:
     """Claims (1) and (5): change of the high-frequency value and of the variance across MSA and Conv/MLP blocks."""
+    folders, models, unit = src.folders, src.models, src.fourier_unit
     hf_rows: list[Finding] = []
     var_rows: list[Finding] = []
     for model in models:
@@ -264,8 +187,8 @@ def _fourier_findings(
             var_stat = f"mean over {name} blocks of the change of feature-map variance (output - input)"
             if sums is None:
                 where = f"{model}_fourier.h5 and {model}.pt are missing: `{DEMO_COMMAND}`"
-                hf_rows.append(_not_measured(hf_claim, "A", hf_stat, where))
-                var_rows.append(_not_measured(var_claim, "A", var_stat, where))
+                hf_rows.append(not_measured(hf_claim, "A", hf_stat, where))
+                var_rows.append(not_measured(var_claim, "A", var_stat, where))
                 continue
             where = f"{model}_fourier.h5 (samples, seed), {model}.pt of {seeds_text(list(per_seed))}"
             where += f"; batches of {unit} images"
@@ -276,13 +199,13 @@ def _fourier_findings(
                 (sums.high_frequency, hf_claim, hf_stat, hf_rows),
                 (sums.variance, var_claim, var_stat, var_rows),
             ]:
-                est = hierarchical_bootstrap(
-                    sizes,
-                    lambda w, f=values, k=kinds, g=group: change_across_blocks(f(w), k, g),
-                    resamples=resamples,
-                    rng=rng,
+                est = seed_jackknife(
+                    len(sizes),
+                    lambda keep, f=values, k=kinds, g=group, n=sizes: change_across_blocks(
+                        f(seed_weights(keep, n)), k, g
+                    ),
                 )
-                rows.append(_finding(claim, "A", stat, est, units, where, side=side))
+                rows.append(measured(claim, "A", stat, est, units, where, side=side))
     return hf_rows + var_rows
 
 
@@ -303,17 +226,9 @@ def _units(*sides: Grouped) -> tuple[int, int]:
     return min(sum(x.sizes) for x in sides), min(len(x.sizes) for x in sides)
 
 
-def _compare(
-    a: Grouped, b: Grouped, statistic: Callable, combine: Callable, rng: np.random.Generator, resamples: int
-) -> tuple[float, float, float]:
-    """``combine(statistic(a), statistic(b))`` with its hierarchical interval (each side resampled apart)."""
-    return hierarchical_two_sample(a.units, a.sizes, b.units, b.sizes, statistic, combine, resamples=resamples, rng=rng)
-
-
-def _spectrum_findings(
-    folders: dict[int, Path], models: Sequence[str], rng: np.random.Generator, resamples: int
-) -> list[Finding]:
+def _spectrum_findings(src: DemoFiles) -> list[Finding]:
     """Claims (2) and (3): negative eigenvalues of ViT vs ResNet, and their magnitudes."""
+    folders, models = src.folders, src.models
     vit, resnet = _role(models, "vit"), _role(models, "resnet")
     ev = seed_spectra(folders, f"{vit}_spectrum.h5") if vit else None
     er = seed_spectra(folders, f"{resnet}_spectrum.h5") if resnet else None
@@ -323,11 +238,11 @@ def _spectrum_findings(
     claim = f"ViT has negative Hessian eigenvalues ({vit})"
     stat = "share of negative eigenvalues among the top-5 (largest magnitude) of each mini-batch"
     if ev is None:
-        out.append(_not_measured(claim, "A", stat, missing))
+        out.append(not_measured(claim, "A", stat, missing))
     else:
-        est = hierarchical_bootstrap(ev.sizes, lambda w: negative_share(ev.units, w), resamples=resamples, rng=rng)
+        est = one_model(ev, negative_share)
         where = f"{vit}_spectrum.h5 of {seeds_text(ev.seeds)}, mini-batches"
-        out.append(_finding(claim, "A", stat, est, _units(ev), where, side="greater"))
+        out.append(measured(claim, "A", stat, est, _units(ev), where, side="greater"))
 
     both = ev is not None and er is not None
     where = f"{vit}_spectrum.h5, {resnet}_spectrum.h5" + (
@@ -336,42 +251,39 @@ def _spectrum_findings(
     claim = f"ResNet has hardly any negative eigenvalues: fewer than ViT ({vit} - {resnet})"
     stat = "difference of the shares of negative eigenvalues, ViT - ResNet"
     if not both:
-        out.append(_not_measured(claim, "A", stat, missing))
+        out.append(not_measured(claim, "A", stat, missing))
     else:
-        est = _compare(ev, er, negative_share, np.subtract, rng, resamples)
-        out.append(_finding(claim, "A", stat, est, _units(ev, er), where, side="greater"))
+        est = compare(ev, er, negative_share, np.subtract)
+        out.append(measured(claim, "A", stat, est, _units(ev, er), where, side="greater"))
 
     claim = f"ViT's Hessian eigenvalues are smaller in magnitude than ResNet's: flatter ({vit} / {resnet})"
     stat = "ratio of the mean top eigenvalue magnitude per mini-batch, ViT / ResNet (threshold 1)"
     if not both:
-        out.append(_not_measured(claim, "A", stat, missing))
+        out.append(not_measured(claim, "A", stat, missing))
     else:
-        est = _compare(ev, er, top_magnitude, np.divide, rng, resamples)
-        out.append(_finding(claim, "A", stat, est, _units(ev, er), where, side="less", threshold=1.0))
+        est = compare(ev, er, top_magnitude, np.divide, log=True)
+        out.append(measured(claim, "A", stat, est, _units(ev, er), where, side="less", threshold=1.0))
 
     return out
 
 
-def _negative_curvature_findings(
-    folders: dict[int, Path], models: Sequence[str], rng: np.random.Generator, resamples: int
-) -> list[Finding]:
+def _negative_curvature_findings(src: DemoFiles) -> list[Finding]:
     """Where ViT's and ResNet's negative curvature comes from (:mod:`landscape.reproduce.negative`)."""
     out = []
-    for model in [m for m in (_role(models, "vit"), _role(models, "resnet")) if m]:
-        row = negative_curvature(folders, model, rng, resamples)
+    for model in [m for m in (_role(src.models, "vit"), _role(src.models, "resnet")) if m]:
+        row = negative_curvature(src.folders, model)
         claim = CLAIM.format(model=model)
         if row.estimate is None:
-            out.append(_not_measured(claim, "A", STATISTIC, f"`{DEMO_COMMAND}` (the negative-curvature stage)"))
+            out.append(not_measured(claim, "A", STATISTIC, f"`{DEMO_COMMAND}` (the negative-curvature stage)"))
         else:
             kw = {"side": "greater", "threshold": NEGATIVE_SHARE}
-            out.append(_finding(claim, "A", STATISTIC, row.estimate, row.units, row.where, **kw))
+            out.append(measured(claim, "A", STATISTIC, row.estimate, row.units, row.where, **kw))
     return out
 
 
-def _data_size_finding(
-    folders: dict[int, Path], models: Sequence[str], rng: np.random.Generator, resamples: int
-) -> Finding:
+def _data_size_finding(src: DemoFiles) -> Finding:
     """Claim (4): more data suppresses ViT's negative eigenvalues (a small data fraction against all the data)."""
+    folders, models = src.folders, src.models
     vit = _role(models, "vit")
     ev = seed_spectra(folders, f"{vit}_spectrum.h5") if vit else None
     claim = "More data suppresses ViT's negative eigenvalues (vit_mini on 6% vs 100% of the data)"
@@ -383,12 +295,12 @@ def _data_size_finding(
             f"{DATA_SIZE_DIR}/ spectra missing: the FULL demo `{DEMO_COMMAND}` trains them "
             "(DemoSettings.data_fractions), or notebook 02's data-size section"
         )
-        return _not_measured(claim, "A", stat, where)
+        return not_measured(claim, "A", stat, where)
     small = min(fractions)
     claim = f"More data suppresses ViT's negative eigenvalues ({vit} on {small:.0%} vs 100% of the data)"
-    est = _compare(es, ev, negative_share, np.subtract, rng, resamples)
+    est = compare(es, ev, negative_share, np.subtract)
     where = f"{DATA_SIZE_DIR}/{fractions[small]}, {vit}_spectrum.h5 of {seeds_text(es.seeds)}; mini-batches"
-    return _finding(claim, "A", stat, est, _units(es, ev), where, side="greater")
+    return measured(claim, "A", stat, est, _units(es, ev), where, side="greater")
 
 
 def batch_mean(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -413,10 +325,9 @@ def _sharpness_attrs(folders: dict[int, Path], name: str) -> dict:
     return {}
 
 
-def _sharpness_findings(
-    folders: dict[int, Path], models: Sequence[str], rng: np.random.Generator, resamples: int
-) -> list[Finding]:
+def _sharpness_findings(src: DemoFiles) -> list[Finding]:
     """Claim (3) again with measures invariant to rescaling: adaptive average- and worst-case m-sharpness."""
+    folders, models = src.folders, src.models
     vit, resnet = _role(models, "vit"), _role(models, "resnet")
     out = []
     for measure in ("average", "worst"):
@@ -428,20 +339,19 @@ def _sharpness_findings(
         stat = f"ratio of the mean adaptive {what} m-sharpness per mini-batch, ViT / ResNet (threshold 1)"
         sv, sr = (seed_sharpness(folders, n) if vit and resnet else None for n in names)
         if sv is None or sr is None:
-            out.append(_not_measured(claim, "A", stat, f"`{DEMO_COMMAND}` (DemoSettings.sharpness)"))
+            out.append(not_measured(claim, "A", stat, f"`{DEMO_COMMAND}` (DemoSettings.sharpness)"))
             continue
-        est = _compare(sv, sr, batch_mean, np.divide, rng, resamples)
+        est = compare(sv, sr, batch_mean, np.divide, log=True)
         seeds = seeds_text(sorted(set(sv.seeds) | set(sr.seeds)))
         size = f"rho = {attrs['largest_rho']:g} relative to |w|, m = {attrs.get('batch_size')}"
         where = f"{names[0]}, {names[1]} of {seeds} ({size}); mini-batches"
-        out.append(_finding(claim, "A", stat, est, _units(sv, sr), where, side="less", threshold=1.0))
+        out.append(measured(claim, "A", stat, est, _units(sv, sr), where, side="less", threshold=1.0))
     return out
 
 
-def _accuracy_finding(
-    folders: dict[int, Path], models: Sequence[str], rng: np.random.Generator, resamples: int
-) -> Finding:
+def _accuracy_finding(src: DemoFiles) -> Finding:
     """Claim (6): AlterNet is at least as accurate as ResNet (paired: seed by seed, image by image)."""
+    folders, models = src.folders, src.models
     alt, resnet = _role(models, "alternet"), _role(models, "resnet")
     claim = f"AlterNet is at least as accurate as ResNet ({alt} - {resnet})"
     stat = f"test accuracy difference, AlterNet - ResNet (threshold -{ACCURACY_EPSILON:g}: 0.5 points)"
@@ -457,17 +367,17 @@ def _accuracy_finding(
         differences[s] = a - r
     d = stack_seeds(differences)
     if d is None:
-        return _not_measured(claim, "A", stat, f"checkpoints missing: `{DEMO_COMMAND}`")
-    est = hierarchical_bootstrap(d.sizes, lambda w: (w @ d.units) / w.sum(1), resamples=resamples, rng=rng)
+        return not_measured(claim, "A", stat, f"checkpoints missing: `{DEMO_COMMAND}`")
+    est = one_model(d, batch_mean)
     where = f"{alt}.pt, {resnet}.pt of {seeds_text(d.seeds)}: per-image correctness on the test split (paired)"
-    return _finding(
+    return measured(
         claim, "A", stat, est, (len(d.units), len(d.sizes)), where, side="greater", threshold=-ACCURACY_EPSILON
     )
 
 
-def _paper_b_finding(folder: Path, rng: np.random.Generator, resamples: int) -> Finding:
+def _paper_b_finding(src: DemoFiles) -> Finding:
     """Claim (7): the CNN-initialised ViT beats a random-init ViT (given the same total steps) at low data."""
-    path = folder / "paper_b.json"
+    path = src.root / "paper_b.json"
     claim = "A CNN-initialised ViT beats a randomly initialised ViT at low data"
     stat = "test accuracy, CNN-init ViT - random-init ViT (2x steps), at the smallest data fraction"
     if not path.is_file():
@@ -475,42 +385,59 @@ def _paper_b_finding(folder: Path, rng: np.random.Generator, resamples: int) -> 
             f"no paper_b.json: the full demo `{DEMO_COMMAND}` measures it (not the quick demo), "
             f"or `{PAPER_B_COMMAND} --json DIR/paper_b.json`"
         )
-        return _not_measured(claim, "B", stat, where)
+        return not_measured(claim, "B", stat, where)
     rows = read_paper_b(path)
     base = "vit_random_2x" if any("vit_random_2x" in r for r in rows) else "vit_random"
     rows = [r for r in rows if base in r and "vit_cnn_init" in r and "fraction" in r]
     if not rows:
-        return _not_measured(claim, "B", stat, f"{path.name} holds no rows with vit_cnn_init and {base}")
+        return not_measured(claim, "B", stat, f"{path.name} holds no rows with vit_cnn_init and {base}")
     small = min(float(r["fraction"]) for r in rows)
     rows = [r for r in rows if float(r["fraction"]) == small]
     d = np.array([float(r["vit_cnn_init"]) - float(r[base]) for r in rows])
     if base != "vit_random_2x":
         stat = stat.replace("(2x steps)", "(same steps per stage; no 2x control in the file)")
-    est = bootstrap(len(d), lambda w: (w @ d) / w.sum(1), resamples=resamples, rng=rng)
+    est = seed_mean(d)
     steps = sorted({int(r["steps"]) for r in rows if "steps" in r})
     size = f", {'/'.join(map(str, steps))} steps per stage" if steps else ""
     where = f"{path.name}: fraction {small:g}{size}, over {len(d)} seed(s)"
-    return _finding(claim + f" (fraction {small:g})", "B", stat, est, (len(d), len(d)), where, side="greater")
+    return measured(claim + f" (fraction {small:g})", "B", stat, est, (len(d), len(d)), where, side="greater")
 
 
-def _width_finding(
-    root: Path, sweep: WidthSweep, seeds: Sequence[int], rng: np.random.Generator, resamples: int
-) -> Finding:
+def _width_finding(src: DemoFiles) -> Finding:
     """After weight matching the barrier between two trainings falls as the network widens (Ainsworth et al. 2023).
 
     The statistic is the aligned line's test loss barrier at the widest multiplier minus at the narrowest,
-    averaged over the seed pairs measured at both (:mod:`landscape.reproduce.widths`); its interval resamples the
-    pairs.
+    averaged over the seed pairs measured at both (:mod:`landscape.reproduce.widths`); its interval is over the
+    seeds (:func:`landscape.reproduce.widths.width_estimate`).
     """
+    sweep, seeds = src.widths, list(src.folders)
     claim = f"After alignment the barrier falls with width ({sweep.model})"
     stat = "test loss barrier of the weight-matched line, widest - narrowest, mean over seed pairs"
-    estimate = width_estimate(read_barriers(root, sweep, seeds), resamples=resamples, rng=rng)
+    estimate = width_estimate(read_barriers(src.root, sweep, seeds))
     if not estimate:
-        return _not_measured(claim, REBASIN, stat, f"`{DEMO_COMMAND}` (the full demo's width sweep)")
-    narrow, wide, n, value = estimate
+        return not_measured(claim, REBASIN, stat, f"`{DEMO_COMMAND}` (the full demo's width sweep)")
+    narrow, wide, n, n_seeds, value = estimate
     stat = stat.replace("widest - narrowest", f"{width_label(wide)}x - {width_label(narrow)}x {sweep.model}'s channels")
     where = f"{WIDTH_DIR}/{WIDTH_CONNECT_FILE.format(model=sweep.model, k='K', a='A', b='B')} of {n} seed pairs"
-    return _finding(claim, REBASIN, stat, value, (n, len(seeds)), where, side="less")
+    return measured(claim, REBASIN, stat, value, (n, n_seeds), where, side="less")
+
+
+def _listed(row: Callable[[DemoFiles], Finding]) -> Callable[[DemoFiles], list[Finding]]:
+    return lambda src: [row(src)]
+
+
+#: the rows of the table in order, each a function of the demo's files returning its findings; a new claim is one
+#: function added here (its interval by :func:`one_model` or :func:`compare`, its row by :func:`measured`)
+ROWS: tuple[Callable[[DemoFiles], list[Finding]], ...] = (
+    _fourier_findings,
+    _spectrum_findings,
+    _negative_curvature_findings,
+    _sharpness_findings,
+    _listed(_data_size_finding),
+    _listed(_accuracy_finding),
+    _listed(_width_finding),
+    _listed(_paper_b_finding),
+)
 
 
 def findings(
@@ -518,12 +445,12 @@ def findings(
     models: Sequence[str] = ("resnet_mini", "vit_mini", "alternet_mini"),
     *,
     training_seeds: Sequence[int] | None = None,
-    seed: int = 0,
-    resamples: int = 1000,
     fourier_unit: int = 16,
     widths: WidthSweep | None = None,
 ) -> list[Finding]:
     """A verdict for every claim of Paper A and Paper B from the files of a demo folder (see the module doc).
+
+    Deterministic: the intervals are over the seeds (delete-one-seed jackknife), nothing is drawn at random.
 
     Args:
         folder: the demo folder (``MODEL.pt``, ``MODEL_spectrum.h5``, ``MODEL_fourier.h5``, optionally
@@ -532,61 +459,16 @@ def findings(
         models: the models; the roles ResNet, ViT and AlterNet go to the first name starting with ``resnet``,
             ``vit`` and ``alternet``.
         training_seeds: the training seeds whose models are read; None: seed 0 and every ``seedK/`` there is.
-        seed: seeds the bootstrap's ``numpy.random.default_rng`` (the global random states are untouched).
-        resamples: bootstrap resamples per interval.
-        fourier_unit: images per batch, the bootstrap's unit for Fourier statistics.
+        fourier_unit: images per batch of the recomputed Fourier profiles (their sums are pooled per seed).
         widths: the width sweep whose ``widths/`` files give the width row (None: the default
             :class:`~landscape.reproduce.widths.WidthSweep`).
 
     Returns:
-        The findings, in the order: high-frequency change per model and block kind, variance change, negative
-        share of ViT, ViT - ResNet negative share, ViT / ResNet magnitude, the residual's share of ViT's and
-        ResNet's negative curvature, ViT / ResNet adaptive average- and
-        worst-case sharpness, data size, accuracy, the barrier against width, Paper B.
+        The findings, in the order of :data:`ROWS`: high-frequency change per model and block kind, variance
+        change, negative share of ViT, ViT - ResNet negative share, ViT / ResNet magnitude, the residual's share of
+        ViT's and ResNet's negative curvature, ViT / ResNet adaptive average- and worst-case sharpness, data size,
+        accuracy, the barrier against width, Paper B.
     """
     root = Path(folder)
-    folders = seed_folders(root, training_seeds)
-    rng = np.random.default_rng(seed)
-    out = _fourier_findings(folders, models, rng, resamples, fourier_unit)
-    out += _spectrum_findings(folders, models, rng, resamples)
-    out += _negative_curvature_findings(folders, models, rng, resamples)
-    out += _sharpness_findings(folders, models, rng, resamples)
-    out.append(_data_size_finding(folders, models, rng, resamples))
-    out.append(_accuracy_finding(folders, models, rng, resamples))
-    out.append(_width_finding(root, widths or WidthSweep(), list(folders), rng, resamples))
-    out.append(_paper_b_finding(root, rng, resamples))
-    return out
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def _number(x: float) -> str:
-    return "–" if not math.isfinite(x) else f"{x:.4g}"
-
-
-def findings_markdown(items: Sequence[Finding]) -> str:
-    """The findings as a Markdown table: claim | paper | statistic | value [95% interval] | verdict.
-
-    The statistic cell ends with the number of seeds and of resampled units; a "not measured" verdict names what
-    measures it.
-
-    Args:
-        items: the findings.
-
-    Returns:
-        The table (header, separator, one row per finding), without a trailing newline.
-    """
-    lines = [
-        "| claim | paper | statistic | value [95% interval] | verdict |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for f in items:
-        if f.verdict == "not measured":
-            value, word = "–", f"not measured: {f.where}"
-        else:
-            value, word = f"{_number(f.value)} [{_number(f.low)}, {_number(f.high)}]", f.verdict
-        stat = f"{f.statistic} ({f.seeds} seed{'s' if f.seeds != 1 else ''}, n = {f.n})" if f.n else f.statistic
-        lines.append(f"| {_cell(f.claim)} | {f.paper} | {_cell(stat)} | {value} | {_cell(word)} |")
-    return "\n".join(lines)
+    src = DemoFiles(root, seed_folders(root, training_seeds), tuple(models), fourier_unit, widths or WidthSweep())
+    return [finding for row in ROWS for finding in row(src)]

@@ -10,8 +10,9 @@ every seed, the most negative eigenvalue of every mini-batch's ``H_b`` and ``R_b
     sum_b lambda_min(H_b) / sum_b lambda_min(R_b)
 
 over the mini-batches (a ratio of means, at most 1): near 1 when ``G`` leaves the residual's most negative direction
-standing, near 0 or below when it cancels it; its interval is the findings' hierarchical bootstrap over seeds, then
-mini-batches (:func:`landscape.reproduce.statistics.hierarchical_bootstrap`).
+standing, near 0 or below when it cancels it; its interval is the findings' interval over the training seeds
+(:func:`landscape.reproduce.table.one_model`: a delete-one-seed jackknife with a t quantile of seeds - 1 degrees of
+freedom).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from landscape.reproduce.inputs import read_spectrum, seeds_text, stack_seeds
-from landscape.reproduce.statistics import hierarchical_bootstrap
+from landscape.reproduce.statistics import Interval
+from landscape.reproduce.table import one_model
 
 #: the stage's folder in each seed's folder (apart from the models' own spectra, which the report overlays)
 NEGATIVE_DIR = "negative_curvature"
@@ -50,20 +52,18 @@ class NegativeCurvature:
 
     Attributes:
         model: the model's name.
-        estimate: ``(value, low, high)``, or None when no seed has both files.
+        estimate: the value and its interval over seeds, or None when no seed has both files.
         units: ``(mini-batches, seeds)``.
         where: the files it comes from.
     """
 
     model: str
-    estimate: tuple[float, float, float] | None
+    estimate: Interval | None
     units: tuple[int, int]
     where: str
 
 
-def negative_curvature(
-    folders: dict[int, Path], model: str, rng: np.random.Generator, resamples: int
-) -> NegativeCurvature:
+def negative_curvature(folders: dict[int, Path], model: str) -> NegativeCurvature:
     """The share of ``R``'s most negative eigenvalue that ``H`` keeps, for ``model`` over the seeds' folders.
 
     A seed counts when both its files hold the same number of done mini-batches (the same batches: one seeded order).
@@ -71,8 +71,6 @@ def negative_curvature(
     Args:
         folders: seed -> its folder.
         model: the model's name.
-        rng: the bootstrap's generator.
-        resamples: the bootstrap's resamples.
 
     Returns:
         The estimate and its interval, or an estimate of None when not measured.
@@ -89,9 +87,6 @@ def negative_curvature(
     name = f"{NEGATIVE_DIR}/" + NEGATIVE_FILE.format(model=model, operator="{hessian,residual}")
     if grouped is None:
         return NegativeCurvature(model, None, (0, 0), name)
-    hr = grouped.units
-    estimate = hierarchical_bootstrap(
-        grouped.sizes, lambda w: (w @ hr[:, 0]) / (w @ hr[:, 1]), resamples=resamples, rng=rng
-    )
+    estimate = one_model(grouped, lambda hr, w: (w @ hr[:, 0]) / (w @ hr[:, 1]))
     where = f"{name} of {seeds_text(grouped.seeds)}; mini-batches"
     return NegativeCurvature(model, estimate, (int(sum(grouped.sizes)), len(grouped.sizes)), where)

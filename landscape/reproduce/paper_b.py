@@ -23,12 +23,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
 from landscape.models.checkpoint import read_checkpoint
 from landscape.models.convert import DEFAULT_SHARPNESS, convert_checkpoint
 from landscape.reproduce.training import train_or_reuse
+from landscape.runtime.machine import machine as current_machine
 from landscape.store.files import WRITTEN_BY, write_text
 from landscape.train import TrainConfig
 
@@ -149,13 +151,17 @@ def paper_b_seeds(settings: PaperBSettings, out_dir: Path) -> tuple[int, ...]:
     return () if path.exists() and not written_by_demo(path) else settings.seeds
 
 
-def write_paper_b(settings: PaperBSettings, out_dir: Path, rows: list[dict]) -> Path:
-    """Write ``out_dir/paper_b.json``: the rows of every seed, the settings and the demo's mark.
+def write_paper_b(
+    settings: PaperBSettings, out_dir: Path, rows: list[dict], *, machine: dict[str, Any] | None = None
+) -> Path:
+    """Write ``out_dir/paper_b.json``: the rows of every seed, the settings, what it ran on and the demo's mark.
 
     Args:
         settings: the run's size.
         out_dir: the demo folder.
         rows: :func:`paper_b_row` of each seed, in the order of ``settings.seeds``.
+        machine: what the rows were computed on (:func:`landscape.runtime.machine.machine`: torch version, CPU
+            capability, threads, device); None: this process's, on the CPU.
 
     Returns:
         The path of ``paper_b.json``.
@@ -166,6 +172,7 @@ def write_paper_b(settings: PaperBSettings, out_dir: Path, rows: list[dict]) -> 
         "settings": dataclasses.asdict(settings),
         "description": settings.describe(),
         "rows": rows,
+        **(machine if machine is not None else current_machine()),
         "written_by": WRITTEN_BY,
     }
     write_text(path, json.dumps(payload, indent=1) + "\n", kind="record")

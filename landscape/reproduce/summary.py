@@ -1,7 +1,8 @@
 """The demo's ``summary.md``: the models, the findings, Paper B's run, two seeds' barriers, then every figure.
 
-The first table holds the first seed's models (whose figures follow), a second one every seed's; the paragraph
-above the findings table says what its intervals cover (the hierarchical bootstrap over seeds, then units).
+The first paragraph says what the run computed on (torch, the CPU capability, threads, device); the first table
+holds the first seed's models (whose figures follow), a second one every seed's; the paragraph above the findings
+table says what its intervals cover (the trainings: an interval over seeds).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from landscape.analyses.connect.summary import ALL_PATHS, path_barriers
 from landscape.reproduce.inputs import read_paper_b, seeds_text
 from landscape.reproduce.paper_b import written_by_demo
 from landscape.reproduce.widths import WIDTH_DIR, PairBarriers, width_label, width_table
+from landscape.runtime.machine import machine_line
 from landscape.store.files import WRITTEN_BY, write_text
 from landscape.store.read import read_result
 from landscape.version import __version__
@@ -39,19 +42,17 @@ class ModelReport:
 
 @dataclass(frozen=True)
 class FindingsText:
-    """What the paragraph above the findings table says about the bootstrap.
+    """What the paragraph above the findings table says about the intervals.
 
     Attributes:
         table: the Markdown table of :func:`landscape.reproduce.findings.findings_markdown`.
         seeds: the training seeds.
-        resamples: bootstrap resamples per interval.
         spectrum_batch: images per mini-batch of the spectra.
         fourier_unit: images per batch, the Fourier statistics' unit.
     """
 
     table: str
     seeds: tuple[int, ...]
-    resamples: int
     spectrum_batch: int
     fourier_unit: int
 
@@ -98,15 +99,17 @@ def _findings_section(text: FindingsText) -> list[str]:
     """The "Findings" heading, the paragraph that says what the value and the interval are, and the table."""
     paragraph = (
         "A verdict for each claim of Paper A and Paper B (landscape.reproduce.findings). Each model is trained "
-        f"with {seeds_text(text.seeds)}; the value is the statistic on all units of all these trainings. The 95% "
-        f"interval is a percentile interval from a hierarchical bootstrap ({text.resamples} resamples): each "
-        "resample draws the seeds with replacement, then within each drawn seed's model its units with replacement "
+        f"with {seeds_text(text.seeds)}; the value is the statistic on all units of all these trainings "
         f"(mini-batches of {text.spectrum_batch} for the spectra, the test images for accuracy, batches of "
-        f"{text.fourier_unit} of the Fourier file's images), and computes the statistic on the pooled resample. So "
-        "the interval covers the randomness of training as well as that of the units, and a claim is reproduced or "
-        "contradicted only when it holds across the trainings (one seed gives no interval); Paper B's interval "
-        "resamples its seeds. Reproduced when the interval lies on the claimed side of zero (or of the stated "
-        "threshold), contradicted when it lies on the other side, inconclusive when it contains it."
+        f"{text.fourier_unit} of the Fourier file's images). Training randomness enters once per seed, so the 95% "
+        "interval is over the seeds: the value -/+ the t quantile of (seeds - 1) degrees of freedom times the "
+        "delete-one-seed jackknife's standard error (for a ratio, on the log scale). A claim is reproduced or "
+        "contradicted only when it holds across the trainings (one seed gives no interval): reproduced when the "
+        "interval lies on the claimed side of zero (or of the stated threshold), contradicted when it lies on the "
+        "other side, inconclusive when it contains it. A row whose interval ends near its threshold can take "
+        "another verdict on other seeds, or on a machine whose kernels differ (their last bits, amplified by "
+        "training, make other trainings): docs/reproduction.md gives every row on a second set of seeds and on "
+        "other kernels."
     )
     return ["## Findings", "", *_paragraph(paragraph), "", text.table, ""]
 
@@ -237,6 +240,7 @@ def write_summary(
     findings_text: FindingsText | None = None,
     seed_reports: Sequence[ModelReport] = (),
     jobs: int | None = None,
+    machine: dict[str, Any] | None = None,
     between: Sequence[Path] = (),
     widths: Sequence[PairBarriers] = (),
     force: bool = False,
@@ -249,11 +253,12 @@ def write_summary(
         shared_figures: the figures that overlay the models.
         out_dir: the demo folder.
         quick: the quick demo (said in the title).
-        findings_text: the findings table and its bootstrap's settings (a "Findings" section after the models'
+        findings_text: the findings table and what its intervals rest on (a "Findings" section after the models'
             tables, then a "Paper B" section), or None to leave both out.
         seed_reports: the numbers of each model and seed (a second table when there are several seeds).
-        jobs: the worker processes (of one torch thread each) the demo ran on (said in the opening paragraph),
-            or None.
+        jobs: the worker processes the demo ran on (said in the opening paragraph), or None.
+        machine: what the run computed on (:func:`landscape.runtime.machine.machine`: torch version, CPU
+            capability, torch threads per worker, device; said in the opening paragraph), or None.
         between: the connect file of two seeds' models and its figures (a "Between two minima" section after
             Paper B's), or empty to leave it out.
         widths: the width sweep's barriers (:func:`landscape.reproduce.widths.read_barriers`), a table in that
@@ -267,11 +272,11 @@ def write_summary(
         The path of ``summary.md``.
     """
     first = reports[0].seed if reports else 0
-    ran = (
-        f"Computed {'in one process' if jobs == 1 else f'on {jobs} worker processes'} of one torch thread. "
-        if jobs
-        else ""
-    )
+    threads = (machine or {}).get("torch_threads", 1)
+    where = "in one process" if jobs == 1 else f"on {jobs} worker processes"
+    ran = f"Computed {where} of {'one torch thread' if threads == 1 else f'{threads} torch threads'}. " if jobs else ""
+    if machine:
+        ran += f"Ran on: {machine_line(machine)}. "
     lines = [
         "# landscape demo" + (" (quick)" if quick else ""),
         "",

@@ -17,8 +17,8 @@ The multipliers widen downwards because a model's cost grows with the square of 
 Files, in the demo folder: ``widths/MODEL_wKx_seedS.pt`` (``k != 1``; ``k = 1`` reads the demo's own checkpoints)
 and ``widths/connect_MODEL_wKx_seedA-B.h5``. The finding
 (:func:`landscape.reproduce.findings.findings`' width row): the aligned loss barrier at the widest multiplier
-minus at the narrowest, a mean over seed pairs with a bootstrap interval over the pairs (the pairs share seeds,
-so they are not independent: the interval is a guide, not a test at a stated level).
+minus at the narrowest, a mean over seed pairs with an interval over the seeds (the pairs share seeds, so the
+seeds are the independent units: :func:`width_estimate`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from landscape.models.registry import count_parameters, create_model
 from landscape.options import checks
 from landscape.options.connect import ConnectOptions
 from landscape.reproduce.inputs import seed_folder
-from landscape.reproduce.statistics import bootstrap
+from landscape.reproduce.statistics import Interval, seed_jackknife
 from landscape.reproduce.training import train_on_digits
 from landscape.runtime.workers import StageTime, Stopwatch
 from landscape.store.files import ensure_folder
@@ -232,14 +232,14 @@ def read_barriers(out_dir: Path, sweep: WidthSweep, seeds: Sequence[int]) -> lis
     return out
 
 
-def width_change(rows: Sequence[PairBarriers]) -> tuple[float, float, np.ndarray] | None:
+def width_change(rows: Sequence[PairBarriers]) -> tuple[float, float, list[tuple[int, int]], np.ndarray] | None:
     """The aligned loss barrier at the widest width minus at the narrowest, for every pair measured at both.
 
     Args:
         rows: the barriers (:func:`read_barriers`).
 
     Returns:
-        ``(narrowest, widest, differences by pair)``, or None without two widths measured on a common pair.
+        ``(narrowest, widest, pairs, differences by pair)``, or None without two widths measured on a common pair.
     """
     widths = sorted({r.k for r in rows})
     if len(widths) < 2:
@@ -249,21 +249,33 @@ def width_change(rows: Sequence[PairBarriers]) -> tuple[float, float, np.ndarray
     common = sorted(p for (k, p) in by if k == narrow and (wide, p) in by)
     if not common:
         return None
-    return narrow, wide, np.array([by[(wide, p)] - by[(narrow, p)] for p in common], dtype=float)
+    return narrow, wide, common, np.array([by[(wide, p)] - by[(narrow, p)] for p in common], dtype=float)
 
 
-def width_estimate(rows: Sequence[PairBarriers], *, resamples: int, rng: np.random.Generator) -> tuple[Any, ...]:
-    """The mean over pairs of :func:`width_change` with its 95% bootstrap interval over the pairs.
+def width_estimate(rows: Sequence[PairBarriers]) -> tuple[float, float, int, int, Interval] | tuple[()]:
+    """The mean over seed pairs of :func:`width_change` with its 95% interval over the seeds.
+
+    The pairs share seeds (three seeds give three pairs), so the seed is the independent unit: leaving seed ``i``
+    out drops every pair that holds it, and the delete-one-seed jackknife
+    (:func:`landscape.reproduce.statistics.seed_jackknife`) of this mean of a U-statistic's kind is its usual
+    variance estimate (Arvesen 1969, "Jackknifing U-statistics", Ann. Math. Statist. 40).
 
     Returns:
-        ``(narrowest, widest, n_pairs, (value, low, high))``, or ``()`` when not measured.
+        ``(narrowest, widest, pairs, seeds, interval)``, or ``()`` when not measured.
     """
     change = width_change(rows)
     if change is None:
         return ()
-    narrow, wide, d = change
-    estimate = bootstrap(len(d), lambda w: (w @ d) / w.sum(1), resamples=resamples, rng=rng)
-    return narrow, wide, len(d), estimate
+    narrow, wide, common, d = change
+    seeds = sorted({s for pair in common for s in pair})
+    both = np.array([[seeds.index(a), seeds.index(b)] for a, b in common])
+
+    def mean_over_pairs(keep: np.ndarray) -> np.ndarray:
+        kept = keep[:, both[:, 0]] * keep[:, both[:, 1]]  # (r, pairs): a pair counts when both its seeds do
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (kept @ d) / kept.sum(1)
+
+    return narrow, wide, len(d), len(seeds), seed_jackknife(len(seeds), mean_over_pairs)
 
 
 def width_table(rows: Sequence[PairBarriers]) -> list[str]:

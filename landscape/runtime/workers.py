@@ -14,6 +14,7 @@ can say what each of its stages cost wherever it ran; :func:`stage_table` adds t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -138,39 +139,44 @@ def _end_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="landscape-parent-watch", daemon=True).start()
 
 
-def _start_worker(parent: int, keep_memory: bool = False) -> None:
-    """A worker's start: it ends with ``parent`` (:func:`_end_with_parent`) and runs at one torch thread."""
+def _start_worker(parent: int, keep_memory: bool = False, threads: int = 1) -> None:
+    """A worker's start: it ends with ``parent`` (:func:`_end_with_parent`) and runs at ``threads`` torch threads."""
     _end_with_parent(parent)
-    _one_torch_thread(keep_memory)
+    _set_torch_threads(keep_memory, threads)
 
 
-def _one_torch_thread(keep_memory: bool = False) -> None:
-    """A worker's start: one intra-op and one inter-op torch thread (set before torch is imported and after).
+def _set_torch_threads(keep_memory: bool = False, threads: int = 1) -> None:
+    """``threads`` intra-op and one inter-op torch thread (set before torch is imported and after).
 
     With ``keep_memory`` (the parent keeps freed memory: :mod:`landscape.runtime.memory`) the worker does too.
     """
     if keep_memory:
         memory.keep_freed_memory()
-    os.environ["OMP_NUM_THREADS"] = "1"
-    os.environ["MKL_NUM_THREADS"] = "1"
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["MKL_NUM_THREADS"] = str(threads)
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     with suppress(RuntimeError):  # the inter-op pool of this process already started
         torch.set_num_interop_threads(1)
 
 
 @contextmanager
-def one_intra_op_thread() -> Iterator[None]:
-    """Run the block with torch's intra-op thread count at 1, the caller's setting restored afterwards."""
+def intra_op_threads(threads: int) -> Iterator[None]:
+    """Run the block with ``threads`` torch intra-op threads, the caller's setting restored afterwards."""
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def one_intra_op_thread() -> contextlib.AbstractContextManager[None]:
+    """Run the block with torch's intra-op thread count at 1 (:func:`intra_op_threads`)."""
+    return intra_op_threads(1)
 
 
 def _start_method() -> Any:
@@ -207,10 +213,12 @@ def run_units(
     jobs: int,
     *,
     on_done: Callable[[Unit, Any], None] | None = None,
+    threads: int = 1,
 ) -> dict[str, Any]:
     """Run every unit, each once its ``after`` units are done: here (``jobs = 1``) or on ``jobs`` workers.
 
-    Every unit runs at one torch thread, here or in a worker process, so the numbers do not depend on ``jobs``.
+    Every unit runs at ``threads`` torch threads (default one), here or in a worker process, so the numbers do not
+    depend on ``jobs``; with more threads a sum may be split differently and the last bits differ.
     At most ``jobs`` units run at once; when one finishes, the first ready unit in the list starts (list the
     longest first, and early a unit that others wait for). The first unit to raise stops the rest: the units not
     yet started are cancelled, the running ones finish, and its error is raised here. A worker whose parent dies
@@ -220,20 +228,23 @@ def run_units(
         units: the work, each listed after the units it waits for.
         jobs: worker processes (1: none, the units run in this process in order).
         on_done: called here with each unit and its return value as it finishes.
+        threads: torch intra-op threads of every unit (the demo's check of other thread counts; 1 by default).
 
     Returns:
         Each unit's return value by key.
 
     Raises:
-        LandscapeError: ``jobs`` below 1; or the error a unit raised.
+        LandscapeError: ``jobs`` or ``threads`` below 1; or the error a unit raised.
         ValueError: repeated keys, or a unit listed before one it waits for.
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise LandscapeError(f"--jobs must be a positive number of worker processes, got {jobs!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise LandscapeError(f"threads must be a positive number of torch threads per worker, got {threads!r}")
     _order(units)
     results: dict[str, Any] = {}
     if jobs == 1:
-        with one_intra_op_thread():
+        with intra_op_threads(threads):
             for u in units:
                 results[u.key] = u.call(*u.args, **u.kwargs)
                 if on_done is not None:
@@ -245,7 +256,7 @@ def run_units(
         max_workers=min(jobs, len(units)) or 1,
         mp_context=_start_method(),
         initializer=_start_worker,
-        initargs=(os.getpid(), memory.kept()),
+        initargs=(os.getpid(), memory.kept(), threads),
     ) as pool:
         try:
             while pending or running:

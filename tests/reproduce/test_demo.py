@@ -1,6 +1,8 @@
 """`landscape demo --quick` end to end through the installed entry point on two worker processes, then a rerun
 that resumes, and a run in one process whose files must equal those of two workers bit for bit."""
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -11,6 +13,7 @@ import pytest
 import torch
 
 from landscape.data.loading import load_dataset
+from landscape.errors import LandscapeError
 from landscape.models.checkpoint import load_model, read_checkpoint
 from landscape.reproduce.demo import MODELS, QUICK
 from landscape.reproduce.inputs import seed_folder
@@ -129,7 +132,8 @@ def test_summary_puts_the_models_side_by_side(demo_dir):
 
 
 def test_summary_has_a_findings_table_with_a_verdict_per_claim(demo_dir):
-    from landscape.reproduce.findings import VERDICTS, findings
+    from landscape.reproduce.findings import findings
+    from landscape.reproduce.table import VERDICTS
 
     text = (demo_dir / "summary.md").read_text()
     assert "## Findings" in text
@@ -137,7 +141,7 @@ def test_summary_has_a_findings_table_with_a_verdict_per_claim(demo_dir):
     lines = [line for line in section.splitlines() if line.startswith("| ")]
     assert lines[0] == "| claim | paper | statistic | value [95% interval] | verdict |"
     rows = lines[2:]
-    expected = findings(demo_dir, MODELS, resamples=QUICK.resamples, fourier_unit=QUICK.fourier_unit)
+    expected = findings(demo_dir, MODELS, training_seeds=QUICK.seeds, fourier_unit=QUICK.fourier_unit)
     assert len(rows) == len(expected) == 21  # 5 high-frequency, 5 variance, 3 spectrum, 2 negative curvature,
     # 2 sharpness, data size, accuracy, barrier against width, Paper B
     for row, finding in zip(rows, expected):
@@ -146,8 +150,14 @@ def test_summary_has_a_findings_table_with_a_verdict_per_claim(demo_dir):
         assert verdict.startswith(finding.verdict) and row.split("|")[1].strip() == finding.claim
         assert finding.verdict == "not measured" or (finding.seeds == 2 and "(2 seeds, n = " in row)
     paragraph = " ".join(section.split("| claim |", 1)[0].split())
-    assert "hierarchical bootstrap (200 resamples)" in paragraph and "seeds 0, 1" in paragraph
-    assert "draws the seeds with replacement, then within each drawn seed's model its units" in paragraph
+    assert "interval is over the seeds" in paragraph and "seeds 0, 1" in paragraph
+    assert "t quantile of (seeds - 1) degrees of freedom times the delete-one-seed jackknife's" in paragraph
+    # the same rows, as plain data, in findings.json, with what the run computed on
+    record = json.loads((demo_dir / "findings.json").read_text())
+    assert record["seeds"] == [0, 1] and record["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert [r["claim"] for r in record["rows"]] == [f.claim for f in expected]
+    assert [r["verdict"] for r in record["rows"]] == [f.verdict for f in expected]
+    assert all(r["df"] == 1 for r in record["rows"] if r["verdict"] != "not measured")
     assert "quick demo" in expected[-1].where and expected[-1].verdict == "not measured"
     html = (demo_dir / "report.html").read_text(encoding="utf-8")
     assert "<h3>Findings</h3>" in html and html.count("<table>") >= 2
@@ -297,9 +307,47 @@ def test_one_job_writes_the_files_of_two_jobs_bit_for_bit(demo_dir, tmp_path):
     assert _verdicts(tmp_path) == _verdicts(demo_dir)
 
 
-def test_the_summary_and_timings_say_what_each_stage_cost(demo_dir):
-    import json
+def test_every_output_says_what_it_ran_on(demo_dir):
+    """torch's version, the CPU capability, the threads and the device: in summary.md, report.html,
+    timings.json, findings.json, every result file and every checkpoint."""
+    facts = {
+        "torch_version": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch_threads": 1,
+        "device": "cpu",
+    }
+    line = f"torch {torch.__version__}, CPU capability {facts['cpu_capability']}, 1 torch thread, device cpu"
+    assert f"Ran on: {line}." in (demo_dir / "summary.md").read_text()
+    assert line in (demo_dir / "report.html").read_text(encoding="utf-8")
+    for record in ("timings.json", "findings.json"):
+        data = json.loads((demo_dir / record).read_text())
+        assert {k: data[k] for k in facts} == facts, record
+    for path in [*demo_dir.rglob("*.h5")]:
+        attrs = read_result(path).attrs
+        assert {k: attrs[k] for k in facts} == facts, path  # the workers' own thread count: one
+    for path in demo_dir.rglob("*.pt"):
+        meta = read_checkpoint(path).meta
+        assert {k: meta[k] for k in facts} == facts, path
 
+
+@pytest.mark.slow  # a second whole quick demo (over 3 min here): run with -m slow
+@pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"), reason="ATen's AVX2 kernels need an x86 CPU"
+)
+def test_the_verdicts_do_not_depend_on_the_cpus_vector_kernels(demo_dir, tmp_path):
+    """The quick demo again with ATen's kernels of an AVX2-only CPU: other last bits, which training amplifies
+    (other numbers), but every verdict the same."""
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
+    command = [ENTRY, "demo", "--quick", "--seeds", "0,1", "--out", str(tmp_path), "--quiet", "--jobs", "2"]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((tmp_path / "findings.json").read_text())
+    assert record["cpu_capability"] == "AVX2" and "CPU capability AVX2" in (tmp_path / "summary.md").read_text()
+    assert all(read_result(p).attrs["cpu_capability"] == "AVX2" for p in tmp_path.rglob("*.h5"))
+    assert _verdicts(tmp_path) == _verdicts(demo_dir)
+
+
+def test_the_summary_and_timings_say_what_each_stage_cost(demo_dir):
     timings = json.loads((demo_dir / "timings.json").read_text())
     assert timings["jobs"] == 2 and timings["torch_threads_per_job"] == 1
     stages = {row["stage"]: row for row in timings["stages"]}
@@ -319,3 +367,29 @@ def test_the_summary_and_timings_say_what_each_stage_cost(demo_dir):
     assert timings["wall_seconds"] >= max(row["wall_seconds"] for row in timings["stages"]) / 2
     section = (demo_dir / "summary.md").read_text().split("## What this run cost", 1)[1]
     assert [row[0] for row in _table(section, "stage")] == [row["stage"] for row in timings["stages"]]
+
+
+def test_other_seeds_replace_the_demos_and_paper_bs(tmp_path):
+    from landscape.reproduce.demo import FULL, with_seeds
+
+    other = with_seeds(FULL, (3, 4, 5))
+    assert other.seeds == (3, 4, 5) and other.paper_b.seeds == (3, 4, 5) and other.train == FULL.train
+    assert with_seeds(QUICK, [7]).seeds == (7,) and with_seeds(QUICK, [7]).paper_b is None
+    for bad in ((), (1, 1), (-1,), (1.5,), (True,)):
+        with pytest.raises(LandscapeError, match="seed"):
+            with_seeds(FULL, bad)
+
+
+def test_bad_seeds_or_threads_on_the_command_line_are_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from landscape.cli import cli
+
+    for bad, match in (
+        (["--seeds", "3,x"], "--seeds takes"),
+        (["--seeds", "2,2"], "distinct"),
+        (["--threads", "0"], ""),
+    ):
+        r = CliRunner().invoke(cli, ["demo", "--quick", "--out", str(tmp_path / "d"), *bad])
+        assert r.exit_code == 2 and match in r.output and len(r.output.strip().splitlines()) <= 3, r.output
+        assert not (tmp_path / "d" / "summary.md").exists()

@@ -5,7 +5,6 @@ import dataclasses
 import json
 import time
 
-import numpy as np
 import pytest
 
 from landscape.errors import LandscapeError
@@ -13,6 +12,7 @@ from landscape.models.checkpoint import read_checkpoint
 from landscape.reproduce import findings as F
 from landscape.reproduce.paper_b import PaperBSettings, measure_paper_b, written_by_demo
 from landscape.reproduce.training import same_options, train_or_reuse
+from landscape.reproduce.widths import WidthSweep
 from landscape.train import TrainConfig
 
 TINY = PaperBSettings(fraction=0.05, steps=3, seeds=(0,), batch_size=32)
@@ -58,7 +58,7 @@ def test_the_demo_measures_paper_b_and_resumes(tmp_path):
     measure_paper_b(TINY, tmp_path, device="cpu", quiet=True)
     assert {p.name: p.stat().st_mtime_ns for p in folder.glob("*.pt")} == stamps
     # the findings' row names the run's size; one seed: no interval
-    f = F._paper_b_finding(tmp_path, np.random.default_rng(0), 100)
+    f = F._paper_b_finding(F.DemoFiles(tmp_path, {0: tmp_path}, (), 16, WidthSweep()))
     assert f.value == pytest.approx(row["vit_cnn_init"] - row["vit_random_2x"]) and f.verdict == "inconclusive"
     assert f.where == f"paper_b.json: fraction 0.05, {row['steps']} steps per stage, over 1 seed(s)"
     print(f"tiny Paper B run and rerun: {time.perf_counter() - start:.1f} s")

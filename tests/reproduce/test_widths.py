@@ -11,6 +11,7 @@ from landscape.models import create_model
 from landscape.models.checkpoint import load_model
 from landscape.options.connect import ConnectOptions
 from landscape.reproduce import findings as F
+from landscape.reproduce import inputs as I
 from landscape.reproduce import widths as W
 from landscape.reproduce.summary import _width_section
 from landscape.store.read import read_result
@@ -38,12 +39,26 @@ def test_every_pair_of_seeds_once():
 def test_the_width_change_is_the_mean_over_pairs_of_widest_minus_narrowest():
     rows = [_row(1, (0, 1), 0.5), _row(1, (0, 2), 0.4), _row(2, (0, 1), 0.9), _row(4, (0, 1), 0.1)]
     rows.append(_row(4, (0, 2), 0.3))
-    narrow, wide, d = W.width_change(rows)
-    assert (narrow, wide) == (1, 4) and np.allclose(d, [0.1 - 0.5, 0.3 - 0.4])
-    _, _, n, (value, low, high) = W.width_estimate(rows, resamples=500, rng=np.random.default_rng(0))
-    assert n == 2 and value == pytest.approx(-0.25) and low == pytest.approx(-0.4) and high == pytest.approx(-0.1)
+    narrow, wide, common, d = W.width_change(rows)
+    assert (narrow, wide, common) == (1, 4, [(0, 1), (0, 2)]) and np.allclose(d, [0.1 - 0.5, 0.3 - 0.4])
+    _, _, n, seeds, est = W.width_estimate(rows)
+    # seed 0 is in both pairs: without it no pair is left, so there is no interval over seeds
+    assert (n, seeds) == (2, 3) and est.value == pytest.approx(-0.25) and math.isnan(est.low)
     assert W.width_change([_row(1, (0, 1), 0.5)]) is None  # one width: nothing to compare
     assert W.width_change([_row(1, (0, 1), 0.5), _row(2, (0, 2), 0.1)]) is None  # no pair at both widths
+
+
+def test_the_width_interval_leaves_each_seed_out_with_its_pairs():
+    # three seeds, three pairs: without seed i only the pair of the two others is left, so the jackknife's
+    # leave-one-out values are the three pairs' differences and se^2 = (2/3) sum (d - mean d)^2
+    d = {(0, 1): -0.2, (0, 2): 0.1, (1, 2): -0.5}
+    rows = [r for pair, x in d.items() for r in (_row(0.25, pair, 1.0), _row(1, pair, 1.0 + x))]
+    _, _, n, seeds, est = W.width_estimate(rows)
+    values = np.array(list(d.values()))
+    se = math.sqrt(2 / 3 * ((values - values.mean()) ** 2).sum())
+    assert (n, seeds, est.df) == (3, 3, 2) and est.value == pytest.approx(values.mean()) and est.se == pytest.approx(se)
+    t2 = 4.302652729749464
+    assert (est.low, est.high) == pytest.approx((values.mean() - t2 * se, values.mean() + t2 * se))
 
 
 def _reference_barrier(coords, values):
@@ -82,7 +97,7 @@ def test_the_sweep_trains_widened_models_and_reads_every_pairs_barriers(tmp_path
         unaligned = np.asarray(res["unaligned_line/loss"])[0]
         assert r.unaligned == pytest.approx(_reference_barrier(coords, unaligned), abs=1e-12)
     assert rows[1].parameters == sum(p.numel() for p in wide.parameters())
-    row = F._width_finding(tmp_path, sweep, [0, 1], np.random.default_rng(0), 100)
+    row = F._width_finding(F.DemoFiles(tmp_path, I.seed_folders(tmp_path, (0, 1)), ("resnet_mini",), 16, sweep))
     assert row.paper == F.REBASIN and row.n == 1 and row.seeds == 2
     assert row.value == pytest.approx(rows[1].aligned - rows[0].aligned) and math.isnan(row.low)
     assert row.verdict == "inconclusive"  # one pair: no interval
@@ -91,7 +106,7 @@ def test_the_sweep_trains_widened_models_and_reads_every_pairs_barriers(tmp_path
 
 
 def test_without_the_sweeps_files_the_row_is_not_measured(tmp_path):
-    row = F._width_finding(tmp_path, W.WidthSweep(), [0, 1, 2], np.random.default_rng(0), 100)
+    row = F._width_finding(F.DemoFiles(tmp_path, I.seed_folders(tmp_path, (0, 1, 2)), (), 16, W.WidthSweep()))
     assert row.verdict == "not measured" and "landscape demo" in row.where
 
 

@@ -98,9 +98,9 @@ def test_a_worker_keeps_freed_memory_when_its_parent_does(monkeypatch):
         monkeypatch.setenv(name, os.environ.get(name, "1"))
     threads = torch.get_num_threads()
     try:
-        workers._one_torch_thread(keep_memory=False)
+        workers._set_torch_threads(keep_memory=False)
         assert calls == []
-        workers._one_torch_thread(keep_memory=True)
+        workers._set_torch_threads(keep_memory=True)
         assert calls == [1]
     finally:
         torch.set_num_threads(threads)

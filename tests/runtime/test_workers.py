@@ -44,6 +44,15 @@ def test_every_unit_runs_once_at_one_torch_thread(jobs):
     assert (pids == {os.getpid()}) if jobs == 1 else (os.getpid() not in pids and 1 <= len(pids) <= 2)
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_every_unit_runs_at_the_threads_asked_for(jobs):
+    done = run_units([Unit(f"u{i}", _threads_and_pid, (i,)) for i in range(2)], jobs, threads=2)
+    assert all(threads == 2 for _, threads, _ in done.values())
+    for bad in (0, True, 1.5):
+        with pytest.raises(LandscapeError, match="threads must be a positive number"):
+            run_units([Unit("a", _product, (1, 1))], jobs, threads=bad)
+
+
 def test_one_job_leaves_the_callers_thread_count():
     before = torch.get_num_threads()
     torch.set_num_threads(2)

@@ -1,0 +1,56 @@
+"""benchmarks/demo.py's side-by-side tables and benchmarks/coverage.py's simulation, on small hand-made inputs."""
+
+import importlib.util
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from landscape.reproduce.table import Finding
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(claim, verdict, value=0.5):
+    return Finding(claim, "A", "a statistic", value, value - 0.1, value + 0.1, 9, verdict, "files", 3, 0.02, 2)
+
+
+def test_rows_side_by_side_say_which_verdicts_differ():
+    demo = _module("demo")
+    native = [_row("one", "reproduced"), _row("two", "inconclusive")]
+    runs = {"native": native, "avx2": [_row("one", "reproduced", 0.6), _row("two", "reproduced")]}
+    table, agree = demo.side_by_side(runs)
+    lines = table.splitlines()
+    assert not agree and lines[0] == "| claim | native | avx2 | same verdict |"
+    assert lines[2] == "| one | 0.5 [0.4, 0.6] reproduced | 0.6 [0.5, 0.7] reproduced | yes |"
+    assert lines[3].endswith("| **no** |")
+    _, agree = demo.side_by_side({"native": native, "threads2": native})
+    assert agree
+    docs = demo.with_other_runs(runs).splitlines()
+    assert docs[0].endswith("| verdict | avx2 |") and docs[2].endswith("| reproduced | same verdict |")
+    assert docs[3].endswith("| inconclusive | not stable: avx2 reproduced |")
+
+
+def test_the_coverage_simulation_prints_both_intervals():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "coverage.py"), "--reps", "40", "--seeds", "3"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = re.findall(
+        r"^\| between only \| 3 \| 3 \| ([\d.]+)% \| ([\d.]+)% \| ([\d.]+)% \| ([\d.]+)% \|$", proc.stdout, re.M
+    )
+    assert len(rows) == 1 and all(0 <= float(x) <= 100 for x in rows[0])
+    agreement = re.findall(r"^\| 0 \| 3 \| ([\d.]+)% \| ([\d.]+)% \|", proc.stdout, re.M)
+    assert len(agreement) == 1 and not math.isnan(float(agreement[0][0]))
