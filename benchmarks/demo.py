@@ -18,7 +18,11 @@ its timings are then those of the resumed run.
 
     python benchmarks/demo.py --quick --compare-jobs
     python benchmarks/demo.py            # the full demo (the README's first command)
-    python benchmarks/demo.py --kernels --replicate 3,4,5 --out DIR   # the docs' findings table
+    python benchmarks/demo.py --kernels --replicate 3,4,5 --out DIR --write-docs   # the docs' findings
+
+With ``--write-docs`` the findings are written into README.md's "Findings" section and docs/reproduction.md
+(between their ``<!-- findings-... -->`` marks): what each run computed on, the first run's table with the other
+runs' column, the rows side by side, and the verdicts in words, so that no number is copied by hand.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import h5py
 import numpy as np
 
 from landscape.reproduce.demo import TIMINGS_FILE
-from landscape.reproduce.table import FINDINGS_FILE, Finding, findings_markdown, read_findings_record
+from landscape.reproduce.table import FINDINGS_FILE, VERDICTS, Finding, findings_markdown, read_findings_record
 from landscape.runtime.machine import machine_line
 from landscape.runtime.workers import usable_cores
 
@@ -148,6 +152,110 @@ def with_other_runs(runs: dict[str, list[Finding]]) -> str:
     return "\n".join(out)
 
 
+#: the files ``--write-docs`` fills, relative to the repository, and the marked blocks each holds
+DOCS = {
+    "README.md": ("findings-summary",),
+    "docs/reproduction.md": ("findings-machine", "findings-table", "findings-side", "findings-verdicts"),
+}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fill_block(text: str, name: str, content: str) -> str:
+    """``text`` with what lies between ``<!-- name -->`` and ``<!-- /name -->`` replaced by ``content``.
+
+    Raises:
+        ValueError: the text does not hold the two marks once each, in that order.
+    """
+    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise ValueError(f"the text does not hold {start} ... {end} once")
+    head, rest = text.split(start)
+    return f"{head}{start}\n{content}\n{end}{rest.split(end)[1]}"
+
+
+def _g(x: float) -> str:
+    return f"{x:.3g}" if np.isfinite(x) else "–"
+
+
+def _short(f: Finding) -> str:
+    return f"{f.claim} ({_g(f.value)} [{_g(f.low)}, {_g(f.high)}])" if f.verdict != "not measured" else f.claim
+
+
+def verdicts_in_words(runs: dict[str, list[Finding]], values: bool = True) -> str:
+    """The first run's rows as one bullet per verdict; a row another run gives another verdict is named not stable.
+
+    Args:
+        runs: each run's findings by its name, the first run's first, rows in the same order.
+        values: whether each row carries its value and interval.
+
+    Returns:
+        Markdown bullets: "**reproduced** (k): claim (value [low, high]); ..." per verdict that occurs, then
+        "**not stable** (k): claim (run verdict, ...)" when some row differs between the runs.
+    """
+    names = list(runs)
+    first = runs[names[0]]
+    lines = []
+    for word in VERDICTS:
+        rows = [f for f in first if f.verdict == word]
+        if rows:
+            lines.append(f"- **{word}** ({len(rows)}): " + "; ".join(_short(f) if values else f.claim for f in rows))
+    unstable = [i for i, f in enumerate(first) if len({runs[n][i].verdict for n in names}) > 1]
+    if unstable:
+        cells = [f"{first[i].claim} ({', '.join(f'{n} {runs[n][i].verdict}' for n in names)})" for i in unstable]
+        lines.append(f"- **not stable** ({len(unstable)}, another run gives another verdict): " + "; ".join(cells))
+    return "\n".join(lines)
+
+
+def doc_blocks(runs: dict[str, list[Finding]], records: dict[str, dict]) -> dict[str, str]:
+    """The content of every block :data:`DOCS` names, from the runs' findings and their records.
+
+    Args:
+        runs: each run's findings by its name, the first run's first.
+        records: each run's ``findings.json`` as read (its seeds and what it computed on).
+
+    Returns:
+        The blocks by name.
+    """
+    names = list(runs)
+    first = runs[names[0]]
+    counts = {w: sum(f.verdict == w for f in first) for w in VERDICTS}
+    unstable = [f.claim for i, f in enumerate(first) if len({runs[n][i].verdict for n in names}) > 1]
+    cap = records[names[0]].get("cpu_capability", "?")
+    said = ", ".join(f"{counts[w]} **{w}**" for w in VERDICTS[1:] if counts[w])
+    summary = f"On CPU capability {cap}, {counts['reproduced']} of its {len(first)} rows are **reproduced**, {said}."
+    if len(names) > 1:
+        summary += (
+            f" {len(unstable)} of them another of the {len(names)} runs ({', '.join(names[1:])}) gives another"
+            " verdict, so they are not stable" + (": " + "; ".join(unstable) + "." if unstable else ".")
+        )
+    machine = "\n".join(
+        f"- {n}: seeds {', '.join(map(str, r.get('seeds', [])))}; {machine_line(r)}" for n, r in records.items()
+    )
+    side, agree = side_by_side(runs) if len(names) > 1 else ("(one run)", True)
+    verdict = f"Every verdict the same in all {len(names)} runs: {'yes' if agree else 'no'}."
+    return {
+        "findings-summary": summary,
+        "findings-machine": machine,
+        "findings-table": with_other_runs(runs),
+        "findings-side": f"{side}\n\n{verdict}",
+        "findings-verdicts": verdicts_in_words(runs),
+    }
+
+
+def write_docs(runs: dict[str, list[Finding]], records: dict[str, dict], root: Path = ROOT) -> list[Path]:
+    """Write :func:`doc_blocks` into the files of :data:`DOCS` under ``root``; the files written."""
+    blocks = doc_blocks(runs, records)
+    written = []
+    for name, marks in DOCS.items():
+        path = root / name
+        text = path.read_text(encoding="utf-8")
+        for mark in marks:
+            text = fill_block(text, mark, blocks[mark])
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
 def main() -> None:
     """Run the demo and print its stage table (and the one-job comparison, the side-by-side findings)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -157,6 +265,7 @@ def main() -> None:
     parser.add_argument("--kernels", action="store_true", help="also run with ATEN_CPU_CAPABILITY=avx2 and 2 threads")
     parser.add_argument("--replicate", default=None, help="also run on these training seeds, e.g. 3,4,5")
     parser.add_argument("--out", type=Path, default=None, help="keep the demo folders here (default: a temporary)")
+    parser.add_argument("--write-docs", action="store_true", help="write the findings into README.md and the docs")
     args = parser.parse_args()
     variants = [NATIVE, *(KERNELS if args.kernels else ())]
     if args.replicate:
@@ -179,7 +288,7 @@ def main() -> None:
             print(
                 f"\n{variant.name}: {timings['measured_wall_seconds']:.1f} s wall, {timings['cpu_seconds']:.1f} s CPU"
             )
-        if len(variants) > 1 or args.out:
+        if len(variants) > 1 or args.out or args.write_docs:
             records = {v.name: json.loads((root / v.name / FINDINGS_FILE).read_text()) for v in variants}
             runs = {v.name: read_findings_record(root / v.name / FINDINGS_FILE) for v in variants}
             print("\nWhat each run computed on:")
@@ -190,6 +299,8 @@ def main() -> None:
                 print(f"\n{table}\n\nevery verdict the same in all {len(runs)} runs: {agree}")
             print(f"\nThe findings of {NATIVE.name} ({machine_line(records[NATIVE.name])}), beside the other runs:\n")
             print(with_other_runs(runs))
+            if args.write_docs:
+                print("\nwrote the findings into " + ", ".join(map(str, write_docs(runs, records))))
         after = os.getloadavg()
     print(f"\nload average (1 min) before {load[0]:.1f}, after {after[0]:.1f}")
     print("command: python " + shlex.join(["benchmarks/demo.py", *sys.argv[1:]]))

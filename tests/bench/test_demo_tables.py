@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from landscape.reproduce.table import Finding
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,3 +56,36 @@ def test_the_coverage_simulation_prints_both_intervals():
     assert len(rows) == 1 and all(0 <= float(x) <= 100 for x in rows[0])
     agreement = re.findall(r"^\| 0 \| 3 \| ([\d.]+)% \| ([\d.]+)% \|", proc.stdout, re.M)
     assert len(agreement) == 1 and not math.isnan(float(agreement[0][0]))
+
+
+def test_write_docs_fills_every_marked_block_and_only_it(tmp_path):
+    demo = _module("demo")
+    for name, marks in demo.DOCS.items():  # the lead's run must find every block in the repository's files
+        text = (ROOT / name).read_text()
+        for mark in marks:
+            assert text.count(f"<!-- {mark} -->") == 1 and text.count(f"<!-- /{mark} -->") == 1, (name, mark)
+    (tmp_path / "docs").mkdir()
+    for name, marks in demo.DOCS.items():
+        blocks = "".join(f"<!-- {m} -->\nold\n<!-- /{m} -->\n\n" for m in marks)
+        (tmp_path / name).write_text(f"# head\n\n{blocks}tail\n")
+    native = [_row("one", "reproduced"), _row("two", "inconclusive"), _row("three", "contradicted", math.nan)]
+    runs = {"native": native, "avx2": [native[0], _row("two", "reproduced"), native[2]]}
+    about = {"seeds": [0, 1, 2], "torch_version": "2.x", "torch_threads": 1, "device": "cpu"}
+    records = {"native": {**about, "cpu_capability": "AVX512"}, "avx2": {**about, "cpu_capability": "AVX2"}}
+    demo.write_docs(runs, records, tmp_path)
+    readme = (tmp_path / "README.md").read_text()
+    assert readme.startswith("# head\n\n<!-- findings-summary -->\nOn CPU capability AVX512, 1 of its 3 rows")
+    assert "1 **contradicted**, 1 **inconclusive**." in readme and "so they are not stable: two." in readme
+    assert "old" not in readme and readme.endswith("<!-- /findings-summary -->\n\ntail\n")
+    page = (tmp_path / "docs" / "reproduction.md").read_text()
+    assert "- avx2: seeds 0, 1, 2; torch 2.x, CPU capability AVX2, 1 torch thread, device cpu" in page
+    assert (
+        "| two | A | a statistic (3 seeds, n = 9) | 0.5 [0.4, 0.6] | inconclusive | not stable: avx2 reproduced |"
+        in page
+    )
+    assert "| two | 0.5 [0.4, 0.6] inconclusive | 0.5 [0.4, 0.6] reproduced | **no** |" in page
+    assert "Every verdict the same in all 2 runs: no." in page
+    assert "- **reproduced** (1): one (0.5 [0.4, 0.6])" in page and "three (– [–, –])" in page
+    assert "- **not stable** (1, another run gives another verdict): two (native inconclusive, avx2 reproduced)" in page
+    with pytest.raises(ValueError, match="findings-table"):
+        demo.fill_block("no marks", "findings-table", "x")
