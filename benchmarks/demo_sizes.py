@@ -29,8 +29,8 @@ import numpy as np
 
 from landscape.reproduce import findings as F
 from landscape.reproduce import inputs
-from landscape.reproduce.demo import FULL
 from landscape.reproduce.inputs import Grouped, seed_folders
+from landscape.reproduce.settings import FULL
 from landscape.reproduce.table import DemoFiles, Finding
 from landscape.reproduce.widths import WidthSweep
 

@@ -15,8 +15,8 @@ import torch
 from landscape.data.loading import load_dataset
 from landscape.errors import LandscapeError
 from landscape.models.checkpoint import load_model, read_checkpoint
-from landscape.reproduce.demo import MODELS, QUICK
 from landscape.reproduce.inputs import seed_folder
+from landscape.reproduce.settings import MODELS, QUICK
 from landscape.store.read import read_result
 
 ENTRY = str(Path(sys.executable).parent / "landscape")
@@ -370,7 +370,7 @@ def test_the_summary_and_timings_say_what_each_stage_cost(demo_dir):
 
 
 def test_other_seeds_replace_the_demos_and_paper_bs(tmp_path):
-    from landscape.reproduce.demo import FULL, with_seeds
+    from landscape.reproduce.settings import FULL, with_seeds
 
     other = with_seeds(FULL, (3, 4, 5))
     assert other.seeds == (3, 4, 5) and other.paper_b.seeds == (3, 4, 5) and other.train == FULL.train
