@@ -17,6 +17,12 @@ ratio is printed; timings synchronise the GPU):
    differ by more than 1e-3 relative from ours.
 4. Fourier profile of ``vit_ti`` (100 classes) on 10,000 images in batches of 500, float32 and under bf16
    autocast (its largest absolute difference of the log amplitudes to float32).
+5. curvature of a large model in float32: the top-3 Hessian eigenvalues (``LA``) of torchvision's ``vit_b_16``
+   on 32 synthetic 3x224x224 images in one batch, by exact products (``graph``, tol 1e-6), by central
+   differences (``--hvp finite-difference``, the step measured at the point, tol 1e-4: their gradients per
+   product, step, predicted error and largest relative error against the exact eigenvalues) and by
+   ``fsdp_lanczos`` under ``torchrun`` on every GPU of the machine (nccl; one rank on a one-GPU machine; the
+   smoke run: 2 gloo ranks on the CPU), against the same exact eigenvalues.
 
 The budget (``--budget-s``, default 480 s, measured from the start of ``main``) is shared among the rows by
 weight; a row scales its work down to its share, or stops at its end, and says so in its notes. A row that
@@ -24,7 +30,7 @@ fails is reported as such in the table, and the others still run (exit code 1). 
 the rows. ``--smoke`` runs the same code on the CPU at tiny sizes in a few seconds (the test's mode).
 Without ``--smoke`` a CUDA device is required (exit code 2 otherwise).
 
-    python benchmarks/gpu.py [--budget-s 480] [--json gpu.json] [--rows surface,hessian,spectrum,fourier]
+    python benchmarks/gpu.py [--budget-s 480] [--json gpu.json] [--rows surface,hessian,spectrum,fourier,curvature]
     python benchmarks/gpu.py --smoke --json /tmp/gpu_smoke.json
 """
 
@@ -47,10 +53,10 @@ from typing import Any
 import numpy as np
 import torch
 
-ROWS = ("surface", "hessian", "spectrum", "fourier")
+ROWS = ("surface", "hessian", "spectrum", "fourier", "curvature")
 #: relative share of the budget of each row (re-normalised over the rows still to run, so time one row
 #: leaves unused goes to the rows after it)
-WEIGHTS = {"surface": 0.36, "hessian": 0.24, "spectrum": 0.28, "fourier": 0.12}
+WEIGHTS = {"surface": 0.29, "hessian": 0.19, "spectrum": 0.22, "fourier": 0.10, "curvature": 0.20}
 RELATIVE_TOL = 1e-3  # "differs" between PyHessian's and our eigenvalues
 
 
@@ -80,6 +86,10 @@ class Sizes:
     fourier_kw: dict[str, Any] = field(default_factory=dict)
     fourier_samples: int = 10_000
     fourier_batch: int = 500
+    curvature_model: str = "torchvision:vit_b_16"
+    curvature_kw: dict[str, Any] = field(default_factory=dict)
+    curvature_samples: int = 32
+    curvature_side: int = 224
     repeats: int = 3
 
 
@@ -105,6 +115,10 @@ def smoke_sizes() -> Sizes:
         fourier_kw=tiny_vit,
         fourier_samples=8,
         fourier_batch=4,
+        curvature_model="vit_mini",
+        curvature_kw=tiny_vit,
+        curvature_samples=8,
+        curvature_side=32,
         repeats=3,
     )
 
@@ -240,11 +254,11 @@ def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextM
 
 
 def synthetic_batches(
-    n: int, batch: int, num_classes: int, device: torch.device, seed: int = 1
+    n: int, batch: int, num_classes: int, device: torch.device, seed: int = 1, side: int = 32
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """``n`` seeded Gaussian 3x32x32 images with uniform labels, in batches of ``batch``, on ``device``."""
+    """``n`` seeded Gaussian 3 x side x side images with uniform labels, in batches of ``batch``, on ``device``."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 3, 32, 32, generator=g)
+    x = torch.randn(n, 3, side, side, generator=g)
     y = torch.randint(0, num_classes, (n,), generator=g)
     return [(x[i : i + batch].to(device), y[i : i + batch].to(device)) for i in range(0, n, batch)]
 
@@ -737,11 +751,150 @@ def fourier_rows(sizes: Sizes, device: torch.device, share: Share) -> list[Row]:
     return rows
 
 
+# ---------------------------------------------------------------------------------------------- curvature
+def curvature_rows(sizes: Sizes, device: torch.device, share: Share) -> list[Row]:
+    """Rows 5a-5c: a large model's top-3 by exact products, by central differences and by ``fsdp_lanczos``."""
+    from landscape.analyses.hessian.lanczos import lanczos
+    from landscape.analyses.hessian.operator import HessianOperator
+    from landscape.core.objective import Objective
+
+    model = make_model(sizes.curvature_model, 10, sizes.curvature_kw, device)
+    samples = sizes.curvature_samples
+    batches = synthetic_batches(samples, samples, 10, device, side=sizes.curvature_side)
+    objective = Objective(model, batches)
+    t_grad = timed(lambda: objective.gradient(), device, 1)
+    notes: list[str] = []
+    # about 30 exact products of ~2.5 gradients, 30 differences of 2, and the ranks' start: scale down to the share
+    estimate = 160 * t_grad
+    if estimate > 0.8 * share.left() and samples > 1:
+        samples = max(1, int(samples * 0.8 * share.left() / estimate))
+        notes.append(f"SCALED DOWN from {sizes.curvature_samples} to {samples} images (estimated {estimate:.0f} s)")
+        batches = synthetic_batches(samples, samples, 10, device, side=sizes.curvature_side)
+        objective = Objective(model, batches)
+    t_fwd = timed(lambda: forward_pass(objective.module, batches), device, sizes.repeats)
+    t_grad = timed(lambda: objective.gradient(), device, sizes.repeats)
+    name = f"{sizes.curvature_model} ({n_params(model):,} params)"
+    work = f"{samples} images of {sizes.curvature_side}x{sizes.curvature_side}; unit: the whole solve"
+
+    def solve(mode: str, tol: float) -> tuple[Any, float, Any]:
+        op = HessianOperator(objective, mode=mode)
+        sync(device)
+        t0 = time.perf_counter()
+        res = lanczos(op, k=3, which="LA", tol=tol, seed=0, return_eigenvectors=False)
+        sync(device)
+        return res, time.perf_counter() - t0, op
+
+    exact, t_exact, _ = solve("graph", 1e-6)
+    free(device)
+    found, t_found, op = solve("finite-difference", 1e-4)
+    choice = op.hvp_choice()
+    step = choice["finite_difference"]
+    spent = choice["finite_difference_gradients"]
+    error = float(((found.eigenvalues - exact.eigenvalues) / exact.eigenvalues.abs()).abs().max())
+    rows = [
+        Row(f"Hessian top-3 (LA), {name}, exact (graph)", work, t_exact, t_exact, t_fwd, t_grad, notes=list(notes)),
+        Row(f"Hessian top-3 (LA), {name}, finite differences", work, t_found, t_found, t_fwd, t_grad),
+    ]
+    rows[0].accuracy = f"{int(exact.converged.sum())}/3 converged, {exact.n_matvec} HVPs"
+    rows[0].extra.update(eigenvalues=exact.eigenvalues.numpy(), n_matvec=exact.n_matvec)
+    rows[1].accuracy = f"max relative error {error:.1e} against exact; {found.n_matvec} HVPs"
+    rows[1].notes.append(
+        f"{spent / found.n_matvec:.2f} gradients per HVP (the step's measurement included), "
+        f"{t_found / found.n_matvec / t_grad:.2f} gradient times; step {step['step']:.3g}, predicted error "
+        f"{step['estimated_error']:.2g}, measured asymmetry {found.symmetry_defect:.2g}"
+    )
+    rows[1].extra.update(
+        eigenvalues=found.eigenvalues.numpy(),
+        n_matvec=found.n_matvec,
+        gradients=spent,
+        max_rel_error=error,
+        finite_difference=step,
+        symmetry_defect=found.symmetry_defect,
+    )
+    del op
+    free(device)
+    rows.append(_fsdp_row(sizes, samples, device, share, exact.eigenvalues, name, work, t_fwd, t_grad))
+    return rows
+
+
+def _fsdp_row(
+    sizes: Sizes,
+    samples: int,
+    device: torch.device,
+    share: Share,
+    exact: torch.Tensor,
+    name: str,
+    work: str,
+    t_fwd: float,
+    t_grad: float,
+) -> Row:
+    """Row 5c: ``fsdp_lanczos`` under ``torchrun`` (this script's ``--fsdp-child``), against ``exact``."""
+    import os
+    import subprocess
+
+    ranks = max(1, torch.cuda.device_count()) if device.type == "cuda" else 2
+    row = Row(f"Hessian top-3 (LA), {name}, fsdp_lanczos on {ranks} rank(s)", work, forward_s=t_fwd, backward_s=t_grad)
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "fsdp.json"
+        job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), __file__]
+        job += ["--fsdp-child", str(out), "--fsdp-samples", str(samples)] + (
+            ["--smoke"] if device.type == "cpu" else []
+        )
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        done = subprocess.run(job, capture_output=True, text=True, env=env, timeout=max(60.0, share.left() + 60.0))
+        if done.returncode != 0:
+            raise RuntimeError(f"fsdp_lanczos ranks failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+        result = json.loads(out.read_text())
+    found = torch.tensor(result["eigenvalues"], dtype=torch.float64)
+    error = float(((found - exact) / exact.abs()).abs().max())
+    row.total_s = row.unit_s = result["seconds"]
+    row.accuracy = f"max relative error {error:.1e} against exact; {result['n_matvec']} HVPs"
+    step = result["finite_difference"]
+    row.notes.append(
+        f"{step['gradients_total'] / result['n_matvec']:.2f} gradients per HVP; step {step['step']:.3g}, predicted "
+        f"error {step['estimated_error']:.2g}; the ranks' start not counted"
+    )
+    row.extra.update(result, max_rel_error=error, ranks=ranks)
+    return row
+
+
+def fsdp_child(out: Path, samples: int, smoke: bool) -> int:
+    """One rank of row 5c: the model sharded with ``fully_shard``, ``fsdp_lanczos``; rank 0 writes ``out``."""
+    import torch.distributed as dist
+
+    from landscape.analyses.hessian.fsdp import fsdp_lanczos, fully_shard_model
+    from landscape.runtime import distributed
+
+    sizes = smoke_sizes() if smoke else Sizes()
+    device = distributed.start("cpu" if smoke else "auto")
+    torch.set_num_threads(1 if smoke else torch.get_num_threads())
+    model = fully_shard_model(make_model(sizes.curvature_model, 10, sizes.curvature_kw, device))
+    batches = synthetic_batches(samples, samples, 10, device, side=sizes.curvature_side)
+    sync(device)
+    t0 = time.perf_counter()
+    res = fsdp_lanczos(model, batches, k=3, which="LA", tol=1e-4, seed=0)
+    sync(device)
+    seconds = time.perf_counter() - t0
+    if dist.get_rank() == 0:
+        record = {
+            "eigenvalues": res.eigenvalues.tolist(),
+            "n_matvec": res.n_matvec,
+            "seconds": seconds,
+            "symmetry_defect": res.symmetry_defect,
+            "finite_difference": res.finite_difference,
+        }
+        out.write_text(json.dumps(_plain(record)))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
 RUNNERS: dict[str, Callable[[Sizes, torch.device, Share], list[Row]]] = {
     "surface": surface_rows,
     "hessian": hessian_rows,
     "spectrum": spectrum_rows,
     "fourier": fourier_rows,
+    "curvature": curvature_rows,
 }
 
 
@@ -806,7 +959,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--surface-compile", default=None, help="surface rows: compute_surface's compile option (default: its own)"
     )
     p.add_argument("--group", default=None, help="spectrum row: batches computed together, auto or N (default auto)")
+    p.add_argument("--fsdp-child", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--fsdp-samples", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.fsdp_child is not None:
+        return fsdp_child(args.fsdp_child, args.fsdp_samples, args.smoke)
     chosen = [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = sorted(set(chosen) - set(ROWS))
     if unknown or not chosen:

@@ -13,11 +13,22 @@ images)^b`` over the models at the largest input side (b = 1: linear).
     python benchmarks/scale.py            # + torchvision resnet18 and resnet50 at 224 x 224, 4 images
     python benchmarks/scale.py --full     # + torchvision resnet152, vit_b_16 and vit_l_16 (1 image: about 10 GB)
     python benchmarks/scale.py --memory   # peak memory per analysis against its points (resnet_mini, resnet18)
+    python benchmarks/scale.py --finite-difference   # central-difference products of vit_b_16 and vit_l_16, 1-4 images
+    python benchmarks/scale.py --fd-smoke   # the same code on the zoo's vit_mini, 1 and 2 images
 
 ``--memory`` runs each analysis (a surface of P points, P average-sharpness draws, a connect line of P points)
 in its own process, for each P of ``--points``, and reports what the analysis adds to the process's peak
 resident memory over the memory held once the model, the objective and the directions (or the second network)
 are built, in parameter bytes: flat in P when a point allocates no copy of the parameters of its own.
+
+``--finite-difference`` measures the Hessian's central-difference products (``--hvp finite-difference``, the step
+measured at the point: docs/analyses.md) of torchvision's ``vit_b_16`` and ``vit_l_16`` at 1, 2 and 4 random
+3 x 224 x 224 images, each in a process of its own: the seconds of a gradient, of the step's measurement and of a
+product (the least of three, on random unit vectors), the process's peak memory (``VmHWM``, or the GPU's peak
+allocation) while only those were made, and, where exact products fit (:data:`EXACT_IMAGES`), the seconds and peak
+of a kept-graph product (``graph``) and the relative error of the central difference against it, along the start
+vector ``s`` Lanczos would take (the gradient's direction plus a Gaussian vector: it sees the top curvature) and
+along random unit vectors, both relative to ``||H s||`` (a random vector's own ``||H v||`` is far smaller).
 """
 
 from __future__ import annotations
@@ -57,6 +68,14 @@ FULL = [("torchvision:resnet152", 224), ("torchvision:vit_b_16", 224), ("torchvi
 MAX_IMAGES = {"torchvision:vit_l_16": 1}
 #: sharpness noise draws timed per model
 DRAWS = 4
+#: (model spec, input side) of ``--finite-difference``, and of its ``--smoke``
+FD_MODELS = [("torchvision:vit_b_16", 224), ("torchvision:vit_l_16", 224)]
+FD_SMOKE = [("vit_mini", 32)]
+#: images of ``--finite-difference`` (``--smoke``: 1 and 2)
+FD_IMAGES = (1, 2, 4)
+#: the most images at which exact (kept-graph) products are compared: vit_l_16's at 4 images were killed for
+#: memory here (24 GiB), at 1 about 10 GB
+EXACT_IMAGES = {"torchvision:vit_l_16": 1}
 #: (model spec, input side) of ``--memory``
 MEMORY = [("resnet_mini", 32), ("torchvision:resnet18", 64)]
 #: the analyses ``--memory`` runs, each in its own process
@@ -114,6 +133,128 @@ def measure(spec: str, side: int, images: int, device: str, folder: Path) -> dic
         "side": float(side),
         "images": float(images),
     }
+
+
+def measure_differences(spec: str, side: int, images: int, device: str, exact: bool) -> dict[str, float]:
+    """The costs and errors of one model's central-difference products (``--finite-difference``, the module doc).
+
+    Args:
+        spec: the model, as ``create_model`` takes it.
+        side: the input images' height and width (3 channels).
+        images: synthetic images in the one batch.
+        device: ``cpu`` or ``cuda``.
+        exact: also time exact (kept-graph) products and the differences' error against them.
+
+    Returns:
+        ``params``, ``images``, ``gradient_s``, ``step_s`` (the step's measurement), ``product_s``, ``peak_mb`` (while
+        only those were made), ``step``, ``estimated_error``; with ``exact``: ``graph_s``, ``graph_peak_mb``,
+        ``error_start``, ``error_random`` (``||C v - H v|| / ||H s||`` for the start vector ``s`` and the larger of two
+        random unit vectors: relative to the curvature the top eigenvalues are measured on; NaN without).
+    """
+    from landscape.core.gradients import gradient_of
+
+    torch.manual_seed(0)
+    model = create_model(spec, num_classes=10).eval()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(images, 3, side, side, generator=g)
+    y = torch.randint(0, 10, (images,), generator=g)
+    objective = Objective(model, [(x, y)], device=device)
+    n_params = sum(t.numel() for t in objective.params.values())
+    gradient = gradient_of(objective.batch_loss_at(0))
+    gradient(objective.params)
+    _reset_peak_memory(device)
+    gradient_s = min(_seconds(lambda: gradient(objective.params), device) for _ in range(3))
+    op = HessianOperator(objective, mode="finite-difference")
+    step_s = _seconds(lambda: op.start_vector(torch.Generator().manual_seed(0)), device)
+    start = op.start_vector(torch.Generator().manual_seed(0))
+    vectors = [start] + [_unit(torch.randn(op.shape[0], generator=g)).to(op.device, op.dtype) for _ in range(2)]
+    made = [op.matvec(v) for v in vectors[1:]]  # the start's product was the measurement's; these are timed
+    product_s = min(_seconds(lambda v=v: op.matvec(v), device) for v in vectors[1:])
+    made.insert(0, op.matvec(start))
+    out = {
+        "params": float(n_params),
+        "images": float(images),
+        "gradient_s": gradient_s,
+        "step_s": step_s,
+        "product_s": product_s,
+        "peak_mb": _peak_memory_mb(device),
+        "step": op.step().step,
+        "estimated_error": op.step().error,
+        "graph_s": math.nan,
+        "graph_peak_mb": math.nan,
+        "error_start": math.nan,
+        "error_random": math.nan,
+    }
+    if exact:
+        del op
+        _reset_peak_memory(device)
+        graph = HessianOperator(objective, mode="graph")
+        truth = [graph.matvec(v) for v in vectors]
+        out["graph_s"] = min(_seconds(lambda v=v: graph.matvec(v), device) for v in vectors[1:])
+        out["graph_peak_mb"] = _peak_memory_mb(device)
+        scale = float(truth[0].norm())  # ||H s||: the curvature scale the top eigenvalues are measured on
+        errors = [float((a - b).norm()) / scale for a, b in zip(made, truth)]
+        out["error_start"], out["error_random"] = errors[0], max(errors[1:])
+    return out
+
+
+def _unit(v: torch.Tensor) -> torch.Tensor:
+    """``v / ||v||``."""
+    return v / v.norm()
+
+
+def _seconds(fn, device: str) -> float:  # noqa: ANN001
+    """Wall seconds of one call of ``fn`` (the GPU synchronised)."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def _reset_peak_memory(device: str) -> None:
+    """Start a new peak: the GPU's allocation, or this process's resident memory."""
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        _reset_peak()
+
+
+def _peak_memory_mb(device: str) -> float:
+    """The peak since :func:`_reset_peak_memory`, in MB: the GPU's allocation, or this process's ``VmHWM``."""
+    if device == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**20
+    return _status_kb("VmHWM") / 1024
+
+
+def difference_table(models: list[tuple[str, int]], counts: list[int], device: str, threads: int) -> None:
+    """Run :func:`measure_differences` for every model and image count, each in a new process; print the rows.
+
+    Args:
+        models: ``(spec, side)`` pairs.
+        counts: the image counts.
+        device: ``cpu`` or ``cuda``.
+        threads: torch threads of each child.
+    """
+    head = ("model", "params", "images", "grad s", "step s", "FD s/prod", "FD/grad", "FD MB", "graph s", "graph MB")
+    print("{:22s} {:>12s} {:>6s} {:>8s} {:>8s} {:>9s} {:>7s} {:>8s} {:>8s} {:>8s}".format(*head), end="")
+    print(" {:>9s} {:>9s} {:>9s} {:>9s}".format("step", "predicted", "err start", "err rand"))
+    for spec, side in models:
+        for count in counts:
+            exact = count <= EXACT_IMAGES.get(spec, max(counts))
+            job = [sys.executable, __file__, "--fd-child", spec, str(side), str(count), str(int(exact))]
+            job += ["--device", device, "--threads", str(threads)]
+            r = _child(job, f"the central differences of {spec}")
+            print(
+                f"{spec:22s} {int(r['params']):12,d} {count:6d} {r['gradient_s']:8.3g} {r['step_s']:8.3g} "
+                f"{r['product_s']:9.3g} {r['product_s'] / r['gradient_s']:7.2f} {r['peak_mb']:8.0f} "
+                f"{r['graph_s']:8.3g} {r['graph_peak_mb']:8.0f} {r['step']:9.2g} {r['estimated_error']:9.2g} "
+                f"{r['error_start']:9.2g} {r['error_random']:9.2g}",
+                flush=True,
+            )
 
 
 def _status_kb(field: str) -> int:
@@ -259,6 +400,11 @@ def main(argv: list[str] | None = None) -> int:
         "--memory-child", nargs=5, metavar=("ANALYSIS", "SPEC", "SIDE", "IMAGES", "POINTS"), help=argparse.SUPPRESS
     )
     mode.add_argument("--model-child", nargs=3, metavar=("SPEC", "SIDE", "IMAGES"), help=argparse.SUPPRESS)
+    mode.add_argument(
+        "--finite-difference", action="store_true", help="central-difference products of vit_b_16 and vit_l_16"
+    )
+    mode.add_argument("--fd-child", nargs=4, metavar=("SPEC", "SIDE", "IMAGES", "EXACT"), help=argparse.SUPPRESS)
+    parser.add_argument("--fd-smoke", action="store_true", help="--finite-difference on vit_mini (1, 2 images)")
     parser.add_argument(
         "--points", type=checks.positive_argument, nargs="+", default=[4, 16], help="point counts of --memory (squares)"
     )
@@ -275,6 +421,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.memory:
         memory_table(MEMORY, args.points, args.images or 2, args.device, args.threads)
+        return 0
+    if args.fd_child:
+        spec, side, images, exact = args.fd_child
+        print(json.dumps(measure_differences(spec, int(side), int(images), args.device, exact == "1")))
+        return 0
+    if args.finite_difference or args.fd_smoke:
+        models, counts = (FD_SMOKE, [1, 2]) if args.fd_smoke else (FD_MODELS, list(FD_IMAGES))
+        difference_table(models, counts, args.device, args.threads)
         return 0
     if args.model_child:
         spec, side, images = args.model_child

@@ -23,6 +23,9 @@ EXPECTED = [
     ("spectrum top-5", "PyHessian"),
     ("Fourier profile", "float32"),
     ("Fourier profile", "bf16 autocast"),
+    ("Hessian top-3", "exact (graph)"),
+    ("Hessian top-3", "finite differences"),
+    ("Hessian top-3", "fsdp_lanczos on 2 rank(s)"),
 ]
 
 
@@ -59,7 +62,7 @@ def test_smoke_table_and_json(tmp_path: Path) -> None:
         assert not row["failed"]
         for key in ("total_s", "unit_s", "forward_s", "ratio_forward"):
             assert _positive(row[key]), (row["benchmark"], key, row[key])
-        gradient_row = kind in ("Hessian top-5", "spectrum top-5")
+        gradient_row = kind in ("Hessian top-5", "spectrum top-5", "Hessian top-3")
         for key in ("backward_s", "ratio_backward"):
             assert _positive(row[key]) if gradient_row else row[key] is None, (row["benchmark"], key)
         assert not any("SCALED" in n or "EXTRAPOLATED" in n or "STOPPED" in n for n in row["notes"]), row["notes"]
@@ -72,7 +75,7 @@ def test_smoke_table_and_json(tmp_path: Path) -> None:
     for line, row in zip(table[1:], rows):
         assert line.startswith(f"| {row['benchmark']} | ")
 
-    surface32, surface16, hessian, ours, theirs, fourier32, fourier16 = rows
+    surface32, surface16, hessian, ours, theirs, fourier32, fourier16, exact, differences, sharded = rows
     assert surface32["extra"]["points_timed"] == surface32["extra"]["points"] == 4  # the 2x2 grid, whole
     assert surface16["extra"]["compared_points"] == 4
     assert 0 < surface16["extra"]["max_rel_loss_diff"] < 0.05  # bf16 differs, but not by much
@@ -94,6 +97,11 @@ def test_smoke_table_and_json(tmp_path: Path) -> None:
     assert f"{theirs['extra']['n_differ']}/10 eigenvalues differ" in theirs["accuracy"]
     assert 0 < fourier16["extra"]["max_abs_log_amplitude_diff"] < 0.5
     assert fourier32["unit_s"] == fourier32["total_s"]
+    # the curvature rows: central differences and fsdp_lanczos (2 gloo ranks) against exact products, in float32
+    assert exact["extra"]["n_matvec"] > 3 and len(exact["extra"]["eigenvalues"]) == 3
+    for row in (differences, sharded):
+        assert row["extra"]["max_rel_error"] < 1e-3 and row["extra"]["finite_difference"]["lattice"] == "float32"
+    assert differences["extra"]["gradients"] / differences["extra"]["n_matvec"] <= 2.2
     print(f"smoke run: {seconds:.1f} s")
 
 

@@ -63,3 +63,17 @@ def test_a_failing_child_is_one_line_naming_the_model(monkeypatch: pytest.Monkey
         scale.main(["--smoke"])
     message = str(exit_.value.code)
     assert message.startswith("scale.py: the measurement of nosuch_model failed:") and "\n" not in message
+
+
+@pytest.mark.slow
+def test_finite_difference_smoke_prints_costs_and_errors_of_vit_mini(one_thread, capsys: pytest.CaptureFixture[str]):
+    scale = _load()
+    assert scale.main(["--fd-smoke"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split()[:3] == ["model", "params", "images"] and len(lines) == 3
+    for line, images in zip(lines[1:], ("1", "2")):
+        row = line.split()
+        assert row[0] == "vit_mini" and row[2] == images
+        values = [float(v) for v in row[3:]]
+        assert all(math.isfinite(v) and v > 0 for v in values)
+        assert values[-2] < 1e-3 and values[-1] < 1e-3  # the differences' error, of ||H s||

@@ -43,6 +43,9 @@ COLUMNS: dict[str, tuple[str, Callable[[BlockCurvature], float]]] = {
     "trace": ("f8", lambda c: c.trace),
     "trace_stderr": ("f8", lambda c: c.trace_stderr),
     "trace_n_matvec": ("i8", lambda c: c.trace_products),
+    "symmetry_defect": ("f8", lambda c: c.symmetry_defect),
+    "finite_difference_step": ("f8", lambda c: c.finite_difference_step),
+    "finite_difference_error": ("f8", lambda c: c.finite_difference_error),
 }
 
 

@@ -83,6 +83,9 @@ class BlockCurvature:
         trace_stderr: its standard error.
         trace_products: the block products the trace used.
         trace_method: ``"hutch++"`` or ``"hutchinson"``.
+        symmetry_defect: the largest relative asymmetry of the block's products Lanczos measured.
+        finite_difference_step: the step of the block's central differences (NaN for exact products).
+        finite_difference_error: their predicted relative error, the two-step estimate (NaN for exact products).
     """
 
     block: ParameterBlock
@@ -96,6 +99,9 @@ class BlockCurvature:
     trace_stderr: float
     trace_products: int
     trace_method: str
+    symmetry_defect: float = float("nan")
+    finite_difference_step: float = float("nan")
+    finite_difference_error: float = float("nan")
 
 
 # ------------------------------------------------------------------------------------------------ blocks
@@ -330,6 +336,7 @@ def block_curvature(
             raise LandscapeError(f"block {block.name!r}: its parameter names select other parameters as globs")
         eig = eigenpairs(op, 1, "LA", tol=tol, ncv=ncv, maxiter=maxiter, seed=seed, return_eigenvectors=False)
         estimate = trace(op, trace_samples, trace_method, seed=seed)
+        step = op.costs.step
         results.append(
             BlockCurvature(
                 block=block,
@@ -343,6 +350,9 @@ def block_curvature(
                 trace_stderr=estimate.stderr,
                 trace_products=estimate.n_matvec,
                 trace_method=trace_method,
+                symmetry_defect=eig.symmetry_defect,
+                finite_difference_step=step.step if step is not None else float("nan"),
+                finite_difference_error=step.error if step is not None else float("nan"),
             )
         )
         op.clear_cache()

@@ -7,12 +7,14 @@ Lanczos vector is sharded the same way: rank ``r`` holds the entries of the para
 (:class:`~landscape.analyses.hessian.shards.ShardedInnerProduct`), and the product maps this rank's shard of ``v``
 to this rank's shard of ``H v`` by the central difference of two gradients (:class:`FSDPHessianOperator`):
 
-    H v ~ (g(w + eps v) - g(w - eps v)) / (2 eps),   eps = u^a (1 + ||w||) / ||v||,
+    H v ~ (g(w + eps v) - g(w - eps v)) / (2 eps),   eps = h / ||v||,
 
-``g = sum_b (N_b / N) grad L_b`` the full-data gradient over the batches, ``u`` the dtype's machine epsilon and
-``a`` as :func:`~landscape.analyses.hessian.products.relative_step` says (1/2 in float64, 1/3 otherwise), the norms
-those of the whole vectors. Only first derivatives are taken (FSDP's ordinary backward), so nothing of the
-model is ever held whole on one rank beyond what FSDP gathers itself. :func:`fsdp_lanczos` runs the one thick-restart
+``g = sum_b (N_b / N) grad L_b`` the full-data gradient over the batches, the norms those of the whole vectors,
+and ``h`` chosen once at the point from its measured truncation and rounding errors
+(:func:`~landscape.analyses.hessian.steps.choose_step`, on the shards; refused where no step is accurate, under a
+16-bit ``param_dtype`` or across ReLU kinks: :mod:`~landscape.analyses.hessian.finite`). Only first derivatives are
+taken (FSDP's ordinary backward), so nothing of the model is ever held whole on one rank beyond what FSDP gathers
+itself. :func:`fsdp_lanczos` runs the one thick-restart
 Lanczos of :mod:`~landscape.analyses.hessian.lanczos` on it; ``landscape.hessian`` refuses a sharded model and
 names this function (docs/analyses.md, "Models sharded with FSDP").
 """
@@ -26,16 +28,18 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from landscape.analyses.hessian import finite
 from landscape.analyses.hessian.lanczos import lanczos
 from landscape.analyses.hessian.linalg import EigenResult
 from landscape.analyses.hessian.probes import local_generator
-from landscape.analyses.hessian.products import relative_step
 from landscape.analyses.hessian.shards import ShardedInnerProduct
+from landscape.analyses.hessian.steps import StepChoice, full_float32
 from landscape.core.calls import speaks_python
 from landscape.core.front import check_labels
 from landscape.data.given import given_batches
 from landscape.data.stream import BatchSource
 from landscape.errors import LandscapeError
+from landscape.options.hessian import FD_MAX_ERROR
 
 #: ``(outputs, labels) -> the batch's mean loss``
 Criterion = Callable[[Tensor, Tensor], Tensor]
@@ -110,15 +114,18 @@ def shard_ranges(params: Sequence[Tensor]) -> tuple[list[tuple[int, int]], int, 
     """
     from torch.distributed.tensor import DTensor, Shard
 
-    meshes = {id(p.device_mesh): p.device_mesh for p in params if isinstance(p, DTensor)}
+    meshes: list = []
+    for p in params:  # equal meshes may be distinct objects (a parameter's spec can hold a copy): compare by value
+        if isinstance(p, DTensor) and not any(p.device_mesh == m for m in meshes):
+            meshes.append(p.device_mesh)
     bad = [p for p in params if not isinstance(p, DTensor) or p.dim() == 0 or tuple(p.placements) != (Shard(0),)]
-    if bad or len(meshes) != 1 or next(iter(meshes.values())).ndim != 1:
+    if bad or len(meshes) != 1 or meshes[0].ndim != 1:
         raise LandscapeError(
             "every trainable parameter must be sharded by fully_shard along dim 0 over one 1-D device mesh (wrap the "
             "whole model, e.g. with landscape.analyses.hessian.fsdp.fully_shard_model); HSDP and 2-D meshes are not "
             "supported"
         )
-    mesh = next(iter(meshes.values()))
+    mesh = meshes[0]
     rows = [int(p.to_local().shape[0]) for p in params]
     everyone: list[list[int]] = [rows] * mesh.size()
     if mesh.size() > 1:
@@ -155,8 +162,9 @@ def _front_door(model: nn.Module, batches: Sequence[tuple[Tensor, Tensor]], firs
 class FSDPHessianOperator:
     """The full-data loss Hessian of a ``fully_shard``-ed model, on this rank's shards of flat vectors.
 
-    ``H v ~ (g(w + eps v) - g(w - eps v)) / (2 eps)`` with ``g = sum_b (N_b / N) grad L_b`` and
-    ``eps = relative_step * (1 + ||w||) / ||v||`` (whole-vector norms, all-reduced over the mesh). The parameters
+    ``H v ~ (g(w + eps v) - g(w - eps v)) / (2 eps)`` with ``g = sum_b (N_b / N) grad L_b`` and ``eps = h / ||v||``
+    (whole-vector norms, all-reduced over the mesh), ``h`` measured at the point before the first product
+    (:meth:`step`; :class:`~landscape.analyses.hessian.finite.CentralDifferences`). The parameters
     are moved in place to ``w + eps v`` and ``w - eps v`` (their local shards, without autograd) and copied back
     from a kept copy of the shards afterwards, so ``w`` is restored bit for bit; the caller's ``.grad`` are put
     back too. Every rank is given the same batches; rank ``r`` of ``W`` runs the forward and backward passes of
@@ -166,8 +174,8 @@ class FSDPHessianOperator:
 
     Args:
         model: the model, wrapped with ``fully_shard`` (:func:`fully_shard_model`), in eval mode, with FSDP's
-            default gradient averaging (no ``set_gradient_divide_factor``) and without a mixed-precision policy
-            that lowers the parameters' dtype.
+            default gradient averaging (no ``set_gradient_divide_factor``); a mixed-precision policy with a 16-bit
+            ``param_dtype`` is refused when the step is measured (its rounding leaves no accurate step).
         batches: the ``(inputs, labels)`` batches, the same list on every rank (each moved to the parameters'
             device when used).
         criterion: ``(outputs, labels) -> mean loss`` of a batch (default: cross-entropy).
@@ -179,7 +187,7 @@ class FSDPHessianOperator:
         device: the device of the vectors.
         inner: the :class:`~landscape.analyses.hessian.shards.ShardedInnerProduct` of this rank's shards.
         weights: ``N_b / N`` for each batch.
-        step: the length ``||eps v||`` of every displacement.
+        differences: the point's central differences (step, probe, predicted error, refusals).
         n_matvec: the number of products made so far.
 
     Raises:
@@ -206,15 +214,23 @@ class FSDPHessianOperator:
             shards = [p.to_local() for p in self.params]
             self._point = [t.detach().clone() for t in shards]
         self.dtype, self.device = shards[0].dtype, shards[0].device
+        self._sizes = [t.numel() for t in self._point]
         self.shape = (n, n)
         self.inner = ShardedInnerProduct(ranges, n, mesh.get_group(), self.device)
         self.batches = held
         sizes = held.sizes
         self.weights = [s / sum(sizes) for s in sizes]
         self.criterion = criterion or nn.functional.cross_entropy
-        squares = sum(t.double().pow(2).sum() for t in self._point)
-        size = float(self.inner.reduce(torch.as_tensor(squares, dtype=torch.float64)).sqrt())
-        self.step = max(relative_step(t.dtype) for t in self._point) * (1.0 + size)
+        self.differences = finite.CentralDifferences(
+            self._point_gradient,
+            torch.cat([t.reshape(-1) for t in self._point]),
+            self.inner,
+            n,
+            self.dtype,
+            self.device,
+            self._lattice,
+            self._explain,
+        )
         self.n_matvec = 0
 
     def remedy(self, problem: str) -> str:
@@ -237,16 +253,110 @@ class FSDPHessianOperator:
         passes = math.ceil(len(self.batches) / self.world)
         for p in self.params:
             p.grad = None
-        for i in range(passes):
-            index, scale = (mine[i], self.world * self.weights[mine[i]]) if i < len(mine) else (0, 0.0)
-            x, y = self.batches[index]
-            loss = self.criterion(self.model(x.to(self.device)), y.to(self.device))
-            (loss * scale).backward()
+        with full_float32(self.device):  # TF32 would round the displacements away
+            for i in range(passes):
+                index, scale = (mine[i], self.world * self.weights[mine[i]]) if i < len(mine) else (0, 0.0)
+                x, y = self.batches[index]
+                loss = self.criterion(self.model(x.to(self.device)), y.to(self.device))
+                (loss * scale).backward()
         parts = [
             p.grad.to_local().reshape(-1) if p.grad is not None else torch.zeros_like(w).reshape(-1)
             for p, w in zip(self.params, self._point)
         ]
         return torch.cat(parts).detach()
+
+    def _lattice(self) -> torch.dtype:
+        """The dtype the weights are rounded to in the forward pass: FSDP's ``param_dtype``, an autocast's, theirs."""
+        state = getattr(self.model, "_get_fsdp_state", None)
+        policy = getattr(state(), "_mp_policy", None) if state is not None else None
+        compute = getattr(policy, "param_dtype", None) or self.dtype
+        lattice = finite.forward_lattice(compute, self.device)
+        return lattice if torch.finfo(lattice).eps > torch.finfo(self.dtype).eps else self.dtype  # never finer
+
+    def _point_gradient(self, shift: Tensor | None) -> Tensor:
+        """This rank's shard of the flat gradient at ``w + shift`` (``shift`` this rank's part, added in place)."""
+        parts = None if shift is None else [d.view_as(w) for d, w in zip(shift.split(self._sizes), self._point)]
+        saved = [p.grad for p in self.params]
+        try:
+            self._set(parts, +1.0)
+            return self._gradient()
+        finally:
+            self._set(None, 0.0)
+            for p, g in zip(self.params, saved):
+                p.grad = g
+
+    def _explain(self, finding: str) -> str:
+        """The one-line refusal of central differences here (every rank calls it: it runs one sharded forward)."""
+        x = self.batches[0][0][:2].to(self.device)
+        kinks = finite.kinked_operations(lambda: self.model(x))
+        return finite.refusal(finding, kinks=kinks, lattice=self._lattice(), dtype=self.dtype, python=True)
+
+    def step(self) -> StepChoice:
+        """The step of the central differences, measured at the first call (every rank calls it together).
+
+        Returns:
+            The :class:`~landscape.analyses.hessian.steps.StepChoice`.
+
+        Raises:
+            LandscapeError: no step gives accurate products (the message names the cause and what to do).
+        """
+        return self.differences.step()
+
+    def start_vector(self, generator: torch.Generator) -> Tensor:
+        """This rank's part of Lanczos' start vector: the gradient's direction plus the solver's Gaussian vector.
+
+        Args:
+            generator: the solver's generator (every rank holds it in the same state).
+
+        Returns:
+            This rank's part of the unit vector (``CentralDifferences.start_vector``).
+        """
+        vector = self.differences.start_vector(generator)
+        assert vector is not None
+        return vector
+
+    def product_error(self, curvature: float = 0.0) -> float:
+        """The predicted error of a unit vector's product along ``curvature`` (for the solver's residual floor).
+
+        Args:
+            curvature: the curvature along the vector.
+
+        Returns:
+            The absolute error.
+        """
+        return self.differences.product_error(curvature)
+
+    #: the relative asymmetry of two couplings the solver allows (the largest product error accepted)
+    asymmetry_tolerance = FD_MAX_ERROR
+
+    def adapt_step(self, vector: Tensor) -> bool:
+        """Measure the truncation along ``vector`` and shorten the step when it must be (every rank together).
+
+        Args:
+            vector: this rank's part of the top Ritz vector, or of a vector whose products came out asymmetric.
+
+        Returns:
+            True when the step was shortened (``CentralDifferences.adapt``).
+        """
+        return self.differences.adapt(vector)
+
+    @property
+    def curvature_scale(self) -> float | None:
+        """The curvature the step was chosen for (None before it is)."""
+        return self.differences.scale
+
+    def explain_asymmetry(self, upper: float, lower: float, products: int) -> str:
+        """The refusal of products that are not symmetric (the solver's check; every rank calls it together).
+
+        Args:
+            upper: ``v_i . A v_j``.
+            lower: ``v_j . A v_i``.
+            products: the products made so far.
+
+        Returns:
+            The one-line message.
+        """
+        return self.differences.asymmetry(upper, lower, products)
 
     def matvec(self, v: Tensor) -> Tensor:
         """This rank's shard of ``H v`` for this rank's shard of ``v`` (every rank must call it together).
@@ -264,8 +374,15 @@ class FSDPHessianOperator:
         if v.numel() != self.inner.length:
             raise ValueError(f"vector has {v.numel()} entries, this rank's shards hold {self.inner.length}")
         norm = self.inner.norm(v.double())
-        eps = self.step / torch.clamp(norm, min=torch.finfo(torch.float64).tiny)
-        parts = v.split([w.numel() for w in self._point])
+        if self.differences.choice is None:
+            self.differences.step(v.double() / norm)
+        self.n_matvec += 1
+        known = self.differences.probe_product(v)
+        if known is not None:  # the probe's product, made by the step's measurement
+            return known
+        self.differences.count()
+        eps = self.differences.choice.step / torch.clamp(norm, min=torch.finfo(torch.float64).tiny)
+        parts = v.split(self._sizes)
         shift = [(eps * d).to(w.dtype).view_as(w) for d, w in zip(parts, self._point)]
         saved = [p.grad for p in self.params]
         try:
@@ -277,7 +394,6 @@ class FSDPHessianOperator:
             self._set(None, 0.0)
             for p, g in zip(self.params, saved):
                 p.grad = g
-        self.n_matvec += 1
         return ((plus - minus) / (2 * eps)).to(self.dtype)
 
 
@@ -321,7 +437,9 @@ def fsdp_lanczos(
 
     Returns:
         An :class:`~landscape.analyses.hessian.linalg.EigenResult`; ``eigenvectors``, when asked for, has this
-        rank's ``inner.local_length(n)`` rows.
+        rank's ``inner.local_length(n)`` rows; ``finite_difference`` the step and its predicted error
+        (:meth:`~landscape.analyses.hessian.steps.StepChoice.summary`) and ``symmetry_defect`` the largest
+        asymmetry of the products measured.
 
     Raises:
         LandscapeError: a model or request the operator or the solver refuses.
@@ -332,7 +450,7 @@ def fsdp_lanczos(
         if op.world > 1:
             dist.broadcast_object_list(box, group=op.inner.group, group_src=0)
         seed = box[0]
-    return lanczos(
+    result = lanczos(
         op,
         k=k,
         which=which,
@@ -344,3 +462,5 @@ def fsdp_lanczos(
         return_eigenvectors=return_eigenvectors,
         callback=callback,
     )
+    result.finite_difference = {**op.step().summary(), "gradients_total": op.differences.gradients}
+    return result

@@ -37,13 +37,12 @@ from landscape.analyses.hessian.linalg import (
     EigenResult,
     InnerProduct,
     Operator,
+    OperatorChecks,
     new_direction,
     orthogonalize,
     rank_ritz,
     remedy_of,
-    require_finite,
     require_memory,
-    require_symmetric,
 )
 from landscape.analyses.hessian.probes import local_generator
 from landscape.errors import LandscapeError
@@ -100,7 +99,15 @@ def lanczos(
     fill): :class:`~landscape.analyses.hessian.operator.HessianOperator` uses it to choose how to make them.
     An operator with an ``inner`` attribute (:class:`~landscape.analyses.hessian.linalg.InnerProduct`) has its
     vectors split across ranks: every vector of the solver is then this rank's part, and every reduction goes
-    through ``inner`` (:class:`~landscape.analyses.hessian.shards.ShardedInnerProduct`).
+    through ``inner`` (:class:`~landscape.analyses.hessian.shards.ShardedInnerProduct`). Operators of approximate
+    products (central differences) may offer three more attributes: ``start_vector(generator)``, the start vector
+    when ``v0`` is not given (None: the Gaussian one); ``product_error(curvature)``, the predicted error
+    ``||A u - H u||`` of a unit vector's product along a curvature (the largest Ritz value), under which a residual
+    cannot be resolved: a residual within :data:`~landscape.options.hessian.FD_RESIDUAL_FLOOR` times it, or within
+    the largest symmetry defect measured (``|v_{j-1} . A v_j - v_j . A v_{j-1}|``), counts as converged; and
+    ``explain_asymmetry(upper, lower, products)``, the message of products that are not symmetric, which differ
+    by more than ``asymmetry_tolerance`` of ``||A||`` (default ``10 sqrt(eps)``; central differences allow
+    :data:`~landscape.options.hessian.FD_MAX_ERROR`, the largest error of a product they accept).
 
     The arguments follow ``scipy.sparse.linalg.eigsh``.
 
@@ -142,6 +149,7 @@ def lanczos(
         plan=getattr(op, "plan_products", None),
         inner=getattr(op, "inner", LOCAL),
         remedy=remedy_of(op),
+        operator=op,
     )
     return drive(steps, op.matvec)
 
@@ -221,6 +229,7 @@ def lanczos_steps(
     plan: Callable[[int], None] | None = None,
     inner: InnerProduct = LOCAL,
     remedy: Callable[[str], str] | None = None,
+    operator: object | None = None,
 ) -> LanczosSteps:
     """:func:`lanczos` as a generator of its products, so that many runs can share one vectorised product.
 
@@ -247,7 +256,9 @@ def lanczos_steps(
             are asked for.
         inner: the inner product every reduction goes through (default: whole vectors on this process).
         remedy: what to try when the products are not finite or not symmetric (the operator's, see
-            :func:`~landscape.analyses.hessian.linalg.remedy_of`; default the generic advice).
+            :func:`~landscape.analyses.hessian.linalg.remedy_of`; default ``operator``'s, else the generic advice).
+        operator: the operator, for its optional ``start_vector``, ``product_error`` and ``explain_asymmetry``
+            (:func:`lanczos`; its ``explain_asymmetry`` comes before ``remedy``).
 
     Returns:
         The generator.
@@ -264,8 +275,10 @@ def lanczos_steps(
     tol = checks.non_negative(tol, "tol") or eps ** (2 / 3)
     maxiter = max(100, 10 * n // m) if maxiter is None else checks.whole(maxiter, "maxiter")
     gen = local_generator(seed)
+    start = getattr(operator, "start_vector", None)
     if v0 is None:
-        v = inner.random_unit(n, dtype, device, gen)
+        offered = start(gen) if start is not None else None
+        v = inner.random_unit(n, dtype, device, gen) if offered is None else offered.to(device=device, dtype=dtype)
     else:
         v = v0.detach().to(device=device, dtype=dtype).reshape(-1).clone()
         if v.numel() != local:
@@ -274,8 +287,8 @@ def lanczos_steps(
         if not torch.isfinite(norm) or norm == 0:
             raise LandscapeError(f"v0 must be a finite nonzero vector of length {local}")
         v = v / norm
-    advice = remedy or remedy_of(None)
-    steps = (n, v, m, k, which, tol, eps, maxiter, gen, return_eigenvectors, callback, plan, inner, advice)
+    hooks = OperatorChecks(operator, remedy)
+    steps = (n, v, m, k, which, tol, eps, maxiter, gen, return_eigenvectors, callback, plan, inner, hooks)
     return _lanczos_steps(*steps)
 
 
@@ -293,13 +306,14 @@ def _lanczos_steps(
     callback: Callable[[int, Tensor, Tensor], None] | None,
     plan: Callable[[int], None] | None,
     inner: InnerProduct,
-    remedy: Callable[[str], str],
+    hooks: OperatorChecks,
 ) -> LanczosSteps:
     dtype, device, local = v.dtype, v.device, v.numel()
     # stored column by column (each basis vector contiguous): the (local, j) views below are transposed matrices
     V = torch.zeros(m + 1, local, dtype=dtype, device=device).T
     W = torch.zeros(m, local, dtype=dtype, device=device).T
     T = torch.zeros(m, m, dtype=torch.float64)
+    start = v.clone()
     V[:, 0] = v
     j, restarts, products, anorm = 0, 0, 0, 0.0
     state = None
@@ -312,17 +326,26 @@ def _lanczos_steps(
             products += 1
             W[:, j] = w
             r, h = orthogonalize(w, V[:, : j + 1], inner)
-            hc = require_finite(h.to("cpu", torch.float64), products, remedy("non-finite"))  # whenever w is
-            if coupling is not None:
-                scale = max(anorm, float(hc.abs().max()))
-                require_symmetric(float(hc[j - 1]), coupling, scale, eps, products, remedy("asymmetric"))
+            hc = hooks.finite(h.to("cpu", torch.float64), products)  # non-finite whenever w is; already on the CPU
+            if coupling is not None and hooks.check(
+                float(hc[j - 1]), coupling, max(anorm, float(hc.abs().max())), eps, products, V[:, j]
+            ):  # the operator shortened its step: the products so far are discarded, the solve starts again
+                j, anorm, state, coupling = _fresh(V, W, T, start, plan, m)
+                continue
             T[: j + 1, j] = hc
             T[j, : j + 1] = hc
             beta = inner.norm(r)
             j += 1
             state = _ritz(T[:j, :j], float(beta), k, which)
             anorm = max(anorm, float(state.theta.abs().max()))
-            state.judge(tol, eps, anorm)
+            if hooks.beyond(anorm):  # a curvature the step was not chosen for: measure along its Ritz vector
+                top = int(torch.argmax(state.theta.abs()))
+                y = V[:, :j] @ state.S[:, top].to(device=device, dtype=dtype)
+                if hooks.adapt(y):  # shortened: the products so far are discarded; start again from that vector
+                    start = y / inner.norm(y)
+                    j, anorm, state, coupling = _fresh(V, W, T, start, plan, m)
+                    continue
+            state.judge(tol, eps, anorm, hooks.floor(anorm))
             if callback is not None:
                 callback(products, state.values, state.errors)
             if state.done:
@@ -352,9 +375,31 @@ def _lanczos_steps(
         coupling = None  # the new column couples to every kept Ritz vector, not to one predecessor
     assert state is not None
     floor = eps ** (2 / 3) * anorm
-    return state.result(
-        V[:, : state.size], W[:, : state.size], which, tol, floor, products, restarts, return_eigenvectors, inner
+    result = state.result(
+        V[:, : state.size],
+        W[:, : state.size],
+        which,
+        tol,
+        floor,
+        products,
+        restarts,
+        return_eigenvectors,
+        inner,
+        hooks.floor(anorm),
     )
+    result.symmetry_defect = hooks.defect
+    return result
+
+
+def _fresh(
+    V: Tensor, W: Tensor, T: Tensor, start: Tensor, plan: Callable[[int], None] | None, m: int
+) -> tuple[int, float, None, None]:
+    """Empty the basis for a new start from ``start``; the solver's ``(j, anorm, state, coupling)`` anew."""
+    V.zero_(), W.zero_(), T.zero_()
+    V[:, 0] = start
+    if plan is not None:
+        plan(m)
+    return 0, 0.0, None, None
 
 
 class _RitzState:
@@ -383,9 +428,12 @@ class _RitzState:
         """The wanted Ritz values."""
         return self.theta[self.wanted]
 
-    def judge(self, tol: float, eps: float, anorm: float) -> None:
-        """Mark the pairs whose residual is within ``tol`` (relative, floored at eps^(2/3) ||A||); done when all are."""
-        self.converged = converged(self.residuals, self.values, tol, eps ** (2 / 3) * anorm)
+    def judge(self, tol: float, eps: float, anorm: float, noise: float = 0.0) -> None:
+        """Mark the pairs whose residual is within ``tol`` (relative, floored at eps^(2/3) ||A||) or ``noise``.
+
+        Done when all are.
+        """
+        self.converged = converged(self.residuals, self.values, tol, eps ** (2 / 3) * anorm, noise)
         self.done = bool(len(self.wanted) == self.required and self.converged.all())
 
     def result(
@@ -399,6 +447,7 @@ class _RitzState:
         restarts: int,
         vectors: bool,
         inner: InnerProduct,
+        noise: float = 0.0,
     ) -> EigenResult:
         """The wanted pairs in ascending algebraic order, residuals ``||W s - theta V s||`` and flags judged on them."""
         order = torch.argsort(self.values)
@@ -414,7 +463,7 @@ class _RitzState:
             eigenvectors=Y if vectors else None,
             residuals=residuals,
             errors=errors,
-            converged=converged(residuals, self.theta[wanted], tol, floor),
+            converged=converged(residuals, self.theta[wanted], tol, floor, noise),
             n_matvec=products,
             n_restarts=restarts,
             which=which,
@@ -422,19 +471,20 @@ class _RitzState:
         )
 
 
-def converged(residuals: Tensor, values: Tensor, tol: float, floor: float) -> Tensor:
-    """ARPACK's test: which Ritz pairs have ``||A y - theta y|| <= tol * max(|theta|, floor)``.
+def converged(residuals: Tensor, values: Tensor, tol: float, floor: float, noise: float = 0.0) -> Tensor:
+    """ARPACK's test: which Ritz pairs have ``||A y - theta y|| <= max(tol * max(|theta|, floor), noise)``.
 
     Args:
         residuals: the residuals of unit Ritz vectors, shape ``(k,)``.
         values: the Ritz values, shape ``(k,)``.
         tol: the relative tolerance.
         floor: the scale below which ``|theta|`` is not trusted (``eps^(2/3) ||A||``).
+        noise: the residual the products cannot resolve (approximate products; 0 for exact ones).
 
     Returns:
         The flags, shape ``(k,)``, bool.
     """
-    return residuals <= tol * torch.clamp(values.abs(), min=floor)
+    return residuals <= torch.clamp(tol * torch.clamp(values.abs(), min=floor), min=noise)
 
 
 def _ritz(T: Tensor, beta: float, k: int, which: str) -> _RitzState:
@@ -476,18 +526,21 @@ def lanczos_tridiagonal(op: Operator, v0: Tensor, steps: int) -> tuple[Tensor, T
     beta: list[float] = []
     anorm = 0.0
     eps = torch.finfo(op.dtype).eps
-    for j in range(steps):
+    hooks = OperatorChecks(op)
+    j = 0
+    while j < steps:
         w = op.matvec(Q[:, j]).reshape(-1)
         r, h = orthogonalize(w, Q[:, : j + 1])
         alpha.append(float(h[j]))
         b = float(torch.linalg.vector_norm(r))
-        require_finite(torch.tensor([alpha[-1], b]), j + 1, remedy_of(op)("non-finite"))  # NaN/Inf in w reach both
-        if j > 0:
-            scale = max(anorm, abs(alpha[-1]) + b)
-            require_symmetric(float(h[j - 1]), beta[-1], scale, eps, j + 1, remedy_of(op)("asymmetric"))
+        hooks.finite(torch.tensor([alpha[-1], b]), j + 1)  # NaN/Inf anywhere in w reaches both
+        if j > 0 and hooks.check(float(h[j - 1]), beta[-1], max(anorm, abs(alpha[-1]) + b), eps, j + 1, Q[:, j]):
+            alpha, beta, anorm, j = [], [], 0.0, 0  # the operator shortened its step: start again from v0
+            continue
         anorm = max(anorm, abs(alpha[-1]) + b)
         if j + 1 == steps or b <= eps * max(anorm, 1e-300) * math.sqrt(n):
             break
         beta.append(b)
         Q[:, j + 1] = r / b
+        j += 1
     return torch.tensor(alpha, dtype=torch.float64), torch.tensor(beta, dtype=torch.float64)

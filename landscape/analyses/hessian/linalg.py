@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from landscape.errors import LandscapeError
+from landscape.options.hessian import FD_ADAPT, FD_ATTEMPTS, FD_RESIDUAL_FLOOR
 from landscape.runtime.devices import device_memory as device_memory
 from landscape.runtime.devices import require_memory as require_memory
 
@@ -118,6 +119,12 @@ class EigenResult:
         n_restarts: the number of thick restarts done.
         which: the ``which`` asked for (LA, SA, BE or LM).
         tol: the relative residual tolerance used (``eps^(2/3)`` when 0 was asked for).
+        symmetry_defect: the largest ``|v_{j-1} . A v_j - v_j . A v_{j-1}|`` over the steps, relative to the
+            operator's scale: 0 for exact symmetric products up to rounding; for central differences, their
+            measured error.
+        finite_difference: for products by central differences, their step and predicted error
+            (:meth:`~landscape.analyses.hessian.steps.StepChoice.summary`), set by the caller that knows it; else
+            None.
     """
 
     eigenvalues: Tensor
@@ -129,6 +136,8 @@ class EigenResult:
     n_restarts: int
     which: str
     tol: float
+    symmetry_defect: float = 0.0
+    finite_difference: dict[str, object] | None = None
 
     @property
     def all_converged(self) -> bool:
@@ -227,21 +236,143 @@ def announce(op: object, count: int) -> None:
         plan(count)
 
 
+def asymmetric(upper: float, lower: float, scale: float, eps: float, tolerance: float | None = None) -> bool:
+    """Whether two couplings that a symmetric operator makes equal differ by more than it allows.
+
+    Args:
+        upper: ``v_i . A v_j``.
+        lower: ``v_j . A v_i``.
+        scale: the operator's scale (``||A||`` as estimated so far).
+        eps: the machine epsilon of the products' dtype.
+        tolerance: the relative difference an operator of approximate products allows (default ``10 sqrt(eps)``).
+
+    Returns:
+        True when ``|upper - lower|`` exceeds ``max(tolerance, 10 sqrt(eps)) * scale``.
+    """
+    allowed = 10 * math.sqrt(eps) if tolerance is None else max(tolerance, 10 * math.sqrt(eps))
+    return abs(upper - lower) > allowed * max(scale, 1e-300)
+
+
 def require_symmetric(
-    upper: float, lower: float, scale: float, eps: float, products: int, remedy: str = ASYMMETRIC_REMEDY
+    upper: float,
+    lower: float,
+    scale: float,
+    eps: float,
+    products: int,
+    remedy: str = ASYMMETRIC_REMEDY,
+    explain: Callable[[float, float, int], str | None] | None = None,
+    tolerance: float | None = None,
 ) -> None:
     """Refuse an operator whose products are not symmetric: ``v_{j-1} . A v_j`` must equal ``v_j . A v_{j-1}``.
 
     A Hessian is symmetric; products that lose a second-derivative term (a custom autograd function whose
     backward is not differentiable, marked ``once_differentiable``) are not, and would give wrong eigenvalues.
-    The two couplings may differ by rounding, ``10 sqrt(eps)`` of the operator's scale. ``remedy`` says what
-    to try (:func:`remedy_of`).
+    The two couplings may differ by rounding, ``10 sqrt(eps)`` of the operator's scale, or by the ``tolerance``
+    an operator of approximate products allows (central differences: the largest product error they accept).
+    The operator's own explanation (``explain``) comes first; otherwise the general message ends with ``remedy``.
+
+    Args:
+        upper: ``v_i . A v_j``.
+        lower: ``v_j . A v_i``.
+        scale: the operator's scale (``||A||`` as estimated so far).
+        eps: the machine epsilon of the products' dtype.
+        products: the products made so far.
+        remedy: what to try, for the general message (:func:`remedy_of`).
+        explain: the operator's own message for asymmetric products (its ``explain_asymmetry``), None for the
+            general one.
+        tolerance: the relative difference allowed (default ``10 sqrt(eps)``).
+
+    Raises:
+        LandscapeError: the couplings differ by more than that.
     """
-    if abs(upper - lower) > 10 * math.sqrt(eps) * max(scale, 1e-300):
+    if asymmetric(upper, lower, scale, eps, tolerance):
+        message = explain(upper, lower, products) if explain is not None else None
         raise LandscapeError(
-            f"the operator is not symmetric (v_i . A v_j = {upper:.6g} but v_j . A v_i = {lower:.6g} at product "
+            message
+            or f"the operator is not symmetric (v_i . A v_j = {upper:.6g} but v_j . A v_i = {lower:.6g} at product "
             f"{products}): its products are not a Hessian's: {remedy}"
         )
+
+
+class OperatorChecks:
+    """What a solver reads from its operator beyond its products: their error floor, their asymmetry and its cause.
+
+    An operator of approximate products (central differences) may offer ``product_error(curvature)``,
+    ``asymmetry_tolerance``, ``explain_asymmetry(upper, lower, products)``, ``adapt_step(vector)`` and
+    ``curvature_scale`` (:func:`~landscape.analyses.hessian.lanczos.lanczos`); an exact one offers none.
+
+    What to try when the products are not finite or not symmetric is the operator's ``remedy(problem)``
+    (:func:`remedy_of`); an operator's ``explain_asymmetry`` (central differences: the kinks, the measured defect)
+    takes precedence over the remedy for asymmetric products.
+
+    Args:
+        operator: the operator, or None (exact products, the general message).
+        remedy: ``problem -> advice`` (default :func:`remedy_of` of ``operator``).
+
+    Attributes:
+        defect: the largest ``|v_{j-1} . A v_j - v_j . A v_{j-1}| / scale`` seen so far (the symmetry defect).
+        remedy: ``problem -> advice``, ``problem`` one of ``non-finite`` and ``asymmetric``.
+    """
+
+    def __init__(self, operator: object | None, remedy: Callable[[str], str] | None = None) -> None:
+        self.operator = operator
+        self.remedy = remedy or remedy_of(operator)
+        self.defect = 0.0
+        self.absolute = 0.0
+        self.adapted = 0
+
+    def adapt(self, vector: Tensor) -> bool:
+        """Ask the operator to measure along ``vector`` and shorten its step; True when it did (start again)."""
+        self.adapted += 1
+        if self.operator.adapt_step(vector):  # type: ignore[union-attr]
+            self.defect = self.absolute = 0.0
+            return True
+        return False
+
+    def beyond(self, anorm: float) -> bool:
+        """Whether the largest Ritz value exceeds twice the curvature the operator's step was chosen for."""
+        scale = getattr(self.operator, "curvature_scale", None)
+        return scale is not None and self.adapted < FD_ATTEMPTS and anorm > 2 * scale
+
+    def floor(self, anorm: float) -> float:
+        """The residual that counts as converged whatever ``tol`` (0 for exact products).
+
+        For approximate products: the larger of ``FD_RESIDUAL_FLOOR * product_error(anorm)`` and the largest
+        symmetry defect seen (absolute).
+        """
+        error = getattr(self.operator, "product_error", None)
+        predicted = float(error(anorm)) if error is not None else 0.0
+        return max(FD_RESIDUAL_FLOOR * predicted, self.absolute) if predicted > 0 else 0.0
+
+    def finite(self, values: Tensor, products: int) -> Tensor:
+        """``values`` unchanged; an error naming the remedy when they hold NaN or Inf (``require_finite``)."""
+        return require_finite(values, products, self.remedy("non-finite"))
+
+    def check(self, upper: float, lower: float, scale: float, eps: float, products: int, vector: Tensor) -> bool:
+        """Record the symmetry defect of two couplings; beyond the allowed, adapt the operator or refuse it.
+
+        An operator with ``adapt_step(vector)`` (central differences) whose couplings differ by more than
+        :data:`~landscape.options.hessian.FD_ADAPT` of the scale is asked to shorten its step for the vector last
+        multiplied (until it declines, at most :data:`~landscape.options.hessian.FD_ATTEMPTS` times); when it
+        does, the solver starts again, and the defects recorded so far are those of discarded products.
+
+        Returns:
+            True when the operator adapted (start again); False when the couplings are symmetric enough.
+
+        Raises:
+            LandscapeError: asymmetric beyond the allowed, and not adapted (``require_symmetric``).
+        """
+        tolerance = getattr(self.operator, "asymmetry_tolerance", None)
+        adapt = getattr(self.operator, "adapt_step", None)
+        if adapt is not None and self.adapted < FD_ATTEMPTS and asymmetric(upper, lower, scale, eps, FD_ADAPT):
+            if self.adapt(vector):
+                return True
+            self.adapted = FD_ATTEMPTS  # declined: the asymmetry is not the truncation's; ask no more
+        self.defect = max(self.defect, abs(upper - lower) / max(scale, 1e-300))
+        self.absolute = max(self.absolute, abs(upper - lower))
+        explain = getattr(self.operator, "explain_asymmetry", None)
+        require_symmetric(upper, lower, scale, eps, products, self.remedy("asymmetric"), explain, tolerance)
+        return False
 
 
 class InnerProduct:

@@ -7,7 +7,9 @@ used), the operator is
 
 restricted to the selected parameters ``theta`` (all others held at the evaluation point). Each batch's
 products are made by ``jvp(grad)``, by backward passes through a kept gradient graph, by a traced
-``linearize``, or approximately by central differences of gradients (:mod:`landscape.analyses.hessian.products`);
+``linearize``, or approximately by central differences of gradients (:mod:`landscape.analyses.hessian.products`)
+with a step chosen at the point from its measured errors (:mod:`landscape.analyses.hessian.steps`, refused where
+no step is accurate: :mod:`landscape.analyses.hessian.finite`);
 ``auto`` times the exact ways and takes the cheapest for the products the solver still expects (it tells the
 operator through :meth:`HessianOperator.plan_products`). A kept graph or trace holds the batch's intermediates
 in memory, so only the first ``max_linearized`` batches keep one.
@@ -17,25 +19,30 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 
 import torch
 from torch import Tensor
 from torch.func import grad, vmap
 
+from landscape.analyses.hessian import finite
 from landscape.analyses.hessian.flat import FlatOperator
+from landscape.analyses.hessian.linalg import LOCAL
 from landscape.analyses.hessian.products import (
     FINITE_DIFFERENCE,
     BatchProducts,
     ProductCosts,
     central_difference,
     quiet_jvp,
-    step_length,
 )
+from landscape.analyses.hessian.steps import StepChoice, full_float32
+from landscape.core.gradients import gradient_of
 from landscape.core.objective import Objective
-from landscape.core.params import ParamDict, flatten, unflatten
+from landscape.core.params import ParamDict, flatten, unflatten, weighted_sum
 from landscape.core.second_order import has_hooks
 from landscape.errors import LandscapeError
-from landscape.options.hessian import HVP_MODES
+from landscape.options.hessian import FD_MAX_ERROR, HVP_MODES
+from landscape.runtime import distributed
 
 
 def bn_folded(objective: Objective, mode: str) -> int:
@@ -116,11 +123,24 @@ class HessianOperator(FlatOperator):
         keep = {"linearize": len(used), "graph": len(used), "jvp": 0, FINITE_DIFFERENCE: 0}
         self.max_linearized = keep.get(mode, int(max_linearized))
         self.costs = costs if costs is not None else ProductCosts()
-        self._step: float | None = None
         self._products = [
             BatchProducts(self._batch_loss(i), self.params, mode, self.costs, cached=slot < self.max_linearized)
             for slot, i in enumerate(used)
         ]
+        self.differences = (
+            finite.CentralDifferences(
+                self._point_gradient,
+                flatten(self.params),
+                LOCAL,
+                self.shape[0],
+                self.dtype,
+                self.device,
+                lambda: finite.forward_lattice(self.dtype, self.device),
+                self._explain,
+            )
+            if mode == FINITE_DIFFERENCE
+            else None
+        )
 
     # -- building blocks ---------------------------------------------------------------------------
     def _batch_loss(self, index: int) -> Callable[[ParamDict], Tensor]:
@@ -152,13 +172,15 @@ class HessianOperator(FlatOperator):
             convolutions (:class:`~landscape.core.second_order.SecondOrderFold`; 0 when none are, as with
             ``finite-difference``, which differentiates the model as it is); in ``finite-difference`` mode also
             ``finite_difference_step``, the length ``||eps v||`` of every displacement
-            (:func:`~landscape.analyses.hessian.products.step_length`).
+            and ``finite_difference``, the step's measurement (its predicted error: the two-step estimate,
+            :class:`~landscape.analyses.hessian.steps.StepChoice`), and ``finite_difference_gradients``, the
+            gradients this operator spent so far (the measurement's, when made here, and two per product).
         """
         ways = Counter(p.way for p in self._products if p.way is not None)
         out = {**super().hvp_choice(), "mode": self.mode, "ways": dict(sorted(ways.items())), **self.costs.summary()}
         out["bn_folded"] = bn_folded(self.objective, self.mode)
-        if self.mode == FINITE_DIFFERENCE:
-            out["finite_difference_step"] = self._step_length()
+        if self.differences is not None:
+            out["finite_difference_gradients"] = self.differences.gradients
         return out
 
     def _regularizer_product(self, v: ParamDict) -> ParamDict | None:
@@ -166,13 +188,144 @@ class HessianOperator(FlatOperator):
         if not reg.active or self.mode != FINITE_DIFFERENCE:
             return super()._regularizer_product(v)
         gradient = grad(lambda sub: reg(self._full(sub)))
-        return central_difference(gradient, self.params, v, self._step_length())
+        with full_float32(self.device):
+            return central_difference(gradient, self.params, v, self.step().step)
 
-    def _step_length(self) -> float:
-        """The length of every central difference's displacement at this point (:func:`step_length`)."""
-        if self._step is None:
-            self._step = step_length(self.params)
-        return self._step
+    # -- central differences ----------------------------------------------------------------------
+    def step(self, start: Tensor | None = None) -> StepChoice:
+        """The step of this point's central differences: chosen once from its measured errors, then kept.
+
+        Operators that share :attr:`costs` (the batches of one shape at one point) share the step.
+
+        Args:
+            start: the unit vector ``w`` of the probe (:func:`~landscape.analyses.hessian.steps.choose_step`); default
+                a Gaussian unit vector from seed 0.
+
+        Returns:
+            The :class:`~landscape.analyses.hessian.steps.StepChoice`.
+
+        Raises:
+            LandscapeError: not in ``finite-difference`` mode, or no step gives products within ``FD_MAX_ERROR``
+                (the message names why: :mod:`~landscape.analyses.hessian.finite`).
+        """
+        if self.differences is None:
+            raise LandscapeError(f"--hvp {self.mode!r} makes exact products: it has no step")
+        if self.costs.step is not None:
+            self.differences.adopt(self.costs.step)
+        self.costs.step = self.differences.step(start)
+        return self.costs.step
+
+    def _point_gradient(self, shift: Tensor | None) -> Tensor:
+        """The flat gradient of the operator's loss at ``theta + shift`` (added in the weights' dtype)."""
+        point = (
+            self.params
+            if shift is None
+            else {n: t + d for (n, t), d in zip(self.params.items(), unflatten(shift, self.params).values())}
+        )
+        reg = self.objective.regularizer
+        start = gradient_of(lambda sub: reg(self._full(sub)))(point) if reg.active else None  # no matmul: float32
+        part, parts = (distributed.rank(), distributed.world_size()) if self.shard else (0, 1)
+        with full_float32(self.device):
+            total = weighted_sum(
+                self.weights,
+                lambda slot: gradient_of(self._products[slot].loss)(point),
+                start=start,
+                part=part,
+                parts=parts,
+            )
+        out = flatten(total) if total is not None else torch.zeros(self.shape[0], dtype=self.dtype, device=self.device)
+        return distributed.sum_tensor(out) if self.shard else out
+
+    def start_vector(self, generator: torch.Generator) -> Tensor | None:
+        """A Lanczos start vector that sees the point's top curvature, for central differences (else None).
+
+        :meth:`~landscape.analyses.hessian.finite.CentralDifferences.start_vector`: the gradient's direction plus
+        the Gaussian unit vector the solver would draw; when the step is measured with it, its product is already
+        made.
+
+        Args:
+            generator: the solver's generator.
+
+        Returns:
+            The unit start vector in :attr:`dtype`, or None (exact products, or a step shared from another operator).
+        """
+        if self.differences is None:
+            return None
+        if self.costs.step is not None:
+            self.differences.adopt(self.costs.step)
+        vector = self.differences.start_vector(generator)
+        self.costs.step = self.differences.choice
+        return vector
+
+    def product_error(self, curvature: float = 0.0) -> float:
+        """The predicted error ``||C_h u - H u||`` of a unit vector's central difference (0 for the exact ways).
+
+        Args:
+            curvature: the curvature along ``u`` (:meth:`~landscape.analyses.hessian.steps.StepChoice.product_error`).
+
+        Returns:
+            The absolute error.
+        """
+        return self.differences.product_error(curvature) if self.differences is not None else 0.0
+
+    def adapt_step(self, vector: Tensor) -> bool:
+        """Measure the truncation along ``vector`` and shorten the central differences' step when it must be.
+
+        :meth:`~landscape.analyses.hessian.finite.CentralDifferences.adapt` (3 gradients along ``vector``); the
+        operators sharing :attr:`costs` take the new step.
+
+        Args:
+            vector: the top Ritz vector, or the vector whose products a solver found asymmetric.
+
+        Returns:
+            True when the step was shortened; False for exact products, or when the asymmetry is not the
+            truncation's.
+        """
+        if self.differences is None:
+            return False
+        shortened = self.differences.adapt(vector)
+        self.costs.step = self.differences.choice
+        return shortened
+
+    @property
+    def curvature_scale(self) -> float | None:
+        """The curvature the central differences' step was chosen for (None for exact products, or before it is)."""
+        return self.differences.scale if self.differences is not None else None
+
+    @property
+    def asymmetry_tolerance(self) -> float | None:
+        """The relative asymmetry of two couplings the solvers allow: ``FD_MAX_ERROR`` for central differences.
+
+        Returns:
+            :data:`~landscape.options.hessian.FD_MAX_ERROR`, or None (rounding only) for exact products.
+        """
+        return FD_MAX_ERROR if self.differences is not None else None
+
+    def explain_asymmetry(self, upper: float, lower: float, products: int) -> str | None:
+        """Why this operator's products are not symmetric, with what to do (None: the solvers' general reason).
+
+        Args:
+            upper: ``v_i . A v_j``.
+            lower: ``v_j . A v_i``.
+            products: the products made so far.
+
+        Returns:
+            A one-line message for central differences, else None.
+        """
+        return self.differences.asymmetry(upper, lower, products) if self.differences is not None else None
+
+    def _explain(self, finding: str) -> str:
+        """The one-line refusal of central differences at this point: ``finding``, its cause and what to do."""
+        x = self.objective.batches[0][0][:2]
+        params = {n: t.detach().requires_grad_(t.is_floating_point()) for n, t in self._point.items()}
+        kinks = finite.kinked_operations(lambda: self.objective.logits(params, x))
+        return finite.refusal(
+            finding,
+            kinks=kinks,
+            lattice=finite.forward_lattice(self.dtype, self.device),
+            dtype=self.dtype,
+            python=False,
+        )
 
     def remedy(self, problem: str) -> str:
         """What to try when these products are not a Hessian's (``problem``: ``non-finite`` or ``asymmetric``).
@@ -190,6 +343,42 @@ class HessianOperator(FlatOperator):
             "a custom autograd function whose backward cannot be differentiated (once_differentiable) makes the "
             f"products drop terms; try --hvp {other}"
         )
+
+    def hvp_dict(self, v: Mapping[str, Tensor], *, part: int = 0, parts: int = 1) -> ParamDict:
+        """``H v`` for a dict ``v`` (:meth:`FlatOperator.hvp_dict`), the central differences' step chosen first."""
+        if self.mode == FINITE_DIFFERENCE:
+            self.step()
+        return super().hvp_dict(v, part=part, parts=parts)
+
+    def matvec(self, v: Tensor) -> Tensor:
+        """``H v`` for a flat vector ``v`` of length n (:meth:`FlatOperator.matvec`).
+
+        With central differences the step is measured at the first product (its probe along ``v``), and the
+        probe's own product, which the measurement made, is returned as it is.
+
+        Args:
+            v: a vector of ``n`` entries (any shape that flattens to ``(n,)``).
+
+        Returns:
+            ``H v``, shape ``(n,)``, in :attr:`dtype` on :attr:`device`.
+
+        Raises:
+            ValueError: ``v`` does not have ``n`` entries.
+        """
+        if self.differences is None:
+            return super().matvec(v)
+        v = v.to(device=self.device, dtype=self.dtype).reshape(-1)
+        if v.numel() != self.shape[0]:
+            raise ValueError(f"vector has {v.numel()} entries, the operator acts on {self.shape[0]}")
+        self.step(v.double() / torch.linalg.vector_norm(v.double()) if self.costs.step is None else None)
+        known = self.differences.probe_product(v)
+        if known is not None:  # the probe's product, made by the step's measurement
+            self.n_matvec += 1
+            if self._planned is not None:
+                self._planned -= 1
+            return known
+        self.differences.count()
+        return super().matvec(v)
 
     def matmat(self, V: Tensor, *, vectorize: bool = False) -> Tensor:
         """``H V`` for an (n, m) matrix: column by column, or all columns at once with ``vmap``.
@@ -210,8 +399,12 @@ class HessianOperator(FlatOperator):
         if not vectorize:
             return super().matmat(V)
         V = self._columns(V)
+        if self.differences is not None:
+            self.step()  # chosen before the map: its measurement is not a mapped computation
+            self.differences.count(V.shape[1])
         count, planned = self.n_matvec, self._planned
-        out = vmap(lambda col: flatten(self._vectorized_hvp(unflatten(col, self.params))), in_dims=1, out_dims=1)(V)
+        with full_float32(self.device) if self.differences is not None else nullcontext():
+            out = vmap(lambda col: flatten(self._vectorized_hvp(unflatten(col, self.params))), in_dims=1, out_dims=1)(V)
         self.n_matvec, self._planned = count + V.shape[1], planned
         return out
 
@@ -221,7 +414,7 @@ class HessianOperator(FlatOperator):
         These are the ways that run inside ``vmap``.
         """
         if self.mode == FINITE_DIFFERENCE:
-            length = self._step_length()
+            length = self.step().step
             return self._weighted_sum(
                 v, lambda slot, vec: central_difference(grad(self._products[slot].loss), self.params, vec, length)
             )

@@ -9,12 +9,11 @@ For a batch loss ``L_b`` at a point ``theta`` the product ``v -> H_b v`` is made
 - ``linearize``: ``torch.func.linearize`` of ``grad(L_b)``; the setup is a trace (tens to hundreds of
   gradients' time) and each product runs the traced linear map.
 - ``finite-difference``: the central difference of two gradients,
-  ``H_b v ~ (grad L_b(theta + eps v) - grad L_b(theta - eps v)) / (2 eps)`` with
-  ``eps = u^(1/3) (1 + ||theta||) / ||v||`` (``u`` the dtype's machine epsilon; ``u^(1/2)`` in float64;
-  :func:`relative_step`, :func:`central_difference`):
-  two first-order gradients, no second derivative of any operation, so it works for a model whose operations
-  have no double backward; it is approximate (error ``O(eps^2)`` plus rounding ``O(u / eps)``) and never chosen
-  by ``auto``.
+  ``H_b v ~ (grad L_b(theta + eps v) - grad L_b(theta - eps v)) / (2 eps)`` with ``eps = h / ||v||``
+  (:func:`central_difference`), ``h`` chosen once per point from the truncation and rounding errors measured there
+  (:mod:`~landscape.analyses.hessian.steps`): two first-order gradients, no second derivative of any operation, so
+  it works for a model whose operations have no double backward; it is approximate (its predicted error is
+  recorded) and never chosen by ``auto``.
 
 What each costs depends on the model, the batch size and the device (``python benchmarks/hessian.py`` prints
 them), so ``auto`` measures: before every product the way with the least expected time for the products still
@@ -30,7 +29,6 @@ decide from the first one's measurements.
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +37,7 @@ import torch
 from torch import Tensor
 from torch.func import grad, jvp, linearize
 
+from landscape.analyses.hessian.steps import StepChoice, full_float32
 from landscape.core.gradients import gradient_of
 from landscape.core.params import ParamDict
 from landscape.errors import LandscapeError
@@ -48,15 +47,6 @@ from landscape.runtime.devices import fastest
 WAYS = ("jvp", "graph", "linearize")
 #: the approximate way, by the central difference of two gradients (chosen only by name, never by ``auto``)
 FINITE_DIFFERENCE = "finite-difference"
-#: the exponent of the dtype's machine epsilon ``u`` in a central difference's relative step: in float32 (and
-#: coarser) ``u^(1/3)``, which balances the difference's rounding error (``~u / eps``) against its truncation error
-#: (``~eps^2``): measured on a float32 tanh network, a relative error of 3e-5 against 4e-4 for ``u^(1/2)``; in
-#: float64 ``u^(1/2)``, whose rounding error (~1e-8) is still small and whose shorter step crosses fewer kinks of
-#: piecewise-linear activations (ReLU), which the exact Hessian does not see (``u^(1/3)`` made a float64
-#: resnet_mini's products asymmetric)
-STEP_EXPONENT = {torch.float64: 1.0 / 2.0}
-#: the exponent of every other dtype
-COARSE_STEP_EXPONENT = 1.0 / 3.0
 #: before a graph is measured: its setup and product as fractions of a ``jvp`` product (a gradient with
 #: ``create_graph`` is about a quarter of a jvp product, a backward through it about 0.7: benchmarks/hessian.py);
 #: the product ratio also infers a jvp product from a measured graph product (:meth:`ProductCosts.estimates`)
@@ -82,38 +72,6 @@ def quiet_jvp(fn: Callable[[ParamDict], ParamDict], params: ParamDict, v: ParamD
         return jvp(fn, (params,), (v,))[1]
 
 
-def relative_step(dtype: torch.dtype) -> float:
-    """The relative step of a central-difference product in ``dtype``: ``u^(1/3)``, in float64 ``u^(1/2)``.
-
-    ``u`` is the dtype's machine epsilon (see :data:`STEP_EXPONENT` for why the exponents differ).
-
-    Args:
-        dtype: a floating dtype.
-
-    Returns:
-        About 4.9e-3 for float32, 1.5e-8 for float64.
-    """
-    return float(torch.finfo(dtype).eps) ** STEP_EXPONENT.get(dtype, COARSE_STEP_EXPONENT)
-
-
-def step_length(params: Mapping[str, Tensor]) -> float:
-    """How far a central difference moves the parameters: ``relative_step * (1 + ||theta||)``, in float64.
-
-    ``u`` is the machine epsilon of the least precise dtype among ``params``. The step ``eps`` along a vector
-    ``v`` is this length divided by ``||v||`` (:func:`central_difference`), so the displacement ``eps v`` has
-    this length whatever ``v``'s scale.
-
-    Args:
-        params: the point ``theta``.
-
-    Returns:
-        The length ``||eps v||`` of the displacement.
-    """
-    rel = max(relative_step(t.dtype) for t in params.values())
-    size = math.sqrt(sum(float(t.detach().double().pow(2).sum()) for t in params.values()))
-    return rel * (1.0 + size)
-
-
 def central_difference(
     gradient: Callable[[ParamDict], ParamDict], params: ParamDict, v: Mapping[str, Tensor], length: float
 ) -> ParamDict:
@@ -126,7 +84,7 @@ def central_difference(
         gradient: ``theta -> grad L(theta)`` by parameter name.
         params: the point ``theta``.
         v: the vector by parameter name.
-        length: the length of the displacement ``eps v`` (:func:`step_length`).
+        length: the length ``h`` of the displacement ``eps v`` (:func:`~landscape.analyses.hessian.steps.choose_step`).
 
     Returns:
         The central-difference approximation of ``H v`` by parameter name.
@@ -161,13 +119,14 @@ class ProductCosts:
             first), ``graph_setup`` and ``linearize_setup`` (building the graph, tracing) and ``graph_first`` and
             ``linearize_first`` (the first product after a setup).
         failed: ways that raised when tried (``way -> exception type name``); never tried again.
-        step: the length of a central difference's displacement (:func:`step_length`) when products were made
-            by ``finite-difference``, else None.
+        step: the choice of the central differences' step at the point
+            (:class:`~landscape.analyses.hessian.steps.StepChoice`) when products are made by ``finite-difference``,
+            else None; operators on batches of one shape at one point share it.
     """
 
     seconds: dict[str, list[float]] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
-    step: float | None = None
+    step: StepChoice | None = None
 
     def add(self, name: str, value: float) -> None:
         """Record one measurement of ``name``."""
@@ -217,13 +176,19 @@ class ProductCosts:
         return setup + max(first - product, 0.0), product
 
     def summary(self) -> dict[str, object]:
-        """The fastest times measured, the ways that failed and a central difference's step, for a result file."""
+        """The fastest times measured, the ways that failed, and the central differences' step and errors.
+
+        Returns:
+            ``{"seconds", "failed"}``, with ``finite_difference_step`` (the step's length) and ``finite_difference``
+            (:meth:`~landscape.analyses.hessian.steps.StepChoice.summary`) once a step was chosen.
+        """
         out: dict[str, object] = {
             "seconds": {name: round(float(self.fastest(name) or 0.0), 6) for name in sorted(self.seconds)},
             "failed": dict(self.failed),
         }
         if self.step is not None:
-            out["finite_difference_step"] = self.step
+            out["finite_difference_step"] = self.step.step
+            out["finite_difference"] = self.step.summary()
         return out
 
 
@@ -259,7 +224,6 @@ class BatchProducts:
         self.way: str | None = None
         self.cache: Callable[[ParamDict], ParamDict] | None = None
         self._cache_way: str | None = None
-        self._step: float | None = None
         self._device = next(iter(params.values())).device
 
     def __call__(self, v: ParamDict, left: float) -> ParamDict:
@@ -286,10 +250,11 @@ class BatchProducts:
 
     def _product(self, way: str, v: ParamDict) -> ParamDict:
         if way == FINITE_DIFFERENCE:
-            if self._step is None:
-                self._step = self.costs.step = step_length(self.params)
+            if self.costs.step is None:
+                raise RuntimeError("a central difference before its step was chosen (HessianOperator chooses it)")
             self.way = way
-            return central_difference(gradient_of(self.loss), self.params, v, self._step)
+            with full_float32(self._device):
+                return central_difference(gradient_of(self.loss), self.params, v, self.costs.step.step)
         if way == "jvp":
             self.drop()
             out = self._timed("jvp", lambda: self._jvp(v))

@@ -169,6 +169,7 @@ def run_hessian(
                         "eigen_n_matvec": res.n_matvec,
                         "eigen_restarts": res.n_restarts,
                         "eigen_method": eigen_method(op),
+                        "eigen_symmetry_defect": res.symmetry_defect,
                         "hvp_choice": op.hvp_choice(),
                     }
                 )
@@ -337,6 +338,7 @@ def run_spectrum(
             f.allocate("eigenvalues", (n, top_k), "f8", fill=np.nan, axes=["batch", "rank"])
             f.allocate("done", (n,), bool, fill=False, axes=["batch"])
             f.allocate("n_matvec", (n,), "i8", fill=0, axes=["batch"])
+            f.allocate("symmetry_defect", (n,), "f8", fill=np.nan, axes=["batch"])
             if "batch_sizes" not in f:
                 f.write("batch_sizes", np.array(batches.sizes), axes=["batch"])
         return [int(i) for i in np.flatnonzero(f.read("done"))]
@@ -364,6 +366,7 @@ def run_spectrum(
             if f is not None:
                 f.write_at("eigenvalues", item.index, item.eigenvalues)
                 f.write_at("n_matvec", item.index, item.n_matvec)
+                f.write_at("symmetry_defect", item.index, item.symmetry_defect)
                 f.mark_done("done", item.index)
             bar.update(1)
 

@@ -27,7 +27,7 @@ from landscape.analyses.hessian.grouped import GroupChoice, GroupedProducts, Wor
 from landscape.analyses.hessian.lanczos import drive_together, lanczos_steps
 from landscape.analyses.hessian.operator import bn_folded
 from landscape.analyses.hessian.operators import curvature_operator, eigenpairs
-from landscape.analyses.hessian.products import ProductCosts
+from landscape.analyses.hessian.products import FINITE_DIFFERENCE, ProductCosts
 from landscape.core.criteria import Batch, OutputSelector, batch_loss
 from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
@@ -46,12 +46,15 @@ class BatchSpectrum:
         eigenvalues: its k eigenvalues, ascending, shape ``(k,)``.
         n_matvec: Hessian-vector products spent (-1 for PyHessian, which does not report them).
         converged: per-eigenvalue convergence flags, shape ``(k,)`` (all True for PyHessian).
+        symmetry_defect: the largest relative asymmetry of the products Lanczos measured (NaN for PyHessian and
+            for batches solved together, whose grouped products are exact).
     """
 
     index: int
     eigenvalues: np.ndarray
     n_matvec: int
     converged: np.ndarray
+    symmetry_defect: float = float("nan")
 
 
 @dataclass
@@ -66,6 +69,8 @@ class MaxEigenvalueSpectrum:
         batch_sizes: samples per batch, ``(n_batches,)``.
         n_matvec: Hessian-vector products per batch, ``(n_batches,)``.
         converged: convergence flag per eigenvalue, ``(n_batches, k)``.
+        symmetry_defect: the largest relative asymmetry of each batch's products (:class:`BatchSpectrum`),
+            ``(n_batches,)``.
         group: the most batches computed together (1: one after another).
         group_choice: how the group size was chosen (:meth:`~landscape.analyses.hessian.grouped.GroupChoice.as_dict`).
         hvp_choice: how the serial products were made, by batch shape (the operators' ``hvp_choice``: the
@@ -76,6 +81,7 @@ class MaxEigenvalueSpectrum:
     batch_sizes: np.ndarray
     n_matvec: np.ndarray
     converged: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), bool))
+    symmetry_defect: np.ndarray = field(default_factory=lambda: np.zeros(0))
     group: int = 1
     group_choice: dict = field(default_factory=dict)
     hvp_choice: dict = field(default_factory=dict)
@@ -229,7 +235,11 @@ def max_eigenvalue_spectrum(
         raise LandscapeError(f"--top-k must lie in [1, {n_params - 1}] for this model, got {k}")
     sizes = np.array(objective.batches.sizes)
     out = MaxEigenvalueSpectrum(
-        np.full((len(sizes), k), np.nan), sizes, np.zeros(len(sizes), np.int64), np.zeros((len(sizes), k), bool)
+        np.full((len(sizes), k), np.nan),
+        sizes,
+        np.zeros(len(sizes), np.int64),
+        np.zeros((len(sizes), k), bool),
+        np.full(len(sizes), np.nan),
     )
     todo = [i for i in range(len(sizes)) if i not in set(skip)]
     world = distributed.world_size()
@@ -255,6 +265,8 @@ def max_eigenvalue_spectrum(
         choice = GroupChoice(group, 1, "serial", "pyhessian solver")
     elif not hessian:
         choice = GroupChoice(group, 1, "serial", f"operator {operator}")
+    elif hvp == FINITE_DIFFERENCE:  # grouped products are exact (vmap of jvp): differences go one batch at a time
+        choice = GroupChoice(group, 1, "serial", "finite differences")
     elif not todo:
         choice = GroupChoice(group, 1, "serial", "nothing to do")
     else:
@@ -277,6 +289,7 @@ def max_eigenvalue_spectrum(
                 out.eigenvalues[item.index] = item.eigenvalues
                 out.n_matvec[item.index] = item.n_matvec
                 out.converged[item.index] = item.converged
+                out.symmetry_defect[item.index] = item.symmetry_defect
                 if on_batch is not None:
                     on_batch(item)
                 bar.update(1)
@@ -381,4 +394,4 @@ def _one_batch(
         return BatchSpectrum(index, values, -1, np.ones(k, bool))
     op = _serial_operator(objective, index, hvp, costs, operator)
     res = eigenpairs(op, k, which, ncv=ncv, tol=tol, maxiter=maxiter, seed=seed + index, return_eigenvectors=False)
-    return BatchSpectrum(index, res.eigenvalues.numpy(), res.n_matvec, res.converged.numpy())
+    return BatchSpectrum(index, res.eigenvalues.numpy(), res.n_matvec, res.converged.numpy(), res.symmetry_defect)

@@ -1,7 +1,9 @@
 """Run under ``torchrun --nproc_per_node 2``: the FSDP Lanczos on 2 ranks and on 1 rank (a 1-rank sub-mesh).
 
-Writes, from rank 0, a JSON file (the path given as the only argument) that ``test_fsdp.py`` compares with
-dense references. ``make_model`` and ``make_batches`` are imported by the test too.
+A float64 tanh MLP (the sharding, against a dense Hessian), a float32 ViT (the step measured on the shards, against
+exact products), and the refusals of a ReLU network and of a bfloat16 ``param_dtype``. Writes, from rank 0, a JSON
+file (the path given as the only argument) that ``test_fsdp.py`` compares with the references. ``make_model``,
+``make_batches``, ``make_vit`` and ``make_images`` are imported by the test too.
 """
 
 import json
@@ -30,6 +32,48 @@ def make_batches() -> list:
         (torch.randn(s, N_IN, generator=gen, dtype=torch.float64), torch.randint(0, N_OUT, (s,), generator=gen))
         for s in SIZES
     ]
+
+
+def make_vit() -> nn.Module:
+    """The zoo's ViT at 16 x 16 (GELU; 102,602 float32 weights of norm 19.6 at its seeded initialisation)."""
+    from landscape.models import create_model
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = create_model(
+            "vit_mini", num_classes=10, in_chans=1, img_size=16, depth=2, embed_dim=64, num_heads=2, patch_size=4
+        )
+    return model.eval()
+
+
+def make_images() -> list:
+    """Two batches (20 and 12) of Gaussian 16 x 16 images with random labels."""
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(32, 1, 16, 16, generator=gen), torch.randint(0, 10, (32,), generator=gen)
+    return [(x[:20], y[:20]), (x[20:], y[20:])]
+
+
+def make_relu() -> nn.Module:
+    """A float32 ReLU MLP on the images, its biases 0: a blank image's pre-activations lie on ReLU's kink."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(2)
+        model = nn.Sequential(nn.Flatten(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+    with torch.no_grad():
+        for m in model:
+            if isinstance(m, nn.Linear):
+                m.bias.zero_()
+    return model.eval()
+
+
+def refusal(call) -> str:
+    """The message of the LandscapeError ``call()`` raises ('' when it does not)."""
+    from landscape.errors import LandscapeError
+
+    try:
+        call()
+    except LandscapeError as exc:
+        return str(exc)
+    return ""
 
 
 def solve(model: nn.Module, batches: list) -> dict:
@@ -66,10 +110,10 @@ def solve(model: nn.Module, batches: list) -> dict:
 def main(out: str) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     import landscape
-    from landscape.analyses.hessian.fsdp import fully_shard_model
-    from landscape.errors import LandscapeError
+    from landscape.analyses.hessian.fsdp import fsdp_lanczos, fully_shard_model
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -77,13 +121,27 @@ def main(out: str) -> None:
     two = solve(fully_shard_model(make_model()), batches)
     solo = init_device_mesh("cpu", (dist.get_world_size(), 1), mesh_dim_names=("ranks", "solo"))["solo"]
     one = solve(fully_shard_model(make_model(), mesh=solo), batches)  # each rank alone: world 1
-    try:
-        landscape.hessian(fully_shard_model(make_model()), batches, top_k=1, hvp="finite-difference")
-        refused = ""
-    except LandscapeError as exc:
-        refused = str(exc)
+    refused = refusal(lambda: landscape.hessian(fully_shard_model(make_model()), batches, top_k=1))
+    images = make_images()
+    vit = fsdp_lanczos(fully_shard_model(make_vit()), images, k=K, tol=1e-4, seed=0)
+    blank = [(torch.zeros(8, 1, 16, 16), torch.arange(8)), *images]  # blank images: on the kinks at every step
+    kinks = refusal(lambda: fsdp_lanczos(fully_shard_model(make_relu()), blank, k=K, tol=1e-4, seed=0))
+    half = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    model = make_vit()
+    for sub in reversed([m for m in model.modules() if m is not model]):
+        if next(sub.parameters(recurse=False), None) is not None:
+            fully_shard(sub, mp_policy=half)
+    rounding = refusal(lambda: fsdp_lanczos(fully_shard(model, mp_policy=half), images, k=K, tol=1e-4, seed=0))
+    found = {
+        "eigenvalues": vit.eigenvalues.tolist(),
+        "converged": vit.converged.tolist(),
+        "n_matvec": vit.n_matvec,
+        "symmetry_defect": vit.symmetry_defect,
+        "finite_difference": vit.finite_difference,
+    }
     everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, {"two": two, "one": one, "refused": refused})
+    mine = {"two": two, "one": one, "refused": refused, "vit": found, "kinks": kinks, "bfloat16": rounding}
+    dist.all_gather_object(everyone, mine)
     if dist.get_rank() == 0:
         with open(out, "w") as f:
             json.dump(everyone, f)

@@ -1,4 +1,5 @@
-"""The FSDP Lanczos on 2 ranks (gloo, CPU) against a dense float64 Hessian and against the same run on 1 rank."""
+"""The FSDP Lanczos on 2 ranks (gloo, CPU) against a dense float64 Hessian, the same run on 1 rank, and a float32
+ViT's exact products; the refusals of a ReLU network and of a bfloat16 ``param_dtype``, in Python's words."""
 
 import importlib.util
 import json
@@ -10,6 +11,9 @@ from helpers import torchrun
 from torch.func import functional_call, hessian
 
 from landscape.analyses.hessian.fsdp import FSDPHessianOperator, is_fully_sharded
+from landscape.analyses.hessian.lanczos import lanczos
+from landscape.analyses.hessian.operator import HessianOperator
+from landscape.core.objective import Objective
 from landscape.errors import LandscapeError
 
 SCRIPT = Path(__file__).with_name("fsdp_ranks.py")
@@ -90,6 +94,34 @@ def test_the_shards_put_together_are_the_dense_eigenvectors(runs):
 @pytest.mark.slow
 def test_landscape_hessian_refuses_a_sharded_model_and_names_the_function(runs):
     assert "fsdp_lanczos" in runs[0]["refused"] and "\n" not in runs[0]["refused"]
+
+
+@pytest.mark.slow
+def test_a_float32_vit_on_two_sharded_ranks_has_the_top_eigenvalues_of_its_exact_products(runs):
+    model, images = ranks.make_vit(), ranks.make_images()
+    exact = lanczos(HessianOperator(Objective(model, images, dtype=torch.float64), mode="graph"), k=ranks.K, tol=1e-10)
+    float32 = lanczos(HessianOperator(Objective(model, images), mode="graph"), k=ranks.K, tol=1e-6, seed=0)
+    for rank in runs:
+        found = torch.tensor(rank["vit"]["eigenvalues"], dtype=torch.float64)
+        assert all(rank["vit"]["converged"])
+        torch.testing.assert_close(found, exact.eigenvalues, rtol=1e-4, atol=0)  # measured: 1.6e-5 at most
+        torch.testing.assert_close(found, float32.eigenvalues, rtol=1e-4, atol=0)
+        step = rank["vit"]["finite_difference"]
+        assert step["lattice"] == "float32" and step["asymptotic"] and step["estimated_error"] < 1e-3
+        assert step["gradients_total"] / rank["vit"]["n_matvec"] <= 2.2  # its probe's product is Lanczos' first
+        assert rank["vit"]["symmetry_defect"] < 1e-3
+    assert runs[0]["vit"] == runs[1]["vit"]
+
+
+@pytest.mark.slow
+def test_fsdp_lanczos_refuses_kinks_and_a_bfloat16_forward_in_python_words(runs):
+    kinks, rounding = runs[0]["kinks"], runs[0]["bfloat16"]
+    for message in (kinks, rounding):
+        assert message.startswith("fsdp_lanczos: ") and "\n" not in message and "--" not in message
+    assert "kinks of the model's piecewise-linear relu" in kinks
+    assert "landscape.hessian(model, data, hvp='graph')" in kinks
+    assert "model.double()" in kinks and "GELU in place of ReLU" in kinks
+    assert "runs in bfloat16" in rounding and "MixedPrecisionPolicy with param_dtype=torch.float32" in rounding
 
 
 def test_a_plain_model_is_not_sharded_and_the_operator_refuses_it():

@@ -295,3 +295,30 @@ def test_no_restart_allowed_reports_its_pairs_unconverged():
     res = lanczos(DenseOperator(A), k=3, ncv=8, maxiter=0, seed=0)
     assert res.n_restarts == 0 and not bool(res.converged.any())
     assert bool((res.residuals > res.tol * res.eigenvalues.abs()).any())
+
+
+class NoisyOperator(DenseOperator):
+    """A diagonal matrix whose every product carries a fresh error of norm ``noise`` (as central differences do)."""
+
+    def __init__(self, eigenvalues, noise, *, declared):
+        super().__init__(torch.diag(eigenvalues))
+        self.noise, self.declared, self.gen = noise, declared, torch.Generator().manual_seed(5)
+        if declared:  # what an operator of approximate products tells the solver
+            self.product_error = lambda curvature: noise
+            self.asymmetry_tolerance = 1e-2
+
+    def matvec(self, v):
+        error = torch.randn(v.shape[0], generator=self.gen, dtype=v.dtype)
+        return super().matvec(v) + self.noise * error / error.norm()
+
+
+def test_products_with_a_declared_error_converge_at_it_and_their_asymmetry_is_recorded():
+    eigenvalues = torch.cat([torch.linspace(1.0, 10.0, 197), torch.tensor([50.0, 70.0, 100.0])]).double()
+    declared = NoisyOperator(eigenvalues, 1e-3, declared=True)
+    res = lanczos(declared, k=3, tol=1e-12, maxiter=3, seed=0)
+    # no residual falls below the products' error: converged at twice it, well within their error of the eigenvalues
+    assert bool(res.converged.all()) and bool((res.residuals <= 2 * 1e-3 + res.symmetry_defect * 100).all())
+    torch.testing.assert_close(res.eigenvalues, eigenvalues[-3:], rtol=1e-5, atol=0)
+    assert 1e-8 < res.symmetry_defect < 1e-4  # the errors' projections, relative to ||A|| = 100
+    with pytest.raises(LandscapeError, match="not symmetric"):  # undeclared: more asymmetric than rounding allows
+        lanczos(NoisyOperator(eigenvalues, 1e-3, declared=False), k=3, tol=1e-12, maxiter=3, seed=0)
