@@ -336,7 +336,8 @@ def block_curvature(
             raise LandscapeError(f"block {block.name!r}: its parameter names select other parameters as globs")
         eig = eigenpairs(op, 1, "LA", tol=tol, ncv=ncv, maxiter=maxiter, seed=seed, return_eigenvectors=False)
         estimate = trace(op, trace_samples, trace_method, seed=seed)
-        step = op.costs.step
+        hessian = getattr(op, "hessian", op)  # the residual's products by differences are its Hessian part's
+        step = getattr(getattr(hessian, "costs", None), "step", None)  # None for exact products and other operators
         results.append(
             BlockCurvature(
                 block=block,

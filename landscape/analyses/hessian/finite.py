@@ -27,7 +27,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from landscape.analyses.hessian.linalg import InnerProduct
+from landscape.analyses.hessian.linalg import InnerProduct, remedy_of, require_finite
 from landscape.analyses.hessian.probes import local_generator
 from landscape.analyses.hessian.steps import PointGradient, StepChoice, choose_step, remeasure
 from landscape.errors import LandscapeError
@@ -91,6 +91,7 @@ def refusal(
     lattice: torch.dtype,
     dtype: torch.dtype,
     python: bool,
+    float64: bool | None = None,
 ) -> str:
     """The one-line refusal of central differences: ``finding``, its cause and what to do.
 
@@ -100,10 +101,13 @@ def refusal(
         lattice: the dtype the weights are rounded to in the forward pass (:func:`forward_lattice`).
         dtype: the weights' dtype.
         python: advice for ``fsdp_lanczos`` (Python arguments, a sharded model) instead of ``landscape.hessian``'s.
+        float64: whether float64 weights may be advised (default: ``dtype`` is not float64); False where the caller
+            has no ``--dtype`` (a surface along Hessian directions).
 
     Returns:
         The message.
     """
+    coarse = dtype != torch.float64 if float64 is None else float64
     head = ("fsdp_lanczos: " if python else "--hvp 'finite-difference': ") + "central differences of gradients: "
     if lattice in SIXTEEN_BIT:
         bits = round(-math.log2(torch.finfo(lattice).eps)) + 1
@@ -121,7 +125,6 @@ def refusal(
             f"the displacement crosses kinks of the model's piecewise-linear {', '.join(kinks)}, where the gradient "
             "jumps (the exact Hessian takes their second derivative as 0), and the jumps do not shrink with the step"
         )
-        coarse = dtype != torch.float64
         if python:
             fix = (
                 "make its products exact unsharded, landscape.hessian(model, data, hvp='graph'), where it fits one "
@@ -136,11 +139,9 @@ def refusal(
     else:
         cause = "the truncation and rounding errors of this model's differences cannot both be made small"
         if python:
-            fix = "shard float64 weights (model.double() before fully_shard)" if dtype != torch.float64 else ""
+            fix = "shard float64 weights (model.double() before fully_shard)" if coarse else ""
         else:
-            fix = "use --hvp 'graph' or --hvp 'jvp' (exact products)" + (
-                ", or --dtype 'float64'" if dtype != torch.float64 else ""
-            )
+            fix = "use --hvp 'graph' or --hvp 'jvp' (exact products)" + (", or --dtype 'float64'" if coarse else "")
     return head + f"{finding}: {cause}" + (f"; {fix}" if fix else "")
 
 
@@ -156,6 +157,8 @@ class CentralDifferences:
         device: their device.
         lattice: ``() -> the dtype the weights are rounded to in the forward pass`` (read when the step is chosen).
         explain: ``finding -> the one-line refusal`` (:func:`refusal` with the model's cause).
+        remedy: ``problem -> advice`` of the operator (:func:`~landscape.analyses.hessian.linalg.remedy_of`), for
+            a measurement whose gradients are not finite (a NaN weight, an overflow): default the generic advice.
 
     Attributes:
         choice: the step chosen (:class:`~landscape.analyses.hessian.steps.StepChoice`), or None before.
@@ -173,9 +176,11 @@ class CentralDifferences:
         device: torch.device,
         lattice: Callable[[], torch.dtype],
         explain: Callable[[str], str],
+        remedy: Callable[[str], str] | None = None,
     ) -> None:
         self.gradient, self.theta, self.inner, self.n = gradient, theta, inner, n
         self.dtype, self.device, self.lattice, self.explain = dtype, device, lattice, explain
+        self.remedy = remedy or remedy_of(None)
         self.choice: StepChoice | None = None
         self.gradients = 0
         #: (the first entries of w, s, H s or None) of the probe measured here
@@ -193,7 +198,8 @@ class CentralDifferences:
             The choice.
 
         Raises:
-            LandscapeError: no step gives products within ``FD_MAX_ERROR`` (:func:`require_accurate`).
+            LandscapeError: the measurement's gradients are not finite (the first product's refusal, with the
+                operator's remedy), or no step gives products within ``FD_MAX_ERROR`` (:func:`require_accurate`).
         """
         if self.choice is None:
             if start is None:
@@ -203,6 +209,9 @@ class CentralDifferences:
                 self.gradient, self.theta, w, self.inner, lattice=self.lattice(), generator=local_generator(0)
             )
             self.gradients += choice.gradients
+            # non-finite gradients (a NaN weight, an overflow) are the products' problem, not the step's
+            measured = torch.tensor([choice.product_norm, choice.curvature, choice.noise], dtype=torch.float64)
+            require_finite(measured, 1, self.remedy("non-finite"))
             require_accurate(choice, self.explain)
             self.choice = choice
             kept = None if product is None else product.to(self.dtype)

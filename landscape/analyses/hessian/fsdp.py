@@ -230,6 +230,7 @@ class FSDPHessianOperator:
             self.device,
             self._lattice,
             self._explain,
+            self.remedy,
         )
         self.n_matvec = 0
 

@@ -102,6 +102,8 @@ class HessianOperator(FlatOperator):
     """
 
     operator = "hessian"
+    #: whether the caller has ``--dtype``, so that advice may name float64 (a surface has none)
+    dtype_option = True
 
     def __init__(
         self,
@@ -137,6 +139,7 @@ class HessianOperator(FlatOperator):
                 self.device,
                 lambda: finite.forward_lattice(self.dtype, self.device),
                 self._explain,
+                self.remedy,
             )
             if mode == FINITE_DIFFERENCE
             else None
@@ -325,15 +328,21 @@ class HessianOperator(FlatOperator):
             lattice=finite.forward_lattice(self.dtype, self.device),
             dtype=self.dtype,
             python=False,
+            float64=self._wider(),
         )
+
+    def _wider(self) -> bool:
+        """Whether float64 may be advised: the products are in another dtype and the caller has ``--dtype``."""
+        return self.dtype_option and self.dtype != torch.float64
 
     def remedy(self, problem: str) -> str:
         """What to try when these products are not a Hessian's (``problem``: ``non-finite`` or ``asymmetric``).
 
-        Float64 is suggested only to an operator that computes in another dtype, and another product only where
-        another could help (:func:`~landscape.analyses.hessian.linalg.remedy_of`).
+        Float64 is suggested only to an operator that computes in another dtype for a caller with ``--dtype``
+        (:attr:`dtype_option`), and another product only where another could help
+        (:func:`~landscape.analyses.hessian.linalg.remedy_of`).
         """
-        wider = "" if self.dtype == torch.float64 else ": try --dtype float64"
+        wider = ": try --dtype float64" if self._wider() else ""
         if problem == "non-finite":
             return f"a NaN weight, or a loss that overflows in {str(self.dtype).replace('torch.', '')}{wider}"
         if self.mode == FINITE_DIFFERENCE:

@@ -102,6 +102,28 @@ class ResidualOperator(FlatOperator):
         """
         return {**super().hvp_choice(), "hessian": self.hessian.hvp_choice(), "ggn": self.ggn.hvp_choice()}
 
+    # -- the Hessian part's advice and, by central differences, its error (the Gauss-Newton's products are exact) --
+    def remedy(self, problem: str) -> str:
+        """What to try when these products are not finite or not symmetric: the Hessian part's advice (``--hvp``)."""
+        return self.hessian.remedy(problem)
+
+    @property
+    def asymmetry_tolerance(self) -> float | None:
+        """The relative asymmetry the solvers allow: the Hessian part's (``FD_MAX_ERROR`` by central differences)."""
+        return self.hessian.asymmetry_tolerance
+
+    def product_error(self, curvature: float = 0.0) -> float:
+        """The predicted error of a unit vector's product: the Hessian part's (0 for exact products)."""
+        return self.hessian.product_error(curvature)
+
+    def adapt_step(self, vector: Tensor) -> bool:
+        """Shorten the Hessian part's step of central differences along ``vector`` when it must be (else False)."""
+        return self.hessian.adapt_step(vector)
+
+    def explain_asymmetry(self, upper: float, lower: float, products: int) -> str | None:
+        """Why the products are not symmetric: the Hessian part's central differences (None: the general reason)."""
+        return self.hessian.explain_asymmetry(upper, lower, products)
+
     def clear_cache(self) -> None:
         """Drop both operators' kept graphs and traces."""
         self.hessian.clear_cache()

@@ -29,6 +29,7 @@ from torch import Tensor
 from landscape import store
 from landscape.analyses.hessian.lanczos import converged as lanczos_converged
 from landscape.analyses.hessian.linalg import rank_ritz
+from landscape.analyses.hessian.operator import HessianOperator
 from landscape.analyses.hessian.operators import curvature_operator, eigen_method, eigenpairs
 from landscape.analyses.surface.directions import Directions
 from landscape.analyses.surface.quadratic import quadratic_model  # noqa: F401 (re-exported)
@@ -196,6 +197,9 @@ def hessian_eigendirections(
             did not converge within ``maxiter`` restarts.
     """
     op = curvature_operator(objective, operator, patterns=patterns, mode=hvp)
+    for part in (op, getattr(op, "hessian", None)):  # the Hessian, or the residual's Hessian part
+        if isinstance(part, HessianOperator):
+            part.dtype_option = False  # a surface has no --dtype: its advice names none
     res = eigenpairs(op, k, which, ncv=ncv, tol=tol, maxiter=maxiter, seed=seed, return_eigenvectors=True)
     assert res.eigenvectors is not None
     order = rank_ritz(res.eigenvalues, which).tolist()

@@ -8,6 +8,8 @@ from torch import nn
 import landscape
 from landscape.analyses.hessian.lanczos import lanczos
 from landscape.analyses.hessian.operator import HessianOperator
+from landscape.analyses.hessian.operators import curvature_operator
+from landscape.analyses.surface.hessian_directions import hessian_eigendirections
 from landscape.core.objective import Objective
 from landscape.errors import LandscapeError
 from landscape.options.hessian import FD_MAX_ERROR, SpectrumOptions
@@ -42,6 +44,19 @@ def test_a_relu_network_in_float32_is_refused_naming_its_kinks_and_the_exact_way
     assert "kinks of the model's piecewise-linear relu" in message
     assert "--hvp 'graph' or --hvp 'jvp'" in message and "--dtype 'float64'" in message
     assert "once_differentiable" not in message
+
+
+def test_a_caller_without_dtype_is_not_advised_float64():
+    model, batches = mlp(nn.ReLU)
+    op = HessianOperator(Objective(model, batches), mode="finite-difference")
+    op.dtype_option = False  # as a surface along Hessian directions sets it: a surface has no --dtype
+    with pytest.raises(LandscapeError, match="kinks of the model's piecewise-linear relu") as err:
+        lanczos(op, k=3, tol=1e-4, seed=0)
+    assert "--hvp 'graph' or --hvp 'jvp'" in str(err.value) and "float64" not in str(err.value)
+    assert "float64" not in op.remedy("asymmetric") and "float64" not in op.remedy("non-finite")
+    with pytest.raises(LandscapeError, match="kinks") as err:  # the surface's own solve
+        hessian_eigendirections(Objective(model, batches), 2, tol=1e-4, hvp="finite-difference")
+    assert "float64" not in str(err.value)
 
 
 def test_the_same_relu_network_in_float64_gives_its_exact_top_eigenvalues():
@@ -104,10 +119,27 @@ def test_every_file_records_the_step_and_the_measured_errors(tmp_path):
         assert 0 < hessian["blocks/symmetry_defect"][i] < 1e-3
     # measured: 3.5e-5 and 1.0e-5
     np.testing.assert_allclose(hessian["blocks/top_eigenvalue"], exact["blocks/top_eigenvalue"], rtol=1e-4)
-    spectrum = landscape.spectrum(model, batches, top_k=2, batch_size=32, out=tmp_path / "s.h5", **common)
+    spectrum = landscape.spectrum(model, batches, top_k=2, out=tmp_path / "s.h5", **common)  # batches as given
     for shape in spectrum.attrs["hvp_choice"].values():  # batches of one shape share the step measured on the first
         assert shape["finite_difference"]["estimated_error"] < 1e-3
     assert spectrum.attrs["group"] == 1
     assert ((spectrum["symmetry_defect"] > 0) & (spectrum["symmetry_defect"] < 1e-3)).all()
     with pytest.raises(LandscapeError, match="give --group 1 or leave it out"):
         SpectrumOptions(hvp="finite-difference", group=4, samples=64)
+
+
+def test_the_residual_by_differences_takes_its_hessian_parts_step_and_refusal():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 5))
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(64, 16, generator=g), torch.randint(0, 5, (64,), generator=g)
+    objective = Objective(model, [(x[:40], y[:40]), (x[40:], y[40:])])
+    exact = lanczos(curvature_operator(objective, "residual", mode="graph"), k=2, which="BE", tol=1e-6, seed=0)
+    op = curvature_operator(objective, "residual", mode="finite-difference")
+    found = lanczos(op, k=2, which="BE", tol=1e-4, seed=0)
+    torch.testing.assert_close(found.eigenvalues, exact.eigenvalues, rtol=1e-4, atol=0)  # measured: 2e-6
+    assert op.asymmetry_tolerance == FD_MAX_ERROR and op.hvp_choice()["hessian"]["finite_difference_step"] > 0
+    model, batches = mlp(nn.ReLU)
+    with pytest.raises(LandscapeError) as err:  # the Hessian part's refusal, not the generic once_differentiable
+        lanczos(curvature_operator(Objective(model, batches), "residual", mode="finite-difference"), k=3, seed=0)
+    assert str(err.value).startswith("--hvp 'finite-difference'") and "kinks" in str(err.value)
