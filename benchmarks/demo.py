@@ -224,9 +224,10 @@ def doc_blocks(runs: dict[str, list[Finding]], records: dict[str, dict]) -> dict
     said = ", ".join(f"{counts[w]} **{w}**" for w in VERDICTS[1:] if counts[w])
     summary = f"On CPU capability {cap}, {counts['reproduced']} of its {len(first)} rows are **reproduced**, {said}."
     if len(names) > 1:
+        others = ", ".join(names[1:])
         summary += (
-            f" {len(unstable)} of them another of the {len(names)} runs ({', '.join(names[1:])}) gives another"
-            " verdict, so they are not stable" + (": " + "; ".join(unstable) + "." if unstable else ".")
+            f" The other runs ({others}) give {len(unstable)} of these rows another verdict; those rows are not"
+            " stable" + (": " + "; ".join(unstable) + "." if unstable else ".")
         )
     machine = "\n".join(
         f"- {n}: seeds {', '.join(map(str, r.get('seeds', [])))}; {machine_line(r)}" for n, r in records.items()

@@ -75,7 +75,7 @@ def test_write_docs_fills_every_marked_block_and_only_it(tmp_path):
     demo.write_docs(runs, records, tmp_path)
     readme = (tmp_path / "README.md").read_text()
     assert readme.startswith("# head\n\n<!-- findings-summary -->\nOn CPU capability AVX512, 1 of its 3 rows")
-    assert "1 **contradicted**, 1 **inconclusive**." in readme and "so they are not stable: two." in readme
+    assert "1 **contradicted**, 1 **inconclusive**." in readme and "those rows are not stable: two." in readme
     assert "old" not in readme and readme.endswith("<!-- /findings-summary -->\n\ntail\n")
     page = (tmp_path / "docs" / "reproduction.md").read_text()
     assert "- avx2: seeds 0, 1, 2; torch 2.x, CPU capability AVX2, 1 torch thread, device cpu" in page
