@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import os
 import resource
 import shutil
@@ -65,6 +66,8 @@ from landscape.options import checks
 MODELS = {"resnet": ("resnet_mini", {"widths": (16, 24, 32, 64)}), "vit": ("vit_mini", {})}
 #: goal 4: auto's whole grid at most this many times the plain loop's
 AUTO_BOUND = 1.25
+#: why a peer's row is empty where its package is missing
+NOT_INSTALLED = "loss-landscapes is not installed: pip install -e '.[bench]'"
 #: goal 5: the peers' whole grid at least this many times ours
 PEER_GOAL = 1.3
 
@@ -160,9 +163,16 @@ def with_cache(folder: Path):
 
 
 def peer(model, batches, steps):
-    """loss-landscapes' random_plane on the same model and samples; filter normalisation, else model."""
-    import loss_landscapes
-    import loss_landscapes.metrics
+    """loss-landscapes' random_plane on the same model and samples; filter normalisation, else model.
+
+    Returns (grid, seconds, normalisation, errors); grid None and seconds NaN where it did not run (not installed:
+    ``pip install -e ".[bench]"``).
+    """
+    try:
+        import loss_landscapes
+        import loss_landscapes.metrics
+    except ImportError:
+        return None, float("nan"), None, NOT_INSTALLED
 
     x = torch.cat([b[0] for b in batches])
     y = torch.cat([b[1] for b in batches])
@@ -179,6 +189,11 @@ def peer(model, batches, steps):
         except Exception as exc:  # its filter normalisation divides by zero on BatchNorm ResNets
             errors.append(f"{norm} normalisation failed: {type(exc).__name__}: {exc}")
     return None, float("nan"), None, "; ".join(errors)
+
+
+def seconds_or_dash(seconds: float) -> str:
+    """Seconds to two decimals for the table, or "-" where the way did not run."""
+    return "-" if math.isnan(seconds) else f"{seconds:.2f}"
 
 
 def li_et_al(model, batches, dirs, xs, ys):
@@ -302,13 +317,14 @@ def cpu_main(args):
             med = {key: statistics.median(r[key] for r in rows) for key in rows[0] if isinstance(rows[0][key], float)}
             last = rows[-1]
             table.append(
-                f"{name:<8}{steps:>4}x{steps:<2}{med['plain']:>9.2f}{med['ll']:>9.2f}{med['li']:>9.2f}"
+                f"{name:<8}{steps:>4}x{steps:<2}{med['plain']:>9.2f}{seconds_or_dash(med['ll']):>9}{med['li']:>9.2f}"
                 f"{med['cold']:>9.2f}{med['warm']:>9.2f}  {last['cold_way']:<10}{last['warm_way']:<10}"
                 f"{med['cold_setup']:>9.2f}/{med['warm_setup']:<9.2f}  {med['diff']:>8.1e}"
             )
             print(table[-1], flush=True)
             if last["ll_error"]:
-                print(f"    (loss-landscapes: {last['ll_error']}; ran with {last['ll_norm']} normalisation)")
+                ran = f"; ran with {last['ll_norm']} normalisation" if last["ll_norm"] else ""
+                print(f"    (loss-landscapes: {last['ll_error']}{ran})")
             centre = f", loss-landscapes' centre {med['ll_centre']:.1e}" if "ll_centre" in med else ""
             print(
                 f"    CPU s: plain {med['plain_cpu']:.1f}, l-l {med['ll_cpu']:.1f}, Li {med['li_cpu']:.1f}, "
@@ -344,6 +360,9 @@ def cpu_main(args):
     print()
     print(f"goals ({args.clock} seconds; ratios: medians over the rounds of each round's ratio)")
     for what, value, goal, sense in goals:
+        if math.isnan(value):
+            print(f"  goal {what}: not measured ({NOT_INSTALLED})")
+            continue
         verdict = (
             ""
             if not sense

@@ -1,5 +1,6 @@
 """benchmarks/surface.py --quick: every way of one model runs, the table and every goal line are printed."""
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -20,14 +21,21 @@ def test_quick_prints_the_table_and_a_verdict_for_every_goal(tmp_path) -> None:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    row = r"^resnet\s+(\d)x(\d)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)"
+    peer_installed = importlib.util.find_spec("loss_landscapes") is not None  # the bench extra
+    row = r"^resnet\s+(\d)x(\d)\s+([\d.]+)\s+([\d.]+|-)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)"
     rows = re.findall(row, proc.stdout, re.M)
     assert [r[:2] for r in rows] == [("2", "2"), ("3", "3")] * 2, proc.stdout  # printed as measured and in the table
-    assert all(float(v) > 0 for r in rows for v in r[2:7])
-    goals = re.findall(r"^  goal (\d): resnet (\d)x\d, (.+): ([\d.]+)x (.*)$", proc.stdout, re.M)
+    assert all(float(v) > 0 for r in rows for v in r[2:7] if v != "-")
+    assert all((r[3] != "-") == peer_installed for r in rows), proc.stdout
+    goals = re.findall(
+        r"^  goal (\d): resnet (\d)x\d, (.+?): (?:([\d.]+)x (.*)|not measured \((.*)\))$", proc.stdout, re.M
+    )
     assert len(goals) == 2 * (2 + 4), proc.stdout  # per grid: auto cold and warm / plain; two peers, cold and warm
-    verdicts = [g[4] for g in goals]
-    assert all(v.endswith(("MET", "NOT MET")) or v.startswith("(information") for v in verdicts)
+    for goal in goals:
+        if goal[5]:  # only the missing peer is not measured, and the line says how to install it
+            assert not peer_installed and goal[2].startswith("loss-landscapes") and "[bench]" in goal[5], goal
+        else:
+            assert goal[4].endswith(("MET", "NOT MET")) or goal[4].startswith("(information"), goal
     assert not list(tmp_path.glob("landscape-bench-cache-*"))  # the warm cache folder is removed
     bad = subprocess.run([sys.executable, str(SCRIPT), "--rounds", "0"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "--rounds" in bad.stderr
