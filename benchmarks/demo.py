@@ -133,23 +133,31 @@ def with_other_runs(runs: dict[str, list[Finding]]) -> str:
         runs: each run's findings by its name, the first run's first, rows in the same order.
 
     Returns:
-        The Markdown table of :func:`landscape.reproduce.table.findings_markdown` with a column "other runs":
-        "same verdict" or, for a row that is not stable, each other run's verdict.
+        The Markdown table of :func:`landscape.reproduce.table.findings_markdown` with a column for the other runs:
+        "same verdict", or for a row that is not stable every run's verdict, its own verdict cell then reading
+        "**not stable**" rather than a verdict another run reverses.
     """
     names = list(runs)
     first, others = runs[names[0]], names[1:]
     lines = findings_markdown(first).splitlines()
     out = [lines[0] + f" {', '.join(others)} |", lines[1] + " --- |"]
     for i, line in enumerate(lines[2:]):
-        differ = [n for n in others if runs[n][i].verdict != first[i].verdict]
         if not others:
             cell = "–"
-        elif differ:
-            cell = "not stable: " + "; ".join(f"{n} {runs[n][i].verdict}" for n in others)
-        else:
+        elif _stable(runs, i):
             cell = "same verdict"
+        else:
+            cell = "; ".join(f"{n} {runs[n][i].verdict}" for n in names)
+            head, verdict = line.rstrip(" |").rsplit(" | ", 1)
+            assert verdict == first[i].verdict, line  # the verdict is findings_markdown's last column
+            line = f"{head} | **not stable** |"
         out.append(f"{line} {cell} |")
     return "\n".join(out)
+
+
+def _stable(runs: dict[str, list[Finding]], i: int) -> bool:
+    """Whether every run gives row ``i`` the same verdict."""
+    return len({rows[i].verdict for rows in runs.values()}) == 1
 
 
 #: the files ``--write-docs`` fills, relative to the repository, and the marked blocks each holds
@@ -182,24 +190,24 @@ def _short(f: Finding) -> str:
 
 
 def verdicts_in_words(runs: dict[str, list[Finding]], values: bool = True) -> str:
-    """The first run's rows as one bullet per verdict; a row another run gives another verdict is named not stable.
+    """The rows every run gives one verdict, one bullet per verdict; then the rows that are not stable.
 
     Args:
         runs: each run's findings by its name, the first run's first, rows in the same order.
-        values: whether each row carries its value and interval.
+        values: whether each row carries its value and interval (the first run's).
 
     Returns:
-        Markdown bullets: "**reproduced** (k): claim (value [low, high]); ..." per verdict that occurs, then
-        "**not stable** (k): claim (run verdict, ...)" when some row differs between the runs.
+        Markdown bullets: "**reproduced** (k): claim (value [low, high]); ..." per verdict that occurs among the
+        stable rows, then "**not stable** (k): claim (run verdict, ...)" when some row differs between the runs.
     """
     names = list(runs)
     first = runs[names[0]]
     lines = []
     for word in VERDICTS:
-        rows = [f for f in first if f.verdict == word]
+        rows = [f for i, f in enumerate(first) if f.verdict == word and _stable(runs, i)]
         if rows:
             lines.append(f"- **{word}** ({len(rows)}): " + "; ".join(_short(f) if values else f.claim for f in rows))
-    unstable = [i for i, f in enumerate(first) if len({runs[n][i].verdict for n in names}) > 1]
+    unstable = [i for i in range(len(first)) if not _stable(runs, i)]
     if unstable:
         cells = [f"{first[i].claim} ({', '.join(f'{n} {runs[n][i].verdict}' for n in names)})" for i in unstable]
         lines.append(f"- **not stable** ({len(unstable)}, another run gives another verdict): " + "; ".join(cells))
@@ -219,15 +227,17 @@ def doc_blocks(runs: dict[str, list[Finding]], records: dict[str, dict]) -> dict
     names = list(runs)
     first = runs[names[0]]
     counts = {w: sum(f.verdict == w for f in first) for w in VERDICTS}
-    unstable = [f.claim for i, f in enumerate(first) if len({runs[n][i].verdict for n in names}) > 1]
+    unstable = [f.claim for i, f in enumerate(first) if not _stable(runs, i)]
     cap = records[names[0]].get("cpu_capability", "?")
     said = ", ".join(f"{counts[w]} **{w}**" for w in VERDICTS[1:] if counts[w])
     summary = f"On CPU capability {cap}, {counts['reproduced']} of its {len(first)} rows are **reproduced**, {said}."
     if len(names) > 1:
-        others = ", ".join(names[1:])
+        kept = {w: sum(f.verdict == w and _stable(runs, i) for i, f in enumerate(first)) for w in VERDICTS}
+        kept_said = ", ".join(f"{kept[w]} {w}" for w in VERDICTS if kept[w])
+        more = f"{len(names) - 1} more run{'s' * (len(names) > 2)} ({', '.join(names[1:])})"
         summary += (
-            f" The other runs ({others}) give {len(unstable)} of these rows another verdict; those rows are not"
-            " stable" + (": " + "; ".join(unstable) + "." if unstable else ".")
+            f" Beside it, {more}: {len(first) - len(unstable)} rows take one verdict in all {len(names)} ({kept_said})"
+            + (f", and {len(unstable)} are **not stable**: " + "; ".join(unstable) + "." if unstable else ".")
         )
     machine = "\n".join(
         f"- {n}: seeds {', '.join(map(str, r.get('seeds', [])))}; {machine_line(r)}" for n, r in records.items()

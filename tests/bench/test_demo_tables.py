@@ -39,7 +39,7 @@ def test_rows_side_by_side_say_which_verdicts_differ():
     assert agree
     docs = demo.with_other_runs(runs).splitlines()
     assert docs[0].endswith("| verdict | avx2 |") and docs[2].endswith("| reproduced | same verdict |")
-    assert docs[3].endswith("| inconclusive | not stable: avx2 reproduced |")
+    assert docs[3].endswith("| 0.5 [0.4, 0.6] | **not stable** | native inconclusive; avx2 reproduced |")
 
 
 def test_the_coverage_simulation_prints_both_intervals():
@@ -75,17 +75,20 @@ def test_write_docs_fills_every_marked_block_and_only_it(tmp_path):
     demo.write_docs(runs, records, tmp_path)
     readme = (tmp_path / "README.md").read_text()
     assert readme.startswith("# head\n\n<!-- findings-summary -->\nOn CPU capability AVX512, 1 of its 3 rows")
-    assert "1 **contradicted**, 1 **inconclusive**." in readme and "those rows are not stable: two." in readme
+    assert "1 **contradicted**, 1 **inconclusive**." in readme
+    assert "1 more run (avx2): 2 rows take one verdict in all 2 (1 reproduced, 1 contradicted)" in readme
+    assert "and 1 are **not stable**: two." in readme
     assert "old" not in readme and readme.endswith("<!-- /findings-summary -->\n\ntail\n")
     page = (tmp_path / "docs" / "reproduction.md").read_text()
     assert "- avx2: seeds 0, 1, 2; torch 2.x, CPU capability AVX2, 1 torch thread, device cpu" in page
     assert (
-        "| two | A | a statistic (3 seeds, n = 9) | 0.5 [0.4, 0.6] | inconclusive | not stable: avx2 reproduced |"
-        in page
+        "| two | A | a statistic (3 seeds, n = 9) | 0.5 [0.4, 0.6] | **not stable** "
+        "| native inconclusive; avx2 reproduced |" in page
     )
     assert "| two | 0.5 [0.4, 0.6] inconclusive | 0.5 [0.4, 0.6] reproduced | **no** |" in page
     assert "Every verdict the same in all 2 runs: no." in page
     assert "- **reproduced** (1): one (0.5 [0.4, 0.6])" in page and "three (– [–, –])" in page
+    assert "- **inconclusive**" not in page  # its one row, two, is not stable: no verdict another run reverses
     assert "- **not stable** (1, another run gives another verdict): two (native inconclusive, avx2 reproduced)" in page
     with pytest.raises(ValueError, match="findings-table"):
         demo.fill_block("no marks", "findings-table", "x")
