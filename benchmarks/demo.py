@@ -214,6 +214,31 @@ def verdicts_in_words(runs: dict[str, list[Finding]], values: bool = True) -> st
     return "\n".join(lines)
 
 
+def machine_and_seeds(runs: dict[str, list[Finding]], records: dict[str, dict]) -> str:
+    """Which rows the machine alone changes (runs on the first run's seeds) and whether other seeds change them too.
+
+    Args:
+        runs: each run's findings by its name, the first run's first, rows in the same order.
+        records: each run's ``findings.json`` as read (its ``seeds``).
+
+    Returns:
+        A sentence (with a leading space), or "" when there are not both kinds of run.
+    """
+    names = list(runs)
+    seeds = records[names[0]].get("seeds")
+    same = [n for n in names[1:] if records[n].get("seeds") == seeds]
+    other = [n for n in names[1:] if records[n].get("seeds") != seeds]
+    if not same or not other:
+        return ""
+    first = runs[names[0]]
+    by_machine = [i for i in range(len(first)) if len({runs[n][i].verdict for n in [names[0], *same]}) > 1]
+    by_seeds = [i for i in by_machine if len({runs[n][i].verdict for n in [names[0], *other]}) > 1]
+    return (
+        f" On the same seeds the kernels and threads ({', '.join(same)}) change the verdict of {len(by_machine)}"
+        f" rows; other seeds ({', '.join(other)}) change {len(by_seeds)} of them as well."
+    )
+
+
 def doc_blocks(runs: dict[str, list[Finding]], records: dict[str, dict]) -> dict[str, str]:
     """The content of every block :data:`DOCS` names, from the runs' findings and their records.
 
@@ -243,7 +268,9 @@ def doc_blocks(runs: dict[str, list[Finding]], records: dict[str, dict]) -> dict
         f"- {n}: seeds {', '.join(map(str, r.get('seeds', [])))}; {machine_line(r)}" for n, r in records.items()
     )
     side, agree = side_by_side(runs) if len(names) > 1 else ("(one run)", True)
-    verdict = f"Every verdict the same in all {len(names)} runs: {'yes' if agree else 'no'}."
+    verdict = f"Every verdict the same in all {len(names)} runs: {'yes' if agree else 'no'}." + machine_and_seeds(
+        runs, records
+    )
     return {
         "findings-summary": summary,
         "findings-machine": machine,

@@ -86,7 +86,14 @@ def test_write_docs_fills_every_marked_block_and_only_it(tmp_path):
         "| native inconclusive; avx2 reproduced |" in page
     )
     assert "| two | 0.5 [0.4, 0.6] inconclusive | 0.5 [0.4, 0.6] reproduced | **no** |" in page
-    assert "Every verdict the same in all 2 runs: no." in page
+    assert "Every verdict the same in all 2 runs: no." in page and "the kernels and threads" not in page
+    seeds = {**records, "seeds3": {**about, "seeds": [3, 4, 5], "cpu_capability": "AVX512"}}
+    three = {**runs, "seeds3": [native[0], _row("two", "reproduced"), native[2]]}
+    said = demo.doc_blocks(three, seeds)["findings-side"]
+    assert said.endswith(
+        "On the same seeds the kernels and threads (avx2) change the verdict of 1 rows; other seeds (seeds3) change"
+        " 1 of them as well."
+    )
     assert "- **reproduced** (1): one (0.5 [0.4, 0.6])" in page and "three (– [–, –])" in page
     assert "- **inconclusive**" not in page  # its one row, two, is not stable: no verdict another run reverses
     assert "- **not stable** (1, another run gives another verdict): two (native inconclusive, avx2 reproduced)" in page
