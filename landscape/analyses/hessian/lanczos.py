@@ -45,6 +45,7 @@ from landscape.analyses.hessian.linalg import (
     require_memory,
 )
 from landscape.analyses.hessian.probes import local_generator
+from landscape.core.params import vector_norm
 from landscape.errors import LandscapeError
 from landscape.options import checks
 from landscape.options.hessian import WHICH
@@ -521,7 +522,7 @@ def lanczos_tridiagonal(op: Operator, v0: Tensor, steps: int) -> tuple[Tensor, T
     require_memory(steps, n, op.dtype, op.device, f"a Lanczos quadrature of {steps} steps", "lower --steps")
     Q = torch.zeros(n, steps, dtype=op.dtype, device=op.device)
     q = v0.to(device=op.device, dtype=op.dtype).reshape(-1)
-    Q[:, 0] = q / torch.linalg.vector_norm(q)
+    Q[:, 0] = q / vector_norm(q)
     alpha: list[float] = []
     beta: list[float] = []
     anorm = 0.0
@@ -532,7 +533,7 @@ def lanczos_tridiagonal(op: Operator, v0: Tensor, steps: int) -> tuple[Tensor, T
         w = op.matvec(Q[:, j]).reshape(-1)
         r, h = orthogonalize(w, Q[:, : j + 1])
         alpha.append(float(h[j]))
-        b = float(torch.linalg.vector_norm(r))
+        b = float(vector_norm(r))
         hooks.finite(torch.tensor([alpha[-1], b]), j + 1)  # NaN/Inf anywhere in w reaches both
         if j > 0 and hooks.check(float(h[j - 1]), beta[-1], max(anorm, abs(alpha[-1]) + b), eps, j + 1, Q[:, j]):
             alpha, beta, anorm, j = [], [], 0.0, 0  # the operator shortened its step: start again from v0

@@ -15,6 +15,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from landscape.core.params import flat_dot, project, vector_norm
 from landscape.errors import LandscapeError
 from landscape.options.hessian import FD_ADAPT, FD_ATTEMPTS, FD_RESIDUAL_FLOOR
 from landscape.runtime.devices import device_memory as device_memory
@@ -402,9 +403,9 @@ class InnerProduct:
             b: a vector of the same length.
 
         Returns:
-            The 0-dim inner product.
+            The 0-dim inner product (:func:`landscape.core.params.flat_dot`: partial sums added in float64).
         """
-        return a @ b
+        return flat_dot(a, b)
 
     def project(self, basis: Tensor, r: Tensor) -> Tensor:
         """``basis^T r``: the inner products of ``r`` with each column of ``basis``.
@@ -414,9 +415,9 @@ class InnerProduct:
             r: a vector of length ``n``.
 
         Returns:
-            The ``(j,)`` coefficients.
+            The ``(j,)`` coefficients (:func:`landscape.core.params.project`: partial sums added in float64).
         """
-        return basis.T @ r
+        return project(basis, r)
 
     def norm(self, x: Tensor, dim: int | None = None) -> Tensor:
         """``||x||_2`` (of each column with ``dim=0``).
@@ -426,9 +427,9 @@ class InnerProduct:
             dim: the dimension to reduce (None: all).
 
         Returns:
-            The norm(s).
+            The norm(s), summed in float64 (:func:`landscape.core.params.vector_norm`).
         """
-        return torch.linalg.vector_norm(x, dim=dim)
+        return vector_norm(x, dim=dim)
 
     def random_unit(self, n: int, dtype: torch.dtype, device: torch.device, generator: torch.Generator) -> Tensor:
         """A unit Gaussian vector of length ``n`` (:func:`random_unit`).

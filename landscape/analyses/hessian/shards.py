@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from landscape.analyses.hessian.linalg import InnerProduct
+from landscape.core.params import flat_dot, project
 from landscape.errors import LandscapeError
 from landscape.options.hessian import SHARDED_DRAW_CHUNK
 from landscape.runtime.distributed import collective
@@ -130,7 +131,7 @@ class ShardedInnerProduct(InnerProduct):
         Returns:
             The 0-dim inner product, the same on every rank.
         """
-        return self.reduce(a @ b)
+        return self.reduce(flat_dot(a, b))
 
     def project(self, basis: Tensor, r: Tensor) -> Tensor:
         """``basis^T r`` over the whole vectors.
@@ -142,7 +143,7 @@ class ShardedInnerProduct(InnerProduct):
         Returns:
             The ``(j,)`` coefficients, the same on every rank.
         """
-        return self.reduce(basis.T @ r)
+        return self.reduce(project(basis, r))
 
     def norm(self, x: Tensor, dim: int | None = None) -> Tensor:
         """``||x||_2`` of the whole vector(s): ``sqrt`` of the squared parts' sum over ranks.
