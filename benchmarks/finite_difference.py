@@ -24,8 +24,8 @@ hessian`` does (docs/data-models.md).
     python benchmarks/finite_difference.py accuracy --checkpoint vit_mini_trained.pt --samples 64 --float64-lanczos
     python benchmarks/finite_difference.py accuracy --model timm:vit_tiny_patch16_224 --random-init --samples 2 \
         --float64-lanczos
-    python benchmarks/finite_difference.py accuracy --model torchvision:vit_b_16 --random-init --samples 2 --ncv 8 \
-        --data synthetic:4:224
+    python benchmarks/finite_difference.py accuracy --model torchvision:vit_b_16 --random-init --samples 2 --ncv 16 \
+        --exact-ncv 12 --threads 2 --data synthetic:4:224
     python benchmarks/finite_difference.py accuracy --checkpoint resnet_mini_trained.pt --samples 64   # refused
     python benchmarks/finite_difference.py accuracy --checkpoint resnet_mini_trained.pt --samples 64 --dtype float64
     python benchmarks/finite_difference.py bf16 --model vit_mini --random-init --samples 64
@@ -166,7 +166,7 @@ def accuracy(args: argparse.Namespace) -> int:
         print(f"exact float64 (graph, tol 1e-10): {fmt(reference)}; relative error {error}")
     del exact64
     for mode in args.exact:
-        exact = exact_float32(model, batches, args.ncv, mode, dtype)
+        exact = exact_float32(model, batches, args.exact_ncv or args.ncv, mode, dtype)
         if exact is not None:
             print(f"  relative error against exact {args.dtype} ({mode}): {fmt(rel(values, exact))}")
     return 0
@@ -290,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=positive_argument, default=64)
     parser.add_argument("--data", default="digits", help="dataset spec (torchvision's ViTs: synthetic:4:224)")
     parser.add_argument("--ncv", type=positive_argument, default=None)
+    parser.add_argument(
+        "--exact-ncv", type=positive_argument, default=None, help="accuracy: the exact solves' basis (default --ncv)"
+    )
     parser.add_argument("--float64-lanczos", action="store_true", help="accuracy: also solve the float64 problem")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"), help="accuracy: the products'")
     parser.add_argument(

@@ -109,15 +109,37 @@ def vector_norm(x: Tensor, dim: int | None = None) -> Tensor:
     return torch.linalg.vector_norm(x, dim=dim, dtype=torch.float64).to(x.dtype)
 
 
-#: entries summed in the working dtype before the partial sums are added in float64 (:func:`flat_dot`)
-SUM_BLOCK = 256
+#: rows of a float32 matrix-vector product summed by BLAS in float32 before the partial sums are added in float64
+#: (:func:`project`): on millions of entries a float32 BLAS product lost up to 1e-4 of its terms' scale (a Lanczos
+#: solve of 3M entries came out 7e-5 off); blocks of 16384 kept it below 1e-7, at a third of BLAS's speed
+PROJECT_BLOCK = 16384
+#: entries of a float32 dot product summed in float32 before the partial sums are added in float64 (:func:`flat_dot`)
+DOT_BLOCK = 256
+
+
+def project(basis: Tensor, r: Tensor) -> Tensor:
+    """``basis^T r``, in blocks of :data:`PROJECT_BLOCK` rows whose partial products are added in float64.
+
+    Args:
+        basis: an ``(n, j)`` matrix.
+        r: a vector of length ``n``, of ``basis``' dtype and device.
+
+    Returns:
+        The ``(j,)`` coefficients, in ``r``'s dtype.
+    """
+    n = basis.shape[0]
+    if basis.dtype == torch.float64 or n <= PROJECT_BLOCK:
+        return basis.T @ r
+    # BLAS sums a row-major block in one pass per column: shorter blocks (the solvers store their bases by column)
+    block = PROJECT_BLOCK if basis.stride(0) == 1 else PROJECT_BLOCK // 16
+    out = torch.zeros(basis.shape[1], dtype=_wide(r), device=r.device)
+    for start in range(0, n, block):
+        out += (basis[start : start + block].T @ r[start : start + block]).to(out.dtype)
+    return out.to(r.dtype)
 
 
 def flat_dot(a: Tensor, b: Tensor) -> Tensor:
-    """``a . b`` of two flat vectors, in blocks of :data:`SUM_BLOCK` entries whose partial sums are added in float64.
-
-    A float32 BLAS product of millions of entries lost up to 1e-4 of its terms' scale (on 3M entries a Lanczos
-    solve's eigenvalues came out 7e-5 off); the blocks keep the error near ``SUM_BLOCK`` units in the last place.
+    """``a . b`` of two flat vectors, in blocks of :data:`DOT_BLOCK` entries whose partial sums are added in float64.
 
     Args:
         a: a vector.
@@ -127,28 +149,18 @@ def flat_dot(a: Tensor, b: Tensor) -> Tensor:
         The 0-dim product, in ``a``'s dtype.
     """
     n = a.numel()
-    if a.dtype == torch.float64 or n < 4 * SUM_BLOCK:
-        return a @ b
-    m = n - n % SUM_BLOCK
-    parts = torch.bmm(a[:m].reshape(-1, 1, SUM_BLOCK), b[:m].reshape(-1, SUM_BLOCK, 1))
-    if a.device.type == "mps":  # no float64
-        return parts.sum() + a[m:] @ b[m:]
-    return (parts.sum(dtype=torch.float64) + a[m:].double() @ b[m:].double()).to(a.dtype)
+    if a.dtype == torch.float64 or n <= PROJECT_BLOCK:
+        return a.reshape(-1) @ b.reshape(-1)
+    m = n - n % DOT_BLOCK
+    parts = torch.bmm(a.reshape(-1)[:m].reshape(-1, 1, DOT_BLOCK), b.reshape(-1)[:m].reshape(-1, DOT_BLOCK, 1))
+    wide = _wide(a)
+    rest = a.reshape(-1)[m:].to(wide) @ b.reshape(-1)[m:].to(wide)
+    return (parts.to(wide).sum() + rest).to(a.dtype)
 
 
-def project(basis: Tensor, r: Tensor) -> Tensor:
-    """``basis^T r``: each column's :func:`flat_dot` with ``r``.
-
-    Args:
-        basis: an ``(n, j)`` matrix.
-        r: a vector of length ``n``.
-
-    Returns:
-        The ``(j,)`` coefficients, in ``r``'s dtype.
-    """
-    if basis.dtype == torch.float64 or basis.shape[0] < 4 * SUM_BLOCK or basis.shape[1] == 0:
-        return basis.T @ r
-    return torch.stack([flat_dot(basis[:, k], r) for k in range(basis.shape[1])])
+def _wide(x: Tensor) -> torch.dtype:
+    """The dtype partial sums are added in: float64, except on Apple's MPS, which has none."""
+    return torch.float32 if x.device.type == "mps" else torch.float64
 
 
 def weighted_sum(

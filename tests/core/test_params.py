@@ -29,5 +29,5 @@ def test_float32_products_of_millions_of_entries_keep_the_float64_sum():
     coefficients = project(basis, a)
     assert coefficients.dtype == torch.float32
     assert float(((coefficients.double() - exact).abs() / scale).max()) < 1e-6
-    rows = basis.contiguous()  # a row-major matrix takes the same way
-    torch.testing.assert_close(project(rows, a), coefficients, rtol=0, atol=0)
+    rows = basis.contiguous()  # a row-major matrix: BLAS sums in another order, as accurately
+    assert float(((project(rows, a).double() - exact).abs() / scale).max()) < 1e-6

@@ -520,7 +520,7 @@ def lanczos_tridiagonal(op: Operator, v0: Tensor, steps: int) -> tuple[Tensor, T
     n = op.shape[0]
     steps = min(int(steps), n)
     require_memory(steps, n, op.dtype, op.device, f"a Lanczos quadrature of {steps} steps", "lower --steps")
-    Q = torch.zeros(n, steps, dtype=op.dtype, device=op.device)
+    Q = torch.zeros(steps, n, dtype=op.dtype, device=op.device).T  # each basis vector contiguous
     q = v0.to(device=op.device, dtype=op.dtype).reshape(-1)
     Q[:, 0] = q / vector_norm(q)
     alpha: list[float] = []
