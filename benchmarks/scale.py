@@ -23,8 +23,9 @@ are built, in parameter bytes: flat in P when a point allocates no copy of the p
 
 ``--finite-difference`` measures the Hessian's central-difference products (``--hvp finite-difference``, the step
 measured at the point: docs/analyses.md) of torchvision's ``vit_b_16`` and ``vit_l_16`` at 1, 2 and 4 random
-3 x 224 x 224 images, each in a process of its own: the seconds of a gradient, of the step's measurement and of a
-product (the least of three, on random unit vectors), the process's peak memory (``VmHWM``, or the GPU's peak
+3 x 224 x 224 images (:data:`FD_MAX_IMAGES` caps a model too large for more), each in a process of its own: the
+seconds of a gradient, of the step's measurement and of a product (the least of three, on random unit vectors),
+the process's peak memory (``VmHWM``, or the GPU's peak
 allocation) while only those were made, and, where exact products fit (:data:`EXACT_IMAGES`), the seconds and peak
 of a kept-graph product (``graph``) and the relative error of the central difference against it, along the start
 vector ``s`` Lanczos would take (the gradient's direction plus a Gaussian vector: it sees the top curvature) and
@@ -74,8 +75,11 @@ FD_SMOKE = [("vit_mini", 32)]
 #: images of ``--finite-difference`` (``--smoke``: 1 and 2)
 FD_IMAGES = (1, 2, 4)
 #: the most images at which exact (kept-graph) products are compared: vit_l_16's at 4 images were killed for
-#: memory here (24 GiB), at 1 about 10 GB
+#: memory here (24 GiB); at 1 the process's peak was 19.5 GB, so 2 are not tried
 EXACT_IMAGES = {"torchvision:vit_l_16": 1}
+#: the most images of ``--finite-difference`` per model: vit_l_16's central differences at 4 images were killed for
+#: memory here (24 GiB), at 2 their peak was 21.5 GB
+FD_MAX_IMAGES = {"torchvision:vit_l_16": 2}
 #: (model spec, input side) of ``--memory``
 MEMORY = [("resnet_mini", 32), ("torchvision:resnet18", 64)]
 #: the analyses ``--memory`` runs, each in its own process
@@ -244,6 +248,9 @@ def difference_table(models: list[tuple[str, int]], counts: list[int], device: s
     print(" {:>9s} {:>9s} {:>9s} {:>9s}".format("step", "predicted", "err start", "err rand"))
     for spec, side in models:
         for count in counts:
+            if count > FD_MAX_IMAGES.get(spec, count):
+                print(f"{spec:22s} {'':12s} {count:6d}  (not run: more than this machine's memory, FD_MAX_IMAGES)")
+                continue
             exact = count <= EXACT_IMAGES.get(spec, max(counts))
             job = [sys.executable, __file__, "--fd-child", spec, str(side), str(count), str(int(exact))]
             job += ["--device", device, "--threads", str(threads)]
@@ -377,7 +384,8 @@ def _child(job: list[str], what: str) -> dict[str, float]:
     """Run one measuring child process; its JSON line, or a one-line exit naming the child's last error line."""
     done = subprocess.run(job, capture_output=True, text=True)
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no error output"])[-1]
+        killed = "killed by SIGKILL (out of memory?)" if done.returncode == -9 else "no error output"
+        last = (done.stderr.strip().splitlines() or [killed])[-1]
         raise SystemExit(f"scale.py: the measurement of {what} failed: {last}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
