@@ -23,7 +23,7 @@ hessian`` does (docs/data-models.md).
     python benchmarks/finite_difference.py accuracy --model vit_mini --random-init --samples 64 --float64-lanczos
     python benchmarks/finite_difference.py accuracy --checkpoint vit_mini_trained.pt --samples 64 --float64-lanczos
     python benchmarks/finite_difference.py accuracy --model timm:vit_tiny_patch16_224 --random-init --samples 2 \
-        --float64-lanczos
+        --float64-lanczos --threads 2
     python benchmarks/finite_difference.py accuracy --model torchvision:vit_b_16 --random-init --samples 2 --ncv 16 \
         --exact-ncv 12 --threads 2 --data synthetic:4:224
     python benchmarks/finite_difference.py accuracy --checkpoint resnet_mini_trained.pt --samples 64   # refused

@@ -62,8 +62,8 @@ FD_ATTEMPTS = 3
 FD_MAX_ERROR = 1e-2
 #: a measured asymmetry of two central-difference couplings above this share of the curvature makes the solver
 #: measure the truncation along the vector it multiplied and, when the step is shortened, start again (accepted
-#: runs measured 1.5e-5 to 1.2e-3 on four ViTs; the 4.6e-2 once seen on torchvision's vit_b_16 was the float32 norm
-#: of Lanczos' basis, since summed in float64)
+#: runs measured 9.5e-6 to 7.5e-4 on four ViTs; the 4.6e-2 once seen on torchvision's vit_b_16, and timm's vit_tiny's
+#: 1.2e-3, were the float32 norms of Lanczos' basis, since summed in float64)
 FD_ADAPT = 3e-3
 #: a Lanczos residual below this many times the products' predicted error counts as converged (their rounding part
 #: is noise that no basis removes from a residual)
