@@ -119,9 +119,9 @@ def side_by_side(runs: dict[str, list[Finding]]) -> tuple[str, bool]:
     lines = [f"| claim | {' | '.join(names)} | same verdict |", "|---" * (len(names) + 2) + "|"]
     agree = True
     for i, row in enumerate(first):
-        verdicts = {runs[n][i].verdict for n in names}
-        agree &= len(verdicts) == 1
-        same = "yes" if len(verdicts) == 1 else "**no**"
+        stable = _stable(runs, i)
+        agree &= stable
+        same = "yes" if stable else "**no**"
         lines.append(f"| {row.claim} | " + " | ".join(_cell(runs[n][i]) for n in names) + f" | {same} |")
     return "\n".join(lines), agree
 
@@ -155,9 +155,9 @@ def with_other_runs(runs: dict[str, list[Finding]]) -> str:
     return "\n".join(out)
 
 
-def _stable(runs: dict[str, list[Finding]], i: int) -> bool:
-    """Whether every run gives row ``i`` the same verdict."""
-    return len({rows[i].verdict for rows in runs.values()}) == 1
+def _stable(runs: dict[str, list[Finding]], i: int, names: list[str] | None = None) -> bool:
+    """Whether every run (of ``names``, default all) gives row ``i`` the same verdict."""
+    return len({runs[n][i].verdict for n in (names or list(runs))}) == 1
 
 
 #: the files ``--write-docs`` fills, relative to the repository, and the marked blocks each holds
@@ -231,8 +231,8 @@ def machine_and_seeds(runs: dict[str, list[Finding]], records: dict[str, dict]) 
     if not same or not other:
         return ""
     first = runs[names[0]]
-    by_machine = [i for i in range(len(first)) if len({runs[n][i].verdict for n in [names[0], *same]}) > 1]
-    by_seeds = [i for i in by_machine if len({runs[n][i].verdict for n in [names[0], *other]}) > 1]
+    by_machine = [i for i in range(len(first)) if not _stable(runs, i, [names[0], *same])]
+    by_seeds = [i for i in by_machine if not _stable(runs, i, [names[0], *other])]
     return (
         f" On the same seeds the kernels and threads ({', '.join(same)}) change the verdict of {len(by_machine)}"
         f" rows; other seeds ({', '.join(other)}) change {len(by_seeds)} of them as well."

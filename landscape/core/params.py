@@ -118,7 +118,7 @@ DOT_BLOCK = 256
 
 
 def project(basis: Tensor, r: Tensor) -> Tensor:
-    """``basis^T r``, in blocks of :data:`PROJECT_BLOCK` rows whose partial products are added in float64.
+    """``basis^T r``, on the CPU in blocks of :data:`PROJECT_BLOCK` rows whose partial products are added in float64.
 
     Args:
         basis: an ``(n, j)`` matrix.
@@ -128,11 +128,11 @@ def project(basis: Tensor, r: Tensor) -> Tensor:
         The ``(j,)`` coefficients, in ``r``'s dtype.
     """
     n = basis.shape[0]
-    if basis.dtype == torch.float64 or n <= PROJECT_BLOCK:
-        return basis.T @ r
+    if basis.dtype == torch.float64 or n <= PROJECT_BLOCK or basis.device.type != "cpu":
+        return basis.T @ r  # GPU BLAS reduces in a tree: the loss was CPU BLAS's (and a loop of launches would cost)
     # BLAS sums a row-major block in one pass per column: shorter blocks (the solvers store their bases by column)
     block = PROJECT_BLOCK if basis.stride(0) == 1 else PROJECT_BLOCK // 16
-    out = torch.zeros(basis.shape[1], dtype=_wide(r), device=r.device)
+    out = torch.zeros(basis.shape[1], dtype=torch.float64)
     for start in range(0, n, block):
         out += (basis[start : start + block].T @ r[start : start + block]).to(out.dtype)
     return out.to(r.dtype)
