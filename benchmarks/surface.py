@@ -148,7 +148,7 @@ def whole_ours(model, batches, steps, folder: Path, name: str, **kw):
     forward._LAYOUTS.clear()  # as a fresh process: the layout is measured again
     xs = np.linspace(-1, 1, steps)
     c0, t0 = cpu_seconds(), time.perf_counter()
-    objective = Objective(model, batches)
+    objective = Objective(model, batches, determinism="loss")  # as landscape.surface builds it for these directions
     built = time.perf_counter() - t0
     dirs = random_directions(objective.params, ndim=2, seed=0)
     res = compute_surface(objective, dirs, xs, xs, out=folder / f"{name}.h5", progress=False, **kw)

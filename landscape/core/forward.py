@@ -17,6 +17,7 @@ every point (``bn="recompute"``).
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Mapping
 
 import torch
@@ -29,6 +30,7 @@ from landscape.core.objective import Objective
 from landscape.core.params import ParamDict
 from landscape.core.second_order import folded_loss_agrees
 from landscape.models.bn_fold import FoldedModel, fold_batchnorm
+from landscape.options.common import LAYOUT_MIN_CONV_SHARE
 from landscape.runtime import distributed as D
 from landscape.runtime.devices import close, fastest
 
@@ -192,7 +194,11 @@ class EvalForward:
         try:
             with torch.inference_mode():
                 self.fold = None
-                want = self._batch_eval_state(self._point_state(self.obj.params), x, y)[0]
+                known = self.obj.first_batch_loss  # the same unfolded pass, made by the objective's checks
+                if known is not None and self.batches is self.obj.batches:
+                    want = torch.tensor(known, dtype=self.obj.dtype)
+                else:
+                    want = self._batch_eval_state(self._point_state(self.obj.params), x, y)[0]
                 self.fold = folded
                 got = self._batch_eval_state(self._point_state(self.obj.params), x, y)[0]
         except Exception as exc:  # the forward uses the folded modules in a way the trace did not show
@@ -211,10 +217,12 @@ class EvalForward:
         Only for 4D float32/float16/bfloat16 inputs of a model with 2D convolutions, with ``bn == "eval"``
         (float64 stays as it is: its results are compared exactly). On CPU a channels-last convolution runs
         several times faster in oneDNN than an NCHW one of the same shape. Taken when it is under 0.95x the
-        NCHW time and agrees to a relative 1e-4. The timing is made once per process for a model architecture
-        (its class and the names, shapes and dtypes of its tensors), input shape and dtype, device and thread
-        count: later runs in the process take the same layout (checking the agreement again), so that their
-        numbers are equal bit for bit rather than to rounding.
+        NCHW time and agrees to a relative 1e-4. Nothing is timed on a CPU when the convolutions take less than
+        :data:`~landscape.options.common.LAYOUT_MIN_CONV_SHARE` of a forward (hooks time them in the first
+        forward, which is NCHW's warm-up otherwise): a ViT's patch embedding. The timing is made once per process
+        for a model architecture (its class and the names, shapes and dtypes of its tensors), input shape and dtype,
+        device and thread count: later runs in the process take the same layout (checking the agreement again), so
+        that their numbers are equal bit for bit rather than to rounding.
 
         Args:
             repeats: timed forwards of each layout (after a warm-up); the fastest counts.
@@ -230,15 +238,18 @@ class EvalForward:
             return False
         cl = x0.contiguous(memory_format=torch.channels_last)
         state = self._point_state(self.obj.params)
+        key = self._layout_key(x0)
 
-        def run(x: Tensor) -> tuple[float, float]:
+        def run(x: Tensor, warm_up: bool) -> tuple[float, float]:
             with torch.inference_mode():
                 return fastest(
-                    lambda: float(self._batch_eval_state(state, x, y0)[0]), self.obj.device, repeats, warm_up=True
+                    lambda: float(self._batch_eval_state(state, x, y0)[0]), self.obj.device, repeats, warm_up=warm_up
                 )
 
-        key = self._layout_key(x0)
         try:
+            if key not in _LAYOUTS and self._conv_share(state, x0, y0) < LAYOUT_MIN_CONV_SHARE:
+                _LAYOUTS[key] = False  # the convolutions are too small a part of the forward for their layout to count
+                return False
             if key in _LAYOUTS:  # measured before in this process: only the agreement is checked again
                 if not _LAYOUTS[key]:
                     return False
@@ -246,7 +257,7 @@ class EvalForward:
                     want, got = (float(self._batch_eval_state(state, x, y0)[0]) for x in (x0, cl))
                 faster = True
             else:
-                (t_plain, want), (t_cl, got) = run(x0), run(cl)
+                (t_plain, want), (t_cl, got) = run(x0, False), run(cl, True)  # NCHW's warm-up: the share's forward
                 faster = _LAYOUTS[key] = t_cl < 0.95 * t_plain
         except Exception:  # a model that cannot take channels-last inputs
             return False
@@ -254,6 +265,35 @@ class EvalForward:
             return False
         self.use_channels_last()
         return True
+
+    def _conv_share(self, state: ParamDict, x: Tensor, y: Tensor) -> float:
+        """The share of one forward's wall time spent in its 2D convolutions (1.0 off the CPU: not measured there).
+
+        Timed by hooks around each ``Conv2d`` of the module evaluated, in one forward of the first batch (the first
+        timing's warm-up, so nothing is spent on a model whose convolutions are most of it).
+        """
+        if self.obj.device.type != "cpu":
+            return 1.0
+        module = self.obj.module if self.fold is None else self.fold.module
+        convs = [m for m in module.modules() if isinstance(m, torch.nn.Conv2d)]
+        spent, started = [0.0], [0.0]
+
+        def before(*_: object) -> None:
+            started[0] = time.perf_counter()
+
+        def after(*_: object) -> None:
+            spent[0] += time.perf_counter() - started[0]
+
+        hooks = [h for m in convs for h in (m.register_forward_pre_hook(before), m.register_forward_hook(after))]
+        try:
+            start = time.perf_counter()
+            with torch.inference_mode():
+                self._batch_eval_state(state, x, y)
+            whole = time.perf_counter() - start
+        finally:
+            for h in hooks:
+                h.remove()
+        return spent[0] / max(whole, 1e-12)
 
     def _layout_key(self, x: Tensor) -> tuple:
         """What the layouts' timing depends on: the model's class and tensors, the input, the device, the threads."""

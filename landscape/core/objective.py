@@ -46,6 +46,7 @@ from landscape.errors import LandscapeError
 from landscape.models.bn_fold import FoldedModel
 from landscape.models.checkpoint import floating_dtype, require_finite
 from landscape.models.external import calling_forward
+from landscape.options.common import DETERMINISM_CHECKS
 
 
 def fused_attention_modules(module: nn.Module) -> list[nn.Module]:
@@ -111,12 +112,16 @@ class Objective:
         param_names: names (of ``model.named_parameters()``) that form the variable params dict, in order;
             the remaining parameters are held fixed. Default: all parameters.
         allow_stochastic: skip the refusal of a model whose two evaluations differ.
-        check: run the determinism check now (two passes must give the same loss and gradient) and check that
-            every label is an output of the model.
+        check: run the determinism check now (two passes must give the same loss, and gradient: ``determinism``)
+            and check that every label is an output of the model.
         output: where the logits are in the model's output (see :func:`select_logits`).
         batch_statistics: BatchNorm layers normalise every batch by its own statistics, as in training, and
             neither use nor update running statistics (:func:`use_batch_statistics`); default: eval mode, the
             running statistics.
+        determinism: what the check compares (:data:`~landscape.options.common.DETERMINISM_CHECKS`):
+            ``gradient`` (default) the loss and its gradient, for every analysis that differentiates; ``loss`` the
+            loss alone, two forward passes, for an analysis that only evaluates losses (a stochastic layer changes
+            the loss as it changes the gradient).
 
     The copy of the model has fused attention switched off (:func:`unfuse_attention`, counted in
     ``fused_attention_off``) and every forward pass runs with PyTorch's math attention backend, so that
@@ -154,7 +159,12 @@ class Objective:
         check: bool = True,
         output: OutputSelector = None,
         batch_statistics: bool = False,
+        determinism: str = "gradient",
     ) -> None:
+        if determinism not in DETERMINISM_CHECKS:
+            raise LandscapeError(
+                f"unknown determinism check {determinism!r}; choose one of {', '.join(DETERMINISM_CHECKS)}"
+            )
         if not batches:
             raise LandscapeError("no data: the objective needs at least one batch (check --samples)")
         if not callable(criterion) and criterion not in CRITERIA:
@@ -196,11 +206,14 @@ class Objective:
         self.allow_stochastic = allow_stochastic
         #: the model's BatchNorms folded for Hessian products (built at the first; shared by shallow copies)
         self.second_order_fold = SecondOrderFold()
+        #: ``L_0(theta)``, the first batch's loss at the objective's point, as the determinism check computed it
+        #: (None when it did not run): a reference a tuned forward is checked against without another pass
+        self.first_batch_loss: float | None = None
         if check:
             self.check_finite()
             output = self.check_forward()
             self.check_labels(output)
-            self.check_determinism()
+            self.check_determinism(gradients=determinism == "gradient", output=output)
 
     # -- evaluation -------------------------------------------------------------------------------
     def logits(
@@ -469,11 +482,17 @@ class Objective:
             output = self._output({**self.fixed, **self.params, **self.buffers}, self.batches[0][0])
         check_label_range(labels(), int(select_logits(output, self.output).shape[-1]))
 
-    def check_determinism(self) -> None:
-        """Refuse a stochastic objective: two passes must give the same loss and gradient.
+    def check_determinism(self, gradients: bool = True, output: object = None) -> None:
+        """Refuse a stochastic objective: two passes must give the same loss (and gradient, with ``gradients``).
 
         Both passes use the first batch; on CPU they must agree exactly, elsewhere to ``rtol=1e-5``. Nothing is
-        checked with ``allow_stochastic``.
+        checked with ``allow_stochastic``. Without ``gradients`` the passes are forward passes only: what an
+        analysis that never differentiates needs to know (dropout and random layers change the loss itself).
+
+        Args:
+            gradients: compare the gradients too (each pass a forward and a backward pass).
+            output: without ``gradients``, the model's output on the first batch when at hand (:meth:`check_forward`'s):
+                the first pass.
 
         Raises:
             LandscapeError: the first batch's loss is not finite, or the two passes differ.
@@ -483,25 +502,40 @@ class Objective:
         params = dict(self.params)
         batch = self.batches[0]
         fn = self.batch_loss_fn(batch)
-        g1, l1 = grad_and_value(fn)(params)  # the loss of the gradient's own forward: one pass, not two
-        l1 = float(l1)
-        if not math.isfinite(l1):
-            dtype = self.dtype
-            wider = ", or --dtype float64" if self.dtype_chosen and dtype != torch.float64 else ""
-            raise LandscapeError(
-                f"the loss of the first batch is {l1} although every weight is finite: the model overflows on "
-                f"this data in {str(dtype).replace('torch.', '')} (check --data, --mean/--std{wider})"
-            )
-        g2, l2 = grad_and_value(fn)(params)
-        l2 = float(l2)
+        if gradients:
+            g1, l1 = grad_and_value(fn)(params)  # the loss of the gradient's own forward: one pass, not two
+        elif output is not None:
+            g1, l1 = {}, batch_loss(select_logits(output, self.output), batch[1], self.criterion)
+        else:
+            with torch.no_grad():
+                g1, l1 = {}, fn(params)
+        self._check_finite_loss(float(l1))
+        self.first_batch_loss = float(l1)
+        if gradients:
+            g2, l2 = grad_and_value(fn)(params)
+        else:
+            with torch.no_grad():
+                g2, l2 = {}, fn(params)
+        l1, l2 = float(l1), float(l2)
         exact = self.device.type == "cpu"
         same_grad = all(
             torch.equal(g1[n], g2[n]) if exact else torch.allclose(g1[n], g2[n], rtol=1e-5, atol=1e-7) for n in g1
         )
         if (l1 != l2 if exact else abs(l1 - l2) > 1e-5 * max(1.0, abs(l1))) or not same_grad:
+            compared = "losses or gradients" if gradients else "losses"
             raise LandscapeError(
-                "the model is stochastic (two passes gave different losses or gradients: dropout, "
+                f"the model is stochastic (two passes gave different {compared}: dropout, "
                 "train-mode BatchNorm or random layers?); fix the model or pass --allow-stochastic"
+            )
+
+    def _check_finite_loss(self, loss: float) -> None:
+        """Refuse a first batch whose loss is not finite although every weight is (an overflow on the data)."""
+        if not math.isfinite(loss):
+            dtype = self.dtype
+            wider = ", or --dtype float64" if self.dtype_chosen and dtype != torch.float64 else ""
+            raise LandscapeError(
+                f"the loss of the first batch is {loss} although every weight is finite: the model overflows on "
+                f"this data in {str(dtype).replace('torch.', '')} (check --data, --mean/--std{wider})"
             )
 
 

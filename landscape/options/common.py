@@ -19,6 +19,12 @@ CRITERIA = ("cross_entropy", "mse")
 #: penalties added to the data loss, and the coefficient each takes by default
 REGULARIZERS = ("none", "l2", "norm-sum")
 REG_COEF_DEFAULTS = {"none": 0.0, "l2": 5e-4, "norm-sum": 0.05}
+#: what an Objective's determinism check compares over two passes: the loss alone (an analysis of losses only,
+#: such as a surface along random directions) or the loss and its gradient (every analysis that differentiates)
+DETERMINISM_CHECKS = ("loss", "gradient")
+#: channels-last inputs are timed against NCHW only when the 2D convolutions take at least this share of a CPU
+#: forward (a ViT's patch embedding takes 1-2%: its layout cannot pay for the six forwards that time it)
+LAYOUT_MIN_CONV_SHARE = 0.1
 #: floating-point types of the Hessian computations
 DTYPES = ("float32", "float64")
 #: a model with its BatchNorms folded (:mod:`landscape.models.bn_fold`) is used only when its loss at the objective's

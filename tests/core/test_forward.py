@@ -4,6 +4,7 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from landscape.core.forward import EvalForward
@@ -93,6 +94,46 @@ def test_the_layout_is_timed_once_per_process_for_a_model_and_input(monkeypatch)
     wider = Objective(create_model("resnet_mini", num_classes=10, widths=(4, 8, 8, 16)).eval(), batches)
     assert not EvalForward(wider).choose_memory_format()  # another architecture is timed: NCHW 0.5 against 1.0
     assert times == []
+
+
+def test_a_forward_whose_convolutions_are_a_small_part_is_not_timed_in_two_layouts(monkeypatch):
+    from landscape.core import forward as module
+
+    monkeypatch.setattr(module, "_LAYOUTS", {})
+
+    def timed(fn, device, repeats, warm_up=False):
+        raise AssertionError("the layouts were timed")
+
+    monkeypatch.setattr(module, "fastest", timed)
+    torch.manual_seed(0)
+    batches = [(torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,)))]
+    vit = EvalForward(Objective(create_model("vit_mini", num_classes=10).eval(), batches, determinism="loss"))
+    share = vit._conv_share(vit._point_state(vit.obj.params), *batches[0])
+    assert 0 < share < module.LAYOUT_MIN_CONV_SHARE / 2  # the patch embedding: 1-2% of the forward
+    assert not vit.choose_memory_format() and not vit.channels_last
+    assert list(module._LAYOUTS.values()) == [False]  # remembered: later runs in the process do not measure it
+    resnet = EvalForward(_conv_bn_objective())
+    assert (
+        resnet._conv_share(resnet._point_state(resnet.obj.params), *resnet.obj.batches[0])
+        > 2 * module.LAYOUT_MIN_CONV_SHARE
+    )
+
+
+def test_the_fold_is_checked_against_the_loss_the_objective_measured_without_another_unfolded_pass():
+    objective = _conv_bn_objective(torch.float64)
+    x, y = objective.batches[0]
+    want = float(F.cross_entropy(objective.module(x), y))  # the reference: the model itself at its point
+    assert objective.first_batch_loss == want
+    checked, again = EvalForward(objective), EvalForward(objective)
+    assert checked.enable_fold(check=False) == again.enable_fold(check=False) > 0
+    calls = []
+    hook = objective.module.register_forward_hook(lambda *args: calls.append(1))  # the unfolded model's passes
+    try:
+        assert checked.check_fold() > 0 and checked.fold is not None and calls == []
+        objective.first_batch_loss = None  # an objective built without its checks: the unfolded pass is made
+        assert again.check_fold() > 0 and again.fold is not None and calls == [1]
+    finally:
+        hook.remove()
 
 
 def test_a_fold_checked_later_is_kept_or_undone_as_one_checked_at_once(monkeypatch):

@@ -257,6 +257,39 @@ def test_stochastic_model_is_refused_unless_allowed():
     Objective(model, batches, allow_stochastic=True)  # the explicit opt-out
 
 
+def test_a_loss_only_check_refuses_a_stochastic_model_in_two_forward_passes_and_no_backward():
+    torch.manual_seed(0)
+    passes = []
+    backward = []
+
+    class Counted(nn.Linear):
+        def forward(self, x):
+            passes.append(1)
+            out = super().forward(x)
+            if out.requires_grad:
+                out.register_hook(lambda g: backward.append(1))
+            return out
+
+    model = nn.Sequential(nn.Flatten(), Counted(50, 8), AlwaysDropout(), nn.Linear(8, 4)).double().eval()
+    _, _, batches = data()
+    with pytest.raises(LandscapeError, match=r"two passes gave different losses: dropout") as exc:
+        Objective(model, batches, determinism="loss")
+    assert "\n" not in str(exc.value)
+    assert len(passes) == 2 and not backward  # the checked forward's output is the first pass
+    steady = nn.Sequential(nn.Flatten(), Counted(50, 8), nn.Linear(8, 4)).double().eval()
+    passes.clear()
+    Objective(steady, batches, determinism="loss")
+    assert len(passes) == 2 and not backward
+    passes.clear()
+    Objective(steady, batches)  # the default compares the gradients too: forward and backward passes
+    assert len(passes) == 3 and len(backward) == 2
+
+
+def test_an_unknown_determinism_check_is_refused():
+    with pytest.raises(LandscapeError, match="unknown determinism check 'forward'; choose one of loss, gradient"):
+        Objective(bn_model(), data()[2], determinism="forward")
+
+
 def test_no_batches_is_an_error():
     with pytest.raises(LandscapeError, match="no data"):
         Objective(bn_model(), [])

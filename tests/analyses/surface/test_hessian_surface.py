@@ -166,3 +166,18 @@ def test_a_relu_network_is_said_to_have_kinks_where_the_quadratic_model_is_drawn
     assert any("kinks (relu): not the curve's curvature" in label for label in labels)
     assert "piecewise linear (relu)" in caption_of(fig) and f"{measured:.3g}" in caption_of(fig)
     assert "direction_second_differences" not in res.attrs["identity"]  # measured, not an option
+
+
+class _Noisy(nn.Module):
+    """Adds fresh noise at every pass, as a stochastic layer left on does."""
+
+    def forward(self, x):
+        return x + 0.1 * torch.randn_like(x)
+
+
+@pytest.mark.parametrize(("directions", "compared"), [("random", "losses:"), ("hessian", "losses or gradients:")])
+def test_a_stochastic_model_is_refused_by_the_check_its_directions_need(directions, compared):
+    model, batches = small_problem()
+    noisy = nn.Sequential(model[0], _Noisy(), model[1], model[2])
+    with pytest.raises(landscape.LandscapeError, match=f"two passes gave different {compared}"):
+        landscape.surface(noisy, batches, directions=directions, x="-1:1:3", y=None, device="cpu", progress=False)
