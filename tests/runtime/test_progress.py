@@ -17,7 +17,8 @@ from tests.helpers import tiny_resnet_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: a ``landscape surface`` run whose second write of points waits for the file ``GO`` (after touching ``HELD``)
+#: a ``landscape surface`` run whose first write of points (the first point, written at once) waits for the file
+#: ``GO`` (after touching ``HELD``)
 HELD_WRITER = """
 import runpy, sys, time
 from pathlib import Path
@@ -26,13 +27,13 @@ import landscape.analyses.surface.run as run
 held, go = Path(sys.argv[1]), Path(sys.argv[2])
 original, calls = run.write_points, []
 
-def write_points(f, points):
+def write_points(f, points, *grid):
     calls.append(1)
-    if len(calls) == 2:
+    if len(calls) == 1:
         held.touch()
         while not go.exists():
             time.sleep(0.02)
-    original(f, points)
+    original(f, points, *grid)
 
 run.write_points = write_points
 sys.argv = ["landscape", "surface", *sys.argv[3:]]

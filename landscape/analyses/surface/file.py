@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -24,6 +24,7 @@ from landscape.options.surface import (  # noqa: F401 (re-exported)
     COMPILE_MODES,
     DIRECTION_STORAGE,
     MAX_POINTS,
+    WRITE_EVERY_S,
     SurfaceOptions,
     compile_attr,
     compile_mode,
@@ -368,13 +369,73 @@ def portable_state(state: dict[str, Any]) -> dict[str, Any]:
     return {**state, "dirs": tuple(None if d is None else {n: t.cpu() for n, t in d.items()} for d in state["dirs"])}
 
 
-def write_points(f: store.ResultFile, results: Sequence[PointResult]) -> None:
-    """Write the values, then mark each point done (values flushed first: a kill leaves undone points NaN)."""
-    for j, i, loss, data_loss, acc in results:
-        f.write_at("loss", (j, i), loss)
-        f.write_at("data_loss", (j, i), data_loss)
-        f.write_at("accuracy", (j, i), acc)
+#: the arrays of a surface's grid that hold each point's values, in the order of a point's values
+VALUE_ARRAYS = ("loss", "data_loss", "accuracy")
+
+
+def read_grid(f: store.ResultFile) -> dict[str, np.ndarray]:
+    """The surface's grid arrays as the file holds them (values and ``done``), to be updated and written back."""
+    return {name: f.read(name) for name in (*VALUE_ARRAYS, "done")}
+
+
+def write_points(
+    f: store.ResultFile, results: Sequence[PointResult], grid: dict[str, np.ndarray] | None = None
+) -> None:
+    """Write finished points: their values as the rows they touch, flush, then their ``done`` flags, flush.
+
+    The values are flushed before the flags, so a kill in between leaves the points not done and the file valid.
+    Each array is written once, as the rows from the first point's to the last's, from ``grid`` (the file's arrays
+    mirrored in memory, updated here).
+
+    Args:
+        f: the open surface file.
+        results: ``(j, i, loss, data_loss, accuracy)`` of each point.
+        grid: the mirror of the file's arrays (:func:`read_grid`), kept from one call to the next; None: read now.
+    """
+    if not results:
+        return
+    grid = read_grid(f) if grid is None else grid
+    rows = [j for j, *_ in results]
+    slab = (slice(min(rows), max(rows) + 1), slice(None))
+    for j, i, *values in results:
+        for name, value in zip(VALUE_ARRAYS, values):
+            grid[name][j, i] = value
+    for name in VALUE_ARRAYS:
+        f.write_at(name, slab, grid[name][slab])
     f.flush()
     for j, i, *_ in results:
-        f.write_at("done", (j, i), True)
+        grid["done"][j, i] = True
+    f.write_at("done", slab, grid["done"][slab])
     f.mark_done()
+
+
+class PendingPoints:
+    """Finished points held back until ``every_s`` seconds have passed since the last write, then written together.
+
+    The first points are written at once (a live file shows them); later ones wait. A grid of fast points is then not
+    slowed by a write per point (four array writes and two flushes, 1.7 ms, 5% of a 36 ms point of
+    ``resnet_mini``), and a kill loses at most ``every_s`` seconds of work.
+
+    Args:
+        write: writes a group of points (e.g. :func:`write_points` into the open file).
+        every_s: the longest a finished point waits while others finish
+            (:data:`~landscape.options.surface.WRITE_EVERY_S`).
+    """
+
+    def __init__(self, write: Callable[[list[PointResult]], None], every_s: float = WRITE_EVERY_S) -> None:
+        self._write, self.every_s = write, every_s
+        self.points: list[PointResult] = []
+        self.last = -float("inf")  # nothing written yet: the first points go at once
+
+    def add(self, results: Sequence[PointResult]) -> None:
+        """Take finished points; write all that wait once ``every_s`` has passed since the last write."""
+        self.points.extend(results)
+        if time.monotonic() - self.last >= self.every_s:
+            self.write()
+
+    def write(self) -> None:
+        """Write every point that waits (nothing when none does)."""
+        if self.points:
+            self._write(self.points)
+        self.points = []
+        self.last = time.monotonic()

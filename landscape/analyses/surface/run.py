@@ -5,14 +5,16 @@ Objective` (sample-weighted mean over fixed batches, plus the regulariser). The 
 holds ``xcoordinates`` (nx), ``ycoordinates`` (ny; ``[0]`` for a line), ``loss``, ``data_loss``,
 ``accuracy`` and ``done`` (ny, nx) and the directions: by default the recipe that draws random directions again
 (``directions_recipe``), else the arrays ``directions/x/<param>`` (and ``directions/y/<param>``), always with
-their fingerprint (``directions_digest``). Points are appended and flushed as they finish, so a killed run leaves
-a valid file; rerunning resumes from the ``done`` mask with the directions drawn again or read back from the file
-(and checked against the fingerprint), and ends with the same numbers. Under torchrun
-the points of each round are shared among ranks and only rank 0 writes.
+their fingerprint (``directions_digest``). Points are written and flushed as they finish, in groups at most
+:data:`~landscape.options.surface.WRITE_EVERY_S` apart, so a killed run leaves a valid file; rerunning resumes
+from the ``done`` mask with the directions drawn again or read back from the file (and checked against the
+fingerprint), and ends with the same numbers. Under torchrun the points of each round are shared among ranks and
+only rank 0 writes.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,12 +28,14 @@ from landscape.analyses.surface.directions import Directions
 from landscape.analyses.surface.evaluator import PointEvaluator
 from landscape.analyses.surface.file import (
     MEASURED_META,
+    PendingPoints,
     as_stored,
     check_finite_surface,
     check_grid_size,
     direction_fingerprint,
     half_error,
     portable_state,
+    read_grid,
     resume_surface,
     storage_of,
     write_points,
@@ -231,30 +235,39 @@ def _run_points(
 ) -> None:
     """Write the set-up's points, then evaluate the others in rounds of ``batch_points * world_size``.
 
-    Rank 0 writes each round.
+    Rank 0 writes the points, the first at once and the others in groups (:class:`PendingPoints`: at most
+    :data:`~landscape.options.surface.WRITE_EVERY_S` seconds apart, and whatever waits when the run ends or is
+    interrupted).
     """
     total = int(xs.size * ys.size)
     n_done = total - len(todo)
     made = {(j, i) for j, i, *_ in plan.first}
     todo = [p for p in todo if p not in made]
+    grid = read_grid(f) if f is not None else None
+    pending = PendingPoints(lambda group: None if f is None else write_points(f, group, grid))
 
     def finish(results: list[tuple[int, int, float, float, float]]) -> None:
         nonlocal n_done
-        if f is not None:
-            write_points(f, results)
         n_done += len(results)
         bar.update(len(results))
+        pending.add(results)
         if on_round is not None:
             on_round(n_done, total)
 
-    if plan.first:
-        finish(list(plan.first))
-    step = plan.batch_points * D.world_size()
-    for s in range(0, len(todo), step):
-        mine = D.shard(todo[s : s + step])
-        values = evaluator.evaluate([(xs[i], ys[j]) for j, i in mine], plan.batch_points) if mine else []
-        results = [(j, i, *v) for (j, i), v in zip(mine, values)]
-        finish([r for part in D.all_gather_objects(results) for r in part])
+    try:
+        if plan.first:
+            finish(list(plan.first))
+        step = plan.batch_points * D.world_size()
+        for s in range(0, len(todo), step):
+            mine = D.shard(todo[s : s + step])
+            values = evaluator.evaluate([(xs[i], ys[j]) for j, i in mine], plan.batch_points) if mine else []
+            results = [(j, i, *v) for (j, i), v in zip(mine, values)]
+            finish([r for part in D.all_gather_objects(results) for r in part])
+    except BaseException:
+        with contextlib.suppress(LandscapeError):  # the points finished before the interruption are kept
+            pending.write()
+        raise
+    pending.write()
 
 
 # --------------------------------------------------------------------------------- from a checkpoint
@@ -317,8 +330,14 @@ def run_surface(
     call = command or python_call("run_surface", source, o, out=out, model_name=model_name)
     prepared = prepare(source, o, model_name=model_name, device=device, command=call, batches=batches)
     inputs, attrs = prepared.inputs, prepared.attrs
+    differentiates = o.target is None and o.directions == "hessian" and o.eigenvectors is None
     objective = build_objective(
-        inputs, prepared.batches, criterion=prepared.criterion, regularizer=reg, allow_stochastic=o.allow_stochastic
+        inputs,
+        prepared.batches,
+        criterion=prepared.criterion,
+        regularizer=reg,
+        allow_stochastic=o.allow_stochastic,
+        determinism="gradient" if differentiates else "loss",  # Lanczos' products, else losses alone
     )
     patterns = o.patterns
     attrs["fused_attention_off"] = objective.fused_attention_off

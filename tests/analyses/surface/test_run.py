@@ -341,8 +341,9 @@ def test_killed_process_leaves_a_valid_file_that_resumes(tmp_path, reference):
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=60)
-    with h5py.File(out, "r") as f:
-        assert int(f["done"][()].sum()) == 3
+    with h5py.File(out, "r") as f:  # the set-up's point written at once, the others in groups (WRITE_EVERY_S)
+        done = f["done"][()]
+        assert 1 <= int(done.sum()) <= 3 and np.isnan(f["loss"][()][~done]).all()
     _, _, objective, dirs = build()
     res = compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False)
     np.testing.assert_array_equal(res["loss"], reference["loss"])
