@@ -31,6 +31,8 @@ loaded machine, where wall seconds measure the load), and the goals of issue 45:
 
 Run:  python benchmarks/surface.py [--models resnet vit] [--grids 10 51] [--rounds 1] [--samples 128]
       python benchmarks/surface.py --quick      (a smoke test: 2x2 and 3x3 grids, 16 samples, nothing compiled)
+      python benchmarks/surface.py --breakdown [--rounds 5]   (a point eager and compiled, and the eager forward's
+                                                               operator time by group: what no evaluation avoids)
 
 GPU (not run by the authors of this script: no GPU was available): ``--device cuda`` (or ``--large`` on any
 device) times a 51 x 51 grid of resnet50 (CIFAR stem) on 10,000 synthetic CIFAR-sized inputs in batches of 500,
@@ -415,6 +417,78 @@ def large_main(args):
             )
 
 
+#: what the forward's time is spent on: torch.profiler's operator names, grouped
+OP_GROUPS = {
+    "matrix products": ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear", "aten::matmul"),
+    "convolutions": ("aten::mkldnn_convolution", "aten::convolution", "aten::_convolution", "aten::conv2d"),
+    "attention (fused)": ("aten::_scaled_dot_product_flash_attention_for_cpu",),
+    "softmax": ("aten::_softmax", "aten::softmax"),
+}
+
+
+def breakdown_main(args):
+    """Where one point's time goes: a profiled forward of each model per operator group, eager and compiled.
+
+    The eager forward is the plain loop's (BatchNorm folded, the layout chosen); the compiled one the package that
+    ``compile="on"`` builds (into a temporary cache folder). Each group's share of the forward's self time is printed,
+    with the seconds per point, and the matrix products' share says how much of a point no evaluation of the same
+    forward can remove.
+    """
+    from torch.profiler import profile
+
+    device = torch.device("cpu")
+    for name in args.models:
+        model, batches = make_problem(args, device, name)
+        with tempfile.TemporaryDirectory() as tmp:
+            with_cache(Path(tmp))
+            objective = Objective(model, batches, determinism="loss")
+            dirs = random_directions(objective.params, ndim=2, seed=0)
+            evaluator = PointEvaluator(objective, dirs.x, dirs.y)
+            evaluator.tune()
+            ways = [("eager", evaluator)]
+            compiled = PointEvaluator(objective, dirs.x, dirs.y)
+            res = compute_surface(
+                objective,
+                dirs,
+                [0.0, 0.1],
+                [0.0, 0.1],
+                out=Path(tmp) / "c.h5",
+                progress=False,
+                compile="on",
+                batch_points=1,
+            )
+            if res.attrs["compiled"]:
+                from landscape.runtime import packages
+
+                compiled.tune()
+                key = compiled.compile_key()
+                runner = packages.load_package(key, packages.cached_package(key), device)
+                if runner is not None and compiled.use_package(runner, unfolded=True):
+                    ways.append(("compiled", compiled))
+            walls = {}
+            for way, ev in ways:
+                ev.loop([(0.1, 0.2)])  # warm-up
+                walls[way] = timed(lambda ev=ev: ev.loop([(0.1, 0.2)]), device, args.rounds)
+            with profile() as prof:  # the eager forward's operators (a package's kernels are not seen by it)
+                for _ in range(args.rounds):
+                    evaluator.loop([(0.1, 0.2)])
+            events = prof.key_averages()
+            total = sum(e.self_cpu_time_total for e in events)
+            shares = {
+                g: sum(e.self_cpu_time_total for e in events if e.key in ops) / total for g, ops in OP_GROUPS.items()
+            }
+            parts = ", ".join(f"{g} {100 * v:.0f}%" for g, v in shares.items() if v > 0)
+            compiled_part = (
+                f"; compiled {walls['compiled'] * 1e3:.1f} ms ({walls['compiled'] / walls['eager']:.2f}x eager)"
+                if "compiled" in walls
+                else "; compiled: the package was not built"
+            )
+            print(
+                f"{name}: a point (wall, median of {args.rounds}) eager {walls['eager'] * 1e3:.1f} ms{compiled_part}; "
+                f"the eager forward's operator time: {parts}, the rest {100 * (1 - sum(shares.values())):.0f}%"
+            )
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -432,6 +506,11 @@ def main():
         "machine, where wall seconds measure the load)",
     )
     p.add_argument("--quick", action="store_true", help="smoke test: grids 2 and 3, 16 samples, nothing compiled")
+    p.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="where a point's time goes: the operators of a profiled forward by group, eager and compiled",
+    )
     p.add_argument("--vmap-points", type=int, default=8)
     p.add_argument("--compile", nargs="?", const="on", default=None, choices=["on", "auto"], help="GPU: compile")
     p.add_argument("--full", action="store_true", help="CUDA: run the whole 51x51 grid")
@@ -447,6 +526,8 @@ def main():
         args.grids, args.samples, args.rounds = [2, 3], args.samples or 16, 1
     args.samples = args.samples or (10000 if gpu else 128)
     args.batch_size = args.batch_size or (500 if gpu else 128)
+    if args.breakdown:
+        return breakdown_main(args)
     (large_main if gpu else cpu_main)(args)
 
 
