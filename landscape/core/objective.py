@@ -138,6 +138,9 @@ class Objective:
             iterating it reads one batch at a time onto the device).
         n_samples: N = sum_b N_b.
         weights: N_b / N for each batch.
+        first_batch_loss: ``L_0`` at the objective's point as its determinism check measured it, what a tuned
+            forward is checked against without another pass; None when unchecked, and once ``params``, ``fixed`` or
+            ``buffers`` are set to another point.
 
     Raises:
         LandscapeError: no batches, a model without parameters, an unknown criterion or parameter name, or (with
@@ -196,9 +199,9 @@ class Objective:
             )
         # views of the copy's own parameters, not clones: functional_call is always given them in full, so the
         # module never reads its parameters, and nothing writes into either (one copy of the weights, not two)
-        self.params: ParamDict = {n: named[n].detach() for n in names}
-        self.fixed: ParamDict = {n: p.detach() for n, p in named.items() if n not in self.params}
-        self.buffers: ParamDict = {n: b.detach().clone() for n, b in self.module.named_buffers()}
+        self.params = {n: named[n].detach() for n in names}
+        self.fixed = {n: p.detach() for n, p in named.items() if n not in self.params}
+        self.buffers = {n: b.detach().clone() for n, b in self.module.named_buffers()}
         self.batches: BatchSource = as_source(batches).placed(self.device, self.dtype)
         sizes = self.batches.sizes
         self.n_samples = sum(sizes)
@@ -206,14 +209,41 @@ class Objective:
         self.allow_stochastic = allow_stochastic
         #: the model's BatchNorms folded for Hessian products (built at the first; shared by shallow copies)
         self.second_order_fold = SecondOrderFold()
-        #: ``L_0(theta)``, the first batch's loss at the objective's point, as the determinism check computed it
-        #: (None when it did not run): a reference a tuned forward is checked against without another pass
-        self.first_batch_loss: float | None = None
         if check:
             self.check_finite()
             output = self.check_forward()
             self.check_labels(output)
             self.check_determinism(gradients=determinism == "gradient", output=output)
+
+    # -- the point ---------------------------------------------------------------------------------
+    # Setting params, fixed or buffers moves the objective to another point: the first batch's loss measured at the
+    # old one (first_batch_loss) no longer holds there and is forgotten.
+    @property
+    def params(self) -> ParamDict:
+        """The variable parameters theta by name (see the class docstring)."""
+        return self._params
+
+    @params.setter
+    def params(self, value: ParamDict) -> None:
+        self._params, self.first_batch_loss = value, None
+
+    @property
+    def fixed(self) -> ParamDict:
+        """The parameters held fixed, by name."""
+        return self._fixed
+
+    @fixed.setter
+    def fixed(self, value: ParamDict) -> None:
+        self._fixed, self.first_batch_loss = value, None
+
+    @property
+    def buffers(self) -> ParamDict:
+        """The module's buffers (e.g. BatchNorm statistics), by name."""
+        return self._buffers
+
+    @buffers.setter
+    def buffers(self, value: ParamDict) -> None:
+        self._buffers, self.first_batch_loss = value, None
 
     # -- evaluation -------------------------------------------------------------------------------
     def logits(

@@ -370,3 +370,18 @@ def test_a_python_call_is_told_the_model_source_field_not_the_flag():
     batches = [(torch.randn(5, 2), torch.tensor([0, 1, 2, 0, 1]))]
     msg = one_line_error(landscape.hessian, DictOut(nn.Linear(2, 3), "named"), batches, top_k=1, progress=False)
     assert "name them with ModelSource(output=...)" in msg and "--model-output" not in msg
+
+
+def test_the_first_batch_loss_holds_at_the_point_it_was_measured_and_is_forgotten_when_the_point_moves():
+    import copy as copy_module
+
+    model = bn_model()
+    _, _, batches = data()
+    obj = Objective(model, batches)
+    x, y = batches[0]
+    assert obj.first_batch_loss == float(F.cross_entropy(obj.module(x), y))
+    assert Objective(model, batches, check=False).first_batch_loss is None
+    for name in ("params", "fixed", "buffers"):
+        moved = copy_module.copy(obj)  # as connect's points and tracking's refreshes do
+        setattr(moved, name, dict(getattr(obj, name)))
+        assert moved.first_batch_loss is None and obj.first_batch_loss is not None
