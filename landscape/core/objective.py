@@ -45,38 +45,26 @@ from landscape.data.stream import BatchSource, as_source
 from landscape.errors import LandscapeError
 from landscape.models.bn_fold import FoldedModel
 from landscape.models.checkpoint import floating_dtype, require_finite
-from landscape.models.external import calling_forward
+from landscape.models.external import calling_forward, unfuse_attention
 from landscape.options.common import DETERMINISM_CHECKS
 
 
-def fused_attention_modules(module: nn.Module) -> list[nn.Module]:
-    """The submodules of ``module`` with fused attention kernels switched on (timm's ``fused_attn``).
+class _PointPart:
+    """An attribute of an :class:`Objective` that is part of its point (``params``, ``fixed``, ``buffers``).
 
-    Args:
-        module: the model.
-
-    Returns:
-        Every submodule (``module`` included) whose ``fused_attn`` attribute is ``True``.
+    Setting it moves the objective to another point (connect's points, tracking's refreshes): the first batch's loss
+    measured at the old one (``first_batch_loss``) is forgotten.
     """
-    return [m for m in module.modules() if getattr(m, "fused_attn", False) is True]
 
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
 
-def unfuse_attention(module: nn.Module) -> int:
-    """Switch off fused attention kernels (timm's ``fused_attn``) in ``module``; return how many were on.
+    def __get__(self, obj: object, owner: type | None = None) -> ParamDict:
+        return self if obj is None else obj.__dict__[self.slot]  # type: ignore[return-value]
 
-    torch.func's forward-mode differentiation (the Hessian-vector products) has no rule for the fused CPU/GPU
-    attention kernels; the explicit softmax(q k^T) v path computes the same function.
-
-    Args:
-        module: the model; modified in place (``fused_attn = False`` on each such submodule).
-
-    Returns:
-        The number of submodules switched off.
-    """
-    fused = fused_attention_modules(module)
-    for m in fused:
-        m.fused_attn = False
-    return len(fused)
+    def __set__(self, obj: object, value: ParamDict) -> None:
+        obj.__dict__[self.slot] = value
+        obj.__dict__["first_batch_loss"] = None
 
 
 @dataclass(frozen=True)
@@ -123,8 +111,8 @@ class Objective:
             loss alone, two forward passes, for an analysis that only evaluates losses (a stochastic layer changes
             the loss as it changes the gradient).
 
-    The copy of the model has fused attention switched off (:func:`unfuse_attention`, counted in
-    ``fused_attention_off``) and every forward pass runs with PyTorch's math attention backend, so that
+    The copy of the model has fused attention switched off (:func:`~landscape.models.external.unfuse_attention`,
+    counted in ``fused_attention_off``) and every forward pass runs with PyTorch's math attention backend, so that
     ``torch.func`` can differentiate any attention layer twice.
 
     Attributes:
@@ -215,35 +203,10 @@ class Objective:
             self.check_labels(output)
             self.check_determinism(gradients=determinism == "gradient", output=output)
 
-    # -- the point ---------------------------------------------------------------------------------
-    # Setting params, fixed or buffers moves the objective to another point: the first batch's loss measured at the
-    # old one (first_batch_loss) no longer holds there and is forgotten.
-    @property
-    def params(self) -> ParamDict:
-        """The variable parameters theta by name (see the class docstring)."""
-        return self._params
-
-    @params.setter
-    def params(self, value: ParamDict) -> None:
-        self._params, self.first_batch_loss = value, None
-
-    @property
-    def fixed(self) -> ParamDict:
-        """The parameters held fixed, by name."""
-        return self._fixed
-
-    @fixed.setter
-    def fixed(self, value: ParamDict) -> None:
-        self._fixed, self.first_batch_loss = value, None
-
-    @property
-    def buffers(self) -> ParamDict:
-        """The module's buffers (e.g. BatchNorm statistics), by name."""
-        return self._buffers
-
-    @buffers.setter
-    def buffers(self, value: ParamDict) -> None:
-        self._buffers, self.first_batch_loss = value, None
+    # setting one of these moves the objective to another point: the loss measured at the old one is forgotten
+    params = _PointPart()
+    fixed = _PointPart()
+    buffers = _PointPart()
 
     # -- evaluation -------------------------------------------------------------------------------
     def logits(
@@ -532,20 +495,24 @@ class Objective:
         params = dict(self.params)
         batch = self.batches[0]
         fn = self.batch_loss_fn(batch)
-        if gradients:
-            g1, l1 = grad_and_value(fn)(params)  # the loss of the gradient's own forward: one pass, not two
-        elif output is not None:
-            g1, l1 = {}, batch_loss(select_logits(output, self.output), batch[1], self.criterion)
-        else:
+
+        def one_pass() -> tuple[dict[str, Tensor], Tensor]:  # (the gradient, or none), the loss
+            if gradients:
+                return grad_and_value(fn)(params)  # the loss of the gradient's own forward: one pass, not two
             with torch.no_grad():
-                g1, l1 = {}, fn(params)
-        self._check_finite_loss(float(l1))
+                return {}, fn(params)
+
+        given = not gradients and output is not None
+        g1, l1 = ({}, batch_loss(select_logits(output, self.output), batch[1], self.criterion)) if given else one_pass()
+        if not math.isfinite(float(l1)):
+            dtype = self.dtype
+            wider = ", or --dtype float64" if self.dtype_chosen and dtype != torch.float64 else ""
+            raise LandscapeError(
+                f"the loss of the first batch is {float(l1)} although every weight is finite: the model overflows "
+                f"on this data in {str(dtype).replace('torch.', '')} (check --data, --mean/--std{wider})"
+            )
         self.first_batch_loss = float(l1)
-        if gradients:
-            g2, l2 = grad_and_value(fn)(params)
-        else:
-            with torch.no_grad():
-                g2, l2 = {}, fn(params)
+        g2, l2 = one_pass()
         l1, l2 = float(l1), float(l2)
         exact = self.device.type == "cpu"
         same_grad = all(
@@ -556,16 +523,6 @@ class Objective:
             raise LandscapeError(
                 f"the model is stochastic (two passes gave different {compared}: dropout, "
                 "train-mode BatchNorm or random layers?); fix the model or pass --allow-stochastic"
-            )
-
-    def _check_finite_loss(self, loss: float) -> None:
-        """Refuse a first batch whose loss is not finite although every weight is (an overflow on the data)."""
-        if not math.isfinite(loss):
-            dtype = self.dtype
-            wider = ", or --dtype float64" if self.dtype_chosen and dtype != torch.float64 else ""
-            raise LandscapeError(
-                f"the loss of the first batch is {loss} although every weight is finite: the model overflows on "
-                f"this data in {str(dtype).replace('torch.', '')} (check --data, --mean/--std{wider})"
             )
 
 

@@ -389,3 +389,33 @@ def model_preprocess(model: nn.Module) -> Preprocess | None:
             std=tuple(t.std),
         )
     return None
+
+
+def fused_attention_modules(module: nn.Module) -> list[nn.Module]:
+    """The submodules of ``module`` with fused attention kernels switched on (timm's ``fused_attn``).
+
+    Args:
+        module: the model.
+
+    Returns:
+        Every submodule (``module`` included) whose ``fused_attn`` attribute is ``True``.
+    """
+    return [m for m in module.modules() if getattr(m, "fused_attn", False) is True]
+
+
+def unfuse_attention(module: nn.Module) -> int:
+    """Switch off fused attention kernels (timm's ``fused_attn``) in ``module``; return how many were on.
+
+    torch.func's forward-mode differentiation (the Hessian-vector products) has no rule for the fused CPU/GPU
+    attention kernels; the explicit softmax(q k^T) v path computes the same function.
+
+    Args:
+        module: the model; modified in place (``fused_attn = False`` on each such submodule).
+
+    Returns:
+        The number of submodules switched off.
+    """
+    fused = fused_attention_modules(module)
+    for m in fused:
+        m.fused_attn = False
+    return len(fused)

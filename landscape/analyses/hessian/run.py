@@ -33,10 +33,11 @@ from landscape.analyses.hessian.spectrum import max_eigenvalue_spectrum
 from landscape.analyses.hessian.trace import trace as trace_estimate
 from landscape.core.calls import analysis_function
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
-from landscape.core.objective import Objective, fused_attention_modules
+from landscape.core.objective import Objective
 from landscape.core.params import torch_dtype
 from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
+from landscape.models.external import fused_attention_modules
 from landscape.options.common import DTYPES, choice
 from landscape.options.hessian import HessianKeywords, HessianOptions, SpectrumKeywords, SpectrumOptions
 from landscape.runtime import distributed
