@@ -381,11 +381,11 @@ def read_grid(f: store.ResultFile) -> dict[str, np.ndarray]:
 def write_points(
     f: store.ResultFile, results: Sequence[PointResult], grid: dict[str, np.ndarray] | None = None
 ) -> None:
-    """Write finished points: their values as the rows they touch, flush, then their ``done`` flags, flush.
+    """Write finished points: their values as the box of the grid they span, flush, then their ``done`` flags, flush.
 
     The values are flushed before the flags, so a kill in between leaves the points not done and the file valid.
-    Each array is written once, as the rows from the first point's to the last's, from ``grid`` (the file's arrays
-    mirrored in memory, updated here).
+    Each array is written once, as the box of rows and columns the points span (a 1D line's new stretch, not the
+    whole line), from ``grid`` (the file's arrays mirrored in memory, updated here).
 
     Args:
         f: the open surface file.
@@ -395,8 +395,8 @@ def write_points(
     if not results:
         return
     grid = read_grid(f) if grid is None else grid
-    rows = [j for j, *_ in results]
-    slab = (slice(min(rows), max(rows) + 1), slice(None))
+    rows, cols = [j for j, *_ in results], [i for _, i, *_ in results]
+    slab = (slice(min(rows), max(rows) + 1), slice(min(cols), max(cols) + 1))  # the box of the points, not whole rows
     for j, i, *values in results:
         for name, value in zip(VALUE_ARRAYS, values):
             grid[name][j, i] = value

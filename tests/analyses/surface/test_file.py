@@ -226,8 +226,15 @@ def test_points_are_written_as_the_rows_they_touch_values_then_flags():
     np.testing.assert_array_equal(loss, want)
     np.testing.assert_array_equal(done, ~np.isnan(want))
     assert f.read("data_loss")[2, 3] == 2.25 and f.read("accuracy")[1, 0] == 1.0
+    writes = []
+    original = f.write_at
+    f.write_at = lambda name, index, value: (writes.append((name, index)), original(name, index, value))
+    write_points(f, [(2, 1, 5.5, 5.25, 0.0), (2, 2, 6.5, 6.25, 0.0)], grid)  # the box of the points, not whole rows
+    assert writes and all(index == (slice(2, 3), slice(1, 3)) for _, index in writes)
+    f.write_at = original
     write_points(f, [(1, 2, 4.5, 4.25, 0.0)])  # without a mirror: read from the file first
-    assert f.read("loss")[1, 2] == 4.5 and f.read("loss")[0, 1] == 1.5 and int(f.read("done").sum()) == 4
+    assert f.read("loss")[1, 2] == 4.5 and f.read("loss")[0, 1] == 1.5 and int(f.read("done").sum()) == 6
+    assert f.read("loss")[2, 1] == 5.5 and f.read("loss")[2, 3] == 2.5  # the box kept the earlier point beside it
 
 
 def test_pending_points_wait_for_the_interval_or_a_write():
