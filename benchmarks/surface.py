@@ -31,8 +31,9 @@ loaded machine, where wall seconds measure the load), and the goals of issue 45:
 
 Run:  python benchmarks/surface.py [--models resnet vit] [--grids 10 51] [--rounds 1] [--samples 128]
       python benchmarks/surface.py --quick      (a smoke test: 2x2 and 3x3 grids, 16 samples, nothing compiled)
-      python benchmarks/surface.py --breakdown [--rounds 5]   (a point eager and compiled, and the eager forward's
-                                                               operator time by group: what no evaluation avoids)
+      python benchmarks/surface.py --breakdown [--rounds 5]   (a point eager, compiled and compiled without the
+                                                               rows pushed up, and the eager forward's operator
+                                                               time by group: what no evaluation avoids)
 
 GPU (not run by the authors of this script: no GPU was available): ``--device cuda`` (or ``--large`` on any
 device) times a 51 x 51 grid of resnet50 (CIFAR stem) on 10,000 synthetic CIFAR-sized inputs in batches of 500,
@@ -430,9 +431,10 @@ def breakdown_main(args):
     """Where one point's time goes: a profiled forward of each model per operator group, eager and compiled.
 
     The eager forward is the plain loop's (BatchNorm folded, the layout chosen); the compiled one the package that
-    ``compile="on"`` builds (into a temporary cache folder). Each group's share of the forward's self time is printed,
-    with the seconds per point, and the matrix products' share says how much of a point no evaluation of the same
-    forward can remove.
+    ``compile="on"`` builds (into a temporary cache folder), beside the package of the whole graph (built without
+    the rows the loss reads pushed up, :func:`landscape.runtime.row_pushdown.push_rows_up`). Each group's share of
+    the forward's self time is printed, with the seconds per point, and the matrix products' share says how much of
+    a point no evaluation of the same forward can remove.
     """
     from torch.profiler import profile
 
@@ -465,6 +467,14 @@ def breakdown_main(args):
                 runner = packages.load_package(key, packages.cached_package(key), device)
                 if runner is not None and compiled.use_package(runner, unfolded=True):
                     ways.append(("compiled", compiled))
+                whole = PointEvaluator(objective, dirs.x, dirs.y)  # the same package without the rows pushed up
+                whole.tune()
+                program = Path(tmp) / "whole.pt2"
+                whole.export(program, narrow_rows=False)
+                built = packages.build_package(program, key + "-whole", threads=torch.get_num_threads())
+                runner = None if built.path is None else packages.load_package(key + "-whole", built.path, device)
+                if runner is not None and whole.use_package(runner, unfolded=True):
+                    ways.append(("whole graph", whole))
             walls = {}
             for way, ev in ways:
                 ev.loop([(0.1, 0.2)])  # warm-up
@@ -479,7 +489,14 @@ def breakdown_main(args):
             }
             parts = ", ".join(f"{g} {100 * v:.0f}%" for g, v in shares.items() if v > 0)
             compiled_part = (
-                f"; compiled {walls['compiled'] * 1e3:.1f} ms ({walls['compiled'] / walls['eager']:.2f}x eager)"
+                f"; compiled {walls['compiled'] * 1e3:.1f} ms ({walls['compiled'] / walls['eager']:.2f}x eager"
+                + (
+                    f", {walls['compiled'] / walls['whole graph']:.2f}x the whole graph's package: "
+                    f"{walls['whole graph'] * 1e3:.1f} ms, {res.attrs['compile_decision'].get('rows_narrowed')} "
+                    "operators narrowed to the rows read)"
+                    if "whole graph" in walls
+                    else ")"
+                )
                 if "compiled" in walls
                 else "; compiled: the package was not built"
             )

@@ -31,6 +31,7 @@ from landscape.options.surface import (  # noqa: F401 (re-exported)
 )
 from landscape.runtime import compile_cache
 from landscape.runtime.devices import close, fastest, measured
+from landscape.runtime.row_pushdown import push_rows_up
 
 #: points evaluated in one vectorised call when vmap is tried
 VMAP_POINTS = 8
@@ -133,9 +134,9 @@ class PointEvaluator(EvalForward):
 
         It holds what the compiled per-batch loss is a function of, apart from the values of its inputs: the
         model's fingerprint (:func:`landscape.models.fingerprint.module_fingerprint`: tree, attributes, code; of
-        the folded copy when folded) and the code of the loss, the names, shapes and dtypes of the state, the
-        inputs' and labels' shapes and dtypes, the logits selector, criterion, device, threads and the torch and
-        Python versions and CPU capability.
+        the folded copy when folded) and the code of the loss and of the graph's rewrite, the names, shapes and
+        dtypes of the state, the inputs' and labels' shapes and dtypes, the logits selector, criterion, device,
+        threads and the torch and Python versions and CPU capability.
 
         Returns:
             The key (:func:`landscape.runtime.compile_cache.record_key`).
@@ -143,7 +144,7 @@ class PointEvaluator(EvalForward):
         state = self._point_state(self.theta)
         dev = self.obj.device
         module = self.obj.module if self.fold is None else self.fold.module
-        code = [batch_loss, hit_count, select_logits, EvalForward._batch_eval_state]
+        code = [batch_loss, hit_count, select_logits, EvalForward._batch_eval_state, push_rows_up]
         if self.fold is not None:
             code.append(type(self.fold).state)
         return compile_cache.record_key(
@@ -169,19 +170,22 @@ class PointEvaluator(EvalForward):
             seen.add((tuple(x.shape), str(x.dtype), tuple(y.shape), str(y.dtype)))
         return sorted(seen)
 
-    def export(self, path: Path) -> int:
+    def export(self, path: Path, narrow_rows: bool = True) -> tuple[int, int]:
         """``torch.export`` the per-batch loss of a full state to ``path`` (``torch.export.save``), for a package.
 
         The exported function takes the state's tensors in the order of their sorted names, a batch of inputs
         and its labels, and returns the batch's mean loss and number of correct predictions (NaN when a logit
         is not finite). With batches of more than one size the batch dimension is symbolic (one package serves
-        them all), else every shape is fixed.
+        them all), else every shape is fixed; then the rows the loss reads are pushed up the graph
+        (:func:`landscape.runtime.row_pushdown.push_rows_up`: a classifier of the CLS token runs its last
+        block's queries, MLP and norms on that token alone).
 
         Args:
             path: the file to write.
+            narrow_rows: push the rows read up the graph (False: the whole graph, as a comparison).
 
         Returns:
-            The number of nodes in the exported graph.
+            The number of nodes in the exported graph and the number of operators narrowed to the rows read.
         """
         state = self._point_state(self.theta)
         names = sorted(state)
@@ -199,8 +203,9 @@ class PointEvaluator(EvalForward):
         args = ([state[n] for n in names], x.contiguous(), y)
         with torch.inference_mode(False), torch.no_grad():
             program = torch.export.export(PerBatchLoss(), args, dynamic_shapes=dynamic, strict=False)
+        narrowed = push_rows_up(program.graph_module) if narrow_rows else 0
         torch.export.save(program, path)
-        return len(program.graph.nodes)
+        return len(program.graph.nodes), narrowed
 
     def use_package(
         self,

@@ -430,7 +430,7 @@ def _package(
     with tempfile.TemporaryDirectory(dir=packages.packages_dir()) as tmp:
         program = Path(tmp) / "program.pt2"
         try:
-            d["graph_nodes"] = evaluator.export(program)
+            d["graph_nodes"], d["rows_narrowed"] = evaluator.export(program)
         except Exception as exc:  # a model torch.export cannot trace: eager
             plan.steps.append(("export failed", time.perf_counter() - start))
             d["reason"] = f"torch.export failed ({type(exc).__name__})"

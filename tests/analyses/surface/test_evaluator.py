@@ -71,3 +71,31 @@ def test_points_read_one_batch_at_a_time_in_the_chosen_layout(channels_last):
     out = evaluator.loop([(0.0, 0.0), (1.0, 0.0), (-1.0, 0.0)])
     assert len(source.alive) - before == 3 * 6 and source.most <= 2
     assert out[0][0] == pytest.approx(obj.evaluate().loss, rel=1e-6) and out[0][2] == obj.evaluate().accuracy
+
+
+@pytest.mark.parametrize("name", ["vit_mini", "conv_bn"])
+def test_the_exported_loss_reads_only_the_rows_it_needs_and_equals_eager(name, tmp_path):
+    """The program a package is built from: a CLS classifier narrowed, a convolutional one left whole."""
+    torch.manual_seed(0)
+    if name == "vit_mini":
+        from landscape.models import create_model
+
+        model = create_model("vit_mini", num_classes=4, depth=2).double().eval()
+        x = torch.randn(5, 3, 32, 32, dtype=torch.float64)
+        y = torch.randint(0, 4, (5,))
+        obj = Objective(model, [(x, y)], determinism="loss")
+    else:
+        obj = _objective()
+    d = random_directions(obj.params, ndim=2, seed=3)
+    ev = PointEvaluator(obj, d.x, d.y)
+    nodes, narrowed = ev.export(tmp_path / "program.pt2")
+    assert (narrowed >= 10) if name == "vit_mini" else (narrowed == 0)
+    program = torch.export.load(tmp_path / "program.pt2").module()
+    state = ev._point_state(ev.point(torch.tensor(0.3, dtype=torch.float64), torch.tensor(-0.2, dtype=torch.float64)))
+    names = sorted(state)
+    x, y = obj.batches[0]
+    with torch.no_grad():
+        loss, hits = program([state[n] for n in names], x.contiguous(), y)
+        want_loss, want_hits = ev._batch_eval_state(state, x, y)
+    torch.testing.assert_close(loss, want_loss, rtol=1e-13, atol=0)
+    assert float(hits) == float(want_hits)
