@@ -173,7 +173,8 @@ DEFAULTS = SurfaceOptions.defaults()
     is_flag=False,
     flag_value="on",
     help="Compile the per-point loss into a package kept in the cache folder: auto (only when it pays back over "
-    "the points left, its set-up bounded by them; measured and recorded), on (eager fallback; --compile alone) "
+    "the points left, its set-up bounded by them, built in the background where a core is spare; measured and "
+    "recorded), on (eager fallback; --compile alone) "
     "or off.",
 )
 def command(source: ModelSource, out: str, force: bool, device: str, quiet: bool, **fields: object) -> None:

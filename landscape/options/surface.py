@@ -314,7 +314,8 @@ class SurfaceOptions(FieldDefaults):
             digits is read as the number.
         compile: compile the per-point loss ahead of time into a package kept in the cache folder
             (:mod:`landscape.analyses.surface.setup`): one of :data:`COMPILE_MODES` (``auto``: only when it pays
-            back over the points left, the set-up bounded by :data:`SETUP_SHARE` of their time; ``on``: always,
+            back over the points left, the set-up bounded by :data:`SETUP_SHARE` of their time, or built in the
+            background while the points go on where a core is spare; ``on``: always,
             eager if compiling fails; ``off``); True and False are read as ``on`` and ``off``.
         augment: the data of every point, one of :data:`~landscape.options.common.AUGMENTATIONS`: ``none``
             (the fixed images with hard labels) or ``paper-a`` (Paper A's training augmentation with Mixup/CutMix,

@@ -10,7 +10,8 @@ dtypes, device, threads and torch version).
 
 - :func:`build_package` compiles an exported program in a child process (``python -m
   landscape.runtime.package_build``) and gives up at a deadline: the child and everything it started are killed
-  and nothing is kept, so what a build may cost is known before it starts. A finished package is moved into place
+  and nothing is kept, so what a build may cost is known before it starts. :class:`BuildJob` is the same build
+  left running while its caller goes on (polled, waited for or stopped). A finished package is moved into place
   whole, then its SHA-256 is written beside it (``<key>.pt2.json``), the mark that it is complete.
 - :func:`cached_package` returns a package only when its digest matches; an entry without a digest, with another
   digest, a link or anything but a regular file is removed (then built again by whoever needs it).
@@ -22,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -140,12 +142,12 @@ class Build:
 
 
 def build_package(program: Path, key: str, *, threads: int, deadline_s: float | None = None) -> Build:
-    """Compile the exported program at ``program`` into the package of ``key``, in a child process.
+    """Compile the exported program at ``program`` into the package of ``key``, in a child process, and wait.
 
-    The child (``python -m landscape.runtime.package_build``) loads the program, sets ``threads`` torch threads
-    (the compiled kernels are specialised to them) and writes the package to a temporary file in the packages
-    folder, which is moved into place when it is complete, its digest written after it. At ``deadline_s`` the
-    child and every process it started are killed and the temporary removed.
+    A :class:`BuildJob` started and waited for: the child (``python -m landscape.runtime.package_build``) loads the
+    program, sets ``threads`` torch threads (the compiled kernels are specialised to them) and writes the package
+    to a temporary file in the packages folder, which is moved into place when it is complete, its digest written
+    after it. At ``deadline_s`` the child and every process it started are killed and the temporary removed.
 
     Args:
         program: a file written by ``torch.export.save``.
@@ -156,46 +158,134 @@ def build_package(program: Path, key: str, *, threads: int, deadline_s: float | 
     Returns:
         The :class:`Build`.
     """
-    path = package_path(key)
-    if path is None:
-        return Build(None, 0.0, "no cache")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key}.", suffix=PACKAGE_SUFFIX)
-    os.close(fd)
-    command = [sys.executable, "-m", "landscape.runtime.package_build", str(program), tmp, str(int(threads))]
-    start = time.perf_counter()
+    job = BuildJob(program, key, threads=threads)
     try:
-        outcome, detail = _run_child(command, deadline_s)
-        seconds = time.perf_counter() - start
-        if outcome != "built":
-            return Build(None, seconds, outcome, detail)
-        data = Path(tmp).read_bytes()
-        os.replace(tmp, path)
-        files.write_text(_digest_path(path), json.dumps({"sha256": _sha256(data), "bytes": len(data)}), force=True)
-    except (OSError, LandscapeError) as exc:
-        return Build(None, time.perf_counter() - start, "failed", type(exc).__name__)
-    finally:
-        files.remove_quietly(tmp)
-    return Build(path, seconds, "built")
+        return job.wait(deadline_s)
+    except BaseException:  # an interrupt: leave no compiler running
+        job.stop()
+        raise
 
 
-def _run_child(command: list[str], deadline_s: float | None) -> tuple[str, str]:
-    """Run the build child to its end or to the deadline (then kill its process group); return (outcome, detail)."""
-    new_group = hasattr(os, "killpg")
-    with tempfile.TemporaryFile() as err:
-        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, start_new_session=new_group)
+class BuildJob:
+    """A package build running in a child process while its caller goes on: poll it, wait for it or stop it.
+
+    The program is copied into the build's own folder beside the package, so the caller may remove its copy at
+    once. The child runs in its own process group: stopping it kills every compiler it started. With
+    ``compile_threads`` the child's compiler runs at most that many jobs at once (``TORCHINDUCTOR_COMPILE_THREADS``).
+
+    Args:
+        program: a file written by ``torch.export.save``.
+        key: the package's key.
+        threads: the torch threads the package will run with.
+        compile_threads: the compiler jobs the child may run at once; None: inductor's default.
+
+    Attributes:
+        result: the :class:`Build` once the child has ended or was stopped; None while it runs.
+    """
+
+    def __init__(self, program: Path, key: str, *, threads: int, compile_threads: int | None = None) -> None:
+        self.result: Build | None = None
+        self.start = time.perf_counter()
+        self._child: subprocess.Popen | None = None
+        self._err: Any = None
+        self._work: Path | None = None
+        self._group = hasattr(os, "killpg")
+        self.path = package_path(key)
+        if self.path is None:
+            self.result = Build(None, 0.0, "no cache")
+            return
         try:
-            code = child.wait(timeout=None if deadline_s is None else max(deadline_s, 0.0))
-        except subprocess.TimeoutExpired:
-            _kill(child, new_group)
-            return "deadline", ""
-        except BaseException:  # an interrupt: leave no compiler running
-            _kill(child, new_group)
-            raise
-        if code == 0:
-            return "built", ""
-        err.seek(0)
-        tail = err.read().decode(errors="replace").strip()[-_ERROR_TAIL:]
-        return "failed", tail
+            self._work = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=f".{key}.build."))
+            shutil.copyfile(program, self._work / "program.pt2")
+            command = [
+                sys.executable,
+                "-m",
+                "landscape.runtime.package_build",
+                str(self._work / "program.pt2"),
+                str(self._work / f"package{PACKAGE_SUFFIX}"),
+                str(int(threads)),
+            ]
+            env = dict(os.environ)
+            if compile_threads is not None:
+                env["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, int(compile_threads)))
+            self._err = tempfile.TemporaryFile()  # noqa: SIM115 (closed when the build ends)
+            self._child = subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=self._err, start_new_session=self._group, env=env
+            )
+        except OSError as exc:
+            self._finish(Build(None, time.perf_counter() - self.start, "failed", type(exc).__name__))
+
+    @property
+    def seconds(self) -> float:
+        """Wall seconds since the build started (its length once it has ended)."""
+        return self.result.seconds if self.result is not None else time.perf_counter() - self.start
+
+    def poll(self) -> Build | None:
+        """The :class:`Build` when the child has ended (the package moved into place when built), else None."""
+        if self.result is None and self._child is not None and self._child.poll() is not None:
+            self._ended(self._child.returncode)
+        return self.result
+
+    def wait(self, deadline_s: float | None = None) -> Build:
+        """Wait for the child; stop it when the build has run ``deadline_s`` seconds in all (outcome ``deadline``).
+
+        Args:
+            deadline_s: the most wall seconds the build may take since it started; None: no limit.
+
+        Returns:
+            The :class:`Build`.
+        """
+        if self.result is None and self._child is not None:
+            left = None if deadline_s is None else max(deadline_s - (time.perf_counter() - self.start), 0.0)
+            try:
+                code = self._child.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                return self.stop("deadline")
+            self._ended(code)
+        assert self.result is not None
+        return self.result
+
+    def stop(self, outcome: str = "stopped") -> Build:
+        """Kill the child and everything it started and keep nothing; a build already ended keeps its outcome.
+
+        Args:
+            outcome: the outcome to record: ``deadline``, or ``stopped`` when its caller no longer needs it.
+
+        Returns:
+            The :class:`Build`.
+        """
+        if self.poll() is None and self._child is not None:
+            _kill(self._child, self._group)
+            self._finish(Build(None, time.perf_counter() - self.start, outcome))
+        assert self.result is not None
+        return self.result
+
+    def _ended(self, code: int) -> None:
+        """The child ended with ``code``: keep the package when it was built."""
+        seconds = time.perf_counter() - self.start
+        if code != 0:
+            self._err.seek(0)
+            tail = self._err.read().decode(errors="replace").strip()[-_ERROR_TAIL:]
+            self._finish(Build(None, seconds, "failed", tail))
+            return
+        assert self.path is not None and self._work is not None
+        try:
+            data = (self._work / f"package{PACKAGE_SUFFIX}").read_bytes()
+            os.replace(self._work / f"package{PACKAGE_SUFFIX}", self.path)
+            digest = json.dumps({"sha256": _sha256(data), "bytes": len(data)})
+            files.write_text(_digest_path(self.path), digest, force=True)
+        except (OSError, LandscapeError) as exc:
+            self._finish(Build(None, seconds, "failed", type(exc).__name__))
+            return
+        self._finish(Build(self.path, seconds, "built"))
+
+    def _finish(self, build: Build) -> None:
+        """Record the outcome and remove the build's folder (its program, and a package not moved into place)."""
+        self.result = build
+        if self._err is not None:
+            self._err.close()
+        if self._work is not None:
+            shutil.rmtree(self._work, ignore_errors=True)
 
 
 def _kill(child: subprocess.Popen, new_group: bool) -> None:

@@ -73,6 +73,7 @@ def test_a_build_that_fails_keeps_nothing_and_says_why(tmp_path):
 
 def test_a_build_is_stopped_at_its_deadline_with_everything_it_started(tmp_path, monkeypatch):
     monkeypatch.setattr(P.sys, "executable", str(_sleeper(tmp_path)))  # a child that starts a grandchild and waits
+    (tmp_path / "program.pt2").write_bytes(b"program")
     start = time.perf_counter()
     build = P.build_package(tmp_path / "program.pt2", "e" * 32, threads=1, deadline_s=1.0)
     assert build.outcome == "deadline" and build.path is None and 1.0 <= build.seconds < 20.0
@@ -84,6 +85,43 @@ def test_a_build_is_stopped_at_its_deadline_with_everything_it_started(tmp_path,
             break
         time.sleep(0.1)
     assert not _alive(grandchild)
+
+
+def test_a_build_left_running_is_polled_and_stopped_with_everything_it_started(tmp_path, monkeypatch):
+    monkeypatch.setattr(P.sys, "executable", str(_sleeper(tmp_path)))
+    program = tmp_path / "program.pt2"
+    program.write_bytes(b"program")
+    job = P.BuildJob(program, "e" * 32, threads=1, compile_threads=1)
+    program.unlink()  # the job has its own copy
+    (work,) = list(P.packages_dir().iterdir())
+    assert (work / "program.pt2").read_bytes() == b"program"
+    for _ in range(50):
+        if (tmp_path / "grandchild.pid").exists():
+            break
+        time.sleep(0.1)
+    assert job.poll() is None and job.result is None and job.seconds > 0
+    build = job.stop()
+    assert build.outcome == "stopped" and build.path is None and job.poll() is build
+    assert not list(P.packages_dir().iterdir())
+    grandchild = int((tmp_path / "grandchild.pid").read_text())
+    for _ in range(50):
+        if not _alive(grandchild):
+            break
+        time.sleep(0.1)
+    assert not _alive(grandchild)
+
+
+def test_a_build_left_running_reports_its_failure_when_polled(tmp_path):
+    bogus = tmp_path / "program.pt2"
+    bogus.write_bytes(b"not an exported program")
+    job = P.BuildJob(bogus, "d" * 32, threads=1)
+    for _ in range(600):
+        if job.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert job.result.outcome == "failed" and job.result.detail and job.result.path is None
+    assert job.stop() is job.result  # an ended build keeps its outcome
+    assert not list(P.packages_dir().iterdir())
 
 
 def _sleeper(tmp_path):

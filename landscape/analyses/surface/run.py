@@ -47,7 +47,7 @@ from landscape.analyses.surface.hessian_directions import (
     measure_curvature,
     objective_attrs,
 )
-from landscape.analyses.surface.setup import SetUp, set_up
+from landscape.analyses.surface.setup import SetUp, set_up, spare_cores, stop_background, switch_to_package
 from landscape.core.calls import analysis_function
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
 from landscape.core.objective import Objective
@@ -199,19 +199,17 @@ def compute_surface(
                     fold_bn=fold_bn,
                     note=bar.note,
                     recorded=D.broadcast_object({k: state.get(k) for k in ("channels_last", "compiled")}),
+                    background=D.world_size() == 1 and spare_cores(objective.device) > 0,
                 )
                 if on_ready is not None:
                     on_ready(plan.point_seconds, len(todo))
                 if f is not None:
-                    decision = {**plan.decision, "setup_s": plan.seconds, "steps": plan.steps}
                     f.set_attrs(
                         {
-                            "batch_points": plan.batch_points,
                             "batch_points_option": str(batch_points),
-                            "compiled": plan.compiled,
                             "compile_option": mode,
-                            "compile_decision": decision,
                             "has_batchnorm": objective.has_batchnorm(),
+                            **_way_attrs(plan),
                             **evaluator.attrs(),
                         }
                     )
@@ -257,17 +255,54 @@ def _run_points(
     try:
         if plan.first:
             finish(list(plan.first))
-        step = plan.batch_points * D.world_size()
-        for s in range(0, len(todo), step):
+        s = 0
+        while s < len(todo):
+            if plan.background is not None and plan.background.job.poll() is not None:
+                _switch(evaluator, plan, (xs[todo[s][1]], ys[todo[s][0]]), n_done, pending, f)
+            step = plan.batch_points * D.world_size()
             mine = D.shard(todo[s : s + step])
             values = evaluator.evaluate([(xs[i], ys[j]) for j, i in mine], plan.batch_points) if mine else []
             results = [(j, i, *v) for (j, i), v in zip(mine, values)]
             finish([r for part in D.all_gather_objects(results) for r in part])
+            s += step
     except BaseException:
+        stop_background(plan)
         with contextlib.suppress(LandscapeError):  # the points finished before the interruption are kept
             pending.write()
         raise
     pending.write()
+    if plan.background is not None:
+        stop_background(plan)
+        if f is not None:
+            f.set_attrs(_way_attrs(plan))
+
+
+def _way_attrs(plan: SetUp) -> dict[str, Any]:
+    """The file's record of how the points are evaluated: ``batch_points``, ``compiled``, ``compile_decision``."""
+    decision = {**plan.decision, "setup_s": plan.seconds, "steps": plan.steps}
+    return {"batch_points": plan.batch_points, "compiled": plan.compiled, "compile_decision": decision}
+
+
+def _switch(
+    evaluator: PointEvaluator,
+    plan: SetUp,
+    at: tuple[float, float],
+    n_done: int,
+    pending: PendingPoints,
+    f: store.ResultFile | None,
+) -> None:
+    """The background build has ended: go on compiled when it pays (:func:`switch_to_package`), and record it.
+
+    The points done so far are written before the file says ``compiled`` (with ``compiled_from``, the points done
+    before the switch), so that a run resumed from it has only compiled points left, as this one would.
+    """
+    switched = switch_to_package(evaluator, plan, (float(at[0]), float(at[1])))
+    if switched:
+        plan.decision["compiled_from"] = n_done
+        pending.write()
+    if f is not None:
+        f.set_attrs(_way_attrs(plan))
+        f.flush()
 
 
 # --------------------------------------------------------------------------------- from a checkpoint

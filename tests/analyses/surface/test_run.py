@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from helpers import interrupt_after, reestimate_bn, torchrun
 from torch import nn
 
+from landscape.analyses.surface import run as run_module
 from landscape.analyses.surface.directions import random_directions
 from landscape.analyses.surface.evaluator import PointEvaluator
 from landscape.analyses.surface.run import compute_surface, parse_grid
@@ -20,6 +21,7 @@ from landscape.core.objective import Objective
 from landscape.core.regularizer import Regularizer
 from landscape.errors import LandscapeError
 from landscape.runtime import compile_cache as compile_cache_module
+from landscape.runtime import packages
 from landscape.store.read import read_result
 
 # A tiny float64 BatchNorm CNN with unequal batches, shared by the in-process tests and the subprocess jobs
@@ -431,6 +433,95 @@ def test_a_model_that_cannot_be_exported_stays_eager(tmp_path, reference, monkey
     np.testing.assert_array_equal(res["loss"], reference["loss"])
 
 
+class BackgroundBuild:
+    """A build left running (in place of packages.BuildJob) that ends, built, after ``polls`` polls."""
+
+    polls = 5
+    made: list = []
+
+    def __init__(self, program, key, *, threads, compile_threads=None):
+        self.left, self.stopped, self.key = BackgroundBuild.polls, False, key
+        BackgroundBuild.made.append(self)
+
+    def poll(self):
+        self.left -= 1
+        return packages.Build(packages.package_path(self.key), 1.0, "built") if self.left <= 0 else None
+
+    def stop(self, outcome="stopped"):
+        self.stopped = True
+        return self.poll() if self.left <= 1 else packages.Build(None, 1.0, outcome)
+
+
+@pytest.fixture
+def background(monkeypatch, tmp_path):
+    """Builds left running where a core is spare and a build is expected to be free; the package a stand-in: the
+    run's own eager per-batch loss, called as a package is (and taken to measure half of eager's time)."""
+    monkeypatch.setenv("LANDSCAPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(run_module, "spare_cores", lambda device: 1)
+    monkeypatch.setattr(compile_cache_module, "DEFAULT_COMPILE_SECONDS", 0.0)
+    monkeypatch.setattr(packages, "BuildJob", BackgroundBuild)
+    built = set()
+    monkeypatch.setattr(packages, "cached_package", lambda key: packages.package_path(key) if key in built else None)
+    stand_in = object()
+
+    def load(key, path, device):
+        built.add(key)
+        return stand_in
+
+    monkeypatch.setattr(packages, "load_package", load)
+    use_package = PointEvaluator.use_package
+
+    def use(self, runner, *args, **kwargs):
+        if runner is stand_in:
+            names = sorted(self._point_state(self.theta))
+            runner = lambda inputs: list(self._batch_eval_state(dict(zip(names, inputs[:-2])), *inputs[-2:]))  # noqa: E731
+        return use_package(self, runner, *args, **kwargs)
+
+    monkeypatch.setattr(PointEvaluator, "use_package", use)
+    monkeypatch.setattr(PointEvaluator, "compiled_ratio", lambda self, at, rounds=3: 0.5)  # the stand-in is eager
+    BackgroundBuild.made = []
+    return BackgroundBuild
+
+
+def test_a_build_left_running_takes_over_the_points_when_it_ends(tmp_path, reference, background):
+    _, _, objective, dirs = build()
+    res = compute_surface(objective, dirs, XS, YS, out=tmp_path / "b.h5", batch_points=1, progress=False)
+    d = res.attrs["compile_decision"]
+    assert res.attrs["compiled"] and d["reason"] == "pays back (built in the background)" and d["build"] == "built"
+    assert d["compiled_from"] == 5  # the set-up's first point, then one poll per point until the fifth
+    assert [s for s, _ in d["steps"]][-1] == "export" and len(background.made) == 1
+    np.testing.assert_allclose(res["loss"], reference["loss"], rtol=1e-12)
+    np.testing.assert_array_equal(res["accuracy"], reference["accuracy"])
+
+
+@pytest.mark.parametrize("stop_at", [3, 12])
+def test_a_run_interrupted_before_or_after_the_switch_resumes_the_same_way(tmp_path, reference, background, stop_at):
+    _, _, objective, dirs = build()
+    out = tmp_path / "b.h5"
+
+    def stop(done, total):
+        if done >= stop_at:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False, on_round=stop)
+    switched = stop_at > 5
+    assert read_result(out).attrs["compiled"] == switched
+    assert background.made[0].stopped != switched  # a build still running is stopped with the run
+    res = compute_surface(objective, dirs, XS, YS, out=out, batch_points=1, progress=False)
+    assert res.attrs["compiled"] == switched and len(background.made) == 1  # not built again on the resume
+    assert res.attrs["compile_decision"]["reason"] == "as recorded by the run that began the file"
+    np.testing.assert_allclose(res["loss"], reference["loss"], rtol=1e-12)
+
+
+def test_no_build_is_left_running_without_a_spare_core(tmp_path, background, monkeypatch):
+    monkeypatch.setattr(run_module, "spare_cores", lambda device: 0)
+    monkeypatch.setattr(packages, "build_package", lambda *a, **k: packages.Build(None, 0.1, "failed", "waited for"))
+    _, _, objective, dirs = build()
+    res = compute_surface(objective, dirs, XS, YS, out=tmp_path / "b.h5", batch_points=1, progress=False)
+    assert not background.made and res.attrs["compile_decision"]["reason"] == "the build failed: waited for"
+
+
 def test_the_progress_line_shows_the_set_up(tmp_path, capfd, monkeypatch):
     monkeypatch.setenv("LANDSCAPE_PROGRESS_SECONDS", "1000")
     _, _, objective, dirs = build()
@@ -524,3 +615,25 @@ def test_a_resumed_surface_takes_the_recorded_layout_and_equals_the_uninterrupte
     np.testing.assert_array_equal(resumed["loss"], whole["loss"])
     np.testing.assert_array_equal(resumed["accuracy"], whole["accuracy"])
     assert resumed.attrs["channels_last"] is False or resumed.attrs["channels_last"] == 0
+
+
+def test_a_real_build_the_grid_outruns_is_stopped_with_its_compilers(tmp_path, reference, monkeypatch):
+    monkeypatch.setenv("LANDSCAPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(run_module, "spare_cores", lambda device: 1)
+    monkeypatch.setattr(compile_cache_module, "DEFAULT_COMPILE_SECONDS", 0.0)
+    started = []
+    job_class = packages.BuildJob
+
+    def job(*args, **kwargs):
+        started.append(job_class(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(packages, "BuildJob", job)
+    _, _, objective, dirs = build()
+    res = compute_surface(objective, dirs, XS, YS, out=tmp_path / "b.h5", batch_points=1, progress=False)
+    d = res.attrs["compile_decision"]
+    assert len(started) == 1 and started[0].result.outcome == "stopped" and not res.attrs["compiled"]
+    assert d["build"] == "stopped" and d["reason"] == "the background build did not end before the points (stopped)"
+    assert compile_cache_module.read_record(d["key"]).stopped_s > 0
+    assert not list(packages.packages_dir().iterdir())  # neither the program nor a half-written package is left
+    np.testing.assert_array_equal(res["loss"], reference["loss"])

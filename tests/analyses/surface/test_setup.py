@@ -225,3 +225,77 @@ def test_a_cached_package_that_paid_before_is_used_without_timing_eager(monkeypa
     (j, i, *values), want = p.first[0], eager_values()
     assert (j, i) == (0, 0) and values == pytest.approx(want, rel=1e-12)
     assert compile_cache.read_record(key).compiled_ratio == paid.compiled_ratio  # the ratio stays as measured
+
+
+class StandInJob:
+    """A build left running that ends after ``polls`` polls with ``build`` (a package path, or a failure)."""
+
+    made: list = []
+
+    def __init__(self, program, key, *, threads, compile_threads=None, polls=2, build=None):
+        assert program.is_file() and compile_threads >= 1  # the exported program; the spare cores
+        self.key, self.polls, self.stopped = key, polls, False
+        self.build = build or packages.Build(packages.package_path(key), 3.0, "built")
+        StandInJob.made.append(self)
+
+    def poll(self):
+        self.polls -= 1
+        return self.build if self.polls <= 0 else None
+
+    def stop(self, outcome="stopped"):
+        self.stopped = True
+        return self.build if self.polls <= 0 else packages.Build(None, 5.0, outcome)
+
+
+def background_plan(ev, n, monkeypatch, **job):
+    StandInJob.made = []
+    monkeypatch.setattr(S, "spare_cores", lambda device: 1)
+    monkeypatch.setattr(packages, "BuildJob", lambda *a, **k: StandInJob(*a, **k, **job))
+    return S.set_up(
+        ev, mode="auto", batch_points=1, fixed_batch_points=None, first=FIRST, points_left=n, background=True
+    )
+
+
+def test_a_build_left_running_switches_the_points_to_its_package_when_it_ends(monkeypatch):
+    ev = evaluator()
+    removed = with_package(monkeypatch, lambda: eager_runner(ev))
+    monkeypatch.setattr(packages, "cached_package", lambda key: None)  # nothing built yet
+    monkeypatch.setattr(ev, "compiled_ratio", lambda at, rounds: 0.5)  # the stand-in is eager: taken to be faster
+    p = background_plan(ev, 10**6, monkeypatch)
+    (job,) = StandInJob.made
+    assert p.background is not None and p.background.job is job and not p.compiled
+    assert p.decision["reason"].startswith("building in the background") and p.decision["build"] == "running"
+    assert [s for s, _ in p.steps] == ["fold", "fold checked", "layout", "first point", "export"]
+    assert p.first == [(0, 0, *eager_values())]  # the first point eager, kept
+    assert not S.switch_to_package(ev, p, (0.3, -0.2)) and p.background is not None  # still running
+    assert S.switch_to_package(ev, p, (0.3, -0.2)) and p.compiled and p.background is None
+    assert p.decision["reason"] == "pays back (built in the background)" and not removed
+    assert p.decision["build"] == "built" and p.decision["compile_s"] >= 3.0 and p.decision["switch_s"] > 0
+    record = compile_cache.read_record(p.decision["key"])
+    assert record.n_builds == 1 and record.compile_s == p.decision["compile_s"] and record.compiled_ratio == 0.5
+    assert ev.loop([(0.3, -0.2)])[0] == pytest.approx(eager_values(0.3, -0.2), rel=1e-12)
+
+
+def test_a_background_build_that_fails_or_outlives_the_points_is_recorded(monkeypatch):
+    ev = evaluator()
+    with_package(monkeypatch, never)
+    monkeypatch.setattr(packages, "cached_package", lambda key: None)
+    p = background_plan(ev, 10**6, monkeypatch, polls=1, build=packages.Build(None, 2.0, "failed", "boom"))
+    assert not S.switch_to_package(ev, p, (0.3, -0.2)) and not p.compiled and p.background is None
+    assert p.decision["reason"] == "the background build failed: boom"
+    assert compile_cache.read_record(p.decision["key"]).failed
+    compile_cache.write_record(p.decision["key"], compile_cache.CompileRecord())
+    p = background_plan(evaluator(), 10**6, monkeypatch, polls=10**9)
+    S.stop_background(p)
+    assert StandInJob.made[0].stopped and p.background is None and p.decision["build"] == "stopped"
+    assert p.decision["reason"] == "the background build did not end before the points (stopped)"
+    record = compile_cache.read_record(p.decision["key"])
+    assert record.stopped_s >= 5.0 and compile_cache.estimate(record, False)["compile_s"] >= 10.0
+
+
+def test_no_build_is_left_running_for_a_grid_it_would_outlast(monkeypatch):
+    ev = evaluator()
+    monkeypatch.setattr(packages, "build_package", never)
+    p = background_plan(ev, 4, monkeypatch)  # 4 points end long before the 60 s a build is expected to take
+    assert not StandInJob.made and p.background is None
+    assert p.decision["reason"] == "does not fit the set-up budget"
