@@ -35,6 +35,8 @@ from landscape.runtime.row_pushdown import push_rows_up
 
 #: points evaluated in one vectorised call when vmap is tried
 VMAP_POINTS = 8
+#: the paired evaluations of the first batch (eager, then compiled) whose median ratio is recorded for a package
+RATIO_PAIRS = 3
 
 
 PointResult = tuple[int, int, float, float, float]  # (j, i, loss, data_loss, accuracy)
@@ -264,7 +266,7 @@ class PointEvaluator(EvalForward):
         self.compiled = compiled
         return True
 
-    def compiled_ratio(self, at: tuple[float, float], rounds: int = 3) -> float:
+    def compiled_ratio(self, at: tuple[float, float], rounds: int = RATIO_PAIRS) -> float:
         """The package's work over eager's on the first batch at the grid point ``at``: the median of ``rounds`` pairs.
 
         Each pair evaluates the batch eagerly (in the eager way's layout) and by the package, one after the other,

@@ -24,6 +24,7 @@ from typing_extensions import Unpack
 
 from landscape import store
 from landscape.analyses.surface import directions as dirs
+from landscape.analyses.surface.background import spare_cores
 from landscape.analyses.surface.directions import Directions
 from landscape.analyses.surface.evaluator import PointEvaluator
 from landscape.analyses.surface.file import (
@@ -47,7 +48,7 @@ from landscape.analyses.surface.hessian_directions import (
     measure_curvature,
     objective_attrs,
 )
-from landscape.analyses.surface.setup import SetUp, set_up, spare_cores, stop_background, switch_to_package
+from landscape.analyses.surface.setup import SetUp, set_up, stop_background, switch_to_package
 from landscape.core.calls import analysis_function
 from landscape.core.front import build_objective, prepare, python_call, run_from_python
 from landscape.core.objective import Objective

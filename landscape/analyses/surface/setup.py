@@ -44,35 +44,16 @@ from typing import Any
 
 import torch
 
-from landscape.analyses.surface.evaluator import VMAP_POINTS, PointEvaluator
+from landscape.analyses.surface.background import Background, start_background, stop, take_over
+from landscape.analyses.surface.evaluator import RATIO_PAIRS, VMAP_POINTS, PointEvaluator
 from landscape.options.surface import SETUP_SHARE, VMAP_GAIN, VMAP_TRIAL_SLOWDOWN
 from landscape.runtime import compile_cache, packages
 from landscape.runtime import distributed as D
 from landscape.runtime.devices import close, measured
 from landscape.runtime.progress import duration
-from landscape.runtime.workers import usable_cores
 
 #: ``(j, i, loss, data_loss, accuracy)`` of one point
 PointResult = tuple[int, int, float, float, float]
-#: the paired evaluations of the first batch (eager, then compiled) whose median ratio is recorded for a package
-RATIO_PAIRS = 3
-
-
-@dataclass
-class Background:
-    """A package build running in a child process while the points are evaluated the eager way.
-
-    Attributes:
-        job: the build.
-        record: the compile record as the set-up left it.
-        export_s: the seconds the export took (before the build started).
-        speed: the eager way's work per point over the loop's (vmap's ratio when vmap was taken, else 1).
-    """
-
-    job: packages.BuildJob
-    record: compile_cache.CompileRecord
-    export_s: float
-    speed: float
 
 
 @dataclass
@@ -156,7 +137,8 @@ def set_up(
             and ``compiled`` (whether the package evaluated its points); each one given (not None) is taken
             instead of chosen again, so that the file's points are evaluated one way and agree bit for bit.
         background: with ``auto``, a build may be left running in a child process while the points go on eagerly
-            (one process, with a core to spare: :func:`spare_cores`), when the grid is long enough for it to pay.
+            (one process, with a core to spare: :func:`landscape.analyses.surface.background.spare_cores`), when
+            the grid is long enough for it to pay.
 
     Returns:
         The :class:`SetUp`, the same on every rank.
@@ -383,8 +365,8 @@ def _choose_compile(
     """Compile when it pays within the budget (``auto``) or always (``on``); returns the updated record.
 
     With ``background`` and no package cached, ``auto`` may leave the build running while the points go on
-    eagerly (:func:`_start_background`): when it is expected to end before the eager grid would,
-    ``c < n t s``, and the points left then save more than checking the package costs,
+    eagerly (:func:`landscape.analyses.surface.background.start_background`): when it is expected to end before
+    the eager grid would, ``c < n t s``, and the points left then save more than checking the package costs,
     ``(n - c / (t s)) t (s - r) > u``, with ``u`` as below (the checks alone must fit the budget).
 
     ``speed``: the eager way's work per point over the loop's (vmap's ratio when vmap was taken, else 1). The
@@ -409,7 +391,9 @@ def _choose_compile(
         c, r, u, te = est["compile_s"], est["compiled_ratio"], t * (1 + checks), t * speed
         if background and cached is None and u <= budget and c < n * te and (n - c / te) * t * (speed - r) > u:
             d["rule"] = "c < n * t * speed and (n - c / (t * speed)) * t * (speed - r) > t (1 + checks) <= budget"
-            return _start_background(evaluator, plan, record, key, speed, say)
+            say("set-up: exporting the loss for compiling")
+            plan.background, record = start_background(evaluator, record, key, speed, d, plan.steps)
+            return record
         d["rule"] = "c + t (1 + checks) <= budget and c + t (1 + checks) < n * t * (speed - r)"
         if cost > budget:
             d["reason"] = "does not fit the set-up budget"
@@ -450,125 +434,38 @@ def _choose_compile(
     return record
 
 
-def spare_cores(device: torch.device) -> int:
-    """CPU cores this process may use beyond its own work: its cores less its torch threads (less one off a CPU).
-
-    Args:
-        device: where the points are evaluated.
-
-    Returns:
-        The cores a build may run on without slowing the points (0: none).
-    """
-    own = torch.get_num_threads() if device.type == "cpu" else 1
-    return max(0, usable_cores() - own)
-
-
-def _start_background(
-    evaluator: PointEvaluator,
-    plan: SetUp,
-    record: compile_cache.CompileRecord,
-    key: str,
-    speed: float,
-    say: Callable[[str], None],
-) -> compile_cache.CompileRecord:
-    """Export the loss and leave its build running on the spare cores (:attr:`SetUp.background`)."""
-    d = plan.decision
-    compile_cache.use_inductor_cache()
-    say("set-up: exporting the loss for compiling")
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(dir=packages.packages_dir()) as tmp:
-        program = Path(tmp) / "program.pt2"
-        try:
-            d["graph_nodes"], d["rows_narrowed"] = evaluator.export(program)
-        except Exception as exc:  # a model torch.export cannot trace: eager
-            plan.steps.append(("export failed", time.perf_counter() - start))
-            d["reason"] = f"torch.export failed ({type(exc).__name__})"
-            return replace(record, failed=True)
-        exported = time.perf_counter() - start
-        plan.steps.append(("export", exported))
-        job = packages.BuildJob(
-            program, key, threads=torch.get_num_threads(), compile_threads=spare_cores(evaluator.obj.device)
-        )
-    plan.background = Background(job, record, exported, speed)
-    d.update(build="running", reason="building in the background, the points eager until the package is ready")
-    return record
-
-
 def switch_to_package(evaluator: PointEvaluator, plan: SetUp, at: tuple[float, float]) -> bool:
-    """When the background build has ended: use its package from the next point on, if it pays.
+    """When the background build has ended: go on compiled from the next point ``at``, if its package pays.
 
-    The package is loaded, checked against eager at the next point ``at`` (as :meth:`PointEvaluator.use_package`
-    checks) and its compiled/eager ratio measured (:data:`RATIO_PAIRS` pairs of the first batch); it is used when
-    it agrees and is faster than the eager way. The decision and the record are updated either way
-    (``build``, ``compile_s``, ``load_s``, ``compiled_ratio``, ``reason``, ``switch_s``); a build still running
-    is left alone.
+    :func:`landscape.analyses.surface.background.take_over` on :attr:`SetUp.background` (left alone while the
+    build runs); the plan then evaluates one point per call by the package.
 
     Args:
         evaluator: the grid's evaluator.
-        plan: the set-up, with :attr:`SetUp.background`.
+        plan: the set-up.
         at: ``(a, b)``: the next point to evaluate.
 
     Returns:
-        True when the points go on compiled (:attr:`SetUp.compiled` set, one point per call).
+        True when the points go on compiled.
     """
     bg = plan.background
-    build = None if bg is None else bg.job.poll()
-    if bg is None or build is None:
+    if bg is None or bg.job.poll() is None:
         return False
     plan.background = None
-    d, key = plan.decision, str(plan.decision["key"])
-    start = time.perf_counter()
-    record = bg.record
-    d.update(build=build.outcome, compile_s=bg.export_s + build.seconds)
-    if build.path is None:
-        d["reason"] = f"the background build failed: {build.detail or build.outcome}"
-        compile_cache.write_record(key, replace(record, failed=build.outcome == "failed"))
-        return False
-    record = replace(record, compile_s=bg.export_s + build.seconds, n_builds=record.n_builds + 1)
-    seconds, runner = _timed(evaluator, lambda: packages.load_package(key, build.path, evaluator.obj.device))
-    d["load_s"] = seconds
-    if runner is None or not evaluator.use_package(runner, at=at):
-        d["reason"] = "the package built did not load" if runner is None else "the package disagreed with eager"
-        packages.remove_package(key)
-        compile_cache.write_record(key, replace(record, failed=True))
-        return False
-    ratio = evaluator.compiled_ratio(at=at, rounds=RATIO_PAIRS)
-    record = replace(record, load_s=seconds, compiled_ratio=ratio, failed=False)
-    d.update(compiled_ratio=ratio, switch_s=time.perf_counter() - start)
-    if ratio >= bg.speed:
-        evaluator.drop_compiled()
-        d["reason"] = "built in the background, but measured slower than eager"
-    else:
+    if take_over(evaluator, bg, plan.decision, at):
         plan.compiled, plan.batch_points = True, 1
-        d["reason"] = "pays back (built in the background)"
-    compile_cache.write_record(key, record)
     return plan.compiled
 
 
 def stop_background(plan: SetUp) -> None:
-    """Stop a background build the points no longer need (the grid ended first, or the run was interrupted).
-
-    The record keeps the seconds it ran (``stopped_s``, as a build stopped at its deadline), so that a later grid
-    tries again only with twice the time.
+    """Stop the background build the points no longer need (:func:`landscape.analyses.surface.background.stop`).
 
     Args:
         plan: the set-up.
     """
-    bg = plan.background
-    if bg is None:
-        return
-    plan.background = None
-    build = bg.job.stop()
-    spent = bg.export_s + build.seconds
-    d = plan.decision
-    d.update(build=build.outcome, compile_s=spent)
-    if build.path is None:
-        d["reason"] = f"the background build did not end before the points ({build.outcome})"
-        record = replace(bg.record, stopped_s=max(bg.record.stopped_s, spent))
-    else:  # it ended after the last poll: kept for the next run
-        d["reason"] = "built in the background after the last point: kept for the next run"
-        record = replace(bg.record, compile_s=spent, n_builds=bg.record.n_builds + 1)
-    compile_cache.write_record(str(d["key"]), record)
+    if plan.background is not None:
+        stop(plan.background, plan.decision)
+        plan.background = None
 
 
 def _finite(x: float) -> bool:

@@ -249,7 +249,6 @@ class StandInJob:
 
 def background_plan(ev, n, monkeypatch, **job):
     StandInJob.made = []
-    monkeypatch.setattr(S, "spare_cores", lambda device: 1)
     monkeypatch.setattr(packages, "BuildJob", lambda *a, **k: StandInJob(*a, **k, **job))
     return S.set_up(
         ev, mode="auto", batch_points=1, fixed_batch_points=None, first=FIRST, points_left=n, background=True
