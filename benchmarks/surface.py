@@ -430,6 +430,9 @@ OP_GROUPS = {
 def breakdown_main(args):
     """Where one point's time goes: a profiled forward of each model per operator group, eager and compiled.
 
+    The ways are timed in interleaved rounds (each round one point of each way, after a warm-up call), the
+    medians printed.
+
     The eager forward is the plain loop's (BatchNorm folded, the layout chosen); the compiled one the package that
     ``compile="on"`` builds (into a temporary cache folder), beside the package of the whole graph (built without
     the rows the loss reads pushed up, :func:`landscape.runtime.row_pushdown.push_rows_up`). Each group's share of
@@ -475,10 +478,11 @@ def breakdown_main(args):
                 runner = None if built.path is None else packages.load_package(key + "-whole", built.path, device)
                 if runner is not None and whole.use_package(runner, unfolded=True):
                     ways.append(("whole graph", whole))
-            walls = {}
-            for way, ev in ways:
-                ev.loop([(0.1, 0.2)])  # warm-up
-                walls[way] = timed(lambda ev=ev: ev.loop([(0.1, 0.2)]), device, args.rounds)
+            samples: dict = {way: [] for way, _ in ways}
+            for _ in range(args.rounds):  # the ways interleaved, so that each round sees one phase of the machine
+                for way, ev in ways:
+                    samples[way].append(timed(lambda ev=ev: ev.loop([(0.1, 0.2)]), device, 1))
+            walls = {way: statistics.median(times) for way, times in samples.items()}
             with profile() as prof:  # the eager forward's operators (a package's kernels are not seen by it)
                 for _ in range(args.rounds):
                     evaluator.loop([(0.1, 0.2)])
@@ -491,7 +495,8 @@ def breakdown_main(args):
             compiled_part = (
                 f"; compiled {walls['compiled'] * 1e3:.1f} ms ({walls['compiled'] / walls['eager']:.2f}x eager"
                 + (
-                    f", {walls['compiled'] / walls['whole graph']:.2f}x the whole graph's package: "
+                    f", {statistics.median(np.divide(samples['compiled'], samples['whole graph'])):.2f}x the whole "
+                    "graph's package (the median of the rounds' ratios): "
                     f"{walls['whole graph'] * 1e3:.1f} ms, {res.attrs['compile_decision'].get('rows_narrowed')} "
                     "operators narrowed to the rows read)"
                     if "whole graph" in walls

@@ -55,6 +55,32 @@ def spare_cores(device: torch.device) -> int:
     return max(0, usable_cores() - own)
 
 
+def export_loss(
+    evaluator: PointEvaluator, program: Path, decision: dict[str, Any], steps: list[tuple[str, float]]
+) -> float | None:
+    """Export the evaluator's per-batch loss to ``program`` for a build, inductor's caches in the cache folder.
+
+    Args:
+        evaluator: the grid's evaluator.
+        program: the file to write.
+        decision: the set-up's decision (``graph_nodes`` and ``rows_narrowed``, or the ``reason`` it failed).
+        steps: the set-up's steps (``export`` or ``export failed``, with its seconds).
+
+    Returns:
+        The seconds the export took, or None when ``torch.export`` could not trace the model.
+    """
+    compile_cache.use_inductor_cache()
+    start = time.perf_counter()
+    try:
+        decision["graph_nodes"], decision["rows_narrowed"] = evaluator.export(program)
+    except Exception as exc:  # a model torch.export cannot trace: eager
+        steps.append(("export failed", time.perf_counter() - start))
+        decision["reason"] = f"torch.export failed ({type(exc).__name__})"
+        return None
+    steps.append(("export", time.perf_counter() - start))
+    return steps[-1][1]
+
+
 def start_background(
     evaluator: PointEvaluator,
     record: compile_cache.CompileRecord,
@@ -76,18 +102,11 @@ def start_background(
     Returns:
         The running build (None when the export failed: then the points stay eager) and the record.
     """
-    compile_cache.use_inductor_cache()
-    start = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=packages.packages_dir()) as tmp:
         program = Path(tmp) / "program.pt2"
-        try:
-            decision["graph_nodes"], decision["rows_narrowed"] = evaluator.export(program)
-        except Exception as exc:  # a model torch.export cannot trace: eager
-            steps.append(("export failed", time.perf_counter() - start))
-            decision["reason"] = f"torch.export failed ({type(exc).__name__})"
+        exported = export_loss(evaluator, program, decision, steps)
+        if exported is None:
             return None, replace(record, failed=True)
-        exported = time.perf_counter() - start
-        steps.append(("export", exported))
         job = packages.BuildJob(
             program, key, threads=torch.get_num_threads(), compile_threads=spare_cores(evaluator.obj.device)
         )

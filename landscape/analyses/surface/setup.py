@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from landscape.analyses.surface.background import Background, start_background, stop, take_over
+from landscape.analyses.surface.background import Background, export_loss, start_background, stop, take_over
 from landscape.analyses.surface.evaluator import RATIO_PAIRS, VMAP_POINTS, PointEvaluator
 from landscape.options.surface import SETUP_SHARE, VMAP_GAIN, VMAP_TRIAL_SLOWDOWN
 from landscape.runtime import compile_cache, packages
@@ -491,19 +491,12 @@ def _package(
         d["load_s"] = seconds
         if runner is not None:
             return runner, replace(record, load_s=seconds)
-    compile_cache.use_inductor_cache()
     say("set-up: exporting the loss for compiling")
-    start = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=packages.packages_dir()) as tmp:
         program = Path(tmp) / "program.pt2"
-        try:
-            d["graph_nodes"], d["rows_narrowed"] = evaluator.export(program)
-        except Exception as exc:  # a model torch.export cannot trace: eager
-            plan.steps.append(("export failed", time.perf_counter() - start))
-            d["reason"] = f"torch.export failed ({type(exc).__name__})"
+        exported = export_loss(evaluator, program, d, plan.steps)
+        if exported is None:
             return None, replace(record, failed=True)
-        exported = time.perf_counter() - start
-        plan.steps.append(("export", exported))
         left = None if budget is None else budget - exported
         say(
             "set-up: compiling the loss"
