@@ -49,7 +49,7 @@ _ELEMENTWISE = {
 
 
 def push_rows_up(gm: fx.GraphModule) -> int:
-    """Rewrite ``gm`` in place so that every ``select`` pushed as far up as row-wise operators allow.
+    """Rewrite ``gm`` in place so that every ``select`` is pushed as far up as row-wise operators allow.
 
     Each ``select(op(x, ...), d, i)`` whose ``op`` acts on the rows of dim ``d`` one by one becomes
     ``op(x[..., i:i+1, ...], ...)`` read at row 0, and the slice moves on up through ``x``'s operator while ``x``
