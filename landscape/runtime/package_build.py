@@ -1,30 +1,43 @@
 """The child process that compiles an exported program into a package (for :mod:`landscape.runtime.packages`).
 
-``python -m landscape.runtime.package_build PROGRAM OUT THREADS``: load the program written by
-``torch.export.save`` at ``PROGRAM``, set ``THREADS`` torch threads and compile it with AOTInductor into the
-package ``OUT`` (a ``.pt2`` file). Exit status 0 when the package is written; an error's traceback goes to
-stderr, which the parent keeps the end of.
+``python -m landscape.runtime.package_build WORK THREADS PARENT``: load the program written by
+``torch.export.save`` at ``WORK/program.pt2``, set ``THREADS`` torch threads and compile it with AOTInductor into
+the package ``WORK/package.pt2``. ``WORK`` is the build's own folder. When the process ``PARENT`` ends first, however
+it ends (``kill -9`` too), the build removes ``WORK`` and ends with every compiler it started
+(:func:`landscape.runtime.workers.end_with_parent`). Exit status 0 when the package is written; an error's
+traceback goes to stderr, which the parent keeps the end of.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
+from pathlib import Path
+
+PROGRAM = "program.pt2"
+"""The exported program's name in the build's folder."""
+PACKAGE = "package.pt2"
+"""The package's name in the build's folder (AOTInductor requires the suffix ``.pt2``)."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Compile ``PROGRAM`` into ``OUT`` with ``THREADS`` threads.
+    """Compile ``WORK/program.pt2`` into ``WORK/package.pt2`` with ``THREADS`` threads while ``PARENT`` lives.
 
     Args:
-        argv: ``[PROGRAM, OUT, THREADS]`` (default: the command line).
+        argv: ``[WORK, THREADS, PARENT]`` (default: the command line).
 
     Returns:
         The exit status: 0 when written, 2 for bad arguments.
     """
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3 or not args[2].isdigit():
-        print("usage: python -m landscape.runtime.package_build PROGRAM OUT THREADS", file=sys.stderr)
+    if len(args) != 3 or not args[1].isdigit() or not args[2].isdigit():
+        print("usage: python -m landscape.runtime.package_build WORK THREADS PARENT", file=sys.stderr)
         return 2
-    program, out, threads = args[0], args[1], int(args[2])
+    work, threads, parent = Path(args[0]), int(args[1]), int(args[2])
+
+    from landscape.runtime.workers import end_with_parent
+
+    end_with_parent(parent, group=True, clean_up=lambda: shutil.rmtree(work, ignore_errors=True))
 
     import torch
 
@@ -32,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet_cuda_home_probe()
     torch.set_num_threads(max(1, threads))
-    exported = torch.export.load(program)
-    torch._inductor.aoti_compile_and_package(exported, package_path=out)
+    exported = torch.export.load(work / PROGRAM)
+    torch._inductor.aoti_compile_and_package(exported, package_path=str(work / PACKAGE))
     return 0
 
 

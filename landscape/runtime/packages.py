@@ -11,7 +11,8 @@ dtypes, device, threads and torch version).
 - :func:`build_package` compiles an exported program in a child process (``python -m
   landscape.runtime.package_build``) and gives up at a deadline: the child and everything it started are killed
   and nothing is kept, so what a build may cost is known before it starts. :class:`BuildJob` is the same build
-  left running while its caller goes on (polled, waited for or stopped). A finished package is moved into place
+  left running while its caller goes on (polled, waited for or stopped), and ends with its caller however the caller
+  ends. A finished package is moved into place
   whole, then its SHA-256 is written beside it (``<key>.pt2.json``), the mark that it is complete.
 - :func:`cached_package` returns a package only when its digest matches; an entry without a digest, with another
   digest, a link or anything but a regular file is removed (then built again by whoever needs it).
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from landscape.errors import LandscapeError
-from landscape.runtime import compile_cache
+from landscape.runtime import compile_cache, package_build
 from landscape.store import files
 
 #: the suffix AOTInductor requires of a package file
@@ -170,8 +171,10 @@ class BuildJob:
     """A package build running in a child process while its caller goes on: poll it, wait for it or stop it.
 
     The program is copied into the build's own folder beside the package, so the caller may remove its copy at
-    once. The child runs in its own process group: stopping it kills every compiler it started. With
-    ``compile_threads`` the child's compiler runs at most that many jobs at once (``TORCHINDUCTOR_COMPILE_THREADS``).
+    once. The child runs in its own process group: stopping it kills every compiler it started. A caller that ends
+    without stopping it (``kill -9``) takes the build with it: the child removes its folder and ends with its
+    compilers within a second (:func:`landscape.runtime.workers.end_with_parent`). With ``compile_threads`` the
+    child's compiler runs at most that many jobs at once (``TORCHINDUCTOR_COMPILE_THREADS``).
 
     Args:
         program: a file written by ``torch.export.save``.
@@ -196,14 +199,14 @@ class BuildJob:
             return
         try:
             self._work = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=f".{key}.build."))
-            shutil.copyfile(program, self._work / "program.pt2")
+            shutil.copyfile(program, self._work / package_build.PROGRAM)
             command = [
                 sys.executable,
                 "-m",
                 "landscape.runtime.package_build",
-                str(self._work / "program.pt2"),
-                str(self._work / f"package{PACKAGE_SUFFIX}"),
+                str(self._work),
                 str(int(threads)),
+                str(os.getpid()),
             ]
             env = dict(os.environ)
             if compile_threads is not None:
@@ -270,8 +273,8 @@ class BuildJob:
             return
         assert self.path is not None and self._work is not None
         try:
-            data = (self._work / f"package{PACKAGE_SUFFIX}").read_bytes()
-            os.replace(self._work / f"package{PACKAGE_SUFFIX}", self.path)
+            data = (self._work / package_build.PACKAGE).read_bytes()
+            os.replace(self._work / package_build.PACKAGE, self.path)
             digest = json.dumps({"sha256": _sha256(data), "bytes": len(data)})
             files.write_text(_digest_path(self.path), digest, force=True)
         except (OSError, LandscapeError) as exc:

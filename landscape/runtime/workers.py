@@ -114,34 +114,53 @@ PARENT_POLL_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
-def _end_with_parent(parent: int) -> None:
-    """Make this worker end when ``parent`` (the process that started it) ends, however it ends.
+def end_with_parent(parent: int, *, group: bool = False, clean_up: Callable[[], None] | None = None) -> None:
+    """Make this process end when ``parent`` (the process that started it) ends, however it ends.
 
     A parent killed with ``kill -9`` runs no clean-up, and a worker waiting for its next unit would wait on the
-    pipe for ever. On Linux the kernel sends the worker SIGKILL when its parent dies (``PR_SET_PDEATHSIG``);
-    everywhere a daemon thread looks every :data:`PARENT_POLL_SECONDS` whether the worker has been handed to
-    another parent (``os.getppid()`` changed) and ends the process if so. A parent already gone before either
-    was set is seen at once.
+    pipe for ever. On Linux the kernel sends the process SIGKILL when its parent dies (``PR_SET_PDEATHSIG``);
+    everywhere a daemon thread looks every :data:`PARENT_POLL_SECONDS` whether the process has been handed to
+    another parent (``os.getppid()`` changed) and ends it if so. A parent already gone before either was set is
+    seen at once.
+
+    Args:
+        parent: the process id of the parent.
+        group: end this process's whole process group when it leads one of its own, so that what it started
+            ends with it: a build's compilers.
+        clean_up: called before the end (the files this process was writing for its parent removed).
+
+    With ``group`` or ``clean_up`` only the watch ends the process, within :data:`PARENT_POLL_SECONDS`: the
+    kernel's signal would end it before either.
     """
-    if sys.platform.startswith("linux"):
+
+    def end() -> None:
+        if clean_up is not None:
+            with suppress(Exception):
+                clean_up()
+        if group and hasattr(os, "killpg") and os.getpgrp() == os.getpid():
+            with suppress(OSError):
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+        os._exit(1)
+
+    if sys.platform.startswith("linux") and not group and clean_up is None:
         import ctypes
 
         with suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
-        os._exit(1)
+        end()
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(PARENT_POLL_SECONDS)
-        os._exit(1)
+        end()
 
     threading.Thread(target=watch, name="landscape-parent-watch", daemon=True).start()
 
 
 def _start_worker(parent: int, keep_memory: bool = False, threads: int = 1) -> None:
-    """A worker's start: it ends with ``parent`` (:func:`_end_with_parent`) and runs at ``threads`` torch threads."""
-    _end_with_parent(parent)
+    """A worker's start: it ends with ``parent`` (:func:`end_with_parent`) and runs at ``threads`` torch threads."""
+    end_with_parent(parent)
     _set_torch_threads(keep_memory, threads)
 
 

@@ -1,8 +1,13 @@
 """Compiled packages in the cache folder: kept only when intact, built in a child stopped at its deadline."""
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -124,6 +129,56 @@ def test_a_build_left_running_reports_its_failure_when_polled(tmp_path):
     assert not list(P.packages_dir().iterdir())
 
 
+CALLER = """
+import sys, time
+from pathlib import Path
+import torch
+from landscape.runtime import packages as P
+program = Path(sys.argv[1])
+torch.export.save(torch.export.export(torch.nn.Linear(3, 2), (torch.randn(4, 3),)), program)
+job = P.BuildJob(program, "f" * 32, threads=1, compile_threads=1)
+print(job._child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads the process tree from /proc")
+def test_a_build_whose_caller_is_killed_ends_with_its_compilers_and_leaves_no_folder(tmp_path):
+    caller = subprocess.Popen([sys.executable, "-c", CALLER, str(tmp_path / "program.pt2")], stdout=subprocess.PIPE)
+    child = None
+    try:
+        child = int(caller.stdout.readline())
+        assert any(P.packages_dir().iterdir())  # the build's folder
+        time.sleep(1.5)  # the build under way: torch imported or compiling, the watch set before either
+        assert _alive(child)
+        os.kill(caller.pid, signal.SIGKILL)
+        caller.wait()
+        deadline = time.monotonic() + 15
+        while (_alive(child) or _group(child)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child) and not _group(child)  # the build and every compiler it started
+        assert not list(P.packages_dir().iterdir())
+    finally:
+        caller.kill()
+        caller.wait()
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child, signal.SIGKILL)
+
+
+def _group(pgid: int) -> list[int]:
+    """The live processes of the process group ``pgid``."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(stat.parent.name))
+    return members
+
+
 def _sleeper(tmp_path):
     script = tmp_path / "sleeper.sh"
     script.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {tmp_path}/grandchild.pid\nwait\n")
@@ -134,7 +189,7 @@ def _sleeper(tmp_path):
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
 

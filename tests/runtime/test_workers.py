@@ -161,7 +161,7 @@ WATCHED = """
 import os, sys, time
 from landscape.runtime import workers
 sys.platform = "elsewhere"  # no PR_SET_PDEATHSIG: only the portable watch
-workers._end_with_parent(os.getppid())
+workers.end_with_parent(os.getppid())
 print("watching", flush=True)
 time.sleep(600)
 """
@@ -198,6 +198,6 @@ def test_the_portable_watch_alone_ends_a_worker_whose_parent_died():
 
 
 def test_a_worker_started_after_its_parent_died_ends_at_once():
-    code = "import os; from landscape.runtime import workers; workers._end_with_parent(-1); print('alive')"
+    code = "import os; from landscape.runtime import workers; workers.end_with_parent(-1); print('alive')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "alive" not in done.stdout
