@@ -19,7 +19,8 @@ round times, one after the other and each whole, from the model and the batches 
   ``p.data.copy_``, then ``model(x)`` under ``no_grad`` over the batches), along our directions.
 
 Each of our runs starts as a fresh process would: the per-process memory of the measured layout is cleared.
-With ``--rounds R`` the rounds alternate and the medians count. Wall seconds are printed with the CPU seconds
+With ``--rounds R`` the rounds alternate the order of the ways (odd rounds reversed, so that a machine drifting
+through the run weighs on every way alike) and the medians count. Wall seconds are printed with the CPU seconds
 of the process and its children (a package is built in a child process; ``--clock cpu`` compares those, for a
 loaded machine, where wall seconds measure the load), and the goals of issue 45:
 
@@ -244,37 +245,53 @@ def build_warm_cache(model, batches, folder: Path) -> tuple[float, str]:
 
 
 def one_round(model, batches, steps, tmp: Path, warm_cache: Path, k: int) -> dict:
-    """One round on one model and grid: every way timed whole, one after the other."""
+    """One round on one model and grid: every way timed whole, one after the other (odd rounds in reverse order)."""
     row: dict = {}
-    with_cache(tmp / f"unused{k}")
-    row["plain"], row["plain_cpu"], plain, row["objective"] = whole_ours(
-        model, batches, steps, tmp, f"plain{k}", compile="off", batch_points=1
-    )
-    c0 = cpu_seconds()
-    grid, row["ll"], row["ll_norm"], row["ll_error"] = peer(model, batches, steps)
-    row["ll_cpu"] = cpu_seconds() - c0
     xs = np.linspace(-1, 1, steps)
     objective = Objective(model, batches)
     dirs = random_directions(objective.params, ndim=2, seed=0)
-    c0 = cpu_seconds()
-    li, row["li"] = li_et_al(model, batches, dirs, xs, xs)
-    row["li_cpu"] = cpu_seconds() - c0
-    with_cache(tmp / f"cold{k}")  # empty
-    row["cold"], row["cold_cpu"], cold, _ = whole_ours(model, batches, steps, tmp, f"cold{k}")
-    with_cache(warm_cache)
-    row["warm"], row["warm_cpu"], warm, _ = whole_ours(model, batches, steps, tmp, f"warm{k}")
-    ref = plain["data_loss"]
+    out: dict = {}
+
+    def plain():
+        with_cache(tmp / f"unused{k}")
+        row["plain"], row["plain_cpu"], out["plain"], row["objective"] = whole_ours(
+            model, batches, steps, tmp, f"plain{k}", compile="off", batch_points=1
+        )
+
+    def loss_landscapes():
+        c0 = cpu_seconds()
+        out["grid"], row["ll"], row["ll_norm"], row["ll_error"] = peer(model, batches, steps)
+        row["ll_cpu"] = cpu_seconds() - c0
+
+    def li():
+        c0 = cpu_seconds()
+        out["li"], row["li"] = li_et_al(model, batches, dirs, xs, xs)
+        row["li_cpu"] = cpu_seconds() - c0
+
+    def cold():
+        with_cache(tmp / f"cold{k}")  # empty
+        row["cold"], row["cold_cpu"], out["cold"], _ = whole_ours(model, batches, steps, tmp, f"cold{k}")
+
+    def warm():
+        with_cache(warm_cache)
+        row["warm"], row["warm_cpu"], out["warm"], _ = whole_ours(model, batches, steps, tmp, f"warm{k}")
+
+    ways = [plain, loss_landscapes, li, cold, warm]
+    for run in ways if k % 2 == 0 else ways[::-1]:
+        run()
+    ref = out["plain"]["data_loss"]
     scale = np.abs(ref).max()
-    row["cold_way"], row["warm_way"] = way(cold), way(warm)
-    row["cold_setup"] = cold.attrs["compile_decision"].get("setup_s", 0.0)
-    row["warm_setup"] = warm.attrs["compile_decision"].get("setup_s", 0.0)
-    row["cold_reason"] = cold.attrs["compile_decision"].get("reason", "")
-    row["warm_reason"] = warm.attrs["compile_decision"].get("reason", "")
-    row["diff"] = max(np.abs(cold["data_loss"] - ref).max(), np.abs(warm["data_loss"] - ref).max()) / scale
-    row["li_diff"] = np.abs(li - ref).max() / scale
-    if grid is not None and steps % 2 == 0:
+    cold_file, warm_file = out["cold"], out["warm"]
+    row["cold_way"], row["warm_way"] = way(cold_file), way(warm_file)
+    row["cold_setup"] = cold_file.attrs["compile_decision"].get("setup_s", 0.0)
+    row["warm_setup"] = warm_file.attrs["compile_decision"].get("setup_s", 0.0)
+    row["cold_reason"] = cold_file.attrs["compile_decision"].get("reason", "")
+    row["warm_reason"] = warm_file.attrs["compile_decision"].get("reason", "")
+    row["diff"] = max(np.abs(cold_file["data_loss"] - ref).max(), np.abs(warm_file["data_loss"] - ref).max()) / scale
+    row["li_diff"] = np.abs(out["li"] - ref).max() / scale
+    if out["grid"] is not None and steps % 2 == 0:
         centre = float(objective.evaluate().data_loss)
-        row["ll_centre"] = abs(peer_centre(grid, steps) - centre) / abs(centre)
+        row["ll_centre"] = abs(peer_centre(out["grid"], steps) - centre) / abs(centre)
     return row
 
 
