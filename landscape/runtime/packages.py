@@ -12,8 +12,8 @@ dtypes, device, threads and torch version).
   landscape.runtime.package_build``) and gives up at a deadline: the child and everything it started are killed
   and nothing is kept, so what a build may cost is known before it starts. :class:`BuildJob` is the same build
   left running while its caller goes on (polled, waited for or stopped), and ends with its caller however the caller
-  ends. A finished package is moved into place
-  whole, then its SHA-256 is written beside it (``<key>.pt2.json``), the mark that it is complete.
+  ends. A finished package is moved into place whole, then its SHA-256 is written beside it (``<key>.pt2.json``),
+  the mark that it is complete.
 - :func:`cached_package` returns a package only when its digest matches; an entry without a digest, with another
   digest, a link or anything but a regular file is removed (then built again by whoever needs it).
 - :func:`load_package` loads one (in milliseconds); a package that fails to load is removed too.
@@ -39,8 +39,7 @@ from landscape.errors import LandscapeError
 from landscape.runtime import compile_cache, package_build
 from landscape.store import files
 
-#: the suffix AOTInductor requires of a package file
-PACKAGE_SUFFIX = ".pt2"
+PACKAGE_SUFFIX = package_build.PACKAGE_SUFFIX
 #: the last characters of a failed build's error output kept for the record
 _ERROR_TAIL = 400
 
